@@ -1,0 +1,248 @@
+"""Configuration: typed options with defaults from conf/yarnflow.yaml, overridable by a user
+file and by ``-D key=value``.
+
+Every key yarnflow knows is declared in ``OPTIONS`` with a type; the shipped yaml must list
+exactly these keys (a test keeps them in step). Keys under ``spark.`` are passed through to
+Spark as strings. An unknown key or a value of the wrong type raises ``ConfigurationError``
+naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+
+import yaml
+
+from yarnflow.common.errors import ConfigurationError
+
+T = TypeVar("T")
+
+_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "m": 60_000, "h": 3_600_000}
+_SIZE_UNITS = {"b": 1, "kb": 1 << 10, "k": 1 << 10, "mb": 1 << 20, "m": 1 << 20,
+               "gb": 1 << 30, "g": 1 << 30}
+
+
+def parse_duration_ms(value: Any) -> int:
+    """``"10 s"`` -> 10000; a bare number is milliseconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '10 s' or '500 ms'")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return int(value)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
+    if not m or (m.group(2) and m.group(2) not in _DURATION_UNITS):
+        raise ValueError("expected a duration such as '10 s', '500 ms' or '1 min'")
+    return int(float(m.group(1)) * _DURATION_UNITS[m.group(2) or "ms"])
+
+
+def parse_size_bytes(value: Any) -> int:
+    """``"1 gb"`` -> 1073741824; a bare number is bytes."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as '512 mb'")
+    if isinstance(value, (int, float)):
+        return int(value)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
+    if not m or (m.group(2) and m.group(2) not in _SIZE_UNITS):
+        raise ValueError("expected a size such as '512 mb' or '1 gb'")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2) or "b"])
+
+
+def _parse_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer")
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _parse_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number") from None
+
+
+def _parse_str(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class ConfigOption(Generic[T]):
+    key: str
+    parse: Callable[[Any], T]
+    description: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+    def convert(self, raw: Any) -> T:
+        value = self.parse(raw)
+        if self.choices:
+            upper = {c.upper(): c for c in self.choices}
+            canon = upper.get(str(value).upper())
+            if canon is None:
+                raise ValueError(f"expected one of {', '.join(self.choices)}")
+            value = canon  # type: ignore[assignment]
+        if self.minimum is not None and value < self.minimum:  # type: ignore[operator]
+            raise ValueError(f"must be at least {self.minimum:g}")
+        return value
+
+
+def _opt(key: str, parse: Callable[[Any], Any], description: str, **kw: Any) -> ConfigOption[Any]:
+    return ConfigOption(key, parse, description, **kw)
+
+
+class Options:
+    """Every configuration option, by attribute."""
+
+    PARALLELISM = _opt("parallelism.default", _parse_int, "default parallelism of operators", minimum=1)
+    MAX_PARALLELISM = _opt("pipeline.max-parallelism", _parse_int, "number of key groups", minimum=1)
+    RUNTIME_MODE = _opt("execution.runtime-mode", _parse_str, "STREAMING, BATCH or AUTOMATIC",
+                        choices=("STREAMING", "BATCH", "AUTOMATIC"))
+    BUFFER_TIMEOUT = _opt("execution.buffer-timeout", parse_duration_ms, "output flush interval")
+    BATCH_SIZE = _opt("execution.batch-size", _parse_int, "target rows per channel batch", minimum=1)
+    RPC_ADDRESS = _opt("jobmanager.rpc.address", _parse_str, "address the AppMaster binds to")
+    RPC_PORT = _opt("jobmanager.rpc.port", _parse_int, "AppMaster RPC port (0: any free port)", minimum=0)
+    FAILOVER_STRATEGY = _opt("jobmanager.execution.failover-strategy", _parse_str,
+                             "full or region", choices=("full", "region"))
+    RESTART_STRATEGY = _opt("restart-strategy.type", _parse_str, "restart strategy",
+                            choices=("none",))
+    RPC_TIMEOUT = _opt("rpc.timeout", parse_duration_ms, "remote call timeout")
+    CLIENT_TIMEOUT = _opt("client.timeout", parse_duration_ms, "client wait for the cluster")
+    MIN_SLOTS = _opt("slotmanager.number-of-slots.min", _parse_int, "slots to keep", minimum=0)
+    MAX_SLOTS = _opt("slotmanager.number-of-slots.max", _parse_int, "slot limit", minimum=1)
+    HEARTBEAT_INTERVAL = _opt("heartbeat.interval", parse_duration_ms, "heartbeat period")
+    HEARTBEAT_TIMEOUT = _opt("heartbeat.timeout", parse_duration_ms, "heartbeat timeout")
+    NUM_SLOTS = _opt("taskmanager.numberOfTaskSlots", _parse_int, "slots per TaskExecutor", minimum=1)
+    TM_CPU = _opt("taskmanager.cpu.cores", _parse_float, "cores per TaskExecutor", minimum=0)
+    TM_MEMORY = _opt("taskmanager.memory.process.size", parse_size_bytes, "TaskExecutor memory")
+    TM_HOST = _opt("taskmanager.host", _parse_str, "address TaskExecutors bind to")
+    TM_REGISTRATION_TIMEOUT = _opt("taskmanager.registration.timeout", parse_duration_ms,
+                                   "TaskExecutor exits after this long without a ResourceManager")
+    BUFFERS_PER_CHANNEL = _opt("taskmanager.network.buffers-per-channel", _parse_int,
+                               "batches buffered per channel", minimum=1)
+    HA_TYPE = _opt("high-availability.type", _parse_str, "none or zookeeper",
+                   choices=("none", "zookeeper"))
+    HA_STORAGE_DIR = _opt("high-availability.storageDir", _parse_str, "fsspec URL for job data")
+    HA_CLUSTER_ID = _opt("high-availability.cluster-id", _parse_str, "cluster id")
+    ZK_QUORUM = _opt("high-availability.zookeeper.quorum", _parse_str, "ZooKeeper hosts")
+    ZK_ROOT = _opt("high-availability.zookeeper.path.root", _parse_str, "ZooKeeper root path")
+    TMP_DIRS = _opt("io.tmp.dirs", _parse_str, "local working directory")
+    SPARK_MASTER = _opt("spark.master", _parse_str, "Spark master URL")
+
+
+OPTIONS: dict[str, ConfigOption[Any]] = {
+    o.key: o for o in vars(Options).values() if isinstance(o, ConfigOption)
+}
+PASSTHROUGH_PREFIXES = ("spark.",)
+
+
+def _default_yaml() -> dict[str, Any]:
+    text = resources.files("yarnflow.conf").joinpath("yarnflow.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text) or {}
+
+
+def parse_dynamic_properties(pairs: Iterable[str]) -> dict[str, str]:
+    """``["a=1", "b = x"]`` -> ``{"a": "1", "b": "x"}``; raises on an entry with no ``=``."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"bad -D argument {pair!r}: expected key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class Configuration:
+    """An immutable set of typed option values. ``conf[Options.X]`` gives the typed value."""
+
+    def __init__(self, values: Mapping[str, Any], raw: Mapping[str, str]) -> None:
+        self._values = dict(values)
+        self._raw = dict(raw)
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | None = None, *, conf_file: str | None = None,
+             source: str = "-D") -> Configuration:
+        """Defaults, then ``conf_file`` (or $YARNFLOW_CONF_DIR/yarnflow.yaml), then overrides."""
+        layers: list[tuple[str, Mapping[str, Any]]] = [("defaults", _default_yaml())]
+        path = conf_file or (os.path.join(os.environ["YARNFLOW_CONF_DIR"], "yarnflow.yaml")
+                             if os.environ.get("YARNFLOW_CONF_DIR") else None)
+        if path:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    data = yaml.safe_load(fh) or {}
+            except OSError as exc:
+                raise ConfigurationError(f"cannot read configuration file {path}: {exc}") from None
+            except yaml.YAMLError as exc:
+                raise ConfigurationError(f"configuration file {path} is not valid YAML: {exc}") from None
+            if not isinstance(data, dict):
+                raise ConfigurationError(f"configuration file {path} must be a mapping of keys to values")
+            layers.append((path, data))
+        if overrides:
+            layers.append((source, overrides))
+        merged: dict[str, Any] = {}
+        origin: dict[str, str] = {}
+        for name, layer in layers:
+            for key, value in layer.items():
+                merged[str(key)] = value
+                origin[str(key)] = name
+        return cls._build(merged, origin)
+
+    @classmethod
+    def _build(cls, merged: Mapping[str, Any], origin: Mapping[str, str]) -> Configuration:
+        values: dict[str, Any] = {}
+        raw: dict[str, str] = {}
+        for key, value in merged.items():
+            option = OPTIONS.get(key)
+            if option is None:
+                if key.startswith(PASSTHROUGH_PREFIXES):
+                    values[key] = raw[key] = _parse_str(value)
+                    continue
+                hint = difflib.get_close_matches(key, list(OPTIONS), n=1)
+                extra = f"; did you mean '{hint[0]}'?" if hint else ""
+                raise ConfigurationError(
+                    f"unknown configuration key '{key}' (from {origin.get(key, '?')}){extra}")
+            try:
+                values[key] = option.convert(value)
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"bad value {value!r} for configuration key '{key}' "
+                    f"(from {origin.get(key, '?')}): {exc}") from None
+            raw[key] = _parse_str(value)
+        missing = set(OPTIONS) - set(values)
+        if missing:
+            raise ConfigurationError(f"no value for configuration keys: {', '.join(sorted(missing))}")
+        return cls(values, raw)
+
+    def __getitem__(self, option: ConfigOption[T]) -> T:
+        return self._values[option.key]  # type: ignore[no-any-return]
+
+    def get(self, key: str) -> Any:
+        if key not in self._values:
+            raise ConfigurationError(f"unknown configuration key '{key}'")
+        return self._values[key]
+
+    def with_overrides(self, overrides: Mapping[str, Any], source: str = "-D") -> Configuration:
+        merged: dict[str, Any] = dict(self._raw)
+        origin = {k: "base" for k in merged}
+        for k, v in overrides.items():
+            merged[k] = v
+            origin[k] = source
+        return self._build(merged, origin)
+
+    def to_strings(self) -> dict[str, str]:
+        """The configuration as ``key -> string``: ships to another process as -D pairs."""
+        return dict(self._raw)
+
+    def spark_conf(self) -> dict[str, str]:
+        return {k: v for k, v in self._raw.items() if k.startswith("spark.")}

@@ -1,0 +1,84 @@
+"""The project's exceptions: one root, each also inheriting the matching builtin so callers
+can catch either.
+
+    YarnflowError
+    ├── ConfigurationError (ValueError)       a bad or unknown configuration key or value
+    ├── JobDefinitionError (ValueError)       a pipeline that cannot be compiled
+    ├── RpcError                              anything that went wrong in a remote call
+    │   ├── RpcConnectionError (ConnectionError)  the peer cannot be reached / went away
+    │   ├── RpcTimeoutError (TimeoutError)        the peer did not answer in time
+    │   ├── FencingTokenError                     the call carried a stale fencing token
+    │   ├── NotFoundError (LookupError)           unknown job, task or allocation
+    │   ├── InvalidRequestError (ValueError)      the remote side rejected the request as bad
+    │   ├── UnavailableError                      the remote side is not ready / shutting down
+    │   └── RefusedError                          valid request that was declined
+    ├── TaskError                             a task failed (carries the remote ErrorInfo)
+    ├── JobFailedError                        a job ended FAILED (carries its cause)
+    └── IllegalStateTransition (RuntimeError) a state machine was asked for a forbidden move
+"""
+
+from __future__ import annotations
+
+
+class YarnflowError(Exception):
+    """Root of every exception raised by yarnflow."""
+
+
+class ConfigurationError(YarnflowError, ValueError):
+    """A configuration key is unknown or its value is bad. The message names the key."""
+
+
+class JobDefinitionError(YarnflowError, ValueError):
+    """The pipeline cannot be compiled into a JobGraph (no job defined, bad column, ...)."""
+
+
+class RpcError(YarnflowError):
+    """A remote call failed. ``remote_traceback`` holds the peer's traceback when it sent one."""
+
+    def __init__(self, message: str, remote_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+
+class RpcConnectionError(RpcError, ConnectionError):
+    """The peer could not be reached or dropped the connection. Retry or give up."""
+
+
+class RpcTimeoutError(RpcError, TimeoutError):
+    """The peer did not answer within the call's timeout."""
+
+
+class FencingTokenError(RpcError):
+    """The call carried a stale fencing token: the caller talks to a deposed leader."""
+
+
+class NotFoundError(RpcError, LookupError):
+    """The remote side does not know the job / task / allocation named in the call."""
+
+
+class InvalidRequestError(RpcError, ValueError):
+    """The remote side rejected the request as malformed."""
+
+
+class UnavailableError(RpcError):
+    """The remote side is not ready or is shutting down; retrying later may succeed."""
+
+
+class RefusedError(RpcError):
+    """The request was valid but declined (e.g. the slot is already taken)."""
+
+
+class TaskError(YarnflowError):
+    """A task failed; ``error`` is the ErrorInfo reported by the TaskExecutor."""
+
+
+class JobFailedError(YarnflowError):
+    """A job ended FAILED. ``cause`` is its root cause (ErrorInfo) when known."""
+
+    def __init__(self, message: str, cause: object | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class IllegalStateTransition(YarnflowError, RuntimeError):
+    """A state machine was asked to move between two states that have no transition."""

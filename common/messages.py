@@ -1,0 +1,366 @@
+"""Messages: frozen dataclasses that mirror the Thrift IDL one to one.
+
+Each has ``to_thrift()`` and ``from_thrift()``; the conversion is driven by the field
+annotations (nested messages, lists, maps, enums and typed ids), so a message is declared once.
+The rest of the code sees only these classes, never the generated types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import traceback
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional, TypeVar
+
+from yarnflow.common import ids
+from yarnflow.common.rpc.gen.yarnflow_rpc import ttypes
+from yarnflow.common.states import ExchangeMode, ExecutionState, JobStatus, Partitioner
+
+M = TypeVar("M", bound="Message")
+
+
+def _convert_out(value: Any) -> Any:
+    if isinstance(value, Message):
+        return value.to_thrift()
+    if isinstance(value, enum.Enum):
+        return int(value.value)
+    if isinstance(value, ids._Id):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_convert_out(v) for v in value]
+    if isinstance(value, dict):
+        return {_convert_out(k): _convert_out(v) for k, v in value.items()}
+    return value
+
+
+def _convert_in(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert_in(inner[0], value)
+    if origin in (list, tuple):
+        (arg, *_) = typing.get_args(tp)
+        items = [_convert_in(arg, v) for v in value]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        kt, vt = typing.get_args(tp)
+        return {_convert_in(kt, k): _convert_in(vt, v) for k, v in value.items()}
+    if isinstance(tp, type):
+        if issubclass(tp, Message):
+            return tp.from_thrift(value)
+        if issubclass(tp, enum.Enum):
+            return tp(value)
+        if issubclass(tp, ids._Id):
+            return tp(value)
+    return value
+
+
+class Message:
+    """Base of the wire messages. Subclasses set ``_thrift`` to their generated struct."""
+
+    _thrift: ClassVar[type]
+
+    def to_thrift(self) -> Any:
+        kwargs = {f.name: _convert_out(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return self._thrift(**kwargs)
+
+    @classmethod
+    def from_thrift(cls: type[M], obj: Any) -> M:
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            raw = getattr(obj, f.name)
+            if raw is None and f.default is not dataclasses.MISSING:
+                kwargs[f.name] = f.default
+                continue
+            if raw is None and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                kwargs[f.name] = f.default_factory()  # type: ignore[misc]
+                continue
+            kwargs[f.name] = _convert_in(hints[f.name], raw)
+        return cls(**kwargs)
+
+
+# ---- shared --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ResourceProfile(Message):
+    _thrift = ttypes.ResourceProfile
+    cpu_cores: float = 0.0
+    memory_mb: int = 0
+
+    def fits_in(self, other: ResourceProfile) -> bool:
+        """True when a request of this profile can run in a slot of profile ``other``.
+        A zero field means 'unspecified' and matches anything."""
+        return ((self.cpu_cores == 0 or self.cpu_cores <= other.cpu_cores or other.cpu_cores == 0)
+                and (self.memory_mb == 0 or self.memory_mb <= other.memory_mb or other.memory_mb == 0))
+
+
+ResourceProfile.UNKNOWN = ResourceProfile()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class ErrorInfo(Message):
+    _thrift = ttypes.ErrorInfo
+    error_class: str
+    message: str
+    traceback: str = ""
+    location: Optional[str] = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, location: str | None = None) -> ErrorInfo:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type(exc).__name__, str(exc), tb, location)
+
+    def describe(self) -> str:
+        where = f" [{self.location}]" if self.location else ""
+        return f"{self.error_class}: {self.message}{where}"
+
+
+# ---- JobGraph ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobVertex(Message):
+    _thrift = ttypes.JobVertex
+    vertex_id: ids.JobVertexID
+    name: str
+    parallelism: int
+    max_parallelism: int
+    operator_names: list[str] = field(default_factory=list)
+    slot_sharing_group: str = "default"
+    resources: ResourceProfile = field(default_factory=ResourceProfile)
+    is_source: bool = False
+    is_sink: bool = False
+
+
+@dataclass(frozen=True)
+class JobEdge(Message):
+    _thrift = ttypes.JobEdge
+    source_vertex_id: ids.JobVertexID
+    target_vertex_id: ids.JobVertexID
+    partitioner: Partitioner
+    exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
+    key_columns: list[str] = field(default_factory=list)
+    input_index: int = 0
+
+
+@dataclass(frozen=True)
+class JobGraph(Message):
+    _thrift = ttypes.JobGraph
+    job_id: ids.JobID
+    name: str
+    vertices: list[JobVertex]
+    edges: list[JobEdge]
+    artifact_uri: str = ""
+    artifact_sha256: str = ""
+    config: dict[str, str] = field(default_factory=dict)
+    runtime_mode: str = "STREAMING"
+
+    def vertex(self, vertex_id: str) -> JobVertex:
+        for v in self.vertices:
+            if v.vertex_id == vertex_id:
+                return v
+        raise KeyError(vertex_id)
+
+    def inputs_of(self, vertex_id: str) -> list[JobEdge]:
+        return [e for e in self.edges if e.target_vertex_id == vertex_id]
+
+    def outputs_of(self, vertex_id: str) -> list[JobEdge]:
+        return [e for e in self.edges if e.source_vertex_id == vertex_id]
+
+    def validate(self) -> None:
+        """Raises ``InvalidRequestError`` naming the problem when the graph is malformed."""
+        from yarnflow.common.errors import InvalidRequestError
+
+        if not self.vertices:
+            raise InvalidRequestError("the JobGraph has no vertices")
+        seen: set[str] = set()
+        for v in self.vertices:
+            if v.vertex_id in seen:
+                raise InvalidRequestError(f"duplicate vertex id {v.vertex_id}")
+            if v.parallelism < 1 or v.max_parallelism < v.parallelism:
+                raise InvalidRequestError(
+                    f"vertex {v.name!r}: parallelism {v.parallelism} must be between 1 and its "
+                    f"max parallelism {v.max_parallelism}")
+            seen.add(v.vertex_id)
+        order = {v.vertex_id: i for i, v in enumerate(self.vertices)}
+        for e in self.edges:
+            if e.source_vertex_id not in order or e.target_vertex_id not in order:
+                raise InvalidRequestError(f"edge {e.source_vertex_id}->{e.target_vertex_id} names an unknown vertex")
+            if order[e.source_vertex_id] >= order[e.target_vertex_id]:
+                raise InvalidRequestError("the JobGraph's vertices are not in topological order")
+            if e.partitioner == Partitioner.FORWARD and \
+                    self.vertex(e.source_vertex_id).parallelism != self.vertex(e.target_vertex_id).parallelism:
+                raise InvalidRequestError("a forward edge must connect vertices of equal parallelism")
+            if e.partitioner == Partitioner.HASH and not e.key_columns:
+                raise InvalidRequestError("a hash edge needs key columns")
+
+
+# ---- Dispatcher ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VertexStatus(Message):
+    _thrift = ttypes.VertexStatus
+    vertex_id: ids.JobVertexID
+    name: str
+    parallelism: int
+    state_counts: dict[ExecutionState, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobStatusInfo(Message):
+    _thrift = ttypes.JobStatusInfo
+    job_id: ids.JobID
+    name: str
+    status: JobStatus
+    start_time_ms: int
+    end_time_ms: int = 0
+    vertices: list[VertexStatus] = field(default_factory=list)
+    failure_cause: Optional[ErrorInfo] = None
+
+
+@dataclass(frozen=True)
+class JobResult(Message):
+    _thrift = ttypes.JobResult
+    job_id: ids.JobID
+    status: JobStatus
+    start_time_ms: int
+    end_time_ms: int
+    failure_cause: Optional[ErrorInfo] = None
+    collected: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterInfo(Message):
+    _thrift = ttypes.ClusterInfo
+    cluster_id: str
+    storage_dir: str
+    version: str
+    registered_taskexecutors: int
+    total_slots: int
+    free_slots: int
+    target: str = "local"
+
+
+# ---- ResourceManager -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SlotStatus(Message):
+    _thrift = ttypes.SlotStatus
+    slot_index: int
+    profile: ResourceProfile = field(default_factory=ResourceProfile)
+    allocation_id: Optional[ids.AllocationID] = None
+    job_id: Optional[ids.JobID] = None
+
+
+@dataclass(frozen=True)
+class SlotReport(Message):
+    _thrift = ttypes.SlotReport
+    slots: list[SlotStatus] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TaskExecutorRegistration(Message):
+    _thrift = ttypes.TaskExecutorRegistration
+    resource_id: ids.ResourceID
+    rpc_address: str
+    data_address: str
+    num_slots: int
+    slot_profile: ResourceProfile = field(default_factory=ResourceProfile)
+    pid: int = 0
+    hostname: str = ""
+
+
+@dataclass(frozen=True)
+class RegistrationResponse(Message):
+    _thrift = ttypes.RegistrationResponse
+    accepted: bool
+    fencing_token: str = ""
+    registration_id: str = ""
+    heartbeat_interval_ms: int = 0
+    reason: str = ""
+
+
+# ---- JobMaster -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SlotOffer(Message):
+    _thrift = ttypes.SlotOffer
+    allocation_id: ids.AllocationID
+    slot_index: int
+    profile: ResourceProfile = field(default_factory=ResourceProfile)
+
+
+@dataclass(frozen=True)
+class TaskExecutionStateUpdate(Message):
+    _thrift = ttypes.TaskExecutionStateUpdate
+    job_id: ids.JobID
+    execution_attempt_id: ids.ExecutionAttemptID
+    state: ExecutionState
+    error: Optional[ErrorInfo] = None
+    records_in: int = 0
+    records_out: int = 0
+
+
+# ---- TaskExecutor --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InputChannelDescriptor(Message):
+    _thrift = ttypes.InputChannelDescriptor
+    partition_id: ids.ResultPartitionID
+    subpartition_index: int
+    producer_resource_id: ids.ResourceID
+    producer_data_address: str
+
+
+@dataclass(frozen=True)
+class InputGateDescriptor(Message):
+    _thrift = ttypes.InputGateDescriptor
+    input_index: int
+    channels: list[InputChannelDescriptor]
+
+
+@dataclass(frozen=True)
+class ResultPartitionDescriptor(Message):
+    _thrift = ttypes.ResultPartitionDescriptor
+    partition_id: ids.ResultPartitionID
+    num_subpartitions: int
+    partitioner: Partitioner
+    key_columns: list[str] = field(default_factory=list)
+    exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
+    consumer_max_parallelism: int = 128
+
+
+@dataclass(frozen=True)
+class TaskDeploymentDescriptor(Message):
+    _thrift = ttypes.TaskDeploymentDescriptor
+    job_id: ids.JobID
+    vertex_id: ids.JobVertexID
+    task_name: str
+    execution_attempt_id: ids.ExecutionAttemptID
+    subtask_index: int
+    attempt_number: int
+    parallelism: int
+    max_parallelism: int
+    allocation_id: ids.AllocationID
+    artifact_uri: str
+    artifact_sha256: str
+    input_gates: list[InputGateDescriptor] = field(default_factory=list)
+    result_partitions: list[ResultPartitionDescriptor] = field(default_factory=list)
+    jobmaster_fencing_token: str = ""
+    config: dict[str, str] = field(default_factory=dict)
+    runtime_mode: str = "STREAMING"
+    job_storage_dir: str = ""
+
+    @property
+    def display_name(self) -> str:
+        return f"{self.task_name} ({self.subtask_index + 1}/{self.parallelism})"
+
+
+ALL_MESSAGES: tuple[type[Message], ...] = tuple(
+    obj for obj in list(globals().values())
+    if isinstance(obj, type) and issubclass(obj, Message) and obj is not Message
+)

@@ -1,0 +1,1 @@
+"""RPC helpers: the only package that imports the generated Thrift code (``gen/``)."""

@@ -1,0 +1,96 @@
+"""A Thrift client for one service at one address, safe to share between threads.
+
+Calls are serialised over one connection, opened lazily and re-opened after a transport
+error. Every error is translated into the project's own exceptions (``rpc.errors``)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any, Callable
+
+from thrift.protocol.TMultiplexedProtocol import TMultiplexedProtocol
+from thrift.transport import TSocket, TTransport
+
+from yarnflow.common.errors import RpcConnectionError
+from yarnflow.common.rpc.errors import from_wire_error
+from yarnflow.common.rpc.server import protocol_factory
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RpcConnectionError(f"bad address {address!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+class RpcClient:
+    def __init__(self, address: str, service: str, client_cls: type, timeout_ms: int = 10_000,
+                 connect_timeout_ms: int | None = None) -> None:
+        self.address = address
+        self._host, self._port = split_address(address)
+        self._service = service
+        self._client_cls = client_cls
+        self._timeout_ms = timeout_ms
+        self._connect_timeout_ms = connect_timeout_ms or min(timeout_ms, 5000)
+        self._lock = threading.Lock()
+        self._transport: TTransport.TTransportBase | None = None
+        self._socket: TSocket.TSocket | None = None
+        self._client: Any = None
+        self._closed = False
+
+    def _connect(self) -> Any:
+        if self._closed:
+            raise RpcConnectionError(f"client for {self.address} is closed")
+        sock = TSocket.TSocket(self._host, self._port)
+        sock.setTimeout(self._connect_timeout_ms)
+        transport = TTransport.TBufferedTransport(sock)
+        try:
+            transport.open()
+        except Exception as exc:
+            raise from_wire_error(exc, self.address) from None
+        if sock.handle is not None:
+            sock.handle.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setTimeout(self._timeout_ms)
+        protocol = TMultiplexedProtocol(protocol_factory().getProtocol(transport), self._service)
+        self._socket, self._transport = sock, transport
+        self._client = self._client_cls(protocol)
+        return self._client
+
+    def _drop(self) -> None:
+        if self._transport is not None:
+            try:
+                self._transport.close()
+            except Exception:
+                pass
+        self._transport = self._client = self._socket = None
+
+    def call(self, method: str, *args: Any, timeout_ms: int | None = None) -> Any:
+        with self._lock:
+            client = self._client or self._connect()
+            if timeout_ms is not None and self._socket is not None:
+                self._socket.setTimeout(timeout_ms)
+            try:
+                return getattr(client, method)(*args)
+            except Exception as exc:
+                translated = from_wire_error(exc, self.address)
+                if not _is_declared(exc):
+                    self._drop()  # the connection's state is unknown: start afresh next time
+                raise translated from None
+            finally:
+                if timeout_ms is not None and self._socket is not None:
+                    self._socket.setTimeout(self._timeout_ms)
+
+    def method(self, name: str) -> Callable[..., Any]:
+        return lambda *args: self.call(name, *args)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._drop()
+
+
+def _is_declared(exc: BaseException) -> bool:
+    from yarnflow.common.rpc.gen.yarnflow_rpc.ttypes import RpcError
+
+    return isinstance(exc, RpcError)

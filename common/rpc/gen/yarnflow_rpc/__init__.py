@@ -1,0 +1,2 @@
+# Generated from thrift/yarnflow.thrift by `python -m yarnflow.common.rpc.codegen`: do not edit by hand.
+__all__ = ['ttypes', 'constants', 'DispatcherService', 'ResourceManagerService', 'JobMasterService', 'TaskExecutorService']

@@ -1,0 +1,134 @@
+"""A Thrift server that starts and stops cleanly.
+
+One listening socket serves several services multiplexed by name (``TMultiplexedProcessor``);
+each connection gets its own thread (clients keep their connections open). ``stop()`` closes
+the listening socket and every open connection, so no thread outlives the server.
+
+Bad bytes on the wire end that one connection, never the server: strings and containers are
+length-limited so garbage cannot make it allocate gigabytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from typing import Any, Mapping
+
+from thrift.protocol.TBinaryProtocol import TBinaryProtocolAcceleratedFactory
+from thrift.protocol.TMultiplexedProtocol import TMultiplexedProtocol  # noqa: F401  (re-export)
+from thrift.TMultiplexedProcessor import TMultiplexedProcessor
+from thrift.transport import TSocket, TTransport
+
+log = logging.getLogger(__name__)
+
+MAX_STRING_BYTES = 256 << 20
+MAX_CONTAINER_ITEMS = 1 << 22
+
+
+def protocol_factory() -> TBinaryProtocolAcceleratedFactory:
+    return TBinaryProtocolAcceleratedFactory(
+        string_length_limit=MAX_STRING_BYTES, container_length_limit=MAX_CONTAINER_ITEMS)
+
+
+class RpcServer:
+    """Serves ``services`` (name -> Thrift processor) on ``host:port`` (port 0: a free one)."""
+
+    def __init__(self, host: str, port: int, services: Mapping[str, Any], name: str = "rpc") -> None:
+        self._processor = TMultiplexedProcessor()
+        for service_name, processor in services.items():
+            self._processor.registerProcessor(service_name, processor)
+        self._name = name
+        self._listen = TSocket.TServerSocket(host=host, port=port)
+        self._tfactory = TTransport.TBufferedTransportFactory()
+        self._pfactory = protocol_factory()
+        self._lock = threading.Lock()
+        self._clients: set[TTransport.TTransportBase] = set()
+        self._threads: set[threading.Thread] = set()
+        self._stopped = threading.Event()
+        self._accept_thread: threading.Thread | None = None
+        self.host = host
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> RpcServer:
+        self._listen.listen()
+        sock = self._listen.handle
+        assert sock is not None
+        self.port = sock.getsockname()[1]
+        self._accept_thread = threading.Thread(target=self._accept_loop, name=f"{self._name}-accept",
+                                               daemon=True)
+        self._accept_thread.start()
+        log.info("%s serving on %s", self._name, self.address)
+        return self
+
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client = self._listen.accept()
+            except Exception:  # the listening socket was closed by stop()
+                if self._stopped.is_set():
+                    return
+                log.debug("%s: accept failed", self._name, exc_info=True)
+                continue
+            if client is None:
+                continue
+            if client.handle is not None:
+                client.handle.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            t = threading.Thread(target=self._serve, args=(client,), name=f"{self._name}-conn", daemon=True)
+            with self._lock:
+                if self._stopped.is_set():
+                    client.close()
+                    return
+                self._clients.add(client)
+                self._threads.add(t)
+            t.start()
+
+    def _serve(self, client: TTransport.TTransportBase) -> None:
+        itrans = self._tfactory.getTransport(client)
+        otrans = self._tfactory.getTransport(client)
+        iprot = self._pfactory.getProtocol(itrans)
+        oprot = self._pfactory.getProtocol(otrans)
+        try:
+            while not self._stopped.is_set():
+                self._processor.process(iprot, oprot)
+        except TTransport.TTransportException:
+            pass  # the client went away
+        except Exception as exc:  # garbage on the wire, or a protocol error: drop this connection
+            if not self._stopped.is_set():
+                log.warning("%s: dropping connection after a protocol error: %s", self._name, exc)
+        finally:
+            itrans.close()
+            otrans.close()
+            with self._lock:
+                self._clients.discard(client)
+                self._threads.discard(threading.current_thread())
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        try:
+            if self._listen.handle is not None:
+                self._listen.handle.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listen.close()
+        with self._lock:
+            clients = list(self._clients)
+            threads = list(self._threads)
+        for client in clients:
+            try:
+                if client.handle is not None:
+                    client.handle.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            client.close()
+        if self._accept_thread is not None:
+            self._accept_thread.join(timeout)
+        for t in threads:
+            t.join(timeout)
+        log.info("%s stopped", self._name)

@@ -1,0 +1,111 @@
+"""State enums, each with its transitions and terminal states (values match the Thrift IDL).
+
+ExecutionState (one attempt of one subtask), as in Flink::
+
+    CREATED -> SCHEDULED -> DEPLOYING -> INITIALIZING -> RUNNING -> FINISHED
+       |           |            |             |            |
+       +-----------+------------+-------------+------------+--> CANCELING -> CANCELED
+       +-----------+------------+-------------+------------+--> FAILED
+    (CANCELING may still end FAILED or FINISHED when the task reports so first.)
+
+JobStatus::
+
+    INITIALIZING -> CREATED -> RUNNING -> FINISHED
+                       |          |--> FAILING -> FAILED | RESTARTING
+                       |          |--> CANCELLING -> CANCELED
+                       +--> CANCELLING / FAILED            RESTARTING -> RUNNING
+"""
+
+from __future__ import annotations
+
+import enum
+
+from yarnflow.common.errors import IllegalStateTransition
+
+
+class ExecutionState(enum.IntEnum):
+    CREATED = 0
+    SCHEDULED = 1
+    DEPLOYING = 2
+    INITIALIZING = 3
+    RUNNING = 4
+    FINISHED = 5
+    CANCELING = 6
+    CANCELED = 7
+    FAILED = 8
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED)
+
+    def can_move_to(self, target: ExecutionState) -> bool:
+        return target in _EXECUTION_TRANSITIONS[self]
+
+    def check_move_to(self, target: ExecutionState, what: str = "execution") -> None:
+        if not self.can_move_to(target):
+            raise IllegalStateTransition(f"{what}: illegal transition {self.name} -> {target.name}")
+
+
+_E = ExecutionState
+_EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
+    _E.CREATED: frozenset({_E.SCHEDULED, _E.CANCELED, _E.FAILED}),
+    _E.SCHEDULED: frozenset({_E.DEPLOYING, _E.CANCELED, _E.FAILED}),
+    _E.DEPLOYING: frozenset({_E.INITIALIZING, _E.RUNNING, _E.FINISHED, _E.CANCELING, _E.FAILED}),
+    _E.INITIALIZING: frozenset({_E.RUNNING, _E.FINISHED, _E.CANCELING, _E.FAILED}),
+    _E.RUNNING: frozenset({_E.FINISHED, _E.CANCELING, _E.FAILED}),
+    _E.CANCELING: frozenset({_E.CANCELED, _E.FAILED, _E.FINISHED}),
+    _E.FINISHED: frozenset(),
+    _E.CANCELED: frozenset(),
+    _E.FAILED: frozenset(),
+}
+
+
+class JobStatus(enum.IntEnum):
+    INITIALIZING = 0
+    CREATED = 1
+    RUNNING = 2
+    FAILING = 3
+    FAILED = 4
+    CANCELLING = 5
+    CANCELED = 6
+    FINISHED = 7
+    RESTARTING = 8
+    SUSPENDED = 9
+
+    @property
+    def is_globally_terminal(self) -> bool:
+        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+
+    def can_move_to(self, target: JobStatus) -> bool:
+        return target in _JOB_TRANSITIONS[self]
+
+    def check_move_to(self, target: JobStatus, what: str = "job") -> None:
+        if not self.can_move_to(target):
+            raise IllegalStateTransition(f"{what}: illegal transition {self.name} -> {target.name}")
+
+
+_J = JobStatus
+_JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    _J.INITIALIZING: frozenset({_J.CREATED, _J.FAILED, _J.CANCELED, _J.SUSPENDED}),
+    _J.CREATED: frozenset({_J.RUNNING, _J.CANCELLING, _J.FAILING, _J.FAILED, _J.CANCELED, _J.SUSPENDED}),
+    _J.RUNNING: frozenset({_J.FINISHED, _J.FAILING, _J.CANCELLING, _J.RESTARTING, _J.SUSPENDED}),
+    _J.FAILING: frozenset({_J.FAILED, _J.RESTARTING, _J.CANCELLING}),
+    _J.RESTARTING: frozenset({_J.RUNNING, _J.CREATED, _J.CANCELLING, _J.FAILED, _J.SUSPENDED}),
+    _J.CANCELLING: frozenset({_J.CANCELED, _J.FAILED}),
+    _J.FINISHED: frozenset(),
+    _J.FAILED: frozenset(),
+    _J.CANCELED: frozenset(),
+    _J.SUSPENDED: frozenset(),
+}
+
+
+class Partitioner(enum.IntEnum):
+    FORWARD = 0
+    HASH = 1
+    REBALANCE = 2
+    BROADCAST = 3
+
+
+class ExchangeMode(enum.IntEnum):
+    PIPELINED = 0
+    BLOCKING = 1

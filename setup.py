@@ -1,0 +1,55 @@
+"""yarnflow: Apache Flink's runtime, rebuilt in Python, running on Hadoop YARN.
+
+The repository's top-level folders are mapped into one namespace, so nothing generic lands in
+site-packages:  yarnflow -> client/,  yarnflow.am -> am/,  yarnflow.worker -> worker/,
+yarnflow.common -> common/,
+yarnflow.conf -> conf/ (default configuration, shipped as package data).
+"""
+
+from setuptools import find_packages, setup
+
+ROOTS = {"yarnflow": "client", "yarnflow.am": "am", "yarnflow.worker": "worker",
+         "yarnflow.common": "common", "yarnflow.conf": "conf"}
+
+
+def _packages():
+    packages, package_dir = [], {}
+    for name, folder in ROOTS.items():
+        packages.append(name)
+        package_dir[name] = folder
+        for sub in find_packages(folder):
+            packages.append(f"{name}.{sub}")
+    return packages, package_dir
+
+
+PACKAGES, PACKAGE_DIR = _packages()
+
+setup(
+    name="yarnflow",
+    version="0.1.0",
+    description="A Flink-shaped dataflow runtime in Python for Hadoop YARN",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
+    package_data={"yarnflow.conf": ["*.yaml"]},
+    install_requires=[
+        "pyarrow>=14",
+        "thrift>=0.17",
+        "fsspec>=2023.1",
+        "cloudpickle>=2.0",
+        "click>=8.0",
+        "rich>=12",
+        "PyYAML>=6",
+        "psutil>=5.9",
+        "kazoo>=2.9",
+        "skein>=0.8.2",
+        "pandas>=1.5,<3",  # pyspark does not support pandas 3 yet
+    ],
+    extras_require={
+        "spark": ["pyspark>=3.5"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "pyspark>=3.5", "ruff"],
+    },
+    entry_points={"console_scripts": ["yarnflow = yarnflow.cli:main"]},
+)

@@ -1,0 +1,264 @@
+// yarnflow RPC interface: the calls between the client, the AppMaster's components
+// (Dispatcher, ResourceManager, JobMasters) and the TaskExecutors.
+//
+// The Python generated from this file lives in common/rpc/gen/ and is imported only by
+// common/rpc/. Regenerate with `python -m yarnflow.common.rpc.codegen` after editing.
+//
+// Fencing: every call a leader makes on a follower, or a follower makes on a leader's
+// component, carries the leader session id of the component it addresses ("fencing token").
+// A call with a stale token is refused with RpcError(kind=FENCING), so a deposed AppMaster or a
+// TaskExecutor that talks to an old one can do no harm.
+
+namespace py yarnflow_rpc
+
+enum ErrorKind {
+  INTERNAL = 0,
+  FENCING = 1,         // stale or wrong fencing token
+  NOT_FOUND = 2,       // unknown job / task / allocation
+  INVALID = 3,         // the request itself is bad (e.g. a malformed JobGraph)
+  UNAVAILABLE = 4,     // the component is shutting down or not yet ready
+  REFUSED = 5,         // understood and valid, but declined (e.g. slot already taken)
+}
+
+exception RpcError {
+  1: ErrorKind kind,
+  2: string message,
+  3: optional string remote_traceback,
+}
+
+enum ExecutionState {
+  CREATED = 0, SCHEDULED = 1, DEPLOYING = 2, INITIALIZING = 3, RUNNING = 4,
+  FINISHED = 5, CANCELING = 6, CANCELED = 7, FAILED = 8,
+}
+
+enum JobStatus {
+  INITIALIZING = 0, CREATED = 1, RUNNING = 2, FAILING = 3, FAILED = 4,
+  CANCELLING = 5, CANCELED = 6, FINISHED = 7, RESTARTING = 8, SUSPENDED = 9,
+}
+
+enum Partitioner { FORWARD = 0, HASH = 1, REBALANCE = 2, BROADCAST = 3 }
+enum ExchangeMode { PIPELINED = 0, BLOCKING = 1 }
+
+struct ResourceProfile {
+  1: double cpu_cores,
+  2: i64 memory_mb,
+}
+
+struct ErrorInfo {
+  1: string error_class,
+  2: string message,
+  3: string traceback,        // the remote traceback, formatted; may be empty
+  4: optional string location, // e.g. "taskexecutor te-1 (pid 123) / map (1/2)"
+}
+
+// ---- JobGraph ---------------------------------------------------------------------------
+
+struct JobVertex {
+  1: string vertex_id,
+  2: string name,
+  3: i32 parallelism,
+  4: i32 max_parallelism,
+  5: list<string> operator_names,  // the chained operators, head first
+  6: string slot_sharing_group,
+  7: ResourceProfile resources,
+  8: bool is_source,
+  9: bool is_sink,
+}
+
+struct JobEdge {
+  1: string source_vertex_id,
+  2: string target_vertex_id,
+  3: Partitioner partitioner,
+  4: ExchangeMode exchange_mode,
+  5: list<string> key_columns,    // for HASH
+  6: i32 input_index,             // which input of the target (0 for one-input operators)
+}
+
+struct JobGraph {
+  1: string job_id,
+  2: string name,
+  3: list<JobVertex> vertices,    // topologically sorted
+  4: list<JobEdge> edges,
+  5: string artifact_uri,         // the job artifact (zip) holding the pickled operator chains
+  6: string artifact_sha256,
+  7: map<string, string> config,  // job-level configuration overrides
+  8: string runtime_mode,         // STREAMING | BATCH
+}
+
+// ---- Dispatcher --------------------------------------------------------------------------
+
+struct VertexStatus {
+  1: string vertex_id,
+  2: string name,
+  3: i32 parallelism,
+  4: map<ExecutionState, i32> state_counts,
+}
+
+struct JobStatusInfo {
+  1: string job_id,
+  2: string name,
+  3: JobStatus status,
+  4: i64 start_time_ms,
+  5: i64 end_time_ms,             // 0 while running
+  6: list<VertexStatus> vertices,
+  7: optional ErrorInfo failure_cause,
+}
+
+struct JobResult {
+  1: string job_id,
+  2: JobStatus status,            // FINISHED, FAILED or CANCELED
+  3: i64 start_time_ms,
+  4: i64 end_time_ms,
+  5: optional ErrorInfo failure_cause,
+  6: map<string, list<string>> collected,  // sink uid -> Arrow IPC files of collected results
+}
+
+struct ClusterInfo {
+  1: string cluster_id,
+  2: string storage_dir,          // where clients put job artifacts (fsspec URL)
+  3: string version,
+  4: i32 registered_taskexecutors,
+  5: i32 total_slots,
+  6: i32 free_slots,
+  7: string target,               // local | yarn
+}
+
+service DispatcherService {
+  string submitJob(1: JobGraph job_graph) throws (1: RpcError err),
+  list<JobStatusInfo> listJobs() throws (1: RpcError err),
+  JobStatusInfo getJob(1: string job_id) throws (1: RpcError err),
+  void cancelJob(1: string job_id) throws (1: RpcError err),
+  // Waits up to timeout_ms for the job to reach a terminal state; NOT_FOUND if unknown,
+  // UNAVAILABLE if it is still running when the timeout passes.
+  JobResult requestJobResult(1: string job_id, 2: i64 timeout_ms) throws (1: RpcError err),
+  ClusterInfo clusterInfo() throws (1: RpcError err),
+  void shutdownCluster() throws (1: RpcError err),
+}
+
+// ---- ResourceManager ---------------------------------------------------------------------
+
+struct SlotStatus {
+  1: i32 slot_index,
+  2: ResourceProfile profile,
+  3: optional string allocation_id,
+  4: optional string job_id,
+}
+
+struct SlotReport {
+  1: list<SlotStatus> slots,
+}
+
+struct TaskExecutorRegistration {
+  1: string resource_id,
+  2: string rpc_address,          // host:port of its TaskExecutorService
+  3: string data_address,         // host:port of its Arrow Flight data server
+  4: i32 num_slots,
+  5: ResourceProfile slot_profile,
+  6: i64 pid,
+  7: string hostname,
+}
+
+struct RegistrationResponse {
+  1: bool accepted,
+  2: string fencing_token,        // the ResourceManager's leader session id
+  3: string registration_id,
+  4: i64 heartbeat_interval_ms,
+  5: string reason,               // why it was declined
+}
+
+service ResourceManagerService {
+  RegistrationResponse registerTaskExecutor(1: TaskExecutorRegistration registration)
+      throws (1: RpcError err),
+  // Sent every heartbeat.interval; an unknown registration gets REFUSED (re-register).
+  void heartbeatFromTaskExecutor(1: string fencing_token, 2: string registration_id,
+                                 3: SlotReport slot_report) throws (1: RpcError err),
+  void disconnectTaskExecutor(1: string fencing_token, 2: string resource_id,
+                              3: string reason) throws (1: RpcError err),
+}
+
+// ---- JobMaster ---------------------------------------------------------------------------
+
+struct SlotOffer {
+  1: string allocation_id,
+  2: i32 slot_index,
+  3: ResourceProfile profile,
+}
+
+struct TaskExecutionStateUpdate {
+  1: string job_id,
+  2: string execution_attempt_id,
+  3: ExecutionState state,
+  4: optional ErrorInfo error,
+  5: i64 records_in,
+  6: i64 records_out,
+}
+
+service JobMasterService {
+  // Returns the offers the JobMaster accepted; the TaskExecutor frees the others.
+  list<SlotOffer> offerSlots(1: string fencing_token, 2: string job_id, 3: string resource_id,
+                             4: list<SlotOffer> offers) throws (1: RpcError err),
+  bool updateTaskExecutionState(1: string fencing_token, 2: TaskExecutionStateUpdate update)
+      throws (1: RpcError err),
+}
+
+// ---- TaskExecutor ------------------------------------------------------------------------
+
+struct InputChannelDescriptor {
+  1: string partition_id,         // the producer's result partition
+  2: i32 subpartition_index,
+  3: string producer_resource_id,
+  4: string producer_data_address,
+}
+
+struct InputGateDescriptor {
+  1: i32 input_index,
+  2: list<InputChannelDescriptor> channels,
+}
+
+struct ResultPartitionDescriptor {
+  1: string partition_id,
+  2: i32 num_subpartitions,
+  3: Partitioner partitioner,
+  4: list<string> key_columns,
+  5: ExchangeMode exchange_mode,
+  6: i32 consumer_max_parallelism,
+}
+
+struct TaskDeploymentDescriptor {
+  1: string job_id,
+  2: string vertex_id,
+  3: string task_name,
+  4: string execution_attempt_id,
+  5: i32 subtask_index,
+  6: i32 attempt_number,
+  7: i32 parallelism,
+  8: i32 max_parallelism,
+  9: string allocation_id,
+  10: string artifact_uri,
+  11: string artifact_sha256,
+  12: list<InputGateDescriptor> input_gates,
+  13: list<ResultPartitionDescriptor> result_partitions,
+  14: string jobmaster_fencing_token,
+  15: map<string, string> config,
+  16: string runtime_mode,
+  17: string job_storage_dir,     // per-job dir on the storage filesystem (collect results...)
+}
+
+service TaskExecutorService {
+  // From the ResourceManager: reserve slot_index for allocation_id of job_id and offer it
+  // to that job's JobMaster.
+  void requestSlot(1: string rm_fencing_token, 2: i32 slot_index, 3: string job_id,
+                   4: string allocation_id, 5: ResourceProfile profile,
+                   6: string jobmaster_address, 7: string jobmaster_fencing_token)
+      throws (1: RpcError err),
+  void submitTask(1: string jobmaster_fencing_token, 2: TaskDeploymentDescriptor tdd)
+      throws (1: RpcError err),
+  void cancelTask(1: string jobmaster_fencing_token, 2: string execution_attempt_id)
+      throws (1: RpcError err),
+  void freeSlot(1: string jobmaster_fencing_token, 2: string allocation_id, 3: string reason)
+      throws (1: RpcError err),
+  void disconnectResourceManager(1: string rm_fencing_token, 2: string reason)
+      throws (1: RpcError err),
+  // Liveness probe used by tests and tools.
+  string ping(),
+}
