@@ -46,6 +46,8 @@ def parse_size_bytes(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a size such as '512 mb'")
     if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
         return int(value)
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
     if not m or (m.group(2) and m.group(2) not in _SIZE_UNITS):
@@ -117,6 +119,8 @@ class Options:
                              "full or region", choices=("full", "region"))
     RESTART_STRATEGY = _opt("restart-strategy.type", _parse_str, "restart strategy",
                             choices=("none",))
+    SLOT_REQUEST_TIMEOUT = _opt("slot.request.timeout", parse_duration_ms,
+                                "a job fails when its slots do not come within this time")
     RPC_TIMEOUT = _opt("rpc.timeout", parse_duration_ms, "remote call timeout")
     CLIENT_TIMEOUT = _opt("client.timeout", parse_duration_ms, "client wait for the cluster")
     MIN_SLOTS = _opt("slotmanager.number-of-slots.min", _parse_int, "slots to keep", minimum=0)

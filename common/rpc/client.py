@@ -48,7 +48,9 @@ class RpcClient:
         try:
             transport.open()
         except Exception as exc:
-            raise from_wire_error(exc, self.address) from None
+            # Nothing was sent: even a connect that timed out means the peer cannot be reached.
+            reason = getattr(exc, "message", None) or exc
+            raise RpcConnectionError(f"cannot reach {self.address}: {reason}") from None
         if sock.handle is not None:
             sock.handle.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setTimeout(self._timeout_ms)

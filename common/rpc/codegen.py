@@ -45,7 +45,8 @@ def _strip_comments(text: str) -> list[str]:
 
 
 def drifted(root: Path) -> list[str]:
-    """Paths under gen/ that differ from (or are missing against) what the IDL generates."""
+    """Paths under gen/ that differ from, are missing against, or are stale leftovers of (no
+    longer generated from) what the IDL generates."""
     gen = root / "common" / "rpc" / "gen"
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(root, Path(tmp))
@@ -54,6 +55,8 @@ def drifted(root: Path) -> list[str]:
         current = gen / rel
         if not current.exists() or _strip_comments(current.read_text()) != _strip_comments(text):
             bad.append(rel)
+    bad.extend(rel for rel in sorted(p.relative_to(gen).as_posix() for p in gen.rglob("*.py"))
+               if rel not in fresh)
     return bad
 
 

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Callable, TypeVar
 
 from yarnflow.common.clock import TimerHandle
@@ -31,6 +32,7 @@ class MainThreadExecutor:
         self._seq = itertools.count()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stopped = False
+        self._lock = threading.Lock()  # orders submissions against stop(): nothing lands after _STOP
 
     def start(self) -> MainThreadExecutor:
         self._thread.start()
@@ -40,37 +42,45 @@ class MainThreadExecutor:
         return threading.current_thread() is self._thread
 
     def execute(self, fn: Callable[..., Any], *args: Any) -> None:
-        if self._stopped:
-            log.debug("%s stopped: dropping %s", self.name, getattr(fn, "__name__", fn))
-            return
-        self._queue.put((fn, args, None))
+        with self._lock:
+            if not self._stopped:
+                self._queue.put((fn, args, None))
+                return
+        log.debug("%s stopped: dropping %s", self.name, getattr(fn, "__name__", fn))
 
     def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = 30.0) -> T:
         """Run ``fn(*args)`` on the main thread and return its result (or raise its error)."""
         if self.in_main_thread():
             return fn(*args)
-        if self._stopped:
-            raise UnavailableError(f"{self.name} is shutting down")
         future: Future[T] = Future()
-        self._queue.put((fn, args, future))
+        with self._lock:
+            if self._stopped:
+                raise UnavailableError(f"{self.name} is shutting down")
+            self._queue.put((fn, args, future))
         try:
             return future.result(timeout)
-        except TimeoutError:
-            raise RpcTimeoutError(f"{self.name} did not handle {fn.__name__} within {timeout}s") from None
+        except FutureTimeoutError:
+            if future.done():  # fn itself raised a TimeoutError: that is its result
+                raise
+            what = getattr(fn, "__name__", fn)
+            raise RpcTimeoutError(f"{self.name} did not handle {what} within {timeout}s") from None
 
     def schedule(self, delay_ms: int, fn: Callable[[], None]) -> TimerHandle:
         handle = TimerHandle()
-        self._queue.put((self._add_timer, (time.monotonic() + delay_ms / 1000.0, handle, fn), None))
+        with self._lock:
+            if not self._stopped:
+                self._queue.put((self._add_timer, (time.monotonic() + delay_ms / 1000.0, handle, fn), None))
         return handle
 
     def _add_timer(self, due: float, handle: TimerHandle, fn: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (due, next(self._seq), handle, fn))
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self._queue.put(_STOP)
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._queue.put(_STOP)
         if not self.in_main_thread():
             self._thread.join(timeout)
 

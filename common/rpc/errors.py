@@ -32,7 +32,11 @@ def to_wire_error(exc: BaseException) -> ttypes.RpcError:
     else:
         if isinstance(exc, (errors.ConfigurationError, errors.JobDefinitionError)):
             kind = ttypes.ErrorKind.INVALID
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if exc.__traceback__ is not None:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    else:  # made to be sent (``raise to_wire_error(NotFoundError(...))``): where it was made
+        tb = ("Traceback (most recent call last):\n" + "".join(traceback.format_stack()[:-1])
+              + "".join(traceback.format_exception_only(type(exc), exc)))
     return ttypes.RpcError(kind=kind, message=f"{type(exc).__name__}: {exc}" if kind == 0 else str(exc),
                            remote_traceback=tb)
 

@@ -1,0 +1,2 @@
+"""The AppMaster process: Dispatcher, ResourceManager (SlotManager + resource driver) and one
+JobMaster per job, behind one Thrift port."""

@@ -1,0 +1,157 @@
+"""Dispatcher: accepts jobs, starts a JobMaster for each, answers list / get / cancel, keeps
+the results of ended jobs, and waits for results on behalf of clients."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+import fsspec
+
+from yarnflow import __version__
+from yarnflow.am.jobmaster.job_master import JobMaster
+from yarnflow.am.resourcemanager.resource_manager import ResourceManager
+from yarnflow.common.config import Configuration
+from yarnflow.common.errors import InvalidRequestError, NotFoundError, RefusedError, UnavailableError
+from yarnflow.common.ids import JobID, ResourceID
+from yarnflow.common.messages import ClusterInfo, JobGraph, JobResult, JobStatusInfo, SlotOffer, TaskExecutionStateUpdate
+
+log = logging.getLogger(__name__)
+
+
+def job_storage_dir(storage_dir: str, job_id: str) -> str:
+    return f"{storage_dir.rstrip('/')}/jobs/{job_id}"
+
+
+class Dispatcher:
+    def __init__(self, config: Configuration, rm: ResourceManager, cluster_id: str, storage_dir: str, target: str,
+                 on_shutdown: Callable[[], None]) -> None:
+        self._config = config
+        self._rm = rm
+        self._cluster_id = cluster_id
+        self._storage_dir = storage_dir
+        self._target = target
+        self._on_shutdown = on_shutdown
+        self._lock = threading.Lock()
+        self._running: dict[JobID, JobMaster] = {}
+        self._ended: dict[JobID, tuple[JobStatusInfo, JobResult]] = {}
+        self._done: dict[JobID, threading.Event] = {}
+        self.address = ""
+        self._accepting = True
+
+    # -- DispatcherService ------------------------------------------------------------------
+    def submit_job(self, job_graph: JobGraph) -> JobID:
+        if not self._accepting:
+            raise UnavailableError("the cluster is shutting down")
+        job_graph.validate()
+        if not job_graph.artifact_uri:
+            raise InvalidRequestError("the JobGraph names no job artifact")
+        try:
+            exists = fsspec.core.url_to_fs(job_graph.artifact_uri)[0].exists(job_graph.artifact_uri)
+        except (OSError, ValueError) as exc:
+            raise InvalidRequestError(f"cannot check the job artifact {job_graph.artifact_uri}: {exc}") from None
+        if not exists:
+            raise InvalidRequestError(f"the job artifact {job_graph.artifact_uri} does not exist")
+        with self._lock:
+            if job_graph.job_id in self._running or job_graph.job_id in self._ended:
+                raise RefusedError(f"job {job_graph.job_id} was already submitted")
+            jm = JobMaster(job_graph, self._config, self._rm, self.address,
+                           job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended)
+            self._running[job_graph.job_id] = jm
+            self._done[job_graph.job_id] = threading.Event()
+        log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))
+        jm.start()
+        return job_graph.job_id
+
+    def list_jobs(self) -> list[JobStatusInfo]:
+        with self._lock:
+            running = list(self._running.values())
+            ended = [info for info, _ in self._ended.values()]
+        infos = []
+        for jm in running:
+            try:
+                infos.append(jm.status_info())
+            except UnavailableError:
+                pass  # ended between the two looks: it is in the ended list next time
+        return sorted(infos + ended, key=lambda j: j.start_time_ms)
+
+    def get_job(self, job_id: JobID) -> JobStatusInfo:
+        with self._lock:
+            jm = self._running.get(job_id)
+            ended = self._ended.get(job_id)
+        if ended is not None:
+            return ended[0]
+        if jm is None:
+            raise NotFoundError(f"no job {job_id} on this cluster")
+        try:
+            return jm.status_info()
+        except UnavailableError:
+            return self.get_job(job_id)
+
+    def cancel_job(self, job_id: JobID) -> None:
+        with self._lock:
+            jm = self._running.get(job_id)
+            ended = self._ended.get(job_id)
+        if ended is not None:
+            raise RefusedError(f"job {job_id} already ended {ended[1].status.name}")
+        if jm is None:
+            raise NotFoundError(f"no job {job_id} on this cluster")
+        log.info("cancelling job %s", job_id)
+        jm.cancel()
+
+    def request_job_result(self, job_id: JobID, timeout_ms: int) -> JobResult:
+        with self._lock:
+            event = self._done.get(job_id)
+        if event is None:
+            raise NotFoundError(f"no job {job_id} on this cluster")
+        if not event.wait(timeout_ms / 1000.0):
+            raise UnavailableError(f"job {job_id} is still running")
+        with self._lock:
+            return self._ended[job_id][1]
+
+    def cluster_info(self) -> ClusterInfo:
+        tes, total, free = self._rm.overview()
+        return ClusterInfo(self._cluster_id, self._storage_dir, __version__, tes, total, free, self._target)
+
+    def shutdown_cluster(self) -> None:
+        log.info("shutdown requested by a client")
+        self._accepting = False
+        threading.Thread(target=self._on_shutdown, name="shutdown", daemon=True).start()
+
+    # -- JobMasters -------------------------------------------------------------------------
+    def _job_ended(self, jm: JobMaster) -> None:
+        assert jm.result is not None
+        info = jm._status_info()  # noqa: SLF001 - called on the JobMaster's own thread
+        with self._lock:
+            self._running.pop(jm.job_id, None)
+            self._ended[jm.job_id] = (info, jm.result)
+            event = self._done[jm.job_id]
+        event.set()
+        threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer
+
+    def running_job_masters(self) -> list[JobMaster]:
+        with self._lock:
+            return list(self._running.values())
+
+    def cancel_all(self, timeout_s: float) -> None:
+        for jm in self.running_job_masters():
+            jm.cancel()
+        with self._lock:
+            events = [self._done[j] for j in self._running]
+        for e in events:
+            e.wait(timeout_s)
+
+    # -- JobMasterService routing (TaskExecutors -> the job's JobMaster) ---------------------
+    def _jm(self, job_id: JobID) -> JobMaster:
+        with self._lock:
+            jm = self._running.get(job_id)
+        if jm is None:
+            raise NotFoundError(f"no running job {job_id}")
+        return jm
+
+    def offer_slots(self, token: str, job_id: JobID, resource_id: ResourceID, offers: list[SlotOffer]) -> list[SlotOffer]:
+        return self._jm(job_id).offer_slots(token, resource_id, offers)
+
+    def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
+        return self._jm(update.job_id).update_task_execution_state(token, update)

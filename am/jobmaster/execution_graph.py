@@ -1,0 +1,196 @@
+"""ExecutionGraph: the JobGraph expanded into subtasks and their attempts (pure; no I/O).
+
+    ExecutionJobVertex (one per JobVertex)
+      └── ExecutionVertex (one per subtask)
+            └── Execution (one per attempt; states follow ExecutionState)
+
+Each attempt of a producer writes one result partition per outgoing edge, named
+``<job id>.<attempt id>.<edge index>`` so a TaskExecutor can release a job's partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from yarnflow.common.errors import IllegalStateTransition
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID, ResultPartitionID
+from yarnflow.common.messages import (
+    ErrorInfo,
+    InputChannelDescriptor,
+    InputGateDescriptor,
+    JobEdge,
+    JobGraph,
+    JobVertex,
+    ResultPartitionDescriptor,
+    TaskDeploymentDescriptor,
+    VertexStatus,
+)
+from yarnflow.common.states import ExecutionState, Partitioner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LogicalSlot:
+    """Where an execution runs: a slot of a TaskExecutor, held under ``allocation_id``."""
+
+    allocation_id: AllocationID
+    resource_id: ResourceID
+    rpc_address: str
+    data_address: str
+
+
+@dataclass
+class Execution:
+    vertex: ExecutionVertex
+    attempt_number: int
+    attempt_id: ExecutionAttemptID = field(default_factory=ExecutionAttemptID.generate)
+    state: ExecutionState = ExecutionState.CREATED
+    slot: LogicalSlot | None = None
+    failure: ErrorInfo | None = None
+    records_in: int = 0
+    records_out: int = 0
+
+    def transition(self, target: ExecutionState) -> bool:
+        """Move to ``target``; False (and nothing changes) if it is the current state."""
+        if self.state == target:
+            return False
+        self.state.check_move_to(target, f"{self.vertex.name} attempt {self.attempt_number}")
+        self.state = target
+        return True
+
+    def partition_id(self, edge_index: int) -> ResultPartitionID:
+        return ResultPartitionID(f"{self.vertex.job_id}.{self.attempt_id}.{edge_index}")
+
+
+@dataclass
+class ExecutionVertex:
+    job_vertex: JobVertex
+    job_id: str
+    subtask_index: int
+    current: Execution = field(init=False)
+    prior: list[Execution] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.current = Execution(self, 0)
+
+    @property
+    def name(self) -> str:
+        return f"{self.job_vertex.name} ({self.subtask_index + 1}/{self.job_vertex.parallelism})"
+
+    def reset_for_new_attempt(self) -> Execution:
+        if not self.current.state.is_terminal:
+            raise IllegalStateTransition(f"{self.name}: cannot restart while {self.current.state.name}")
+        self.prior.append(self.current)
+        self.current = Execution(self, self.current.attempt_number + 1)
+        return self.current
+
+
+@dataclass
+class ExecutionJobVertex:
+    job_vertex: JobVertex
+    subtasks: list[ExecutionVertex]
+
+
+class ExecutionGraph:
+    def __init__(self, job_graph: JobGraph) -> None:
+        job_graph.validate()
+        self.job_graph = job_graph
+        self.vertices: dict[JobVertexID, ExecutionJobVertex] = {}
+        for jv in job_graph.vertices:
+            self.vertices[jv.vertex_id] = ExecutionJobVertex(
+                jv, [ExecutionVertex(jv, job_graph.job_id, i) for i in range(jv.parallelism)])
+        self._by_attempt: dict[ExecutionAttemptID, Execution] = {}
+        for ev in self.all_vertices():
+            self._by_attempt[ev.current.attempt_id] = ev.current
+        self._edge_index = {id(e): i for i, e in enumerate(job_graph.edges)}
+
+    def all_vertices(self) -> list[ExecutionVertex]:
+        return [ev for ejv in self.vertices.values() for ev in ejv.subtasks]
+
+    def current_executions(self) -> list[Execution]:
+        return [ev.current for ev in self.all_vertices()]
+
+    def execution(self, attempt_id: str) -> Execution | None:
+        return self._by_attempt.get(ExecutionAttemptID(attempt_id))
+
+    def new_attempt(self, ev: ExecutionVertex) -> Execution:
+        ex = ev.reset_for_new_attempt()
+        self._by_attempt[ex.attempt_id] = ex
+        return ex
+
+    def is_current(self, ex: Execution) -> bool:
+        return ex.vertex.current is ex
+
+    def all_finished(self) -> bool:
+        return all(ex.state == ExecutionState.FINISHED for ex in self.current_executions())
+
+    def all_terminal(self) -> bool:
+        return all(ex.state.is_terminal for ex in self.current_executions())
+
+    def vertex_statuses(self) -> list[VertexStatus]:
+        out = []
+        for vid, ejv in self.vertices.items():
+            counts: dict[ExecutionState, int] = {}
+            for ev in ejv.subtasks:
+                counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
+            out.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts))
+        return out
+
+    # -- deployment -------------------------------------------------------------------------
+    def _edge_index_of(self, edge: JobEdge) -> int:
+        return self._edge_index[id(edge)]
+
+    def deployment_descriptor(self, ex: Execution, artifact_uri: str, artifact_sha256: str, jm_token: str,
+                              config: dict[str, str], job_storage_dir: str) -> TaskDeploymentDescriptor:
+        """The TDD for ``ex``; every producer it reads from must already have a slot."""
+        jg = self.job_graph
+        jv = ex.vertex.job_vertex
+        i = ex.vertex.subtask_index
+        gates: dict[int, list[InputChannelDescriptor]] = {}
+        for edge in jg.inputs_of(jv.vertex_id):
+            producers = self.vertices[edge.source_vertex_id].subtasks
+            idx = self._edge_index_of(edge)
+            chans = gates.setdefault(edge.input_index, [])
+            if edge.partitioner == Partitioner.FORWARD:
+                sources = [(producers[i], 0)]
+            else:
+                sources = [(p, i) for p in producers]
+            for producer, sub in sources:
+                slot = producer.current.slot
+                if slot is None:
+                    raise IllegalStateTransition(f"{ex.vertex.name}: producer {producer.name} has no slot yet")
+                chans.append(InputChannelDescriptor(producer.current.partition_id(idx), sub, slot.resource_id,
+                                                    slot.data_address))
+        partitions = []
+        for edge in jg.outputs_of(jv.vertex_id):
+            target = jg.vertex(edge.target_vertex_id)
+            n = 1 if edge.partitioner == Partitioner.FORWARD else target.parallelism
+            partitions.append(ResultPartitionDescriptor(
+                ex.partition_id(self._edge_index_of(edge)), n, edge.partitioner, list(edge.key_columns),
+                edge.exchange_mode, target.max_parallelism))
+        assert ex.slot is not None
+        return TaskDeploymentDescriptor(
+            job_id=jg.job_id, vertex_id=jv.vertex_id, task_name=jv.name, execution_attempt_id=ex.attempt_id,
+            subtask_index=i, attempt_number=ex.attempt_number, parallelism=jv.parallelism,
+            max_parallelism=jv.max_parallelism, allocation_id=ex.slot.allocation_id, artifact_uri=artifact_uri,
+            artifact_sha256=artifact_sha256,
+            input_gates=[InputGateDescriptor(k, v) for k, v in sorted(gates.items())],
+            result_partitions=partitions, jobmaster_fencing_token=jm_token, config=config,
+            runtime_mode=jg.runtime_mode, job_storage_dir=job_storage_dir)
+
+
+def slot_sharing_groups(job_graph: JobGraph) -> list[list[tuple[JobVertexID, int]]]:
+    """Execution slot sharing groups: subtask i of every vertex of one sharing group shares
+    slot i of that group; two subtasks of one vertex never share. A job needs, per group, as
+    many slots as the group's highest parallelism."""
+    by_group: dict[str, list[JobVertex]] = {}
+    for jv in job_graph.vertices:
+        by_group.setdefault(jv.slot_sharing_group, []).append(jv)
+    groups: list[list[tuple[JobVertexID, int]]] = []
+    for vertices in by_group.values():
+        width = max(v.parallelism for v in vertices)
+        for i in range(width):
+            groups.append([(v.vertex_id, i) for v in vertices if i < v.parallelism])
+    return groups

@@ -1,0 +1,120 @@
+"""LocalProcessDriver: TaskExecutors as local processes (``python -m yarnflow.worker``).
+
+Each process logs to ``<work dir>/log/<resource id>.log``; a watcher thread notices when one
+exits and tells the ResourceManager why (exit code or signal). Workers are started with
+``--parent-pid`` so they die with the AppMaster even when it is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from yarnflow.am.resourcemanager.drivers.base import WorkerTerminated
+from yarnflow.common.config import Configuration
+from yarnflow.common.ids import ResourceID
+
+log = logging.getLogger(__name__)
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"process killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"process killed by signal {-code}"
+    return f"process exited with code {code}"
+
+
+class LocalProcessDriver:
+    def __init__(self, config: Configuration, work_dir: str) -> None:
+        self._config = config
+        self._work_dir = work_dir
+        self._procs: dict[ResourceID, subprocess.Popen[bytes]] = {}
+        self._stopping: set[ResourceID] = set()
+        self._lock = threading.Lock()
+        self._rm_address = ""
+        self._on_terminated: WorkerTerminated | None = None
+        self._closed = False
+        self._counter = 0
+
+    def start(self, rm_address: str, on_terminated: WorkerTerminated) -> None:
+        self._rm_address = rm_address
+        self._on_terminated = on_terminated
+
+    def start_worker(self) -> ResourceID:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("driver stopped")
+            self._counter += 1
+            resource_id = ResourceID(f"te-{self._counter}-{ResourceID.generate()[3:9]}")
+        work_dir = os.path.join(self._work_dir, "taskexecutors", resource_id)
+        log_dir = os.path.join(self._work_dir, "log")
+        os.makedirs(work_dir, exist_ok=True)
+        os.makedirs(log_dir, exist_ok=True)
+        cmd = [sys.executable, "-m", "yarnflow.worker", "--resource-id", resource_id,
+               "--rm-address", self._rm_address, "--work-dir", work_dir, "--parent-pid", str(os.getpid())]
+        for key, value in self._config.to_strings().items():
+            cmd += ["-D", f"{key}={value}"]
+        log_file = open(os.path.join(log_dir, f"{resource_id}.log"), "ab")
+        try:
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        finally:
+            log_file.close()
+        with self._lock:
+            self._procs[resource_id] = proc
+        threading.Thread(target=self._watch, args=(resource_id, proc), name=f"watch-{resource_id}",
+                         daemon=True).start()
+        log.info("started TaskExecutor %s (pid %d), log %s", resource_id, proc.pid,
+                 os.path.join(log_dir, f"{resource_id}.log"))
+        return resource_id
+
+    def _watch(self, resource_id: ResourceID, proc: subprocess.Popen[bytes]) -> None:
+        code = proc.wait()
+        with self._lock:
+            self._procs.pop(resource_id, None)
+            expected = resource_id in self._stopping or self._closed
+            self._stopping.discard(resource_id)
+        reason = f"TaskExecutor {resource_id} (pid {proc.pid}): {describe_exit(code)}"
+        if expected:
+            log.info("%s", reason)
+            return
+        log.warning("%s", reason)
+        if self._on_terminated is not None:
+            self._on_terminated(resource_id, reason)
+
+    def stop_worker(self, resource_id: ResourceID) -> None:
+        with self._lock:
+            proc = self._procs.get(resource_id)
+            self._stopping.add(resource_id)
+        if proc is not None:
+            _terminate(proc)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+            procs = list(self._procs.values())
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            _terminate(proc)
+
+    def worker_pids(self) -> dict[ResourceID, int]:
+        with self._lock:
+            return {rid: p.pid for rid, p in self._procs.items()}
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        log.warning("pid %d ignored SIGTERM for %.0f s: killing it", proc.pid, grace_s)
+        proc.kill()
+        proc.wait(5)

@@ -1,0 +1,230 @@
+"""The ResourceManager shell: owns the SlotManager core on its main thread, talks to
+TaskExecutors over Thrift, and to its resource driver for processes / containers.
+
+JobMasters (in this process) call ``request_slot`` / ``free_allocation``; TaskExecutors call
+``register_task_executor`` / ``heartbeat_from_task_executor`` over RPC. Losses (heartbeat
+timeout, process exit) are reported to the affected JobMasters through ``listeners``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Protocol
+
+from yarnflow.am.resourcemanager.drivers.base import ResourceDriver
+from yarnflow.am.resourcemanager.slotmanager.slot_manager import (
+    Action,
+    AllocateSlot,
+    AllocationFailed,
+    ReleaseWorker,
+    SlotManager,
+    SlotManagerSettings,
+    SlotRequest,
+    StartWorkers,
+    TaskExecutorLost,
+)
+from yarnflow.common.clock import SystemClock
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import FencingTokenError, RefusedError, RpcError
+from yarnflow.common.ids import AllocationID, JobID, ResourceID
+from yarnflow.common.messages import RegistrationResponse, SlotReport, TaskExecutorRegistration
+from yarnflow.common.rpc.endpoint import MainThreadExecutor
+from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
+
+log = logging.getLogger(__name__)
+
+
+class JobMasterListener(Protocol):
+    def on_task_executor_lost(self, resource_id: ResourceID, reason: str) -> None: ...
+
+    def on_allocation_failed(self, allocation_id: AllocationID, reason: str) -> None: ...
+
+
+class ResourceManager:
+    def __init__(self, config: Configuration, driver: ResourceDriver) -> None:
+        self.fencing_token = uuid.uuid4().hex
+        self._config = config
+        self._driver = driver
+        self._rpc_timeout = config[Options.RPC_TIMEOUT]
+        self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
+        settings = SlotManagerSettings(
+            slots_per_worker=config[Options.NUM_SLOTS], min_slots=config[Options.MIN_SLOTS],
+            max_slots=config[Options.MAX_SLOTS], heartbeat_timeout_ms=config[Options.HEARTBEAT_TIMEOUT],
+            pending_allocation_timeout_ms=max(config[Options.RPC_TIMEOUT], 2 * self._heartbeat_ms))
+        self.slot_manager = SlotManager(SystemClock(), settings)
+        self._main = MainThreadExecutor("resourcemanager")
+        self._io = ThreadPoolExecutor(8, thread_name_prefix="rm-io")
+        self._gateways: dict[ResourceID, RemoteTaskExecutorGateway] = {}
+        self._listeners: dict[JobID, JobMasterListener] = {}
+        self._started = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self, rpc_address: str) -> None:
+        self._main.start()
+        self._driver.start(rpc_address, self._on_worker_terminated)
+        self._main.call(self._start)
+
+    def _start(self) -> None:
+        self._started = True
+        self._apply(self.slot_manager.ensure_min_resources())
+        self._main.schedule(self._heartbeat_ms, self._check_timeouts)
+
+    def stop(self) -> None:
+        try:
+            self._main.call(self._disconnect_all, timeout=10)
+        except Exception:  # noqa: BLE001
+            log.debug("disconnecting TaskExecutors", exc_info=True)
+        self._driver.stop()
+        self._main.stop()
+        self._io.shutdown(wait=False, cancel_futures=True)
+        for gw in self._gateways.values():
+            gw.close()
+
+    def _disconnect_all(self) -> None:
+        for rid, gw in self._gateways.items():
+            self._io.submit(self._quietly, gw.disconnect_resource_manager, self.fencing_token,
+                            "shutdown of the AppMaster")
+
+    @staticmethod
+    def _quietly(fn: Callable[..., object], *args: object) -> None:
+        try:
+            fn(*args)
+        except RpcError:
+            pass
+
+    # -- listeners (JobMasters) -------------------------------------------------------------
+    def register_job_master(self, job_id: JobID, listener: JobMasterListener) -> None:
+        self._main.execute(self._listeners.__setitem__, job_id, listener)
+
+    def unregister_job_master(self, job_id: JobID) -> None:
+        self._main.execute(self._unregister_job_master, job_id)
+
+    def _unregister_job_master(self, job_id: JobID) -> None:
+        self._listeners.pop(job_id, None)
+        for aid, req in list(self.slot_manager.pending.items()):
+            if req.job_id == job_id:
+                self.slot_manager.cancel_request(aid)
+
+    # -- calls from JobMasters --------------------------------------------------------------
+    def request_slot(self, request: SlotRequest) -> None:
+        self._main.execute(lambda: self._apply(self.slot_manager.request_slot(request)))
+
+    def free_allocation(self, allocation_id: AllocationID) -> None:
+        self._main.execute(lambda: self._apply(self.slot_manager.free_allocation(allocation_id)))
+
+    def task_executor_info(self, resource_id: ResourceID) -> TaskExecutorRegistration | None:
+        def lookup() -> TaskExecutorRegistration | None:
+            te = self.slot_manager.task_executors.get(resource_id)
+            return te.registration if te else None
+
+        return self._main.call(lookup)
+
+    def overview(self) -> tuple[int, int, int]:
+        """(registered TaskExecutors, total slots, free slots)."""
+        sm = self.slot_manager
+        return self._main.call(lambda: (len(sm.task_executors), sm.total_slots(), sm.free_slot_count()))
+
+    def worker_pids(self) -> dict[ResourceID, int]:
+        return self._driver.worker_pids()
+
+    # -- ResourceManagerService (TaskExecutors, over RPC) -----------------------------------
+    def register_task_executor(self, registration: TaskExecutorRegistration) -> RegistrationResponse:
+        return self._main.call(self._register, registration)
+
+    def _register(self, registration: TaskExecutorRegistration) -> RegistrationResponse:
+        registration_id = uuid.uuid4().hex
+        old = self._gateways.pop(registration.resource_id, None)
+        if old is not None:
+            old.close()
+        self._gateways[registration.resource_id] = RemoteTaskExecutorGateway(registration.rpc_address,
+                                                                             self._rpc_timeout)
+        self._apply(self.slot_manager.register(registration, registration_id))
+        return RegistrationResponse(True, self.fencing_token, registration_id, self._heartbeat_ms)
+
+    def heartbeat_from_task_executor(self, token: str, registration_id: str, report: SlotReport) -> None:
+        self._main.call(self._heartbeat, token, registration_id, report)
+
+    def _heartbeat(self, token: str, registration_id: str, report: SlotReport) -> None:
+        if token != self.fencing_token:
+            raise FencingTokenError("heartbeat with a stale ResourceManager token")
+        actions = self.slot_manager.heartbeat(registration_id, report)
+        if actions is None:
+            raise RefusedError(f"unknown registration {registration_id}: register again")
+        self._apply(actions)
+
+    def disconnect_task_executor(self, token: str, resource_id: ResourceID, reason: str) -> None:
+        self._main.call(self._disconnect, token, resource_id, reason)
+
+    def _disconnect(self, token: str, resource_id: ResourceID, reason: str) -> None:
+        if token != self.fencing_token:
+            raise FencingTokenError("disconnect with a stale ResourceManager token")
+        self._apply(self.slot_manager.unregister(resource_id, f"TaskExecutor disconnected: {reason}"))
+
+    # -- driver callbacks -------------------------------------------------------------------
+    def _on_worker_terminated(self, resource_id: ResourceID, reason: str) -> None:
+        def handle() -> None:
+            if resource_id in self.slot_manager.task_executors:
+                self._apply(self.slot_manager.unregister(resource_id, reason))
+            else:
+                self._apply(self.slot_manager.worker_terminated_before_registration())
+
+        self._main.execute(handle)
+
+    def _check_timeouts(self) -> None:
+        self._apply(self.slot_manager.check_timeouts())
+        self._main.schedule(self._heartbeat_ms, self._check_timeouts)
+
+    # -- actions ----------------------------------------------------------------------------
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, AllocateSlot):
+                self._allocate(action)
+            elif isinstance(action, TaskExecutorLost):
+                gw = self._gateways.pop(action.resource_id, None)
+                if gw is not None:
+                    gw.close()
+                for listener in list(self._listeners.values()):
+                    listener.on_task_executor_lost(action.resource_id, action.reason)
+                self._driver.stop_worker(action.resource_id)
+            elif isinstance(action, StartWorkers):
+                for _ in range(action.count):
+                    self._start_worker()
+            elif isinstance(action, ReleaseWorker):
+                gw = self._gateways.pop(action.resource_id, None)
+                if gw is not None:
+                    gw.close()
+                log.info("releasing TaskExecutor %s: %s", action.resource_id, action.reason)
+                self._io.submit(self._driver.stop_worker, action.resource_id)
+            elif isinstance(action, AllocationFailed):
+                listener = self._listeners.get(action.request.job_id)
+                if listener is not None:
+                    listener.on_allocation_failed(action.request.allocation_id, action.reason)
+
+    def _start_worker(self) -> None:
+        try:
+            self._driver.start_worker()
+        except Exception as exc:  # noqa: BLE001
+            log.error("could not start a TaskExecutor: %s", exc)
+            self._main.schedule(1000, lambda: self._apply(self.slot_manager.worker_start_failed()))
+
+    def _allocate(self, action: AllocateSlot) -> None:
+        gw = self._gateways.get(action.resource_id)
+        req = action.request
+        if gw is None:
+            self._apply(self.slot_manager.allocation_failed(action.resource_id, action.slot_index,
+                                                            req.allocation_id, req))
+            return
+
+        def call() -> None:
+            try:
+                gw.request_slot(self.fencing_token, action.slot_index, req.job_id, req.allocation_id, req.profile,
+                                req.jobmaster_address, req.jobmaster_token)
+            except RpcError as exc:
+                log.warning("TaskExecutor %s did not take slot %d for %s: %s", action.resource_id,
+                            action.slot_index, req.allocation_id, exc)
+                self._main.execute(lambda: self._apply(self.slot_manager.allocation_failed(
+                    action.resource_id, action.slot_index, req.allocation_id, req)))
+
+        self._io.submit(call)

@@ -1,0 +1,290 @@
+"""SlotManager: a pure core (events in, actions out; no I/O, no threads, time injected).
+
+It tracks registered TaskExecutors and their slots, matches pending slot requests to free
+slots (spreading them over TaskExecutors, like Flink's evenly-spread-out-slots), asks for new
+TaskExecutors when requests cannot be met (up to ``max_slots``) and keeps at least
+``min_slots``, and declares a TaskExecutor lost when its heartbeats stop.
+
+Slot states (as the SlotManager sees them)::
+
+    FREE --request matched--> PENDING --TaskExecutor confirms (slot report)--> ALLOCATED
+      ^                          |                                                |
+      +---- allocation failed ---+------------ freed (slot report / free) --------+
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+from yarnflow.common.clock import Clock
+from yarnflow.common.ids import AllocationID, JobID, ResourceID
+from yarnflow.common.messages import ResourceProfile, SlotReport, TaskExecutorRegistration
+
+log = logging.getLogger(__name__)
+
+
+class SlotState(enum.Enum):
+    FREE = "FREE"
+    PENDING = "PENDING"
+    ALLOCATED = "ALLOCATED"
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    job_id: JobID
+    allocation_id: AllocationID
+    profile: ResourceProfile
+    jobmaster_address: str
+    jobmaster_token: str
+
+
+@dataclass
+class SlotInfo:
+    index: int
+    profile: ResourceProfile
+    state: SlotState = SlotState.FREE
+    allocation_id: AllocationID | None = None
+    job_id: JobID | None = None
+    pending_since_ms: int = 0
+
+
+@dataclass
+class RegisteredTaskExecutor:
+    registration: TaskExecutorRegistration
+    registration_id: str
+    slots: list[SlotInfo]
+    last_heartbeat_ms: int
+    idle_since_ms: int
+
+    @property
+    def resource_id(self) -> ResourceID:
+        return self.registration.resource_id
+
+    def free_slots(self) -> list[SlotInfo]:
+        return [s for s in self.slots if s.state == SlotState.FREE]
+
+    def allocations(self) -> list[tuple[JobID, AllocationID]]:
+        return [(s.job_id, s.allocation_id) for s in self.slots
+                if s.state != SlotState.FREE and s.job_id is not None and s.allocation_id is not None]
+
+
+# ---- actions -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AllocateSlot:
+    """Ask TaskExecutor ``resource_id`` to give slot ``slot_index`` to ``request``."""
+
+    resource_id: ResourceID
+    slot_index: int
+    request: SlotRequest
+
+
+@dataclass(frozen=True)
+class TaskExecutorLost:
+    resource_id: ResourceID
+    reason: str
+    allocations: tuple[tuple[JobID, AllocationID], ...]
+
+
+@dataclass(frozen=True)
+class StartWorkers:
+    count: int
+
+
+@dataclass(frozen=True)
+class ReleaseWorker:
+    resource_id: ResourceID
+    reason: str
+
+
+@dataclass(frozen=True)
+class AllocationFailed:
+    """A request cannot be met at all (e.g. no slot profile could ever fit it)."""
+
+    request: SlotRequest
+    reason: str
+
+
+Action = Union[AllocateSlot, TaskExecutorLost, StartWorkers, ReleaseWorker, AllocationFailed]
+
+
+@dataclass
+class SlotManagerSettings:
+    slots_per_worker: int
+    min_slots: int = 0
+    max_slots: int = 1024
+    heartbeat_timeout_ms: int = 10_000
+    pending_allocation_timeout_ms: int = 10_000
+    idle_timeout_ms: int | None = None  # release idle TaskExecutors above min_slots after this
+
+
+@dataclass
+class SlotManager:
+    clock: Clock
+    settings: SlotManagerSettings
+    task_executors: dict[ResourceID, RegisteredTaskExecutor] = field(default_factory=dict)
+    pending: dict[AllocationID, SlotRequest] = field(default_factory=dict)
+    pending_workers: int = 0
+
+    # -- TaskExecutors ----------------------------------------------------------------------
+    def register(self, registration: TaskExecutorRegistration, registration_id: str) -> list[Action]:
+        now = self.clock.monotonic_ms()
+        old = self.task_executors.get(registration.resource_id)
+        actions: list[Action] = []
+        if old is not None:  # re-registration (e.g. after a lost heartbeat): start afresh
+            actions += self.unregister(registration.resource_id, "re-registered")
+        elif self.pending_workers > 0:
+            self.pending_workers -= 1
+        slots = [SlotInfo(i, registration.slot_profile) for i in range(registration.num_slots)]
+        self.task_executors[registration.resource_id] = RegisteredTaskExecutor(
+            registration, registration_id, slots, now, now)
+        log.info("TaskExecutor %s registered with %d slots", registration.resource_id, registration.num_slots)
+        return actions + self._match_pending()
+
+    def by_registration(self, registration_id: str) -> RegisteredTaskExecutor | None:
+        for te in self.task_executors.values():
+            if te.registration_id == registration_id:
+                return te
+        return None
+
+    def heartbeat(self, registration_id: str, report: SlotReport) -> list[Action] | None:
+        """None when the registration is unknown (the TaskExecutor must register again)."""
+        te = self.by_registration(registration_id)
+        if te is None:
+            return None
+        now = self.clock.monotonic_ms()
+        te.last_heartbeat_ms = now
+        for status in report.slots:
+            if not 0 <= status.slot_index < len(te.slots):
+                continue
+            slot = te.slots[status.slot_index]
+            if status.allocation_id is None:
+                if slot.state == SlotState.ALLOCATED or (
+                        slot.state == SlotState.PENDING
+                        and now - slot.pending_since_ms > self.settings.pending_allocation_timeout_ms):
+                    self._free(slot)
+            elif slot.allocation_id != status.allocation_id or slot.state != SlotState.ALLOCATED:
+                if slot.state == SlotState.FREE or slot.allocation_id == status.allocation_id:
+                    self.pending.pop(status.allocation_id, None)
+                    slot.state, slot.allocation_id, slot.job_id = SlotState.ALLOCATED, status.allocation_id, status.job_id
+        if any(s.state != SlotState.FREE for s in te.slots):
+            te.idle_since_ms = now
+        return self._match_pending()
+
+    def unregister(self, resource_id: ResourceID, reason: str) -> list[Action]:
+        te = self.task_executors.pop(resource_id, None)
+        if te is None:
+            return []
+        log.info("TaskExecutor %s removed: %s", resource_id, reason)
+        return [TaskExecutorLost(resource_id, reason, tuple(te.allocations()))] + self._check_resources()
+
+    def worker_start_failed(self) -> list[Action]:
+        self.pending_workers = max(0, self.pending_workers - 1)
+        return self._check_resources()
+
+    def worker_terminated_before_registration(self) -> list[Action]:
+        return self.worker_start_failed()
+
+    def check_timeouts(self) -> list[Action]:
+        now = self.clock.monotonic_ms()
+        actions: list[Action] = []
+        for rid, te in list(self.task_executors.items()):
+            silent = now - te.last_heartbeat_ms
+            if silent > self.settings.heartbeat_timeout_ms:
+                actions += self.unregister(rid, f"no heartbeat for {silent} ms (heartbeat.timeout "
+                                                f"{self.settings.heartbeat_timeout_ms} ms)")
+        idle = self.settings.idle_timeout_ms
+        if idle is not None:
+            for rid, te in list(self.task_executors.items()):
+                busy = any(s.state != SlotState.FREE for s in te.slots)
+                if busy or now - te.idle_since_ms < idle:
+                    continue
+                if self.total_slots() - len(te.slots) < self.settings.min_slots or self.pending:
+                    continue
+                self.task_executors.pop(rid)
+                actions.append(ReleaseWorker(rid, f"idle for {now - te.idle_since_ms} ms"))
+        return actions
+
+    # -- slot requests ----------------------------------------------------------------------
+    def request_slot(self, request: SlotRequest) -> list[Action]:
+        if request.allocation_id in self.pending or self._slot_of(request.allocation_id) is not None:
+            log.debug("duplicate slot request %s ignored", request.allocation_id)
+            return []
+        self.pending[request.allocation_id] = request
+        return self._match_pending()
+
+    def cancel_request(self, allocation_id: AllocationID) -> None:
+        self.pending.pop(allocation_id, None)
+
+    def allocation_failed(self, resource_id: ResourceID, slot_index: int, allocation_id: AllocationID,
+                          request: SlotRequest) -> list[Action]:
+        """The TaskExecutor refused or could not be reached: free the slot, retry elsewhere."""
+        te = self.task_executors.get(resource_id)
+        if te is not None and 0 <= slot_index < len(te.slots) and te.slots[slot_index].allocation_id == allocation_id:
+            self._free(te.slots[slot_index])
+        self.pending[allocation_id] = request
+        return self._match_pending(exclude=resource_id)
+
+    def free_allocation(self, allocation_id: AllocationID) -> list[Action]:
+        self.pending.pop(allocation_id, None)
+        slot = self._slot_of(allocation_id)
+        if slot is not None:
+            self._free(slot[1])
+        return self._match_pending()
+
+    def ensure_min_resources(self) -> list[Action]:
+        return self._check_resources()
+
+    # -- queries ----------------------------------------------------------------------------
+    def total_slots(self) -> int:
+        return sum(len(te.slots) for te in self.task_executors.values())
+
+    def free_slot_count(self) -> int:
+        return sum(len(te.free_slots()) for te in self.task_executors.values())
+
+    # -- internals --------------------------------------------------------------------------
+    def _slot_of(self, allocation_id: AllocationID) -> tuple[RegisteredTaskExecutor, SlotInfo] | None:
+        for te in self.task_executors.values():
+            for s in te.slots:
+                if s.allocation_id == allocation_id:
+                    return te, s
+        return None
+
+    @staticmethod
+    def _free(slot: SlotInfo) -> None:
+        slot.state, slot.allocation_id, slot.job_id = SlotState.FREE, None, None
+
+    def _match_pending(self, exclude: ResourceID | None = None) -> list[Action]:
+        actions: list[Action] = []
+        now = self.clock.monotonic_ms()
+        for allocation_id, request in list(self.pending.items()):
+            candidates = [te for te in self.task_executors.values()
+                          if te.resource_id != exclude and any(request.profile.fits_in(s.profile) for s in te.free_slots())]
+            if not candidates:
+                continue
+            te = max(candidates, key=lambda t: (len(t.free_slots()), -len(t.slots)))  # spread out
+            slot = next(s for s in te.free_slots() if request.profile.fits_in(s.profile))
+            slot.state, slot.allocation_id, slot.job_id = SlotState.PENDING, allocation_id, request.job_id
+            slot.pending_since_ms = now
+            te.idle_since_ms = now
+            del self.pending[allocation_id]
+            actions.append(AllocateSlot(te.resource_id, slot.index, request))
+        return actions + self._check_resources()
+
+    def _check_resources(self) -> list[Action]:
+        spw = max(1, self.settings.slots_per_worker)
+        registered = self.total_slots()
+        coming = self.pending_workers * spw
+        want = max(self.settings.min_slots - registered - coming,
+                   len(self.pending) - self.free_slot_count() - coming)
+        room = self.settings.max_slots - registered - coming
+        want = min(want, room)
+        if want <= 0:
+            return []
+        count = math.ceil(want / spw)
+        self.pending_workers += count
+        return [StartWorkers(count)]

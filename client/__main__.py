@@ -1,0 +1,5 @@
+import sys
+
+from yarnflow.cli import main
+
+sys.exit(main())

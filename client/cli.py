@@ -1,0 +1,328 @@
+"""The ``yarnflow`` command line: run jobs, manage sessions, list and cancel jobs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import runpy
+import signal
+import sys
+import traceback
+from typing import Any, NoReturn
+
+import click
+
+from yarnflow import __version__
+from yarnflow.common.config import Configuration, parse_dynamic_properties
+from yarnflow.common.errors import (
+    ConfigurationError,
+    JobDefinitionError,
+    JobFailedError,
+    NotFoundError,
+    RefusedError,
+    RpcConnectionError,
+    RpcError,
+    YarnflowError,
+)
+
+ADDRESS_HELP = "HOST:PORT of a running yarnflow cluster (printed by `yarnflow session start`)"
+
+
+class CliError(click.ClickException):
+    """An error the CLI reports in one line and exits 1 for."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def _conf(dynamic: tuple[str, ...]) -> dict[str, str]:
+    try:
+        conf = parse_dynamic_properties(dynamic)
+        Configuration.load(conf)  # validate every key and value now, before anything starts
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    return conf
+
+
+def _dispatcher(address: str) -> Any:
+    from yarnflow.common.rpc.client import split_address
+    from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+
+    try:
+        split_address(address)
+    except RpcConnectionError as exc:
+        raise CliError(str(exc)) from None
+    return RemoteDispatcherGateway(address, 15_000)
+
+
+def _rpc_error(address: str, exc: YarnflowError) -> CliError:
+    if isinstance(exc, RpcConnectionError):
+        return CliError(f"cannot reach a yarnflow cluster at {address}: {exc}")
+    return CliError(str(exc))
+
+
+dynamic_option = click.option("-D", "dynamic", multiple=True, metavar="KEY=VALUE",
+                              help="Configuration override (repeatable), e.g. -D heartbeat.timeout=20s.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="yarnflow")
+@click.option("--log-level", default="WARNING", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="Log level of the client.")
+def cli(log_level: str) -> None:
+    """yarnflow: Flink-style dataflow jobs in Python, on YARN or on a local cluster."""
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+
+
+# ---- run -------------------------------------------------------------------------------------
+
+def _user_frames(tb: Any, job_file: str) -> str:
+    frames = [f for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == os.path.abspath(job_file)]
+    if not frames:
+        frames = traceback.extract_tb(tb)[-1:]
+    return "".join(traceback.format_list(frames))
+
+
+@cli.command(context_settings={"allow_interspersed_args": False})
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP + "; omitted: an embedded local cluster.")
+@click.option("--parallelism", "-p", type=click.IntRange(min=1), default=None,
+              help="Default parallelism of the job's operators.")
+@click.option("--taskexecutors", type=click.IntRange(min=1), default=2, show_default=True,
+              help="TaskExecutors of the embedded local cluster.")
+@click.option("--slots", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Slots per TaskExecutor of the embedded local cluster.")
+@click.option("--no-progress", is_flag=True, help="Do not show the job's progress.")
+@dynamic_option
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
+def run(address: str | None, parallelism: int | None, taskexecutors: int, slots: int, no_progress: bool,
+        dynamic: tuple[str, ...], job_file: str, job_args: tuple[str, ...]) -> None:
+    """Run the pipeline defined in JOB_FILE; JOB_ARGS go to the job (as `flink run` does).
+
+    Without --address, an embedded local cluster (one AppMaster and --taskexecutors
+    TaskExecutor processes) is started for the job and stopped when it ends."""
+    from yarnflow import executors
+
+    if not os.path.isfile(job_file):
+        raise CliError(f"job file {job_file} does not exist")
+    conf = _conf(dynamic)
+    if parallelism is not None:
+        conf["parallelism.default"] = str(parallelism)
+    progress = None if not no_progress else False
+    ctx: executors.ClusterContext
+    if address:
+        _dispatcher(address).close()
+        ctx = executors.ClusterContext(address, conf, job_file, progress)
+    else:
+        ctx = executors.LocalContext(taskexecutors, slots, conf, job_file, progress)
+    executors.set_context(ctx)
+    old_argv, old_path = sys.argv, list(sys.path)
+    sys.argv = [job_file, *job_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(job_file)))
+    try:
+        runpy.run_path(job_file, run_name="__main__")
+    except JobFailedError as exc:
+        cause = exc.cause
+        tb = (getattr(cause, "traceback", "") or "").rstrip().splitlines() if cause is not None else []
+        if len(tb) > 30:
+            tb = ["Traceback (last 30 lines; `yarnflow info` shows it whole):", *tb[-30:]]
+        detail = ("\n" + "\n".join(tb)) if tb else ""
+        click.echo(f"error: {exc}{detail}", err=True)
+        sys.exit(1)
+    except YarnflowError as exc:
+        if isinstance(exc, RpcError):
+            raise _rpc_error(ctx.address, exc) from None
+        raise CliError(str(exc)) from None
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BaseException as exc:  # noqa: BLE001 - the user's code raised: show where
+        tb = exc.__traceback__
+        click.echo(f"error: the job file {job_file} raised {type(exc).__name__}: {exc}\n"
+                   f"{_user_frames(tb, job_file)}", err=True, nl=False)
+        sys.exit(1)
+    finally:
+        sys.argv = old_argv
+        sys.path[:] = old_path
+        executors.set_context(None)
+    if not ctx.results and not ctx.submitted:
+        raise CliError(f"{job_file} defined no job: build a pipeline and call env.execute(...)")
+    for result in ctx.results:
+        where = _result_locations(result)
+        click.echo(f"Job {result.job_name} ({result.job_id}) {result.status.name} in "
+                   f"{result.duration_ms / 1000:.2f} s{where}", err=True)
+
+
+def _result_locations(result: Any) -> str:
+    return ""
+
+
+# ---- jobs ------------------------------------------------------------------------------------
+
+@cli.command("list")
+@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+def list_jobs(address: str, as_json: bool) -> None:
+    """List the cluster's jobs: id, name, state, start time and duration."""
+    import datetime
+    import json
+    import time
+
+    gw = _dispatcher(address)
+    try:
+        jobs = gw.list_jobs()
+    except YarnflowError as exc:
+        raise _rpc_error(address, exc) from None
+    finally:
+        gw.close()
+    now = int(time.time() * 1000)
+    rows = []
+    for j in jobs:
+        start = datetime.datetime.fromtimestamp(j.start_time_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+        duration = ((j.end_time_ms or now) - j.start_time_ms) / 1000
+        rows.append({"id": str(j.job_id), "name": j.name, "state": j.status.name, "start": start,
+                     "duration_s": round(duration, 2)})
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r))
+        return
+    if not rows:
+        click.echo("no jobs")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("JOB ID", "NAME", "STATE", "START", "DURATION")
+    for r in rows:
+        table.add_row(r["id"], r["name"], r["state"], r["start"], f"{r['duration_s']:.1f} s")
+    Console(width=160).print(table)
+
+
+@cli.command()
+@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
+@click.argument("job_id")
+def cancel(address: str, job_id: str) -> None:
+    """Cancel the running job JOB_ID."""
+    gw = _dispatcher(address)
+    try:
+        gw.cancel_job(job_id)
+        click.echo(f"cancelling job {job_id}")
+    except (NotFoundError, RefusedError) as exc:
+        raise CliError(str(exc)) from None
+    except YarnflowError as exc:
+        raise _rpc_error(address, exc) from None
+    finally:
+        gw.close()
+
+
+@cli.command()
+@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
+@click.argument("job_id")
+def info(address: str, job_id: str) -> None:
+    """Show the state of job JOB_ID, its vertices and its failure cause."""
+    gw = _dispatcher(address)
+    try:
+        j = gw.get_job(job_id)
+    except NotFoundError as exc:
+        raise CliError(str(exc)) from None
+    except YarnflowError as exc:
+        raise _rpc_error(address, exc) from None
+    finally:
+        gw.close()
+    click.echo(f"job {j.name} ({j.job_id}): {j.status.name}")
+    for v in j.vertices:
+        states = ", ".join(f"{n} {s.name}" for s, n in sorted(v.state_counts.items()) if n)
+        click.echo(f"  {v.name} (parallelism {v.parallelism}): {states}")
+    if j.failure_cause:
+        click.echo(f"failure cause: {j.failure_cause.describe()}")
+        if j.failure_cause.traceback:
+            click.echo(j.failure_cause.traceback)
+
+
+# ---- session ---------------------------------------------------------------------------------
+
+@cli.group()
+def session() -> None:
+    """Start and stop long-running session clusters (many jobs, one AppMaster)."""
+
+
+@session.command("start")
+@click.option("--target", type=click.Choice(["local"]), default="local", show_default=True,
+              help="Where the session runs (local: processes on this machine).")
+@click.option("--taskexecutors", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--slots", type=click.IntRange(min=1), default=2, show_default=True, help="Slots per TaskExecutor.")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
+              help="RPC port of the AppMaster (0: any free port).")
+@dynamic_option
+def session_start(target: str, taskexecutors: int, slots: int, port: int, dynamic: tuple[str, ...]) -> None:
+    """Start a session cluster, print its address and keep running until stopped
+    (`yarnflow session stop --address ...` or Ctrl-C)."""
+    from yarnflow.local_cluster import ClusterStartError, LocalCluster
+
+    conf = _conf(dynamic)
+    if port:
+        conf["jobmanager.rpc.port"] = str(port)
+    cluster = LocalCluster(taskexecutors, slots, conf)
+    try:
+        cluster.start()
+    except ClusterStartError as exc:
+        raise CliError(str(exc)) from None
+    click.echo(f"yarnflow session running at {cluster.address}")
+    click.echo(f"  submit:  yarnflow run --address {cluster.address} JOB.py")
+    click.echo(f"  stop:    yarnflow session stop --address {cluster.address}")
+    click.echo(f"  logs:    {os.path.dirname(cluster.log_path)}", err=True)
+    sys.stdout.flush()
+
+    def stop(_sig: int, _frame: Any) -> NoReturn:
+        cluster.stop()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    assert cluster.proc is not None
+    cluster.proc.wait()
+    cluster.stop()
+    click.echo("session stopped")
+
+
+@session.command("stop")
+@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
+def session_stop(address: str) -> None:
+    """Stop the session cluster at --address (its running jobs are cancelled)."""
+    gw = _dispatcher(address)
+    try:
+        gw.shutdown_cluster()
+    except YarnflowError as exc:
+        raise _rpc_error(address, exc) from None
+    finally:
+        gw.close()
+    click.echo(f"stopping the session at {address}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="yarnflow", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        return 2
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except JobDefinitionError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

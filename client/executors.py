@@ -1,0 +1,236 @@
+"""Running a compiled job: on a cluster at an address (session), or on an embedded local
+cluster started for it. ``current_context()`` is what ``env.execute()`` uses: the CLI sets
+one; a plain ``python job.py`` gets a local one."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pyarrow as pa
+
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import JobFailedError, RpcTimeoutError, UnavailableError
+from yarnflow.common.ids import JobID
+from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo
+from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+from yarnflow.common.states import ExecutionState, JobStatus
+from yarnflow.compiler import compile_job
+from yarnflow.packaging import upload_artifact
+from yarnflow.worker.operators.sinks import read_collected
+
+if TYPE_CHECKING:
+    from yarnflow.datastream import StreamExecutionEnvironment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JobExecutionResult:
+    job_id: JobID
+    job_name: str
+    status: JobStatus
+    duration_ms: int
+    storage_dir: str
+    collect_uids: list[str] = field(default_factory=list)
+    _tables: dict[str, pa.Table | None] = field(default_factory=dict)
+
+    def collected(self, uid: str | None = None) -> pa.Table | None:
+        """The rows of a ``collect()`` / ``print()`` sink (the only one when ``uid`` is None)."""
+        if uid is None:
+            if len(self.collect_uids) != 1:
+                raise ValueError(f"the job has {len(self.collect_uids)} collect sinks: name one of {self.collect_uids}")
+            uid = self.collect_uids[0]
+        return self._tables.get(uid)
+
+
+class Progress:
+    """Shows a running job's state on stderr: a live line on a terminal, changes otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._console: Any = None
+        self._live: Any = None
+        self._last = ""
+        if enabled:
+            from rich.console import Console
+
+            self._console = Console(stderr=True)
+
+    def render(self, info: JobStatusInfo) -> str:
+        parts = []
+        for v in info.vertices:
+            counts = {s: n for s, n in v.state_counts.items() if n}
+            states = ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items()))
+            parts.append(f"{v.name} [{states}]")
+        elapsed = ((info.end_time_ms or int(time.time() * 1000)) - info.start_time_ms) / 1000
+        return f"job {info.name} {info.status.name} {elapsed:.1f}s :: " + " | ".join(parts)
+
+    def update(self, info: JobStatusInfo) -> None:
+        if not self.enabled:
+            return
+        line = self.render(info)
+        if self._console.is_terminal:
+            if self._live is None:
+                from rich.live import Live
+                from rich.text import Text
+
+                self._live = Live(Text(line), console=self._console, refresh_per_second=8, transient=False)
+                self._live.start()
+            else:
+                from rich.text import Text
+
+                self._live.update(Text(line))
+        else:
+            key = line.split(" :: ")[0].rsplit(" ", 1)[0] + str([v.state_counts for v in info.vertices])
+            if key != self._last:
+                self._console.print(line, soft_wrap=True, highlight=False)
+                self._last = key
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def _progress_enabled() -> bool:
+    return os.environ.get("YARNFLOW_PROGRESS", "1") != "0"
+
+
+class ClusterContext:
+    """Runs jobs on the cluster at ``address``."""
+
+    def __init__(self, address: str, conf: Mapping[str, str] | None = None, job_file: str | None = None,
+                 progress: bool | None = None) -> None:
+        self.address = address
+        self.conf = dict(conf or {})
+        self.config = Configuration.load(self.conf)
+        self.job_file = job_file
+        self.progress = _progress_enabled() if progress is None else progress
+        self.submitted: list[JobID] = []
+        self.results: list[JobExecutionResult] = []
+
+    @property
+    def default_parallelism(self) -> int:
+        return self.config[Options.PARALLELISM]
+
+    @property
+    def max_parallelism(self) -> int:
+        return self.config[Options.MAX_PARALLELISM]
+
+    @property
+    def runtime_mode(self) -> str:
+        return self.config[Options.RUNTIME_MODE]
+
+    def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
+        job = compile_job(env, job_name)
+        gw = RemoteDispatcherGateway(self.address, self.config[Options.CLIENT_TIMEOUT])
+        try:
+            info = gw.cluster_info()
+            job = upload_artifact(job, self.job_file, info.storage_dir)
+            jg = job.job_graph
+            jg.config.update({k: v for k, v in self.conf.items()})
+            job_id = gw.submit_job(jg)
+            self.submitted.append(job_id)
+            print(f"Submitted job {job_name} ({job_id}) to {self.address}", file=sys.stderr)
+            result = self._wait(gw, job_id)
+            storage = f"{info.storage_dir}/jobs/{job_id}"
+            tables = {uid: read_collected(storage, uid) for uid in job.collect_sinks}
+            outcome = JobExecutionResult(job_id, job_name, result.status, result.end_time_ms - result.start_time_ms,
+                                         storage, list(job.collect_sinks), tables)
+            self.results.append(outcome)
+            if result.status == JobStatus.FAILED:
+                cause = result.failure_cause
+                raise JobFailedError(f"job {job_name} ({job_id}) failed: "
+                                     f"{cause.describe() if cause else 'unknown cause'}", cause)
+            if result.status == JobStatus.CANCELED:
+                raise JobFailedError(f"job {job_name} ({job_id}) was canceled")
+            for uid, sink in job.collect_sinks.items():
+                if sink.print_rows:
+                    print_table(tables.get(uid))
+            return outcome
+        finally:
+            gw.close()
+
+    def _wait(self, gw: RemoteDispatcherGateway, job_id: JobID) -> JobResult:
+        progress = Progress(self.progress)
+        try:
+            while True:
+                try:
+                    result = gw.request_job_result(job_id, 200)
+                    progress.update(gw.get_job(job_id))
+                    return result
+                except (UnavailableError, RpcTimeoutError):
+                    progress.update(gw.get_job(job_id))
+        except KeyboardInterrupt:
+            print(f"\ncancelling job {job_id} ...", file=sys.stderr)
+            gw.cancel_job(job_id)
+            raise
+        finally:
+            progress.close()
+
+
+def print_table(table: pa.Table | None) -> None:
+    if table is None or table.num_rows == 0:
+        print("(no rows)")
+        return
+    print("\t".join(table.column_names))
+    for batch in table.to_batches():
+        for row in zip(*(col.to_pylist() for col in batch.columns)):
+            print("\t".join("" if v is None else str(v) for v in row))
+
+
+class LocalContext(ClusterContext):
+    """Starts an embedded local cluster for each ``execute`` and stops it afterwards."""
+
+    def __init__(self, taskexecutors: int = 2, slots: int = 2, conf: Mapping[str, str] | None = None,
+                 job_file: str | None = None, progress: bool | None = None) -> None:
+        super().__init__("", conf, job_file, progress)
+        self.taskexecutors = taskexecutors
+        self.slots = slots
+        self.cluster: Any = None
+
+    def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
+        from yarnflow.local_cluster import LocalCluster
+
+        compile_job(env, job_name)  # fail on a bad pipeline before starting any process
+        cluster = LocalCluster(self.taskexecutors, self.slots, self.conf)
+        self.cluster = cluster
+        try:
+            cluster.start(wait_for_taskexecutors=False)
+            self.address = cluster.address
+            result = super().execute(env, job_name)
+            return result
+        except BaseException:
+            cluster.keep_work_dir = True
+            print(f"cluster logs kept in {os.path.join(cluster.work_dir, 'log')}", file=sys.stderr)
+            raise
+        finally:
+            cluster.stop()
+
+
+_context: ClusterContext | None = None
+
+
+def current_context() -> ClusterContext:
+    global _context
+    if _context is None:
+        _context = LocalContext()
+    return _context
+
+
+def set_context(ctx: ClusterContext | None) -> None:
+    global _context
+    _context = ctx
+
+
+def describe_failure(cause: ErrorInfo | None) -> str:
+    return cause.describe() if cause else "unknown cause"
+
+
+__all__ = ["JobExecutionResult", "ClusterContext", "LocalContext", "current_context", "set_context",
+           "ExecutionState"]

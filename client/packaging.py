@@ -1,0 +1,53 @@
+"""The job artifact (Flink's "jar"): a zip of the user's job file and the pickled operator
+chains, content-addressed by sha256 and stored under the cluster's storage dir, where every
+TaskExecutor (and a standby AppMaster) can fetch it."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import zipfile
+
+import cloudpickle
+import fsspec
+
+from yarnflow.common.errors import JobDefinitionError
+from yarnflow.compiler import CompiledJob
+from yarnflow.worker.artifacts import chain_entry
+
+
+def build_artifact(job: CompiledJob, job_file: str | None) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for vertex_id, chain in sorted(job.chains.items()):
+            try:
+                data = cloudpickle.dumps(chain)
+            except Exception as exc:
+                names = ", ".join(op.name for op in chain)
+                raise JobDefinitionError(f"cannot serialise the operators [{names}]: {type(exc).__name__}: {exc}"
+                                         ) from exc
+            info = zipfile.ZipInfo(chain_entry(vertex_id), date_time=(1980, 1, 1, 0, 0, 0))
+            zf.writestr(info, data)
+        if job_file and os.path.isfile(job_file):
+            info = zipfile.ZipInfo(f"src/{os.path.basename(job_file)}", date_time=(1980, 1, 1, 0, 0, 0))
+            with open(job_file, "rb") as fh:
+                zf.writestr(info, fh.read())
+    return buf.getvalue()
+
+
+def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str) -> CompiledJob:
+    """Store the artifact and return the job with the JobGraph pointing at it."""
+    data = build_artifact(job, job_file)
+    digest = hashlib.sha256(data).hexdigest()
+    uri = f"{storage_dir.rstrip('/')}/artifacts/{digest}.zip"
+    fs, path = fsspec.core.url_to_fs(uri)
+    if not fs.exists(path):
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        fs.mv(tmp, path)
+    jg = dataclasses.replace(job.job_graph, artifact_uri=uri, artifact_sha256=digest)
+    return dataclasses.replace(job, job_graph=jg)

@@ -1,0 +1,294 @@
+"""Typed gateways: the calls one component may make on another, over Thrift.
+
+``Remote*Gateway`` classes are the client side (dataclass messages in, dataclass messages
+out, project exceptions on failure). ``*Handler`` classes adapt an implementation object with
+the same method names to the generated Thrift processor, translating errors in one place.
+Only this module and ``rpc.server``/``rpc.client`` touch generated code.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable, Protocol
+
+from yarnflow.common import ids
+from yarnflow.common.errors import YarnflowError
+from yarnflow.common.messages import (
+    ClusterInfo,
+    JobGraph,
+    JobResult,
+    JobStatusInfo,
+    RegistrationResponse,
+    ResourceProfile,
+    SlotOffer,
+    SlotReport,
+    TaskDeploymentDescriptor,
+    TaskExecutionStateUpdate,
+    TaskExecutorRegistration,
+)
+from yarnflow.common.rpc.client import RpcClient
+from yarnflow.common.rpc.errors import to_wire_error
+from yarnflow.common.rpc.gen.yarnflow_rpc import (
+    DispatcherService,
+    JobMasterService,
+    ResourceManagerService,
+    TaskExecutorService,
+)
+
+log = logging.getLogger(__name__)
+
+DISPATCHER, RESOURCE_MANAGER, JOB_MASTER, TASK_EXECUTOR = "dispatcher", "resourcemanager", "jobmaster", "taskexecutor"
+
+
+# ---- client side ---------------------------------------------------------------------------
+
+class RemoteDispatcherGateway:
+    def __init__(self, address: str, timeout_ms: int = 10_000) -> None:
+        self.address = address
+        self._c = RpcClient(address, DISPATCHER, DispatcherService.Client, timeout_ms)
+
+    def submit_job(self, job_graph: JobGraph) -> ids.JobID:
+        return ids.JobID(self._c.call("submitJob", job_graph.to_thrift()))
+
+    def list_jobs(self) -> list[JobStatusInfo]:
+        return [JobStatusInfo.from_thrift(j) for j in self._c.call("listJobs")]
+
+    def get_job(self, job_id: str) -> JobStatusInfo:
+        return JobStatusInfo.from_thrift(self._c.call("getJob", str(job_id)))
+
+    def cancel_job(self, job_id: str) -> None:
+        self._c.call("cancelJob", str(job_id))
+
+    def request_job_result(self, job_id: str, timeout_ms: int) -> JobResult:
+        return JobResult.from_thrift(self._c.call("requestJobResult", str(job_id), timeout_ms,
+                                                  timeout_ms=timeout_ms + 10_000))
+
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo.from_thrift(self._c.call("clusterInfo"))
+
+    def shutdown_cluster(self) -> None:
+        self._c.call("shutdownCluster")
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class RemoteResourceManagerGateway:
+    def __init__(self, address: str, timeout_ms: int = 10_000) -> None:
+        self.address = address
+        self._c = RpcClient(address, RESOURCE_MANAGER, ResourceManagerService.Client, timeout_ms)
+
+    def register_task_executor(self, registration: TaskExecutorRegistration) -> RegistrationResponse:
+        return RegistrationResponse.from_thrift(self._c.call("registerTaskExecutor", registration.to_thrift()))
+
+    def heartbeat_from_task_executor(self, token: str, registration_id: str, report: SlotReport) -> None:
+        self._c.call("heartbeatFromTaskExecutor", token, registration_id, report.to_thrift())
+
+    def disconnect_task_executor(self, token: str, resource_id: str, reason: str) -> None:
+        self._c.call("disconnectTaskExecutor", token, str(resource_id), reason)
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class RemoteJobMasterGateway:
+    def __init__(self, address: str, timeout_ms: int = 10_000) -> None:
+        self.address = address
+        self._c = RpcClient(address, JOB_MASTER, JobMasterService.Client, timeout_ms)
+
+    def offer_slots(self, token: str, job_id: str, resource_id: str, offers: list[SlotOffer]) -> list[SlotOffer]:
+        accepted = self._c.call("offerSlots", token, str(job_id), str(resource_id), [o.to_thrift() for o in offers])
+        return [SlotOffer.from_thrift(o) for o in accepted]
+
+    def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
+        return bool(self._c.call("updateTaskExecutionState", token, update.to_thrift()))
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class RemoteTaskExecutorGateway:
+    def __init__(self, address: str, timeout_ms: int = 10_000) -> None:
+        self.address = address
+        self._c = RpcClient(address, TASK_EXECUTOR, TaskExecutorService.Client, timeout_ms)
+
+    def request_slot(self, rm_token: str, slot_index: int, job_id: str, allocation_id: str,
+                     profile: ResourceProfile, jobmaster_address: str, jobmaster_token: str) -> None:
+        self._c.call("requestSlot", rm_token, slot_index, str(job_id), str(allocation_id), profile.to_thrift(),
+                     jobmaster_address, jobmaster_token)
+
+    def submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None:
+        self._c.call("submitTask", jm_token, tdd.to_thrift())
+
+    def cancel_task(self, jm_token: str, attempt_id: str) -> None:
+        self._c.call("cancelTask", jm_token, str(attempt_id))
+
+    def free_slot(self, jm_token: str, allocation_id: str, reason: str) -> None:
+        self._c.call("freeSlot", jm_token, str(allocation_id), reason)
+
+    def disconnect_resource_manager(self, rm_token: str, reason: str) -> None:
+        self._c.call("disconnectResourceManager", rm_token, reason)
+
+    def ping(self) -> str:
+        return str(self._c.call("ping"))
+
+    def close(self) -> None:
+        self._c.close()
+
+
+# ---- server side ---------------------------------------------------------------------------
+
+def _translated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except YarnflowError as exc:
+            log.debug("%s refused: %s", fn.__name__, exc)
+            raise to_wire_error(exc) from None
+        except Exception as exc:  # an unexpected error: still answer, with its traceback
+            log.exception("handler %s failed", fn.__name__)
+            raise to_wire_error(exc) from None
+
+    return wrapper
+
+
+class DispatcherImpl(Protocol):
+    def submit_job(self, job_graph: JobGraph) -> ids.JobID: ...
+    def list_jobs(self) -> list[JobStatusInfo]: ...
+    def get_job(self, job_id: ids.JobID) -> JobStatusInfo: ...
+    def cancel_job(self, job_id: ids.JobID) -> None: ...
+    def request_job_result(self, job_id: ids.JobID, timeout_ms: int) -> JobResult: ...
+    def cluster_info(self) -> ClusterInfo: ...
+    def shutdown_cluster(self) -> None: ...
+
+
+class DispatcherHandler:
+    def __init__(self, impl: DispatcherImpl) -> None:
+        self._i = impl
+
+    @_translated
+    def submitJob(self, job_graph: Any) -> str:  # noqa: N802 - Thrift names
+        return str(self._i.submit_job(JobGraph.from_thrift(job_graph)))
+
+    @_translated
+    def listJobs(self) -> list[Any]:  # noqa: N802
+        return [j.to_thrift() for j in self._i.list_jobs()]
+
+    @_translated
+    def getJob(self, job_id: str) -> Any:  # noqa: N802
+        return self._i.get_job(ids.JobID(job_id)).to_thrift()
+
+    @_translated
+    def cancelJob(self, job_id: str) -> None:  # noqa: N802
+        self._i.cancel_job(ids.JobID(job_id))
+
+    @_translated
+    def requestJobResult(self, job_id: str, timeout_ms: int) -> Any:  # noqa: N802
+        return self._i.request_job_result(ids.JobID(job_id), timeout_ms).to_thrift()
+
+    @_translated
+    def clusterInfo(self) -> Any:  # noqa: N802
+        return self._i.cluster_info().to_thrift()
+
+    @_translated
+    def shutdownCluster(self) -> None:  # noqa: N802
+        self._i.shutdown_cluster()
+
+    def processor(self) -> Any:
+        return DispatcherService.Processor(self)
+
+
+class ResourceManagerImpl(Protocol):
+    def register_task_executor(self, registration: TaskExecutorRegistration) -> RegistrationResponse: ...
+    def heartbeat_from_task_executor(self, token: str, registration_id: str, report: SlotReport) -> None: ...
+    def disconnect_task_executor(self, token: str, resource_id: ids.ResourceID, reason: str) -> None: ...
+
+
+class ResourceManagerHandler:
+    def __init__(self, impl: ResourceManagerImpl) -> None:
+        self._i = impl
+
+    @_translated
+    def registerTaskExecutor(self, registration: Any) -> Any:  # noqa: N802
+        return self._i.register_task_executor(TaskExecutorRegistration.from_thrift(registration)).to_thrift()
+
+    @_translated
+    def heartbeatFromTaskExecutor(self, token: str, registration_id: str, report: Any) -> None:  # noqa: N802
+        self._i.heartbeat_from_task_executor(token, registration_id, SlotReport.from_thrift(report))
+
+    @_translated
+    def disconnectTaskExecutor(self, token: str, resource_id: str, reason: str) -> None:  # noqa: N802
+        self._i.disconnect_task_executor(token, ids.ResourceID(resource_id), reason)
+
+    def processor(self) -> Any:
+        return ResourceManagerService.Processor(self)
+
+
+class JobMasterImpl(Protocol):
+    """Routes by job id to that job's JobMaster."""
+
+    def offer_slots(self, token: str, job_id: ids.JobID, resource_id: ids.ResourceID,
+                    offers: list[SlotOffer]) -> list[SlotOffer]: ...
+    def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool: ...
+
+
+class JobMasterHandler:
+    def __init__(self, impl: JobMasterImpl) -> None:
+        self._i = impl
+
+    @_translated
+    def offerSlots(self, token: str, job_id: str, resource_id: str, offers: list[Any]) -> list[Any]:  # noqa: N802
+        accepted = self._i.offer_slots(token, ids.JobID(job_id), ids.ResourceID(resource_id),
+                                       [SlotOffer.from_thrift(o) for o in offers])
+        return [o.to_thrift() for o in accepted]
+
+    @_translated
+    def updateTaskExecutionState(self, token: str, update: Any) -> bool:  # noqa: N802
+        return self._i.update_task_execution_state(token, TaskExecutionStateUpdate.from_thrift(update))
+
+    def processor(self) -> Any:
+        return JobMasterService.Processor(self)
+
+
+class TaskExecutorImpl(Protocol):
+    def request_slot(self, rm_token: str, slot_index: int, job_id: ids.JobID, allocation_id: ids.AllocationID,
+                     profile: ResourceProfile, jobmaster_address: str, jobmaster_token: str) -> None: ...
+    def submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None: ...
+    def cancel_task(self, jm_token: str, attempt_id: ids.ExecutionAttemptID) -> None: ...
+    def free_slot(self, jm_token: str, allocation_id: ids.AllocationID, reason: str) -> None: ...
+    def disconnect_resource_manager(self, rm_token: str, reason: str) -> None: ...
+
+
+class TaskExecutorHandler:
+    def __init__(self, impl: TaskExecutorImpl) -> None:
+        self._i = impl
+
+    @_translated
+    def requestSlot(self, rm_token: str, slot_index: int, job_id: str, allocation_id: str, profile: Any,  # noqa: N802
+                    jobmaster_address: str, jobmaster_token: str) -> None:
+        self._i.request_slot(rm_token, slot_index, ids.JobID(job_id), ids.AllocationID(allocation_id),
+                             ResourceProfile.from_thrift(profile), jobmaster_address, jobmaster_token)
+
+    @_translated
+    def submitTask(self, jm_token: str, tdd: Any) -> None:  # noqa: N802
+        self._i.submit_task(jm_token, TaskDeploymentDescriptor.from_thrift(tdd))
+
+    @_translated
+    def cancelTask(self, jm_token: str, attempt_id: str) -> None:  # noqa: N802
+        self._i.cancel_task(jm_token, ids.ExecutionAttemptID(attempt_id))
+
+    @_translated
+    def freeSlot(self, jm_token: str, allocation_id: str, reason: str) -> None:  # noqa: N802
+        self._i.free_slot(jm_token, ids.AllocationID(allocation_id), reason)
+
+    @_translated
+    def disconnectResourceManager(self, rm_token: str, reason: str) -> None:  # noqa: N802
+        self._i.disconnect_resource_manager(rm_token, reason)
+
+    def ping(self) -> str:
+        return "pong"
+
+    def processor(self) -> Any:
+        return TaskExecutorService.Processor(self)

@@ -1,0 +1,1 @@
+"""The TaskExecutor process: slot table, task threads, operators, Arrow data exchange."""

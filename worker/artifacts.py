@@ -1,0 +1,77 @@
+"""The TaskExecutor's cache of job artifacts: fetched once per content hash from the storage
+filesystem, unpacked locally, and the source of each vertex's operator chain."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import shutil
+import sys
+import threading
+import zipfile
+from typing import Any
+
+import cloudpickle
+import fsspec
+
+from yarnflow.common.errors import YarnflowError
+
+log = logging.getLogger(__name__)
+
+
+class ArtifactError(YarnflowError, IOError):
+    """The job artifact is missing, corrupt or does not hold what the task needs."""
+
+
+def chain_entry(vertex_id: str) -> str:
+    return f"chains/{vertex_id}.pkl"
+
+
+class ArtifactCache:
+    def __init__(self, directory: str) -> None:
+        self._dir = directory
+        self._lock = threading.Lock()
+        os.makedirs(directory, exist_ok=True)
+
+    def fetch(self, uri: str, sha256: str) -> str:
+        """The local directory the artifact ``uri`` is unpacked into (fetched if needed)."""
+        target = os.path.join(self._dir, sha256)
+        with self._lock:
+            if os.path.isdir(target):
+                return target
+            try:
+                with fsspec.open(uri, "rb") as fh:
+                    data = fh.read()
+            except (OSError, ValueError) as exc:
+                raise ArtifactError(f"cannot fetch the job artifact {uri}: {exc}") from exc
+            digest = hashlib.sha256(data).hexdigest()
+            if sha256 and digest != sha256:
+                raise ArtifactError(f"job artifact {uri} is corrupt: sha256 {digest} != {sha256}")
+            tmp = target + ".tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                    zf.extractall(tmp)
+            except zipfile.BadZipFile as exc:
+                raise ArtifactError(f"job artifact {uri} is not a valid zip: {exc}") from exc
+            os.replace(tmp, target)
+            log.info("fetched job artifact %s (%d bytes)", uri, len(data))
+            return target
+
+    def load_chain(self, uri: str, sha256: str, vertex_id: str) -> list[Any]:
+        root = self.fetch(uri, sha256)
+        src = os.path.join(root, "src")
+        if os.path.isdir(src) and src not in sys.path:
+            sys.path.append(src)  # helper modules the user's job imports
+        path = os.path.join(root, chain_entry(vertex_id))
+        try:
+            with open(path, "rb") as fh:
+                chain = cloudpickle.load(fh)
+        except FileNotFoundError:
+            raise ArtifactError(f"job artifact {uri} has no operator chain for vertex {vertex_id}") from None
+        except Exception as exc:
+            raise ArtifactError(f"cannot load the operators of vertex {vertex_id} from {uri}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        return list(chain)

@@ -1,0 +1,129 @@
+"""Sinks: Parquet files on any fsspec filesystem, and collect (results handed to the client,
+which prints them for ``print()``).
+
+Files are written under a staging name and renamed when the subtask finishes, so a failed or
+cancelled attempt leaves no partial result behind under a final name."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.transforms import SchemaMismatchError
+
+log = logging.getLogger(__name__)
+
+
+class _StagedFileSink(Operator):
+    extension = ""
+
+    def __init__(self, path: str, name: str | None = None, uid: str | None = None) -> None:
+        super().__init__(name, uid)
+        self.path = path
+        self._fs: Any = None
+        self._dir = ""
+        self._stage = ""
+        self._fh: Any = None
+        self._writer: Any = None
+        self._schema: pa.Schema | None = None
+        self.rows = 0
+
+    def _directory(self) -> str:
+        return self.path
+
+    def open(self) -> None:
+        self._fs, self._dir = fsspec.core.url_to_fs(self._directory())
+        self._fs.makedirs(self._dir, exist_ok=True)
+
+    def _final_name(self) -> str:
+        return posixpath.join(self._dir, f"part-{self.ctx.subtask_index:05d}{self.extension}")
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if self._writer is None:
+            self._schema = batch.schema
+            self._stage = posixpath.join(
+                self._dir, f".part-{self.ctx.subtask_index:05d}-attempt{self.ctx.attempt_number}"
+                           f"{self.extension}.inprogress")
+            self._fh = self._fs.open(self._stage, "wb")
+            self._writer = self._new_writer(self._fh, batch.schema)
+        elif not batch.schema.equals(self._schema):
+            raise SchemaMismatchError(f"sink '{self.name}': batch schema {batch.schema} does not match "
+                                      f"the first batch's {self._schema}")
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._fh.close()
+        self._writer = None
+        final = self._final_name()
+        if self._fs.exists(final):
+            self._fs.rm(final)
+        self._fs.mv(self._stage, final)
+        log.info("%s (%d/%d) committed %d rows to %s", self.name, self.ctx.subtask_index + 1,
+                 self.ctx.parallelism, self.rows, final)
+
+    def close(self) -> None:
+        if self._writer is not None:  # not finished: failed or cancelled; drop the staged file
+            try:
+                self._writer.close()
+                self._fh.close()
+                self._fs.rm(self._stage)
+            except Exception:  # noqa: BLE001
+                log.debug("could not remove %s", self._stage, exc_info=True)
+            self._writer = None
+
+
+class ParquetSink(_StagedFileSink):
+    kind = "parquet_sink"
+    extension = ".parquet"
+
+    def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
+        return pq.ParquetWriter(fh, schema)
+
+
+class CollectSink(_StagedFileSink):
+    """Writes its input as Arrow IPC files under the job's storage dir, for the client."""
+
+    kind = "collect_sink"
+    extension = ".arrow"
+
+    def __init__(self, uid: str, print_rows: bool = False, name: str | None = None) -> None:
+        super().__init__("", name or ("print" if print_rows else "collect"), uid)
+        self.print_rows = print_rows
+
+    def _directory(self) -> str:
+        return collect_dir(self.ctx.job_storage_dir, self.uid)
+
+    def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
+        return ipc.new_file(fh, schema)
+
+
+def collect_dir(job_storage_dir: str, uid: str) -> str:
+    return f"{job_storage_dir.rstrip('/')}/collect/{uid}"
+
+
+def read_collected(job_storage_dir: str, uid: str) -> pa.Table | None:
+    """The rows a collect sink wrote, or None when it wrote nothing."""
+    fs, directory = fsspec.core.url_to_fs(collect_dir(job_storage_dir, uid))
+    if not fs.exists(directory):
+        return None
+    tables = []
+    for f in sorted(fs.ls(directory, detail=False)):
+        if posixpath.basename(f).startswith("."):
+            continue
+        with fs.open(f, "rb") as fh:
+            tables.append(ipc.open_file(pa.BufferReader(fh.read())).read_all())
+    return pa.concat_tables(tables, promote_options="default") if tables else None

@@ -1,0 +1,119 @@
+"""Stateless transformations: per batch (the fast path) and per row (the convenient path).
+
+Per-row functions take a row as a dict of column -> value. ``map`` returns a dict (or a
+scalar, put in column 'value'), ``filter`` a truth value, ``flat_map`` an iterable of such.
+The first output batch fixes the operator's output schema; a later row that does not fit it
+is an error naming the operator.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import pyarrow as pa
+
+from yarnflow.common.errors import YarnflowError
+from yarnflow.worker.operators.base import Operator
+
+
+class SchemaMismatchError(YarnflowError, TypeError):
+    """An operator produced (or received) a batch that does not fit the stream's schema."""
+
+
+def to_batches(value: Any, op_name: str) -> list[pa.RecordBatch]:
+    if isinstance(value, pa.RecordBatch):
+        return [value]
+    if isinstance(value, pa.Table):
+        return value.to_batches()
+    try:
+        import pandas as pd
+
+        if isinstance(value, pd.DataFrame):
+            return pa.Table.from_pandas(value, preserve_index=False).to_batches()
+    except ImportError:  # pragma: no cover
+        pass
+    raise SchemaMismatchError(f"operator '{op_name}' must return a pyarrow RecordBatch or Table, "
+                              f"got {type(value).__name__}")
+
+
+class MapBatches(Operator):
+    kind = "map_batches"
+
+    def __init__(self, fn: Callable[[pa.RecordBatch], Any], name: str | None = None) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        for out in to_batches(self.call_user(self.fn, batch), self.name):
+            if out.num_rows:
+                self.output.collect(out)
+
+
+class _RowOperator(Operator):
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        super().__init__(name)
+        self.fn = fn
+        self._schema: pa.Schema | None = None
+
+    def _emit_rows(self, rows: list[Any]) -> None:
+        if not rows:
+            return
+        rows = [r if isinstance(r, dict) else {"value": r} for r in rows]
+        try:
+            if self._schema is None:
+                batch = pa.RecordBatch.from_pylist(rows)
+                if any(pa.types.is_null(f.type) for f in batch.schema):
+                    self.output.collect(batch)  # types not known yet: decide on a later batch
+                    return
+                self._schema = batch.schema
+            else:
+                batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
+                extra = set(rows[0]) - set(self._schema.names)
+                if extra:
+                    raise SchemaMismatchError(f"new columns {sorted(extra)}")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, SchemaMismatchError) as exc:
+            raise SchemaMismatchError(
+                f"operator '{self.name}' returned rows that do not match its output schema "
+                f"{self._schema}: {exc}") from None
+        self.output.collect(batch)
+
+
+class RowMap(_RowOperator):
+    kind = "map"
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        fn = self.fn
+        self._emit_rows([self.call_user(fn, row) for row in batch.to_pylist()])
+
+
+class RowFilter(Operator):
+    kind = "filter"
+
+    def __init__(self, fn: Callable[[dict[str, Any]], Any], name: str | None = None) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        fn = self.fn
+        mask = [bool(self.call_user(fn, row)) for row in batch.to_pylist()]
+        out = batch.filter(pa.array(mask, pa.bool_()))
+        if out.num_rows:
+            self.output.collect(out)
+
+
+class RowFlatMap(_RowOperator):
+    kind = "flat_map"
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        fn = self.fn
+        rows: list[Any] = []
+        for row in batch.to_pylist():
+            produced: Iterable[Any] = self.call_user(fn, row)
+            if produced is None:
+                continue
+            try:
+                rows.extend(produced)
+            except TypeError:
+                raise SchemaMismatchError(f"flat_map function in operator '{self.name}' must return "
+                                          f"an iterable, got {type(produced).__name__}") from None
+        self._emit_rows(rows)

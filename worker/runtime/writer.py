@@ -1,0 +1,143 @@
+"""RecordWriter: routes a task's output batches into the subpartitions of one result
+partition, coalescing small batches and splitting large ones to the target batch size; a
+partly filled batch is flushed after the buffer timeout so slow streams keep their latency."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from yarnflow.common.states import Partitioner
+from yarnflow.worker.runtime.elements import END_OF_PARTITION, Watermark
+from yarnflow.worker.runtime.keygroups import key_groups, operator_index_for_key_groups
+from yarnflow.worker.runtime.partition import ResultPartition
+
+
+class RecordWriter:
+    def __init__(self, partition: ResultPartition, partitioner: Partitioner, key_columns: Sequence[str],
+                 consumer_max_parallelism: int, batch_size: int, buffer_timeout_ms: int,
+                 cancelled: Callable[[], bool], producer_index: int = 0) -> None:
+        self._partition = partition
+        self._subs = partition.subpartitions
+        self._n = len(self._subs)
+        self._partitioner = partitioner
+        self._keys = list(key_columns)
+        self._maxp = consumer_max_parallelism
+        self._batch_size = batch_size
+        self._timeout_s = buffer_timeout_ms / 1000.0
+        self._cancelled = cancelled
+        self._pending: list[list[pa.RecordBatch]] = [[] for _ in range(self._n)]
+        self._pending_rows = [0] * self._n
+        self._oldest: list[float | None] = [None] * self._n
+        self._rr = itertools.cycle(range(self._n)) if self._n else None
+        self._rr_start = producer_index % max(1, self._n)
+        for _ in range(self._rr_start):
+            next(self._rr)  # type: ignore[arg-type]
+        self.records_out = 0
+
+    # -- routing ----------------------------------------------------------------------------
+    def emit(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        self.records_out += batch.num_rows
+        if self._partitioner == Partitioner.FORWARD or self._n == 1:
+            self._buffer(0, batch)
+        elif self._partitioner == Partitioner.BROADCAST:
+            for i in range(self._n):
+                self._buffer(i, batch)
+        elif self._partitioner == Partitioner.REBALANCE:
+            self._buffer(next(self._rr), batch)  # type: ignore[arg-type]
+        else:
+            self._route_by_key(batch)
+
+    def _route_by_key(self, batch: pa.RecordBatch) -> None:
+        targets = operator_index_for_key_groups(key_groups(batch, self._keys, self._maxp), self._maxp, self._n)
+        if self._n <= 8:
+            for i in range(self._n):
+                idx = np.flatnonzero(targets == i)
+                if len(idx) == len(targets):
+                    self._buffer(i, batch)
+                elif len(idx):
+                    self._buffer(i, batch.take(pa.array(idx)))
+            return
+        order = np.argsort(targets, kind="stable")
+        counts = np.bincount(targets, minlength=self._n)
+        ordered = batch.take(pa.array(order))
+        offset = 0
+        for i, c in enumerate(counts):
+            if c:
+                self._buffer(i, ordered.slice(offset, int(c)))
+            offset += int(c)
+
+    # -- batching ---------------------------------------------------------------------------
+    def _buffer(self, i: int, batch: pa.RecordBatch) -> None:
+        if not self._pending[i]:
+            self._oldest[i] = time.monotonic()
+        self._pending[i].append(batch)
+        self._pending_rows[i] += batch.num_rows
+        if self._pending_rows[i] >= self._batch_size:
+            self._flush(i, only_full=True)
+
+    def _flush(self, i: int, only_full: bool = False) -> None:
+        pending = self._pending[i]
+        if not pending:
+            return
+        if len(pending) == 1:
+            merged = pending[0]
+        else:
+            merged = pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+        size = self._batch_size
+        offset = 0
+        while merged.num_rows - offset >= size:
+            self._send(i, merged.slice(offset, size))
+            offset += size
+        rest = merged.num_rows - offset
+        if rest and not only_full:
+            self._send(i, merged.slice(offset, rest))
+            rest = 0
+        if rest:
+            self._pending[i] = [merged.slice(offset, rest)]
+            self._pending_rows[i] = rest
+        else:
+            self._pending[i] = []
+            self._pending_rows[i] = 0
+            self._oldest[i] = None
+
+    def _send(self, i: int, batch: pa.RecordBatch) -> None:
+        self._subs[i].add(batch, self._cancelled)
+
+    def flush_all(self) -> None:
+        for i in range(self._n):
+            self._flush(i)
+
+    def flush_if_due(self) -> float | None:
+        """Flush channels whose oldest buffered batch is older than the buffer timeout; returns
+        seconds until the next flush is due (None when nothing is buffered)."""
+        now = time.monotonic()
+        next_due: float | None = None
+        for i in range(self._n):
+            oldest = self._oldest[i]
+            if oldest is None:
+                continue
+            due = oldest + self._timeout_s
+            if due <= now:
+                self._flush(i)
+            else:
+                next_due = due - now if next_due is None else min(next_due, due - now)
+        return next_due
+
+    # -- events -----------------------------------------------------------------------------
+    def broadcast_event(self, event: Any) -> None:
+        self.flush_all()
+        for sub in self._subs:
+            sub.add(event, self._cancelled)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self.broadcast_event(watermark)
+
+    def finish(self) -> None:
+        self.broadcast_event(END_OF_PARTITION)

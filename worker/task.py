@@ -1,0 +1,156 @@
+"""Task: one deployed subtask attempt, on a thread of its own.
+
+It builds the subtask's result partitions, input gate and operator chain from its
+TaskDeploymentDescriptor, runs the StreamTask, and reports each state change
+(INITIALIZING, RUNNING, then FINISHED / CANCELED / FAILED with the error)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+from yarnflow.common.config import Options, parse_duration_ms
+from yarnflow.common.messages import ErrorInfo, TaskDeploymentDescriptor, TaskExecutionStateUpdate
+from yarnflow.common.states import ExecutionState
+from yarnflow.worker.artifacts import ArtifactCache
+from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
+from yarnflow.worker.operators.base import RuntimeContext
+from yarnflow.worker.runtime.elements import EndOfPartition
+from yarnflow.worker.runtime.gate import ChannelReader, InputGate
+from yarnflow.worker.runtime.partition import ResultPartitionManager
+from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
+from yarnflow.worker.runtime.writer import RecordWriter
+
+log = logging.getLogger(__name__)
+
+
+class Task:
+    def __init__(self, tdd: TaskDeploymentDescriptor, *, resource_id: str, artifacts: ArtifactCache,
+                 partitions: ResultPartitionManager, data_client: DataClient,
+                 on_state: Callable[[TaskExecutionStateUpdate], None], location: str) -> None:
+        self.tdd = tdd
+        self.attempt_id = tdd.execution_attempt_id
+        self.state = ExecutionState.DEPLOYING
+        self._resource_id = resource_id
+        self._artifacts = artifacts
+        self._partitions = partitions
+        self._data_client = data_client
+        self._on_state = on_state
+        self._location = f"{location} / {tdd.display_name}"
+        self._cancelled = threading.Event()
+        self._gate: InputGate | None = None
+        self._stream_task: StreamTask | None = None
+        self._thread = threading.Thread(target=self._run, name=f"task {tdd.display_name}", daemon=True)
+
+    # -- control ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        if self.state.is_terminal or self._cancelled.is_set():
+            return
+        log.info("cancelling %s (%s)", self.tdd.display_name, self.attempt_id)
+        self._cancelled.set()
+        if self._gate is not None:
+            self._gate.cancel()
+        for rpd in self.tdd.result_partitions:
+            self._partitions.release(rpd.partition_id)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- run --------------------------------------------------------------------------------
+    def _report(self, state: ExecutionState, error: ErrorInfo | None = None) -> None:
+        self.state = state
+        st = self._stream_task
+        self._on_state(TaskExecutionStateUpdate(
+            self.tdd.job_id, self.attempt_id, state, error,
+            records_in=st.records_in if st else 0, records_out=st.tail.records_out if st else 0))
+
+    def _run(self) -> None:
+        tdd = self.tdd
+        try:
+            self._report(ExecutionState.INITIALIZING)
+            self._stream_task = self._build()
+            if self._cancelled.is_set():
+                raise TaskCancelledError("cancelled before it ran")
+            if self._gate is not None:
+                self._gate.start()
+            self._report(ExecutionState.RUNNING)
+            self._stream_task.invoke()
+            if self._cancelled.is_set():
+                raise TaskCancelledError("cancelled")
+            log.info("%s finished", tdd.display_name)
+            self._report(ExecutionState.FINISHED)
+        except BaseException as exc:  # noqa: BLE001 - every outcome is reported
+            if self._cancelled.is_set():
+                log.info("%s canceled", tdd.display_name)
+                self._report(ExecutionState.CANCELED)
+            else:
+                log.warning("%s failed: %s", tdd.display_name, exc, exc_info=True)
+                self._report(ExecutionState.FAILED, ErrorInfo.from_exception(exc, self._location))
+                for rpd in tdd.result_partitions:
+                    self._partitions.release(rpd.partition_id)
+        finally:
+            if self._gate is not None:
+                self._gate.cancel()
+                self._gate.join(2.0)
+
+    def _build(self) -> StreamTask:
+        tdd = self.tdd
+        conf = tdd.config
+        batch_size = int(conf.get(Options.BATCH_SIZE.key, "65536"))
+        capacity = int(conf.get(Options.BUFFERS_PER_CHANNEL.key, "8"))
+        buffer_timeout = parse_duration_ms(conf.get(Options.BUFFER_TIMEOUT.key, "100 ms"))
+        chain = self._artifacts.load_chain(tdd.artifact_uri, tdd.artifact_sha256, tdd.vertex_id)
+        cancelled = self._cancelled.is_set
+        writers = []
+        for rpd in tdd.result_partitions:
+            partition = self._partitions.create(rpd.partition_id, rpd.num_subpartitions, capacity)
+            writers.append(RecordWriter(partition, rpd.partitioner, rpd.key_columns, rpd.consumer_max_parallelism,
+                                        batch_size, buffer_timeout, cancelled, tdd.subtask_index))
+        channel_inputs: list[int] = []
+        channels = []
+        for g in tdd.input_gates:
+            for ch in g.channels:
+                channel_inputs.append(g.input_index)
+                channels.append(ch)
+        if channels:
+            gate = InputGate(len(channels), capacity)
+            for i, ch in enumerate(channels):
+                gate.add_reader(self._reader(gate, i, ch))
+            self._gate = gate
+        st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name)
+        base = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,
+                    parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
+                    attempt_number=tdd.attempt_number, runtime_mode=tdd.runtime_mode,
+                    job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size)
+        st.wire(lambda op: RuntimeContext(**base))
+        return st
+
+    def _reader(self, gate: InputGate, index: int, ch: Any) -> ChannelReader:
+        name = f"{self.tdd.display_name} <- {ch.partition_id}/{ch.subpartition_index}"
+        if ch.producer_resource_id == self._resource_id:
+            partitions = self._partitions
+
+            def local_source(push: Callable[[Any], bool]) -> None:
+                partition = partitions.wait_for(ch.partition_id, 30.0)
+                if partition is None:
+                    raise PartitionNotFoundError(f"local partition {ch.partition_id} was never produced")
+                sub = partition.subpartitions[ch.subpartition_index]
+                while not gate.cancelled:
+                    element = sub.take(0.5)
+                    if element is None:
+                        continue
+                    if not push(element) or isinstance(element, EndOfPartition):
+                        return
+
+            return ChannelReader(gate, index, name, local_source, lambda: None)
+        stream = self._data_client.open(ch.producer_data_address, ch.partition_id, ch.subpartition_index,
+                                       ch.producer_resource_id)
+        return ChannelReader(gate, index, name, stream.run, stream.cancel)

@@ -1,0 +1,280 @@
+"""The TaskExecutor shell: registers with the ResourceManager, heartbeats, keeps the slot
+table, offers slots to JobMasters, runs tasks and reports their states.
+
+State lives on the main thread (``MainThreadExecutor``); blocking calls to the AppMaster run
+on helper threads and post their outcome back. When no ResourceManager has answered for
+``taskmanager.registration.timeout`` the TaskExecutor shuts itself down: it never lingers as
+an orphan after its AppMaster is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import (
+    FencingTokenError,
+    NotFoundError,
+    RefusedError,
+    RpcError,
+    UnavailableError,
+)
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
+from yarnflow.common.messages import (
+    ResourceProfile,
+    SlotOffer,
+    TaskDeploymentDescriptor,
+    TaskExecutionStateUpdate,
+    TaskExecutorRegistration,
+)
+from yarnflow.common.rpc.endpoint import MainThreadExecutor
+from yarnflow.common.rpc.gateways import (
+    TASK_EXECUTOR,
+    RemoteJobMasterGateway,
+    RemoteResourceManagerGateway,
+    TaskExecutorHandler,
+)
+from yarnflow.common.rpc.server import RpcServer
+from yarnflow.worker.artifacts import ArtifactCache
+from yarnflow.worker.network.flight import DataClient, DataServer
+from yarnflow.worker.runtime.partition import ResultPartitionManager
+from yarnflow.worker.task import Task
+from yarnflow.worker.taskexecutor.slot_table import SlotState, SlotTable
+
+log = logging.getLogger(__name__)
+
+
+class TaskExecutor:
+    def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str) -> None:
+        self.config = config
+        self.resource_id = resource_id
+        self._rm_address = rm_address
+        self._rpc_timeout = config[Options.RPC_TIMEOUT]
+        self._registration_timeout_ms = config[Options.TM_REGISTRATION_TIMEOUT]
+        self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
+        host = config[Options.TM_HOST]
+        num_slots = config[Options.NUM_SLOTS]
+        profile = ResourceProfile(config[Options.TM_CPU] / num_slots,
+                                  config[Options.TM_MEMORY] // (1 << 20) // num_slots)
+        self.slots = SlotTable(num_slots, profile)
+        self._main = MainThreadExecutor(f"taskexecutor-{resource_id}")
+        self._io = ThreadPoolExecutor(4, thread_name_prefix="te-io")
+        self._updates = ThreadPoolExecutor(1, thread_name_prefix="te-updates")  # keeps per-task order
+        self.partitions = ResultPartitionManager()
+        self._data_server = DataServer(host, self.partitions)
+        self._data_client = DataClient()
+        self._artifacts = ArtifactCache(os.path.join(work_dir, "artifacts"))
+        self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorHandler(self).processor()},
+                              name=f"taskexecutor-{resource_id}")
+        self._rm = RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
+        self._jms: dict[str, RemoteJobMasterGateway] = {}
+        self.tasks: dict[ExecutionAttemptID, Task] = {}
+        self._rm_token = ""
+        self._registration_id = ""
+        self._last_rm_contact = time.monotonic()
+        self._stopped = threading.Event()
+        self.exit_reason = ""
+        self._num_slots, self._profile = num_slots, profile
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> TaskExecutor:
+        self._rpc.start()
+        self._main.start()
+        threading.Thread(target=self._heartbeat_loop, name="te-heartbeat", daemon=True).start()
+        log.info("TaskExecutor %s started: rpc %s, data %s, %d slots", self.resource_id, self._rpc.address,
+                 self._data_server.address, self._num_slots)
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    def shutdown(self, reason: str) -> None:
+        if self._stopped.is_set():
+            return
+        self.exit_reason = reason
+        log.info("TaskExecutor %s shutting down: %s", self.resource_id, reason)
+        try:
+            self._main.call(self._cancel_all, timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+        for task in list(self.tasks.values()):
+            task.join(2.0)
+        self._rpc.stop()
+        self.partitions.close()
+        try:
+            self._data_server.shutdown()
+        except Exception:  # noqa: BLE001
+            log.debug("data server shutdown", exc_info=True)
+        self._data_client.close()
+        self._main.stop()
+        self._io.shutdown(wait=False, cancel_futures=True)
+        self._updates.shutdown(wait=False, cancel_futures=True)
+        self._stopped.set()
+
+    def _cancel_all(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+
+    # -- ResourceManager connection ---------------------------------------------------------
+    def _registration(self) -> TaskExecutorRegistration:
+        return TaskExecutorRegistration(self.resource_id, self._rpc.address, self._data_server.address,
+                                        self._num_slots, self._profile, os.getpid(), socket.gethostname())
+
+    def _heartbeat_loop(self) -> None:
+        """Register, then heartbeat; gives up after the registration timeout without contact."""
+        while not self._stopped.is_set():
+            try:
+                if not self._registration_id:
+                    resp = self._rm.register_task_executor(self._registration())
+                    if not resp.accepted:
+                        raise RefusedError(resp.reason)
+                    self._main.call(self._on_registered, resp.fencing_token, resp.registration_id)
+                    log.info("registered at the ResourceManager %s", self._rm_address)
+                else:
+                    report = self._main.call(self.slots.report)
+                    self._rm.heartbeat_from_task_executor(self._rm_token, self._registration_id, report)
+                self._last_rm_contact = time.monotonic()
+            except (RefusedError, FencingTokenError, NotFoundError) as exc:
+                log.info("ResourceManager does not know this TaskExecutor (%s): registering again", exc)
+                self._registration_id = ""
+                self._last_rm_contact = time.monotonic()
+                continue
+            except (RpcError, UnavailableError) as exc:
+                silent_ms = (time.monotonic() - self._last_rm_contact) * 1000
+                log.warning("cannot reach the ResourceManager at %s for %.0f ms: %s", self._rm_address,
+                            silent_ms, exc)
+                if silent_ms > self._registration_timeout_ms:
+                    threading.Thread(target=self.shutdown, name="te-shutdown", daemon=True, args=(
+                        f"no ResourceManager answered for {silent_ms / 1000:.1f} s "
+                        f"(taskmanager.registration.timeout)",)).start()
+                    return
+            self._stopped.wait(self._heartbeat_ms / 1000.0)
+
+    def _on_registered(self, token: str, registration_id: str) -> None:
+        self._rm_token, self._registration_id = token, registration_id
+
+    # -- TaskExecutorService (called on RPC threads, run on the main thread) -----------------
+    def request_slot(self, rm_token: str, slot_index: int, job_id: JobID, allocation_id: AllocationID,
+                     profile: ResourceProfile, jobmaster_address: str, jobmaster_token: str) -> None:
+        self._main.call(self._request_slot, rm_token, slot_index, job_id, allocation_id, jobmaster_address,
+                        jobmaster_token)
+
+    def _request_slot(self, rm_token: str, slot_index: int, job_id: JobID, allocation_id: AllocationID,
+                      jobmaster_address: str, jobmaster_token: str) -> None:
+        if rm_token != self._rm_token:
+            raise FencingTokenError(f"requestSlot with a stale ResourceManager token")
+        if self.slots.allocate(slot_index, job_id, allocation_id, jobmaster_address, jobmaster_token):
+            log.info("slot %d allocated to %s of job %s", slot_index, allocation_id, job_id)
+            slot = self.slots.get(allocation_id)
+            assert slot is not None
+            offer = SlotOffer(allocation_id, slot_index, slot.profile)
+            self._io.submit(self._offer, job_id, jobmaster_address, jobmaster_token, offer)
+
+    def _jm(self, address: str) -> RemoteJobMasterGateway:
+        gw = self._jms.get(address)
+        if gw is None:
+            gw = self._jms[address] = RemoteJobMasterGateway(address, self._rpc_timeout)
+        return gw
+
+    def _offer(self, job_id: JobID, address: str, token: str, offer: SlotOffer) -> None:
+        try:
+            accepted = self._main.call(self._jm, address).offer_slots(token, job_id, self.resource_id, [offer])
+        except RpcError as exc:
+            log.warning("offering slot %s to the JobMaster of %s failed: %s", offer.allocation_id, job_id, exc)
+            accepted = []
+        self._main.execute(self._on_offer_result, offer, bool(accepted))
+
+    def _on_offer_result(self, offer: SlotOffer, accepted: bool) -> None:
+        if accepted:
+            self.slots.mark_active(offer.allocation_id)
+        else:
+            log.info("slot offer %s declined: freeing it", offer.allocation_id)
+            self.slots.free(offer.allocation_id)
+
+    def submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None:
+        self._main.call(self._submit_task, jm_token, tdd)
+
+    def _submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None:
+        slot = self.slots.get(tdd.allocation_id)
+        if slot is None:
+            raise NotFoundError(f"no slot for allocation {tdd.allocation_id} on {self.resource_id}")
+        if jm_token != slot.jobmaster_token or slot.job_id != tdd.job_id:
+            raise FencingTokenError(f"submitTask for {tdd.display_name} with a stale JobMaster token")
+        if tdd.execution_attempt_id in self.tasks:
+            return  # duplicate: already running
+        if slot.state == SlotState.ALLOCATED:  # the offer's answer may still be on its way
+            slot.state = SlotState.ACTIVE
+        self.slots.add_task(tdd.allocation_id, tdd.execution_attempt_id)
+        address, token = slot.jobmaster_address, slot.jobmaster_token
+        task = Task(tdd, resource_id=self.resource_id, artifacts=self._artifacts, partitions=self.partitions,
+                    data_client=self._data_client,
+                    on_state=lambda u: self._updates.submit(self._send_update, address, token, u),
+                    location=f"TaskExecutor {self.resource_id} (pid {os.getpid()} on {socket.gethostname()})")
+        self.tasks[tdd.execution_attempt_id] = task
+        log.info("deploying %s (%s)", tdd.display_name, tdd.execution_attempt_id)
+        task.start()
+
+    def _send_update(self, address: str, token: str, update: TaskExecutionStateUpdate) -> None:
+        if update.state.is_terminal:
+            self._main.execute(self._task_done, update.execution_attempt_id)
+        for attempt in range(3):
+            try:
+                self._main.call(self._jm, address).update_task_execution_state(token, update)
+                return
+            except (FencingTokenError, NotFoundError) as exc:
+                log.debug("JobMaster ignored %s: %s", update.state.name, exc)
+                return
+            except RpcError as exc:
+                log.warning("reporting %s of %s failed (try %d): %s", update.state.name,
+                            update.execution_attempt_id, attempt + 1, exc)
+                time.sleep(0.2 * (attempt + 1))
+
+    def _task_done(self, attempt_id: ExecutionAttemptID) -> None:
+        self.tasks.pop(attempt_id, None)
+        self.slots.remove_task(attempt_id)
+
+    def cancel_task(self, jm_token: str, attempt_id: ExecutionAttemptID) -> None:
+        self._main.call(self._cancel_task, jm_token, attempt_id)
+
+    def _cancel_task(self, jm_token: str, attempt_id: ExecutionAttemptID) -> None:
+        task = self.tasks.get(attempt_id)
+        if task is None:
+            log.debug("cancel of unknown task %s ignored", attempt_id)
+            return
+        slot = self.slots.get(task.tdd.allocation_id)
+        if slot is not None and jm_token != slot.jobmaster_token:
+            raise FencingTokenError("cancelTask with a stale JobMaster token")
+        task.cancel()
+
+    def free_slot(self, jm_token: str, allocation_id: AllocationID, reason: str) -> None:
+        self._main.call(self._free_slot, jm_token, allocation_id, reason)
+
+    def _free_slot(self, jm_token: str, allocation_id: AllocationID, reason: str) -> None:
+        slot = self.slots.get(allocation_id)
+        if slot is None:
+            return
+        if jm_token != slot.jobmaster_token:
+            raise FencingTokenError("freeSlot with a stale JobMaster token")
+        job_id = slot.job_id
+        for attempt in list(slot.tasks):
+            task = self.tasks.get(attempt)
+            if task is not None:
+                task.cancel()
+        self.slots.free(allocation_id)
+        log.info("freed slot of %s (%s)", allocation_id, reason)
+        if job_id is not None and job_id not in self.slots.jobs():
+            self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."))
+
+    def disconnect_resource_manager(self, rm_token: str, reason: str) -> None:
+        if rm_token != self._rm_token:
+            raise FencingTokenError("disconnect with a stale ResourceManager token")
+        if reason.startswith("shutdown"):
+            threading.Thread(target=self.shutdown, args=(f"the ResourceManager asked: {reason}",),
+                             daemon=True).start()
+        else:
+            self._registration_id = ""
