@@ -57,7 +57,8 @@ def _dispatcher(address: str) -> Any:
 
 def _rpc_error(address: str, exc: YarnflowError) -> CliError:
     if isinstance(exc, RpcConnectionError):
-        return CliError(f"cannot reach a yarnflow cluster at {address}: {exc}")
+        reason = str(exc).removeprefix(f"cannot reach {address}: ")
+        return CliError(f"cannot reach a yarnflow cluster at {address}: {reason}")
     return CliError(str(exc))
 
 
@@ -120,6 +121,7 @@ def run(address: str | None, parallelism: int | None, taskexecutors: int, slots:
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [job_file, *job_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(job_file)))
+    exited = False
     try:
         runpy.run_path(job_file, run_name="__main__")
     except JobFailedError as exc:
@@ -137,6 +139,7 @@ def run(address: str | None, parallelism: int | None, taskexecutors: int, slots:
     except SystemExit as exc:
         if exc.code not in (0, None):
             raise
+        exited = True  # the job chose to stop (e.g. its --help): not an error
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
@@ -149,7 +152,7 @@ def run(address: str | None, parallelism: int | None, taskexecutors: int, slots:
         sys.argv = old_argv
         sys.path[:] = old_path
         executors.set_context(None)
-    if not ctx.results and not ctx.submitted:
+    if not ctx.results and not ctx.submitted and not exited:
         raise CliError(f"{job_file} defined no job: build a pipeline and call env.execute(...)")
     for result in ctx.results:
         where = _result_locations(result)

@@ -5,6 +5,7 @@ error. Every error is translated into the project's own exceptions (``rpc.errors
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from typing import Any, Callable
@@ -15,6 +16,9 @@ from thrift.transport import TSocket, TTransport
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.rpc.errors import from_wire_error
 from yarnflow.common.rpc.server import protocol_factory
+
+# TSocket logs every failed connect at ERROR; callers get a RpcConnectionError instead.
+logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -1,0 +1,150 @@
+"""Shared fixtures: processes started by a test are tagged through their environment
+(YARNFLOW_TEST_TAG, inherited by every child), so a test can find, check and kill by pid
+everything it started, and no process outlives its test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import psutil
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TAG_VAR = "YARNFLOW_TEST_TAG"
+
+
+def tagged_processes(tag: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(TAG_VAR) == tag:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def kill_tagged(tag: str) -> list[str]:
+    """Kill (SIGKILL, by pid) every live process carrying ``tag``; returns what was killed."""
+    killed = []
+    for proc in tagged_processes(tag):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            killed.append(" ".join(proc.cmdline()[:6]))
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    return killed
+
+
+def wait_no_tagged(tag: str, timeout_s: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        live = [p for p in tagged_processes(tag) if _alive(p)]
+        if not live or time.monotonic() > deadline:
+            return live
+        time.sleep(0.1)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@dataclass
+class Cli:
+    """Runs ``yarnflow`` as a user would, in a fresh process tagged for this test."""
+
+    tag: str
+    env: dict[str, str]
+    cwd: str
+    background: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    def run(self, *args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "yarnflow", *args], capture_output=True, text=True,
+                              timeout=timeout, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"yarnflow {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "yarnflow", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.cwd,
+                                stdin=subprocess.DEVNULL)
+        self.background.append(proc)
+        return proc
+
+
+@pytest.fixture
+def process_tag() -> Iterator[str]:
+    """A tag for the processes of this test; on teardown, none may be left (they are killed
+    and the test fails if any were)."""
+    tag = uuid.uuid4().hex
+    yield tag
+    live = wait_no_tagged(tag, 15.0)
+    if live:
+        killed = kill_tagged(tag)
+        pytest.fail(f"processes outlived the test and were killed: {killed}")
+
+
+@pytest.fixture
+def cli(process_tag: str, tmp_path) -> Iterator[Cli]:  # type: ignore[no-untyped-def]
+    env = dict(os.environ)
+    env[TAG_VAR] = process_tag
+    env["YARNFLOW_LOG_LEVEL"] = "INFO"
+    env.pop("PYTHONHASHSEED", None)
+    c = Cli(process_tag, env, str(tmp_path))
+    yield c
+    for proc in c.background:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+# Fast failure detection for tests that kill things on purpose.
+FAST_CONF = {
+    "heartbeat.interval": "200 ms",
+    "heartbeat.timeout": "2 s",
+    "taskmanager.registration.timeout": "5 s",
+    "slot.request.timeout": "60 s",
+}
+
+
+@pytest.fixture
+def local_cluster(process_tag: str, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """Factory: ``local_cluster(taskexecutors=2, slots=2, **conf)`` starts a LocalCluster whose
+    processes carry this test's tag; all are stopped on teardown."""
+    from yarnflow.local_cluster import LocalCluster
+
+    monkeypatch.setenv(TAG_VAR, process_tag)
+    started: list[LocalCluster] = []
+
+    def start(taskexecutors: int = 2, slots: int = 2, **conf: str) -> LocalCluster:
+        merged = {**FAST_CONF, **{k.replace("__", "."): v for k, v in conf.items()}}
+        cluster = LocalCluster(taskexecutors, slots, merged, work_dir=str(tmp_path / f"cluster{len(started)}"))
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in started:
+        cluster.stop()

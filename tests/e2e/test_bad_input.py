@@ -1,0 +1,133 @@
+"""Bad input through the CLI: clear one-line errors, non-zero exits, nothing left running
+(the ``cli`` fixture fails the test if any process it started is still alive)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.e2e.jobs import WORDCOUNT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def _job(tmp_path, body: str, name: str = "job.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def test_job_file_that_raises_shows_the_error_and_its_line(cli, tmp_path):
+    job = _job(tmp_path, """\
+        import yarnflow
+        env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+        raise ValueError("no such table: sales")
+    """)
+    proc = cli.run("run", job)
+    assert proc.returncode == 1
+    assert "ValueError: no such table: sales" in proc.stderr
+    assert f'File "{job}", line 3' in proc.stderr
+    assert "Traceback" not in proc.stderr  # only the user's frames, not the CLI's
+
+
+def test_job_file_with_syntax_error(cli, tmp_path):
+    job = _job(tmp_path, "def broken(:\n")
+    proc = cli.run("run", job)
+    assert proc.returncode == 1
+    assert "SyntaxError" in proc.stderr and "line 1" in proc.stderr
+
+
+def test_job_file_that_defines_no_job(cli, tmp_path):
+    proc = cli.run("run", _job(tmp_path, "x = 1\n"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'job.py'} defined no job: build a pipeline and call env.execute(...)"]
+
+
+def test_pipeline_without_sink_is_rejected_before_anything_starts(cli, tmp_path):
+    job = _job(tmp_path, """\
+        import yarnflow
+        env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+        env.from_collection([1, 2, 3]).map(lambda r: r)
+        env.execute("nosink")
+    """)
+    proc = cli.run("run", job)
+    assert proc.returncode == 1
+    assert "the pipeline has no sink" in proc.stderr
+    assert "Submitted" not in proc.stderr
+
+
+def test_missing_job_file(cli, tmp_path):
+    proc = cli.run("run", str(tmp_path / "nope.py"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"error: job file {tmp_path / 'nope.py'} does not exist"
+
+
+def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
+    job = _job(tmp_path, """\
+        import yarnflow
+
+        def parse(row):
+            return {"n": int(row["s"])}
+
+        env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+        env.from_collection({"s": ["1", "2", "x"]}).map(parse, name="parse").print()
+        env.execute("bad-data")
+    """)
+    proc = cli.run("run", job)
+    assert proc.returncode == 1
+    err = proc.stderr
+    assert "job bad-data" in err and "failed" in err
+    assert "operator 'parse'" in err
+    assert "invalid literal for int() with base 10: 'x'" in err
+    assert 'line 4, in parse' in err  # the user function's own frame, from the TaskExecutor
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-D", "no.such.key=1"], "error: unknown configuration key 'no.such.key' (from -D)"),
+    (["-D", "heartbeat.intervall=1 s"], "did you mean 'heartbeat.interval'?"),
+    (["-D", "heartbeat.interval=soon"], "error: bad value 'soon' for configuration key 'heartbeat.interval'"),
+    (["-D", "taskmanager.numberOfTaskSlots=0"], "'taskmanager.numberOfTaskSlots'"),
+    (["-D", "nonsense"], "error: bad -D argument 'nonsense': expected key=value"),
+])
+def test_bad_configuration_is_one_clear_line(cli, args, message):
+    proc = cli.run("run", *args, WORDCOUNT)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0]
+
+
+def test_unknown_cli_option_is_one_clear_line(cli):
+    proc = cli.run("run", "--frobnicate", WORDCOUNT)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: No such option") and "--frobnicate" in lines[0]
+    assert lines[0].endswith("(see `yarnflow run --help`)")
+
+
+@pytest.mark.parametrize("command", [["list"], ["cancel", "abc"], ["info", "abc"], ["session", "stop"],
+                                     ["run", WORDCOUNT]])
+def test_unreachable_address_is_one_clear_line(cli, command):
+    split = 2 if command[0] == "session" else 1
+    argv = [*command[:split], "--address", "127.0.0.1:1", *command[split:]]
+    proc = cli.run(*argv)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: cannot reach a yarnflow cluster at 127.0.0.1:1")
+
+
+def test_bad_address_format(cli):
+    proc = cli.run("list", "--address", "localhost")
+    assert proc.returncode == 1
+    assert "expected HOST:PORT" in proc.stderr
+
+
+def test_every_command_has_help(cli):
+    for command in (["--help"], ["run", "--help"], ["list", "--help"], ["cancel", "--help"], ["info", "--help"],
+                    ["session", "--help"], ["session", "start", "--help"], ["session", "stop", "--help"]):
+        proc = cli.run(*command)
+        assert proc.returncode == 0, command
+        assert "Usage: yarnflow" in proc.stdout

@@ -1,0 +1,80 @@
+"""Session mode: one long-running local cluster, many jobs, list and cancel."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.e2e.jobs import WORDCOUNT, reference_wordcount, slow_job, write_text_corpus
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+def _address(session) -> str:
+    line = session.stdout.readline()
+    m = re.search(r"running at (\S+:\d+)", line)
+    assert m, f"no address in {line!r}: {session.stderr.read() if session.poll() is not None else ''}"
+    return m.group(1)
+
+
+def _jobs(cli, address):
+    proc = cli.run("list", "--address", address, "--json", check=True)
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_session_runs_lists_cancels_and_stops(cli, tmp_path):
+    session = cli.start("session", "start", "--target", "local", "--taskexecutors", "2", "--slots", "2",
+                        "-D", "execution.batch-size=10")
+    address = _address(session)
+
+    # two jobs, one after the other, on the same cluster
+    lines = write_text_corpus(str(tmp_path / "in"), files=2, lines_per_file=1000)
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        proc = cli.run("run", "--address", address, WORDCOUNT, "--input", str(tmp_path / "in"), "--output", str(out))
+        assert proc.returncode == 0, proc.stderr
+        t = pq.read_table(str(out))
+        assert dict(zip(t["word"].to_pylist(), t["count"].to_pylist())) == reference_wordcount(lines)
+
+    jobs = _jobs(cli, address)
+    assert [j["state"] for j in jobs] == ["FINISHED", "FINISHED"]
+    assert all(j["name"] == "wordcount" and j["duration_s"] >= 0 and j["start"] for j in jobs)
+
+    # a long job, cancelled from another client
+    runner = cli.start("run", "--address", address, "--no-progress",
+                       slow_job(str(tmp_path / "slow.py"), str(tmp_path / "slow_out"), rows=2000))
+    deadline = time.monotonic() + 60
+    slow = None
+    while time.monotonic() < deadline:
+        slow = next((j for j in _jobs(cli, address) if j["name"] == "slow"), None)
+        if slow and slow["state"] == "RUNNING":
+            break
+        time.sleep(0.2)
+    assert slow and slow["state"] == "RUNNING"
+    table = cli.run("list", "--address", address, check=True).stdout
+    assert slow["id"] in table and "RUNNING" in table
+
+    proc = cli.run("cancel", "--address", address, slow["id"])
+    assert proc.returncode == 0, proc.stderr
+    runner.wait(60)
+    assert runner.returncode == 1
+    assert "canceled" in runner.stderr.read()
+    assert next(j for j in _jobs(cli, address) if j["id"] == slow["id"])["state"] == "CANCELED"
+    assert not (tmp_path / "slow_out" / "part-00000.parquet").exists()  # nothing committed by a canceled job
+
+    # cancelling again, or an unknown job: a clear one-line error
+    again = cli.run("cancel", "--address", address, slow["id"])
+    assert again.returncode == 1 and "already ended CANCELED" in again.stderr
+    unknown = cli.run("cancel", "--address", address, "0" * 32)
+    assert unknown.returncode == 1 and "no job" in unknown.stderr
+
+    stop = cli.run("session", "stop", "--address", address)
+    assert stop.returncode == 0, stop.stderr
+    session.wait(30)
+    assert session.returncode == 0
+    after = cli.run("list", "--address", address)
+    assert after.returncode == 1 and "cannot reach" in after.stderr

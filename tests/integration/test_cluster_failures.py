@@ -1,0 +1,173 @@
+"""Failure paths of a real local cluster: a TaskExecutor killed with SIGKILL, garbage on the
+AppMaster's port, TaskExecutors whose AppMaster is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from tests.e2e.jobs import slow_job
+from yarnflow import executors
+from yarnflow.common.errors import JobFailedError
+from yarnflow.common.states import JobStatus
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def _run_in_thread(address: str, job_file: str, conf: dict[str, str]):
+    """Runs the job file against ``address`` on a thread; returns (thread, outcome dict)."""
+    import runpy
+
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        ctx = executors.ClusterContext(address, conf, job_file, progress=False)
+        executors.set_context(ctx)
+        try:
+            runpy.run_path(job_file, run_name="__main__")
+            outcome["ok"] = True
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+        finally:
+            executors.set_context(None)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, outcome
+
+
+def _wait_running(gw, name: str, timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for j in gw.list_jobs():
+            if j.name == name and j.status == JobStatus.RUNNING and all(
+                    v.state_counts.get(4, 0) == v.parallelism for v in j.vertices):
+                return j
+        time.sleep(0.1)
+    raise AssertionError(f"job {name} did not reach RUNNING")
+
+
+def _te_processes(cluster) -> list[psutil.Process]:
+    am = psutil.Process(cluster.proc.pid)
+    return [p for p in am.children() if "yarnflow.worker" in " ".join(p.cmdline())]
+
+
+def _resource_id(proc: psutil.Process) -> str:
+    cmd = proc.cmdline()
+    return cmd[cmd.index("--resource-id") + 1]
+
+
+def test_sigkill_of_a_taskexecutor_fails_the_job_naming_it(local_cluster, tmp_path):
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    gw = cluster.gateway()
+    job = slow_job(str(tmp_path / "slow.py"), str(tmp_path / "out"), rows=4000)
+    thread, outcome = _run_in_thread(cluster.address, job, {"execution.batch-size": "10"})
+    _wait_running(gw, "slow")
+    victim = _te_processes(cluster)[0]
+    rid = _resource_id(victim)
+    victim.send_signal(signal.SIGKILL)
+    thread.join(60)
+    assert not thread.is_alive()
+    error = outcome.get("error")
+    assert isinstance(error, JobFailedError), outcome
+    assert rid in str(error)
+    [job_info] = [j for j in gw.list_jobs() if j.name == "slow"]
+    assert job_info.status == JobStatus.FAILED
+    assert rid in job_info.failure_cause.message
+    assert "SIGKILL" in job_info.failure_cause.message or "heartbeat" in job_info.failure_cause.message
+    # the cluster survives and replaces the lost TaskExecutor
+    deadline = time.monotonic() + 30
+    while gw.cluster_info().registered_taskexecutors < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gw.cluster_info().registered_taskexecutors == 2
+    assert not (tmp_path / "out" / "part-00000.parquet").exists()
+    gw.close()
+
+
+def test_heartbeat_timeout_marks_a_frozen_taskexecutor_lost(local_cluster, tmp_path):
+    """SIGSTOP: the process is alive but silent; only the heartbeat timeout can notice."""
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    gw = cluster.gateway()
+    job = slow_job(str(tmp_path / "slow.py"), str(tmp_path / "out"), rows=4000)
+    thread, outcome = _run_in_thread(cluster.address, job, {"execution.batch-size": "10"})
+    _wait_running(gw, "slow")
+    victim = _te_processes(cluster)[0]
+    rid = _resource_id(victim)
+    victim.send_signal(signal.SIGSTOP)
+    try:
+        thread.join(60)
+        assert isinstance(outcome.get("error"), JobFailedError), outcome
+        [job_info] = [j for j in gw.list_jobs() if j.name == "slow"]
+        assert job_info.status == JobStatus.FAILED
+        assert rid in job_info.failure_cause.describe()
+    finally:
+        if victim.is_running():
+            victim.send_signal(signal.SIGCONT)
+    gw.close()
+
+
+def test_garbage_on_the_appmaster_port_does_not_crash_it(local_cluster, tmp_path):
+    cluster = local_cluster(taskexecutors=1, slots=2)
+    host, port = cluster.address.rsplit(":", 1)
+    payloads = [os.urandom(4096), b"\x80\x01\x00\x01" + b"\xff" * 64, b"\x00\x00\x00\x0b" + b"A" * 11,
+                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\x80\x01\x00\x01\x7f\xff\xff\xffsubmitJob", b""]
+    for payload in payloads:
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            try:
+                s.recv(1024)
+            except OSError:
+                pass
+    assert cluster.proc.poll() is None
+    gw = cluster.gateway()
+    info = gw.cluster_info()
+    assert info.registered_taskexecutors == 1 and info.total_slots == 2
+    gw.close()
+
+
+def test_taskexecutor_exits_when_no_resource_manager_answers(process_tag, tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    env = {**os.environ, "YARNFLOW_TEST_TAG": process_tag}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "yarnflow.worker", "--resource-id", "te-orphan", "--rm-address", dead,
+                           "--work-dir", str(tmp_path), "-D", "taskmanager.registration.timeout=2 s",
+                           "-D", "heartbeat.interval=200 ms"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0
+    assert time.monotonic() - start < 30
+    assert "no ResourceManager answered" in proc.stderr
+
+
+def test_taskexecutors_die_with_a_killed_appmaster(local_cluster, process_tag):
+    cluster = local_cluster(taskexecutors=2, slots=1)
+    tes = _te_processes(cluster)
+    assert len(tes) == 2
+    cluster.proc.send_signal(signal.SIGKILL)
+    cluster.proc.wait(10)
+    gone, alive = psutil.wait_procs(tes, timeout=20)
+    assert not alive, [p.pid for p in alive]
+
+
+def test_zombie_taskexecutor_exits_when_its_appmaster_freezes(local_cluster):
+    """An AppMaster that stops answering (SIGSTOP; the process still exists, so no parent-death
+    signal) is noticed through the registration timeout."""
+    cluster = local_cluster(taskexecutors=1, slots=1, **{"taskmanager__registration__timeout": "2 s"})
+    [te] = _te_processes(cluster)
+    cluster.proc.send_signal(signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and te.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.1)  # its parent is stopped, so it stays a zombie once it has exited
+        assert te.status() == psutil.STATUS_ZOMBIE
+    finally:
+        cluster.proc.send_signal(signal.SIGCONT)
