@@ -220,6 +220,7 @@ class JobStatusInfo(Message):
     end_time_ms: int = 0
     vertices: list[VertexStatus] = field(default_factory=list)
     failure_cause: Optional[ErrorInfo] = None
+    all_running_time_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,7 @@ struct JobStatusInfo {
   5: i64 end_time_ms,             // 0 while running
   6: list<VertexStatus> vertices,
   7: optional ErrorInfo failure_cause,
+  8: i64 all_running_time_ms,      // when every subtask first reported RUNNING (0: not yet)
 }
 
 struct JobResult {

@@ -51,6 +51,7 @@ class JobMaster:
         self.failure_cause: ErrorInfo | None = None
         self.start_time_ms = SystemClock().now_ms()
         self.end_time_ms = 0
+        self.all_running_time_ms = 0
         self.result: JobResult | None = None
         self._config = config
         self._task_config = config.with_overrides(job_graph.config).to_strings()
@@ -118,7 +119,7 @@ class JobMaster:
 
     def _status_info(self) -> JobStatusInfo:
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
-                             self.graph.vertex_statuses(), self.failure_cause)
+                             self.graph.vertex_statuses(), self.failure_cause, self.all_running_time_ms)
 
     # -- slots ------------------------------------------------------------------------------
     def offer_slots(self, token: str, resource_id: ResourceID, offers: list[SlotOffer]) -> list[SlotOffer]:
@@ -203,6 +204,9 @@ class JobMaster:
             log.debug("%s: ignoring %s -> %s", ex.vertex.name, ex.state.name, target.name)
             return False
         ex.transition(target)
+        if not self.all_running_time_ms and target in (ExecutionState.RUNNING, ExecutionState.FINISHED) and all(
+                e.state in (ExecutionState.RUNNING, ExecutionState.FINISHED) for e in self.graph.current_executions()):
+            self.all_running_time_ms = SystemClock().now_ms()
         self._check_job()
         return True
 

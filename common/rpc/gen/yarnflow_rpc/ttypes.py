@@ -958,11 +958,12 @@ class JobStatusInfo(object):
      - end_time_ms
      - vertices
      - failure_cause
+     - all_running_time_ms
 
     """
 
 
-    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None,):
+    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None,):
         self.job_id = job_id
         self.name = name
         self.status = status
@@ -970,6 +971,7 @@ class JobStatusInfo(object):
         self.end_time_ms = end_time_ms
         self.vertices = vertices
         self.failure_cause = failure_cause
+        self.all_running_time_ms = all_running_time_ms
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1022,6 +1024,11 @@ class JobStatusInfo(object):
                     self.failure_cause.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.I64:
+                    self.all_running_time_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1062,6 +1069,10 @@ class JobStatusInfo(object):
         if self.failure_cause is not None:
             oprot.writeFieldBegin('failure_cause', TType.STRUCT, 7)
             self.failure_cause.write(oprot)
+            oprot.writeFieldEnd()
+        if self.all_running_time_ms is not None:
+            oprot.writeFieldBegin('all_running_time_ms', TType.I64, 8)
+            oprot.writeI64(self.all_running_time_ms)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2530,6 +2541,7 @@ JobStatusInfo.thrift_spec = (
     (5, TType.I64, 'end_time_ms', None, None, ),  # 5
     (6, TType.LIST, 'vertices', (TType.STRUCT, [VertexStatus, None], False), None, ),  # 6
     (7, TType.STRUCT, 'failure_cause', [ErrorInfo, None], None, ),  # 7
+    (8, TType.I64, 'all_running_time_ms', None, None, ),  # 8
 )
 all_structs.append(JobResult)
 JobResult.thrift_spec = (

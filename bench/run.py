@@ -1,0 +1,62 @@
+"""One entry point for every benchmark: ``python bench/run.py NAME [options]`` prints one JSON
+line with ``name``, the measured figures and ``verified`` (true when the result was checked).
+``python bench/run.py --list`` names them. Benchmarks are run by hand, never by the tests;
+record what you measure in bench/RESULTS.md with the command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rpc(args: argparse.Namespace) -> dict[str, Any]:
+    from rpc_bench import run_rpc
+
+    return run_rpc(calls=args.calls, warmup=args.warmup)
+
+
+def _submit_latency(args: argparse.Namespace) -> dict[str, Any]:
+    from submit_latency import run_submit_latency
+
+    return run_submit_latency(submissions=args.submissions, warmup=args.warmup)
+
+
+BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[..., dict[str, Any]]]] = {
+    "rpc": ("calls/s and latency of heartbeat-sized Thrift calls between two processes",
+            lambda p: (p.add_argument("--calls", type=int, default=20000),
+                       p.add_argument("--warmup", type=int, default=1000)), _rpc),
+    "submit-latency": ("session mode: submit -> RUNNING and submit -> FINISHED of a two-vertex job",
+                       lambda p: (p.add_argument("--submissions", type=int, default=50),
+                                  p.add_argument("--warmup", type=int, default=3)), _submit_latency),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        print("usage: python bench/run.py --list | NAME [options]")
+        return 0 if argv else 2
+    if argv[0] == "--list":
+        for name, (desc, _, _) in BENCHMARKS.items():
+            print(f"{name:16s} {desc}")
+        return 0
+    name = argv[0]
+    if name not in BENCHMARKS:
+        print(f"error: unknown benchmark {name!r}; `python bench/run.py --list` names them", file=sys.stderr)
+        return 2
+    desc, add_args, fn = BENCHMARKS[name]
+    parser = argparse.ArgumentParser(prog=f"bench/run.py {name}", description=desc)
+    add_args(parser)
+    result = fn(parser.parse_args(argv[1:]))
+    print(json.dumps(result))
+    return 0 if result.get("verified") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
