@@ -171,3 +171,27 @@ def test_zombie_taskexecutor_exits_when_its_appmaster_freezes(local_cluster):
         assert te.status() == psutil.STATUS_ZOMBIE
     finally:
         cluster.proc.send_signal(signal.SIGCONT)
+
+
+def test_keyed_exchange_crosses_taskexecutor_processes(local_cluster, tmp_path):
+    """With 2 TaskExecutors x 2 slots and parallelism 2, the slots are spread over both
+    TaskExecutors, so the hash exchange moves batches between processes (over Flight)."""
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    job = slow_job(str(tmp_path / "job.py"), str(tmp_path / "out"), rows=200, sleep_s=0.0, name="spread")
+    thread, outcome = _run_in_thread(cluster.address, job, {})
+    thread.join(60)
+    assert outcome.get("ok"), outcome
+    logs = {}
+    log_dir = os.path.join(cluster.work_dir, "log")
+    for name in os.listdir(log_dir):
+        if name.startswith("te-"):
+            with open(os.path.join(log_dir, name)) as fh:
+                logs[name] = fh.read()
+    placed = {name: sorted(line.split("deploying ")[1].split(" (")[0] + line.split(" (")[1][:4]
+                           for line in text.splitlines() if "deploying " in line)
+              for name, text in logs.items()}
+    assert len(placed) == 2 and all(len(v) == 2 for v in placed.values()), placed
+    # each TaskExecutor runs one subtask of each vertex: the keyed input of each sink subtask
+    # comes half from the other process
+    for tasks in placed.values():
+        assert len({t.split("(")[0] for t in tasks}) == 2

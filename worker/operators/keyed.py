@@ -46,9 +46,11 @@ class KeyedAggregate(Operator):
 
     def _names(self) -> list[str]:
         """Output column per aggregate: the column's own name (``sum("count")`` stays "count"),
-        "count" for a count, and ``<col>_<fn>`` where two aggregates would share a name."""
+        "count" for a count, and ``<col>_<fn>`` where two aggregates, or an aggregate and a key,
+        would share a name."""
         plain = ["count" if fn == "count" else col for col, fn in self.aggs]
-        return [n if plain.count(n) == 1 else f"{col}_{fn}" for n, (col, fn) in zip(plain, self.aggs)]
+        return [n if plain.count(n) == 1 and n not in self.keys else f"{col}_{fn}"
+                for n, (col, fn) in zip(plain, self.aggs)]
 
     def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
         if combine:
