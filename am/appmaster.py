@@ -24,6 +24,7 @@ from yarnflow.common.rpc.gateways import (
     ResourceManagerHandler,
 )
 from yarnflow.common.rpc.server import RpcServer
+from yarnflow.worker.artifacts import ArtifactCache
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ class AppMaster:
         self.rm = ResourceManager(config, self.driver)
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
-        self.dispatcher = Dispatcher(config, self.rm, cluster_id, self.storage_dir, target, self.shutdown)
+        self.dispatcher = Dispatcher(config, self.rm, cluster_id, self.storage_dir, target, self.shutdown,
+                                     ArtifactCache(os.path.join(self.work_dir, "artifacts")))
         self.server = RpcServer(config[Options.RPC_ADDRESS], config[Options.RPC_PORT], {
             DISPATCHER: DispatcherHandler(self.dispatcher).processor(),
             RESOURCE_MANAGER: ResourceManagerHandler(self.rm).processor(),

@@ -1,27 +1,40 @@
 """yarnflow: Apache Flink's runtime, rebuilt in Python, running on Hadoop YARN.
 
 Build a pipeline with ``StreamExecutionEnvironment`` and run it with ``yarnflow run job.py``
-(or plain ``python job.py`` for an embedded local cluster)."""
+(or plain ``python job.py`` for an embedded local cluster).
+
+Names are imported lazily, so that ``yarnflow.am`` / ``yarnflow.worker`` processes and tools
+such as the code generator do not pay for (or depend on) the client API."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-from yarnflow.common.errors import (  # noqa: E402
-    ConfigurationError,
-    JobDefinitionError,
-    JobFailedError,
-    YarnflowError,
-)
-from yarnflow.datastream import DataStream, KeyedStream, StreamExecutionEnvironment  # noqa: E402
-from yarnflow.executors import JobExecutionResult  # noqa: E402
+_EXPORTS = {
+    "StreamExecutionEnvironment": "yarnflow.datastream",
+    "DataStream": "yarnflow.datastream",
+    "KeyedStream": "yarnflow.datastream",
+    "JobExecutionResult": "yarnflow.executors",
+    "YarnflowError": "yarnflow.common.errors",
+    "ConfigurationError": "yarnflow.common.errors",
+    "JobDefinitionError": "yarnflow.common.errors",
+    "JobFailedError": "yarnflow.common.errors",
+}
 
-__all__ = [
-    "__version__",
-    "StreamExecutionEnvironment",
-    "DataStream",
-    "KeyedStream",
-    "JobExecutionResult",
-    "YarnflowError",
-    "ConfigurationError",
-    "JobDefinitionError",
-    "JobFailedError",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'yarnflow' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,8 +1,9 @@
 """Compiles the user's transformations into a JobGraph plus the operator chains.
 
-Operators are chained into one vertex when the edge between them is forward, both have the
-same parallelism and slot sharing group, the upstream operator feeds only this one, and
-neither disabled chaining. A chain's operators travel in the job artifact (cloudpickle)."""
+Operators are chained into one vertex when the edge between them is a forward edge of the
+main output, both have the same parallelism and slot sharing group, the upstream operator
+feeds only this one, and neither disabled chaining. Unions are virtual: their consumers read
+every union input directly. A chain's operators travel in the job artifact (cloudpickle)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.ids import JobID, JobVertexID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex
 from yarnflow.common.states import ExchangeMode, Partitioner
-from yarnflow.datastream import StreamExecutionEnvironment, Transformation
+from yarnflow.datastream import Input, StreamExecutionEnvironment, Transformation
 from yarnflow.worker.operators.base import Operator, SourceOperator
-from yarnflow.worker.operators.sinks import CollectSink, ParquetSink
+from yarnflow.worker.operators.sinks import CollectSink, _StagedFileSink
 
 
 @dataclass
@@ -22,6 +23,7 @@ class CompiledJob:
     job_graph: JobGraph
     chains: dict[str, list[Operator]]  # vertex id -> operators, head first
     collect_sinks: dict[str, CollectSink]  # uid -> sink
+    file_sinks: list[str]  # where file sinks write
 
     @property
     def num_slots(self) -> int:
@@ -31,28 +33,43 @@ class CompiledJob:
         return sum(groups.values())
 
 
+def _expand(inputs: list[Input]) -> list[Input]:
+    """Inputs with unions replaced by the union's own inputs (the consumer's partitioner wins
+    unless it is forward)."""
+    out: list[Input] = []
+    for inp in inputs:
+        if inp.upstream.is_union:
+            for inner in _expand(inp.upstream.inputs):
+                part = inp.partitioner if inp.partitioner != Partitioner.FORWARD else inner.partitioner
+                keys = inp.keys if inp.partitioner != Partitioner.FORWARD else inner.keys
+                out.append(Input(inner.upstream, part, keys, inner.output_tag, inp.input_index))
+        else:
+            out.append(inp)
+    return out
+
+
 def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
-    ts = env.transformations
+    ts = [t for t in env.transformations if not t.is_union]
     if not ts:
         raise JobDefinitionError("the pipeline is empty: add a source, transformations and a sink")
-    consumers: dict[int, list[Transformation]] = {t.id: [] for t in ts}
+    inputs = {t.id: _expand(t.inputs) for t in ts}
+    consumers: dict[int, list[tuple[Transformation, Input]]] = {t.id: [] for t in ts}
     for t in ts:
-        for up, _, _ in t.inputs:
-            consumers[up.id].append(t)
+        for inp in inputs[t.id]:
+            consumers[inp.upstream.id].append((t, inp))
     sinks = [t for t in ts if not consumers[t.id]]
-    if not any(isinstance(t.operator, (ParquetSink, CollectSink)) for t in sinks):
+    if not any(isinstance(t.operator, (_StagedFileSink, CollectSink)) for t in sinks):
         raise JobDefinitionError("the pipeline has no sink: end it with sink_to_parquet(), print() or collect()")
-
     def parallelism(t: Transformation) -> int:
         return t.parallelism or env.parallelism
 
     max_par = env.max_parallelism
     for t in ts:
         if parallelism(t) > (t.max_parallelism or max_par):
+            assert t.operator is not None
             raise JobDefinitionError(f"operator '{t.operator.name}': parallelism {parallelism(t)} exceeds the "
                                      f"max parallelism {t.max_parallelism or max_par}")
 
-    # resolve partitioners: forward only between equal parallelism, else rebalance
     def edge_partitioner(up: Transformation, down: Transformation, p: Partitioner) -> Partitioner:
         if p == Partitioner.FORWARD and parallelism(up) != parallelism(down):
             return Partitioner.REBALANCE
@@ -62,13 +79,15 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     chains: dict[int, list[Transformation]] = {}
     for t in ts:  # transformations are created in topological order
         chainable = False
-        if len(t.inputs) == 1:
-            up, p, _ = t.inputs[0]
-            chainable = (edge_partitioner(up, t, p) == Partitioner.FORWARD and t.chaining and up.chaining
-                         and len(consumers[up.id]) == 1 and up.slot_sharing_group == t.slot_sharing_group
-                         and not t.is_source)
+        ins = inputs[t.id]
+        if len(ins) == 1 and not t.is_source:
+            inp = ins[0]
+            up = inp.upstream
+            chainable = (edge_partitioner(up, t, inp.partitioner) == Partitioner.FORWARD and not inp.output_tag
+                         and t.chaining and up.chaining and len(consumers[up.id]) == 1
+                         and up.slot_sharing_group == t.slot_sharing_group)
         if chainable:
-            head = head_of[t.inputs[0][0].id]
+            head = head_of[ins[0].upstream.id]
             head_of[t.id] = head
             chains[head.id].append(t)
         else:
@@ -83,14 +102,14 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         head = chain[0]
         if isinstance(head.operator, SourceOperator) and not head.operator.bounded:
             all_bounded = False
-        names = [t.operator.name for t in chain]
+        names = [t.operator.name for t in chain if t.operator is not None]
         vertices.append(JobVertex(
             vertex_ids[hid], " -> ".join(names), parallelism(head), head.max_parallelism or max_par, names,
             head.slot_sharing_group, is_source=head.is_source, is_sink=not consumers[chain[-1].id]))
-        for index, (up, p, keys) in enumerate(head.inputs):
-            part = edge_partitioner(up, head, p)
-            edges.append(JobEdge(vertex_ids[head_of[up.id].id], vertex_ids[hid], part, ExchangeMode.PIPELINED,
-                                 list(keys), 0))
+        for inp in inputs[head.id]:
+            part = edge_partitioner(inp.upstream, head, inp.partitioner)
+            edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,
+                                 ExchangeMode.PIPELINED, list(inp.keys), inp.input_index, inp.output_tag))
     mode = env.runtime_mode
     if mode == "AUTOMATIC":
         mode = "BATCH" if all_bounded else "STREAMING"
@@ -99,4 +118,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     jg = JobGraph(job_id, job_name, vertices, edges, runtime_mode=mode)
     jg.validate()
     collect = {t.operator.uid: t.operator for t in ts if isinstance(t.operator, CollectSink)}
-    return CompiledJob(jg, {vertex_ids[hid]: [t.operator for t in chain] for hid, chain in chains.items()}, collect)
+    files = [t.operator.path for t in ts if isinstance(t.operator, _StagedFileSink)
+             and not isinstance(t.operator, CollectSink)]
+    return CompiledJob(jg, {vertex_ids[hid]: [t.operator for t in chain if t.operator is not None]
+                            for hid, chain in chains.items()}, collect, files)

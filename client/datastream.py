@@ -20,31 +20,50 @@ from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.states import Partitioner
 from yarnflow.worker.operators.base import Operator, SourceOperator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
-from yarnflow.worker.operators.sinks import CollectSink, ParquetSink
-from yarnflow.worker.operators.sources import CollectionSource, FileSource
+from yarnflow.worker.operators.functions import AggregateFunction
+from yarnflow.worker.operators.sinks import CollectSink, CsvSink, ParquetSink
+from yarnflow.worker.operators.sources import CollectionSource, FileSource, GeneratorSource
+from yarnflow.worker.operators.timestamps import TimestampsAndWatermarks, WatermarkStrategy
 from yarnflow.worker.operators.transforms import MapBatches, RowFilter, RowFlatMap, RowMap
 
 if TYPE_CHECKING:
     from yarnflow.executors import JobExecutionResult
+    from yarnflow.worker.operators.process import KeyedProcessFunction
 
 _ids = itertools.count(1)
 
 
-@dataclass
-class Transformation:
-    """One node of the user's pipeline: an operator and where its input comes from."""
+@dataclass(frozen=True)
+class Input:
+    """An edge of the user's pipeline: where a transformation reads from, and how."""
 
-    operator: Operator
-    inputs: list[tuple[Transformation, Partitioner, tuple[str, ...]]]
+    upstream: Transformation
+    partitioner: Partitioner = Partitioner.FORWARD
+    keys: tuple[str, ...] = ()
+    output_tag: str = ""   # read the upstream's side output of this tag
+    input_index: int = 0   # 0, or 1 for the second input of a two-input operator
+
+
+@dataclass(eq=False)
+class Transformation:
+    """One node of the user's pipeline: an operator (None for a union) and its inputs."""
+
+    operator: Operator | None
+    inputs: list[Input]
     parallelism: int | None = None
     max_parallelism: int | None = None
     slot_sharing_group: str = "default"
     chaining: bool = True
+    event_time_column: str | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
     @property
     def is_source(self) -> bool:
         return isinstance(self.operator, SourceOperator)
+
+    @property
+    def is_union(self) -> bool:
+        return self.operator is None
 
 
 def _to_table(data: Any, schema: pa.Schema | None) -> pa.Table:
@@ -131,6 +150,13 @@ class StreamExecutionEnvironment:
         """JSON lines files."""
         return DataStream(self, self._add(Transformation(FileSource(path, "json", name), [])))
 
+    def from_generator(self, fn: Callable[[int, int], Any], count: int | None = None,
+                       rate_per_s: float | None = None, name: str = "generator") -> DataStream:
+        """Rows made by ``fn(start, n)`` for sequence numbers ``[start, start + n)`` (a
+        RecordBatch, Table or dict of columns); unbounded when ``count`` is None;
+        ``rate_per_s`` limits the rows per second over all subtasks."""
+        return DataStream(self, self._add(Transformation(GeneratorSource(fn, count, rate_per_s, name), [])))
+
     # -- execution --------------------------------------------------------------------------
     def execute(self, job_name: str = "yarnflow job") -> JobExecutionResult:
         """Compile the pipeline, run it on the cluster of the current context (the CLI's, or an
@@ -148,19 +174,30 @@ class DataStream:
         self.env = env
         self.transformation = transformation
 
-    def _then(self, op: Operator, partitioner: Partitioner = Partitioner.FORWARD,
-              keys: Sequence[str] = ()) -> DataStream:
-        t = Transformation(op, [(self.transformation, partitioner, tuple(keys))],
-                           slot_sharing_group=self.transformation.slot_sharing_group)
+    _partitioner = Partitioner.FORWARD
+    _keys: tuple[str, ...] = ()
+    _tag = ""
+
+    def _then(self, op: Operator, event_time_column: str | None = "") -> DataStream:
+        up = self.transformation
+        t = Transformation(op, [Input(up, self._partitioner, self._keys, self._tag)],
+                           slot_sharing_group=up.slot_sharing_group,
+                           event_time_column=up.event_time_column if event_time_column == "" else event_time_column)
         return DataStream(self.env, self.env._add(t))
+
+    def _operator(self) -> Operator:
+        op = self.transformation.operator
+        if op is None:
+            raise JobDefinitionError("a union has no operator of its own to name or configure")
+        return op
 
     # -- naming and parallelism -------------------------------------------------------------
     def name(self, name: str) -> DataStream:
-        self.transformation.operator.name = name
+        self._operator().name = name
         return self
 
     def uid(self, uid: str) -> DataStream:
-        self.transformation.operator.uid = uid
+        self._operator().uid = uid
         return self
 
     def set_parallelism(self, parallelism: int) -> DataStream:
@@ -198,13 +235,50 @@ class DataStream:
         return KeyedStream(self, tuple(columns))
 
     def rebalance(self) -> DataStream:
-        return _PartitionedStream(self, Partitioner.REBALANCE)  # type: ignore[return-value]
+        """Deal batches round-robin to the next operator's subtasks."""
+        return _PartitionedStream(self, Partitioner.REBALANCE)
+
+    def broadcast(self) -> DataStream:
+        """Send every batch to every subtask of the next operator."""
+        return _PartitionedStream(self, Partitioner.BROADCAST)
+
+    def union(self, *others: DataStream) -> DataStream:
+        """One stream of this stream's rows and the others' (they must share a schema)."""
+        if not others:
+            raise JobDefinitionError("union needs at least one other stream")
+        streams = [self, *others]
+        for s in streams:
+            if s.env is not self.env:
+                raise JobDefinitionError("union of streams from different environments")
+        t = Transformation(None, [Input(s.transformation, s._partitioner, s._keys, s._tag) for s in streams],
+                           event_time_column=self.transformation.event_time_column)
+        return DataStream(self.env, self.env._add(t))
+
+    def assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy) -> DataStream:
+        """Event time from ``strategy``'s column; watermarks as the strategy says."""
+        return self._then(TimestampsAndWatermarks(strategy), event_time_column=strategy.timestamp_column)
+
+    def get_side_output(self, tag: str) -> DataStream:
+        """The rows this operator sent to side output ``tag`` (e.g. late window data)."""
+        side = DataStream(self.env, self.transformation)
+        side._tag = tag
+        return side
+
+    def join(self, other: DataStream) -> JoinedStreams:
+        """Window join: ``a.join(b).where("k").equal_to("k").window(assigner).apply()``."""
+        return JoinedStreams(self, other)
 
     # -- sinks ------------------------------------------------------------------------------
-    def sink_to_parquet(self, path: str, name: str = "parquet_sink") -> DataStream:
-        """Write Parquet files (one per subtask, committed when the subtask finishes) into the
-        folder ``path`` on any fsspec filesystem."""
-        return self._then(ParquetSink(path, name))
+    def sink_to_parquet(self, path: str, name: str = "parquet_sink", roll_size_bytes: int | None = None
+                        ) -> DataStream:
+        """Write Parquet files into the folder ``path`` on any fsspec filesystem: one file set
+        per subtask, a new file after ``roll_size_bytes``; each file appears under its final
+        name only once complete."""
+        return self._then(ParquetSink(path, name, roll_size_bytes=roll_size_bytes))
+
+    def sink_to_csv(self, path: str, name: str = "csv_sink", roll_size_bytes: int | None = None) -> DataStream:
+        """Like ``sink_to_parquet``, as CSV files with a header."""
+        return self._then(CsvSink(path, name, roll_size_bytes=roll_size_bytes))
 
     def print(self, name: str = "print") -> DataStream:
         """Print the rows on the client's stdout once the job has finished."""
@@ -222,12 +296,7 @@ class _PartitionedStream(DataStream):
         super().__init__(upstream.env, upstream.transformation)
         self._partitioner = partitioner
         self._keys = keys
-
-    def _then(self, op: Operator, partitioner: Partitioner = Partitioner.FORWARD,
-              keys: Sequence[str] = ()) -> DataStream:
-        return DataStream(self.env, self.env._add(Transformation(
-            op, [(self.transformation, self._partitioner, self._keys)],
-            slot_sharing_group=self.transformation.slot_sharing_group)))
+        self._tag = upstream._tag
 
 
 class KeyedStream(_PartitionedStream):
@@ -256,3 +325,123 @@ class KeyedStream(_PartitionedStream):
                name: str | None = None) -> DataStream:
         """``fn(accumulated_row, new_row) -> row`` per key."""
         return self._then(KeyedReduce(self.keys, fn, name or "reduce"))
+
+    def aggregate(self, fn: AggregateFunction[Any], name: str | None = None) -> DataStream:
+        """Aggregate each key's rows with a user ``AggregateFunction``."""
+        from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator
+
+        return self._then(KeyedAggregateFunctionOperator(list(self.keys), fn, name=name or type(fn).__name__))
+
+    def process(self, fn: KeyedProcessFunction, name: str | None = None) -> DataStream:
+        """Run a ``KeyedProcessFunction`` (keyed state, timers, side outputs) per row."""
+        from yarnflow.worker.operators.process import KeyedProcessOperator
+
+        return self._then(KeyedProcessOperator(list(self.keys), fn, self.transformation.event_time_column,
+                                               name=name or type(fn).__name__))
+
+    def window(self, assigner: Any) -> WindowedStream:
+        """Group each key's rows into windows (tumbling, sliding, session; event or processing time)."""
+        return WindowedStream(self, assigner)
+
+
+class WindowedStream:
+    """``key_by(...).window(assigner)``, then an aggregation."""
+
+    def __init__(self, keyed: KeyedStream, assigner: Any) -> None:
+        self._keyed = keyed
+        self._assigner = assigner
+        self._lateness = 0
+        self._late_tag: str | None = None
+        self._time_column: str | None = keyed.transformation.event_time_column
+        if getattr(assigner, "is_event_time", False) and not self._time_column:
+            raise JobDefinitionError(
+                "event-time windows need event time: call assign_timestamps_and_watermarks(...) upstream "
+                "(or .time_column(name) on the windowed stream)")
+
+    def time_column(self, column: str) -> WindowedStream:
+        self._time_column = column
+        return self
+
+    def allowed_lateness(self, ms: int) -> WindowedStream:
+        if ms < 0:
+            raise JobDefinitionError("allowed lateness cannot be negative")
+        self._lateness = ms
+        return self
+
+    def side_output_late_data(self, tag: str) -> WindowedStream:
+        """Send records too late for their window to the side output ``tag``."""
+        self._late_tag = tag
+        return self
+
+    def _op(self, name: str, **kw: Any) -> DataStream:
+        from yarnflow.worker.operators.windows import WindowAggregateOperator
+
+        op = WindowAggregateOperator(list(self._keyed.keys), self._assigner, self._time_column,
+                                     allowed_lateness_ms=self._lateness, late_tag=self._late_tag, name=name, **kw)
+        return self._keyed._then(op)
+
+    def sum(self, column: str, name: str | None = None) -> DataStream:
+        return self._op(name or f"window sum({column})", aggs=[(column, "sum")])
+
+    def min(self, column: str, name: str | None = None) -> DataStream:
+        return self._op(name or f"window min({column})", aggs=[(column, "min")])
+
+    def max(self, column: str, name: str | None = None) -> DataStream:
+        return self._op(name or f"window max({column})", aggs=[(column, "max")])
+
+    def mean(self, column: str, name: str | None = None) -> DataStream:
+        return self._op(name or f"window mean({column})", aggs=[(column, "mean")])
+
+    def count(self, name: str | None = None) -> DataStream:
+        return self._op(name or "window count", aggs=[(self._keyed.keys[0], "count")])
+
+    def aggregate(self, fn: AggregateFunction[Any], name: str | None = None) -> DataStream:
+        return self._op(name or f"window {type(fn).__name__}", aggregate_function=fn)
+
+    def reduce(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
+               name: str | None = None) -> DataStream:
+        return self._op(name or "window reduce", reduce_fn=fn)
+
+
+class JoinedStreams:
+    """``a.join(b).where(*keys).equal_to(*keys).window(assigner).apply(join_fn=None)``."""
+
+    def __init__(self, left: DataStream, right: DataStream) -> None:
+        if left.env is not right.env:
+            raise JobDefinitionError("join of streams from different environments")
+        self._left, self._right = left, right
+        self._lkeys: tuple[str, ...] = ()
+        self._rkeys: tuple[str, ...] = ()
+        self._assigner: Any = None
+
+    def where(self, *keys: str) -> JoinedStreams:
+        self._lkeys = keys
+        return self
+
+    def equal_to(self, *keys: str) -> JoinedStreams:
+        self._rkeys = keys
+        return self
+
+    def window(self, assigner: Any) -> JoinedStreams:
+        self._assigner = assigner
+        return self
+
+    def apply(self, join_fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+              name: str = "window join") -> DataStream:
+        from yarnflow.worker.operators.windows import WindowJoinOperator
+
+        if not self._lkeys or len(self._lkeys) != len(self._rkeys):
+            raise JobDefinitionError("join needs where(...) and equal_to(...) with the same number of keys")
+        if self._assigner is None:
+            raise JobDefinitionError("join needs a window(...)")
+        lt, rt = self._left.transformation.event_time_column, self._right.transformation.event_time_column
+        if not lt or not rt:
+            raise JobDefinitionError("a window join needs event time on both inputs: "
+                                     "assign_timestamps_and_watermarks(...) on each")
+        op = WindowJoinOperator(list(self._lkeys), list(self._rkeys), self._assigner, lt, rt, join_fn=join_fn,
+                                name=name)
+        env = self._left.env
+        t = Transformation(op, [Input(self._left.transformation, Partitioner.HASH, self._lkeys, self._left._tag, 0),
+                                Input(self._right.transformation, Partitioner.HASH, self._rkeys, self._right._tag, 1)],
+                           event_time_column=lt)
+        return DataStream(env, env._add(t))

@@ -15,7 +15,8 @@ import fsspec
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.compiler import CompiledJob
-from yarnflow.worker.artifacts import chain_entry
+from yarnflow.worker.artifacts import chain_entry, source_entry
+from yarnflow.worker.operators.base import SourceOperator
 
 
 def build_artifact(job: CompiledJob, job_file: str | None) -> bytes:
@@ -30,6 +31,10 @@ def build_artifact(job: CompiledJob, job_file: str | None) -> bytes:
                                          ) from exc
             info = zipfile.ZipInfo(chain_entry(vertex_id), date_time=(1980, 1, 1, 0, 0, 0))
             zf.writestr(info, data)
+            head = chain[0]
+            if isinstance(head, SourceOperator) and head.dynamic_splits:
+                info = zipfile.ZipInfo(source_entry(vertex_id), date_time=(1980, 1, 1, 0, 0, 0))
+                zf.writestr(info, cloudpickle.dumps(head))
         if job_file and os.path.isfile(job_file):
             info = zipfile.ZipInfo(f"src/{os.path.basename(job_file)}", date_time=(1980, 1, 1, 0, 0, 0))
             with open(job_file, "rb") as fh:

@@ -145,6 +145,7 @@ class JobEdge(Message):
     exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
     key_columns: list[str] = field(default_factory=list)
     input_index: int = 0
+    output_tag: str = ""
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,20 @@ class TaskExecutionStateUpdate(Message):
     records_out: int = 0
 
 
+@dataclass(frozen=True)
+class SourceSplit(Message):
+    _thrift = ttypes.SourceSplit
+    split_id: str
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class SplitResponse(Message):
+    _thrift = ttypes.SplitResponse
+    split: Optional[SourceSplit] = None
+    no_more_splits: bool = False
+
+
 # ---- TaskExecutor --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -333,6 +348,7 @@ class ResultPartitionDescriptor(Message):
     key_columns: list[str] = field(default_factory=list)
     exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
     consumer_max_parallelism: int = 128
+    output_tag: str = ""
 
 
 @dataclass(frozen=True)

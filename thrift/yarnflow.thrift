@@ -72,6 +72,7 @@ struct JobEdge {
   4: ExchangeMode exchange_mode,
   5: list<string> key_columns,    // for HASH
   6: i32 input_index,             // which input of the target (0 for one-input operators)
+  7: string output_tag,            // "" for the main output, else the side output's tag
 }
 
 struct JobGraph {
@@ -194,11 +195,25 @@ struct TaskExecutionStateUpdate {
   6: i64 records_out,
 }
 
+struct SourceSplit {
+  1: string split_id,
+  2: binary payload,               // the source's own description of the split (pickled)
+}
+
+struct SplitResponse {
+  1: optional SourceSplit split,   // unset: no split right now
+  2: bool no_more_splits,          // the source subtask may finish
+}
+
 service JobMasterService {
   // Returns the offers the JobMaster accepted; the TaskExecutor frees the others.
   list<SlotOffer> offerSlots(1: string fencing_token, 2: string job_id, 3: string resource_id,
                              4: list<SlotOffer> offers) throws (1: RpcError err),
   bool updateTaskExecutionState(1: string fencing_token, 2: TaskExecutionStateUpdate update)
+      throws (1: RpcError err),
+  // A source subtask asks for its next split (dynamic split assignment, as in Flink's FLIP-27).
+  SplitResponse requestSplit(1: string fencing_token, 2: string job_id, 3: string vertex_id,
+                             4: i32 subtask_index, 5: string execution_attempt_id)
       throws (1: RpcError err),
 }
 
@@ -223,6 +238,7 @@ struct ResultPartitionDescriptor {
   4: list<string> key_columns,
   5: ExchangeMode exchange_mode,
   6: i32 consumer_max_parallelism,
+  7: string output_tag,            // "" for the main output, else the side output's tag
 }
 
 struct TaskDeploymentDescriptor {

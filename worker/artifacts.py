@@ -29,6 +29,11 @@ def chain_entry(vertex_id: str) -> str:
     return f"chains/{vertex_id}.pkl"
 
 
+def source_entry(vertex_id: str) -> str:
+    """The source operator alone (for split enumeration in the JobMaster)."""
+    return f"sources/{vertex_id}.pkl"
+
+
 class ArtifactCache:
     def __init__(self, directory: str) -> None:
         self._dir = directory
@@ -59,6 +64,14 @@ class ArtifactCache:
             os.replace(tmp, target)
             log.info("fetched job artifact %s (%d bytes)", uri, len(data))
             return target
+
+    def load_source(self, uri: str, sha256: str, vertex_id: str) -> Any:
+        root = self.fetch(uri, sha256)
+        try:
+            with open(os.path.join(root, source_entry(vertex_id)), "rb") as fh:
+                return cloudpickle.load(fh)
+        except FileNotFoundError:
+            raise ArtifactError(f"job artifact {uri} has no source for vertex {vertex_id}") from None
 
     def load_chain(self, uri: str, sha256: str, vertex_id: str) -> list[Any]:
         root = self.fetch(uri, sha256)

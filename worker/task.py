@@ -7,11 +7,13 @@ TaskDeploymentDescriptor, runs the StreamTask, and reports each state change
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
+import time
 from typing import Any, Callable
 
 from yarnflow.common.config import Options, parse_duration_ms
-from yarnflow.common.messages import ErrorInfo, TaskDeploymentDescriptor, TaskExecutionStateUpdate
+from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
 from yarnflow.common.states import ExecutionState
 from yarnflow.worker.artifacts import ArtifactCache
 from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
@@ -28,7 +30,9 @@ log = logging.getLogger(__name__)
 class Task:
     def __init__(self, tdd: TaskDeploymentDescriptor, *, resource_id: str, artifacts: ArtifactCache,
                  partitions: ResultPartitionManager, data_client: DataClient,
-                 on_state: Callable[[TaskExecutionStateUpdate], None], location: str) -> None:
+                 on_state: Callable[[TaskExecutionStateUpdate], None], location: str,
+                 request_split: Callable[[], SplitResponse] | None = None) -> None:
+        self._request_split = request_split
         self.tdd = tdd
         self.attempt_id = tdd.execution_attempt_id
         self.state = ExecutionState.DEPLOYING
@@ -113,7 +117,7 @@ class Task:
         for rpd in tdd.result_partitions:
             partition = self._partitions.create(rpd.partition_id, rpd.num_subpartitions, capacity)
             writers.append(RecordWriter(partition, rpd.partitioner, rpd.key_columns, rpd.consumer_max_parallelism,
-                                        batch_size, buffer_timeout, cancelled, tdd.subtask_index))
+                                        batch_size, buffer_timeout, cancelled, tdd.subtask_index, rpd.output_tag))
         channel_inputs: list[int] = []
         channels = []
         for g in tdd.input_gates:
@@ -130,8 +134,25 @@ class Task:
                     parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
                     attempt_number=tdd.attempt_number, runtime_mode=tdd.runtime_mode,
                     job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size)
+        head = chain[0]
+        if getattr(head, "dynamic_splits", False) and self._request_split is not None:
+            base["split_provider"] = self._next_split
         st.wire(lambda op: RuntimeContext(**base))
         return st
+
+    def _next_split(self) -> Any:
+        """The payload of this source subtask's next split, or None when there are no more."""
+        assert self._request_split is not None
+        delay = 0.05
+        while not self._cancelled.is_set():
+            resp = self._request_split()
+            if resp.split is not None:
+                return pickle.loads(resp.split.payload)
+            if resp.no_more_splits:
+                return None
+            time.sleep(delay)  # none right now, more may come
+            delay = min(delay * 2, 1.0)
+        return None
 
     def _reader(self, gate: InputGate, index: int, ch: Any) -> ChannelReader:
         name = f"{self.tdd.display_name} <- {ch.partition_id}/{ch.subpartition_index}"

@@ -15,7 +15,16 @@ from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.config import Configuration
 from yarnflow.common.errors import InvalidRequestError, NotFoundError, RefusedError, UnavailableError
 from yarnflow.common.ids import JobID, ResourceID
-from yarnflow.common.messages import ClusterInfo, JobGraph, JobResult, JobStatusInfo, SlotOffer, TaskExecutionStateUpdate
+from yarnflow.common.messages import (
+    ClusterInfo,
+    JobGraph,
+    JobResult,
+    JobStatusInfo,
+    SlotOffer,
+    SplitResponse,
+    TaskExecutionStateUpdate,
+)
+from yarnflow.worker.artifacts import ArtifactCache
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +35,8 @@ def job_storage_dir(storage_dir: str, job_id: str) -> str:
 
 class Dispatcher:
     def __init__(self, config: Configuration, rm: ResourceManager, cluster_id: str, storage_dir: str, target: str,
-                 on_shutdown: Callable[[], None]) -> None:
+                 on_shutdown: Callable[[], None], artifacts: ArtifactCache) -> None:
+        self._artifacts = artifacts
         self._config = config
         self._rm = rm
         self._cluster_id = cluster_id
@@ -57,7 +67,7 @@ class Dispatcher:
             if job_graph.job_id in self._running or job_graph.job_id in self._ended:
                 raise RefusedError(f"job {job_graph.job_id} was already submitted")
             jm = JobMaster(job_graph, self._config, self._rm, self.address,
-                           job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended)
+                           job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended, self._artifacts)
             self._running[job_graph.job_id] = jm
             self._done[job_graph.job_id] = threading.Event()
         log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))
@@ -155,3 +165,7 @@ class Dispatcher:
 
     def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
         return self._jm(update.job_id).update_task_execution_state(token, update)
+
+    def request_split(self, token: str, job_id: JobID, vertex_id: str, subtask_index: int,
+                      attempt_id: str) -> SplitResponse:
+        return self._jm(job_id).request_split(token, vertex_id, subtask_index, attempt_id)

@@ -169,7 +169,7 @@ class ExecutionGraph:
             n = 1 if edge.partitioner == Partitioner.FORWARD else target.parallelism
             partitions.append(ResultPartitionDescriptor(
                 ex.partition_id(self._edge_index_of(edge)), n, edge.partitioner, list(edge.key_columns),
-                edge.exchange_mode, target.max_parallelism))
+                edge.exchange_mode, target.max_parallelism, edge.output_tag))
         assert ex.slot is not None
         return TaskDeploymentDescriptor(
             job_id=jg.job_id, vertex_id=jv.vertex_id, task_name=jv.name, execution_attempt_id=ex.attempt_id,

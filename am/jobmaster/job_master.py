@@ -15,12 +15,14 @@ from typing import Callable
 
 import fsspec
 
+from yarnflow.am.jobmaster.splits import SplitEnumerator
+from yarnflow.worker.artifacts import ArtifactCache
 from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, LogicalSlot, slot_sharing_groups
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.am.resourcemanager.slotmanager.slot_manager import SlotRequest
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import FencingTokenError, RpcError
+from yarnflow.common.errors import FencingTokenError, NotFoundError, RpcError
 from yarnflow.common.ids import AllocationID, JobVertexID, ResourceID
 from yarnflow.common.messages import (
     ErrorInfo,
@@ -29,6 +31,7 @@ from yarnflow.common.messages import (
     JobStatusInfo,
     ResourceProfile,
     SlotOffer,
+    SplitResponse,
     TaskExecutionStateUpdate,
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
@@ -42,7 +45,10 @@ CANCEL_TIMEOUT_MS = 15_000
 
 class JobMaster:
     def __init__(self, job_graph: JobGraph, config: Configuration, rm: ResourceManager, address: str,
-                 job_storage_dir: str, on_terminal: Callable[[JobMaster], None]) -> None:
+                 job_storage_dir: str, on_terminal: Callable[[JobMaster], None],
+                 artifacts: ArtifactCache | None = None) -> None:
+        self.splits = SplitEnumerator(artifacts, job_graph.artifact_uri, job_graph.artifact_sha256) \
+            if artifacts is not None else None
         self.job_id = job_graph.job_id
         self.job_graph = job_graph
         self.fencing_token = uuid.uuid4().hex
@@ -209,6 +215,14 @@ class JobMaster:
             self.all_running_time_ms = SystemClock().now_ms()
         self._check_job()
         return True
+
+    def request_split(self, token: str, vertex_id: str, subtask_index: int, attempt_id: str) -> SplitResponse:
+        if token != self.fencing_token:
+            raise FencingTokenError("split request with a stale JobMaster token")
+        ex = self.graph.execution(attempt_id)
+        if ex is None or not self.graph.is_current(ex) or self.splits is None:
+            raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
+        return self.splits.request(vertex_id, subtask_index)
 
     def on_task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:
         self._main.execute(self._task_executor_lost, resource_id, reason)

@@ -21,6 +21,7 @@ from yarnflow.common.messages import (
     JobStatusInfo,
     RegistrationResponse,
     ResourceProfile,
+    SplitResponse,
     SlotOffer,
     SlotReport,
     TaskDeploymentDescriptor,
@@ -103,6 +104,11 @@ class RemoteJobMasterGateway:
 
     def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
         return bool(self._c.call("updateTaskExecutionState", token, update.to_thrift()))
+
+    def request_split(self, token: str, job_id: str, vertex_id: str, subtask_index: int,
+                      attempt_id: str) -> SplitResponse:
+        return SplitResponse.from_thrift(self._c.call("requestSplit", token, str(job_id), str(vertex_id),
+                                                      subtask_index, str(attempt_id)))
 
     def close(self) -> None:
         self._c.close()
@@ -232,6 +238,8 @@ class JobMasterImpl(Protocol):
     def offer_slots(self, token: str, job_id: ids.JobID, resource_id: ids.ResourceID,
                     offers: list[SlotOffer]) -> list[SlotOffer]: ...
     def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool: ...
+    def request_split(self, token: str, job_id: ids.JobID, vertex_id: ids.JobVertexID, subtask_index: int,
+                      attempt_id: ids.ExecutionAttemptID) -> SplitResponse: ...
 
 
 class JobMasterHandler:
@@ -247,6 +255,12 @@ class JobMasterHandler:
     @_translated
     def updateTaskExecutionState(self, token: str, update: Any) -> bool:  # noqa: N802
         return self._i.update_task_execution_state(token, TaskExecutionStateUpdate.from_thrift(update))
+
+    @_translated
+    def requestSplit(self, token: str, job_id: str, vertex_id: str, subtask_index: int,  # noqa: N802
+                     attempt_id: str) -> Any:
+        return self._i.request_split(token, ids.JobID(job_id), ids.JobVertexID(vertex_id), subtask_index,
+                                     ids.ExecutionAttemptID(attempt_id)).to_thrift()
 
     def processor(self) -> Any:
         return JobMasterService.Processor(self)

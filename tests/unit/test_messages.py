@@ -88,6 +88,8 @@ class _Builder:
                 return 0.5 + next(self._n)
             if tp is str:
                 return f"{label} #{next(self._n)} – ünïcode ✓"
+            if tp is bytes:
+                return bytes(range(256)) + f"{label}{next(self._n)}".encode()
         raise AssertionError(f"the test builder does not know {tp!r} ({label})")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -29,6 +30,9 @@ class RuntimeContext:
     job_storage_dir: str = ""
     config: dict[str, str] = field(default_factory=dict)
     batch_size: int = 65536
+    clock: Callable[[], int] = field(default=lambda: int(time.time() * 1000))  # processing time, ms
+    #: for sources with dynamic splits: the next split's payload, or None when there are no more
+    split_provider: Callable[[], Any] | None = None
 
     @property
     def is_batch(self) -> bool:
@@ -36,7 +40,11 @@ class RuntimeContext:
 
 
 class Output(Protocol):
-    def collect(self, batch: pa.RecordBatch) -> None: ...
+    def collect(self, batch: pa.RecordBatch) -> None:
+        """Emit ``batch`` on the main output."""
+
+    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
+        """Emit ``batch`` on the side output ``tag`` (dropped when nothing consumes it)."""
 
     def emit_watermark(self, watermark: Watermark) -> None: ...
 
@@ -48,6 +56,8 @@ class Operator:
     all input has been processed, and is where buffered results are emitted."""
 
     kind = "operator"
+    #: set to a period in ms to get ``on_processing_time`` calls from the task thread
+    processing_time_interval_ms: int | None = None
 
     def __init__(self, name: str | None = None, uid: str | None = None) -> None:
         self.name = name or self.kind
@@ -71,6 +81,9 @@ class Operator:
     def end_input(self, input_index: int = 0) -> None:
         pass
 
+    def on_processing_time(self, now_ms: int) -> None:
+        """Called on the task thread about every ``processing_time_interval_ms`` (when set)."""
+
     def finish(self) -> None:
         pass
 
@@ -90,11 +103,49 @@ class Operator:
         return f"{type(self).__name__}({self.name!r})"
 
 
+class TwoInputOperator(Operator):
+    """An operator with inputs 0 and 1; its watermark is the minimum of its inputs'."""
+
+    kind = "two_input"
+
+    def __init__(self, name: str | None = None, uid: str | None = None) -> None:
+        super().__init__(name, uid)
+        self._input_wm = [-(2**63), -(2**63)]
+        self._ended = [False, False]
+        self.current_watermark = -(2**63)
+
+    def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
+        self._input_wm[input_index] = max(self._input_wm[input_index], watermark.timestamp)
+        self._advance()
+
+    def end_input(self, input_index: int = 0) -> None:
+        self._ended[input_index] = True
+        self._advance()
+
+    def _advance(self) -> None:
+        live = [wm for wm, ended in zip(self._input_wm, self._ended) if not ended]
+        new = min(live) if live else 2**63 - 1
+        if new > self.current_watermark:
+            self.current_watermark = new
+            self.on_watermark(new)
+
+    def on_watermark(self, timestamp: int) -> None:
+        self.output.emit_watermark(Watermark(timestamp))
+
+
 class SourceOperator(Operator):
-    """The head of a source chain: ``run`` emits batches into ``self.output`` until done."""
+    """The head of a source chain: ``run`` emits batches into ``self.output`` until done.
+
+    A source with dynamic splits returns them from ``enumerate_splits`` (called once, in the
+    JobMaster) and reads them from ``self.ctx.split_provider`` as it asks for work."""
 
     kind = "source"
     bounded = True
+    dynamic_splits = False
 
     def run(self, cancelled: Callable[[], bool]) -> None:
+        raise NotImplementedError
+
+    def enumerate_splits(self) -> list[tuple[str, Any]]:
+        """``(split id, payload)`` pairs; payloads must pickle."""
         raise NotImplementedError

@@ -12,6 +12,7 @@ from typing import Any
 
 import fsspec
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
@@ -22,18 +23,29 @@ log = logging.getLogger(__name__)
 
 
 class _StagedFileSink(Operator):
+    """One file set per subtask: ``part-<subtask>-<n><ext>``, a new part after
+    ``roll_size_bytes`` (by in-memory batch size). A part is written under a hidden staging
+    name and renamed when it is complete (rolled, or the subtask finished)."""
+
     extension = ""
 
-    def __init__(self, path: str, name: str | None = None, uid: str | None = None) -> None:
+    def __init__(self, path: str, name: str | None = None, uid: str | None = None,
+                 roll_size_bytes: int | None = None) -> None:
         super().__init__(name, uid)
+        if roll_size_bytes is not None and roll_size_bytes <= 0:
+            raise ValueError("roll_size_bytes must be positive")
         self.path = path
+        self.roll_size_bytes = roll_size_bytes
         self._fs: Any = None
         self._dir = ""
         self._stage = ""
         self._fh: Any = None
         self._writer: Any = None
         self._schema: pa.Schema | None = None
+        self._part = 0
+        self._part_bytes = 0
         self.rows = 0
+        self.committed: list[str] = []
 
     def _directory(self) -> str:
         return self.path
@@ -43,28 +55,30 @@ class _StagedFileSink(Operator):
         self._fs.makedirs(self._dir, exist_ok=True)
 
     def _final_name(self) -> str:
-        return posixpath.join(self._dir, f"part-{self.ctx.subtask_index:05d}{self.extension}")
+        suffix = f"-{self._part}" if self.roll_size_bytes else ""
+        return posixpath.join(self._dir, f"part-{self.ctx.subtask_index:05d}{suffix}{self.extension}")
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if self._schema is not None and not batch.schema.equals(self._schema):
+            raise SchemaMismatchError(f"sink '{self.name}': batch schema {batch.schema} does not match "
+                                      f"the first batch's {self._schema}")
         if self._writer is None:
             self._schema = batch.schema
             self._stage = posixpath.join(
-                self._dir, f".part-{self.ctx.subtask_index:05d}-attempt{self.ctx.attempt_number}"
+                self._dir, f".part-{self.ctx.subtask_index:05d}-{self._part}-attempt{self.ctx.attempt_number}"
                            f"{self.extension}.inprogress")
             self._fh = self._fs.open(self._stage, "wb")
             self._writer = self._new_writer(self._fh, batch.schema)
-        elif not batch.schema.equals(self._schema):
-            raise SchemaMismatchError(f"sink '{self.name}': batch schema {batch.schema} does not match "
-                                      f"the first batch's {self._schema}")
         self._writer.write_batch(batch)
         self.rows += batch.num_rows
+        self._part_bytes += batch.nbytes
+        if self.roll_size_bytes and self._part_bytes >= self.roll_size_bytes:
+            self._commit()
 
     def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
         raise NotImplementedError
 
-    def finish(self) -> None:
-        if self._writer is None:
-            return
+    def _commit(self) -> None:
         self._writer.close()
         self._fh.close()
         self._writer = None
@@ -72,8 +86,16 @@ class _StagedFileSink(Operator):
         if self._fs.exists(final):
             self._fs.rm(final)
         self._fs.mv(self._stage, final)
-        log.info("%s (%d/%d) committed %d rows to %s", self.name, self.ctx.subtask_index + 1,
-                 self.ctx.parallelism, self.rows, final)
+        self.committed.append(final)
+        self._part += 1
+        self._part_bytes = 0
+
+    def finish(self) -> None:
+        if self._writer is not None:
+            self._commit()
+        if self.committed:
+            log.info("%s (%d/%d) committed %d rows in %d files under %s", self.name, self.ctx.subtask_index + 1,
+                     self.ctx.parallelism, self.rows, len(self.committed), self._dir)
 
     def close(self) -> None:
         if self._writer is not None:  # not finished: failed or cancelled; drop the staged file
@@ -92,6 +114,14 @@ class ParquetSink(_StagedFileSink):
 
     def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
         return pq.ParquetWriter(fh, schema)
+
+
+class CsvSink(_StagedFileSink):
+    kind = "csv_sink"
+    extension = ".csv"
+
+    def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
+        return pacsv.CSVWriter(fh, schema)
 
 
 class CollectSink(_StagedFileSink):

@@ -44,6 +44,57 @@ class CollectionSource(SourceOperator):
                 self.output.collect(batch)
 
 
+class GeneratorSource(SourceOperator):
+    """Rows made by ``fn(start, n)`` for the global sequence numbers ``[start, start + n)``
+    (a RecordBatch, a Table or a dict of columns), in chunks of the batch size dealt round-robin
+    to the subtasks; ``count=None`` is unbounded; ``rate_per_s`` limits rows/s over all subtasks."""
+
+    kind = "generator_source"
+
+    def __init__(self, fn: Callable[[int, int], Any], count: int | None = None, rate_per_s: float | None = None,
+                 name: str | None = None, uid: str | None = None) -> None:
+        super().__init__(name or "generator", uid)
+        if count is not None and count < 0:
+            raise ValueError("count cannot be negative")
+        if rate_per_s is not None and rate_per_s <= 0:
+            raise ValueError("rate_per_s must be positive")
+        self.fn = fn
+        self.count = count
+        self.rate_per_s = rate_per_s
+        self.bounded = count is not None
+
+    def run(self, cancelled: Callable[[], bool]) -> None:
+        import time
+
+        from yarnflow.worker.operators.transforms import to_batches
+
+        p, i, size = self.ctx.parallelism, self.ctx.subtask_index, self.ctx.batch_size
+        if self.rate_per_s is not None:
+            size = max(1, min(size, int(self.rate_per_s / p / 10) or 1))  # ~10 batches/s per subtask
+        my_rate = self.rate_per_s / p if self.rate_per_s else None
+        started = time.monotonic()
+        emitted = 0
+        chunk = i
+        while not cancelled():
+            start = chunk * size
+            if self.count is not None and start >= self.count:
+                return
+            n = size if self.count is None else min(size, self.count - start)
+            value = self.call_user(self.fn, start, n)
+            if isinstance(value, dict):
+                value = pa.table(value)
+            for batch in to_batches(value, self.name):
+                if batch.num_rows:
+                    self.output.collect(batch)
+            emitted += n
+            chunk += p
+            if my_rate:
+                ahead = emitted / my_rate - (time.monotonic() - started)
+                while ahead > 0 and not cancelled():
+                    time.sleep(min(ahead, 0.05))
+                    ahead = emitted / my_rate - (time.monotonic() - started)
+
+
 def expand_paths(path: str | list[str]) -> tuple[Any, list[str]]:
     """The filesystem and the sorted data files under ``path`` (a file, folder or glob).
     Hidden files and names starting with '_' or '.' are skipped, as Spark and Flink do."""
@@ -66,7 +117,12 @@ def expand_paths(path: str | list[str]) -> tuple[Any, list[str]]:
 
 
 class FileSource(SourceOperator):
+    """Files as splits (Parquet: one split per row group), handed out by the JobMaster as
+    source subtasks ask for work; without a split provider (unit tests), subtask i of p reads
+    every p-th split."""
+
     kind = "file_source"
+    dynamic_splits = True
 
     def __init__(self, path: str | list[str], fmt: str, name: str | None = None, uid: str | None = None,
                  options: dict[str, Any] | None = None) -> None:
@@ -77,14 +133,40 @@ class FileSource(SourceOperator):
         self.fmt = fmt
         self.options = options or {}
 
-    def run(self, cancelled: Callable[[], bool]) -> None:
+    def enumerate_splits(self) -> list[tuple[str, Any]]:
         fs, files = expand_paths(self.path)
-        mine = files[self.ctx.subtask_index::self.ctx.parallelism]
-        log.info("%s (%d/%d) reads %d of %d files", self.name, self.ctx.subtask_index + 1,
-                 self.ctx.parallelism, len(mine), len(files))
-        for file in mine:
+        splits: list[tuple[str, Any]] = []
+        for file in files:
+            if self.fmt == "parquet":
+                try:
+                    with fs.open(file, "rb") as fh:
+                        groups = pq.ParquetFile(fh).metadata.num_row_groups
+                except (pa.ArrowException, OSError) as exc:
+                    raise SourceReadError(f"cannot read parquet file {fs.unstrip_protocol(file)}: "
+                                          f"{type(exc).__name__}: {exc}") from exc
+                splits += [(f"{file}#{g}", (file, g)) for g in range(groups)]
+            else:
+                splits.append((file, (file, None)))
+        return splits
+
+    def run(self, cancelled: Callable[[], bool]) -> None:
+        fs, _ = fsspec.core.url_to_fs(self.path if isinstance(self.path, str) else self.path[0])
+        provider = self.ctx.split_provider
+        if provider is None:
+            mine = self.enumerate_splits()[self.ctx.subtask_index::self.ctx.parallelism]
+            provider = iter(payload for _, payload in mine).__next__
+        count = 0
+        while True:
             try:
-                for batch in self._read(fs, file):
+                split = provider()
+            except StopIteration:
+                split = None
+            if split is None or cancelled():
+                break
+            count += 1
+            file, group = split
+            try:
+                for batch in self._read(fs, file, group):
                     if cancelled():
                         return
                     if batch.num_rows:
@@ -94,13 +176,15 @@ class FileSource(SourceOperator):
                     raise
                 raise SourceReadError(f"cannot read {self.fmt} file {fs.unstrip_protocol(file)}: "
                                       f"{type(exc).__name__}: {exc}") from exc
+        log.info("%s (%d/%d) read %d splits", self.name, self.ctx.subtask_index + 1, self.ctx.parallelism, count)
 
-    def _read(self, fs: Any, file: str) -> Iterator[pa.RecordBatch]:
+    def _read(self, fs: Any, file: str, group: int | None = None) -> Iterator[pa.RecordBatch]:
         size = self.ctx.batch_size
         if self.fmt == "parquet":
             with fs.open(file, "rb") as fh:
                 pf = pq.ParquetFile(fh)
-                yield from pf.iter_batches(batch_size=size, columns=self.options.get("columns"))
+                groups = [group] if group is not None else None
+                yield from pf.iter_batches(batch_size=size, row_groups=groups, columns=self.options.get("columns"))
         elif self.fmt == "csv":
             with fs.open(file, "rb") as fh:
                 reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(block_size=1 << 22))

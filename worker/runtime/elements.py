@@ -13,6 +13,17 @@ class Watermark:
 
 
 @dataclass(frozen=True)
+class WatermarkStatus:
+    """A channel went idle (its watermark no longer holds others back) or active again."""
+
+    idle: bool
+
+
+IDLE = WatermarkStatus(True)
+ACTIVE = WatermarkStatus(False)
+
+
+@dataclass(frozen=True)
 class EndOfPartition:
     """The producer subtask has emitted everything for this channel."""
 
@@ -26,6 +37,8 @@ def encode_event(event: object) -> bytes:
         return b"W" + str(event.timestamp).encode()
     if isinstance(event, EndOfPartition):
         return b"E"
+    if isinstance(event, WatermarkStatus):
+        return b"I" if event.idle else b"A"
     raise TypeError(f"not a channel event: {event!r}")
 
 
@@ -34,4 +47,8 @@ def decode_event(data: bytes) -> object:
         return Watermark(int(data[1:]))
     if data[:1] == b"E":
         return END_OF_PARTITION
+    if data[:1] == b"I":
+        return IDLE
+    if data[:1] == b"A":
+        return ACTIVE
     raise ValueError(f"unknown channel event {data[:16]!r}")

@@ -4,13 +4,21 @@ record writers. Runs on the task's own thread."""
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+import time
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import Operator, SourceOperator
-from yarnflow.worker.runtime.elements import MAX_WATERMARK, EndOfPartition, Watermark
+from yarnflow.worker.runtime.elements import (
+    ACTIVE,
+    IDLE,
+    MAX_WATERMARK,
+    EndOfPartition,
+    Watermark,
+    WatermarkStatus,
+)
 from yarnflow.worker.runtime.gate import ChannelError, InputGate
 from yarnflow.worker.runtime.writer import RecordWriter
 
@@ -21,42 +29,64 @@ class TaskCancelledError(YarnflowError):
     """Raised inside the task thread when the task was cancelled."""
 
 
-class ChainOutput:
-    """Connects an operator to the next one in its chain."""
-
-    def __init__(self, nxt: Operator) -> None:
-        self._next = nxt
-
-    def collect(self, batch: pa.RecordBatch) -> None:
-        self._next.process_batch(batch, 0)
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        self._next.process_watermark(watermark, 0)
-
-
 class WriterOutput:
-    """The tail of a chain: every outgoing edge's writer gets every batch."""
+    """The tail of a chain: batches go to the writers of the matching output tag."""
 
     def __init__(self, writers: Sequence[RecordWriter]) -> None:
-        self._writers = list(writers)
+        self._main = [w for w in writers if not w.output_tag]
+        self._side: dict[str, list[RecordWriter]] = {}
+        for w in writers:
+            if w.output_tag:
+                self._side.setdefault(w.output_tag, []).append(w)
+        self._all = list(writers)
         self.records_out = 0
 
     def collect(self, batch: pa.RecordBatch) -> None:
         self.records_out += batch.num_rows
-        for w in self._writers:
+        for w in self._main:
+            w.emit(batch)
+
+    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
+        for w in self._side.get(tag, ()):
             w.emit(batch)
 
     def emit_watermark(self, watermark: Watermark) -> None:
-        for w in self._writers:
+        for w in self._all:
             w.emit_watermark(watermark)
+
+    def emit_status(self, status: WatermarkStatus) -> None:
+        for w in self._all:
+            w.broadcast_event(status)
+
+
+class ChainOutput:
+    """Connects an operator to the next one in its chain; side outputs leave the chain."""
+
+    def __init__(self, nxt: Operator, tail: WriterOutput) -> None:
+        self._next = nxt
+        self._tail = tail
+
+    def collect(self, batch: pa.RecordBatch) -> None:
+        self._next.process_batch(batch, 0)
+
+    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
+        self._tail.collect_side(tag, batch)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self._next.process_watermark(watermark, 0)
+
+    def emit_status(self, status: WatermarkStatus) -> None:
+        self._tail.emit_status(status)
 
 
 class WatermarkValve:
-    """Combines the watermarks of one input's channels: the minimum over live channels."""
+    """Combines the watermarks of one input's channels: the minimum over the live, active
+    channels (finished and idle channels do not hold the watermark back), never decreasing."""
 
     def __init__(self, channels: Sequence[int]) -> None:
         self._wm = {ch: -(2**63) for ch in channels}
         self._done: set[int] = set()
+        self._idle: set[int] = set()
         self.current = -(2**63)
 
     def on_watermark(self, channel: int, ts: int) -> int | None:
@@ -68,8 +98,20 @@ class WatermarkValve:
         self._done.add(channel)
         return self._advance()
 
+    def on_status(self, channel: int, idle: bool) -> int | None:
+        if idle:
+            self._idle.add(channel)
+        else:
+            self._idle.discard(channel)
+        return self._advance()
+
+    @property
+    def all_idle(self) -> bool:
+        live = [ch for ch in self._wm if ch not in self._done]
+        return bool(live) and all(ch in self._idle for ch in live)
+
     def _advance(self) -> int | None:
-        live = [wm for ch, wm in self._wm.items() if ch not in self._done]
+        live = [wm for ch, wm in self._wm.items() if ch not in self._done and ch not in self._idle]
         new = min(live) if live else None
         if new is not None and new > self.current:
             self.current = new
@@ -88,10 +130,13 @@ class StreamTask:
         self.name = name
         self.records_in = 0
         self.tail = WriterOutput(writers)
+        self._timed = [op for op in self.chain if op.processing_time_interval_ms]
+        self._next_timer = 0.0
+        self._idle_out = False
 
-    def wire(self, ctx_for: Callable[[Operator], object]) -> None:
+    def wire(self, ctx_for: Callable[[Operator], Any]) -> None:
         for op, nxt in zip(self.chain, self.chain[1:] + [None]):
-            op.setup(ctx_for(op), ChainOutput(nxt) if nxt is not None else self.tail)  # type: ignore[arg-type]
+            op.setup(ctx_for(op), ChainOutput(nxt, self.tail) if nxt is not None else self.tail)
 
     def invoke(self) -> None:
         opened: list[Operator] = []
@@ -101,7 +146,7 @@ class StreamTask:
                 opened.append(op)
             head = self.chain[0]
             if isinstance(head, SourceOperator):
-                head.run(self._check_cancelled_flag)
+                head.run(self._source_tick)
                 self._check_cancelled()
                 if head.bounded:
                     head.process_watermark(MAX_WATERMARK)
@@ -117,11 +162,25 @@ class StreamTask:
                 except Exception:  # noqa: BLE001 - closing must not hide the real error
                     log.warning("%s: closing %s failed", self.name, op, exc_info=True)
 
-    def _check_cancelled_flag(self) -> bool:
+    def _source_tick(self) -> bool:
+        """Called by a source between batches: flush due output, fire processing time; True
+        when the task was cancelled and the source should stop."""
         if not self.cancelled():
             for w in self.writers:
                 w.flush_if_due()
+            self._fire_processing_time()
         return self.cancelled()
+
+    def _fire_processing_time(self) -> float | None:
+        if not self._timed:
+            return None
+        now = time.monotonic()
+        if now >= self._next_timer:
+            wall = int(time.time() * 1000)
+            for op in self._timed:
+                op.on_processing_time(wall)
+            self._next_timer = now + min(op.processing_time_interval_ms or 100 for op in self._timed) / 1000.0
+        return max(0.0, self._next_timer - time.monotonic())
 
     def _check_cancelled(self) -> None:
         if self.cancelled():
@@ -153,6 +212,11 @@ class StreamTask:
                     wm = valves[inp].on_watermark(ch, element.timestamp)
                     if wm is not None:
                         head.process_watermark(Watermark(wm), inp)
+                elif isinstance(element, WatermarkStatus):
+                    wm = valves[inp].on_status(ch, element.idle)
+                    if wm is not None:
+                        head.process_watermark(Watermark(wm), inp)
+                    self._propagate_idleness(valves)
                 elif isinstance(element, EndOfPartition):
                     remaining[inp] -= 1
                     wm = valves[inp].on_end(ch)
@@ -162,8 +226,14 @@ class StreamTask:
                         head.end_input(inp)
                 elif isinstance(element, ChannelError):
                     raise element.error
-            timeout = None
+            timeout = self._fire_processing_time()
             for w in self.writers:
                 due = w.flush_if_due()
                 if due is not None:
                     timeout = due if timeout is None else min(timeout, due)
+
+    def _propagate_idleness(self, valves: dict[int, WatermarkValve]) -> None:
+        idle = all(v.all_idle for v in valves.values())
+        if idle != self._idle_out:
+            self._idle_out = idle
+            self.tail.emit_status(IDLE if idle else ACTIVE)

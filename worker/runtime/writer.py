@@ -20,7 +20,8 @@ from yarnflow.worker.runtime.partition import ResultPartition
 class RecordWriter:
     def __init__(self, partition: ResultPartition, partitioner: Partitioner, key_columns: Sequence[str],
                  consumer_max_parallelism: int, batch_size: int, buffer_timeout_ms: int,
-                 cancelled: Callable[[], bool], producer_index: int = 0) -> None:
+                 cancelled: Callable[[], bool], producer_index: int = 0, output_tag: str = "") -> None:
+        self.output_tag = output_tag
         self._partition = partition
         self._subs = partition.subpartitions
         self._n = len(self._subs)

@@ -214,7 +214,9 @@ class TaskExecutor:
         task = Task(tdd, resource_id=self.resource_id, artifacts=self._artifacts, partitions=self.partitions,
                     data_client=self._data_client,
                     on_state=lambda u: self._updates.submit(self._send_update, address, token, u),
-                    location=f"TaskExecutor {self.resource_id} (pid {os.getpid()} on {socket.gethostname()})")
+                    location=f"TaskExecutor {self.resource_id} (pid {os.getpid()} on {socket.gethostname()})",
+                    request_split=lambda: self._main.call(self._jm, address).request_split(
+                        token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id))
         self.tasks[tdd.execution_attempt_id] = task
         log.info("deploying %s (%s)", tdd.display_name, tdd.execution_attempt_id)
         task.start()

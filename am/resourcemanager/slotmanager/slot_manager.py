@@ -136,7 +136,9 @@ class SlotManager:
         old = self.task_executors.get(registration.resource_id)
         actions: list[Action] = []
         if old is not None:  # re-registration (e.g. after a lost heartbeat): start afresh
-            actions += self.unregister(registration.resource_id, "re-registered")
+            # not unregister(): its resource check would ask for a worker to replace this very one
+            del self.task_executors[registration.resource_id]
+            actions.append(TaskExecutorLost(registration.resource_id, "re-registered", tuple(old.allocations())))
         elif self.pending_workers > 0:
             self.pending_workers -= 1
         slots = [SlotInfo(i, registration.slot_profile) for i in range(registration.num_slots)]
@@ -234,6 +236,8 @@ class SlotManager:
         slot = self._slot_of(allocation_id)
         if slot is not None:
             self._free(slot[1])
+            if not any(s.state != SlotState.FREE for s in slot[0].slots):
+                slot[0].idle_since_ms = self.clock.monotonic_ms()  # idle from now, as in Flink
         return self._match_pending()
 
     def ensure_min_resources(self) -> list[Action]:

@@ -40,6 +40,18 @@ class Iface(object):
         """
         pass
 
+    def requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - vertex_id
+         - subtask_index
+         - execution_attempt_id
+
+        """
+        pass
+
 
 class Client(Iface):
     def __init__(self, iprot, oprot=None):
@@ -124,6 +136,48 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "updateTaskExecutionState failed: unknown result")
 
+    def requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - vertex_id
+         - subtask_index
+         - execution_attempt_id
+
+        """
+        self.send_requestSplit(fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id)
+        return self.recv_requestSplit()
+
+    def send_requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id):
+        self._oprot.writeMessageBegin('requestSplit', TMessageType.CALL, self._seqid)
+        args = requestSplit_args()
+        args.fencing_token = fencing_token
+        args.job_id = job_id
+        args.vertex_id = vertex_id
+        args.subtask_index = subtask_index
+        args.execution_attempt_id = execution_attempt_id
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_requestSplit(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = requestSplit_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "requestSplit failed: unknown result")
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -131,6 +185,7 @@ class Processor(Iface, TProcessor):
         self._processMap = {}
         self._processMap["offerSlots"] = Processor.process_offerSlots
         self._processMap["updateTaskExecutionState"] = Processor.process_updateTaskExecutionState
+        self._processMap["requestSplit"] = Processor.process_requestSplit
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -201,6 +256,32 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("updateTaskExecutionState", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_requestSplit(self, seqid, iprot, oprot):
+        args = requestSplit_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = requestSplit_result()
+        try:
+            result.success = self._handler.requestSplit(args.fencing_token, args.job_id, args.vertex_id, args.subtask_index, args.execution_attempt_id)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("requestSplit", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -541,6 +622,190 @@ class updateTaskExecutionState_result(object):
 all_structs.append(updateTaskExecutionState_result)
 updateTaskExecutionState_result.thrift_spec = (
     (0, TType.BOOL, 'success', None, None, ),  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class requestSplit_args(object):
+    """
+    Attributes:
+     - fencing_token
+     - job_id
+     - vertex_id
+     - subtask_index
+     - execution_attempt_id
+
+    """
+
+
+    def __init__(self, fencing_token=None, job_id=None, vertex_id=None, subtask_index=None, execution_attempt_id=None,):
+        self.fencing_token = fencing_token
+        self.job_id = job_id
+        self.vertex_id = vertex_id
+        self.subtask_index = subtask_index
+        self.execution_attempt_id = execution_attempt_id
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.vertex_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.subtask_index = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('requestSplit_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.vertex_id is not None:
+            oprot.writeFieldBegin('vertex_id', TType.STRING, 3)
+            oprot.writeString(self.vertex_id.encode('utf-8') if sys.version_info[0] == 2 else self.vertex_id)
+            oprot.writeFieldEnd()
+        if self.subtask_index is not None:
+            oprot.writeFieldBegin('subtask_index', TType.I32, 4)
+            oprot.writeI32(self.subtask_index)
+            oprot.writeFieldEnd()
+        if self.execution_attempt_id is not None:
+            oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 5)
+            oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(requestSplit_args)
+requestSplit_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'vertex_id', 'UTF8', None, ),  # 3
+    (4, TType.I32, 'subtask_index', None, None, ),  # 4
+    (5, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 5
+)
+
+
+class requestSplit_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = SplitResponse()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('requestSplit_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(requestSplit_result)
+requestSplit_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [SplitResponse, None], None, ),  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )
 fix_spec(all_structs)

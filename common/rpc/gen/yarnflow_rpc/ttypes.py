@@ -575,17 +575,19 @@ class JobEdge(object):
      - exchange_mode
      - key_columns
      - input_index
+     - output_tag
 
     """
 
 
-    def __init__(self, source_vertex_id=None, target_vertex_id=None, partitioner=None, exchange_mode=None, key_columns=None, input_index=None,):
+    def __init__(self, source_vertex_id=None, target_vertex_id=None, partitioner=None, exchange_mode=None, key_columns=None, input_index=None, output_tag=None,):
         self.source_vertex_id = source_vertex_id
         self.target_vertex_id = target_vertex_id
         self.partitioner = partitioner
         self.exchange_mode = exchange_mode
         self.key_columns = key_columns
         self.input_index = input_index
+        self.output_tag = output_tag
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -631,6 +633,11 @@ class JobEdge(object):
                     self.input_index = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRING:
+                    self.output_tag = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -667,6 +674,10 @@ class JobEdge(object):
         if self.input_index is not None:
             oprot.writeFieldBegin('input_index', TType.I32, 6)
             oprot.writeI32(self.input_index)
+            oprot.writeFieldEnd()
+        if self.output_tag is not None:
+            oprot.writeFieldBegin('output_tag', TType.STRING, 7)
+            oprot.writeString(self.output_tag.encode('utf-8') if sys.version_info[0] == 2 else self.output_tag)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1921,6 +1932,143 @@ class TaskExecutionStateUpdate(object):
         return not (self == other)
 
 
+class SourceSplit(object):
+    """
+    Attributes:
+     - split_id
+     - payload
+
+    """
+
+
+    def __init__(self, split_id=None, payload=None,):
+        self.split_id = split_id
+        self.payload = payload
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.split_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.payload = iprot.readBinary()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('SourceSplit')
+        if self.split_id is not None:
+            oprot.writeFieldBegin('split_id', TType.STRING, 1)
+            oprot.writeString(self.split_id.encode('utf-8') if sys.version_info[0] == 2 else self.split_id)
+            oprot.writeFieldEnd()
+        if self.payload is not None:
+            oprot.writeFieldBegin('payload', TType.STRING, 2)
+            oprot.writeBinary(self.payload)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class SplitResponse(object):
+    """
+    Attributes:
+     - split
+     - no_more_splits
+
+    """
+
+
+    def __init__(self, split=None, no_more_splits=None,):
+        self.split = split
+        self.no_more_splits = no_more_splits
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.split = SourceSplit()
+                    self.split.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.BOOL:
+                    self.no_more_splits = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('SplitResponse')
+        if self.split is not None:
+            oprot.writeFieldBegin('split', TType.STRUCT, 1)
+            self.split.write(oprot)
+            oprot.writeFieldEnd()
+        if self.no_more_splits is not None:
+            oprot.writeFieldBegin('no_more_splits', TType.BOOL, 2)
+            oprot.writeBool(self.no_more_splits)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class InputChannelDescriptor(object):
     """
     Attributes:
@@ -2097,17 +2245,19 @@ class ResultPartitionDescriptor(object):
      - key_columns
      - exchange_mode
      - consumer_max_parallelism
+     - output_tag
 
     """
 
 
-    def __init__(self, partition_id=None, num_subpartitions=None, partitioner=None, key_columns=None, exchange_mode=None, consumer_max_parallelism=None,):
+    def __init__(self, partition_id=None, num_subpartitions=None, partitioner=None, key_columns=None, exchange_mode=None, consumer_max_parallelism=None, output_tag=None,):
         self.partition_id = partition_id
         self.num_subpartitions = num_subpartitions
         self.partitioner = partitioner
         self.key_columns = key_columns
         self.exchange_mode = exchange_mode
         self.consumer_max_parallelism = consumer_max_parallelism
+        self.output_tag = output_tag
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2153,6 +2303,11 @@ class ResultPartitionDescriptor(object):
                     self.consumer_max_parallelism = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRING:
+                    self.output_tag = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2189,6 +2344,10 @@ class ResultPartitionDescriptor(object):
         if self.consumer_max_parallelism is not None:
             oprot.writeFieldBegin('consumer_max_parallelism', TType.I32, 6)
             oprot.writeI32(self.consumer_max_parallelism)
+            oprot.writeFieldEnd()
+        if self.output_tag is not None:
+            oprot.writeFieldBegin('output_tag', TType.STRING, 7)
+            oprot.writeString(self.output_tag.encode('utf-8') if sys.version_info[0] == 2 else self.output_tag)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2510,6 +2669,7 @@ JobEdge.thrift_spec = (
     (4, TType.I32, 'exchange_mode', None, None, ),  # 4
     (5, TType.LIST, 'key_columns', (TType.STRING, 'UTF8', False), None, ),  # 5
     (6, TType.I32, 'input_index', None, None, ),  # 6
+    (7, TType.STRING, 'output_tag', 'UTF8', None, ),  # 7
 )
 all_structs.append(JobGraph)
 JobGraph.thrift_spec = (
@@ -2614,6 +2774,18 @@ TaskExecutionStateUpdate.thrift_spec = (
     (5, TType.I64, 'records_in', None, None, ),  # 5
     (6, TType.I64, 'records_out', None, None, ),  # 6
 )
+all_structs.append(SourceSplit)
+SourceSplit.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'split_id', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'payload', 'BINARY', None, ),  # 2
+)
+all_structs.append(SplitResponse)
+SplitResponse.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'split', [SourceSplit, None], None, ),  # 1
+    (2, TType.BOOL, 'no_more_splits', None, None, ),  # 2
+)
 all_structs.append(InputChannelDescriptor)
 InputChannelDescriptor.thrift_spec = (
     None,  # 0
@@ -2637,6 +2809,7 @@ ResultPartitionDescriptor.thrift_spec = (
     (4, TType.LIST, 'key_columns', (TType.STRING, 'UTF8', False), None, ),  # 4
     (5, TType.I32, 'exchange_mode', None, None, ),  # 5
     (6, TType.I32, 'consumer_max_parallelism', None, None, ),  # 6
+    (7, TType.STRING, 'output_tag', 'UTF8', None, ),  # 7
 )
 all_structs.append(TaskDeploymentDescriptor)
 TaskDeploymentDescriptor.thrift_spec = (
