@@ -26,6 +26,22 @@ def _submit_latency(args: argparse.Namespace) -> dict[str, Any]:
     return run_submit_latency(submissions=args.submissions, warmup=args.warmup)
 
 
+def _w(name: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
+    def run(args: argparse.Namespace) -> dict[str, Any]:
+        import workloads
+
+        fn = workloads.run_w1 if name == "w1" else workloads.run_w2
+        return fn(records=args.records, parallelism=args.parallelism, input_dir=args.input)
+
+    return run
+
+
+def _w_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parallelism", type=int, default=2)
+    p.add_argument("--records", type=int, default=5_000_000)
+    p.add_argument("--input", default=None, help="a folder of Parquet files with the workload's columns")
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[..., dict[str, Any]]]] = {
     "rpc": ("calls/s and latency of heartbeat-sized Thrift calls between two processes",
             lambda p: (p.add_argument("--calls", type=int, default=20000),
@@ -33,6 +49,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "submit-latency": ("session mode: submit -> RUNNING and submit -> FINISHED of a two-vertex job",
                        lambda p: (p.add_argument("--submissions", type=int, default=50),
                                   p.add_argument("--warmup", type=int, default=3)), _submit_latency),
+    "w1": ("word count: 5M (word, ts) records, keyed count per word, vs a pyarrow reference", _w_args, _w("w1")),
+    "w2": ("1 s tumbling event-time windows: 5M (key, value, ts) records, sum per key and window",
+           _w_args, _w("w2")),
 }
 
 

@@ -1,0 +1,216 @@
+"""W1 (keyed word count) and W2 (1 s tumbling event-time window sums): the workloads used to
+compare yarnflow with other engines on this machine. Data is generated as Parquet (or read
+from --input), the job runs on a local session cluster (2 TaskExecutors x 2 slots), and the
+throughput is measured from job submit to result in hand; the peak of the summed resident
+memory of the whole cluster and the client is sampled while the job runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+ROW_GROUP = 250_000
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+def generate_w1(folder: str, records: int, seed: int = 1) -> None:
+    rng = np.random.default_rng(seed)
+    vocab = pa.array([f"word{i:05d}" for i in range(10_000)])
+    weights = 1.0 / np.arange(1, 10_001) ** 1.1
+    weights /= weights.sum()
+    _write_chunks(folder, records, lambda start, n: pa.table({
+        "word": pc.take(vocab, pa.array(rng.choice(10_000, n, p=weights))),
+        "ts": pa.array(np.arange(start, start + n, dtype=np.int64) // 100),
+    }))
+
+
+def generate_w2(folder: str, records: int, seed: int = 2) -> None:
+    rng = np.random.default_rng(seed)
+    _write_chunks(folder, records, lambda start, n: pa.table({
+        "key": pa.array(rng.integers(0, 10_000, n, dtype=np.int64)),
+        "value": pa.array(rng.random(n) * 100.0),
+        "ts": pa.array(np.arange(start, start + n, dtype=np.int64) // 100 - rng.integers(0, 151, n)),
+    }))
+
+
+def _write_chunks(folder: str, records: int, make: Callable[[int, int], pa.Table]) -> None:
+    os.makedirs(folder, exist_ok=True)
+    per_file = ROW_GROUP * 4
+    for f, start in enumerate(range(0, records, per_file)):
+        n = min(per_file, records - start)
+        table = pa.concat_tables([make(s, min(ROW_GROUP, start + n - s)) for s in range(start, start + n, ROW_GROUP)])
+        pq.write_table(table, os.path.join(folder, f"part-{f:03d}.parquet"), row_group_size=ROW_GROUP)
+
+
+# ---- reference computations (the single-process pyarrow ceiling) ------------------------------
+
+def reference_w1(folder: str) -> tuple[dict[str, int], float]:
+    t0 = time.perf_counter()
+    table = pq.read_table(folder, columns=["word"])
+    counts = table.group_by("word").aggregate([("word", "count")])
+    seconds = time.perf_counter() - t0
+    return dict(zip(counts["word"].to_pylist(), counts["word_count"].to_pylist())), seconds
+
+
+def reference_w2(folder: str) -> tuple[dict[tuple[int, int], float], float]:
+    t0 = time.perf_counter()
+    table = pq.read_table(folder, columns=["key", "value", "ts"])
+    start = pc.subtract(table["ts"], pc.add(pc.remainder(table["ts"], 1000), 0))
+    start = pc.if_else(pc.less(pc.remainder(table["ts"], 1000), 0), pc.subtract(start, 1000), start)
+    sums = pa.table({"key": table["key"], "start": start, "value": table["value"]}).group_by(
+        ["key", "start"]).aggregate([("value", "sum")])
+    seconds = time.perf_counter() - t0
+    return dict(zip(zip(sums["key"].to_pylist(), sums["start"].to_pylist()), sums["value_sum"].to_pylist())), seconds
+
+
+# ---- measurement -----------------------------------------------------------------------------
+
+class RssSampler:
+    """Peak of the summed RSS of the given root processes and all their descendants."""
+
+    def __init__(self, roots: list[int], interval_s: float = 0.05) -> None:
+        self._roots = [psutil.Process(p) for p in roots]
+        self._interval = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        total = 0
+        seen: set[int] = set()
+        for root in self._roots:
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for p in procs:
+                if p.pid in seen:
+                    continue
+                seen.add(p.pid)
+                try:
+                    total += p.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, self._sample())
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> RssSampler:
+        self.peak_bytes = self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, self._sample())
+
+
+def _run_job(build: Callable[[Any], None], parallelism: int, name: str) -> tuple[pa.Table, float, int]:
+    """Runs the pipeline ``build(env)`` on a fresh local session; returns (collected result,
+    seconds from submit to result in hand, peak RSS bytes)."""
+    import yarnflow
+    from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+    from yarnflow.common.states import JobStatus
+    from yarnflow.compiler import compile_job
+    from yarnflow.local_cluster import LocalCluster
+    from yarnflow.packaging import upload_artifact
+    from yarnflow.worker.operators.sinks import read_collected
+
+    with LocalCluster(2, 2) as cluster:
+        gw = RemoteDispatcherGateway(cluster.address, 600_000)
+        storage = gw.cluster_info().storage_dir
+        env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism)
+        build(env)
+        job = upload_artifact(compile_job(env, name), None, storage)
+        with RssSampler([os.getpid(), cluster.proc.pid]) as rss:
+            t0 = time.perf_counter()
+            job_id = gw.submit_job(job.job_graph)
+            result = gw.request_job_result(job_id, 600_000)
+            if result.status != JobStatus.FINISHED:
+                raise RuntimeError(f"{name} ended {result.status.name}: {result.failure_cause}")
+            table = read_collected(f"{storage}/jobs/{job_id}", next(iter(job.collect_sinks)))
+            seconds = time.perf_counter() - t0
+        gw.close()
+    assert table is not None
+    return table, seconds, rss.peak_bytes
+
+
+def _data_dir(name: str, records: int, input_dir: str | None, gen: Callable[[str, int], None]) -> tuple[str, bool]:
+    if input_dir:
+        return input_dir, False
+    folder = tempfile.mkdtemp(prefix=f"yarnflow-{name}-")
+    gen(folder, records)
+    return folder, True
+
+
+def _prepare(name: str, records: int, input_dir: str | None) -> tuple[str, bool, Any, float, int]:
+    """Generate the data (unless given) and compute the reference in a child process, so that
+    the client's own memory, which the benchmark counts, holds none of it."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_prepare_in_child, (name, records, input_dir))
+
+
+def _prepare_in_child(name: str, records: int, input_dir: str | None) -> tuple[str, bool, Any, float, int]:
+    folder, owned = _data_dir(name, records, input_dir, generate_w1 if name == "w1" else generate_w2)
+    expected, ref_s = (reference_w1 if name == "w1" else reference_w2)(folder)
+    n = pq.ParquetDataset(folder).read(columns=["ts"]).num_rows
+    return folder, owned, expected, ref_s, n
+
+
+def run_w1(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None) -> dict[str, Any]:
+    folder, owned, expected, ref_s, n = _prepare("w1", records, input_dir)
+    try:
+
+        def build(env: Any) -> None:
+            env.read_parquet(folder, columns=["word"]).key_by("word").count().collect()
+
+        table, seconds, peak = _run_job(build, parallelism, "w1")
+        got = dict(zip(table["word"].to_pylist(), table["count"].to_pylist()))
+        verified = got == expected and len(got) == table.num_rows
+        return {"name": "w1", "records": n, "parallelism": parallelism, "seconds": round(seconds, 3),
+                "records_per_s": round(n / seconds), "peak_rss_mb": round(peak / 2**20),
+                "pyarrow_records_per_s": round(n / ref_s), "distinct_words": len(got), "verified": verified}
+    finally:
+        if owned:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_w2(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None) -> dict[str, Any]:
+    folder, owned, expected, ref_s, n = _prepare("w2", records, input_dir)
+    try:
+
+        def build(env: Any) -> None:
+            from yarnflow.worker.operators.timestamps import WatermarkStrategy
+            from yarnflow.worker.operators.windows import TumblingEventTimeWindows
+
+            strategy = WatermarkStrategy.for_bounded_out_of_orderness(200).with_timestamp_column("ts")
+            (env.read_parquet(folder).assign_timestamps_and_watermarks(strategy)
+                .key_by("key").window(TumblingEventTimeWindows.of(1000)).sum("value").collect())
+
+        table, seconds, peak = _run_job(build, parallelism, "w2")
+        got = dict(zip(zip(table["key"].to_pylist(), table["window_start"].to_pylist()), table["value"].to_pylist()))
+        verified = len(got) == table.num_rows and got.keys() == expected.keys() and all(
+            abs(got[k] - v) <= 1e-9 * max(1.0, abs(v)) for k, v in expected.items())
+        return {"name": "w2", "records": n, "parallelism": parallelism, "seconds": round(seconds, 3),
+                "records_per_s": round(n / seconds), "peak_rss_mb": round(peak / 2**20),
+                "pyarrow_records_per_s": round(n / ref_s), "windows": len(got), "verified": verified}
+    finally:
+        if owned:
+            shutil.rmtree(folder, ignore_errors=True)
