@@ -97,9 +97,13 @@ class StreamExecutionEnvironment:
         from yarnflow import executors
 
         ctx = executors.current_context()
+        for label, value in (("parallelism", parallelism), ("max_parallelism", max_parallelism)):
+            if value is not None and value < 1:
+                raise JobDefinitionError(f"{label} must be at least 1, not {value}")
         self.parallelism = parallelism or ctx.default_parallelism
         self.max_parallelism = max_parallelism or ctx.max_parallelism
-        self.runtime_mode = (runtime_mode or ctx.runtime_mode).upper()
+        self.runtime_mode = "AUTOMATIC"
+        self.set_runtime_mode(runtime_mode or ctx.runtime_mode)
         self.transformations: list[Transformation] = []
         self.executed = False
 

@@ -104,7 +104,10 @@ class ExecutionGraph:
         self._by_attempt: dict[ExecutionAttemptID, Execution] = {}
         for ev in self.all_vertices():
             self._by_attempt[ev.current.attempt_id] = ev.current
-        self._edge_index = {id(e): i for i, e in enumerate(job_graph.edges)}
+        self._out_edges = {jv.vertex_id: [(i, e) for i, e in enumerate(job_graph.edges)
+                                          if e.source_vertex_id == jv.vertex_id] for jv in job_graph.vertices}
+        self._in_edges = {jv.vertex_id: [(i, e) for i, e in enumerate(job_graph.edges)
+                                         if e.target_vertex_id == jv.vertex_id] for jv in job_graph.vertices}
 
     def all_vertices(self) -> list[ExecutionVertex]:
         return [ev for ejv in self.vertices.values() for ev in ejv.subtasks]
@@ -139,9 +142,6 @@ class ExecutionGraph:
         return out
 
     # -- deployment -------------------------------------------------------------------------
-    def _edge_index_of(self, edge: JobEdge) -> int:
-        return self._edge_index[id(edge)]
-
     def deployment_descriptor(self, ex: Execution, artifact_uri: str, artifact_sha256: str, jm_token: str,
                               config: dict[str, str], job_storage_dir: str) -> TaskDeploymentDescriptor:
         """The TDD for ``ex``; every producer it reads from must already have a slot."""
@@ -149,9 +149,8 @@ class ExecutionGraph:
         jv = ex.vertex.job_vertex
         i = ex.vertex.subtask_index
         gates: dict[int, list[InputChannelDescriptor]] = {}
-        for edge in jg.inputs_of(jv.vertex_id):
+        for idx, edge in self._in_edges[jv.vertex_id]:
             producers = self.vertices[edge.source_vertex_id].subtasks
-            idx = self._edge_index_of(edge)
             chans = gates.setdefault(edge.input_index, [])
             if edge.partitioner == Partitioner.FORWARD:
                 sources = [(producers[i], 0)]
@@ -160,17 +159,18 @@ class ExecutionGraph:
             for producer, sub in sources:
                 slot = producer.current.slot
                 if slot is None:
-                    raise IllegalStateTransition(f"{ex.vertex.name}: producer {producer.name} has no slot yet")
+                    raise LookupError(f"{ex.vertex.name}: producer {producer.name} has no slot yet")
                 chans.append(InputChannelDescriptor(producer.current.partition_id(idx), sub, slot.resource_id,
                                                     slot.data_address))
         partitions = []
-        for edge in jg.outputs_of(jv.vertex_id):
+        for idx, edge in self._out_edges[jv.vertex_id]:
             target = jg.vertex(edge.target_vertex_id)
             n = 1 if edge.partitioner == Partitioner.FORWARD else target.parallelism
             partitions.append(ResultPartitionDescriptor(
-                ex.partition_id(self._edge_index_of(edge)), n, edge.partitioner, list(edge.key_columns),
+                ex.partition_id(idx), n, edge.partitioner, list(edge.key_columns),
                 edge.exchange_mode, target.max_parallelism, edge.output_tag))
-        assert ex.slot is not None
+        if ex.slot is None:
+            raise LookupError(f"{ex.vertex.name} has no slot yet")
         return TaskDeploymentDescriptor(
             job_id=jg.job_id, vertex_id=jv.vertex_id, task_name=jv.name, execution_attempt_id=ex.attempt_id,
             subtask_index=i, attempt_number=ex.attempt_number, parallelism=jv.parallelism,

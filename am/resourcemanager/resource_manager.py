@@ -135,12 +135,15 @@ class ResourceManager:
 
     def _register(self, registration: TaskExecutorRegistration) -> RegistrationResponse:
         registration_id = uuid.uuid4().hex
+        actions = self.slot_manager.register(registration, registration_id)
+        # losses first (they drop the old connection), then the new connection, then the rest
+        self._apply([a for a in actions if isinstance(a, TaskExecutorLost)])
         old = self._gateways.pop(registration.resource_id, None)
         if old is not None:
             old.close()
         self._gateways[registration.resource_id] = RemoteTaskExecutorGateway(registration.rpc_address,
                                                                              self._rpc_timeout)
-        self._apply(self.slot_manager.register(registration, registration_id))
+        self._apply([a for a in actions if not isinstance(a, TaskExecutorLost)])
         return RegistrationResponse(True, self.fencing_token, registration_id, self._heartbeat_ms)
 
     def heartbeat_from_task_executor(self, token: str, registration_id: str, report: SlotReport) -> None:
@@ -187,7 +190,8 @@ class ResourceManager:
                     gw.close()
                 for listener in list(self._listeners.values()):
                     listener.on_task_executor_lost(action.resource_id, action.reason)
-                self._driver.stop_worker(action.resource_id)
+                if action.stop_worker:
+                    self._driver.stop_worker(action.resource_id)
             elif isinstance(action, StartWorkers):
                 for _ in range(action.count):
                     self._start_worker()

@@ -176,9 +176,8 @@ class StreamTask:
             return None
         now = time.monotonic()
         if now >= self._next_timer:
-            wall = int(time.time() * 1000)
             for op in self._timed:
-                op.on_processing_time(wall)
+                op.on_processing_time(op.ctx.clock())
             self._next_timer = now + min(op.processing_time_interval_ms or 100 for op in self._timed) / 1000.0
         return max(0.0, self._next_timer - time.monotonic())
 

@@ -88,6 +88,7 @@ class TaskExecutorLost:
     resource_id: ResourceID
     reason: str
     allocations: tuple[tuple[JobID, AllocationID], ...]
+    stop_worker: bool = True  # False when the same process registered again: keep it running
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ class SlotManager:
         if old is not None:  # re-registration (e.g. after a lost heartbeat): start afresh
             # not unregister(): its resource check would ask for a worker to replace this very one
             del self.task_executors[registration.resource_id]
-            actions.append(TaskExecutorLost(registration.resource_id, "re-registered", tuple(old.allocations())))
+            actions.append(TaskExecutorLost(registration.resource_id, "re-registered", tuple(old.allocations()),
+                                            stop_worker=False))
         elif self.pending_workers > 0:
             self.pending_workers -= 1
         slots = [SlotInfo(i, registration.slot_profile) for i in range(registration.num_slots)]
