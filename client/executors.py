@@ -149,9 +149,11 @@ class ClusterContext:
                                      f"{cause.describe() if cause else 'unknown cause'}", cause)
             if result.status == JobStatus.CANCELED:
                 raise JobFailedError(f"job {job_name} ({job_id}) was canceled")
-            for uid, sink in job.collect_sinks.items():
-                if sink.print_rows:
-                    print_table(tables.get(uid))
+            printed = [(uid, sink) for uid, sink in job.collect_sinks.items() if sink.print_rows]
+            for uid, sink in printed:
+                if len(printed) > 1:
+                    print(f"# {sink.name}")
+                print_table(tables.get(uid))
             return outcome
         finally:
             gw.close()

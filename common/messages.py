@@ -209,6 +209,16 @@ class VertexStatus(Message):
     name: str
     parallelism: int
     state_counts: dict[ExecutionState, int] = field(default_factory=dict)
+    subtask_attempts: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FailureEntry(Message):
+    _thrift = ttypes.FailureEntry
+    timestamp_ms: int
+    task: str
+    error: ErrorInfo
+    restarted_subtasks: int = 0
 
 
 @dataclass(frozen=True)
@@ -222,6 +232,8 @@ class JobStatusInfo(Message):
     vertices: list[VertexStatus] = field(default_factory=list)
     failure_cause: Optional[ErrorInfo] = None
     all_running_time_ms: int = 0
+    failure_history: list[FailureEntry] = field(default_factory=list)
+    restart_strategy: str = ""
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,14 @@ struct VertexStatus {
   2: string name,
   3: i32 parallelism,
   4: map<ExecutionState, i32> state_counts,
+  5: list<i32> subtask_attempts,   // current attempt number of each subtask (0: never restarted)
+}
+
+struct FailureEntry {
+  1: i64 timestamp_ms,
+  2: string task,                  // the failed subtask ("" for a job-level failure)
+  3: ErrorInfo error,
+  4: i32 restarted_subtasks,       // how many subtasks the failover restarted (0: none, gave up)
 }
 
 struct JobStatusInfo {
@@ -104,6 +112,8 @@ struct JobStatusInfo {
   6: list<VertexStatus> vertices,
   7: optional ErrorInfo failure_cause,
   8: i64 all_running_time_ms,      // when every subtask first reported RUNNING (0: not yet)
+  9: list<FailureEntry> failure_history,
+  10: string restart_strategy,     // e.g. "fixed-delay: 1 of 3 attempts used"
 }
 
 struct JobResult {
@@ -276,6 +286,8 @@ service TaskExecutorService {
       throws (1: RpcError err),
   void disconnectResourceManager(1: string rm_fencing_token, 2: string reason)
       throws (1: RpcError err),
+  // Release the job's blocking result partitions held here (all of them when the list is empty).
+  void releasePartitions(1: string job_id, 2: list<string> partition_ids) throws (1: RpcError err),
   // Liveness probe used by tests and tools.
   string ping(),
 }

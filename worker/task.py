@@ -20,7 +20,8 @@ from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.runtime.elements import EndOfPartition
 from yarnflow.worker.runtime.gate import ChannelReader, InputGate
-from yarnflow.worker.runtime.partition import ResultPartitionManager
+from yarnflow.common.states import ExchangeMode
+from yarnflow.worker.runtime.partition import BlockingResultPartition, ResultPartitionManager
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
 
@@ -115,7 +116,10 @@ class Task:
         cancelled = self._cancelled.is_set
         writers = []
         for rpd in tdd.result_partitions:
-            partition = self._partitions.create(rpd.partition_id, rpd.num_subpartitions, capacity)
+            if rpd.exchange_mode == ExchangeMode.BLOCKING:
+                partition: Any = self._partitions.create_blocking(rpd.partition_id, rpd.num_subpartitions)
+            else:
+                partition = self._partitions.create(rpd.partition_id, rpd.num_subpartitions, capacity)
             writers.append(RecordWriter(partition, rpd.partitioner, rpd.key_columns, rpd.consumer_max_parallelism,
                                         batch_size, buffer_timeout, cancelled, tdd.subtask_index, rpd.output_tag))
         channel_inputs: list[int] = []
@@ -163,6 +167,11 @@ class Task:
                 partition = partitions.wait_for(ch.partition_id, 30.0)
                 if partition is None:
                     raise PartitionNotFoundError(f"local partition {ch.partition_id} was never produced")
+                if isinstance(partition, BlockingResultPartition):
+                    for element in partition.read(ch.subpartition_index):
+                        if not push(element):
+                            return
+                    return
                 sub = partition.subpartitions[ch.subpartition_index]
                 while not gate.cancelled:
                     element = sub.take(0.5)

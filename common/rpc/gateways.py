@@ -136,6 +136,9 @@ class RemoteTaskExecutorGateway:
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None:
         self._c.call("disconnectResourceManager", rm_token, reason)
 
+    def release_partitions(self, job_id: str, partition_ids: list[str]) -> None:
+        self._c.call("releasePartitions", str(job_id), [str(p) for p in partition_ids])
+
     def ping(self) -> str:
         return str(self._c.call("ping"))
 
@@ -273,6 +276,7 @@ class TaskExecutorImpl(Protocol):
     def cancel_task(self, jm_token: str, attempt_id: ids.ExecutionAttemptID) -> None: ...
     def free_slot(self, jm_token: str, allocation_id: ids.AllocationID, reason: str) -> None: ...
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None: ...
+    def release_partitions(self, job_id: ids.JobID, partition_ids: list[str]) -> None: ...
 
 
 class TaskExecutorHandler:
@@ -300,6 +304,10 @@ class TaskExecutorHandler:
     @_translated
     def disconnectResourceManager(self, rm_token: str, reason: str) -> None:  # noqa: N802
         self._i.disconnect_resource_manager(rm_token, reason)
+
+    @_translated
+    def releasePartitions(self, job_id: str, partition_ids: list[str]) -> None:  # noqa: N802
+        self._i.release_partitions(ids.JobID(job_id), list(partition_ids))
 
     def ping(self) -> str:
         return "pong"

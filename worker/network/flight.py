@@ -22,7 +22,11 @@ import pyarrow.flight as flight
 
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.worker.runtime.elements import EndOfPartition, decode_event, encode_event
-from yarnflow.worker.runtime.partition import PartitionReleasedError, ResultPartitionManager
+from yarnflow.worker.runtime.partition import (
+    BlockingResultPartition,
+    PartitionReleasedError,
+    ResultPartitionManager,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,8 @@ class DataServer(flight.FlightServerBase):
         partition = self._partitions.wait_for(partition_id, self._wait_s)
         if partition is None or not index.isdigit() or int(index) >= len(partition.subpartitions):
             raise flight.FlightUnavailableError(f"partition {partition_id}/{index} not found")
+        if isinstance(partition, BlockingResultPartition):
+            return self._serve_blocking(partition, int(index))
         sub = partition.subpartitions[int(index)]
         pending: list[Any] = []
         # The stream's schema is the first batch's; events before it go out under an empty
@@ -75,6 +81,26 @@ class DataServer(flight.FlightServerBase):
         first_batch = next((e for e in pending if isinstance(e, pa.RecordBatch)), None)
         schema = first_batch.schema if first_batch is not None else _EMPTY_SCHEMA
         return flight.GeneratorStream(schema, self._generate(context, sub, schema, pending))
+
+    def _serve_blocking(self, partition: BlockingResultPartition, index: int) -> flight.FlightDataStream:
+        if not partition.finished.wait(self._wait_s):
+            raise flight.FlightUnavailableError(f"partition {partition.partition_id}/{index} not found (unfinished)")
+        elements = partition.read(index)
+        try:
+            first = next(elements)
+        except PartitionReleasedError:
+            raise flight.FlightUnavailableError(f"partition {partition.partition_id} was released") from None
+        schema = first.schema if isinstance(first, pa.RecordBatch) else _EMPTY_SCHEMA
+        empty = pa.RecordBatch.from_pylist([], schema=schema)
+
+        def gen() -> Iterator[Any]:
+            for element in (first, *elements):
+                if isinstance(element, pa.RecordBatch):
+                    yield element
+                else:
+                    yield empty, encode_event(element)
+
+        return flight.GeneratorStream(schema, gen())
 
     def _generate(self, context: flight.ServerCallContext, sub: Any, schema: pa.Schema,
                   pending: list[Any]) -> Iterator[Any]:

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import shutil
+import tempfile
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
 from yarnflow.common.errors import UnavailableError
 from yarnflow.common.ids import ResultPartitionID
-from yarnflow.worker.runtime.elements import EndOfPartition
+from yarnflow.worker.runtime.elements import END_OF_PARTITION, EndOfPartition
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +130,105 @@ class ResultPartition:
             sp.release()
 
 
+class _BlockingSubpartition:
+    """The producer's handle on one subpartition of a blocking partition."""
+
+    def __init__(self, partition: BlockingResultPartition, index: int) -> None:
+        self._partition = partition
+        self._index = index
+
+    def add(self, element: Any, cancelled: Callable[[], bool] = lambda: False) -> None:
+        self._partition.add(self._index, element)
+
+
+class BlockingResultPartition:
+    """A blocking result partition: written by the producer to the TaskExecutor's local disk
+    (one Arrow IPC file per subpartition) and served, any number of times, once the producer
+    has finished. It lives until the JobMaster releases it (or the job ends)."""
+
+    def __init__(self, partition_id: ResultPartitionID, num_subpartitions: int, directory: str) -> None:
+        self.partition_id = partition_id
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self._lock = threading.Lock()
+        self._writers: list[Any] = [None] * num_subpartitions
+        self._sinks: list[Any] = [None] * num_subpartitions
+        self._done = [False] * num_subpartitions
+        self.finished = threading.Event()
+        self.released = False
+        self.subpartitions = [_BlockingSubpartition(self, i) for i in range(num_subpartitions)]
+        self.bytes_written = 0
+
+    def _path(self, index: int) -> str:
+        return os.path.join(self.directory, f"{index}.arrow")
+
+    def add(self, index: int, element: Any) -> None:
+        if self.released:
+            raise PartitionReleasedError(f"partition {self.partition_id} released")
+        if isinstance(element, pa.RecordBatch):
+            writer = self._writers[index]
+            if writer is None:
+                self._sinks[index] = pa.OSFile(self._path(index), "wb")
+                writer = self._writers[index] = pa.ipc.new_stream(self._sinks[index], element.schema)
+            writer.write_batch(element)
+            self.bytes_written += element.nbytes
+        elif isinstance(element, EndOfPartition):
+            if self._writers[index] is not None:
+                self._writers[index].close()
+                self._sinks[index].close()
+            with self._lock:
+                self._done[index] = True
+                if all(self._done):
+                    self.finished.set()
+        # watermarks are not kept: a blocking consumer sees its inputs end (MAX watermark)
+
+    def read(self, index: int) -> Iterator[Any]:
+        """The subpartition's batches, then its end of partition."""
+        if not self.finished.is_set():
+            raise PartitionReleasedError(f"partition {self.partition_id} is not finished")
+        path = self._path(index)
+        if os.path.exists(path):
+            try:
+                with pa.memory_map(path) as source:
+                    for batch in pa.ipc.open_stream(source):
+                        yield batch
+            except FileNotFoundError:
+                raise PartitionReleasedError(f"partition {self.partition_id} released") from None
+        yield END_OF_PARTITION
+
+    def release(self) -> None:
+        self.released = True
+        for w, sink in zip(self._writers, self._sinks):
+            try:
+                if w is not None:
+                    w.close()
+                if sink is not None:
+                    sink.close()
+            except (OSError, pa.ArrowException):
+                pass
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class ResultPartitionManager:
     """The partitions a TaskExecutor currently serves, by id."""
 
-    def __init__(self) -> None:
-        self._partitions: dict[str, ResultPartition] = {}
+    def __init__(self, directory: str | None = None) -> None:
+        self._partitions: dict[str, ResultPartition | BlockingResultPartition] = {}
         self._cond = threading.Condition()
         self._closed = False
+        self.directory = directory or tempfile.mkdtemp(prefix="yarnflow-partitions-")
+
+    def create_blocking(self, partition_id: ResultPartitionID, num_subpartitions: int) -> BlockingResultPartition:
+        partition = BlockingResultPartition(partition_id, num_subpartitions,
+                                            os.path.join(self.directory, partition_id))
+        with self._cond:
+            self._partitions[partition_id] = partition
+            self._cond.notify_all()
+        return partition
+
+    def blocking_partitions(self) -> list[str]:
+        with self._cond:
+            return [pid for pid, p in self._partitions.items() if isinstance(p, BlockingResultPartition)]
 
     def create(self, partition_id: ResultPartitionID, num_subpartitions: int, capacity: int) -> ResultPartition:
         partition = ResultPartition(partition_id, num_subpartitions, capacity, self._consumed)
@@ -146,7 +241,7 @@ class ResultPartitionManager:
         log.debug("partition %s fully consumed: releasing", partition.partition_id)
         self.release(partition.partition_id)
 
-    def wait_for(self, partition_id: str, timeout: float) -> ResultPartition | None:
+    def wait_for(self, partition_id: str, timeout: float) -> ResultPartition | BlockingResultPartition | None:
         deadline = time.monotonic() + timeout
         with self._cond:
             while partition_id not in self._partitions:
@@ -164,9 +259,10 @@ class ResultPartitionManager:
         if partition is not None:
             partition.release()
 
-    def release_all(self, predicate: Callable[[str], bool] = lambda _: True) -> None:
+    def release_all(self, predicate: Callable[[str], bool] = lambda _: True, blocking: bool = True) -> None:
         with self._cond:
-            ids = [p for p in self._partitions if predicate(p)]
+            ids = [pid for pid, p in self._partitions.items()
+                   if predicate(pid) and (blocking or not isinstance(p, BlockingResultPartition))]
         for pid in ids:
             self.release(pid)
 

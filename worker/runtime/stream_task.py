@@ -222,6 +222,11 @@ class StreamTask:
                     if wm is not None and remaining[inp]:
                         head.process_watermark(Watermark(wm), inp)
                     if remaining[inp] == 0:
+                        if valves[inp].current < MAX_WATERMARK.timestamp:
+                            # the input ended (also a blocking one, which keeps no watermarks):
+                            # event time is complete for it
+                            valves[inp].current = MAX_WATERMARK.timestamp
+                            head.process_watermark(MAX_WATERMARK, inp)
                         head.end_input(inp)
                 elif isinstance(element, ChannelError):
                     raise element.error

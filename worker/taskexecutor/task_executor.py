@@ -65,7 +65,7 @@ class TaskExecutor:
         self._main = MainThreadExecutor(f"taskexecutor-{resource_id}")
         self._io = ThreadPoolExecutor(4, thread_name_prefix="te-io")
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="te-updates")  # keeps per-task order
-        self.partitions = ResultPartitionManager()
+        self.partitions = ResultPartitionManager(os.path.join(work_dir, "partitions"))
         self._data_server = DataServer(host, self.partitions)
         self._data_client = DataClient()
         self._artifacts = ArtifactCache(os.path.join(work_dir, "artifacts"))
@@ -270,7 +270,13 @@ class TaskExecutor:
         self.slots.free(allocation_id)
         log.info("freed slot of %s (%s)", allocation_id, reason)
         if job_id is not None and job_id not in self.slots.jobs():
-            self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."))
+            self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."), blocking=False)
+
+    def release_partitions(self, job_id: JobID, partition_ids: list[str]) -> None:
+        """Blocking partitions are released by the JobMaster when no consumer needs them."""
+        prefix = f"{job_id}."
+        wanted = set(partition_ids)
+        self.partitions.release_all(lambda pid: pid.startswith(prefix) and (not wanted or pid in wanted))
 
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None:
         if rm_token != self._rm_token:

@@ -71,6 +71,15 @@ class Iface(object):
         """
         pass
 
+    def releasePartitions(self, job_id, partition_ids):
+        """
+        Parameters:
+         - job_id
+         - partition_ids
+
+        """
+        pass
+
     def ping(self):
         pass
 
@@ -264,6 +273,40 @@ class Client(Iface):
             raise result.err
         return
 
+    def releasePartitions(self, job_id, partition_ids):
+        """
+        Parameters:
+         - job_id
+         - partition_ids
+
+        """
+        self.send_releasePartitions(job_id, partition_ids)
+        self.recv_releasePartitions()
+
+    def send_releasePartitions(self, job_id, partition_ids):
+        self._oprot.writeMessageBegin('releasePartitions', TMessageType.CALL, self._seqid)
+        args = releasePartitions_args()
+        args.job_id = job_id
+        args.partition_ids = partition_ids
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_releasePartitions(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = releasePartitions_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.err is not None:
+            raise result.err
+        return
+
     def ping(self):
         self.send_ping()
         return self.recv_ping()
@@ -300,6 +343,7 @@ class Processor(Iface, TProcessor):
         self._processMap["cancelTask"] = Processor.process_cancelTask
         self._processMap["freeSlot"] = Processor.process_freeSlot
         self._processMap["disconnectResourceManager"] = Processor.process_disconnectResourceManager
+        self._processMap["releasePartitions"] = Processor.process_releasePartitions
         self._processMap["ping"] = Processor.process_ping
         self._on_message_begin = None
 
@@ -449,6 +493,32 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("disconnectResourceManager", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_releasePartitions(self, seqid, iprot, oprot):
+        args = releasePartitions_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = releasePartitions_result()
+        try:
+            self._handler.releasePartitions(args.job_id, args.partition_ids)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("releasePartitions", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -1228,6 +1298,150 @@ class disconnectResourceManager_result(object):
         return not (self == other)
 all_structs.append(disconnectResourceManager_result)
 disconnectResourceManager_result.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class releasePartitions_args(object):
+    """
+    Attributes:
+     - job_id
+     - partition_ids
+
+    """
+
+
+    def __init__(self, job_id=None, partition_ids=None,):
+        self.job_id = job_id
+        self.partition_ids = partition_ids
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.LIST:
+                    self.partition_ids = []
+                    (_etype151, _size148) = iprot.readListBegin()
+                    for _i152 in range(_size148):
+                        _elem153 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem153)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('releasePartitions_args')
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 1)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.partition_ids is not None:
+            oprot.writeFieldBegin('partition_ids', TType.LIST, 2)
+            oprot.writeListBegin(TType.STRING, len(self.partition_ids))
+            for iter154 in self.partition_ids:
+                oprot.writeString(iter154.encode('utf-8') if sys.version_info[0] == 2 else iter154)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(releasePartitions_args)
+releasePartitions_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'job_id', 'UTF8', None, ),  # 1
+    (2, TType.LIST, 'partition_ids', (TType.STRING, 'UTF8', False), None, ),  # 2
+)
+
+
+class releasePartitions_result(object):
+    """
+    Attributes:
+     - err
+
+    """
+
+
+    def __init__(self, err=None,):
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('releasePartitions_result')
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(releasePartitions_result)
+releasePartitions_result.thrift_spec = (
     None,  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )

@@ -866,15 +866,17 @@ class VertexStatus(object):
      - name
      - parallelism
      - state_counts
+     - subtask_attempts
 
     """
 
 
-    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None,):
+    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None, subtask_attempts=None,):
         self.vertex_id = vertex_id
         self.name = name
         self.parallelism = parallelism
         self.state_counts = state_counts
+        self.subtask_attempts = subtask_attempts
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -911,6 +913,16 @@ class VertexStatus(object):
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.LIST:
+                    self.subtask_attempts = []
+                    (_etype47, _size44) = iprot.readListBegin()
+                    for _i48 in range(_size44):
+                        _elem49 = iprot.readI32()
+                        self.subtask_attempts.append(_elem49)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -936,10 +948,108 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter44, viter45 in self.state_counts.items():
-                oprot.writeI32(kiter44)
-                oprot.writeI32(viter45)
+            for kiter50, viter51 in self.state_counts.items():
+                oprot.writeI32(kiter50)
+                oprot.writeI32(viter51)
             oprot.writeMapEnd()
+            oprot.writeFieldEnd()
+        if self.subtask_attempts is not None:
+            oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
+            oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
+            for iter52 in self.subtask_attempts:
+                oprot.writeI32(iter52)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class FailureEntry(object):
+    """
+    Attributes:
+     - timestamp_ms
+     - task
+     - error
+     - restarted_subtasks
+
+    """
+
+
+    def __init__(self, timestamp_ms=None, task=None, error=None, restarted_subtasks=None,):
+        self.timestamp_ms = timestamp_ms
+        self.task = task
+        self.error = error
+        self.restarted_subtasks = restarted_subtasks
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.timestamp_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.task = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRUCT:
+                    self.error = ErrorInfo()
+                    self.error.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.restarted_subtasks = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('FailureEntry')
+        if self.timestamp_ms is not None:
+            oprot.writeFieldBegin('timestamp_ms', TType.I64, 1)
+            oprot.writeI64(self.timestamp_ms)
+            oprot.writeFieldEnd()
+        if self.task is not None:
+            oprot.writeFieldBegin('task', TType.STRING, 2)
+            oprot.writeString(self.task.encode('utf-8') if sys.version_info[0] == 2 else self.task)
+            oprot.writeFieldEnd()
+        if self.error is not None:
+            oprot.writeFieldBegin('error', TType.STRUCT, 3)
+            self.error.write(oprot)
+            oprot.writeFieldEnd()
+        if self.restarted_subtasks is not None:
+            oprot.writeFieldBegin('restarted_subtasks', TType.I32, 4)
+            oprot.writeI32(self.restarted_subtasks)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -970,11 +1080,13 @@ class JobStatusInfo(object):
      - vertices
      - failure_cause
      - all_running_time_ms
+     - failure_history
+     - restart_strategy
 
     """
 
 
-    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None,):
+    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None, failure_history=None, restart_strategy=None,):
         self.job_id = job_id
         self.name = name
         self.status = status
@@ -983,6 +1095,8 @@ class JobStatusInfo(object):
         self.vertices = vertices
         self.failure_cause = failure_cause
         self.all_running_time_ms = all_running_time_ms
+        self.failure_history = failure_history
+        self.restart_strategy = restart_strategy
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1021,11 +1135,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype49, _size46) = iprot.readListBegin()
-                    for _i50 in range(_size46):
-                        _elem51 = VertexStatus()
-                        _elem51.read(iprot)
-                        self.vertices.append(_elem51)
+                    (_etype56, _size53) = iprot.readListBegin()
+                    for _i57 in range(_size53):
+                        _elem58 = VertexStatus()
+                        _elem58.read(iprot)
+                        self.vertices.append(_elem58)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1038,6 +1152,22 @@ class JobStatusInfo(object):
             elif fid == 8:
                 if ftype == TType.I64:
                     self.all_running_time_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.LIST:
+                    self.failure_history = []
+                    (_etype62, _size59) = iprot.readListBegin()
+                    for _i63 in range(_size59):
+                        _elem64 = FailureEntry()
+                        _elem64.read(iprot)
+                        self.failure_history.append(_elem64)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 10:
+                if ftype == TType.STRING:
+                    self.restart_strategy = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
             else:
@@ -1073,8 +1203,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter52 in self.vertices:
-                iter52.write(oprot)
+            for iter65 in self.vertices:
+                iter65.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -1084,6 +1214,17 @@ class JobStatusInfo(object):
         if self.all_running_time_ms is not None:
             oprot.writeFieldBegin('all_running_time_ms', TType.I64, 8)
             oprot.writeI64(self.all_running_time_ms)
+            oprot.writeFieldEnd()
+        if self.failure_history is not None:
+            oprot.writeFieldBegin('failure_history', TType.LIST, 9)
+            oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
+            for iter66 in self.failure_history:
+                iter66.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.restart_strategy is not None:
+            oprot.writeFieldBegin('restart_strategy', TType.STRING, 10)
+            oprot.writeString(self.restart_strategy.encode('utf-8') if sys.version_info[0] == 2 else self.restart_strategy)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1162,16 +1303,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype54, _vtype55, _size53) = iprot.readMapBegin()
-                    for _i57 in range(_size53):
-                        _key58 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val59 = []
-                        (_etype63, _size60) = iprot.readListBegin()
-                        for _i64 in range(_size60):
-                            _elem65 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val59.append(_elem65)
+                    (_ktype68, _vtype69, _size67) = iprot.readMapBegin()
+                    for _i71 in range(_size67):
+                        _key72 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val73 = []
+                        (_etype77, _size74) = iprot.readListBegin()
+                        for _i78 in range(_size74):
+                            _elem79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val73.append(_elem79)
                         iprot.readListEnd()
-                        self.collected[_key58] = _val59
+                        self.collected[_key72] = _val73
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1208,11 +1349,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter66, viter67 in self.collected.items():
-                oprot.writeString(kiter66.encode('utf-8') if sys.version_info[0] == 2 else kiter66)
-                oprot.writeListBegin(TType.STRING, len(viter67))
-                for iter68 in viter67:
-                    oprot.writeString(iter68.encode('utf-8') if sys.version_info[0] == 2 else iter68)
+            for kiter80, viter81 in self.collected.items():
+                oprot.writeString(kiter80.encode('utf-8') if sys.version_info[0] == 2 else kiter80)
+                oprot.writeListBegin(TType.STRING, len(viter81))
+                for iter82 in viter81:
+                    oprot.writeString(iter82.encode('utf-8') if sys.version_info[0] == 2 else iter82)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -1471,11 +1612,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype72, _size69) = iprot.readListBegin()
-                    for _i73 in range(_size69):
-                        _elem74 = SlotStatus()
-                        _elem74.read(iprot)
-                        self.slots.append(_elem74)
+                    (_etype86, _size83) = iprot.readListBegin()
+                    for _i87 in range(_size83):
+                        _elem88 = SlotStatus()
+                        _elem88.read(iprot)
+                        self.slots.append(_elem88)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1492,8 +1633,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter75 in self.slots:
-                iter75.write(oprot)
+            for iter89 in self.slots:
+                iter89.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2189,11 +2330,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype79, _size76) = iprot.readListBegin()
-                    for _i80 in range(_size76):
-                        _elem81 = InputChannelDescriptor()
-                        _elem81.read(iprot)
-                        self.channels.append(_elem81)
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = InputChannelDescriptor()
+                        _elem95.read(iprot)
+                        self.channels.append(_elem95)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2214,8 +2355,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter82 in self.channels:
-                iter82.write(oprot)
+            for iter96 in self.channels:
+                iter96.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2286,10 +2427,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype86, _size83) = iprot.readListBegin()
-                    for _i87 in range(_size83):
-                        _elem88 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem88)
+                    (_etype100, _size97) = iprot.readListBegin()
+                    for _i101 in range(_size97):
+                        _elem102 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem102)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2333,8 +2474,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter89 in self.key_columns:
-                oprot.writeString(iter89.encode('utf-8') if sys.version_info[0] == 2 else iter89)
+            for iter103 in self.key_columns:
+                oprot.writeString(iter103.encode('utf-8') if sys.version_info[0] == 2 else iter103)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -2477,22 +2618,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype93, _size90) = iprot.readListBegin()
-                    for _i94 in range(_size90):
-                        _elem95 = InputGateDescriptor()
-                        _elem95.read(iprot)
-                        self.input_gates.append(_elem95)
+                    (_etype107, _size104) = iprot.readListBegin()
+                    for _i108 in range(_size104):
+                        _elem109 = InputGateDescriptor()
+                        _elem109.read(iprot)
+                        self.input_gates.append(_elem109)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype99, _size96) = iprot.readListBegin()
-                    for _i100 in range(_size96):
-                        _elem101 = ResultPartitionDescriptor()
-                        _elem101.read(iprot)
-                        self.result_partitions.append(_elem101)
+                    (_etype113, _size110) = iprot.readListBegin()
+                    for _i114 in range(_size110):
+                        _elem115 = ResultPartitionDescriptor()
+                        _elem115.read(iprot)
+                        self.result_partitions.append(_elem115)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2504,11 +2645,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype103, _vtype104, _size102) = iprot.readMapBegin()
-                    for _i106 in range(_size102):
-                        _key107 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val108 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key107] = _val108
+                    (_ktype117, _vtype118, _size116) = iprot.readMapBegin()
+                    for _i120 in range(_size116):
+                        _key121 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val122 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key121] = _val122
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2579,15 +2720,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter109 in self.input_gates:
-                iter109.write(oprot)
+            for iter123 in self.input_gates:
+                iter123.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter110 in self.result_partitions:
-                iter110.write(oprot)
+            for iter124 in self.result_partitions:
+                iter124.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -2597,9 +2738,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter111, viter112 in self.config.items():
-                oprot.writeString(kiter111.encode('utf-8') if sys.version_info[0] == 2 else kiter111)
-                oprot.writeString(viter112.encode('utf-8') if sys.version_info[0] == 2 else viter112)
+            for kiter125, viter126 in self.config.items():
+                oprot.writeString(kiter125.encode('utf-8') if sys.version_info[0] == 2 else kiter125)
+                oprot.writeString(viter126.encode('utf-8') if sys.version_info[0] == 2 else viter126)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -2690,6 +2831,15 @@ VertexStatus.thrift_spec = (
     (2, TType.STRING, 'name', 'UTF8', None, ),  # 2
     (3, TType.I32, 'parallelism', None, None, ),  # 3
     (4, TType.MAP, 'state_counts', (TType.I32, None, TType.I32, None, False), None, ),  # 4
+    (5, TType.LIST, 'subtask_attempts', (TType.I32, None, False), None, ),  # 5
+)
+all_structs.append(FailureEntry)
+FailureEntry.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'timestamp_ms', None, None, ),  # 1
+    (2, TType.STRING, 'task', 'UTF8', None, ),  # 2
+    (3, TType.STRUCT, 'error', [ErrorInfo, None], None, ),  # 3
+    (4, TType.I32, 'restarted_subtasks', None, None, ),  # 4
 )
 all_structs.append(JobStatusInfo)
 JobStatusInfo.thrift_spec = (
@@ -2702,6 +2852,8 @@ JobStatusInfo.thrift_spec = (
     (6, TType.LIST, 'vertices', (TType.STRUCT, [VertexStatus, None], False), None, ),  # 6
     (7, TType.STRUCT, 'failure_cause', [ErrorInfo, None], None, ),  # 7
     (8, TType.I64, 'all_running_time_ms', None, None, ),  # 8
+    (9, TType.LIST, 'failure_history', (TType.STRUCT, [FailureEntry, None], False), None, ),  # 9
+    (10, TType.STRING, 'restart_strategy', 'UTF8', None, ),  # 10
 )
 all_structs.append(JobResult)
 JobResult.thrift_spec = (
