@@ -118,7 +118,28 @@ class Options:
     FAILOVER_STRATEGY = _opt("jobmanager.execution.failover-strategy", _parse_str,
                              "full or region", choices=("full", "region"))
     RESTART_STRATEGY = _opt("restart-strategy.type", _parse_str, "restart strategy",
-                            choices=("none",))
+                            choices=("none", "off", "disable", "fixed-delay", "fixeddelay", "failure-rate",
+                                     "failurerate", "exponential-delay", "exponentialdelay"))
+    FIXED_DELAY_ATTEMPTS = _opt("restart-strategy.fixed-delay.attempts", _parse_int, "restarts", minimum=0)
+    FIXED_DELAY_DELAY = _opt("restart-strategy.fixed-delay.delay", parse_duration_ms, "delay between restarts")
+    FAILURE_RATE_MAX = _opt("restart-strategy.failure-rate.max-failures-per-interval", _parse_int,
+                            "failures allowed per interval", minimum=1)
+    FAILURE_RATE_INTERVAL = _opt("restart-strategy.failure-rate.failure-rate-interval", parse_duration_ms,
+                                 "failure rate interval")
+    FAILURE_RATE_DELAY = _opt("restart-strategy.failure-rate.delay", parse_duration_ms, "delay between restarts")
+    EXP_INITIAL = _opt("restart-strategy.exponential-delay.initial-backoff", parse_duration_ms, "first backoff")
+    EXP_MAX = _opt("restart-strategy.exponential-delay.max-backoff", parse_duration_ms, "largest backoff")
+    EXP_MULTIPLIER = _opt("restart-strategy.exponential-delay.backoff-multiplier", _parse_float,
+                          "backoff growth", minimum=1)
+    EXP_RESET = _opt("restart-strategy.exponential-delay.reset-backoff-threshold", parse_duration_ms,
+                     "stable time after which the backoff resets")
+    EXP_JITTER = _opt("restart-strategy.exponential-delay.jitter-factor", _parse_float, "backoff jitter",
+                      minimum=0)
+    EXP_ATTEMPTS = _opt("restart-strategy.exponential-delay.attempts-before-reset-backoff", _parse_str,
+                        "restarts before giving up (empty: no limit)")
+    SLOT_IDLE_TIMEOUT = _opt("slot.idle.timeout", parse_duration_ms, "a JobMaster keeps an unused slot this long")
+    TM_IDLE_TIMEOUT = _opt("resourcemanager.taskmanager-timeout", parse_duration_ms,
+                           "release TaskExecutors idle this long (above the minimum slots)")
     SLOT_REQUEST_TIMEOUT = _opt("slot.request.timeout", parse_duration_ms,
                                 "a job fails when its slots do not come within this time")
     RPC_TIMEOUT = _opt("rpc.timeout", parse_duration_ms, "remote call timeout")

@@ -52,7 +52,8 @@ class ResourceManager:
         settings = SlotManagerSettings(
             slots_per_worker=config[Options.NUM_SLOTS], min_slots=config[Options.MIN_SLOTS],
             max_slots=config[Options.MAX_SLOTS], heartbeat_timeout_ms=config[Options.HEARTBEAT_TIMEOUT],
-            pending_allocation_timeout_ms=max(config[Options.RPC_TIMEOUT], 2 * self._heartbeat_ms))
+            pending_allocation_timeout_ms=max(config[Options.RPC_TIMEOUT], 2 * self._heartbeat_ms),
+            idle_timeout_ms=config[Options.TM_IDLE_TIMEOUT])
         self.slot_manager = SlotManager(SystemClock(), settings)
         self._main = MainThreadExecutor("resourcemanager")
         self._io = ThreadPoolExecutor(8, thread_name_prefix="rm-io")

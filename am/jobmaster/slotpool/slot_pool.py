@@ -1,0 +1,104 @@
+"""The JobMaster's SlotPool: a pure core (no I/O; time passed in).
+
+It holds the slots the ResourceManager gave this job. A slot is IN_USE by one execution slot
+sharing group, or IDLE (kept for ``slot.idle.timeout`` so a restarted task can go back to the
+same slot, as Flink's SlotPool does), or PENDING (asked for, not yet offered).
+
+    PENDING --offer accepted--> IN_USE --release--> IDLE --reuse--> IN_USE
+                                             IDLE --idle timeout--> (returned to the RM)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Hashable
+
+from yarnflow.common.ids import AllocationID, ResourceID
+
+
+class PoolSlotState(enum.Enum):
+    PENDING = "PENDING"
+    IN_USE = "IN_USE"
+    IDLE = "IDLE"
+
+
+@dataclass
+class PooledSlot:
+    allocation_id: AllocationID
+    state: PoolSlotState
+    owner: Hashable | None = None           # the sharing group using it
+    resource_id: ResourceID | None = None
+    rpc_address: str = ""
+    data_address: str = ""
+    idle_since_ms: int = 0
+
+
+class SlotPool:
+    def __init__(self) -> None:
+        self.slots: dict[AllocationID, PooledSlot] = {}
+
+    # -- asking -----------------------------------------------------------------------------
+    def acquire(self, owner: Hashable, preferred: AllocationID | None = None) -> tuple[AllocationID, bool]:
+        """A slot for ``owner``: an IDLE one (``preferred`` first) marked IN_USE, returned with
+        True; or a new PENDING allocation the caller must request from the RM, with False."""
+        idle = [s for s in self.slots.values() if s.state == PoolSlotState.IDLE]
+        chosen = next((s for s in idle if s.allocation_id == preferred), None) or (idle[0] if idle else None)
+        if chosen is not None:
+            chosen.state, chosen.owner = PoolSlotState.IN_USE, owner
+            return chosen.allocation_id, True
+        allocation_id = AllocationID.generate()
+        self.slots[allocation_id] = PooledSlot(allocation_id, PoolSlotState.PENDING, owner)
+        return allocation_id, False
+
+    def offer(self, allocation_id: AllocationID, resource_id: ResourceID, rpc_address: str,
+              data_address: str) -> bool:
+        """A TaskExecutor offers a slot; accepted when we asked for this allocation."""
+        slot = self.slots.get(allocation_id)
+        if slot is None:
+            return False
+        if slot.state == PoolSlotState.PENDING:
+            slot.state = PoolSlotState.IN_USE
+            slot.resource_id, slot.rpc_address, slot.data_address = resource_id, rpc_address, data_address
+        return slot.resource_id == resource_id
+
+    def owner_of(self, allocation_id: AllocationID) -> Hashable | None:
+        slot = self.slots.get(allocation_id)
+        return slot.owner if slot else None
+
+    # -- giving back ------------------------------------------------------------------------
+    def release(self, allocation_id: AllocationID, now_ms: int) -> bool:
+        """The owner is done with the slot: keep it IDLE (a PENDING one is cancelled: True
+        tells the caller to cancel its RM request)."""
+        slot = self.slots.get(allocation_id)
+        if slot is None:
+            return False
+        if slot.state == PoolSlotState.PENDING:
+            del self.slots[allocation_id]
+            return True
+        slot.state, slot.owner, slot.idle_since_ms = PoolSlotState.IDLE, None, now_ms
+        return False
+
+    def expired(self, now_ms: int, idle_timeout_ms: int) -> list[PooledSlot]:
+        """IDLE slots past the timeout, removed from the pool: return them to the RM."""
+        gone = [s for s in self.slots.values()
+                if s.state == PoolSlotState.IDLE and now_ms - s.idle_since_ms >= idle_timeout_ms]
+        for s in gone:
+            del self.slots[s.allocation_id]
+        return gone
+
+    def lost(self, resource_id: ResourceID) -> list[PooledSlot]:
+        """Slots of a TaskExecutor that is gone, removed from the pool."""
+        gone = [s for s in self.slots.values() if s.resource_id == resource_id]
+        for s in gone:
+            del self.slots[s.allocation_id]
+        return gone
+
+    def remove(self, allocation_id: AllocationID) -> PooledSlot | None:
+        return self.slots.pop(allocation_id, None)
+
+    def all(self) -> list[PooledSlot]:
+        return list(self.slots.values())
+
+    def in_state(self, state: PoolSlotState) -> list[PooledSlot]:
+        return [s for s in self.slots.values() if s.state == state]
