@@ -94,14 +94,20 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
             head_of[t.id] = t
             chains[t.id] = [t]
 
+    mode = env.runtime_mode
+    all_bounded = all(getattr(t.operator, "bounded", True) for t in ts if t.is_source)
+    if mode == "AUTOMATIC":
+        mode = "BATCH" if all_bounded else "STREAMING"
+    elif mode == "BATCH" and not all_bounded:
+        raise JobDefinitionError("BATCH runtime mode needs every source to be bounded")
+    # BATCH: every exchange between vertices is blocking, so regions run one after another
+    exchange = ExchangeMode.BLOCKING if mode == "BATCH" else ExchangeMode.PIPELINED
+
     job_id = JobID.generate()
     vertex_ids = {hid: JobVertexID.generate() for hid in chains}
     vertices, edges = [], []
-    all_bounded = True
     for hid, chain in chains.items():
         head = chain[0]
-        if isinstance(head.operator, SourceOperator) and not head.operator.bounded:
-            all_bounded = False
         names = [t.operator.name for t in chain if t.operator is not None]
         vertices.append(JobVertex(
             vertex_ids[hid], " -> ".join(names), parallelism(head), head.max_parallelism or max_par, names,
@@ -109,12 +115,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         for inp in inputs[head.id]:
             part = edge_partitioner(inp.upstream, head, inp.partitioner)
             edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,
-                                 ExchangeMode.PIPELINED, list(inp.keys), inp.input_index, inp.output_tag))
-    mode = env.runtime_mode
-    if mode == "AUTOMATIC":
-        mode = "BATCH" if all_bounded else "STREAMING"
-    elif mode == "BATCH" and not all_bounded:
-        raise JobDefinitionError("BATCH runtime mode needs every source to be bounded")
+                                 exchange, list(inp.keys), inp.input_index, inp.output_tag))
     jg = JobGraph(job_id, job_name, vertices, edges, runtime_mode=mode)
     jg.validate()
     collect = {t.operator.uid: t.operator for t in ts if isinstance(t.operator, CollectSink)}

@@ -1,31 +1,44 @@
-"""JobMaster: runs one job. It owns the job's ExecutionGraph on its main thread, asks the
-ResourceManager for one slot per execution slot sharing group, accepts the TaskExecutors'
-slot offers, deploys every subtask once all slots are there (streaming: eager scheduling),
-follows task state updates, and ends the job FINISHED, FAILED (with its root cause) or
-CANCELED. There is no restart yet: the first failure fails the job (restart-strategy none).
+"""JobMaster: runs one job (Flink's JobMaster + DefaultScheduler).
+
+It owns the job's ExecutionGraph on its main thread and schedules it region by region: a
+pipelined region is deployed once every blocking input it reads is finished (streaming jobs,
+with only pipelined edges, thus deploy everything at once; batch jobs run region after region,
+so a job with more subtasks than slots still completes). Slots come from the SlotPool, which
+keeps released slots idle for ``slot.idle.timeout`` so restarted tasks go back to them, and
+from the ResourceManager.
+
+On a task failure the failover strategy (full / region) names the subtasks to restart and
+the restart strategy decides whether and when; every failure goes into the failure history.
+The job ends FINISHED, CANCELED, or FAILED with its root cause.
 """
 
 from __future__ import annotations
 
 import logging
 import posixpath
+import re
 import uuid
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Any, Callable, Hashable
 
 import fsspec
 
+from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, LogicalSlot
+from yarnflow.am.jobmaster.slotpool.slot_pool import PoolSlotState, SlotPool
 from yarnflow.am.jobmaster.splits import SplitEnumerator
-from yarnflow.worker.artifacts import ArtifactCache
-from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, LogicalSlot, slot_sharing_groups
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.am.resourcemanager.slotmanager.slot_manager import SlotRequest
+from yarnflow.am.scheduler.failover import PartitionUnavailable, make_failover_strategy
+from yarnflow.am.scheduler.regions import PipelinedRegion, SubtaskId, compute_pipelined_regions, regions_by_subtask
+from yarnflow.am.scheduler.restart import make_restart_strategy
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import FencingTokenError, NotFoundError, RpcError
 from yarnflow.common.ids import AllocationID, JobVertexID, ResourceID
 from yarnflow.common.messages import (
     ErrorInfo,
+    FailureEntry,
     JobGraph,
     JobResult,
     JobStatusInfo,
@@ -33,46 +46,65 @@ from yarnflow.common.messages import (
     SlotOffer,
     SplitResponse,
     TaskExecutionStateUpdate,
+    VertexStatus,
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 from yarnflow.common.states import ExecutionState, JobStatus
+from yarnflow.worker.artifacts import ArtifactCache
 
 log = logging.getLogger(__name__)
 
 CANCEL_TIMEOUT_MS = 15_000
+_PARTITION_RE = re.compile(r"partition ([0-9a-f]+)\.([0-9a-f]+)\.(\d+)")
+_CLOCK = SystemClock()
 
 
 class JobMaster:
     def __init__(self, job_graph: JobGraph, config: Configuration, rm: ResourceManager, address: str,
                  job_storage_dir: str, on_terminal: Callable[[JobMaster], None],
                  artifacts: ArtifactCache | None = None) -> None:
-        self.splits = SplitEnumerator(artifacts, job_graph.artifact_uri, job_graph.artifact_sha256) \
-            if artifacts is not None else None
         self.job_id = job_graph.job_id
         self.job_graph = job_graph
         self.fencing_token = uuid.uuid4().hex
         self.graph = ExecutionGraph(job_graph)
         self.status = JobStatus.INITIALIZING
         self.failure_cause: ErrorInfo | None = None
-        self.start_time_ms = SystemClock().now_ms()
+        self.failure_history: list[FailureEntry] = []
+        self.start_time_ms = _CLOCK.now_ms()
         self.end_time_ms = 0
         self.all_running_time_ms = 0
         self.result: JobResult | None = None
-        self._config = config
-        self._task_config = config.with_overrides(job_graph.config).to_strings()
+        self.splits = SplitEnumerator(artifacts, job_graph.artifact_uri, job_graph.artifact_sha256) \
+            if artifacts is not None else None
+        job_config = config.with_overrides(job_graph.config)
+        self._config = job_config
+        self._task_config = job_config.to_strings()
         self._rm = rm
         self._address = address
         self._storage = job_storage_dir
         self._on_terminal = on_terminal
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
+        self._idle_timeout = job_config[Options.SLOT_IDLE_TIMEOUT]
         self._main = MainThreadExecutor(f"jobmaster-{self.job_id[:8]}")
         self._io = ThreadPoolExecutor(4, thread_name_prefix=f"jm-io-{self.job_id[:8]}")
-        self._groups = slot_sharing_groups(job_graph)
-        self._group_of: dict[AllocationID, int] = {}
-        self._slots: dict[AllocationID, LogicalSlot] = {}
         self._gateways: dict[ResourceID, RemoteTaskExecutorGateway] = {}
-        self._deployed = False
+        # scheduling state
+        self.regions = compute_pipelined_regions(job_graph)
+        self._region_of = regions_by_subtask(self.regions)
+        self._failover = make_failover_strategy(job_config[Options.FAILOVER_STRATEGY], job_graph)
+        self.restart_strategy = make_restart_strategy(job_config.to_strings())
+        self.pool = SlotPool()
+        self._scheduled: set[int] = set()            # region ids deployed or waiting for slots
+        self._group_slots: dict[Hashable, AllocationID] = {}
+        self._region_groups: dict[int, list[tuple[Hashable, list[SubtaskId]]]] = {
+            r.region_id: self._sharing_groups(r) for r in self.regions}
+        self._previous_slot: dict[SubtaskId, AllocationID] = {}
+        self._lost: set[ResourceID] = set()
+        self._seen_tes: dict[ResourceID, str] = {}  # every TaskExecutor that ran a task (rpc address)
+        self._restart_pending: set[SubtaskId] = set()
+        self._restart_scheduled = False
+        self._released_regions: set[int] = set()     # regions whose blocking outputs were released
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -83,29 +115,12 @@ class JobMaster:
     def _start_scheduling(self) -> None:
         self._set_status(JobStatus.CREATED)
         self._set_status(JobStatus.RUNNING)
-        log.info("job %s (%s): requesting %d slots for %d subtasks", self.job_graph.name, self.job_id,
-                 len(self._groups), len(self.graph.all_vertices()))
-        for index, _group in enumerate(self._groups):
-            allocation_id = AllocationID.generate()
-            self._group_of[allocation_id] = index
-            self._rm.request_slot(SlotRequest(self.job_id, allocation_id, self._profile_of(index),
-                                              self._address, self.fencing_token))
-        for ex in self.graph.current_executions():
-            ex.transition(ExecutionState.SCHEDULED)
+        log.info("job %s (%s): %d subtasks in %d pipelined regions, %s failover, restart %s", self.job_graph.name,
+                 self.job_id, len(self.graph.all_vertices()), len(self.regions),
+                 self._config[Options.FAILOVER_STRATEGY], self.restart_strategy.describe())
+        self._schedule()
+        self._main.schedule(max(1000, min(self._idle_timeout, 10_000)), self._check_idle_slots)
         self._main.schedule(self._config[Options.SLOT_REQUEST_TIMEOUT], self._check_slot_timeout)
-
-    def _profile_of(self, group_index: int) -> ResourceProfile:
-        cpu = mem = 0.0
-        for vid, _ in self._groups[group_index]:
-            res = self.job_graph.vertex(vid).resources
-            cpu, mem = cpu + res.cpu_cores, mem + res.memory_mb
-        return ResourceProfile(cpu, int(mem))
-
-    def _check_slot_timeout(self) -> None:
-        if not self._deployed and self.status == JobStatus.RUNNING:
-            self._fail(ErrorInfo("NoResourceAvailableError",
-                                 f"could not get {len(self._groups)} slots within slot.request.timeout "
-                                 f"(got {len(self._slots)})"))
 
     def stop(self) -> None:
         self._main.stop()
@@ -119,63 +134,100 @@ class JobMaster:
             log.info("job %s (%s) %s -> %s", self.job_graph.name, self.job_id, self.status.name, status.name)
             self.status = status
 
-    # -- queries ----------------------------------------------------------------------------
-    def status_info(self) -> JobStatusInfo:
-        return self._main.call(self._status_info)
+    # -- helpers ----------------------------------------------------------------------------
+    def _ev(self, s: SubtaskId) -> Any:
+        return self.graph.vertices[JobVertexID(s.vertex_id)].subtasks[s.index]
 
-    def _status_info(self) -> JobStatusInfo:
-        return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
-                             self.graph.vertex_statuses(), self.failure_cause, self.all_running_time_ms)
+    def _sid(self, ex: Execution) -> SubtaskId:
+        return SubtaskId(ex.vertex.job_vertex.vertex_id, ex.vertex.subtask_index)
 
-    # -- slots ------------------------------------------------------------------------------
-    def offer_slots(self, token: str, resource_id: ResourceID, offers: list[SlotOffer]) -> list[SlotOffer]:
-        info = self._rm.task_executor_info(resource_id)
-        return self._main.call(self._offer_slots, token, resource_id, info, offers)
+    def _sharing_groups(self, region: PipelinedRegion) -> list[tuple[Hashable, list[SubtaskId]]]:
+        """Slot sharing inside a region: subtask i of every vertex of one sharing group shares
+        a slot; two subtasks of one vertex never do."""
+        groups: dict[tuple[str, int], list[SubtaskId]] = defaultdict(list)
+        for s in sorted(region.subtasks):
+            group = self.job_graph.vertex(s.vertex_id).slot_sharing_group
+            groups[(group, s.index)].append(s)
+        return [((region.region_id, g, i), members) for (g, i), members in sorted(groups.items())]
 
-    def _offer_slots(self, token: str, resource_id: ResourceID, info, offers: list[SlotOffer]) -> list[SlotOffer]:  # type: ignore[no-untyped-def]
-        if token != self.fencing_token:
-            raise FencingTokenError(f"slot offer for job {self.job_id} with a stale JobMaster token")
-        if info is None or self.status != JobStatus.RUNNING:
-            return []
-        accepted = []
-        for offer in offers:
-            index = self._group_of.get(offer.allocation_id)
-            if index is None:
-                continue
-            if offer.allocation_id not in self._slots:
-                self._slots[offer.allocation_id] = LogicalSlot(offer.allocation_id, resource_id, info.rpc_address,
-                                                               info.data_address)
-                for vid, sub in self._groups[index]:
-                    self.graph.vertices[JobVertexID(vid)].subtasks[sub].current.slot = self._slots[offer.allocation_id]
-            accepted.append(offer)
-        if len(self._slots) == len(self._groups) and not self._deployed:
-            self._main.execute(self._deploy_all)
-        return accepted
+    def _profile(self, members: list[SubtaskId]) -> ResourceProfile:
+        cpu = mem = 0.0
+        for s in members:
+            res = self.job_graph.vertex(s.vertex_id).resources
+            cpu, mem = cpu + res.cpu_cores, mem + res.memory_mb
+        return ResourceProfile(cpu, int(mem))
 
-    def on_allocation_failed(self, allocation_id: AllocationID, reason: str) -> None:
-        self._main.execute(self._fail, ErrorInfo("NoResourceAvailableError", reason))
-
-    # -- deployment -------------------------------------------------------------------------
     def _gateway(self, slot: LogicalSlot) -> RemoteTaskExecutorGateway:
         gw = self._gateways.get(slot.resource_id)
         if gw is None:
             gw = self._gateways[slot.resource_id] = RemoteTaskExecutorGateway(slot.rpc_address, self._rpc_timeout)
         return gw
 
-    def _deploy_all(self) -> None:
-        if self._deployed or self.status != JobStatus.RUNNING:
+    def _region_finished(self, region: PipelinedRegion) -> bool:
+        return all(self._ev(s).current.state == ExecutionState.FINISHED for s in region.subtasks)
+
+    def _result_available(self, s: SubtaskId) -> bool:
+        ex = self._ev(s).current
+        return ex.state == ExecutionState.FINISHED and ex.slot is not None and ex.slot.resource_id not in self._lost \
+            and self._region_of[s].region_id not in self._released_regions
+
+    # -- scheduling -------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        """Deploy every region whose blocking inputs are all finished and available."""
+        if self.status != JobStatus.RUNNING:
             return
-        self._deployed = True
-        log.info("job %s: all %d slots there, deploying %d subtasks", self.job_id, len(self._slots),
-                 len(self.graph.all_vertices()))
-        for ex in self.graph.current_executions():
-            self._deploy(ex)
+        for region in self.regions:
+            if region.region_id in self._scheduled or self._region_finished(region):
+                continue
+            if any(s in self._restart_pending for s in region.subtasks):
+                continue
+            if not all(self._region_finished(p) for p in region.consumed_blocking_regions):
+                continue
+            self._scheduled.add(region.region_id)
+            for group, members in self._region_groups[region.region_id]:
+                preferred = next((self._previous_slot[s] for s in members if s in self._previous_slot), None)
+                allocation_id, ready = self.pool.acquire(group, preferred)
+                self._group_slots[group] = allocation_id
+                for s in members:
+                    self._ev(s).current.transition(ExecutionState.SCHEDULED)
+                if not ready:
+                    self._rm.request_slot(SlotRequest(self.job_id, allocation_id, self._profile(members),
+                                                      self._address, self.fencing_token))
+            self._deploy_if_ready(region)
+
+    def _slot_of_group(self, group: Hashable) -> LogicalSlot | None:
+        allocation_id = self._group_slots.get(group)
+        slot = self.pool.slots.get(allocation_id) if allocation_id else None
+        if slot is None or slot.state != PoolSlotState.IN_USE or slot.resource_id is None:
+            return None
+        return LogicalSlot(slot.allocation_id, slot.resource_id, slot.rpc_address, slot.data_address)
+
+    def _deploy_if_ready(self, region: PipelinedRegion) -> None:
+        groups = self._region_groups[region.region_id]
+        slots = [(self._slot_of_group(g), members) for g, members in groups]
+        if any(slot is None for slot, _ in slots):
+            return
+        for slot, members in slots:
+            for s in members:
+                ex = self._ev(s).current
+                if ex.state == ExecutionState.SCHEDULED:
+                    ex.slot = slot
+        for slot, members in slots:
+            for s in members:
+                ex = self._ev(s).current
+                if ex.state == ExecutionState.SCHEDULED:
+                    self._deploy(ex)
 
     def _deploy(self, ex: Execution) -> None:
         assert ex.slot is not None
         ex.transition(ExecutionState.DEPLOYING)
-        tdd = self.graph.deployment_descriptor(ex, self.job_graph.artifact_uri, self.job_graph.artifact_sha256,
-                                               self.fencing_token, self._task_config, self._storage)
+        self._seen_tes[ex.slot.resource_id] = ex.slot.rpc_address
+        try:
+            tdd = self.graph.deployment_descriptor(ex, self.job_graph.artifact_uri, self.job_graph.artifact_sha256,
+                                                   self.fencing_token, self._task_config, self._storage)
+        except LookupError as exc:
+            self._task_failed(ex, ErrorInfo.from_exception(exc, f"deploying {ex.vertex.name}"))
+            return
         gw = self._gateway(ex.slot)
 
         def submit() -> None:
@@ -188,7 +240,112 @@ class JobMaster:
 
     def _on_deploy_failed(self, ex: Execution, exc: RpcError) -> None:
         if self.graph.is_current(ex) and not ex.state.is_terminal:
-            self._execution_failed(ex, ErrorInfo.from_exception(exc, f"deploying {ex.vertex.name}"))
+            self._task_failed(ex, ErrorInfo.from_exception(exc, f"deploying {ex.vertex.name}"))
+
+    # -- slots ------------------------------------------------------------------------------
+    def offer_slots(self, token: str, resource_id: ResourceID, offers: list[SlotOffer]) -> list[SlotOffer]:
+        info = self._rm.task_executor_info(resource_id)
+        return self._main.call(self._offer_slots, token, resource_id, info, offers)
+
+    def _offer_slots(self, token: str, resource_id: ResourceID, info: Any, offers: list[SlotOffer]) -> list[SlotOffer]:
+        if token != self.fencing_token:
+            raise FencingTokenError(f"slot offer for job {self.job_id} with a stale JobMaster token")
+        if info is None or self.status.is_globally_terminal or self.status in (JobStatus.FAILING,
+                                                                                JobStatus.CANCELLING):
+            return []
+        accepted = [o for o in offers
+                    if self.pool.offer(o.allocation_id, resource_id, info.rpc_address, info.data_address)]
+        if accepted:
+            self._main.execute(self._deploy_ready_regions)
+        return accepted
+
+    def _deploy_ready_regions(self) -> None:
+        if self.status != JobStatus.RUNNING:
+            return
+        for region in self.regions:
+            if region.region_id in self._scheduled:
+                self._deploy_if_ready(region)
+
+    def _release_region_slots(self, region: PipelinedRegion) -> None:
+        now = _CLOCK.monotonic_ms()
+        for group, _ in self._region_groups[region.region_id]:
+            allocation_id = self._group_slots.pop(group, None)
+            if allocation_id is not None and self.pool.release(allocation_id, now):
+                self._rm.cancel_slot_request(allocation_id)
+        self._hand_idle_slots_to_waiting_groups()
+
+    def _hand_idle_slots_to_waiting_groups(self) -> None:
+        """A group still waiting for the RM takes an idle slot instead (and the RM request is
+        cancelled), so slots freed by finished regions are reused at once."""
+        waiting = [(g, a) for g, a in self._group_slots.items()
+                   if (s := self.pool.slots.get(a)) is not None and s.state == PoolSlotState.PENDING]
+        for group, pending in waiting:
+            if not self.pool.in_state(PoolSlotState.IDLE):
+                break
+            self.pool.release(pending, 0)
+            self._rm.cancel_slot_request(pending)
+            allocation_id, _ = self.pool.acquire(group)
+            self._group_slots[group] = allocation_id
+        self._deploy_ready_regions()
+
+    def _check_idle_slots(self) -> None:
+        for slot in self.pool.expired(_CLOCK.monotonic_ms(), self._idle_timeout):
+            self._free_slot(slot.allocation_id, slot.resource_id, slot.rpc_address, "idle")
+        if not self.status.is_globally_terminal:
+            self._main.schedule(max(1000, min(self._idle_timeout, 10_000)), self._check_idle_slots)
+
+    def _free_slot(self, allocation_id: AllocationID, resource_id: ResourceID | None, rpc_address: str,
+                   why: str) -> None:
+        self._rm.free_allocation(allocation_id)
+        if resource_id is None or resource_id in self._lost:
+            return
+        gw = self._gateway(LogicalSlot(allocation_id, resource_id, rpc_address, ""))
+
+        def call() -> None:
+            try:
+                gw.free_slot(self.fencing_token, allocation_id, f"job {self.job_id}: {why}")
+            except RpcError as exc:
+                log.debug("freeing %s: %s", allocation_id, exc)
+
+        self._io.submit(call)
+
+    def _check_slot_timeout(self) -> None:
+        waiting = self.pool.in_state(PoolSlotState.PENDING)
+        running = any(ex.state in (ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING)
+                      for ex in self.graph.current_executions())
+        if waiting and not running and self.status == JobStatus.RUNNING:
+            self._fail(ErrorInfo("NoResourceAvailableError",
+                                 f"{len(waiting)} slots did not come within slot.request.timeout "
+                                 f"({self._config[Options.SLOT_REQUEST_TIMEOUT]} ms) and no task was running"))
+        elif not self.status.is_globally_terminal:
+            self._main.schedule(self._config[Options.SLOT_REQUEST_TIMEOUT], self._check_slot_timeout)
+
+    def on_allocation_failed(self, allocation_id: AllocationID, reason: str) -> None:
+        self._main.execute(self._fail, ErrorInfo("NoResourceAvailableError", reason))
+
+    # -- queries ----------------------------------------------------------------------------
+    def status_info(self) -> JobStatusInfo:
+        return self._main.call(self._status_info)
+
+    def _status_info(self) -> JobStatusInfo:
+        statuses = []
+        for vid, ejv in self.graph.vertices.items():
+            counts: dict[ExecutionState, int] = {}
+            for ev in ejv.subtasks:
+                counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
+            statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts,
+                                         [ev.current.attempt_number for ev in ejv.subtasks]))
+        return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
+                             statuses, self.failure_cause, self.all_running_time_ms, list(self.failure_history),
+                             self.restart_strategy.describe())
+
+    def request_split(self, token: str, vertex_id: str, subtask_index: int, attempt_id: str) -> SplitResponse:
+        if token != self.fencing_token:
+            raise FencingTokenError("split request with a stale JobMaster token")
+        ex = self.graph.execution(attempt_id)
+        if ex is None or not self.graph.is_current(ex) or self.splits is None:
+            raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
+        return self.splits.request(vertex_id, subtask_index)
 
     # -- task state -------------------------------------------------------------------------
     def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
@@ -204,7 +361,12 @@ class JobMaster:
         ex.records_in, ex.records_out = update.records_in, update.records_out
         target = update.state
         if target == ExecutionState.FAILED:
-            self._execution_failed(ex, update.error or ErrorInfo("UnknownError", "task failed without a cause"))
+            self._task_failed(ex, update.error or ErrorInfo("UnknownError", "task failed without a cause"))
+            return True
+        if target == ExecutionState.CANCELED or ex.state == ExecutionState.CANCELING:
+            if target.is_terminal:
+                ex.state = ExecutionState.CANCELED if target != ExecutionState.FINISHED else target
+                self._on_terminal_execution(ex)
             return True
         if not ex.state.can_move_to(target):
             log.debug("%s: ignoring %s -> %s", ex.vertex.name, ex.state.name, target.name)
@@ -212,47 +374,205 @@ class JobMaster:
         ex.transition(target)
         if not self.all_running_time_ms and target in (ExecutionState.RUNNING, ExecutionState.FINISHED) and all(
                 e.state in (ExecutionState.RUNNING, ExecutionState.FINISHED) for e in self.graph.current_executions()):
-            self.all_running_time_ms = SystemClock().now_ms()
-        self._check_job()
+            self.all_running_time_ms = _CLOCK.now_ms()
+        if target == ExecutionState.FINISHED:
+            self._on_finished(ex)
         return True
 
-    def request_split(self, token: str, vertex_id: str, subtask_index: int, attempt_id: str) -> SplitResponse:
-        if token != self.fencing_token:
-            raise FencingTokenError("split request with a stale JobMaster token")
-        ex = self.graph.execution(attempt_id)
-        if ex is None or not self.graph.is_current(ex) or self.splits is None:
-            raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
-        return self.splits.request(vertex_id, subtask_index)
+    def _on_finished(self, ex: Execution) -> None:
+        region = self._region_of[self._sid(ex)]
+        if self._region_finished(region):
+            self._release_region_slots(region)
+            self._scheduled.discard(region.region_id)
+            self._release_consumed_partitions(region)
+            if self.graph.all_finished():
+                self._finish_job(JobStatus.FINISHED)
+                return
+            self._schedule()
+
+    def _release_consumed_partitions(self, region: PipelinedRegion) -> None:
+        """Blocking outputs every consumer region has finished reading are released."""
+        for producer in region.consumed_blocking_regions:
+            if producer.region_id in self._released_regions:
+                continue
+            if all(self._region_finished(c) for c in producer.consumer_regions):
+                self._released_regions.add(producer.region_id)
+                by_te: dict[ResourceID, list[str]] = defaultdict(list)
+                for s in producer.subtasks:
+                    ex = self._ev(s).current
+                    if ex.slot is None or ex.slot.resource_id in self._lost:
+                        continue
+                    for idx, edge in enumerate(self.job_graph.edges):
+                        if edge.source_vertex_id == s.vertex_id:
+                            by_te[ex.slot.resource_id].append(str(ex.partition_id(idx)))
+                for rid, pids in by_te.items():
+                    self._release_partitions(rid, pids)
+
+    def _release_partitions(self, resource_id: ResourceID, partition_ids: list[str]) -> None:
+        address = self._seen_tes.get(resource_id)
+        if address is None or resource_id in self._lost:
+            return
+        gw = self._gateway(LogicalSlot(AllocationID("none"), resource_id, address, ""))
+
+        def call() -> None:
+            try:
+                gw.release_partitions(self.job_id, partition_ids)
+            except RpcError as exc:
+                log.debug("releasing partitions on %s: %s", resource_id, exc)
+
+        self._io.submit(call)
 
     def on_task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:
         self._main.execute(self._task_executor_lost, resource_id, reason)
 
     def _task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:
-        lost = [aid for aid, s in self._slots.items() if s.resource_id == resource_id]
-        if not lost:
-            return
-        for aid in lost:
-            del self._slots[aid]
+        self._lost.add(resource_id)
+        lost_slots = self.pool.lost(resource_id)
         gw = self._gateways.pop(resource_id, None)
         if gw is not None:
             gw.close()
         error = ErrorInfo("TaskExecutorLostError", f"TaskExecutor {resource_id} was lost: {reason}",
                           location=f"TaskExecutor {resource_id}")
-        for ex in self.graph.current_executions():
-            if ex.slot is not None and ex.slot.resource_id == resource_id and not ex.state.is_terminal:
-                ex.slot = None
-                self._execution_failed(ex, error)
-        if self.status == JobStatus.RUNNING and not self._deployed:
-            self._fail(error)
+        affected = [ex for ex in self.graph.current_executions()
+                    if ex.slot is not None and ex.slot.resource_id == resource_id and not ex.state.is_terminal]
+        for ex in affected:
+            if not ex.state.is_terminal:  # an earlier failure's restart may have settled it
+                self._task_failed(ex, error)
+        if lost_slots and not affected:
+            log.info("job %s: lost %d idle slots on %s", self.job_id, len(lost_slots), resource_id)
+        # groups whose slot vanished before deployment ask again
+        for group, allocation_id in list(self._group_slots.items()):
+            if allocation_id in {s.allocation_id for s in lost_slots}:
+                del self._group_slots[group]
+        self._reacquire_missing_groups()
 
-    def _execution_failed(self, ex: Execution, error: ErrorInfo) -> None:
+    def _reacquire_missing_groups(self) -> None:
+        if self.status != JobStatus.RUNNING:
+            return
+        for region in self.regions:
+            if region.region_id not in self._scheduled:
+                continue
+            for group, members in self._region_groups[region.region_id]:
+                if group in self._group_slots:
+                    continue
+                if not all(self._ev(s).current.state == ExecutionState.SCHEDULED for s in members):
+                    continue
+                allocation_id, ready = self.pool.acquire(group)
+                self._group_slots[group] = allocation_id
+                if not ready:
+                    self._rm.request_slot(SlotRequest(self.job_id, allocation_id, self._profile(members),
+                                                      self._address, self.fencing_token))
+            self._deploy_if_ready(region)
+
+    # -- failover ---------------------------------------------------------------------------
+    def _cause_of(self, error: ErrorInfo) -> PartitionUnavailable | None:
+        """A consumer that could not read a blocking partition names it; its producer's result
+        is then known to be unavailable."""
+        text = f"{error.message}\n{error.traceback}"
+        m = _PARTITION_RE.search(text)
+        if not m or error.error_class not in ("PartitionNotFoundError", "RpcConnectionError",
+                                              "PartitionReleasedError"):
+            return None
+        producer = self.graph.execution(m.group(2))
+        if producer is None:
+            return None
+        return PartitionUnavailable(self._sid(producer), error.message)
+
+    def _task_failed(self, ex: Execution, error: ErrorInfo) -> None:
         if ex.state.is_terminal:
             return
+        was_canceling = ex.state == ExecutionState.CANCELING
         ex.failure = error
         ex.state = ExecutionState.FAILED
+        sid = self._sid(ex)
+        if was_canceling or sid in self._restart_pending or self.status != JobStatus.RUNNING:
+            self._on_terminal_execution(ex)  # a consequence of a failover or cancel under way
+            return
         log.info("job %s: %s failed: %s", self.job_id, ex.vertex.name, error.describe())
-        self._fail(error)
+        now = _CLOCK.now_ms()
+        cause = self._cause_of(error)
+        self.restart_strategy.notify_failure(_CLOCK.monotonic_ms())
+        if not self.restart_strategy.can_restart():
+            self.failure_history.append(FailureEntry(now, ex.vertex.name, error, 0))
+            self._fail(error)
+            return
+        to_restart = self._failover.tasks_to_restart(
+            sid, cause, lambda s: self._ev(s).current.state == ExecutionState.FINISHED,
+            lambda s: self._result_available(s) and not (cause is not None and cause.producer == s))
+        self.failure_history.append(FailureEntry(now, ex.vertex.name, error, len(to_restart)))
+        log.info("job %s: restarting %d subtasks (%s)", self.job_id, len(to_restart), self.restart_strategy.describe())
+        if len(to_restart) == len(self.graph.all_vertices()):
+            self._set_status(JobStatus.RESTARTING)
+        self._restart_pending |= to_restart
+        for s in to_restart:
+            self._cancel_execution(self._ev(s).current)
+        self._maybe_restart()
+
+    def _on_terminal_execution(self, ex: Execution) -> None:
+        if self._restart_pending:
+            self._maybe_restart()
         self._check_job()
+
+    def _maybe_restart(self) -> None:
+        """Once every subtask to restart has stopped, restart them after the backoff (they
+        stay in ``_restart_pending``, out of scheduling, until then)."""
+        if not self._restart_pending or self._restart_scheduled:
+            return
+        if not all(self._ev(s).current.state.is_terminal for s in self._restart_pending):
+            return
+        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            return
+        self._restart_scheduled = True
+        pending = set(self._restart_pending)
+        self._main.schedule(self.restart_strategy.backoff_ms(), lambda: self._restart(pending))
+
+    def _restart(self, subtasks: set[SubtaskId]) -> None:
+        self._restart_scheduled = False
+        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            return
+        regions = {self._region_of[s].region_id: self._region_of[s] for s in subtasks}
+        for region in regions.values():
+            self._release_region_slots(region)
+            self._scheduled.discard(region.region_id)
+            self._released_regions.discard(region.region_id)
+        for s in subtasks:
+            ev = self._ev(s)
+            old = ev.current
+            if old.slot is not None and old.slot.resource_id not in self._lost:
+                self._previous_slot[s] = old.slot.allocation_id
+            self.graph.new_attempt(ev)
+            self._restart_pending.discard(s)
+        if self.status == JobStatus.RESTARTING:
+            self._set_status(JobStatus.RUNNING)
+        log.info("job %s: restarted %d subtasks", self.job_id, len(subtasks))
+        self._schedule()
+        self._maybe_restart()  # failures that came during the backoff
+
+    def _cancel_execution(self, ex: Execution) -> None:
+        if ex.state.is_terminal:
+            return
+        if ex.state in (ExecutionState.CREATED, ExecutionState.SCHEDULED) or ex.slot is None \
+                or ex.slot.resource_id in self._lost:
+            ex.state = ExecutionState.CANCELED
+            return
+        ex.state = ExecutionState.CANCELING
+        gw = self._gateway(ex.slot)
+
+        def cancel() -> None:
+            try:
+                gw.cancel_task(self.fencing_token, ex.attempt_id)
+            except RpcError as exc:
+                log.info("cancelling %s failed (%s): counting it as canceled", ex.vertex.name, exc)
+                self._main.execute(self._force_canceled, ex)
+
+        self._io.submit(cancel)
+        self._main.schedule(CANCEL_TIMEOUT_MS, lambda: self._force_canceled(ex))
+
+    def _force_canceled(self, ex: Execution) -> None:
+        if not ex.state.is_terminal and self.graph.is_current(ex):
+            log.warning("%s did not confirm its cancellation in time", ex.vertex.name)
+            ex.state = ExecutionState.CANCELED
+            self._on_terminal_execution(ex)
 
     # -- job outcome ------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -262,82 +582,47 @@ class JobMaster:
         if self.status.is_globally_terminal or self.status in (JobStatus.CANCELLING, JobStatus.FAILING):
             return
         self._set_status(JobStatus.CANCELLING)
-        self._cancel_executions()
+        self._restart_pending.clear()
+        for ex in self.graph.current_executions():
+            self._cancel_execution(ex)
         self._check_job()
 
     def _fail(self, cause: ErrorInfo) -> None:
-        if self.status not in (JobStatus.RUNNING, JobStatus.CREATED):
+        if self.status not in (JobStatus.RUNNING, JobStatus.CREATED, JobStatus.RESTARTING):
             return
         self.failure_cause = cause
         self._set_status(JobStatus.FAILING)
-        self._cancel_executions()
+        self._restart_pending.clear()
+        for ex in self.graph.current_executions():
+            self._cancel_execution(ex)
         self._check_job()
 
-    def _cancel_executions(self) -> None:
-        for ex in self.graph.current_executions():
-            if ex.state.is_terminal:
-                continue
-            if ex.state in (ExecutionState.CREATED, ExecutionState.SCHEDULED) or ex.slot is None:
-                ex.state = ExecutionState.CANCELED
-                continue
-            ex.state = ExecutionState.CANCELING
-            gw, attempt = self._gateway(ex.slot), ex.attempt_id
-
-            def cancel(gw: RemoteTaskExecutorGateway = gw, ex: Execution = ex) -> None:
-                try:
-                    gw.cancel_task(self.fencing_token, ex.attempt_id)
-                except RpcError as exc:
-                    log.info("cancelling %s failed (%s): counting it as canceled", ex.vertex.name, exc)
-                    self._main.execute(self._force_canceled, ex)
-
-            self._io.submit(cancel)
-        self._main.schedule(CANCEL_TIMEOUT_MS, self._cancel_timeout)
-
-    def _force_canceled(self, ex: Execution) -> None:
-        if not ex.state.is_terminal:
-            ex.state = ExecutionState.CANCELED
-            self._check_job()
-
-    def _cancel_timeout(self) -> None:
-        pending = [ex for ex in self.graph.current_executions() if not ex.state.is_terminal]
-        if pending and not self.status.is_globally_terminal:
-            log.warning("job %s: %d tasks did not confirm their cancellation in time", self.job_id, len(pending))
-            for ex in pending:
-                ex.state = ExecutionState.CANCELED
-            self._check_job()
-
     def _check_job(self) -> None:
-        if self.status == JobStatus.RUNNING and self.graph.all_finished():
-            self._set_status(JobStatus.FINISHED)
-        elif self.status == JobStatus.FAILING and self.graph.all_terminal():
-            self._set_status(JobStatus.FAILED)
+        if self.status == JobStatus.FAILING and self.graph.all_terminal():
+            self._finish_job(JobStatus.FAILED)
         elif self.status == JobStatus.CANCELLING and self.graph.all_terminal():
-            self._set_status(JobStatus.CANCELED)
-        else:
-            return
-        self._terminated()
+            self._finish_job(JobStatus.CANCELED)
 
-    def _terminated(self) -> None:
-        self.end_time_ms = SystemClock().now_ms()
-        for aid, slot in list(self._slots.items()):
-            gw = self._gateway(slot)
-            self._io.submit(self._free_slot, gw, aid)
-            self._rm.free_allocation(aid)
-        self._slots.clear()
+    def _finish_job(self, status: JobStatus) -> None:
+        self._set_status(status)
+        self.end_time_ms = _CLOCK.now_ms()
+        for slot in self.pool.all():
+            if slot.state == PoolSlotState.PENDING:
+                self._rm.cancel_slot_request(slot.allocation_id)
+                self._rm.free_allocation(slot.allocation_id)
+            else:
+                self._free_slot(slot.allocation_id, slot.resource_id, slot.rpc_address, f"ended {status.name}")
+            self.pool.remove(slot.allocation_id)
+        for rid in list(self._seen_tes):
+            self._release_partitions(rid, [])
         self._rm.unregister_job_master(self.job_id)
-        collected = self._collected() if self.status == JobStatus.FINISHED else {}
-        self.result = JobResult(self.job_id, self.status, self.start_time_ms, self.end_time_ms,
-                                self.failure_cause, collected)
-        log.info("job %s (%s) ended %s after %.1f s%s", self.job_graph.name, self.job_id, self.status.name,
+        collected = self._collected() if status == JobStatus.FINISHED else {}
+        self.result = JobResult(self.job_id, status, self.start_time_ms, self.end_time_ms, self.failure_cause,
+                                collected)
+        log.info("job %s (%s) ended %s after %.1f s%s", self.job_graph.name, self.job_id, status.name,
                  (self.end_time_ms - self.start_time_ms) / 1000,
                  f": {self.failure_cause.describe()}" if self.failure_cause else "")
         self._on_terminal(self)
-
-    def _free_slot(self, gw: RemoteTaskExecutorGateway, allocation_id: AllocationID) -> None:
-        try:
-            gw.free_slot(self.fencing_token, allocation_id, f"job {self.job_id} ended {self.status.name}")
-        except RpcError as exc:
-            log.debug("freeing %s: %s", allocation_id, exc)
 
     def _collected(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -112,6 +112,10 @@ class ResourceManager:
     def request_slot(self, request: SlotRequest) -> None:
         self._main.execute(lambda: self._apply(self.slot_manager.request_slot(request)))
 
+    def cancel_slot_request(self, allocation_id: AllocationID) -> None:
+        """The JobMaster no longer needs this pending request."""
+        self._main.execute(self.slot_manager.cancel_request, allocation_id)
+
     def free_allocation(self, allocation_id: AllocationID) -> None:
         self._main.execute(lambda: self._apply(self.slot_manager.free_allocation(allocation_id)))
 

@@ -47,8 +47,10 @@ def write_text_corpus(folder: str, files: int = 3, lines_per_file: int = 4000, s
     return all_lines
 
 
-def slow_job(path: str, out: str, rows: int = 400, sleep_s: float = 0.05, name: str = "slow") -> str:
-    """A job that takes about rows * sleep_s / 2 seconds at parallelism 2."""
+def slow_job(path: str, out: str, rows: int = 400, sleep_s: float = 0.05, name: str = "slow",
+             mode: str = "STREAMING") -> str:
+    """A job that takes about rows * sleep_s / 2 seconds at parallelism 2 (STREAMING: every
+    task runs at once)."""
     with open(path, "w") as fh:
         fh.write(textwrap.dedent(f"""
             import time
@@ -60,6 +62,7 @@ def slow_job(path: str, out: str, rows: int = 400, sleep_s: float = 0.05, name: 
 
             env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
             env.set_parallelism(2)
+            env.set_runtime_mode({mode!r})
             (env.from_collection({{"k": list(range({rows}))}})
                 .map(slow, name="slow_map")
                 .key_by("k").sum("k")
