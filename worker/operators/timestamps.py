@@ -58,7 +58,7 @@ def event_times_ms(batch: pa.RecordBatch, column: str, op_name: str) -> pa.Array
         raise EventTimeError(f"operator '{op_name}': null event time in column {column!r} (row {row} of a batch)")
     t = col.type
     if pa.types.is_timestamp(t):
-        return pc.cast(pc.cast(col, pa.timestamp("ms")), pa.int64())
+        return pc.cast(pc.cast(col, pa.timestamp("ms"), safe=False), pa.int64())  # truncates sub-ms digits
     if pa.types.is_integer(t):
         return pc.cast(col, pa.int64())
     raise EventTimeError(f"operator '{op_name}': event-time column {column!r} has type {t}; "
