@@ -31,7 +31,8 @@ def _w(name: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
         import workloads
 
         fn = workloads.run_w1 if name == "w1" else workloads.run_w2
-        return fn(records=args.records, parallelism=args.parallelism, input_dir=args.input)
+        mode = args.mode or ("BATCH" if name == "w1" else "STREAMING")
+        return fn(records=args.records, parallelism=args.parallelism, input_dir=args.input, mode=mode)
 
     return run
 
@@ -40,6 +41,8 @@ def _w_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--records", type=int, default=5_000_000)
     p.add_argument("--input", default=None, help="a folder of Parquet files with the workload's columns")
+    p.add_argument("--mode", choices=["STREAMING", "BATCH"], default=None,
+                   help="runtime mode (default: BATCH for w1, STREAMING for w2)")
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[..., dict[str, Any]]]] = {

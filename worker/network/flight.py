@@ -63,7 +63,9 @@ class DataServer(flight.FlightServerBase):
         sub = partition.subpartitions[int(index)]
         pending: list[Any] = []
         # The stream's schema is the first batch's; events before it go out under an empty
-        # schema only when no batch is waiting right behind them.
+        # schema only when no batch is waiting right behind them. With nothing to send yet, the
+        # stream opens under the empty schema too (and resumes with the first batch's): the
+        # consumer holds an open stream it can cancel, not a call waiting for its first answer.
         while True:
             if context.is_cancelled():
                 raise flight.FlightCancelledError("consumer went away")
@@ -72,9 +74,7 @@ class DataServer(flight.FlightServerBase):
             except PartitionReleasedError:
                 raise flight.FlightUnavailableError(f"partition {partition_id} was released") from None
             if element is None:
-                if pending:
-                    break
-                continue
+                break
             pending.append(element)
             if isinstance(element, (pa.RecordBatch, EndOfPartition)):
                 break
@@ -181,6 +181,9 @@ class RemoteSubpartitionStream:
             try:
                 self._reader = self._dc._client(self._address).do_get(
                     _ticket(self._partition_id, self._subpartition))
+                if self._cancelled:  # cancel() came while the stream was being opened
+                    self._reader.cancel()
+                    return
                 if self._read_stream(push):
                     return
                 continue  # schema changed: reopen

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator
@@ -55,10 +56,10 @@ class KeyedAggregate(Operator):
     def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
         if combine:
             specs = [(name, _COMBINE[fn]) for name, (_, fn) in zip(self._names(), self.aggs)]
-        else:
-            specs = list(self.aggs)
+        else:  # a count counts rows, also those whose counted column (the key) is null
+            specs = [(c, f, pc.CountOptions(mode="all")) if f == "count" else (c, f) for c, f in self.aggs]
         grouped = table.group_by(self.keys, use_threads=False).aggregate(specs)
-        cols = [grouped.column(k) for k in self.keys] + [grouped.column(f"{c}_{f}") for c, f in specs]
+        cols = [grouped.column(k) for k in self.keys] + [grouped.column(f"{s[0]}_{s[1]}") for s in specs]
         return pa.table(cols, names=self.keys + self._names())
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:

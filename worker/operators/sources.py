@@ -105,8 +105,10 @@ def expand_paths(path: str | list[str]) -> tuple[Any, list[str]]:
         _, stripped = fsspec.core.url_to_fs(p)
         if any(ch in stripped for ch in "*?["):
             found = fs.glob(stripped)
-        elif fs.isdir(stripped):
-            found = fs.find(stripped)
+        elif fs.isdir(stripped):  # also skip what lies under hidden folders (_temporary/, .git/)
+            root = stripped.rstrip("/")
+            found = [f for f in fs.find(stripped)
+                     if not any(part.startswith(("_", ".")) for part in f[len(root):].split("/")[1:-1])]
         elif fs.exists(stripped):
             found = [stripped]
         else:

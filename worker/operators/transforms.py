@@ -60,17 +60,15 @@ class _RowOperator(Operator):
             return
         rows = [r if isinstance(r, dict) else {"value": r} for r in rows]
         try:
+            batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
+            extra = {k for r in rows for k in r} - set(batch.schema.names)  # from_pylist drops them
+            if extra:
+                raise SchemaMismatchError(f"new columns {sorted(extra)}")
             if self._schema is None:
-                batch = pa.RecordBatch.from_pylist(rows)
                 if any(pa.types.is_null(f.type) for f in batch.schema):
                     self.output.collect(batch)  # types not known yet: decide on a later batch
                     return
                 self._schema = batch.schema
-            else:
-                batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
-                extra = set(rows[0]) - set(self._schema.names)
-                if extra:
-                    raise SchemaMismatchError(f"new columns {sorted(extra)}")
         except (pa.ArrowInvalid, pa.ArrowTypeError, SchemaMismatchError) as exc:
             raise SchemaMismatchError(
                 f"operator '{self.name}' returned rows that do not match its output schema "

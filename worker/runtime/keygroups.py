@@ -26,7 +26,8 @@ def _hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         dict_hash = hash_array(dictionary.to_numpy(zero_copy_only=False).astype(object), categorize=False) \
             if (pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)
                 or pa.types.is_binary(dictionary.type)) else _hash_array(dictionary)
-        out = dict_hash[np.nan_to_num(codes, nan=0).astype(np.int64)]
+        out = dict_hash[np.nan_to_num(codes, nan=0).astype(np.int64)] if len(dictionary) \
+            else np.zeros(len(arr), dtype=np.uint64)  # all null: no values to index
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
             or pa.types.is_large_binary(t):
         if len(arr) > 64:  # hash each distinct value once
@@ -34,9 +35,11 @@ def _hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         out = hash_array(arr.fill_null("").to_numpy(zero_copy_only=False).astype(object), categorize=False)
     elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) \
             or pa.types.is_temporal(t):
-        values = arr.fill_null(0) if arr.null_count else arr
-        if pa.types.is_temporal(t):
-            values = values.cast(pa.int64())
+        values = arr
+        if pa.types.is_temporal(t):  # its integer representation (cast refuses date32, time32)
+            values = values.view(pa.int32() if t.bit_width == 32 else pa.int64()).cast(pa.int64())
+        if values.null_count:
+            values = values.fill_null(False if pa.types.is_boolean(t) else 0)
         out = hash_array(values.to_numpy(zero_copy_only=False))
     else:
         out = hash_array(np.asarray(arr.to_pylist(), dtype=object))

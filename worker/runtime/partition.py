@@ -216,6 +216,7 @@ class ResultPartitionManager:
         self._partitions: dict[str, ResultPartition | BlockingResultPartition] = {}
         self._cond = threading.Condition()
         self._closed = False
+        self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="yarnflow-partitions-")
 
     def create_blocking(self, partition_id: ResultPartitionID, num_subpartitions: int) -> BlockingResultPartition:
@@ -271,6 +272,8 @@ class ResultPartitionManager:
             self._closed = True
             self._cond.notify_all()
         self.release_all()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def __len__(self) -> int:
         with self._cond:

@@ -76,6 +76,8 @@ class RecordWriter:
 
     # -- batching ---------------------------------------------------------------------------
     def _buffer(self, i: int, batch: pa.RecordBatch) -> None:
+        if self._pending[i] and not self._pending[i][-1].schema.equals(batch.schema):
+            self._flush(i)  # never merge two schemas: the channel carries the new one after the old
         if not self._pending[i]:
             self._oldest[i] = time.monotonic()
         self._pending[i].append(batch)

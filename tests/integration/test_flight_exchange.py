@@ -1,0 +1,353 @@
+"""Arrow Flight data exchange (worker/network/flight.py) over real loopback gRPC: a DataServer
+serving a ResultPartitionManager, read by DataClient streams, one stream per subpartition.
+
+The back-pressure test is the point of the design: two subpartitions of one producer partition
+are read over one shared gRPC connection (DataClient keeps one FlightClient per address); one
+consumer stalls, and only the producer's writes into that consumer's channel stop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tests.conftest import TAG_VAR
+from yarnflow.common.errors import RpcConnectionError
+from yarnflow.common.ids import ResultPartitionID
+from yarnflow.worker.network.flight import DataClient, DataServer, PartitionNotFoundError
+from yarnflow.worker.runtime.elements import ACTIVE, END_OF_PARTITION, IDLE, Watermark
+from yarnflow.worker.runtime.partition import PartitionReleasedError, ResultPartitionManager
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+SERVER_WAIT_S = 0.3  # how long the server waits for a partition it does not know yet
+
+
+@pytest.fixture
+def manager(tmp_path) -> Iterator[ResultPartitionManager]:
+    m = ResultPartitionManager(str(tmp_path / "partitions"))
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def server(manager: ResultPartitionManager) -> Iterator[DataServer]:
+    s = DataServer("127.0.0.1", manager, wait_for_partition_s=SERVER_WAIT_S)
+    try:
+        yield s
+    finally:
+        manager.close()  # ends every stream still served, so shutdown does not wait on them
+        s.shutdown()
+
+
+@pytest.fixture
+def client() -> Iterator[DataClient]:
+    c = DataClient()
+    yield c
+    c.close()
+
+
+class Consumer:
+    """Runs a remote subpartition stream on a thread, keeping every element it gets."""
+
+    def __init__(self, stream: Any, on_element: Callable[[Any], None] | None = None) -> None:
+        self.stream = stream
+        self.elements: list[Any] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._on_element = on_element
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _push(self, element: Any) -> bool:
+        self.elements.append(element)
+        if self._on_element is not None:
+            self._on_element(element)
+        return True
+
+    def _run(self) -> None:
+        try:
+            self.stream.run(self._push)
+        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self, timeout: float = 15.0) -> Consumer:
+        assert self.done.wait(timeout), f"the consumer did not end within {timeout}s"
+        self._thread.join(1.0)
+        return self
+
+    @property
+    def batches(self) -> list[pa.RecordBatch]:
+        return [e for e in self.elements if isinstance(e, pa.RecordBatch)]
+
+
+def rows(start: int, n: int) -> pa.RecordBatch:
+    return pa.record_batch({"i": pa.array(range(start, start + n), pa.int64()),
+                            "s": pa.array([f"r{x}" for x in range(start, start + n)])})
+
+
+def same_elements(got: list[Any], sent: list[Any]) -> bool:
+    if len(got) != len(sent):
+        return False
+    for g, s in zip(got, sent, strict=True):
+        if isinstance(s, pa.RecordBatch):
+            if not (isinstance(g, pa.RecordBatch) and g.equals(s) and g.schema.equals(s.schema)):
+                return False
+        elif g != s:
+            return False
+    return True
+
+
+def produce(sub: Any, elements: list[Any], cancelled: Callable[[], bool] = lambda: False) -> threading.Thread:
+    def run() -> None:
+        try:
+            for e in elements:
+                sub.add(e, cancelled)
+        except PartitionReleasedError:
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_consumer_reads_its_subpartition_in_order_with_events(manager, server, client):
+    partition = manager.create(ResultPartitionID("job.p1"), 2, capacity=2)
+    sent: list[Any] = [Watermark(-5)]  # an event before the first batch
+    for k in range(30):
+        sent.append(rows(10 * k, 10))
+        if k % 7 == 3:
+            sent.append(Watermark(1000 + k))
+        if k == 12:
+            sent += [IDLE, ACTIVE]
+    sent += [Watermark(2**63 - 1), END_OF_PARTITION]
+    other = [rows(-3, 3), END_OF_PARTITION]
+    # the producer writes while the consumer reads (capacity 2: it waits for the consumer)
+    producers = [produce(partition.subpartitions[1], sent), produce(partition.subpartitions[0], other)]
+    mine = Consumer(client.open(server.address, "job.p1", 1, producer="te-1")).wait()
+    assert mine.error is None
+    assert same_elements(mine.elements, sent)
+    theirs = Consumer(client.open(server.address, "job.p1", 0, producer="te-1")).wait()
+    assert theirs.error is None and same_elements(theirs.elements, other)
+    for t in producers:
+        t.join(5.0)
+        assert not t.is_alive()
+    # both ends delivered: the producer's TaskExecutor lets the partition go
+    assert partition.released and manager.wait_for("job.p1", 0) is None
+
+
+def test_a_stream_of_events_only(manager, server, client):
+    partition = manager.create(ResultPartitionID("job.ev"), 1, capacity=2)
+    sent = [Watermark(1), IDLE, Watermark(2), END_OF_PARTITION]
+    for e in sent:
+        partition.subpartitions[0].add(e)
+    consumer = Consumer(client.open(server.address, "job.ev", 0)).wait()
+    assert consumer.error is None and consumer.elements == sent
+
+
+def test_a_schema_change_mid_stream_resumes_the_stream(manager, server, client):
+    partition = manager.create(ResultPartitionID("job.schema"), 1, capacity=3)
+    other = pa.record_batch({"a": pa.array([None, None]), "b": pa.array([1.5, 2.5])})
+    sent = [rows(0, 5), rows(5, 5), Watermark(7), other, other, Watermark(8), rows(10, 5), END_OF_PARTITION]
+    producer = produce(partition.subpartitions[0], sent)
+    consumer = Consumer(client.open(server.address, "job.schema", 0)).wait()
+    producer.join(5.0)
+    assert consumer.error is None
+    assert same_elements(consumer.elements, sent)
+
+
+def test_an_unknown_partition_is_not_found_after_retrying(server, client):
+    started = time.monotonic()
+    consumer = Consumer(client.open(server.address, "job.never", 0, producer="te-9", retry_for_s=1.0)).wait()
+    took = time.monotonic() - started
+    assert isinstance(consumer.error, PartitionNotFoundError)
+    assert isinstance(consumer.error, RpcConnectionError)
+    assert "job.never/0" in str(consumer.error) and f"TaskExecutor te-9 at {server.address}" in str(consumer.error)
+    assert 1.0 <= took < 1.0 + SERVER_WAIT_S + 3.0
+    assert consumer.elements == []
+
+
+def test_a_subpartition_index_out_of_range_is_not_found(manager, server, client):
+    manager.create(ResultPartitionID("job.small"), 2, capacity=1)
+    consumer = Consumer(client.open(server.address, "job.small", 5, retry_for_s=0.2)).wait()
+    assert isinstance(consumer.error, PartitionNotFoundError) and "job.small/5" in str(consumer.error)
+
+
+def test_a_partition_registered_after_the_consumer_asked_is_found(manager, server, client):
+    consumer = Consumer(client.open(server.address, "job.late", 0, retry_for_s=20.0))
+    time.sleep(2.5 * SERVER_WAIT_S)  # the server gave up waiting at least once: the consumer retries
+    assert not consumer.done.is_set()
+    partition = manager.create(ResultPartitionID("job.late"), 1, capacity=4)
+    sent = [rows(0, 4), Watermark(3), rows(4, 4), END_OF_PARTITION]
+    for e in sent:
+        partition.subpartitions[0].add(e)
+    consumer.wait()
+    assert consumer.error is None and same_elements(consumer.elements, sent)
+
+
+# -- back-pressure -------------------------------------------------------------------------------
+
+MIB_BATCH = pa.record_batch({"x": np.arange(128 * 1024, dtype=np.int64)})  # 1 MiB
+N_BATCHES = 64
+CAPACITY = 2
+
+
+def test_a_stalled_consumer_back_pressures_only_its_own_channel(manager, server, client):
+    partition = manager.create(ResultPartitionID("job.bp"), 2, capacity=CAPACITY)
+    stop = threading.Event()
+    added = [0, 0]
+    finished = [threading.Event(), threading.Event()]
+
+    def producer(index: int) -> None:
+        sub = partition.subpartitions[index]
+        try:
+            for _ in range(N_BATCHES):
+                sub.add(MIB_BATCH, stop.is_set)
+                added[index] += 1
+            sub.add(END_OF_PARTITION, stop.is_set)
+            finished[index].set()
+        except PartitionReleasedError:
+            pass
+
+    resume_a = threading.Event()
+
+    def stall_after_first(element: Any) -> None:
+        resume_a.wait(30)  # consumer A stops reading after its first element
+
+    producers = [threading.Thread(target=producer, args=(i,), daemon=True) for i in (0, 1)]
+    for t in producers:
+        t.start()
+    a = Consumer(client.open(server.address, "job.bp", 0, producer="te-1"), stall_after_first)
+    b = Consumer(client.open(server.address, "job.bp", 1, producer="te-1"))
+    try:
+        b.wait(30)
+        # B got everything while A is stalled ...
+        assert b.error is None
+        assert len(b.batches) == N_BATCHES and all(x.equals(MIB_BATCH) for x in b.batches)
+        assert b.elements[-1] == END_OF_PARTITION
+        assert finished[1].wait(5) and added[1] == N_BATCHES
+        # ... and both streams went over one connection
+        assert len(client._clients) == 1
+        # A's producer stops once A's subpartition is full, and stays stopped
+        last, still_since = added[0], time.monotonic()
+        while time.monotonic() - still_since < 0.75:
+            time.sleep(0.05)
+            if added[0] != last:
+                last, still_since = added[0], time.monotonic()
+        assert len(a.elements) == 1 and not a.done.is_set()
+        assert added[0] < N_BATCHES - 2 * CAPACITY, "the producer never felt the stalled consumer"
+        assert partition.subpartitions[0].backlog() == CAPACITY
+        assert producers[0].is_alive() and not finished[0].is_set()
+        # A reads again: everything flows, in order, to its end
+        resume_a.set()
+        a.wait(30)
+        assert a.error is None and len(a.batches) == N_BATCHES and a.elements[-1] == END_OF_PARTITION
+        assert finished[0].wait(5)
+    finally:
+        resume_a.set()
+        stop.set()
+        a.stream.cancel()
+        b.stream.cancel()
+        for t in producers:
+            t.join(5)
+
+
+# -- failures and cancellation -------------------------------------------------------------------
+
+_PRODUCER = """
+import sys, time
+import pyarrow as pa
+from yarnflow.common.ids import ResultPartitionID
+from yarnflow.worker.network.flight import DataServer
+from yarnflow.worker.runtime.partition import ResultPartitionManager
+
+manager = ResultPartitionManager(sys.argv[1])
+server = DataServer("127.0.0.1", manager)
+sub = manager.create(ResultPartitionID("job.far"), 1, 4).subpartitions[0]
+print(server.address, flush=True)
+i = 0
+while True:  # until killed
+    sub.add(pa.record_batch({"i": [i]}))
+    i += 1
+    time.sleep(0.02)
+"""
+
+
+def test_a_producer_killed_mid_stream_is_a_connection_error_naming_it(client, process_tag, tmp_path):
+    env = dict(os.environ, **{TAG_VAR: process_tag})
+    proc = subprocess.Popen([sys.executable, "-c", _PRODUCER, str(tmp_path / "far")], stdout=subprocess.PIPE,
+                            text=True, env=env, stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        got_five = threading.Event()
+        count = [0]
+
+        def on_element(_: Any) -> None:
+            count[0] += 1
+            if count[0] >= 5:
+                got_five.set()
+
+        consumer = Consumer(client.open(address, "job.far", 0, producer="te-far", retry_for_s=30.0), on_element)
+        assert got_five.wait(20)
+        proc.kill()
+        killed_at = time.monotonic()
+        consumer.wait(20)
+        assert time.monotonic() - killed_at < 10  # not retried as if the partition were yet to come
+        assert isinstance(consumer.error, RpcConnectionError)
+        assert f"TaskExecutor te-far at {address}" in str(consumer.error)
+        assert "job.far/0" in str(consumer.error)
+        values = [b.column("i")[0].as_py() for b in consumer.batches]
+        assert values == list(range(len(values))) and len(values) >= 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_cancel_stops_a_reader_waiting_in_mid_stream(manager, server, client):
+    partition = manager.create(ResultPartitionID("job.c1"), 1, capacity=2)
+    partition.subpartitions[0].add(rows(0, 2))
+    consumer = Consumer(client.open(server.address, "job.c1", 0))
+    deadline = time.monotonic() + 10
+    while not consumer.elements and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(consumer.elements) == 1
+    started = time.monotonic()
+    consumer.stream.cancel()
+    consumer.wait(5)
+    assert time.monotonic() - started < 1.0
+    assert consumer.error is None and len(consumer.elements) == 1
+
+
+def test_cancel_stops_a_reader_whose_producer_has_sent_nothing_yet(manager, server, client):
+    manager.create(ResultPartitionID("job.c2"), 1, capacity=2)
+    consumer = Consumer(client.open(server.address, "job.c2", 0))
+    time.sleep(0.5)
+    started = time.monotonic()
+    consumer.stream.cancel()
+    consumer.wait(5)
+    assert time.monotonic() - started < 1.5
+    assert consumer.error is None and consumer.elements == []
+
+
+def test_cancel_stops_a_reader_waiting_for_a_partition_to_appear(server, client):
+    consumer = Consumer(client.open(server.address, "job.c3", 0, retry_for_s=30.0))
+    time.sleep(0.5)
+    started = time.monotonic()
+    consumer.stream.cancel()
+    consumer.wait(5)
+    assert time.monotonic() - started < SERVER_WAIT_S + 1.5
+    assert consumer.error is None and consumer.elements == []
