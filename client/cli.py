@@ -236,10 +236,22 @@ def info(address: str, job_id: str) -> None:
         raise _rpc_error(address, exc) from None
     finally:
         gw.close()
+    import datetime
+
     click.echo(f"job {j.name} ({j.job_id}): {j.status.name}")
+    if j.restart_strategy:
+        click.echo(f"restart strategy: {j.restart_strategy}")
     for v in j.vertices:
         states = ", ".join(f"{n} {s.name}" for s, n in sorted(v.state_counts.items()) if n)
         click.echo(f"  {v.name} (parallelism {v.parallelism}): {states}")
+        for i, (attempt, where) in enumerate(zip(v.subtask_attempts, v.subtask_locations or [""] * v.parallelism)):
+            click.echo(f"    subtask {i + 1}: attempt {attempt}{' on ' + where if where else ''}")
+    if j.failure_history:
+        click.echo(f"failure history ({len(j.failure_history)}):")
+        for f in j.failure_history:
+            when = datetime.datetime.fromtimestamp(f.timestamp_ms / 1000).strftime("%H:%M:%S")
+            action = f"restarted {f.restarted_subtasks} subtasks" if f.restarted_subtasks else "no restart"
+            click.echo(f"  {when} {f.task or '(job)'}: {f.error.describe()} -> {action}")
     if j.failure_cause:
         click.echo(f"failure cause: {j.failure_cause.describe()}")
         if j.failure_cause.traceback:

@@ -210,6 +210,7 @@ class VertexStatus(Message):
     parallelism: int
     state_counts: dict[ExecutionState, int] = field(default_factory=dict)
     subtask_attempts: list[int] = field(default_factory=list)
+    subtask_locations: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,7 @@ class SlotStatus(Message):
 class SlotReport(Message):
     _thrift = ttypes.SlotReport
     slots: list[SlotStatus] = field(default_factory=list)
+    blocking_partitions: int = 0
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ struct VertexStatus {
   3: i32 parallelism,
   4: map<ExecutionState, i32> state_counts,
   5: list<i32> subtask_attempts,   // current attempt number of each subtask (0: never restarted)
+  6: list<string> subtask_locations, // TaskExecutor of each subtask's current attempt ("" if none)
 }
 
 struct FailureEntry {
@@ -158,6 +159,7 @@ struct SlotStatus {
 
 struct SlotReport {
   1: list<SlotStatus> slots,
+  2: i32 blocking_partitions,      // partitions held for consumers: not idle even with free slots
 }
 
 struct TaskExecutorRegistration {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from yarnflow.common.errors import IllegalStateTransition
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID, ResultPartitionID
@@ -179,6 +180,17 @@ class ExecutionGraph:
             input_gates=[InputGateDescriptor(k, v) for k, v in sorted(gates.items())],
             result_partitions=partitions, jobmaster_fencing_token=jm_token, config=config,
             runtime_mode=jg.runtime_mode, job_storage_dir=job_storage_dir)
+
+
+def region_sharing_groups(job_graph: JobGraph, region: Any) -> list[tuple[tuple[int, str, int], list[Any]]]:
+    """Slot sharing inside one pipelined region: subtask i of every vertex of one slot sharing
+    group shares a slot; two subtasks of one vertex never do. Returns ``(key, subtasks)`` per
+    shared slot, the key being ``(region id, sharing group, i)``."""
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for s in sorted(region.subtasks):
+        group = job_graph.vertex(s.vertex_id).slot_sharing_group
+        groups.setdefault((group, s.index), []).append(s)
+    return [((region.region_id, g, i), members) for (g, i), members in sorted(groups.items())]
 
 
 def slot_sharing_groups(job_graph: JobGraph) -> list[list[tuple[JobVertexID, int]]]:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Hashable
 
 import fsspec
 
-from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, LogicalSlot
+from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, LogicalSlot, region_sharing_groups
 from yarnflow.am.jobmaster.slotpool.slot_pool import PoolSlotState, SlotPool
 from yarnflow.am.jobmaster.splits import SplitEnumerator
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
@@ -142,13 +142,7 @@ class JobMaster:
         return SubtaskId(ex.vertex.job_vertex.vertex_id, ex.vertex.subtask_index)
 
     def _sharing_groups(self, region: PipelinedRegion) -> list[tuple[Hashable, list[SubtaskId]]]:
-        """Slot sharing inside a region: subtask i of every vertex of one sharing group shares
-        a slot; two subtasks of one vertex never do."""
-        groups: dict[tuple[str, int], list[SubtaskId]] = defaultdict(list)
-        for s in sorted(region.subtasks):
-            group = self.job_graph.vertex(s.vertex_id).slot_sharing_group
-            groups[(group, s.index)].append(s)
-        return [((region.region_id, g, i), members) for (g, i), members in sorted(groups.items())]
+        return region_sharing_groups(self.job_graph, region)
 
     def _profile(self, members: list[SubtaskId]) -> ResourceProfile:
         cpu = mem = 0.0
@@ -334,7 +328,9 @@ class JobMaster:
             for ev in ejv.subtasks:
                 counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
             statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts,
-                                         [ev.current.attempt_number for ev in ejv.subtasks]))
+                                         [ev.current.attempt_number for ev in ejv.subtasks],
+                                         [str(ev.current.slot.resource_id) if ev.current.slot else ""
+                                          for ev in ejv.subtasks]))
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
                              statuses, self.failure_cause, self.all_running_time_ms, list(self.failure_history),
                              self.restart_strategy.describe())

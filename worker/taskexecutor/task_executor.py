@@ -28,6 +28,7 @@ from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, Resourc
 from yarnflow.common.messages import (
     ResourceProfile,
     SlotOffer,
+    SlotReport,
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
     TaskExecutorRegistration,
@@ -136,7 +137,7 @@ class TaskExecutor:
                     self._main.call(self._on_registered, resp.fencing_token, resp.registration_id)
                     log.info("registered at the ResourceManager %s", self._rm_address)
                 else:
-                    report = self._main.call(self.slots.report)
+                    report = self._main.call(self._slot_report)
                     self._rm.heartbeat_from_task_executor(self._rm_token, self._registration_id, report)
                 self._last_rm_contact = time.monotonic()
             except (RefusedError, FencingTokenError, NotFoundError) as exc:
@@ -154,6 +155,10 @@ class TaskExecutor:
                         f"(taskmanager.registration.timeout)",)).start()
                     return
             self._stopped.wait(self._heartbeat_ms / 1000.0)
+
+    def _slot_report(self) -> SlotReport:
+        report = self.slots.report()
+        return SlotReport(report.slots, len(self.partitions.blocking_partitions()))
 
     def _on_registered(self, token: str, registration_id: str) -> None:
         self._rm_token, self._registration_id = token, registration_id

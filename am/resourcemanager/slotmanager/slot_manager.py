@@ -175,8 +175,8 @@ class SlotManager:
                 if slot.state == SlotState.FREE or slot.allocation_id == status.allocation_id:
                     self.pending.pop(status.allocation_id, None)
                     slot.state, slot.allocation_id, slot.job_id = SlotState.ALLOCATED, status.allocation_id, status.job_id
-        if any(s.state != SlotState.FREE for s in te.slots):
-            te.idle_since_ms = now
+        if any(s.state != SlotState.FREE for s in te.slots) or report.blocking_partitions:
+            te.idle_since_ms = now  # slots in use, or results kept for consumers: not idle
         return self._match_pending()
 
     def unregister(self, resource_id: ResourceID, reason: str) -> list[Action]:

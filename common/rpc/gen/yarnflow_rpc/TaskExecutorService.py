@@ -1333,10 +1333,10 @@ class releasePartitions_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype151, _size148) = iprot.readListBegin()
-                    for _i152 in range(_size148):
-                        _elem153 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem153)
+                    (_etype158, _size155) = iprot.readListBegin()
+                    for _i159 in range(_size155):
+                        _elem160 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem160)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1357,8 +1357,8 @@ class releasePartitions_args(object):
         if self.partition_ids is not None:
             oprot.writeFieldBegin('partition_ids', TType.LIST, 2)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter154 in self.partition_ids:
-                oprot.writeString(iter154.encode('utf-8') if sys.version_info[0] == 2 else iter154)
+            for iter161 in self.partition_ids:
+                oprot.writeString(iter161.encode('utf-8') if sys.version_info[0] == 2 else iter161)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

@@ -867,16 +867,18 @@ class VertexStatus(object):
      - parallelism
      - state_counts
      - subtask_attempts
+     - subtask_locations
 
     """
 
 
-    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None, subtask_attempts=None,):
+    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None, subtask_attempts=None, subtask_locations=None,):
         self.vertex_id = vertex_id
         self.name = name
         self.parallelism = parallelism
         self.state_counts = state_counts
         self.subtask_attempts = subtask_attempts
+        self.subtask_locations = subtask_locations
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -923,6 +925,16 @@ class VertexStatus(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.LIST:
+                    self.subtask_locations = []
+                    (_etype53, _size50) = iprot.readListBegin()
+                    for _i54 in range(_size50):
+                        _elem55 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.subtask_locations.append(_elem55)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -948,16 +960,23 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter50, viter51 in self.state_counts.items():
-                oprot.writeI32(kiter50)
-                oprot.writeI32(viter51)
+            for kiter56, viter57 in self.state_counts.items():
+                oprot.writeI32(kiter56)
+                oprot.writeI32(viter57)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.subtask_attempts is not None:
             oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
-            for iter52 in self.subtask_attempts:
-                oprot.writeI32(iter52)
+            for iter58 in self.subtask_attempts:
+                oprot.writeI32(iter58)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.subtask_locations is not None:
+            oprot.writeFieldBegin('subtask_locations', TType.LIST, 6)
+            oprot.writeListBegin(TType.STRING, len(self.subtask_locations))
+            for iter59 in self.subtask_locations:
+                oprot.writeString(iter59.encode('utf-8') if sys.version_info[0] == 2 else iter59)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1135,11 +1154,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype56, _size53) = iprot.readListBegin()
-                    for _i57 in range(_size53):
-                        _elem58 = VertexStatus()
-                        _elem58.read(iprot)
-                        self.vertices.append(_elem58)
+                    (_etype63, _size60) = iprot.readListBegin()
+                    for _i64 in range(_size60):
+                        _elem65 = VertexStatus()
+                        _elem65.read(iprot)
+                        self.vertices.append(_elem65)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1157,11 +1176,11 @@ class JobStatusInfo(object):
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.failure_history = []
-                    (_etype62, _size59) = iprot.readListBegin()
-                    for _i63 in range(_size59):
-                        _elem64 = FailureEntry()
-                        _elem64.read(iprot)
-                        self.failure_history.append(_elem64)
+                    (_etype69, _size66) = iprot.readListBegin()
+                    for _i70 in range(_size66):
+                        _elem71 = FailureEntry()
+                        _elem71.read(iprot)
+                        self.failure_history.append(_elem71)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1203,8 +1222,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter65 in self.vertices:
-                iter65.write(oprot)
+            for iter72 in self.vertices:
+                iter72.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -1218,8 +1237,8 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter66 in self.failure_history:
-                iter66.write(oprot)
+            for iter73 in self.failure_history:
+                iter73.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
@@ -1303,16 +1322,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype68, _vtype69, _size67) = iprot.readMapBegin()
-                    for _i71 in range(_size67):
-                        _key72 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val73 = []
-                        (_etype77, _size74) = iprot.readListBegin()
-                        for _i78 in range(_size74):
-                            _elem79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val73.append(_elem79)
+                    (_ktype75, _vtype76, _size74) = iprot.readMapBegin()
+                    for _i78 in range(_size74):
+                        _key79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val80 = []
+                        (_etype84, _size81) = iprot.readListBegin()
+                        for _i85 in range(_size81):
+                            _elem86 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val80.append(_elem86)
                         iprot.readListEnd()
-                        self.collected[_key72] = _val73
+                        self.collected[_key79] = _val80
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1349,11 +1368,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter80, viter81 in self.collected.items():
-                oprot.writeString(kiter80.encode('utf-8') if sys.version_info[0] == 2 else kiter80)
-                oprot.writeListBegin(TType.STRING, len(viter81))
-                for iter82 in viter81:
-                    oprot.writeString(iter82.encode('utf-8') if sys.version_info[0] == 2 else iter82)
+            for kiter87, viter88 in self.collected.items():
+                oprot.writeString(kiter87.encode('utf-8') if sys.version_info[0] == 2 else kiter87)
+                oprot.writeListBegin(TType.STRING, len(viter88))
+                for iter89 in viter88:
+                    oprot.writeString(iter89.encode('utf-8') if sys.version_info[0] == 2 else iter89)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -1593,12 +1612,14 @@ class SlotReport(object):
     """
     Attributes:
      - slots
+     - blocking_partitions
 
     """
 
 
-    def __init__(self, slots=None,):
+    def __init__(self, slots=None, blocking_partitions=None,):
         self.slots = slots
+        self.blocking_partitions = blocking_partitions
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1612,12 +1633,17 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype86, _size83) = iprot.readListBegin()
-                    for _i87 in range(_size83):
-                        _elem88 = SlotStatus()
-                        _elem88.read(iprot)
-                        self.slots.append(_elem88)
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = SlotStatus()
+                        _elem95.read(iprot)
+                        self.slots.append(_elem95)
                     iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.blocking_partitions = iprot.readI32()
                 else:
                     iprot.skip(ftype)
             else:
@@ -1633,9 +1659,13 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter89 in self.slots:
-                iter89.write(oprot)
+            for iter96 in self.slots:
+                iter96.write(oprot)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.blocking_partitions is not None:
+            oprot.writeFieldBegin('blocking_partitions', TType.I32, 2)
+            oprot.writeI32(self.blocking_partitions)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2330,11 +2360,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype93, _size90) = iprot.readListBegin()
-                    for _i94 in range(_size90):
-                        _elem95 = InputChannelDescriptor()
-                        _elem95.read(iprot)
-                        self.channels.append(_elem95)
+                    (_etype100, _size97) = iprot.readListBegin()
+                    for _i101 in range(_size97):
+                        _elem102 = InputChannelDescriptor()
+                        _elem102.read(iprot)
+                        self.channels.append(_elem102)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2355,8 +2385,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter96 in self.channels:
-                iter96.write(oprot)
+            for iter103 in self.channels:
+                iter103.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2427,10 +2457,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype100, _size97) = iprot.readListBegin()
-                    for _i101 in range(_size97):
-                        _elem102 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem102)
+                    (_etype107, _size104) = iprot.readListBegin()
+                    for _i108 in range(_size104):
+                        _elem109 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem109)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2474,8 +2504,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter103 in self.key_columns:
-                oprot.writeString(iter103.encode('utf-8') if sys.version_info[0] == 2 else iter103)
+            for iter110 in self.key_columns:
+                oprot.writeString(iter110.encode('utf-8') if sys.version_info[0] == 2 else iter110)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -2618,22 +2648,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype107, _size104) = iprot.readListBegin()
-                    for _i108 in range(_size104):
-                        _elem109 = InputGateDescriptor()
-                        _elem109.read(iprot)
-                        self.input_gates.append(_elem109)
+                    (_etype114, _size111) = iprot.readListBegin()
+                    for _i115 in range(_size111):
+                        _elem116 = InputGateDescriptor()
+                        _elem116.read(iprot)
+                        self.input_gates.append(_elem116)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype113, _size110) = iprot.readListBegin()
-                    for _i114 in range(_size110):
-                        _elem115 = ResultPartitionDescriptor()
-                        _elem115.read(iprot)
-                        self.result_partitions.append(_elem115)
+                    (_etype120, _size117) = iprot.readListBegin()
+                    for _i121 in range(_size117):
+                        _elem122 = ResultPartitionDescriptor()
+                        _elem122.read(iprot)
+                        self.result_partitions.append(_elem122)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2645,11 +2675,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype117, _vtype118, _size116) = iprot.readMapBegin()
-                    for _i120 in range(_size116):
-                        _key121 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val122 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key121] = _val122
+                    (_ktype124, _vtype125, _size123) = iprot.readMapBegin()
+                    for _i127 in range(_size123):
+                        _key128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val129 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key128] = _val129
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2720,15 +2750,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter123 in self.input_gates:
-                iter123.write(oprot)
+            for iter130 in self.input_gates:
+                iter130.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter124 in self.result_partitions:
-                iter124.write(oprot)
+            for iter131 in self.result_partitions:
+                iter131.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -2738,9 +2768,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter125, viter126 in self.config.items():
-                oprot.writeString(kiter125.encode('utf-8') if sys.version_info[0] == 2 else kiter125)
-                oprot.writeString(viter126.encode('utf-8') if sys.version_info[0] == 2 else viter126)
+            for kiter132, viter133 in self.config.items():
+                oprot.writeString(kiter132.encode('utf-8') if sys.version_info[0] == 2 else kiter132)
+                oprot.writeString(viter133.encode('utf-8') if sys.version_info[0] == 2 else viter133)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -2832,6 +2862,7 @@ VertexStatus.thrift_spec = (
     (3, TType.I32, 'parallelism', None, None, ),  # 3
     (4, TType.MAP, 'state_counts', (TType.I32, None, TType.I32, None, False), None, ),  # 4
     (5, TType.LIST, 'subtask_attempts', (TType.I32, None, False), None, ),  # 5
+    (6, TType.LIST, 'subtask_locations', (TType.STRING, 'UTF8', False), None, ),  # 6
 )
 all_structs.append(FailureEntry)
 FailureEntry.thrift_spec = (
@@ -2888,6 +2919,7 @@ all_structs.append(SlotReport)
 SlotReport.thrift_spec = (
     None,  # 0
     (1, TType.LIST, 'slots', (TType.STRUCT, [SlotStatus, None], False), None, ),  # 1
+    (2, TType.I32, 'blocking_partitions', None, None, ),  # 2
 )
 all_structs.append(TaskExecutorRegistration)
 TaskExecutorRegistration.thrift_spec = (

@@ -1,0 +1,165 @@
+"""Scheduling and failover on a real local cluster: region failover of a streaming job, batch
+jobs running region by region on too few slots, and a TaskExecutor killed between the stages
+of a batch job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+import yarnflow
+from yarnflow import executors
+from yarnflow.common.states import ExecutionState, JobStatus
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
+
+RESTART = {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
+           "restart-strategy.fixed-delay.delay": "100 ms", "jobmanager.execution.failover-strategy": "region"}
+
+
+def _run(cluster, build, name, conf=None, parallelism=2):
+    ctx = executors.ClusterContext(cluster.address, conf or {}, progress=False)
+    executors.set_context(ctx)
+    try:
+        env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism)
+        build(env)
+        return env.execute(name)
+    finally:
+        executors.set_context(None)
+
+
+def _job(gw, name):
+    return next(j for j in gw.list_jobs() if j.name == name)
+
+
+def test_streaming_task_failing_once_is_restarted_alone_by_region_failover(local_cluster, tmp_path):
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    marker = str(tmp_path / "failed-once")
+
+    def fail_once(row):
+        if row["x"] == 7 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("transient failure on row 7")
+        return {"x": row["x"] * 10}
+
+    def build(env):
+        env.set_runtime_mode("STREAMING")
+        # source -> map -> collect are chained; two subtasks = two independent pipelined regions
+        env.from_collection({"x": list(range(100))}).map(fail_once, name="fail_once").collect()
+
+    result = _run(cluster, build, "flaky", RESTART)
+    assert sorted(result.collected()["x"].to_pylist()) == [10 * i for i in range(100)]
+    gw = cluster.gateway()
+    info = _job(gw, "flaky")
+    gw.close()
+    assert info.status == JobStatus.FINISHED
+    [entry] = info.failure_history
+    assert "transient failure on row 7" in entry.error.message and entry.restarted_subtasks == 1
+    [vertex] = info.vertices
+    assert vertex.subtask_attempts == [1, 0]  # row 7 is in subtask 1's slice; subtask 2 never restarted
+    assert "fixed-delay" in info.restart_strategy
+
+
+def test_restart_strategy_gives_up_with_root_cause_and_history(local_cluster):
+    cluster = local_cluster(taskexecutors=1, slots=2)
+
+    def always(row):
+        raise ValueError(f"bad row {row['x']}")
+
+    conf = {**RESTART, "restart-strategy.fixed-delay.attempts": "2"}
+    with pytest.raises(yarnflow.JobFailedError) as err:
+        _run(cluster, lambda env: env.from_collection({"x": [1]}).map(always).collect(), "doomed", conf, 1)
+    assert "bad row 1" in str(err.value)
+    gw = cluster.gateway()
+    info = _job(gw, "doomed")
+    gw.close()
+    assert info.status == JobStatus.FAILED
+    assert [f.restarted_subtasks for f in info.failure_history] == [1, 1, 0]  # two restarts, then gave up
+    assert "bad row 1" in info.failure_cause.message
+
+
+def test_batch_job_with_more_subtasks_than_slots_completes(local_cluster):
+    cluster = local_cluster(taskexecutors=1, slots=2, **{"slotmanager__number-of-slots__max": "2"})
+    data = {"k": [i % 50 for i in range(4000)], "v": list(range(4000))}
+
+    def build(env):
+        env.from_collection(data).map_batches(lambda b: b).key_by("k").sum("v").collect()
+
+    result = _run(cluster, build, "wide", {}, parallelism=4)
+    got = dict(zip(result.collected()["k"].to_pylist(), result.collected()["v"].to_pylist()))
+    expected: dict[int, int] = {}
+    for k, v in zip(data["k"], data["v"]):
+        expected[k] = expected.get(k, 0) + v
+    assert got == expected
+    gw = cluster.gateway()
+    assert gw.cluster_info().total_slots == 2  # it never had more than its 2 slots
+    gw.close()
+
+
+def test_taskexecutor_killed_after_the_first_stage_restarts_only_the_named_regions(local_cluster, tmp_path):
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    data = {"k": [i % 40 for i in range(2000)], "v": list(range(2000))}
+    gw = cluster.gateway()
+
+    def slow_add(acc, row):
+        time.sleep(0.004)
+        return {"k": acc["k"], "v": acc["v"] + row["v"]}
+
+    def build(env):
+        env.set_runtime_mode("BATCH")
+        (env.from_collection(data).map_batches(lambda b: b, name="stage1")
+            .key_by("k").reduce(slow_add, name="stage2").collect())
+
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = _run(cluster, build, "two-stage", RESTART)
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    # wait for: stage 1 finished on both TaskExecutors, stage 2 running
+    deadline = time.monotonic() + 60
+    victim = None
+    while time.monotonic() < deadline and victim is None:
+        try:
+            info = _job(gw, "two-stage")
+        except StopIteration:
+            time.sleep(0.05)
+            continue
+        s1 = next(v for v in info.vertices if v.name.startswith("collection"))
+        s2 = next(v for v in info.vertices if v.name.startswith("stage2"))
+        if s1.state_counts.get(ExecutionState.FINISHED) == 2 and s2.state_counts.get(ExecutionState.RUNNING) == 2:
+            victim = s1.subtask_locations[0]
+        time.sleep(0.02)
+    assert victim, "stage 2 never ran while stage 1 was finished"
+    assert s1.subtask_locations[0] != s1.subtask_locations[1]  # spread over both TaskExecutors
+    am = psutil.Process(cluster.proc.pid)
+    [proc] = [p for p in am.children() if victim in p.cmdline()]
+    proc.send_signal(signal.SIGKILL)
+    thread.join(90)
+    assert "result" in outcome, outcome
+    table = outcome["result"].collected()
+    expected: dict[int, int] = {}
+    for k, v in zip(data["k"], data["v"]):
+        expected[k] = expected.get(k, 0) + v
+    assert dict(zip(table["k"].to_pylist(), table["v"].to_pylist())) == expected
+
+    info = _job(gw, "two-stage")
+    gw.close()
+    s1 = next(v for v in info.vertices if v.name.startswith("collection"))
+    s2 = next(v for v in info.vertices if v.name.startswith("stage2"))
+    # the rules: the lost TaskExecutor's running stage-2 subtask restarts; its stage-1 producer's
+    # output is gone, so that producer's region re-runs; every stage-2 subtask reads it, so both
+    # re-run; the stage-1 subtask on the surviving TaskExecutor is not touched
+    assert s1.subtask_attempts == [1, 0]
+    assert s2.subtask_attempts == [1, 1]
+    assert victim not in s1.subtask_locations + s2.subtask_locations
+    assert any(victim in f.error.message for f in info.failure_history)
