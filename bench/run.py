@@ -45,6 +45,18 @@ def _w_args(p: argparse.ArgumentParser) -> None:
                    help="runtime mode (default: BATCH for w1, STREAMING for w2)")
 
 
+def _scheduling(args: argparse.Namespace) -> dict[str, Any]:
+    from scheduling import run_scheduling
+
+    return run_scheduling(args.subtasks)
+
+
+def _recovery(args: argparse.Namespace) -> dict[str, Any]:
+    from recovery import run_recovery
+
+    return run_recovery(args.kills)
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[..., dict[str, Any]]]] = {
     "rpc": ("calls/s and latency of heartbeat-sized Thrift calls between two processes",
             lambda p: (p.add_argument("--calls", type=int, default=20000),
@@ -52,6 +64,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "submit-latency": ("session mode: submit -> RUNNING and submit -> FINISHED of a two-vertex job",
                        lambda p: (p.add_argument("--submissions", type=int, default=50),
                                   p.add_argument("--warmup", type=int, default=3)), _submit_latency),
+    "recovery": ("SIGKILL of a TaskExecutor running a streaming job -> all its tasks RUNNING again",
+                 lambda p: p.add_argument("--kills", type=int, default=5), _recovery),
+    "scheduling": ("ExecutionGraph + deployment of a 2-vertex all-to-all job on simulated TaskExecutors",
+                   lambda p: p.add_argument("--subtasks", type=int, default=1000), _scheduling),
     "w1": ("word count: 5M (word, ts) records, keyed count per word, vs a pyarrow reference", _w_args, _w("w1")),
     "w2": ("1 s tumbling event-time windows: 5M (key, value, ts) records, sum per key and window",
            _w_args, _w("w2")),

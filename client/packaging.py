@@ -8,6 +8,10 @@ import dataclasses
 import hashlib
 import io
 import os
+import site
+import sys
+import sysconfig
+import types
 import zipfile
 
 import cloudpickle
@@ -19,7 +23,36 @@ from yarnflow.worker.artifacts import chain_entry, source_entry
 from yarnflow.worker.operators.base import SourceOperator
 
 
+def _user_modules() -> list[types.ModuleType]:
+    """Modules of the user's own code (not the standard library, not installed packages, not
+    yarnflow): the TaskExecutors cannot import them, so their functions travel by value."""
+    roots = {os.path.realpath(p) for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib",
+                                                                              "platlib")}}
+    roots |= {os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path or name == "__main__" or name.split(".")[0] == "yarnflow" or not path.endswith(".py"):
+            continue
+        real = os.path.realpath(path)
+        if any(real.startswith(root + os.sep) for root in roots):
+            continue
+        found.append(module)
+    return found
+
+
 def build_artifact(job: CompiledJob, job_file: str | None) -> bytes:
+    modules = _user_modules()
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return _build(job, job_file)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _build(job: CompiledJob, job_file: str | None) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for vertex_id, chain in sorted(job.chains.items()):

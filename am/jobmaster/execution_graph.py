@@ -42,16 +42,36 @@ class LogicalSlot:
     data_address: str
 
 
+class Stamp:
+    """A counter shared by the subtasks of one vertex: bumped whenever one of them gets a new
+    attempt or a slot, so descriptors built from the vertex's locations can be cached."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 @dataclass
 class Execution:
     vertex: ExecutionVertex
     attempt_number: int
     attempt_id: ExecutionAttemptID = field(default_factory=ExecutionAttemptID.generate)
     state: ExecutionState = ExecutionState.CREATED
-    slot: LogicalSlot | None = None
+    _slot: LogicalSlot | None = field(default=None, repr=False)
     failure: ErrorInfo | None = None
     records_in: int = 0
     records_out: int = 0
+
+    @property
+    def slot(self) -> LogicalSlot | None:
+        return self._slot
+
+    @slot.setter
+    def slot(self, value: LogicalSlot | None) -> None:
+        if value is not self._slot:
+            self._slot = value
+            self.vertex.stamp.value += 1
 
     def transition(self, target: ExecutionState) -> bool:
         """Move to ``target``; False (and nothing changes) if it is the current state."""
@@ -70,6 +90,7 @@ class ExecutionVertex:
     job_vertex: JobVertex
     job_id: str
     subtask_index: int
+    stamp: Stamp = field(default_factory=Stamp)
     current: Execution = field(init=False)
     prior: list[Execution] = field(default_factory=list)
 
@@ -85,6 +106,7 @@ class ExecutionVertex:
             raise IllegalStateTransition(f"{self.name}: cannot restart while {self.current.state.name}")
         self.prior.append(self.current)
         self.current = Execution(self, self.current.attempt_number + 1)
+        self.stamp.value += 1
         return self.current
 
 
@@ -100,8 +122,10 @@ class ExecutionGraph:
         self.job_graph = job_graph
         self.vertices: dict[JobVertexID, ExecutionJobVertex] = {}
         for jv in job_graph.vertices:
+            stamp = Stamp()
             self.vertices[jv.vertex_id] = ExecutionJobVertex(
-                jv, [ExecutionVertex(jv, job_graph.job_id, i) for i in range(jv.parallelism)])
+                jv, [ExecutionVertex(jv, job_graph.job_id, i, stamp) for i in range(jv.parallelism)])
+        self._channel_cache: dict[int, tuple[int, list[InputChannelDescriptor]]] = {}
         self._by_attempt: dict[ExecutionAttemptID, Execution] = {}
         for ev in self.all_vertices():
             self._by_attempt[ev.current.attempt_id] = ev.current
@@ -143,26 +167,35 @@ class ExecutionGraph:
         return out
 
     # -- deployment -------------------------------------------------------------------------
+    def _channels(self, ex: Execution, edge_index: int, producers: list[ExecutionVertex]
+                  ) -> list[InputChannelDescriptor]:
+        channels = []
+        for producer in producers:
+            slot = producer.current.slot
+            if slot is None:
+                raise LookupError(f"{ex.vertex.name}: producer {producer.name} has no slot yet")
+            channels.append(InputChannelDescriptor(producer.current.partition_id(edge_index), slot.resource_id,
+                                                   slot.data_address))
+        return channels
+
     def deployment_descriptor(self, ex: Execution, artifact_uri: str, artifact_sha256: str, jm_token: str,
                               config: dict[str, str], job_storage_dir: str) -> TaskDeploymentDescriptor:
         """The TDD for ``ex``; every producer it reads from must already have a slot."""
         jg = self.job_graph
         jv = ex.vertex.job_vertex
         i = ex.vertex.subtask_index
-        gates: dict[int, list[InputChannelDescriptor]] = {}
+        gates: list[InputGateDescriptor] = []
         for idx, edge in self._in_edges[jv.vertex_id]:
             producers = self.vertices[edge.source_vertex_id].subtasks
-            chans = gates.setdefault(edge.input_index, [])
             if edge.partitioner == Partitioner.FORWARD:
-                sources = [(producers[i], 0)]
-            else:
-                sources = [(p, i) for p in producers]
-            for producer, sub in sources:
-                slot = producer.current.slot
-                if slot is None:
-                    raise LookupError(f"{ex.vertex.name}: producer {producer.name} has no slot yet")
-                chans.append(InputChannelDescriptor(producer.current.partition_id(idx), sub, slot.resource_id,
-                                                    slot.data_address))
+                gates.append(InputGateDescriptor(edge.input_index, self._channels(ex, idx, [producers[i]]), 0))
+                continue
+            stamp = producers[0].stamp.value
+            cached = self._channel_cache.get(idx)
+            if cached is None or cached[0] != stamp:
+                cached = (stamp, self._channels(ex, idx, producers))
+                self._channel_cache[idx] = cached
+            gates.append(InputGateDescriptor(edge.input_index, cached[1], i))
         partitions = []
         for idx, edge in self._out_edges[jv.vertex_id]:
             target = jg.vertex(edge.target_vertex_id)
@@ -177,7 +210,7 @@ class ExecutionGraph:
             subtask_index=i, attempt_number=ex.attempt_number, parallelism=jv.parallelism,
             max_parallelism=jv.max_parallelism, allocation_id=ex.slot.allocation_id, artifact_uri=artifact_uri,
             artifact_sha256=artifact_sha256,
-            input_gates=[InputGateDescriptor(k, v) for k, v in sorted(gates.items())],
+            input_gates=sorted(gates, key=lambda g: g.input_index),
             result_partitions=partitions, jobmaster_fencing_token=jm_token, config=config,
             runtime_mode=jg.runtime_mode, job_storage_dir=job_storage_dir)
 

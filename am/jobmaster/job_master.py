@@ -105,6 +105,7 @@ class JobMaster:
         self._restart_pending: set[SubtaskId] = set()
         self._restart_scheduled = False
         self._released_regions: set[int] = set()     # regions whose blocking outputs were released
+        self._waiting_groups: dict[int, set[Hashable]] = {}  # region id -> groups without a slot yet
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -198,9 +199,19 @@ class JobMaster:
 
     def _deploy_if_ready(self, region: PipelinedRegion) -> None:
         groups = self._region_groups[region.region_id]
+        waiting = self._waiting_groups.get(region.region_id)
+        if waiting is None:
+            waiting = self._waiting_groups[region.region_id] = {g for g, _ in groups}
+        for g in list(waiting):  # only the groups not seen with a slot yet are looked at
+            if self._slot_of_group(g) is not None:
+                waiting.discard(g)
+            else:
+                return
         slots = [(self._slot_of_group(g), members) for g, members in groups]
-        if any(slot is None for slot, _ in slots):
+        if any(slot is None for slot, _ in slots):  # a slot went away meanwhile: look again next time
+            self._waiting_groups.pop(region.region_id, None)
             return
+        self._waiting_groups.pop(region.region_id, None)
         for slot, members in slots:
             for s in members:
                 ex = self._ev(s).current
@@ -249,16 +260,17 @@ class JobMaster:
             return []
         accepted = [o for o in offers
                     if self.pool.offer(o.allocation_id, resource_id, info.rpc_address, info.data_address)]
-        if accepted:
-            self._main.execute(self._deploy_ready_regions)
+        regions = {owner[0] for o in accepted if isinstance(owner := self.pool.owner_of(o.allocation_id), tuple)}
+        if regions:
+            self._main.execute(self._deploy_ready_regions, regions)
         return accepted
 
-    def _deploy_ready_regions(self) -> None:
+    def _deploy_ready_regions(self, region_ids: set[int] | None = None) -> None:
         if self.status != JobStatus.RUNNING:
             return
-        for region in self.regions:
-            if region.region_id in self._scheduled:
-                self._deploy_if_ready(region)
+        for rid in sorted(region_ids if region_ids is not None else self._scheduled):
+            if rid in self._scheduled:
+                self._deploy_if_ready(self.regions[rid])
 
     def _release_region_slots(self, region: PipelinedRegion) -> None:
         now = _CLOCK.monotonic_ms()

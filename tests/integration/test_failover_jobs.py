@@ -163,3 +163,28 @@ def test_taskexecutor_killed_after_the_first_stage_restarts_only_the_named_regio
     assert s2.subtask_attempts == [1, 1]
     assert victim not in s1.subtask_locations + s2.subtask_locations
     assert any(victim in f.error.message for f in info.failure_history)
+
+
+def test_taskexecutors_are_started_on_demand_and_released_when_idle(process_tag, tmp_path, monkeypatch):
+    """No TaskExecutor at start (slotmanager.number-of-slots.min 0): the job's slot requests
+    make the ResourceManager start one; once idle for resourcemanager.taskmanager-timeout it
+    is released."""
+    from tests.conftest import FAST_CONF, TAG_VAR
+    from yarnflow.local_cluster import LocalCluster
+
+    monkeypatch.setenv(TAG_VAR, process_tag)
+    conf = {**FAST_CONF, "resourcemanager.taskmanager-timeout": "1 s", "slot.idle.timeout": "200 ms"}
+    cluster = LocalCluster(0, 2, conf, work_dir=str(tmp_path / "c"))
+    try:
+        cluster.start()
+        gw = cluster.gateway()
+        assert gw.cluster_info().registered_taskexecutors == 0
+        result = _run(cluster, lambda env: env.from_collection({"x": list(range(10))}).collect(), "on-demand")
+        assert sorted(result.collected()["x"].to_pylist()) == list(range(10))
+        deadline = time.monotonic() + 30
+        while gw.cluster_info().registered_taskexecutors and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gw.cluster_info().registered_taskexecutors == 0
+        gw.close()
+    finally:
+        cluster.stop()

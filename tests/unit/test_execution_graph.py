@@ -187,7 +187,7 @@ def test_descriptor_of_a_hash_consumer_reads_its_subpartition_from_every_produce
         chans = d.input_gates[0].channels
         assert len(chans) == 2  # one per producer
         assert [c.partition_id for c in chans] == [p.partition_id(0) for p in producers]
-        assert [c.subpartition_index for c in chans] == [j, j]
+        assert d.input_gates[0].subpartition_index == j
         assert [c.producer_resource_id for c in chans] == [p.slot.resource_id for p in producers]  # type: ignore[union-attr]
         assert [c.producer_data_address for c in chans] == [p.slot.data_address for p in producers]  # type: ignore[union-attr]
         assert d.result_partitions == []
@@ -232,7 +232,7 @@ def test_forward_edges_read_one_channel_from_the_same_subtask() -> None:
         [chan] = gate.channels
         producer = g.vertices[SRC].subtasks[i].current
         assert chan.partition_id == producer.partition_id(0)
-        assert chan.subpartition_index == 0
+        assert gate.subpartition_index == 0
         assert chan.producer_resource_id == ResourceID(f"te-{SRC}-{i}")
         [rp] = d.result_partitions  # agg -> sink is the job's second edge
         assert rp.partition_id == g.vertices[AGG].subtasks[i].current.partition_id(1)
@@ -287,7 +287,7 @@ def test_inputs_are_grouped_into_gates_by_input_index() -> None:
     assert [len(gate.channels) for gate in d.input_gates] == [2, 1]
     [chan] = d.input_gates[1].channels
     assert chan.partition_id == g.vertices[right].subtasks[0].current.partition_id(1)
-    assert chan.subpartition_index == 1
+    assert d.input_gates[1].subpartition_index == 1
     [rp] = tdd(g, right, 0).result_partitions
     assert (rp.num_subpartitions, rp.partitioner) == (2, Partitioner.BROADCAST)
 

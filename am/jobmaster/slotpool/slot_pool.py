@@ -37,14 +37,16 @@ class PooledSlot:
 class SlotPool:
     def __init__(self) -> None:
         self.slots: dict[AllocationID, PooledSlot] = {}
+        self._idle: dict[AllocationID, None] = {}  # IDLE slots, oldest first (an ordered set)
 
     # -- asking -----------------------------------------------------------------------------
     def acquire(self, owner: Hashable, preferred: AllocationID | None = None) -> tuple[AllocationID, bool]:
         """A slot for ``owner``: an IDLE one (``preferred`` first) marked IN_USE, returned with
         True; or a new PENDING allocation the caller must request from the RM, with False."""
-        idle = [s for s in self.slots.values() if s.state == PoolSlotState.IDLE]
-        chosen = next((s for s in idle if s.allocation_id == preferred), None) or (idle[0] if idle else None)
-        if chosen is not None:
+        chosen_id = preferred if preferred in self._idle else next(iter(self._idle), None)
+        if chosen_id is not None:
+            del self._idle[chosen_id]
+            chosen = self.slots[chosen_id]
             chosen.state, chosen.owner = PoolSlotState.IN_USE, owner
             return chosen.allocation_id, True
         allocation_id = AllocationID.generate()
@@ -77,28 +79,31 @@ class SlotPool:
             del self.slots[allocation_id]
             return True
         slot.state, slot.owner, slot.idle_since_ms = PoolSlotState.IDLE, None, now_ms
+        self._idle[allocation_id] = None
         return False
 
     def expired(self, now_ms: int, idle_timeout_ms: int) -> list[PooledSlot]:
         """IDLE slots past the timeout, removed from the pool: return them to the RM."""
-        gone = [s for s in self.slots.values()
-                if s.state == PoolSlotState.IDLE and now_ms - s.idle_since_ms >= idle_timeout_ms]
+        gone = [self.slots[a] for a in self._idle if now_ms - self.slots[a].idle_since_ms >= idle_timeout_ms]
         for s in gone:
-            del self.slots[s.allocation_id]
+            self.remove(s.allocation_id)
         return gone
 
     def lost(self, resource_id: ResourceID) -> list[PooledSlot]:
         """Slots of a TaskExecutor that is gone, removed from the pool."""
         gone = [s for s in self.slots.values() if s.resource_id == resource_id]
         for s in gone:
-            del self.slots[s.allocation_id]
+            self.remove(s.allocation_id)
         return gone
 
     def remove(self, allocation_id: AllocationID) -> PooledSlot | None:
+        self._idle.pop(allocation_id, None)
         return self.slots.pop(allocation_id, None)
 
     def all(self) -> list[PooledSlot]:
         return list(self.slots.values())
 
     def in_state(self, state: PoolSlotState) -> list[PooledSlot]:
+        if state == PoolSlotState.IDLE:
+            return [self.slots[a] for a in self._idle]
         return [s for s in self.slots.values() if s.state == state]

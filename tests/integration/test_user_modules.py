@@ -1,0 +1,44 @@
+"""Functions from the user's own helper modules travel by value in the job artifact: the
+TaskExecutors never need to import the user's files."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+def test_helper_module_functions_are_pickled_by_value(tmp_path, monkeypatch):
+    (tmp_path / "my_helpers.py").write_text("def double(row):\n    return {'x': row['x'] * 2}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    helpers = importlib.import_module("my_helpers")
+    import yarnflow
+    from yarnflow.compiler import compile_job
+    from yarnflow.packaging import build_artifact
+
+    env = yarnflow.StreamExecutionEnvironment(parallelism=1)
+    env.from_collection({"x": [1, 2]}).map(helpers.double).collect()
+    job = compile_job(env, "helpers")
+    data = build_artifact(job, None)
+    (tmp_path / "a.zip").write_bytes(data)
+    sys.modules.pop("my_helpers", None)
+    # a fresh process where my_helpers cannot be imported still runs the function
+    script = (
+        "import zipfile, cloudpickle, sys\n"
+        f"z = zipfile.ZipFile({str(tmp_path / 'a.zip')!r})\n"
+        "name = next(n for n in z.namelist() if n.startswith('chains/'))\n"
+        "chain = cloudpickle.loads(z.read(name))\n"
+        "ops = [op for op in chain if type(op).__name__ == 'RowMap']\n"
+        "print(ops[0].fn({'x': 21}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+                         cwd=str(tmp_path.parent), env={**os.environ, "PYTHONPATH": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "{'x': 42}"
+    assert zipfile.ZipFile(tmp_path / "a.zip").testzip() is None
