@@ -14,7 +14,7 @@ from yarnflow.common.ids import JobID, JobVertexID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex
 from yarnflow.common.states import ExchangeMode, Partitioner
 from yarnflow.datastream import Input, StreamExecutionEnvironment, Transformation
-from yarnflow.worker.operators.base import Operator, SourceOperator
+from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sinks import CollectSink, _StagedFileSink
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import traceback
+import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from yarnflow.common import ids
 from yarnflow.common.rpc.gen.yarnflow_rpc import ttypes
@@ -39,7 +40,7 @@ def _convert_in(tp: Any, value: Any) -> Any:
     if value is None:
         return None
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return _convert_in(inner[0], value)
     if origin in (list, tuple):
@@ -108,7 +109,7 @@ class ErrorInfo(Message):
     error_class: str
     message: str
     traceback: str = ""
-    location: Optional[str] = None
+    location: str | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException, location: str | None = None) -> ErrorInfo:
@@ -231,7 +232,7 @@ class JobStatusInfo(Message):
     start_time_ms: int
     end_time_ms: int = 0
     vertices: list[VertexStatus] = field(default_factory=list)
-    failure_cause: Optional[ErrorInfo] = None
+    failure_cause: ErrorInfo | None = None
     all_running_time_ms: int = 0
     failure_history: list[FailureEntry] = field(default_factory=list)
     restart_strategy: str = ""
@@ -244,7 +245,7 @@ class JobResult(Message):
     status: JobStatus
     start_time_ms: int
     end_time_ms: int
-    failure_cause: Optional[ErrorInfo] = None
+    failure_cause: ErrorInfo | None = None
     collected: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -267,8 +268,8 @@ class SlotStatus(Message):
     _thrift = ttypes.SlotStatus
     slot_index: int
     profile: ResourceProfile = field(default_factory=ResourceProfile)
-    allocation_id: Optional[ids.AllocationID] = None
-    job_id: Optional[ids.JobID] = None
+    allocation_id: ids.AllocationID | None = None
+    job_id: ids.JobID | None = None
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ class TaskExecutionStateUpdate(Message):
     job_id: ids.JobID
     execution_attempt_id: ids.ExecutionAttemptID
     state: ExecutionState
-    error: Optional[ErrorInfo] = None
+    error: ErrorInfo | None = None
     records_in: int = 0
     records_out: int = 0
 
@@ -331,7 +332,7 @@ class SourceSplit(Message):
 @dataclass(frozen=True)
 class SplitResponse(Message):
     _thrift = ttypes.SplitResponse
-    split: Optional[SourceSplit] = None
+    split: SourceSplit | None = None
     no_more_splits: bool = False
 
 
@@ -341,7 +342,6 @@ class SplitResponse(Message):
 class InputChannelDescriptor(Message):
     _thrift = ttypes.InputChannelDescriptor
     partition_id: ids.ResultPartitionID
-    subpartition_index: int
     producer_resource_id: ids.ResourceID
     producer_data_address: str
 
@@ -351,6 +351,7 @@ class InputGateDescriptor(Message):
     _thrift = ttypes.InputGateDescriptor
     input_index: int
     channels: list[InputChannelDescriptor]
+    subpartition_index: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Word count: counts the words of text files (a word: re.findall(r'\w+', line.lower())).
+r"""Word count: counts the words of text files (a word: re.findall(r'\w+', line.lower())).
 
     yarnflow run examples/wordcount.py --parallelism 2                       # bundled sample, stdout
     yarnflow run examples/wordcount.py --input s3://bucket/books/ --output /tmp/counts

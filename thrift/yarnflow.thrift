@@ -233,14 +233,17 @@ service JobMasterService {
 
 struct InputChannelDescriptor {
   1: string partition_id,         // the producer's result partition
-  2: i32 subpartition_index,
   3: string producer_resource_id,
   4: string producer_data_address,
 }
 
+// The channels of one input edge. Every channel reads the same subpartition index of its
+// producer's partition (the consumer's index on an all-to-all edge, 0 on a forward edge), so
+// all consumers of an all-to-all edge share one channel list (deployment stays linear).
 struct InputGateDescriptor {
   1: i32 input_index,
   2: list<InputChannelDescriptor> channels,
+  3: i32 subpartition_index,
 }
 
 struct ResultPartitionDescriptor {

@@ -127,11 +127,11 @@ class Task:
         for g in tdd.input_gates:
             for ch in g.channels:
                 channel_inputs.append(g.input_index)
-                channels.append(ch)
+                channels.append((ch, g.subpartition_index))
         if channels:
             gate = InputGate(len(channels), capacity)
-            for i, ch in enumerate(channels):
-                gate.add_reader(self._reader(gate, i, ch))
+            for i, (ch, sub) in enumerate(channels):
+                gate.add_reader(self._reader(gate, i, ch, sub))
             self._gate = gate
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name)
         base = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,
@@ -158,8 +158,8 @@ class Task:
             delay = min(delay * 2, 1.0)
         return None
 
-    def _reader(self, gate: InputGate, index: int, ch: Any) -> ChannelReader:
-        name = f"{self.tdd.display_name} <- {ch.partition_id}/{ch.subpartition_index}"
+    def _reader(self, gate: InputGate, index: int, ch: Any, subpartition: int) -> ChannelReader:
+        name = f"{self.tdd.display_name} <- {ch.partition_id}/{subpartition}"
         if ch.producer_resource_id == self._resource_id:
             partitions = self._partitions
 
@@ -168,11 +168,11 @@ class Task:
                 if partition is None:
                     raise PartitionNotFoundError(f"local partition {ch.partition_id} was never produced")
                 if isinstance(partition, BlockingResultPartition):
-                    for element in partition.read(ch.subpartition_index):
+                    for element in partition.read(subpartition):
                         if not push(element):
                             return
                     return
-                sub = partition.subpartitions[ch.subpartition_index]
+                sub = partition.subpartitions[subpartition]
                 while not gate.cancelled:
                     element = sub.take(0.5)
                     if element is None:
@@ -181,6 +181,6 @@ class Task:
                         return
 
             return ChannelReader(gate, index, name, local_source, lambda: None)
-        stream = self._data_client.open(ch.producer_data_address, ch.partition_id, ch.subpartition_index,
+        stream = self._data_client.open(ch.producer_data_address, ch.partition_id, subpartition,
                                        ch.producer_resource_id)
         return ChannelReader(gate, index, name, stream.run, stream.cancel)

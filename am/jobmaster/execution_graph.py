@@ -20,7 +20,6 @@ from yarnflow.common.messages import (
     ErrorInfo,
     InputChannelDescriptor,
     InputGateDescriptor,
-    JobEdge,
     JobGraph,
     JobVertex,
     ResultPartitionDescriptor,

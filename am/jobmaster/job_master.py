@@ -217,7 +217,7 @@ class JobMaster:
                 ex = self._ev(s).current
                 if ex.state == ExecutionState.SCHEDULED:
                     ex.slot = slot
-        for slot, members in slots:
+        for _slot, members in slots:
             for s in members:
                 ex = self._ev(s).current
                 if ex.state == ExecutionState.SCHEDULED:

@@ -84,7 +84,7 @@ class ResourceManager:
             gw.close()
 
     def _disconnect_all(self) -> None:
-        for rid, gw in self._gateways.items():
+        for _rid, gw in self._gateways.items():
             self._io.submit(self._quietly, gw.disconnect_resource_manager, self.fencing_token,
                             "shutdown of the AppMaster")
 

@@ -153,13 +153,13 @@ def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 
 def _tdd() -> TaskDeploymentDescriptor:
-    channel = InputChannelDescriptor(ids.ResultPartitionID("rp-1"), 1, ids.ResourceID("te-2"), "127.0.0.1:7001")
+    channel = InputChannelDescriptor(ids.ResultPartitionID("rp-1"), ids.ResourceID("te-2"), "127.0.0.1:7001")
     return TaskDeploymentDescriptor(
         job_id=ids.JobID("job-1"), vertex_id=ids.JobVertexID("v-2"), task_name="map -> filter",
         execution_attempt_id=ids.ExecutionAttemptID("att-1"), subtask_index=1, attempt_number=2,
         parallelism=4, max_parallelism=128, allocation_id=ids.AllocationID("alloc-1"),
         artifact_uri="file:///tmp/storage/job-1/artifact.zip", artifact_sha256="ab" * 32,
-        input_gates=[InputGateDescriptor(0, [channel, channel])],
+        input_gates=[InputGateDescriptor(0, [channel, channel], 1)],
         result_partitions=[ResultPartitionDescriptor(ids.ResultPartitionID("rp-2"), 3, Partitioner.HASH,
                                                      ["word"], consumer_max_parallelism=64)],
         jobmaster_fencing_token="jm-token", config={"parallelism.default": "4"}, runtime_mode="BATCH",
@@ -289,7 +289,7 @@ def test_a_connect_that_times_out_is_a_connection_error(cluster: Cluster) -> Non
                     s.connect(listener.getsockname())
                 except OSError:
                     pass
-            client = cluster.client(address="127.0.0.1:%d" % listener.getsockname()[1], timeout_ms=300)
+            client = cluster.client(address=f"127.0.0.1:{listener.getsockname()[1]}", timeout_ms=300)
             started = time.monotonic()
             with pytest.raises(errors.RpcConnectionError):
                 client.call("ping")
@@ -372,7 +372,7 @@ def _send_raw(address: str, payload: bytes, *, wait_for_close: bool = True) -> b
         try:
             while chunk := s.recv(65536):
                 received += chunk
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             pass
         return received
 

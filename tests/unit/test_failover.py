@@ -386,7 +386,7 @@ def brute_force_regions(g: JobGraph) -> set[frozenset[SubtaskId]]:
         changed = True
         while changed:
             changed = False
-            for r, out in reach.items():
+            for out in reach.values():
                 more = set().union(*(reach[o] for o in out)) - out
                 if more:
                     out |= more

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
+import types
 import typing
 from typing import Any
 
@@ -57,7 +58,7 @@ class _Builder:
 
     def value(self, tp: Any, ttype: int, label: str) -> Any:
         origin = typing.get_origin(tp)
-        if origin is typing.Union:
+        if origin is typing.Union or origin is types.UnionType:
             if not self.set_optionals:
                 return None
             (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -176,7 +177,7 @@ def _check_type(tp: Any, value: Any, label: str) -> None:
     if value is None:
         return
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
         _check_type(inner, value, label)
     elif origin is list:

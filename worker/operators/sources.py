@@ -190,8 +190,7 @@ class FileSource(SourceOperator):
         elif self.fmt == "csv":
             with fs.open(file, "rb") as fh:
                 reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(block_size=1 << 22))
-                for batch in reader:
-                    yield batch
+                yield from reader
         elif self.fmt == "json":
             with fs.open(file, "rb") as fh:
                 table = pajson.read_json(io.BytesIO(fh.read()))

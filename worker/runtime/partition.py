@@ -190,8 +190,7 @@ class BlockingResultPartition:
         if os.path.exists(path):
             try:
                 with pa.memory_map(path) as source:
-                    for batch in pa.ipc.open_stream(source):
-                        yield batch
+                    yield from pa.ipc.open_stream(source)
             except FileNotFoundError:
                 raise PartitionReleasedError(f"partition {self.partition_id} released") from None
         yield END_OF_PARTITION

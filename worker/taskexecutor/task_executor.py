@@ -172,7 +172,7 @@ class TaskExecutor:
     def _request_slot(self, rm_token: str, slot_index: int, job_id: JobID, allocation_id: AllocationID,
                       jobmaster_address: str, jobmaster_token: str) -> None:
         if rm_token != self._rm_token:
-            raise FencingTokenError(f"requestSlot with a stale ResourceManager token")
+            raise FencingTokenError("requestSlot with a stale ResourceManager token")
         if self.slots.allocate(slot_index, job_id, allocation_id, jobmaster_address, jobmaster_token):
             log.info("slot %d allocated to %s of job %s", slot_index, allocation_id, job_id)
             slot = self.slots.get(allocation_id)

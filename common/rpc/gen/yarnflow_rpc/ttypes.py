@@ -2244,16 +2244,14 @@ class InputChannelDescriptor(object):
     """
     Attributes:
      - partition_id
-     - subpartition_index
      - producer_resource_id
      - producer_data_address
 
     """
 
 
-    def __init__(self, partition_id=None, subpartition_index=None, producer_resource_id=None, producer_data_address=None,):
+    def __init__(self, partition_id=None, producer_resource_id=None, producer_data_address=None,):
         self.partition_id = partition_id
-        self.subpartition_index = subpartition_index
         self.producer_resource_id = producer_resource_id
         self.producer_data_address = producer_data_address
 
@@ -2269,11 +2267,6 @@ class InputChannelDescriptor(object):
             if fid == 1:
                 if ftype == TType.STRING:
                     self.partition_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                else:
-                    iprot.skip(ftype)
-            elif fid == 2:
-                if ftype == TType.I32:
-                    self.subpartition_index = iprot.readI32()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
@@ -2299,10 +2292,6 @@ class InputChannelDescriptor(object):
         if self.partition_id is not None:
             oprot.writeFieldBegin('partition_id', TType.STRING, 1)
             oprot.writeString(self.partition_id.encode('utf-8') if sys.version_info[0] == 2 else self.partition_id)
-            oprot.writeFieldEnd()
-        if self.subpartition_index is not None:
-            oprot.writeFieldBegin('subpartition_index', TType.I32, 2)
-            oprot.writeI32(self.subpartition_index)
             oprot.writeFieldEnd()
         if self.producer_resource_id is not None:
             oprot.writeFieldBegin('producer_resource_id', TType.STRING, 3)
@@ -2335,13 +2324,15 @@ class InputGateDescriptor(object):
     Attributes:
      - input_index
      - channels
+     - subpartition_index
 
     """
 
 
-    def __init__(self, input_index=None, channels=None,):
+    def __init__(self, input_index=None, channels=None, subpartition_index=None,):
         self.input_index = input_index
         self.channels = channels
+        self.subpartition_index = subpartition_index
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2368,6 +2359,11 @@ class InputGateDescriptor(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.subpartition_index = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2388,6 +2384,10 @@ class InputGateDescriptor(object):
             for iter103 in self.channels:
                 iter103.write(oprot)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.subpartition_index is not None:
+            oprot.writeFieldBegin('subpartition_index', TType.I32, 3)
+            oprot.writeI32(self.subpartition_index)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2974,7 +2974,7 @@ all_structs.append(InputChannelDescriptor)
 InputChannelDescriptor.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'partition_id', 'UTF8', None, ),  # 1
-    (2, TType.I32, 'subpartition_index', None, None, ),  # 2
+    None,  # 2
     (3, TType.STRING, 'producer_resource_id', 'UTF8', None, ),  # 3
     (4, TType.STRING, 'producer_data_address', 'UTF8', None, ),  # 4
 )
@@ -2983,6 +2983,7 @@ InputGateDescriptor.thrift_spec = (
     None,  # 0
     (1, TType.I32, 'input_index', None, None, ),  # 1
     (2, TType.LIST, 'channels', (TType.STRUCT, [InputChannelDescriptor, None], False), None, ),  # 2
+    (3, TType.I32, 'subpartition_index', None, None, ),  # 3
 )
 all_structs.append(ResultPartitionDescriptor)
 ResultPartitionDescriptor.thrift_spec = (
