@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.ids import JobID, JobVertexID
-from yarnflow.common.messages import JobEdge, JobGraph, JobVertex
+from yarnflow.common.messages import JobEdge, JobGraph, JobVertex, ResourceProfile
 from yarnflow.common.states import ExchangeMode, Partitioner
 from yarnflow.datastream import Input, StreamExecutionEnvironment, Transformation
 from yarnflow.worker.operators.base import Operator
@@ -109,9 +109,10 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     for hid, chain in chains.items():
         head = chain[0]
         names = [t.operator.name for t in chain if t.operator is not None]
+        resources = ResourceProfile(sum(t.cpu_cores for t in chain), sum(t.memory_mb for t in chain))
         vertices.append(JobVertex(
             vertex_ids[hid], " -> ".join(names), parallelism(head), head.max_parallelism or max_par, names,
-            head.slot_sharing_group, is_source=head.is_source, is_sink=not consumers[chain[-1].id]))
+            head.slot_sharing_group, resources, is_source=head.is_source, is_sink=not consumers[chain[-1].id]))
         for inp in inputs[head.id]:
             part = edge_partitioner(inp.upstream, head, inp.partitioner)
             edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,

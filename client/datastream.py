@@ -55,6 +55,8 @@ class Transformation:
     slot_sharing_group: str = "default"
     chaining: bool = True
     event_time_column: str | None = None
+    cpu_cores: float = 0.0
+    memory_mb: int = 0
     id: int = field(default_factory=lambda: next(_ids))
 
     @property
@@ -208,6 +210,15 @@ class DataStream:
         if parallelism < 1:
             raise JobDefinitionError("parallelism must be at least 1")
         self.transformation.parallelism = parallelism
+        return self
+
+    def set_resources(self, cpu_cores: float = 0.0, memory_mb: int = 0) -> DataStream:
+        """What one subtask of this operator needs; a slot must offer at least the sum of what
+        the subtasks sharing it need (0: unspecified). A request no slot can meet waits until
+        slot.request.timeout."""
+        if cpu_cores < 0 or memory_mb < 0:
+            raise JobDefinitionError("resources cannot be negative")
+        self.transformation.cpu_cores, self.transformation.memory_mb = cpu_cores, memory_mb
         return self
 
     def slot_sharing_group(self, name: str) -> DataStream:

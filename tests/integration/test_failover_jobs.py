@@ -188,3 +188,16 @@ def test_taskexecutors_are_started_on_demand_and_released_when_idle(process_tag,
         gw.close()
     finally:
         cluster.stop()
+
+
+def test_resource_profiles_are_matched_to_slots(local_cluster):
+    """Slots of 1 GB / 2 = 512 MB: a subtask asking for 300 MB runs, one asking for 4 GB gets
+    no slot and the job fails after slot.request.timeout, saying so."""
+    cluster = local_cluster(taskexecutors=1, slots=2, **{"slot__request__timeout": "2 s"})
+    ok = _run(cluster, lambda env: env.from_collection({"x": [1, 2]}).set_resources(memory_mb=300).collect(),
+              "fits", {}, parallelism=1)
+    assert sorted(ok.collected()["x"].to_pylist()) == [1, 2]
+    with pytest.raises(yarnflow.JobFailedError) as err:
+        _run(cluster, lambda env: env.from_collection({"x": [1]}).set_resources(memory_mb=4096).collect(),
+             "too-big", {}, parallelism=1)
+    assert "NoResourceAvailableError" in str(err.value) and "slot.request.timeout" in str(err.value)

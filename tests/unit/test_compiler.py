@@ -303,3 +303,14 @@ def test_upload_is_content_addressed_and_idempotent(tmp_path: Path) -> None:
     assert again.job_graph.artifact_uri == jg.artifact_uri
     assert again.job_graph.artifact_sha256 == jg.artifact_sha256
     assert [f.name for f in (tmp_path / "artifacts").iterdir()] == [f"{jg.artifact_sha256}.zip"]  # no tmp left
+
+
+def test_resources_of_chained_operators_add_up_on_their_vertex():
+    import yarnflow
+    from yarnflow.compiler import compile_job
+
+    env = yarnflow.StreamExecutionEnvironment(parallelism=1)
+    (env.from_collection({"x": [1]}).set_resources(cpu_cores=0.5, memory_mb=100)
+        .map(lambda r: r).set_resources(cpu_cores=0.25, memory_mb=50).collect())
+    [v] = compile_job(env, "res").job_graph.vertices
+    assert (v.resources.cpu_cores, v.resources.memory_mb) == (0.75, 150)

@@ -58,3 +58,22 @@ def test_releasing_a_pending_slot_cancels_it_and_lost_taskexecutor_drops_its_slo
     pool.offer(a3, TE_B, "b:1", "b:2")
     assert [s.allocation_id for s in pool.lost(TE_A)] == [a2]
     assert list(pool.slots) == [a3]
+
+
+def test_region_sharing_groups_put_subtask_i_of_each_vertex_together():
+    from yarnflow.am.jobmaster.execution_graph import region_sharing_groups
+    from yarnflow.am.scheduler.regions import compute_pipelined_regions
+    from yarnflow.common.ids import JobID, JobVertexID
+    from yarnflow.common.messages import JobEdge, JobGraph, JobVertex
+    from yarnflow.common.states import Partitioner
+
+    a, b, c = JobVertexID("a"), JobVertexID("b"), JobVertexID("c")
+    jg = JobGraph(JobID("j"), "j", [JobVertex(a, "a", 2, 8), JobVertex(b, "b", 3, 8),
+                                    JobVertex(c, "c", 2, 8, slot_sharing_group="other")],
+                  [JobEdge(a, b, Partitioner.HASH, key_columns=["k"]), JobEdge(b, c, Partitioner.REBALANCE)])
+    [region] = compute_pipelined_regions(jg)
+    groups = region_sharing_groups(jg, region)
+    members = [sorted((s.vertex_id, s.index) for s in m) for _, m in groups]
+    assert members == [[("a", 0), ("b", 0)], [("a", 1), ("b", 1)], [("b", 2)], [("c", 0)], [("c", 1)]]
+    for _, m in groups:  # never two subtasks of one vertex in a slot
+        assert len({s.vertex_id for s in m}) == len(m)
