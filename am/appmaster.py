@@ -34,6 +34,17 @@ def default_work_dir(config: Configuration, cluster_id: str) -> str:
     return os.path.join(base, f"yarnflow-{cluster_id}")
 
 
+class ResourceManagerProxy:
+    """The AppMaster's current ResourceManager, for everything that must follow a change of
+    leader (the RPC handler, the Dispatcher and its JobMasters)."""
+
+    def __init__(self, appmaster: AppMaster) -> None:
+        self._am = appmaster
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._am.rm, name)
+
+
 class AppMaster:
     def __init__(self, config: Configuration, cluster_id: str, target: str = "local",
                  driver: ResourceDriver | None = None, work_dir: str | None = None) -> None:
@@ -47,13 +58,14 @@ class AppMaster:
         fs.makedirs(path, exist_ok=True)
         self.driver = driver or LocalProcessDriver(config, self.work_dir)
         self.rm = ResourceManager(config, self.driver)
+        self.rm_proxy = ResourceManagerProxy(self)
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
-        self.dispatcher = Dispatcher(config, self.rm, cluster_id, self.storage_dir, target, self.shutdown,
+        self.dispatcher = Dispatcher(config, self.rm_proxy, cluster_id, self.storage_dir, target, self.shutdown,
                                      ArtifactCache(os.path.join(self.work_dir, "artifacts")))
         self.server = RpcServer(config[Options.RPC_ADDRESS], config[Options.RPC_PORT], {
             DISPATCHER: DispatcherHandler(self.dispatcher).processor(),
-            RESOURCE_MANAGER: ResourceManagerHandler(self.rm).processor(),
+            RESOURCE_MANAGER: ResourceManagerHandler(self.rm_proxy).processor(),
             JOB_MASTER: JobMasterHandler(self.dispatcher).processor(),
         }, name="appmaster")
 
@@ -68,6 +80,18 @@ class AppMaster:
         log.info("AppMaster of cluster %s running at %s (work dir %s, storage %s)", self.cluster_id,
                  self.address, self.work_dir, self.storage_dir)
         return self
+
+    def replace_resource_manager(self) -> ResourceManager:
+        """A new ResourceManager leader takes over (as after a leadership change): the old one
+        is suspended, TaskExecutors re-register with the new one (their heartbeats are refused
+        for the stale fencing token), and JobMasters reconnect and ask again for the slots they
+        still wait for."""
+        old = self.rm
+        old.suspend()
+        self.rm = ResourceManager(self.config, self.driver)
+        self.rm.start(self.server.address)
+        log.info("ResourceManager %s replaced %s", self.rm.fencing_token, old.fencing_token)
+        return self.rm
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)

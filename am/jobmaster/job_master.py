@@ -120,6 +120,8 @@ class JobMaster:
                  self.job_id, len(self.graph.all_vertices()), len(self.regions),
                  self._config[Options.FAILOVER_STRATEGY], self.restart_strategy.describe())
         self._schedule()
+        self._rm_token = self._rm.fencing_token
+        self._main.schedule(self._config[Options.HEARTBEAT_INTERVAL], self._check_resource_manager)
         self._main.schedule(max(1000, min(self._idle_timeout, 10_000)), self._check_idle_slots)
         self._main.schedule(self._config[Options.SLOT_REQUEST_TIMEOUT], self._check_slot_timeout)
 
@@ -293,6 +295,27 @@ class JobMaster:
             allocation_id, _ = self.pool.acquire(group)
             self._group_slots[group] = allocation_id
         self._deploy_ready_regions()
+
+    def _check_resource_manager(self) -> None:
+        """A new ResourceManager leader knows nothing of this job: register again and repeat
+        the slot requests still waiting (Flink's JobMaster reconnecting to the RM)."""
+        if self.status.is_globally_terminal:
+            return
+        token = self._rm.fencing_token
+        if token != self._rm_token:
+            self._rm_token = token
+            pending = self.pool.in_state(PoolSlotState.PENDING)
+            log.info("job %s: the ResourceManager changed; reconnecting and asking again for %d slots",
+                     self.job_id, len(pending))
+            self._rm.register_job_master(self.job_id, self)
+            by_alloc = {a: g for g, a in self._group_slots.items()}
+            for slot in pending:
+                group = by_alloc.get(slot.allocation_id)
+                members = next((m for g, m in self._region_groups.get(group[0], []) if g == group), []) \
+                    if isinstance(group, tuple) else []
+                self._rm.request_slot(SlotRequest(self.job_id, slot.allocation_id, self._profile(members),
+                                                  self._address, self.fencing_token))
+        self._main.schedule(self._config[Options.HEARTBEAT_INTERVAL], self._check_resource_manager)
 
     def _check_idle_slots(self) -> None:
         for slot in self.pool.expired(_CLOCK.monotonic_ms(), self._idle_timeout):

@@ -72,6 +72,15 @@ class ResourceManager:
         self._apply(self.slot_manager.ensure_min_resources())
         self._main.schedule(self._heartbeat_ms, self._check_timeouts)
 
+    def suspend(self) -> None:
+        """Give up leadership without stopping the workers (another ResourceManager takes
+        over the driver and the TaskExecutors, which re-register with it)."""
+        log.info("ResourceManager %s suspended", self.fencing_token)
+        self._main.stop()
+        self._io.shutdown(wait=False, cancel_futures=True)
+        for gw in self._gateways.values():
+            gw.close()
+
     def stop(self) -> None:
         try:
             self._main.call(self._disconnect_all, timeout=10)
