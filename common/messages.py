@@ -60,6 +60,9 @@ def _convert_in(tp: Any, value: Any) -> Any:
     return value
 
 
+_HINTS: dict[type, Any] = {}
+
+
 class Message:
     """Base of the wire messages. Subclasses set ``_thrift`` to their generated struct."""
 
@@ -71,9 +74,12 @@ class Message:
 
     @classmethod
     def from_thrift(cls: type[M], obj: Any) -> M:
-        hints = typing.get_type_hints(cls)
+        hints = _HINTS.get(cls)
+        if hints is None:  # resolving annotations is slow: once per class
+            hints = _HINTS[cls] = (typing.get_type_hints(cls), dataclasses.fields(cls))  # type: ignore[arg-type]
+        types_, fields = hints
         kwargs = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in fields:
             raw = getattr(obj, f.name)
             if raw is None and f.default is not dataclasses.MISSING:
                 kwargs[f.name] = f.default
@@ -81,7 +87,7 @@ class Message:
             if raw is None and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
                 kwargs[f.name] = f.default_factory()  # type: ignore[misc]
                 continue
-            kwargs[f.name] = _convert_in(hints[f.name], raw)
+            kwargs[f.name] = _convert_in(types_[f.name], raw)
         return cls(**kwargs)
 
 
