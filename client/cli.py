@@ -250,7 +250,8 @@ def info(address: str, job_id: str) -> None:
         click.echo(f"failure history ({len(j.failure_history)}):")
         for f in j.failure_history:
             when = datetime.datetime.fromtimestamp(f.timestamp_ms / 1000).strftime("%H:%M:%S")
-            action = f"restarted {f.restarted_subtasks} subtasks" if f.restarted_subtasks else "no restart"
+            action = (f"restarted {f.restarted_subtasks} subtask{'s' if f.restarted_subtasks != 1 else ''}"
+                      if f.restarted_subtasks else "no restart")
             click.echo(f"  {when} {f.task or '(job)'}: {f.error.describe()} -> {action}")
     if j.failure_cause:
         click.echo(f"failure cause: {j.failure_cause.describe()}")

@@ -551,3 +551,28 @@ def test_collect_sink_of_a_failed_attempt_leaves_nothing_to_read(data: pa.Table,
     sink.process_batch(data.to_batches()[0])
     sink.close()
     assert read_collected(store, "c") is None
+
+
+def test_sink_waits_for_the_type_of_a_column_that_started_all_null(tmp_path):
+    """A row function's first rows may have only None in a column (type null); the sink holds
+    them until the column's real type shows up, instead of failing on the schema change."""
+    import pyarrow.parquet as pq
+
+    from yarnflow.worker.operators.sinks import ParquetSink
+
+    sink = ParquetSink(str(tmp_path / "out"))
+    sink.setup(ctx(), ListOutput())
+    sink.open()
+    sink.process_batch(pa.record_batch({"i": [0, 1], "note": pa.nulls(2)}))
+    sink.process_batch(pa.record_batch({"i": [2], "note": ["x"]}))
+    sink.process_batch(pa.record_batch({"i": [3], "note": pa.nulls(1)}))  # later nulls fit the known type
+    sink.finish()
+    t = pq.read_table(str(tmp_path / "out"))
+    assert t.schema.field("note").type == pa.string()
+    assert t.to_pydict() == {"i": [0, 1, 2, 3], "note": [None, None, "x", None]}
+    with pytest.raises(Exception, match="does not match"):
+        other = ParquetSink(str(tmp_path / "out2"))
+        other.setup(ctx(), ListOutput())
+        other.open()
+        other.process_batch(pa.record_batch({"i": [1]}))
+        other.process_batch(pa.record_batch({"i": ["not an int"]}))

@@ -76,7 +76,7 @@ class KeyedAggregate(Operator):
         self._upsert(partial)
 
     def _compact(self) -> None:
-        merged = self._aggregate(pa.concat_tables(self._partials), combine=True)
+        merged = self._aggregate(pa.concat_tables(self._partials, promote_options="permissive"), combine=True)
         self._partials, self._partial_rows = [merged], merged.num_rows
 
     def _upsert(self, partial: pa.Table) -> None:

@@ -22,6 +22,29 @@ from yarnflow.worker.operators.transforms import SchemaMismatchError
 log = logging.getLogger(__name__)
 
 
+_HOLD_BYTES = 16 << 20
+
+
+def _has_null_columns(batch: pa.RecordBatch) -> bool:
+    return any(pa.types.is_null(f.type) for f in batch.schema)
+
+
+def _fit(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch | None:
+    """``batch`` in ``schema`` when they differ only by columns of type null (all nulls),
+    which take the other side's type; None when they really differ."""
+    if batch.schema.names != schema.names:
+        return None
+    columns = []
+    for col, f_new, f_old in zip(batch.columns, batch.schema, schema):
+        if f_new.type.equals(f_old.type):
+            columns.append(col)
+        elif pa.types.is_null(f_new.type):
+            columns.append(pa.nulls(len(col), f_old.type))
+        else:
+            return None
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
 class _StagedFileSink(Operator):
     """One file set per subtask: ``part-<subtask>-<n><ext>``, a new part after
     ``roll_size_bytes`` (by in-memory batch size). A part is written under a hidden staging
@@ -44,6 +67,8 @@ class _StagedFileSink(Operator):
         self._schema: pa.Schema | None = None
         self._part = 0
         self._part_bytes = 0
+        self._held: list[pa.RecordBatch] = []
+        self._held_bytes = 0
         self.rows = 0
         self.committed: list[str] = []
 
@@ -59,9 +84,35 @@ class _StagedFileSink(Operator):
         return posixpath.join(self._dir, f"part-{self.ctx.subtask_index:05d}{suffix}{self.extension}")
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        # A column that has held only nulls so far has type null; its real type comes with the
+        # first non-null value. Batches wait (up to a bound) until every type is known.
+        if self._writer is None and (self._held or _has_null_columns(batch)):
+            self._held.append(batch)
+            self._held_bytes += batch.nbytes
+            if not _has_null_columns(batch) or self._held_bytes >= _HOLD_BYTES:
+                self._release_held()
+            return
         if self._schema is not None and not batch.schema.equals(self._schema):
-            raise SchemaMismatchError(f"sink '{self.name}': batch schema {batch.schema} does not match "
-                                      f"the first batch's {self._schema}")
+            refined = _fit(batch, self._schema)
+            if refined is None:
+                raise SchemaMismatchError(f"sink '{self.name}': batch schema {batch.schema} does not match "
+                                          f"the first batch's {self._schema}")
+            batch = refined
+        self._write(batch)
+
+    def _release_held(self) -> None:
+        held, self._held, self._held_bytes = self._held, [], 0
+        target = held[-1].schema
+        for b in held:
+            if not _has_null_columns(b):
+                target = b.schema
+        for b in held:
+            fitted = _fit(b, target)
+            if fitted is None:
+                raise SchemaMismatchError(f"sink '{self.name}': batch schema {b.schema} does not match {target}")
+            self._write(fitted)
+
+    def _write(self, batch: pa.RecordBatch) -> None:
         if self._writer is None:
             self._schema = batch.schema
             self._stage = posixpath.join(
@@ -91,6 +142,8 @@ class _StagedFileSink(Operator):
         self._part_bytes = 0
 
     def finish(self) -> None:
+        if self._held:
+            self._release_held()
         if self._writer is not None:
             self._commit()
         if self.committed:
