@@ -148,3 +148,27 @@ def local_cluster(process_tag: str, tmp_path, monkeypatch):  # type: ignore[no-u
     yield start
     for cluster in started:
         cluster.stop()
+
+
+@pytest.fixture
+def run(local_cluster):  # type: ignore[no-untyped-def]
+    """``run(build_fn, name="test", parallelism=2, conf=None)`` builds a pipeline with
+    ``build_fn(env)`` and runs it on a local cluster of 2 TaskExecutors x 2 slots (started once
+    per test); returns the JobExecutionResult, raises JobFailedError when the job fails."""
+    import yarnflow
+    from yarnflow import executors
+
+    cluster = local_cluster(taskexecutors=2, slots=2)
+
+    def go(build, name="test", parallelism=2, conf=None):  # type: ignore[no-untyped-def]
+        ctx = executors.ClusterContext(cluster.address, conf or {}, progress=False)
+        executors.set_context(ctx)
+        try:
+            env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism)
+            build(env)
+            return env.execute(name)
+        finally:
+            executors.set_context(None)
+
+    go.cluster = cluster  # type: ignore[attr-defined]
+    return go

@@ -10,31 +10,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-import yarnflow
-from yarnflow import executors
 from yarnflow.common.errors import JobFailedError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-@pytest.fixture
-def run(local_cluster):
-    """``run(build_fn)`` builds a pipeline with ``build_fn(env)`` and runs it on one shared
-    local cluster; returns the JobExecutionResult (raises JobFailedError on failure)."""
-    cluster = local_cluster(taskexecutors=2, slots=2)
-
-    def go(build, name="test", parallelism=2, conf=None):
-        ctx = executors.ClusterContext(cluster.address, conf or {}, progress=False)
-        executors.set_context(ctx)
-        try:
-            env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism)
-            build(env)
-            return env.execute(name)
-        finally:
-            executors.set_context(None)
-
-    go.cluster = cluster
-    return go
 
 
 def rows(table):

@@ -62,6 +62,8 @@ def test_streaming_task_failing_once_is_restarted_alone_by_region_failover(local
     assert "transient failure on row 7" in entry.error.message and entry.restarted_subtasks == 1
     [vertex] = info.vertices
     assert vertex.subtask_attempts == [1, 0]  # row 7 is in subtask 1's slice; subtask 2 never restarted
+    # the restarted subtask went back to the slot it had (the JobMaster's slot pool kept it)
+    assert f"TaskExecutor {vertex.subtask_locations[0]} " in (entry.error.location or "")
     assert "fixed-delay" in info.restart_strategy
 
 

@@ -13,8 +13,6 @@ from collections import Counter, defaultdict
 
 import pytest
 
-import yarnflow
-from yarnflow import executors
 from yarnflow.windows import (
     AggregateFunction,
     SlidingProcessingTimeWindows,
@@ -27,24 +25,6 @@ from yarnflow.worker.operators.state import ListStateDescriptor, ValueStateDescr
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-@pytest.fixture
-def run(local_cluster):
-    """``run(build_fn, ...)`` builds a pipeline with ``build_fn(env)`` and runs it on a local
-    cluster of 2 TaskExecutors x 2 slots; returns the JobExecutionResult."""
-    cluster = local_cluster(taskexecutors=2, slots=2)
-
-    def go(build, name="test", parallelism=2, conf=None):
-        ctx = executors.ClusterContext(cluster.address, conf or {}, progress=False)
-        executors.set_context(ctx)
-        try:
-            env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism)
-            build(env)
-            return env.execute(name)
-        finally:
-            executors.set_context(None)
-
-    go.cluster = cluster
-    return go
 
 
 def _uid(stream) -> str:

@@ -1,0 +1,58 @@
+"""What the AppMaster and TaskExecutor entry points share: common flags, logging, dying with
+the parent process (local mode), configuration from -D pairs, and shutdown on signals."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Callable
+
+from yarnflow.common.config import Configuration, parse_dynamic_properties
+from yarnflow.common.errors import ConfigurationError
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--parent-pid", type=int, default=0, help="exit when this process dies (local mode)")
+    parser.add_argument("-D", dest="dynamic", action="append", default=[], metavar="KEY=VALUE",
+                        help="configuration override (repeatable)")
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: get SIGTERM when the process that started us dies (local driver only)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def start_process(args: argparse.Namespace) -> Configuration | None:
+    """Logging, parent-death signal and configuration for an entry point; None (after an
+    error line on stderr) when the configuration is bad."""
+    logging.basicConfig(level=os.environ.get("YARNFLOW_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
+    try:
+        return Configuration.load(parse_dynamic_properties(args.dynamic))
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def shutdown_on_signals(shutdown: Callable[[str], None]) -> None:
+    """SIGTERM / SIGINT call ``shutdown(reason)`` on a thread of its own."""
+
+    def on_signal(signum: int, _frame: object) -> None:
+        threading.Thread(target=shutdown, args=(f"signal {signal.Signals(signum).name}",), name="signal-shutdown",
+                         daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
