@@ -161,7 +161,14 @@ def run(address: str | None, parallelism: int | None, taskexecutors: int, slots:
 
 
 def _result_locations(result: Any) -> str:
-    return ""
+    """Where the job's results went, for the closing line."""
+    places = [f"written to {p}" for p in result.outputs]
+    if result.printed:
+        places.append("printed above")
+    others = [u for u in result.collect_uids if not u.startswith("print-")]
+    if others:
+        places.append(f"collected under {result.storage_dir}/collect")
+    return f"; results {', '.join(places)}" if places else ""
 
 
 # ---- jobs ------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ class JobExecutionResult:
     storage_dir: str
     collect_uids: list[str] = field(default_factory=list)
     _tables: dict[str, pa.Table | None] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)  # where file sinks wrote
+    printed: bool = False  # rows were printed on stdout (print sinks)
 
     def collected(self, uid: str | None = None) -> pa.Table | None:
         """The rows of a ``collect()`` / ``print()`` sink (the only one when ``uid`` is None)."""
@@ -141,7 +143,8 @@ class ClusterContext:
             storage = f"{info.storage_dir}/jobs/{job_id}"
             tables = {uid: read_collected(storage, uid) for uid in job.collect_sinks}
             outcome = JobExecutionResult(job_id, job_name, result.status, result.end_time_ms - result.start_time_ms,
-                                         storage, list(job.collect_sinks), tables)
+                                         storage, list(job.collect_sinks), tables, list(job.file_sinks),
+                                         any(s.print_rows for s in job.collect_sinks.values()))
             self.results.append(outcome)
             if result.status == JobStatus.FAILED:
                 cause = result.failure_cause

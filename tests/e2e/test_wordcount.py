@@ -19,6 +19,7 @@ def test_wordcount_files_to_parquet_is_exact(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"word counts written to {out}" in proc.stdout
     assert "FINISHED" in proc.stderr
+    assert f"results written to {out}" in proc.stderr  # the CLI says where the result went
     files = sorted(os.listdir(out))
     assert files == ["part-00000.parquet", "part-00001.parquet"], files  # one per sink subtask, no leftovers
     table = pq.read_table(str(out))
@@ -41,6 +42,7 @@ def test_wordcount_sample_to_stdout(cli):
     with open(SAMPLE) as fh:
         assert got == reference_wordcount(fh.read().splitlines())
     assert "Submitted job wordcount" in proc.stderr
+    assert "results printed above" in proc.stderr
     assert "sample -> tokenize" in proc.stderr  # the progress display names the chained vertices
 
 
