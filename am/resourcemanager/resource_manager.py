@@ -29,7 +29,7 @@ from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import FencingTokenError, RefusedError, RpcError
 from yarnflow.common.ids import AllocationID, JobID, ResourceID
-from yarnflow.common.messages import RegistrationResponse, SlotReport, TaskExecutorRegistration
+from yarnflow.common.messages import RegistrationResponse, ResourceProfile, SlotReport, TaskExecutorRegistration
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 
@@ -53,7 +53,9 @@ class ResourceManager:
             slots_per_worker=config[Options.NUM_SLOTS], min_slots=config[Options.MIN_SLOTS],
             max_slots=config[Options.MAX_SLOTS], heartbeat_timeout_ms=config[Options.HEARTBEAT_TIMEOUT],
             pending_allocation_timeout_ms=max(config[Options.RPC_TIMEOUT], 2 * self._heartbeat_ms),
-            idle_timeout_ms=config[Options.TM_IDLE_TIMEOUT])
+            idle_timeout_ms=config[Options.TM_IDLE_TIMEOUT],
+            worker_slot_profile=ResourceProfile(config[Options.TM_CPU] / config[Options.NUM_SLOTS],
+                                                config[Options.TM_MEMORY] // (1 << 20) // config[Options.NUM_SLOTS]))
         self.slot_manager = SlotManager(SystemClock(), settings)
         self._main = MainThreadExecutor("resourcemanager")
         self._io = ThreadPoolExecutor(8, thread_name_prefix="rm-io")

@@ -193,13 +193,15 @@ def test_taskexecutors_are_started_on_demand_and_released_when_idle(process_tag,
 
 
 def test_resource_profiles_are_matched_to_slots(local_cluster):
-    """Slots of 1 GB / 2 = 512 MB: a subtask asking for 300 MB runs, one asking for 4 GB gets
-    no slot and the job fails after slot.request.timeout, saying so."""
-    cluster = local_cluster(taskexecutors=1, slots=2, **{"slot__request__timeout": "2 s"})
+    """Slots of 1 GB / 2 = 512 MB: a subtask asking for 300 MB runs; one asking for 4 GB can
+    never get a slot (no TaskExecutor the cluster could start has one that big), so the job
+    fails at once, saying why."""
+    cluster = local_cluster(taskexecutors=1, slots=2)
     ok = _run(cluster, lambda env: env.from_collection({"x": [1, 2]}).set_resources(memory_mb=300).collect(),
               "fits", {}, parallelism=1)
     assert sorted(ok.collected()["x"].to_pylist()) == [1, 2]
     with pytest.raises(yarnflow.JobFailedError) as err:
         _run(cluster, lambda env: env.from_collection({"x": [1]}).set_resources(memory_mb=4096).collect(),
              "too-big", {}, parallelism=1)
-    assert "NoResourceAvailableError" in str(err.value) and "slot.request.timeout" in str(err.value)
+    assert "NoResourceAvailableError" in str(err.value)
+    assert "no slot can offer 0 cores and 4096 MB: a TaskExecutor slot has 1 cores and 512 MB" in str(err.value)

@@ -485,3 +485,17 @@ def test_requests_go_only_to_slots_they_fit_in() -> None:
     assert big2.allocation_id in sm.pending
     any_slot = request(3)
     assert allocations(sm.request_slot(any_slot)) == [AllocateSlot(TE_A, 0, any_slot)]
+
+
+def test_a_request_no_slot_could_ever_meet_fails_at_once() -> None:
+    from yarnflow.am.resourcemanager.slotmanager.slot_manager import AllocationFailed
+
+    sm, _ = manager(worker_slot_profile=ResourceProfile(1.0, 512))  # type: ignore[arg-type]
+    huge = request(1, profile=ResourceProfile(0, 4096))
+    [action] = sm.request_slot(huge)
+    assert isinstance(action, AllocationFailed) and action.request == huge
+    assert "4096 MB" in action.reason and not sm.pending
+    # a request that a new TaskExecutor could meet waits for one instead
+    fits = request(2, profile=ResourceProfile(0, 256))
+    assert sm.request_slot(fits) == [StartWorkers(1)]
+    assert AllocationID("alloc-2") in sm.pending

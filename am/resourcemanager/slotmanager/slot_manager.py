@@ -121,6 +121,8 @@ class SlotManagerSettings:
     heartbeat_timeout_ms: int = 10_000
     pending_allocation_timeout_ms: int = 10_000
     idle_timeout_ms: int | None = None  # release idle TaskExecutors above min_slots after this
+    #: the slot of a TaskExecutor the driver would start; None: unknown (never refuse a request)
+    worker_slot_profile: ResourceProfile | None = None
 
 
 @dataclass
@@ -218,6 +220,12 @@ class SlotManager:
         if request.allocation_id in self.pending or self._slot_of(request.allocation_id) is not None:
             log.debug("duplicate slot request %s ignored", request.allocation_id)
             return []
+        worker = self.settings.worker_slot_profile
+        if worker is not None and not request.profile.fits_in(worker) and not any(
+                request.profile.fits_in(s.profile) for te in self.task_executors.values() for s in te.slots):
+            return [AllocationFailed(request, f"no slot can offer {request.profile.cpu_cores:g} cores and "
+                                              f"{request.profile.memory_mb} MB: a TaskExecutor slot has "
+                                              f"{worker.cpu_cores:g} cores and {worker.memory_mb} MB")]
         self.pending[request.allocation_id] = request
         return self._match_pending()
 
