@@ -152,6 +152,9 @@ class Options:
     TM_CPU = _opt("taskmanager.cpu.cores", _parse_float, "cores per TaskExecutor", minimum=0)
     TM_MEMORY = _opt("taskmanager.memory.process.size", parse_size_bytes, "TaskExecutor memory")
     TM_HOST = _opt("taskmanager.host", _parse_str, "address TaskExecutors bind to")
+    TASK_CANCELLATION_TIMEOUT = _opt("task.cancellation.timeout", parse_duration_ms,
+                                     "a task that does not stop this long after its cancel ends its TaskExecutor "
+                                     "(0: never)")
     TM_REGISTRATION_TIMEOUT = _opt("taskmanager.registration.timeout", parse_duration_ms,
                                    "TaskExecutor exits after this long without a ResourceManager")
     BUFFERS_PER_CHANNEL = _opt("taskmanager.network.buffers-per-channel", _parse_int,

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     while not te.wait(1.0):
         pass
     logging.getLogger(__name__).info("TaskExecutor exits: %s", te.exit_reason)
-    return 0
+    return 1 if te.fatal else 0
 
 
 if __name__ == "__main__":

@@ -195,3 +195,41 @@ def test_keyed_exchange_crosses_taskexecutor_processes(local_cluster, tmp_path):
     # comes half from the other process
     for tasks in placed.values():
         assert len({t.split("(")[0] for t in tasks}) == 2
+
+
+def test_a_task_stuck_after_its_cancel_ends_its_taskexecutor(local_cluster, tmp_path):
+    """User code that ignores cancellation (a long sleep) cannot be interrupted; after
+    task.cancellation.timeout the TaskExecutor ends its process, so the slot is really freed,
+    the job ends CANCELED and the ResourceManager replaces the TaskExecutor."""
+    cluster = local_cluster(taskexecutors=1, slots=2, **{"task__cancellation__timeout": "1 s"})
+    gw = cluster.gateway()
+    job = tmp_path / "stuck.py"
+    job.write_text(
+        "import time\nimport yarnflow\n"
+        "env = yarnflow.StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.set_parallelism(1)\nenv.set_runtime_mode('STREAMING')\n"
+        "env.from_collection({'x': [1, 2]}).map(lambda r: time.sleep(3600) or r).collect()\n"
+        "env.execute('stuck')\n")
+    thread, outcome = _run_in_thread(cluster.address, str(job), {})
+    info = _wait_running(gw, "stuck")
+    [te] = _te_processes(cluster)
+    gw.cancel_job(info.job_id)
+    te.wait(30)  # the TaskExecutor ends itself
+    thread.join(30)
+    assert isinstance(outcome.get("error"), JobFailedError) and "canceled" in str(outcome["error"])
+    [job_info] = [j for j in gw.list_jobs() if j.name == "stuck"]
+    assert job_info.status == JobStatus.CANCELED
+    deadline = time.monotonic() + 30
+    while gw.cluster_info().registered_taskexecutors < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gw.cluster_info().registered_taskexecutors == 1  # replaced
+    log_dir = os.path.join(cluster.work_dir, "log")
+    logs = ""
+    for name in os.listdir(log_dir):
+        if name.startswith("te-"):
+            with open(os.path.join(log_dir, name)) as fh:
+                logs += fh.read()
+    assert "did not stop within 1000 ms of its cancellation" in logs
+    with open(cluster.log_path) as fh:
+        assert f"(pid {te.pid}): process exited with code 1" in fh.read()  # a failure exit, seen by the AM
+    gw.close()

@@ -80,6 +80,7 @@ class TaskExecutor:
         self._last_rm_contact = time.monotonic()
         self._stopped = threading.Event()
         self.exit_reason = ""
+        self.fatal = False
         self._num_slots, self._profile = num_slots, profile
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -257,6 +258,26 @@ class TaskExecutor:
         if slot is not None and jm_token != slot.jobmaster_token:
             raise FencingTokenError("cancelTask with a stale JobMaster token")
         task.cancel()
+        self._watch_cancellation(task)
+
+    def _watch_cancellation(self, task: Task) -> None:
+        """Flink's task cancellation watchdog: a task thread stuck in user code cannot be
+        stopped from outside, and it holds its slot; after task.cancellation.timeout the
+        TaskExecutor gives up its process so the slot is truly freed (the ResourceManager
+        sees the exit and replaces it)."""
+        timeout = self.config[Options.TASK_CANCELLATION_TIMEOUT]
+        if timeout <= 0:
+            return
+
+        def check() -> None:
+            if task.alive and not self._stopped.is_set():
+                log.error("%s did not stop within %d ms of its cancellation (task.cancellation.timeout): "
+                          "ending this TaskExecutor", task.tdd.display_name, timeout)
+                self.fatal = True
+                threading.Thread(target=self.shutdown, name="te-shutdown", daemon=True, args=(
+                    f"{task.tdd.display_name} did not stop after its cancellation",)).start()
+
+        self._main.schedule(timeout, check)
 
     def free_slot(self, jm_token: str, allocation_id: AllocationID, reason: str) -> None:
         self._main.call(self._free_slot, jm_token, allocation_id, reason)
@@ -272,6 +293,7 @@ class TaskExecutor:
             task = self.tasks.get(attempt)
             if task is not None:
                 task.cancel()
+                self._watch_cancellation(task)
         self.slots.free(allocation_id)
         log.info("freed slot of %s (%s)", allocation_id, reason)
         if job_id is not None and job_id not in self.slots.jobs():
