@@ -48,7 +48,7 @@ def _w_args(p: argparse.ArgumentParser) -> None:
 def _scheduling(args: argparse.Namespace) -> dict[str, Any]:
     from scheduling import run_scheduling
 
-    return run_scheduling(args.subtasks)
+    return run_scheduling(args.subtasks, args.mode)
 
 
 def _recovery(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +67,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "recovery": ("SIGKILL of a TaskExecutor running a streaming job -> all its tasks RUNNING again",
                  lambda p: p.add_argument("--kills", type=int, default=5), _recovery),
     "scheduling": ("ExecutionGraph + deployment of a 2-vertex all-to-all job on simulated TaskExecutors",
-                   lambda p: p.add_argument("--subtasks", type=int, default=1000), _scheduling),
+                   lambda p: (p.add_argument("--subtasks", type=int, default=1000),
+                              p.add_argument("--mode", choices=["streaming", "batch"], default="streaming")),
+                   _scheduling),
     "w1": ("word count: 5M (word, ts) records, keyed count per word, vs a pyarrow reference", _w_args, _w("w1")),
     "w2": ("1 s tumbling event-time windows: 5M (key, value, ts) records, sum per key and window",
            _w_args, _w("w2")),

@@ -18,6 +18,7 @@ from yarnflow.common.states import Partitioner
 class _SimulatedResourceManager:
     def __init__(self, slots_per_te: int = 4) -> None:
         self.jm: Any = None
+        self.fencing_token = "simulated-rm"
         self._spt = slots_per_te
         self._n = 0
         self._lock = threading.Lock()
@@ -82,39 +83,71 @@ class _TestingTaskExecutorGateway:
         pass
 
 
-def run_scheduling(subtasks: int = 1000) -> dict[str, Any]:
+def run_scheduling(subtasks: int = 1000, mode: str = "streaming") -> dict[str, Any]:
+    """streaming: one pipelined region, deployed at once; measured until every subtask is
+    deployed. batch: a blocking edge, so 2N one-subtask regions; the simulated TaskExecutors
+    finish each task at once and the measure runs until the job is FINISHED (every consumer
+    region scheduled as its inputs finish, every slot reused)."""
     from yarnflow.am.jobmaster.job_master import JobMaster
     from yarnflow.common.config import Configuration
+    from yarnflow.common.messages import TaskExecutionStateUpdate
+    from yarnflow.common.states import ExchangeMode, ExecutionState
 
+    batch = mode == "batch"
     src, dst = JobVertexID("source"), JobVertexID("sink")
     jg = JobGraph(JobID.generate(), "scheduling", [
         JobVertex(src, "source", subtasks, max(128, subtasks), ["source"]),
         JobVertex(dst, "sink", subtasks, max(128, subtasks), ["sink"]),
-    ], [JobEdge(src, dst, Partitioner.HASH, key_columns=["k"])], artifact_uri="file:///none",
-        runtime_mode="STREAMING")
+    ], [JobEdge(src, dst, Partitioner.HASH, ExchangeMode.BLOCKING if batch else ExchangeMode.PIPELINED, ["k"])],
+        artifact_uri="file:///none", runtime_mode="BATCH" if batch else "STREAMING")
     rm = _SimulatedResourceManager()
     deployed = threading.Event()
     count = [0]
     channels = [0]
     lock = threading.Lock()
+    holder: list[Any] = []
+    import queue
+
+    finishing: queue.Queue[Any] = queue.Queue()
+
+    def finisher() -> None:  # the simulated tasks: each finishes as soon as it is deployed
+        while True:
+            tdd = finishing.get()
+            if tdd is None:
+                return
+            jm = holder[0]
+            for state in (ExecutionState.RUNNING, ExecutionState.FINISHED):
+                jm.update_task_execution_state(jm.fencing_token, TaskExecutionStateUpdate(
+                    tdd.job_id, tdd.execution_attempt_id, state))
+
+    threading.Thread(target=finisher, daemon=True).start()
 
     def on_submit(tdd: Any) -> None:
         with lock:
             count[0] += 1
             channels[0] += sum(len(g.channels) for g in tdd.input_gates)
-            if count[0] == 2 * subtasks:
+            if count[0] == 2 * subtasks and not batch:
                 deployed.set()
+        if batch:
+            finishing.put(tdd)
 
     gateway = _TestingTaskExecutorGateway(on_submit)
     config = Configuration.load({"slot.idle.timeout": "10 min"})
     t0 = time.perf_counter()
-    jm = JobMaster(jg, config, rm, "127.0.0.1:1", "file:///tmp/none", lambda _jm: None)  # type: ignore[arg-type]
+    jm = JobMaster(jg, config, rm, "127.0.0.1:1", "file:///tmp/none",  # type: ignore[arg-type]
+                   lambda _jm: deployed.set())
     jm._gateway = lambda slot: gateway  # type: ignore[method-assign]  # the simulated TaskExecutors
+    jm._collected = lambda: {}  # type: ignore[method-assign]  # no storage in this benchmark
+    holder.append(jm)
     jm.start()
     ok = deployed.wait(600)
     seconds = time.perf_counter() - t0
+    finishing.put(None)
     jm.stop()
     rm.stop()
-    return {"name": "scheduling", "subtasks_per_vertex": subtasks, "deployed": count[0],
+    finished = jm.status.name
+    return {"name": "scheduling", "mode": mode, "subtasks_per_vertex": subtasks, "deployed": count[0],
             "channels": channels[0], "seconds": round(seconds, 3),
-            "target_s_for_1000": 5, "verified": ok and count[0] == 2 * subtasks and channels[0] == subtasks ** 2}
+            "target_s_for_1000": 5, "job_status": finished,
+            "verified": ok and count[0] == 2 * subtasks and channels[0] == subtasks ** 2
+            and (not batch or finished == "FINISHED")}

@@ -20,6 +20,7 @@ from yarnflow.common.messages import (
     ErrorInfo,
     InputChannelDescriptor,
     InputGateDescriptor,
+    JobEdge,
     JobGraph,
     JobVertex,
     ResultPartitionDescriptor,
@@ -132,6 +133,10 @@ class ExecutionGraph:
                                           if e.source_vertex_id == jv.vertex_id] for jv in job_graph.vertices}
         self._in_edges = {jv.vertex_id: [(i, e) for i, e in enumerate(job_graph.edges)
                                          if e.target_vertex_id == jv.vertex_id] for jv in job_graph.vertices}
+
+    def out_edges(self, vertex_id: str) -> list[tuple[int, JobEdge]]:
+        """``(edge index, edge)`` of the vertex's outgoing edges."""
+        return self._out_edges[JobVertexID(vertex_id)]
 
     def all_vertices(self) -> list[ExecutionVertex]:
         return [ev for ejv in self.vertices.values() for ev in ejv.subtasks]

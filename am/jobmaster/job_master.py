@@ -106,6 +106,17 @@ class JobMaster:
         self._restart_scheduled = False
         self._released_regions: set[int] = set()     # regions whose blocking outputs were released
         self._waiting_groups: dict[int, set[Hashable]] = {}  # region id -> groups without a slot yet
+        self._deployed: set[int] = set()  # scheduled regions whose tasks were handed out
+        # counters per blocking exchange (a group of producer regions read by a group of consumer
+        # regions), so a region finishing costs O(its exchanges), even for all-to-all edges
+        self._finished_regions: set[int] = set()
+        self._done_in_region = {r.region_id: 0 for r in self.regions}  # FINISHED subtasks per region
+        exchanges = {id(x): x for r in self.regions for x in r.produced_exchanges}
+        self._x_producers_left = {k: len({p.region_id for p in x.producer_regions}) for k, x in exchanges.items()}
+        self._x_consumers_left = {k: len({c.region_id for c in x.consumer_regions}) for k, x in exchanges.items()}
+        self._inputs_waiting = {r.region_id: len({id(x) for x in r.consumed_exchanges
+                                                  if r not in x.producer_regions}) for r in self.regions}
+        self._all_running: set[SubtaskId] = set()  # subtasks whose current attempt ran
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -161,7 +172,43 @@ class JobMaster:
         return gw
 
     def _region_finished(self, region: PipelinedRegion) -> bool:
-        return all(self._ev(s).current.state == ExecutionState.FINISHED for s in region.subtasks)
+        return region.region_id in self._finished_regions
+
+    def _mark_finished(self, region: PipelinedRegion) -> list[int]:
+        """Book a finished region; returns consumer regions whose inputs are now all there."""
+        self._finished_regions.add(region.region_id)
+        ready = []
+        for x in region.produced_exchanges:
+            self._x_producers_left[id(x)] -= 1
+            if self._x_producers_left[id(x)] == 0:
+                for c in x.consumer_regions:
+                    if c is not region:
+                        self._inputs_waiting[c.region_id] -= 1
+                        if self._inputs_waiting[c.region_id] == 0:
+                            ready.append(c.region_id)
+        for x in region.consumed_exchanges:
+            if region in x.producer_regions:
+                continue
+            self._x_consumers_left[id(x)] -= 1
+            if self._x_consumers_left[id(x)] == 0:
+                self._release_exchange(x)
+        return ready
+
+    def _mark_unfinished(self, region: PipelinedRegion) -> None:
+        rid = region.region_id
+        self._done_in_region[rid] = 0
+        if rid not in self._finished_regions:
+            return
+        self._finished_regions.discard(rid)
+        for x in region.produced_exchanges:
+            if self._x_producers_left[id(x)] == 0:
+                for c in x.consumer_regions:
+                    if c is not region:
+                        self._inputs_waiting[c.region_id] += 1
+            self._x_producers_left[id(x)] += 1
+        for x in region.consumed_exchanges:
+            if region not in x.producer_regions:
+                self._x_consumers_left[id(x)] += 1
 
     def _result_available(self, s: SubtaskId) -> bool:
         ex = self._ev(s).current
@@ -169,16 +216,17 @@ class JobMaster:
             and self._region_of[s].region_id not in self._released_regions
 
     # -- scheduling -------------------------------------------------------------------------
-    def _schedule(self) -> None:
-        """Deploy every region whose blocking inputs are all finished and available."""
+    def _schedule(self, candidates: Any = None) -> None:
+        """Deploy the regions (all, or the ``candidates`` ids) whose blocking inputs are all
+        finished."""
         if self.status != JobStatus.RUNNING:
             return
-        for region in self.regions:
+        for region in (self.regions if candidates is None else (self.regions[r] for r in sorted(candidates))):
             if region.region_id in self._scheduled or self._region_finished(region):
                 continue
-            if any(s in self._restart_pending for s in region.subtasks):
+            if self._inputs_waiting[region.region_id]:
                 continue
-            if not all(self._region_finished(p) for p in region.consumed_blocking_regions):
+            if any(s in self._restart_pending for s in region.subtasks):
                 continue
             self._scheduled.add(region.region_id)
             for group, members in self._region_groups[region.region_id]:
@@ -200,6 +248,8 @@ class JobMaster:
         return LogicalSlot(slot.allocation_id, slot.resource_id, slot.rpc_address, slot.data_address)
 
     def _deploy_if_ready(self, region: PipelinedRegion) -> None:
+        if region.region_id in self._deployed:
+            return
         groups = self._region_groups[region.region_id]
         waiting = self._waiting_groups.get(region.region_id)
         if waiting is None:
@@ -214,6 +264,7 @@ class JobMaster:
             self._waiting_groups.pop(region.region_id, None)
             return
         self._waiting_groups.pop(region.region_id, None)
+        self._deployed.add(region.region_id)
         for slot, members in slots:
             for s in members:
                 ex = self._ev(s).current
@@ -270,7 +321,7 @@ class JobMaster:
     def _deploy_ready_regions(self, region_ids: set[int] | None = None) -> None:
         if self.status != JobStatus.RUNNING:
             return
-        for rid in sorted(region_ids if region_ids is not None else self._scheduled):
+        for rid in sorted(region_ids if region_ids is not None else self._scheduled - self._deployed):
             if rid in self._scheduled:
                 self._deploy_if_ready(self.regions[rid])
 
@@ -286,7 +337,9 @@ class JobMaster:
         """A group still waiting for the RM takes an idle slot instead (and the RM request is
         cancelled), so slots freed by finished regions are reused at once."""
         waiting = [(g, a) for g, a in self._group_slots.items()
-                   if (s := self.pool.slots.get(a)) is not None and s.state == PoolSlotState.PENDING]
+                   if (s := self.pool.slots.get(a)) is not None and s.state == PoolSlotState.PENDING] \
+            if self.pool.pending_count() else []
+        moved: set[int] = set()
         for group, pending in waiting:
             if not self.pool.in_state(PoolSlotState.IDLE):
                 break
@@ -294,7 +347,10 @@ class JobMaster:
             self._rm.cancel_slot_request(pending)
             allocation_id, _ = self.pool.acquire(group)
             self._group_slots[group] = allocation_id
-        self._deploy_ready_regions()
+            if isinstance(group, tuple):
+                moved.add(group[0])
+        if moved:
+            self._deploy_ready_regions(moved)
 
     def _check_resource_manager(self) -> None:
         """A new ResourceManager leader knows nothing of this job: register again and repeat
@@ -403,41 +459,41 @@ class JobMaster:
             log.debug("%s: ignoring %s -> %s", ex.vertex.name, ex.state.name, target.name)
             return False
         ex.transition(target)
-        if not self.all_running_time_ms and target in (ExecutionState.RUNNING, ExecutionState.FINISHED) and all(
-                e.state in (ExecutionState.RUNNING, ExecutionState.FINISHED) for e in self.graph.current_executions()):
-            self.all_running_time_ms = _CLOCK.now_ms()
+        if not self.all_running_time_ms and target in (ExecutionState.RUNNING, ExecutionState.FINISHED):
+            self._all_running.add(self._sid(ex))
+            if len(self._all_running) == len(self._region_of):
+                self.all_running_time_ms = _CLOCK.now_ms()
         if target == ExecutionState.FINISHED:
             self._on_finished(ex)
         return True
 
     def _on_finished(self, ex: Execution) -> None:
         region = self._region_of[self._sid(ex)]
-        if self._region_finished(region):
-            self._release_region_slots(region)
-            self._scheduled.discard(region.region_id)
-            self._release_consumed_partitions(region)
-            if self.graph.all_finished():
-                self._finish_job(JobStatus.FINISHED)
-                return
-            self._schedule()
+        self._done_in_region[region.region_id] += 1
+        if self._done_in_region[region.region_id] < len(region.subtasks):
+            return
+        self._release_region_slots(region)
+        self._scheduled.discard(region.region_id)
+        self._deployed.discard(region.region_id)
+        ready = self._mark_finished(region)
+        if len(self._finished_regions) == len(self.regions):
+            self._finish_job(JobStatus.FINISHED)
+            return
+        self._schedule(ready)
 
-    def _release_consumed_partitions(self, region: PipelinedRegion) -> None:
-        """Blocking outputs every consumer region has finished reading are released."""
-        for producer in region.consumed_blocking_regions:
-            if producer.region_id in self._released_regions:
+    def _release_exchange(self, exchange: Any) -> None:
+        """Every consumer region has finished reading this exchange: release its partitions."""
+        by_te: dict[ResourceID, list[str]] = defaultdict(list)
+        for s in exchange.producers:
+            ex = self._ev(s).current
+            if ex.slot is None or ex.slot.resource_id in self._lost:
                 continue
-            if all(self._region_finished(c) for c in producer.consumer_regions):
-                self._released_regions.add(producer.region_id)
-                by_te: dict[ResourceID, list[str]] = defaultdict(list)
-                for s in producer.subtasks:
-                    ex = self._ev(s).current
-                    if ex.slot is None or ex.slot.resource_id in self._lost:
-                        continue
-                    for idx, edge in enumerate(self.job_graph.edges):
-                        if edge.source_vertex_id == s.vertex_id:
-                            by_te[ex.slot.resource_id].append(str(ex.partition_id(idx)))
-                for rid, pids in by_te.items():
-                    self._release_partitions(rid, pids)
+            by_te[ex.slot.resource_id].append(str(ex.partition_id(exchange.edge_index)))
+        for region in exchange.producer_regions:
+            if all(self._x_consumers_left[id(x)] == 0 for x in region.produced_exchanges):
+                self._released_regions.add(region.region_id)
+        for rid, pids in by_te.items():
+            self._release_partitions(rid, pids)
 
     def _release_partitions(self, resource_id: ResourceID, partition_ids: list[str]) -> None:
         address = self._seen_tes.get(resource_id)
@@ -566,17 +622,20 @@ class JobMaster:
             self._release_region_slots(region)
             self._scheduled.discard(region.region_id)
             self._released_regions.discard(region.region_id)
+            self._deployed.discard(region.region_id)
+            self._mark_unfinished(region)
         for s in subtasks:
             ev = self._ev(s)
             old = ev.current
             if old.slot is not None and old.slot.resource_id not in self._lost:
                 self._previous_slot[s] = old.slot.allocation_id
             self.graph.new_attempt(ev)
+            self._all_running.discard(s)
             self._restart_pending.discard(s)
         if self.status == JobStatus.RESTARTING:
             self._set_status(JobStatus.RUNNING)
         log.info("job %s: restarted %d subtasks", self.job_id, len(subtasks))
-        self._schedule()
+        self._schedule(set(regions))
         self._maybe_restart()  # failures that came during the backoff
 
     def _cancel_execution(self, ex: Execution) -> None:

@@ -38,6 +38,7 @@ class SlotPool:
     def __init__(self) -> None:
         self.slots: dict[AllocationID, PooledSlot] = {}
         self._idle: dict[AllocationID, None] = {}  # IDLE slots, oldest first (an ordered set)
+        self._pending = 0
 
     # -- asking -----------------------------------------------------------------------------
     def acquire(self, owner: Hashable, preferred: AllocationID | None = None) -> tuple[AllocationID, bool]:
@@ -51,6 +52,7 @@ class SlotPool:
             return chosen.allocation_id, True
         allocation_id = AllocationID.generate()
         self.slots[allocation_id] = PooledSlot(allocation_id, PoolSlotState.PENDING, owner)
+        self._pending += 1
         return allocation_id, False
 
     def offer(self, allocation_id: AllocationID, resource_id: ResourceID, rpc_address: str,
@@ -61,8 +63,13 @@ class SlotPool:
             return False
         if slot.state == PoolSlotState.PENDING:
             slot.state = PoolSlotState.IN_USE
+            self._pending -= 1
             slot.resource_id, slot.rpc_address, slot.data_address = resource_id, rpc_address, data_address
         return slot.resource_id == resource_id
+
+    def pending_count(self) -> int:
+        """How many allocations wait for the RM (kept up to date, O(1))."""
+        return self._pending
 
     def owner_of(self, allocation_id: AllocationID) -> Hashable | None:
         slot = self.slots.get(allocation_id)
@@ -77,6 +84,7 @@ class SlotPool:
             return False
         if slot.state == PoolSlotState.PENDING:
             del self.slots[allocation_id]
+            self._pending -= 1
             return True
         slot.state, slot.owner, slot.idle_since_ms = PoolSlotState.IDLE, None, now_ms
         self._idle[allocation_id] = None
@@ -98,7 +106,10 @@ class SlotPool:
 
     def remove(self, allocation_id: AllocationID) -> PooledSlot | None:
         self._idle.pop(allocation_id, None)
-        return self.slots.pop(allocation_id, None)
+        slot = self.slots.pop(allocation_id, None)
+        if slot is not None and slot.state == PoolSlotState.PENDING:
+            self._pending -= 1
+        return slot
 
     def all(self) -> list[PooledSlot]:
         return list(self.slots.values())
