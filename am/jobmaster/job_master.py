@@ -336,13 +336,17 @@ class JobMaster:
     def _hand_idle_slots_to_waiting_groups(self) -> None:
         """A group still waiting for the RM takes an idle slot instead (and the RM request is
         cancelled), so slots freed by finished regions are reused at once."""
-        waiting = [(g, a) for g, a in self._group_slots.items()
-                   if (s := self.pool.slots.get(a)) is not None and s.state == PoolSlotState.PENDING] \
-            if self.pool.pending_count() else []
+        idle = self.pool.idle_count()
+        if not idle:
+            return
+        waiting = []
+        for s in self.pool.pending():  # as many as there are idle slots
+            if s.owner is not None and self._group_slots.get(s.owner) == s.allocation_id:
+                waiting.append((s.owner, s.allocation_id))
+                if len(waiting) == idle:
+                    break
         moved: set[int] = set()
         for group, pending in waiting:
-            if not self.pool.in_state(PoolSlotState.IDLE):
-                break
             self.pool.release(pending, 0)
             self._rm.cancel_slot_request(pending)
             allocation_id, _ = self.pool.acquire(group)

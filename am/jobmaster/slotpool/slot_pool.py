@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Hashable, Iterator
 
 from yarnflow.common.ids import AllocationID, ResourceID
 
@@ -38,7 +38,7 @@ class SlotPool:
     def __init__(self) -> None:
         self.slots: dict[AllocationID, PooledSlot] = {}
         self._idle: dict[AllocationID, None] = {}  # IDLE slots, oldest first (an ordered set)
-        self._pending = 0
+        self._pending: dict[AllocationID, None] = {}  # PENDING slots (an ordered set)
 
     # -- asking -----------------------------------------------------------------------------
     def acquire(self, owner: Hashable, preferred: AllocationID | None = None) -> tuple[AllocationID, bool]:
@@ -52,7 +52,7 @@ class SlotPool:
             return chosen.allocation_id, True
         allocation_id = AllocationID.generate()
         self.slots[allocation_id] = PooledSlot(allocation_id, PoolSlotState.PENDING, owner)
-        self._pending += 1
+        self._pending[allocation_id] = None
         return allocation_id, False
 
     def offer(self, allocation_id: AllocationID, resource_id: ResourceID, rpc_address: str,
@@ -63,13 +63,20 @@ class SlotPool:
             return False
         if slot.state == PoolSlotState.PENDING:
             slot.state = PoolSlotState.IN_USE
-            self._pending -= 1
+            self._pending.pop(allocation_id, None)
             slot.resource_id, slot.rpc_address, slot.data_address = resource_id, rpc_address, data_address
         return slot.resource_id == resource_id
 
     def pending_count(self) -> int:
         """How many allocations wait for the RM (kept up to date, O(1))."""
-        return self._pending
+        return len(self._pending)
+
+    def pending(self) -> Iterator[PooledSlot]:
+        """The PENDING slots, oldest first (lazily: stop early when you have enough)."""
+        return (self.slots[a] for a in self._pending)  # do not change the pool while iterating
+
+    def idle_count(self) -> int:
+        return len(self._idle)
 
     def owner_of(self, allocation_id: AllocationID) -> Hashable | None:
         slot = self.slots.get(allocation_id)
@@ -84,7 +91,7 @@ class SlotPool:
             return False
         if slot.state == PoolSlotState.PENDING:
             del self.slots[allocation_id]
-            self._pending -= 1
+            self._pending.pop(allocation_id, None)
             return True
         slot.state, slot.owner, slot.idle_since_ms = PoolSlotState.IDLE, None, now_ms
         self._idle[allocation_id] = None
@@ -107,8 +114,7 @@ class SlotPool:
     def remove(self, allocation_id: AllocationID) -> PooledSlot | None:
         self._idle.pop(allocation_id, None)
         slot = self.slots.pop(allocation_id, None)
-        if slot is not None and slot.state == PoolSlotState.PENDING:
-            self._pending -= 1
+        self._pending.pop(allocation_id, None)
         return slot
 
     def all(self) -> list[PooledSlot]:
@@ -117,4 +123,6 @@ class SlotPool:
     def in_state(self, state: PoolSlotState) -> list[PooledSlot]:
         if state == PoolSlotState.IDLE:
             return [self.slots[a] for a in self._idle]
+        if state == PoolSlotState.PENDING:
+            return list(self.pending())
         return [s for s in self.slots.values() if s.state == state]
