@@ -205,3 +205,40 @@ def test_resource_profiles_are_matched_to_slots(local_cluster):
              "too-big", {}, parallelism=1)
     assert "NoResourceAvailableError" in str(err.value)
     assert "no slot can offer 0 cores and 4096 MB: a TaskExecutor slot has 1 cores and 512 MB" in str(err.value)
+
+
+def test_blocking_partitions_go_to_disk_and_are_released_after_use(local_cluster):
+    """A batch job's blocking exchange is written under the TaskExecutors' work dirs while it
+    is needed and released (files deleted) once every consumer has read it."""
+    import glob
+
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    pattern = os.path.join(cluster.work_dir, "taskexecutors", "*", "partitions", "*", "*.arrow")
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.extend(glob.glob(pattern))
+            time.sleep(0.01)
+
+    def slow_add(acc, row):
+        time.sleep(0.002)
+        return {"k": acc["k"], "v": acc["v"] + row["v"]}
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = _run(cluster, lambda env: env.from_collection({"k": [i % 7 for i in range(700)],
+                                                               "v": list(range(700))})
+                      .key_by("k").reduce(slow_add).collect(), "spill")
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert dict(zip(result.collected()["k"].to_pylist(), result.collected()["v"].to_pylist())) == \
+        {k: sum(v for v in range(700) if v % 7 == k) for k in range(7)}
+    assert seen, "the blocking exchange never reached the TaskExecutors' disks"
+    deadline = time.monotonic() + 10
+    while glob.glob(pattern) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert glob.glob(pattern) == []
