@@ -7,8 +7,9 @@ import os
 import runpy
 import signal
 import sys
+import time
 import traceback
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -290,26 +291,52 @@ def session_start(target: str, taskexecutors: int, slots: int, port: int, dynami
     if port:
         conf["jobmanager.rpc.port"] = str(port)
     cluster = LocalCluster(taskexecutors, slots, conf)
+    signals = _SessionSignals(cluster)
     try:
-        cluster.start()
+        cluster.start(interrupted=signals.received)
     except ClusterStartError as exc:
+        cluster.stop()
+        if signals.received():
+            click.echo(f"session stopped ({signals.names()}) before it was running", err=True)
+            return
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
     click.echo(f"  submit:  yarnflow run --address {cluster.address} JOB.py")
     click.echo(f"  stop:    yarnflow session stop --address {cluster.address}")
     click.echo(f"  logs:    {os.path.dirname(cluster.log_path)}", err=True)
     sys.stdout.flush()
-
-    def stop(_sig: int, _frame: Any) -> NoReturn:
-        cluster.stop()
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     assert cluster.proc is not None
-    cluster.proc.wait()
+    # The main thread polls; the signal handler only records the signal. (Stopping the cluster
+    # inside the handler would wait on the AppMaster from the frame that is already waiting
+    # on it, which hangs and leaves the AppMaster a zombie.)
+    while cluster.proc.poll() is None and not signals.received():
+        time.sleep(0.1)
     cluster.stop()
-    click.echo("session stopped")
+    why = f" ({signals.names()})" if signals.received() else ""
+    click.echo(f"session stopped{why}")
+
+
+class _SessionSignals:
+    """SIGTERM and SIGINT ask ``session start`` to stop its cluster; a second signal kills the
+    AppMaster at once (its TaskExecutors die with it). The handler takes no lock and waits for
+    nothing: it may run in any frame of the main thread, even one inside ``Popen.wait``."""
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = cluster
+        self._received: list[int] = []
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._received.append(signum)
+        if len(self._received) > 1:
+            self._cluster.kill()
+
+    def received(self) -> bool:
+        return bool(self._received)
+
+    def names(self) -> str:
+        return ", ".join(dict.fromkeys(signal.Signals(s).name for s in self._received))
 
 
 @session.command("stop")

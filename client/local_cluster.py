@@ -2,7 +2,9 @@
 processes. No Hadoop, no ZooKeeper. Used by ``yarnflow run`` without ``--address``, by
 ``yarnflow session start --target local``, by tests and by benchmarks.
 
-Every process it starts is stopped by ``stop()`` (and dies with this process otherwise)."""
+Every process it starts is stopped by ``stop()`` (and dies with this process otherwise).
+``stop()`` waits on the AppMaster, so call it from ordinary code, never from a signal handler
+(which may run inside that very wait): a handler may call ``kill()``, which waits for nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Mapping
+from typing import Callable, Mapping
+
+import psutil
 
 from yarnflow.common.errors import UnavailableError, YarnflowError
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
@@ -37,7 +41,12 @@ class LocalCluster:
         self.address = ""
         self.log_path = os.path.join(self.work_dir, "log", "appmaster.log")
 
-    def start(self, timeout_s: float = 30.0, wait_for_taskexecutors: bool = True) -> LocalCluster:
+    def start(self, timeout_s: float = 30.0, wait_for_taskexecutors: bool = True,
+              interrupted: Callable[[], bool] | None = None) -> LocalCluster:
+        """Start the AppMaster and wait for its address (and its TaskExecutors). Raises
+        ClusterStartError when it exits, does not come up within ``timeout_s`` or
+        ``interrupted()`` becomes true while waiting; the caller should then call ``stop()``."""
+        interrupted = interrupted or (lambda: False)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         address_file = os.path.join(self.work_dir, "appmaster.address")
         conf = {"taskmanager.numberOfTaskSlots": str(self.slots),
@@ -53,6 +62,8 @@ class LocalCluster:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while not os.path.exists(address_file):
+            if interrupted():
+                raise ClusterStartError("interrupted while the AppMaster was starting")
             if self.proc.poll() is not None:
                 raise ClusterStartError(f"the AppMaster exited with code {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
@@ -62,14 +73,17 @@ class LocalCluster:
         with open(address_file) as fh:
             self.address = fh.read().strip()
         if wait_for_taskexecutors:
-            self.wait_for_taskexecutors(self.taskexecutors, deadline - time.monotonic())
+            self.wait_for_taskexecutors(self.taskexecutors, deadline - time.monotonic(), interrupted)
         return self
 
-    def wait_for_taskexecutors(self, count: int, timeout_s: float) -> None:
+    def wait_for_taskexecutors(self, count: int, timeout_s: float,
+                               interrupted: Callable[[], bool] | None = None) -> None:
         gw = self.gateway()
         deadline = time.monotonic() + max(timeout_s, 1.0)
         try:
             while gw.cluster_info().registered_taskexecutors < count:
+                if interrupted is not None and interrupted():
+                    raise ClusterStartError("interrupted while the TaskExecutors were starting")
                 if self.proc is not None and self.proc.poll() is not None:
                     raise ClusterStartError(f"the AppMaster exited:\n{self.log_tail()}")
                 if time.monotonic() > deadline:
@@ -90,18 +104,22 @@ class LocalCluster:
 
     def pids(self) -> list[int]:
         """The AppMaster's pid and every TaskExecutor pid it reports (for tests)."""
-        import psutil
-
         if self.proc is None or self.proc.poll() is not None:
             return []
-        try:
-            children = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-        return [self.proc.pid] + [c.pid for c in children]
+        return [self.proc.pid] + [c.pid for c in self._descendants()]
+
+    def kill(self) -> None:
+        """SIGKILL the AppMaster (its TaskExecutors die with it); safe in a signal handler.
+        ``stop()`` still has to be called to reap it and remove the work dir."""
+        if self.proc is not None:
+            self.proc.kill()
 
     def stop(self, timeout_s: float = 20.0) -> None:
+        """Shut the cluster down (through the AppMaster, or SIGTERM, then SIGKILL after
+        ``timeout_s``), wait until the AppMaster and its TaskExecutors are gone and remove the
+        work dir if this cluster made it. Idempotent."""
         proc = self.proc
+        descendants = self._descendants()
         if proc is not None and proc.poll() is None:
             if self.address:
                 gw = RemoteDispatcherGateway(self.address, 5000)
@@ -118,11 +136,44 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+        _wait_gone(descendants, 5.0)  # orphaned TaskExecutors must not write into a removed dir
         if self._own_dir and not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _descendants(self) -> list[psutil.Process]:
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
 
     def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Wait for ``procs`` (not our children: nothing to reap) to exit; SIGKILL what is left."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        procs = [p for p in procs if _running(p)]
+        if not procs:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -48,11 +48,24 @@ def start_process(args: argparse.Namespace) -> Configuration | None:
 
 
 def shutdown_on_signals(shutdown: Callable[[str], None]) -> None:
-    """SIGTERM / SIGINT call ``shutdown(reason)`` on a thread of its own."""
+    """SIGTERM / SIGINT call ``shutdown(reason)`` on a thread of its own (once, for the first
+    signal). The handler only writes the signal's number to a pipe that this thread reads: a
+    handler runs in whatever frame the main thread is in, so it must take no lock and start no
+    thread (``Thread.start`` takes a lock the interrupted frame may hold)."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def wait_for_signal() -> None:
+        signum = os.read(read_fd, 1)[0]
+        shutdown(f"signal {signal.Signals(signum).name}")
+
+    threading.Thread(target=wait_for_signal, name="signal-shutdown", daemon=True).start()
 
     def on_signal(signum: int, _frame: object) -> None:
-        threading.Thread(target=shutdown, args=(f"signal {signal.Signals(signum).name}",), name="signal-shutdown",
-                         daemon=True).start()
+        try:
+            os.write(write_fd, bytes([signum]))
+        except OSError:  # the pipe is full: a shutdown is under way already
+            pass
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
