@@ -2,14 +2,20 @@
 file and by ``-D key=value``.
 
 Every key yarnflow knows is declared in ``OPTIONS`` with a type; the shipped yaml must list
-exactly these keys (a test keeps them in step). Keys under ``spark.`` are passed through to
-Spark as strings. An unknown key or a value of the wrong type raises ``ConfigurationError``
+exactly these keys (a test keeps them in step). Keys under ``spark.`` are for Spark, passed
+through as strings (refused until Spark stages exist, see below). An unknown key or a value of the wrong type raises ``ConfigurationError``
 naming the key and where it came from.
+
+Some keys are declared before their feature exists (high availability, Spark stages): they are
+listed in ``NOT_SUPPORTED_YET`` and any value other than their shipped default is refused with
+a ``ConfigurationError`` ("not supported yet"), so a user never believes a setting took effect
+when it did nothing. A feature that lands removes its entries there.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -116,7 +122,7 @@ class Options:
     RPC_ADDRESS = _opt("jobmanager.rpc.address", _parse_str, "address the AppMaster binds to")
     RPC_PORT = _opt("jobmanager.rpc.port", _parse_int, "AppMaster RPC port (0: any free port)", minimum=0)
     FAILOVER_STRATEGY = _opt("jobmanager.execution.failover-strategy", _parse_str,
-                             "full or region", choices=("full", "region"))
+                             "region (restart the failed pipelined region) or full", choices=("full", "region"))
     RESTART_STRATEGY = _opt("restart-strategy.type", _parse_str, "restart strategy",
                             choices=("none", "off", "disable", "fixed-delay", "fixeddelay", "failure-rate",
                                      "failurerate", "exponential-delay", "exponentialdelay"))
@@ -174,10 +180,33 @@ OPTIONS: dict[str, ConfigOption[Any]] = {
 }
 PASSTHROUGH_PREFIXES = ("spark.",)
 
+# Keys (or key prefixes, ending in ".") that are accepted but have no effect yet -> why. A value
+# other than the shipped default is refused. Remove an entry when its feature lands.
+_NO_ZOOKEEPER_HA = "ZooKeeper high availability is not implemented"
+NOT_SUPPORTED_YET: dict[str, str] = {
+    "high-availability.type": _NO_ZOOKEEPER_HA,
+    "high-availability.cluster-id": "it names the cluster in ZooKeeper, and " + _NO_ZOOKEEPER_HA,
+    "high-availability.zookeeper.quorum": _NO_ZOOKEEPER_HA,
+    "high-availability.zookeeper.path.root": _NO_ZOOKEEPER_HA,
+    "spark.": "Spark stages are not implemented",
+}
+
 
 def _default_yaml() -> dict[str, Any]:
     text = resources.files("yarnflow.conf").joinpath("yarnflow.yaml").read_text(encoding="utf-8")
     return yaml.safe_load(text) or {}
+
+
+@functools.lru_cache(maxsize=1)
+def _typed_defaults() -> dict[str, Any]:
+    return {key: OPTIONS[key].convert(raw) for key, raw in _default_yaml().items() if key in OPTIONS}
+
+
+def _not_supported_yet(key: str) -> str | None:
+    """Why ``key`` has no effect yet, or None when it works."""
+    if key in NOT_SUPPORTED_YET:
+        return NOT_SUPPORTED_YET[key]
+    return next((why for k, why in NOT_SUPPORTED_YET.items() if k.endswith(".") and key.startswith(k)), None)
 
 
 def parse_dynamic_properties(pairs: Iterable[str]) -> dict[str, str]:
@@ -247,6 +276,12 @@ class Configuration:
                     f"bad value {value!r} for configuration key '{key}' "
                     f"(from {origin.get(key, '?')}): {exc}") from None
             raw[key] = _parse_str(value)
+        for key, value in values.items():
+            why = _not_supported_yet(key)
+            if why is not None and (key not in OPTIONS or value != _typed_defaults().get(key)):
+                raise ConfigurationError(
+                    f"{key}: not supported yet ({why}; leave it unset); "
+                    f"got {merged[key]!r} from {origin.get(key, '?')}")
         missing = set(OPTIONS) - set(values)
         if missing:
             raise ConfigurationError(f"no value for configuration keys: {', '.join(sorted(missing))}")

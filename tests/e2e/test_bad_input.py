@@ -90,6 +90,10 @@ def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
     (["-D", "heartbeat.interval=soon"], "error: bad value 'soon' for configuration key 'heartbeat.interval'"),
     (["-D", "taskmanager.numberOfTaskSlots=0"], "'taskmanager.numberOfTaskSlots'"),
     (["-D", "nonsense"], "error: bad -D argument 'nonsense': expected key=value"),
+    (["-D", "high-availability.type=zookeeper"],
+     "error: high-availability.type: not supported yet (ZooKeeper high availability is not implemented; "
+     "leave it unset)"),
+    (["-D", "spark.master=yarn"], "error: spark.master: not supported yet (Spark stages are not implemented"),
 ])
 def test_bad_configuration_is_one_clear_line(cli, args, message):
     proc = cli.run("run", *args, WORDCOUNT)
@@ -97,6 +101,15 @@ def test_bad_configuration_is_one_clear_line(cli, args, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert message in lines[0]
+
+
+def test_session_start_refuses_a_key_whose_feature_is_missing(cli):
+    proc = cli.run("session", "start", "-D", "high-availability.zookeeper.quorum=zk1:2181", timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: high-availability.zookeeper.quorum: not supported yet (ZooKeeper high availability is not "
+        "implemented; leave it unset); got 'zk1:2181' from -D"]
+    assert "running at" not in proc.stdout  # refused before anything started
 
 
 def test_unknown_cli_option_is_one_clear_line(cli):

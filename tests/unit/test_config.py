@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from yarnflow.common.config import (
+    NOT_SUPPORTED_YET,
     OPTIONS,
     Configuration,
     Options,
@@ -47,6 +48,12 @@ def test_defaults_load_with_typed_values() -> None:
     assert conf[Options.HA_STORAGE_DIR] == ""
     assert conf[Options.SPARK_MASTER] == "local[*]"
     assert conf.get("parallelism.default") == 1
+
+
+def test_failover_strategy_defaults_to_region_as_in_flink() -> None:
+    assert Configuration.load()[Options.FAILOVER_STRATEGY] == "region"
+    assert _shipped_yaml()["jobmanager.execution.failover-strategy"] == "region"
+    assert Configuration.load({"jobmanager.execution.failover-strategy": "full"})[Options.FAILOVER_STRATEGY] == "full"
 
 
 def test_every_option_has_a_default_in_the_yaml_and_vice_versa() -> None:
@@ -94,11 +101,11 @@ def test_parse_dynamic_properties_rejects_entries_without_key_value(bad: str) ->
 
 def test_overrides_apply_on_top_of_defaults() -> None:
     conf = Configuration.load(parse_dynamic_properties(
-        ["heartbeat.interval=250 ms", "taskmanager.numberOfTaskSlots=8", "high-availability.type=ZooKeeper",
-         "execution.runtime-mode=batch"]))
+        ["heartbeat.interval=250 ms", "taskmanager.numberOfTaskSlots=8",
+         "jobmanager.execution.failover-strategy=Full", "execution.runtime-mode=batch"]))
     assert conf[Options.HEARTBEAT_INTERVAL] == 250
     assert conf[Options.NUM_SLOTS] == 8
-    assert conf[Options.HA_TYPE] == "zookeeper"  # choices are case-insensitive, canonicalised
+    assert conf[Options.FAILOVER_STRATEGY] == "full"  # choices are case-insensitive, canonicalised
     assert conf[Options.RUNTIME_MODE] == "BATCH"
     assert conf[Options.HEARTBEAT_TIMEOUT] == 10_000  # untouched
 
@@ -265,17 +272,60 @@ def test_missing_user_conf_file(tmp_path) -> None:
     assert str(path) in str(info.value)
 
 
-# ---- spark passthrough, with_overrides, to_strings ---------------------------------------
+# ---- keys accepted before their feature exists: refused, not ignored ---------------------
 
-def test_spark_keys_pass_through_as_strings() -> None:
-    conf = Configuration.load({"spark.executor.memory": "2g", "spark.sql.shuffle.partitions": 8,
-                               "spark.master": "local[2]"})
-    assert conf.get("spark.executor.memory") == "2g"
-    assert conf.get("spark.sql.shuffle.partitions") == "8"
-    assert conf[Options.SPARK_MASTER] == "local[2]"
-    assert conf.spark_conf() == {"spark.executor.memory": "2g", "spark.sql.shuffle.partitions": "8",
-                                 "spark.master": "local[2]"}
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("high-availability.type", "zookeeper", "ZooKeeper high availability is not implemented"),
+    ("high-availability.type", "ZooKeeper", "ZooKeeper high availability is not implemented"),
+    ("high-availability.zookeeper.quorum", "zk1:2181,zk2:2181", "ZooKeeper high availability"),
+    ("high-availability.zookeeper.path.root", "/flink", "ZooKeeper high availability"),
+    ("high-availability.cluster-id", "prod", "ZooKeeper high availability"),
+    ("spark.master", "yarn", "Spark stages are not implemented"),
+    ("spark.executor.memory", "2g", "Spark stages are not implemented"),  # a passthrough key
+    ("spark.sql.shuffle.partitions", 8, "Spark stages are not implemented"),
+])
+def test_keys_of_missing_features_are_refused_not_ignored(key: str, value: object, why: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Configuration.load({key: value}, source="-D (test)")
+    msg = str(info.value)
+    assert msg.startswith(f"{key}: not supported yet ("), msg
+    assert why in msg and "leave it unset" in msg, msg
+    assert repr(value) in msg and "-D (test)" in msg, msg
+    assert "\n" not in msg
 
+
+def test_keys_of_missing_features_are_refused_from_files_and_job_config(tmp_path) -> None:
+    path = tmp_path / "yarnflow.yaml"
+    path.write_text("high-availability.type: zookeeper\n")
+    with pytest.raises(ConfigurationError, match="high-availability.type: not supported yet") as info:
+        Configuration.load(conf_file=str(path))
+    assert str(path) in str(info.value)
+    with pytest.raises(ConfigurationError, match="spark.master: not supported yet") as info:
+        Configuration.load().with_overrides({"spark.master": "local[2]"}, source="job config")
+    assert "job config" in str(info.value)
+
+
+def test_keys_of_missing_features_may_keep_their_defaults(tmp_path) -> None:
+    shipped = _shipped_yaml()
+    defaults = {k: v for k, v in shipped.items() if k in NOT_SUPPORTED_YET or k.startswith("spark.")}
+    assert set(defaults) >= {"high-availability.type", "spark.master"}
+    conf = Configuration.load(defaults)  # the shipped defaults, restated: accepted
+    assert conf[Options.HA_TYPE] == "none"
+    assert Configuration.load({"high-availability.type": "NONE"})[Options.HA_TYPE] == "none"
+    path = tmp_path / "yarnflow.yaml"  # a user file that copies the shipped one
+    path.write_text(resources.files("yarnflow.conf").joinpath("yarnflow.yaml").read_text(encoding="utf-8"))
+    assert Configuration.load(conf_file=str(path)).to_strings() == Configuration.load().to_strings()
+
+
+def test_keys_that_work_are_not_listed_as_unsupported() -> None:
+    # high-availability.storageDir is where artifacts and results go today: it works
+    conf = Configuration.load({"high-availability.storageDir": "file:///tmp/yarnflow-storage"})
+    assert conf[Options.HA_STORAGE_DIR] == "file:///tmp/yarnflow-storage"
+    for key in NOT_SUPPORTED_YET:
+        assert key in OPTIONS or key.endswith("."), f"{key}: neither an option nor a prefix"
+
+
+# ---- with_overrides, to_strings -----------------------------------------------------------
 
 def test_get_of_an_unknown_key_raises() -> None:
     with pytest.raises(ConfigurationError) as info:
@@ -285,12 +335,12 @@ def test_get_of_an_unknown_key_raises() -> None:
 
 def test_with_overrides_returns_a_new_configuration() -> None:
     base = Configuration.load({"parallelism.default": "3"})
-    changed = base.with_overrides({"taskmanager.numberOfTaskSlots": "4", "spark.foo": "bar"})
+    changed = base.with_overrides({"taskmanager.numberOfTaskSlots": "4", "heartbeat.interval": "2 s"})
     assert changed[Options.NUM_SLOTS] == 4
+    assert changed[Options.HEARTBEAT_INTERVAL] == 2_000
     assert changed[Options.PARALLELISM] == 3  # kept from the base
-    assert changed.get("spark.foo") == "bar"
     assert base[Options.NUM_SLOTS] == 2  # the base is unchanged
-    assert "spark.foo" not in base.spark_conf()
+    assert base[Options.HEARTBEAT_INTERVAL] == 1_000
 
 
 def test_with_overrides_reports_bad_keys_and_values_with_their_source() -> None:
@@ -306,8 +356,8 @@ def test_with_overrides_reports_bad_keys_and_values_with_their_source() -> None:
 
 def test_to_strings_round_trips_through_load() -> None:
     conf = Configuration.load({"heartbeat.interval": "250 ms", "taskmanager.memory.process.size": "3 gb",
-                               "taskmanager.cpu.cores": 1.5, "high-availability.type": "zookeeper",
-                               "spark.executor.cores": 2, "jobmanager.rpc.port": 6123})
+                               "taskmanager.cpu.cores": 1.5, "jobmanager.execution.failover-strategy": "full",
+                               "high-availability.storageDir": "file:///tmp/s", "jobmanager.rpc.port": 6123})
     strings = conf.to_strings()
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in strings.items())
     # as it ships to another process: -D key=value pairs
