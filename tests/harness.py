@@ -1,0 +1,219 @@
+"""What tests share to drive the runtime: ``wait_until`` for conditions reached by other
+threads or processes, and ``OperatorHarness`` to run one operator step by step.
+
+``OperatorHarness`` sets an operator up with a ``RuntimeContext`` whose processing-time clock is
+the harness's ``now`` (moved only by the test), feeds it batches, watermarks, processing-time
+ticks and end-of-input, and records everything it emits, in order, in a ``RecordingOutput``::
+
+    h = OperatorHarness(KeyedAggregate(["k"], [("v", "sum")]), runtime_mode="BATCH")
+    h.batch([{"k": "a", "v": 1}])
+    h.finish()
+    assert h.rows() == [{"k": "a", "v_sum": 1}]
+
+Each feeding call returns the events that call produced (and appends them to ``steps``), so a
+test can check what one input caused. Events are tuples: ``("data", batch)``,
+``("side", tag, batch)``, ``("wm", timestamp)`` and ``("idle", is_idle)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from yarnflow.worker.operators.base import Operator, RuntimeContext
+from yarnflow.worker.runtime.elements import Watermark, WatermarkStatus
+
+__all__ = ["OperatorHarness", "RecordingOutput", "runtime_context", "wait_until"]
+
+T = TypeVar("T")
+
+Event = tuple[Any, ...]
+
+
+def wait_until(predicate: Callable[[], T], timeout_s: float, message: str | Callable[[], str],
+               interval_s: float = 0.05) -> T:
+    """Call ``predicate`` until it returns something truthy, and return that.
+
+    Raises AssertionError with ``message`` (a string, or a function called then to describe the
+    state at the timeout) when ``timeout_s`` passes first. The predicate is tried once more at
+    the deadline, so a slow machine does not fail a condition that just came true."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(interval_s)
+    value = predicate()
+    if value:
+        return value
+    text = message() if callable(message) else message
+    raise AssertionError(f"after {timeout_s:g} s: {text}")
+
+
+def runtime_context(*, now: Callable[[], int] = lambda: 0, job_id: str = "j", task_name: str = "t",
+                    subtask_index: int = 0, parallelism: int = 1, max_parallelism: int = 128,
+                    attempt_number: int = 0, **fields: Any) -> RuntimeContext:
+    """A RuntimeContext for one subtask with test defaults; ``now`` is its processing-time clock
+    and ``fields`` sets any other RuntimeContext field (runtime_mode, batch_size, ...)."""
+    return RuntimeContext(job_id=job_id, task_name=task_name, subtask_index=subtask_index,
+                          parallelism=parallelism, max_parallelism=max_parallelism,
+                          attempt_number=attempt_number, clock=now, **fields)
+
+
+class RecordingOutput:
+    """An Output that keeps everything it is given, in order (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def collect(self, batch: pa.RecordBatch) -> None:
+        assert isinstance(batch, pa.RecordBatch), f"an operator emitted a {type(batch).__name__}"
+        self.events.append(("data", batch))
+
+    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
+        assert isinstance(batch, pa.RecordBatch), f"an operator emitted a {type(batch).__name__}"
+        self.events.append(("side", tag, batch))
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self.events.append(("wm", watermark.timestamp))
+
+    def emit_status(self, status: WatermarkStatus) -> None:
+        self.events.append(("idle", status.idle))
+
+    @property
+    def batches(self) -> list[pa.RecordBatch]:
+        """The main output's batches."""
+        return [e[1] for e in self.events if e[0] == "data"]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for b in self.batches for r in b.to_pylist()]
+
+    def side_rows(self, tag: str) -> list[dict[str, Any]]:
+        return [r for e in self.events if e[0] == "side" and e[1] == tag for r in e[2].to_pylist()]
+
+    def watermarks(self) -> list[int]:
+        return [e[1] for e in self.events if e[0] == "wm"]
+
+    def trace(self) -> list[Any]:
+        """Main-output rows, ``("wm", ts)`` and ``("idle", bool)`` in emission order (no side output)."""
+        out: list[Any] = []
+        for e in self.events:
+            if e[0] == "data":
+                out.extend(e[1].to_pylist())
+            elif e[0] in ("wm", "idle"):
+                out.append(e)
+        return out
+
+    def take(self) -> list[pa.RecordBatch]:
+        """The main output's batches since the last ``take``/``clear``; forgets every event."""
+        batches = self.batches
+        self.clear()
+        return batches
+
+    def clear(self) -> None:
+        self.events.clear()
+
+
+class OperatorHarness:
+    """Runs one operator step by step with a manual processing-time clock.
+
+    ``now`` is the clock's reading (ms); ``batch(..., now=)`` and ``tick(now)`` set it, and may
+    set it to any value, as a test of processing time needs. ``context`` overrides fields of the
+    RuntimeContext (subtask_index, parallelism, runtime_mode, batch_size, job_storage_dir,
+    split_provider, ...). ``schema`` types the rows that ``batch`` turns into a RecordBatch.
+    The operator is set up and opened at once unless ``open=False``."""
+
+    def __init__(self, op: Operator, *, now: int = 0, schema: pa.Schema | None = None, open: bool = True,
+                 **context: Any) -> None:
+        self.op = op
+        self.now = now
+        self.schema = schema
+        self.out = RecordingOutput()
+        self.ctx = runtime_context(now=lambda: self.now, **context)
+        self.steps: list[list[Event]] = []
+        op.setup(self.ctx, self.out)
+        if open:
+            op.open()
+
+    def _step(self, fn: Callable[[], Any]) -> list[Event]:
+        start = len(self.out.events)
+        fn()
+        events = self.out.events[start:]
+        self.steps.append(events)
+        return events
+
+    # -- input -------------------------------------------------------------------------------
+
+    def batch(self, rows: Sequence[dict[str, Any]] | pa.RecordBatch, now: int | None = None,
+              input_index: int = 0) -> list[Event]:
+        """Feed ``rows`` (a RecordBatch, or rows typed by ``schema``), at processing time ``now``."""
+        if now is not None:
+            self.now = now
+        batch = rows if isinstance(rows, pa.RecordBatch) else pa.RecordBatch.from_pylist(list(rows), schema=self.schema)
+        return self._step(lambda: self.op.process_batch(batch, input_index))
+
+    def watermark(self, watermark: int | Watermark, input_index: int = 0) -> list[Event]:
+        wm = watermark if isinstance(watermark, Watermark) else Watermark(watermark)
+        return self._step(lambda: self.op.process_watermark(wm, input_index))
+
+    def tick(self, now: int | None = None) -> list[Event]:
+        """A processing-time callback at ``now`` (the current reading when None)."""
+        if now is not None:
+            self.now = now
+        at = self.now
+        return self._step(lambda: self.op.on_processing_time(at))
+
+    def advance(self, ms: int) -> list[Event]:
+        """Move the clock ``ms`` forward and deliver a processing-time callback."""
+        return self.tick(self.now + ms)
+
+    def end_input(self, input_index: int = 0) -> list[Event]:
+        return self._step(lambda: self.op.end_input(input_index))
+
+    def finish(self) -> list[Event]:
+        return self._step(self.op.finish)
+
+    def close(self) -> None:
+        self.op.close()
+
+    def run(self, cancelled: Callable[[], bool] = lambda: False) -> OperatorHarness:
+        """Run a source to its end (or until ``cancelled``) and close it; returns the harness,
+        so ``OperatorHarness(source).run().rows()`` reads what it emitted."""
+        try:
+            self._step(lambda: self.op.run(cancelled))  # type: ignore[attr-defined]
+        finally:
+            self.op.close()
+        return self
+
+    # -- output ------------------------------------------------------------------------------
+
+    @property
+    def events(self) -> list[Event]:
+        return self.out.events
+
+    @property
+    def batches(self) -> list[pa.RecordBatch]:
+        return self.out.batches
+
+    def rows(self) -> list[dict[str, Any]]:
+        return self.out.rows()
+
+    def side_rows(self, tag: str) -> list[dict[str, Any]]:
+        return self.out.side_rows(tag)
+
+    def watermarks(self) -> list[int]:
+        return self.out.watermarks()
+
+    def trace(self) -> list[Any]:
+        return self.out.trace()
+
+    def take(self) -> list[pa.RecordBatch]:
+        return self.out.take()
+
+    def clear(self) -> None:
+        self.out.clear()
