@@ -1,6 +1,7 @@
-"""Window assigners, the keyed window aggregation and the window join, driven directly with a
-manual clock and a recording output, against a plain-Python reference model of Flink's
-WindowOperator (row lists per key and window, brute-force window assignment)."""
+"""Window assigners, the keyed window aggregation and the window join, driven directly through
+the shared OperatorHarness (a manual clock and a recording output), against a plain-Python
+reference model of Flink's WindowOperator (row lists per key and window, brute-force window
+assignment)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
-from yarnflow.worker.operators.base import Operator, RuntimeContext, UserFunctionError
+from yarnflow.worker.operators.base import UserFunctionError
 from yarnflow.worker.operators.functions import AggregateFunction
 from yarnflow.worker.operators.windows import (
     EventTimeSessionWindows,
@@ -30,85 +31,14 @@ from yarnflow.worker.operators.windows import (
     WindowJoinOperator,
     window_start_with_offset,
 )
-from yarnflow.worker.runtime.elements import MAX_WATERMARK, Watermark
+from yarnflow.worker.runtime.elements import MAX_WATERMARK
+
+from ..harness import OperatorHarness
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 MIN_WM = -(2**63)
 TS = pa.int64()
-
-
-# --------------------------------------------------------------------------- harness
-
-
-class Recorder:
-    """An Output that keeps every event, in order."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[Any, ...]] = []
-
-    def collect(self, batch: pa.RecordBatch) -> None:
-        assert isinstance(batch, pa.RecordBatch)
-        self.events.append(("data", batch))
-
-    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
-        assert isinstance(batch, pa.RecordBatch)
-        self.events.append(("side", tag, batch))
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        self.events.append(("wm", watermark.timestamp))
-
-
-class Harness:
-    """Runs an operator step by step; ``steps`` holds the events each step produced."""
-
-    def __init__(self, op: Operator, now: int = 0, schema: pa.Schema | None = None, batch_size: int = 65536) -> None:
-        self.op = op
-        self.now = now
-        self.schema = schema
-        self.out = Recorder()
-        ctx = RuntimeContext(job_id="j", task_name="t", subtask_index=0, parallelism=1, max_parallelism=128,
-                             attempt_number=0, runtime_mode="STREAMING", clock=lambda: self.now,
-                             batch_size=batch_size)
-        op.setup(ctx, self.out)
-        op.open()
-        self.steps: list[list[tuple[Any, ...]]] = []
-
-    def _step(self, fn: Callable[[], None]) -> list[tuple[Any, ...]]:
-        start = len(self.out.events)
-        fn()
-        events = self.out.events[start:]
-        self.steps.append(events)
-        return events
-
-    def batch(self, rows: list[dict[str, Any]] | pa.RecordBatch, now: int | None = None,
-              input_index: int = 0) -> list[tuple[Any, ...]]:
-        if now is not None:
-            self.now = now
-        batch = rows if isinstance(rows, pa.RecordBatch) else pa.RecordBatch.from_pylist(rows, schema=self.schema)
-        return self._step(lambda: self.op.process_batch(batch, input_index))
-
-    def watermark(self, ts: int, input_index: int = 0) -> list[tuple[Any, ...]]:
-        return self._step(lambda: self.op.process_watermark(Watermark(ts), input_index))
-
-    def tick(self, now: int) -> list[tuple[Any, ...]]:
-        self.now = now
-        return self._step(lambda: self.op.on_processing_time(now))
-
-    def end_input(self, input_index: int) -> list[tuple[Any, ...]]:
-        return self._step(lambda: self.op.end_input(input_index))
-
-    def finish(self) -> list[tuple[Any, ...]]:
-        return self._step(self.op.finish)
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [r for e in self.out.events if e[0] == "data" for r in e[1].to_pylist()]
-
-    def side_rows(self, tag: str) -> list[dict[str, Any]]:
-        return [r for e in self.out.events if e[0] == "side" and e[1] == tag for r in e[2].to_pylist()]
-
-    def watermarks(self) -> list[int]:
-        return [e[1] for e in self.out.events if e[0] == "wm"]
 
 
 def _canon(value: Any) -> Any:
@@ -316,8 +246,8 @@ def event_stream(seed: int, n: int = 1500, bound: int = 0, late_every: int = 0, 
 
 
 def run_event(op: WindowAggregateOperator, ref: RefWindows, stream: list[tuple[list[dict[str, Any]], int]],
-              schema: pa.Schema) -> Harness:
-    h = Harness(op, schema=schema)
+              schema: pa.Schema) -> OperatorHarness:
+    h = OperatorHarness(op, schema=schema)
     for rows, wm in stream:
         h.batch(rows)
         ref.batch(rows)
@@ -521,7 +451,7 @@ def test_final_results_match_an_offline_computation() -> None:
     rows = [r for b, _ in stream for r in b]
     for name, (spec, make) in SPECS.items():
         op = WindowAggregateOperator(["key"], make(True), "ts", aggs=[("value", "sum"), ("key", "count")])
-        h = Harness(op, schema=SCHEMA)
+        h = OperatorHarness(op, schema=SCHEMA)
         for batch, wm in stream:
             h.batch(batch)
             h.watermark(wm)
@@ -556,9 +486,9 @@ def test_final_results_match_an_offline_computation() -> None:
 # --------------------------------------------------------------------------- processing time vs the reference
 
 
-def processing_run(op: WindowAggregateOperator, ref: RefWindows, seed: int, schema: pa.Schema = SCHEMA) -> Harness:
+def processing_run(op: WindowAggregateOperator, ref: RefWindows, seed: int, schema: pa.Schema = SCHEMA) -> OperatorHarness:
     rnd = random.Random(seed)
-    h = Harness(op, now=-40, schema=schema)
+    h = OperatorHarness(op, now=-40, schema=schema)
     now = -40
     for i in range(150):
         now += rnd.choice([0, 1, 2, 3, 5, 8, 13])
@@ -596,7 +526,7 @@ def test_processing_time_windows_match_reference(name: str) -> None:
 
 def test_processing_time_tumbling_fires_when_the_clock_reaches_the_end() -> None:
     op = WindowAggregateOperator(["key"], TumblingProcessingTimeWindows.of(1000), None, aggs=[("value", "sum")])
-    h = Harness(op, now=1500, schema=SCHEMA)
+    h = OperatorHarness(op, now=1500, schema=SCHEMA)
     assert op.processing_time_interval_ms == 100
     h.batch([{"key": 1, "value": 1.0, "ts": None, "tag": "a"}, {"key": 2, "value": 2.0, "ts": None, "tag": "b"}])
     h.batch([{"key": 1, "value": 3.0, "ts": None, "tag": "c"}], now=1999)
@@ -619,7 +549,7 @@ def test_processing_time_sessions_extend_and_fire_after_the_gap() -> None:
     SumCount.merges = 0
     op = WindowAggregateOperator(["key"], ProcessingTimeSessionWindows.with_gap(10), None,
                                  aggregate_function=SumCount())
-    h = Harness(op, now=0, schema=SCHEMA)
+    h = OperatorHarness(op, now=0, schema=SCHEMA)
     assert op.processing_time_interval_ms == 10
     row = {"key": 1, "value": 1.0, "ts": None, "tag": "x"}
     h.batch([row], now=0)  # [0, 10)
@@ -643,7 +573,7 @@ def rows_of(events: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
 
 def test_tumbling_fires_at_end_minus_one_and_results_precede_the_watermark() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(1000), "ts", aggs=[("value", "sum")])
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.5, "ts": 10, "tag": "a"}, {"key": 1, "value": 2.0, "ts": 999, "tag": "b"},
              {"key": 2, "value": 4.0, "ts": 500, "tag": "c"}, {"key": 1, "value": 8.0, "ts": 1000, "tag": "d"}])
     assert h.watermark(998) == [("wm", 998)]
@@ -660,7 +590,7 @@ def test_tumbling_fires_at_end_minus_one_and_results_precede_the_watermark() -> 
 def test_late_rows_go_to_the_side_output_with_the_input_columns() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(100), "ts", aggs=[("value", "sum")],
                                  late_tag="too-late")
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 50, "tag": "a"}])
     h.watermark(99)
     late = [{"key": 1, "value": 2.0, "ts": 99, "tag": "late1"}, {"key": 3, "value": 4.0, "ts": 0, "tag": "late2"}]
@@ -676,7 +606,7 @@ def test_late_rows_go_to_the_side_output_with_the_input_columns() -> None:
 
 def test_late_rows_without_a_tag_are_dropped_and_counted() -> None:
     op = WindowAggregateOperator(["key"], EventTimeSessionWindows.with_gap(10), "ts", aggs=[("value", "sum")])
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 50, "tag": "a"}])
     h.watermark(59)
     assert len(h.rows()) == 1
@@ -687,7 +617,7 @@ def test_late_rows_without_a_tag_are_dropped_and_counted() -> None:
 def test_allowed_lateness_refires_the_updated_result_of_that_key_then_purges() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(100), "ts", aggs=[("value", "sum")],
                                  allowed_lateness_ms=50, late_tag="late")
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 10, "tag": "a"}, {"key": 2, "value": 2.0, "ts": 20, "tag": "b"}])
     assert len(rows_of(h.watermark(120))) == 2
     events = h.batch([{"key": 1, "value": 10.0, "ts": 30, "tag": "c"}, {"key": 1, "value": 100.0, "ts": 40, "tag": "d"}])
@@ -703,7 +633,7 @@ def test_allowed_lateness_refires_the_updated_result_of_that_key_then_purges() -
 def test_allowed_lateness_with_a_window_first_seen_after_its_end() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(100), "ts", aggs=[("value", "mean")],
                                  allowed_lateness_ms=1000)
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.watermark(500)
     events = h.batch([{"key": 1, "value": 1.0, "ts": 5, "tag": "a"}, {"key": 1, "value": 2.0, "ts": 6, "tag": "b"}])
     assert rows_of(events) == [{"key": 1, "window_start": 0, "window_end": 100, "value": 1.5}]
@@ -713,7 +643,7 @@ def test_allowed_lateness_with_a_window_first_seen_after_its_end() -> None:
 def test_session_bridging_record_merges_two_sessions_with_aggregate_merge() -> None:
     SumCount.merges = 0
     op = WindowAggregateOperator(["key"], EventTimeSessionWindows.with_gap(10), "ts", aggregate_function=SumCount())
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 0, "tag": "a"}, {"key": 1, "value": 2.0, "ts": 20, "tag": "b"},
              {"key": 2, "value": 5.0, "ts": 3, "tag": "c"}, {"key": 1, "value": 3.0, "ts": 5, "tag": "d"}])
     assert SumCount.merges == 0  # joining one session needs no merge
@@ -727,7 +657,7 @@ def test_session_bridging_record_merges_two_sessions_with_aggregate_merge() -> N
 def test_sessions_touching_at_the_gap_merge_and_builtin_aggs_merge() -> None:
     op = WindowAggregateOperator(["key"], EventTimeSessionWindows.with_gap(10), "ts",
                                  aggs=[("value", "max"), ("value", "mean"), ("key", "count")])
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 0, "tag": "a"}, {"key": 1, "value": 9.0, "ts": 20, "tag": "b"}])
     h.batch([{"key": 1, "value": 2.0, "ts": 10, "tag": "c"}])  # [10, 20) touches [0, 10) and [20, 30)
     h.batch([{"key": 1, "value": 3.0, "ts": 41, "tag": "d"}])  # [41, 51) does not reach [0, 30)
@@ -741,7 +671,7 @@ def test_sessions_touching_at_the_gap_merge_and_builtin_aggs_merge() -> None:
 def test_late_record_bridging_into_a_live_session_is_not_late() -> None:
     op = WindowAggregateOperator(["key"], EventTimeSessionWindows.with_gap(100), "ts", aggs=[("value", "sum")],
                                  late_tag="late")
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 100, "tag": "a"}])  # [100, 200)
     h.watermark(150)
     h.batch([{"key": 1, "value": 2.0, "ts": 40, "tag": "b"}])  # [40, 140) alone would be late
@@ -751,7 +681,7 @@ def test_late_record_bridging_into_a_live_session_is_not_late() -> None:
 
 def test_negative_timestamps_and_offsets() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(100, 30), "ts", aggs=[("value", "sum")])
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": v, "ts": t, "tag": ""} for v, t in
              ((1.0, -1), (2.0, -70), (4.0, -71), (8.0, 29), (16.0, 30), (32.0, -1000))])
     assert rows_of(h.watermark(-72)) == [{"key": 1, "window_start": -1070, "window_end": -970, "value": 32.0}]
@@ -766,7 +696,7 @@ def test_negative_timestamps_and_offsets() -> None:
 
 def test_sliding_record_lands_in_every_window_that_holds_it() -> None:
     op = WindowAggregateOperator(["key"], SlidingEventTimeWindows.of(30, 10), "ts", aggs=[("key", "count")])
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 7, "value": 0.0, "ts": 25, "tag": ""}])
     h.watermark(MAX_WATERMARK.timestamp)
     assert sorted((r["window_start"], r["window_end"], r["count"]) for r in h.rows()) == [
@@ -776,7 +706,7 @@ def test_sliding_record_lands_in_every_window_that_holds_it() -> None:
 def test_multi_column_keys_and_output_names() -> None:
     op = WindowAggregateOperator(["k1", "k2"], TumblingEventTimeWindows.of(10), "ts",
                                  aggs=[("value", "sum"), ("value", "min"), ("k2", "sum"), ("k1", "count")])
-    h = Harness(op, schema=MULTI_SCHEMA)
+    h = OperatorHarness(op, schema=MULTI_SCHEMA)
     h.batch([{"k1": "a", "k2": 1, "value": 1.0, "ts": 1, "tag": ""}, {"k1": "a", "k2": 2, "value": 2.0, "ts": 2, "tag": ""},
              {"k1": "a", "k2": 1, "value": 3.0, "ts": 3, "tag": ""}, {"k1": None, "k2": 1, "value": 4.0, "ts": 4, "tag": ""}])
     h.watermark(MAX_WATERMARK.timestamp)
@@ -793,7 +723,7 @@ def test_multi_column_keys_and_output_names() -> None:
 def test_plain_names_mean_and_count_with_nulls() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(10), "ts",
                                  aggs=[("value", "mean"), ("value", "count")])
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 1, "tag": ""}, {"key": 1, "value": None, "ts": 2, "tag": ""}])
     h.batch([{"key": 1, "value": 4.0, "ts": 3, "tag": ""}, {"key": 2, "value": None, "ts": 3, "tag": ""}])
     h.watermark(MAX_WATERMARK.timestamp)
@@ -807,7 +737,7 @@ def test_integer_sums_stay_integers_in_both_paths() -> None:
     schema = pa.schema([("key", pa.int32()), ("n", pa.int16()), ("ts", TS)])
     for assigner in (TumblingEventTimeWindows.of(10), EventTimeSessionWindows.with_gap(3)):
         op = WindowAggregateOperator(["key"], assigner, "ts", aggs=[("n", "sum"), ("n", "max")])
-        h = Harness(op, schema=schema)
+        h = OperatorHarness(op, schema=schema)
         h.batch([{"key": 1, "n": 3, "ts": 1}, {"key": 1, "n": 4, "ts": 2}])
         h.watermark(MAX_WATERMARK.timestamp)
         batch = next(e[1] for e in h.out.events if e[0] == "data")
@@ -819,7 +749,7 @@ def test_integer_sums_stay_integers_in_both_paths() -> None:
 def test_timestamp_typed_event_time_column() -> None:
     schema = pa.schema([("key", pa.int64()), ("value", pa.float64()), ("ts", pa.timestamp("us"))])
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(1000), "ts", aggs=[("value", "sum")])
-    h = Harness(op, schema=schema)
+    h = OperatorHarness(op, schema=schema)
     epoch = dt.datetime(1970, 1, 1)
     h.batch([{"key": 1, "value": 1.0, "ts": epoch + dt.timedelta(microseconds=999_999)},
              {"key": 1, "value": 2.0, "ts": epoch + dt.timedelta(microseconds=1_000_500)},
@@ -830,7 +760,7 @@ def test_timestamp_typed_event_time_column() -> None:
 
 def test_reduce_keeps_the_key_and_input_columns() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(10), "ts", reduce_fn=reduce_max_value)
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 1, "tag": "a"}, {"key": 1, "value": 5.0, "ts": 2, "tag": "b"},
              {"key": 1, "value": 2.0, "ts": 3, "tag": "c"}])
     h.watermark(MAX_WATERMARK.timestamp)
@@ -849,7 +779,7 @@ def test_aggregate_function_scalar_result_goes_in_value() -> None:
             return acc
 
     op = WindowAggregateOperator(["key"], SlidingEventTimeWindows.of(10, 5), "ts", aggregate_function=Count())
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     h.batch([{"key": 1, "value": 1.0, "ts": 7, "tag": ""}, {"key": 1, "value": 1.0, "ts": 8, "tag": ""}])
     h.watermark(MAX_WATERMARK.timestamp)
     assert canon(h.rows()) == canon([{"key": 1, "window_start": 0, "window_end": 10, "value": 2},
@@ -861,7 +791,7 @@ def test_user_function_errors_name_the_operator() -> None:
         raise KeyError("nope")
 
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(10), "ts", reduce_fn=boom, name="my window")
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     with pytest.raises(UserFunctionError, match="my window"):
         h.batch([{"key": 1, "value": 1.0, "ts": 1, "tag": ""}, {"key": 1, "value": 2.0, "ts": 2, "tag": ""}])
 
@@ -869,7 +799,7 @@ def test_user_function_errors_name_the_operator() -> None:
 def test_null_event_time_raises_naming_operator_and_column() -> None:
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(10), "ts", aggs=[("value", "sum")],
                                  name="win-sum")
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     with pytest.raises(YarnflowError, match="win-sum") as info:
         h.batch([{"key": 1, "value": 1.0, "ts": 1, "tag": ""}, {"key": 1, "value": 1.0, "ts": None, "tag": ""}])
     assert "'ts'" in str(info.value)
@@ -884,7 +814,7 @@ def test_null_event_time_raises_naming_operator_and_column() -> None:
 ])
 def test_missing_columns_raise_job_definition_error(kw: dict[str, Any], missing: str) -> None:
     op = WindowAggregateOperator(assigner=TumblingEventTimeWindows.of(10), name="win-op", **kw)
-    h = Harness(op, schema=SCHEMA)
+    h = OperatorHarness(op, schema=SCHEMA)
     with pytest.raises(JobDefinitionError, match="win-op") as info:
         h.batch([{"key": 1, "value": 1.0, "ts": 1, "tag": ""}])
     assert missing in str(info.value)
@@ -920,7 +850,7 @@ def test_one_million_rows_through_a_tumbling_sum() -> None:
     value = rng.integers(0, 100, n).astype(np.float64)
     ts = np.arange(n) // 100 - rng.integers(0, 151, n)
     op = WindowAggregateOperator(["key"], TumblingEventTimeWindows.of(1000), "ts", aggs=[("value", "sum")])
-    h = Harness(op)
+    h = OperatorHarness(op)
     max_ts = MIN_WM
     for a in range(0, n, bs):
         h.batch(pa.RecordBatch.from_arrays([pa.array(key[a:a + bs]), pa.array(value[a:a + bs]),
@@ -1044,7 +974,7 @@ def pair_fn(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
 def test_window_join_matches_reference(spec: dict[str, Any], assigner: Any, join_fn: Any) -> None:
     op = WindowJoinOperator(["k"], ["id"], assigner, "ts", "ts", join_fn=join_fn)
     ref = RefJoin(spec, join_fn)
-    h = Harness(op)
+    h = OperatorHarness(op)
     for side, rows, wm in join_stream(len(spec) + (join_fn is None)):
         h.batch(pa.RecordBatch.from_pylist(rows, schema=RIGHT if side else LEFT), input_index=side)
         ref.batch(side, rows)
@@ -1071,7 +1001,7 @@ def test_window_join_multi_keys_and_results_before_the_watermark() -> None:
     left = pa.schema([("a", pa.string()), ("b", pa.int64()), ("x", pa.int64()), ("t", TS)])
     right = pa.schema([("a", pa.string()), ("b", pa.int64()), ("y", pa.int64()), ("t", TS)])
     op = WindowJoinOperator(["a", "b"], ["a", "b"], TumblingEventTimeWindows.of(10), "t", "t")
-    h = Harness(op)
+    h = OperatorHarness(op)
     h.batch(pa.RecordBatch.from_pylist([{"a": "p", "b": 1, "x": 1, "t": 1}, {"a": "p", "b": 2, "x": 2, "t": 2},
                                         {"a": "q", "b": 1, "x": 3, "t": 11}], schema=left), input_index=0)
     h.batch(pa.RecordBatch.from_pylist([{"a": "p", "b": 1, "y": 10, "t": 9}, {"a": "p", "b": 1, "y": 20, "t": 5},
@@ -1097,7 +1027,7 @@ def test_window_join_rejects_other_assigners_and_missing_columns() -> None:
     with pytest.raises(ValueError, match="same"):
         WindowJoinOperator(["k", "j"], ["id"], TumblingEventTimeWindows.of(5), "ts", "ts")
     op = WindowJoinOperator(["k"], ["nope"], TumblingEventTimeWindows.of(5), "ts", "ts", name="jn")
-    h = Harness(op)
+    h = OperatorHarness(op)
     h.batch(pa.RecordBatch.from_pylist([{"k": 1, "v": 1.0, "ts": 1, "side": ""}], schema=LEFT), input_index=0)
     with pytest.raises(JobDefinitionError, match="jn.*nope"):
         h.batch(pa.RecordBatch.from_pylist([{"id": 1, "v": 1.0, "ts": 1, "w": ""}], schema=RIGHT), input_index=1)
