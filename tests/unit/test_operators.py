@@ -63,7 +63,7 @@ def test_row_map_with_dict_and_scalar_results():
     h = OperatorHarness(RowMap(lambda r: {"word": r["word"], "twice": None if r["n"] is None else 2 * r["n"]}))
     h.batch(WORDS)
     assert h.rows() == [{"word": w, "twice": None if n is None else 2 * n}
-                          for w, n in zip(WORDS["word"].to_pylist(), WORDS["n"].to_pylist(), strict=True)]
+                        for w, n in zip(WORDS["word"].to_pylist(), WORDS["n"].to_pylist(), strict=True)]
     h2 = OperatorHarness(RowMap(lambda r: (r["word"] or "") * 2))
     h2.batch(WORDS)
     h2.batch(WORDS.slice(0, 2))
@@ -81,7 +81,7 @@ def test_row_filter_keeps_truthy_rows_and_emits_nothing_for_an_empty_result():
 
 def test_row_flat_map_fans_out_and_skips_none():
     h = OperatorHarness(RowFlatMap(lambda r: None if r["word"] is None else ({"w": r["word"], "i": i}
-                                                                            for i in range(r["n"] or 0))))
+                                                                             for i in range(r["n"] or 0))))
     h.batch(WORDS)
     expected = [{"w": w, "i": i} for w, n in zip(WORDS["word"].to_pylist(), WORDS["n"].to_pylist(), strict=True)
                 if w is not None for i in range(n or 0)]
@@ -271,7 +271,7 @@ def test_keyed_aggregate_over_multi_column_keys():
     h.batch(b)
     h.finish()
     assert sorted_rows(h.rows(), ["a", "b"]) == [{"a": "x", "b": 1, "v": 11.0}, {"a": "x", "b": 2, "v": 4.0},
-                                                   {"a": "y", "b": 1, "v": 6.0}]
+                                                 {"a": "y", "b": 1, "v": 6.0}]
 
 
 def _concat(acc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
@@ -287,7 +287,7 @@ def test_keyed_reduce_in_batch_mode_emits_one_row_per_key_at_finish():
     h.finish()
     assert all(x.num_rows <= 2 and x.schema == b.schema for x in h.batches)
     assert sorted_rows(h.rows(), ["k"]) == [{"k": "a", "s": "1341", "n": 9}, {"k": "b", "s": "22", "n": 4},
-                                              {"k": None, "s": "5", "n": 5}]
+                                            {"k": None, "s": "5", "n": 5}]
 
 
 def test_keyed_reduce_in_streaming_mode_emits_the_updated_rows_of_each_batch():
@@ -406,7 +406,7 @@ def test_parquet_row_groups_are_splits_and_a_split_provider_hands_them_out(data:
     splits = source.enumerate_splits()
     assert [sid.rsplit("#", 1)[1] for sid, _ in splits] == ["0", "1", "2", "3", "4"]
     by_subtask = [[r["id"] for r in OperatorHarness(FileSource(str(tmp_path), "parquet"), subtask_index=i,
-                                                     parallelism=3).run().rows()] for i in range(3)]
+                                                    parallelism=3).run().rows()] for i in range(3)]
     assert by_subtask[0] == list(range(0, 7)) + list(range(21, 28))
     assert sorted(x for part in by_subtask for x in part) == list(range(30))
     payloads = iter([splits[3][1], splits[0][1], None])

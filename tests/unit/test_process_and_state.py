@@ -1,5 +1,5 @@
 """Keyed state (key-group scoped, rescalable) and the keyed process / aggregate operators,
-driven directly with a manual clock and a recording output."""
+driven directly through the shared OperatorHarness (a manual clock and a recording output)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from yarnflow.common.clock import ManualClock
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import RuntimeContext, UserFunctionError
 from yarnflow.worker.operators.functions import AggregateFunction
@@ -34,65 +33,15 @@ from yarnflow.worker.operators.state import (
     ValueStateDescriptor,
 )
 from yarnflow.worker.operators.transforms import SchemaMismatchError
-from yarnflow.worker.runtime.elements import MAX_WATERMARK, Watermark
+from yarnflow.worker.runtime.elements import MAX_WATERMARK
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+
+from ..harness import OperatorHarness
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 MAX_PAR = 128
-
-
-# --------------------------------------------------------------------------- doubles
-
-
-class RecordingOutput:
-    """Keeps everything an operator emits, in order."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[Any, ...]] = []
-
-    def collect(self, batch: pa.RecordBatch) -> None:
-        self.events.append(("batch", batch))
-
-    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
-        self.events.append(("side", tag, batch))
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        self.events.append(("watermark", watermark.timestamp))
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [r for e in self.events if e[0] == "batch" for r in e[1].to_pylist()]
-
-    def side_rows(self, tag: str) -> list[dict[str, Any]]:
-        return [r for e in self.events if e[0] == "side" and e[1] == tag for r in e[2].to_pylist()]
-
-    def trace(self) -> list[Any]:
-        """Rows and watermarks in emission order."""
-        out: list[Any] = []
-        for e in self.events:
-            if e[0] == "batch":
-                out.extend(e[1].to_pylist())
-            elif e[0] == "watermark":
-                out.append(("wm", e[1]))
-        return out
-
-    def clear(self) -> None:
-        self.events.clear()
-
-
-def context(mode: str = "STREAMING", clock: ManualClock | None = None, parallelism: int = 1,
-            subtask: int = 0, batch_size: int = 65536) -> RuntimeContext:
-    clock = clock or ManualClock(1_000)
-    return RuntimeContext(job_id="j", task_name="t", subtask_index=subtask, parallelism=parallelism,
-                          max_parallelism=MAX_PAR, attempt_number=0, runtime_mode=mode, clock=clock.now_ms,
-                          batch_size=batch_size)
-
-
-def start(op: Any, mode: str = "STREAMING", clock: ManualClock | None = None, **kw: Any) -> RecordingOutput:
-    out = RecordingOutput()
-    op.setup(context(mode, clock, **kw), out)
-    op.open()
-    return out
+START_MS = 1_000  # the processing time each harness starts at
 
 
 def batch(**columns: list[Any]) -> pa.RecordBatch:
@@ -326,17 +275,17 @@ class ThresholdCount(KeyedProcessFunction):
 
 def test_running_count_with_value_state_emits_at_threshold() -> None:
     op = KeyedProcessOperator(["user"], ThresholdCount(3), name="threshold")
-    out = start(op)
-    op.process_batch(batch(user=["a", "b", "a"], item=[1, 2, 3]))
-    assert out.rows() == []
-    op.process_batch(batch(user=["a", "b", "b", "a", "a", "a"], item=[4, 5, 6, 7, 8, 9]))
-    assert out.rows() == [{"user": "a", "count": 3, "last": 4},
-                          {"user": "b", "count": 3, "last": 6},
-                          {"user": "a", "count": 3, "last": 9}]
-    assert len([e for e in out.events if e[0] == "batch"]) == 1  # one batch per input batch
-    op.process_batch(batch(user=["a"], item=[10]))
-    op.finish()
-    assert len(out.rows()) == 3
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(batch(user=["a", "b", "a"], item=[1, 2, 3]))
+    assert h.rows() == []
+    h.batch(batch(user=["a", "b", "b", "a", "a", "a"], item=[4, 5, 6, 7, 8, 9]))
+    assert h.rows() == [{"user": "a", "count": 3, "last": 4},
+                        {"user": "b", "count": 3, "last": 6},
+                        {"user": "a", "count": 3, "last": 9}]
+    assert len([e for e in h.events if e[0] == "data"]) == 1  # one batch per input batch
+    h.batch(batch(user=["a"], item=[10]))
+    h.finish()
+    assert len(h.rows()) == 3
 
 
 class SessionTimeout(KeyedProcessFunction):
@@ -372,20 +321,20 @@ class SessionTimeout(KeyedProcessFunction):
 
 def test_session_timeout_with_event_time_timers() -> None:
     op = KeyedProcessOperator(["user"], SessionTimeout(gap=100), time_column="ts", name="sessions")
-    out = start(op)
-    op.process_batch(batch(user=["a", "b", "a"], ts=[1_000, 1_010, 1_050]))
-    op.process_watermark(Watermark(1_100))  # a's timer is at 1_150, b's at 1_110
-    assert out.trace() == [("wm", 1_100)]
-    op.process_batch(batch(user=["a", "b"], ts=[1_120, 1_105]))  # both sessions extended
-    op.process_watermark(Watermark(1_210))
-    assert out.trace()[1:] == [
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(batch(user=["a", "b", "a"], ts=[1_000, 1_010, 1_050]))
+    h.watermark(1_100)  # a's timer is at 1_150, b's at 1_110
+    assert h.trace() == [("wm", 1_100)]
+    h.batch(batch(user=["a", "b"], ts=[1_120, 1_105]))  # both sessions extended
+    h.watermark(1_210)
+    assert h.trace()[1:] == [
         {"user": "b", "start": 1_010, "end": 1_105, "events": 2, "fired": 1_205},
         ("wm", 1_210),
     ]
-    op.process_batch(batch(user=["b"], ts=[1_500]))
-    op.process_watermark(MAX_WATERMARK)  # the end of a bounded input
-    op.finish()
-    assert out.trace()[3:] == [
+    h.batch(batch(user=["b"], ts=[1_500]))
+    h.watermark(MAX_WATERMARK)  # the end of a bounded input
+    h.finish()
+    assert h.trace()[3:] == [
         {"user": "a", "start": 1_000, "end": 1_120, "events": 3, "fired": 1_220},
         {"user": "b", "start": 1_500, "end": 1_500, "events": 1, "fired": 1_600},
         ("wm", MAX_WATERMARK.timestamp),
@@ -430,21 +379,21 @@ def _script(**columns: list[Any]) -> pa.RecordBatch:
 def test_event_time_timers_fire_in_order_once_and_only_when_the_watermark_passes() -> None:
     fn = TimerScript()
     op = KeyedProcessOperator(["k"], fn)
-    out = start(op)
-    op.process_batch(_script(k=["a", "b", "a", "c"],
-                             event=[[30, 10], [20, 10], [10, 50], [40]],  # a@10 registered twice
-                             del_event=[None, None, None, [40, 999]]))   # c@40 deleted, 999 unknown
-    op.process_watermark(Watermark(9))
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(_script(k=["a", "b", "a", "c"],
+                    event=[[30, 10], [20, 10], [10, 50], [40]],  # a@10 registered twice
+                    del_event=[None, None, None, [40, 999]]))   # c@40 deleted, 999 unknown
+    h.watermark(9)
     assert fn.fired == []
-    op.process_watermark(Watermark(20))
+    h.watermark(20)
     assert fn.fired == [("a", 10, EVENT_TIME), ("b", 10, EVENT_TIME), ("b", 20, EVENT_TIME)]
-    op.process_watermark(Watermark(20))  # not an advance: nothing, not forwarded twice
-    op.process_watermark(Watermark(45))
+    h.watermark(20)  # not an advance: nothing, not forwarded twice
+    h.watermark(45)
     assert fn.fired[3:] == [("a", 30, EVENT_TIME)]
     assert op.pending_timers[EVENT_TIME] == 1  # a@50
-    assert [e[1] for e in out.events if e[0] == "watermark"] == [9, 20, 45]
+    assert h.watermarks() == [9, 20, 45]
     # outputs of the fired timers precede the watermark that fired them
-    trace = out.trace()
+    trace = h.trace()
     assert trace.index(("wm", 20)) == 4 and trace.index(("wm", 45)) == 6
     assert trace[5] == {"key": "a", "ts": 30, "domain": EVENT_TIME}
 
@@ -452,9 +401,9 @@ def test_event_time_timers_fire_in_order_once_and_only_when_the_watermark_passes
 def test_timer_registered_below_the_watermark_during_firing_fires_in_the_same_advance() -> None:
     fn = TimerScript()
     op = KeyedProcessOperator(["k"], fn)
-    start(op)
-    op.process_batch(_script(k=["chain", "z"], event=[[10], [25]]))
-    op.process_watermark(Watermark(100))
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(_script(k=["chain", "z"], event=[[10], [25]]))
+    h.watermark(100)
     assert fn.fired == [("chain", 10, EVENT_TIME), ("chain", 20, EVENT_TIME), ("z", 25, EVENT_TIME),
                         ("chain", 30, EVENT_TIME)]
 
@@ -462,49 +411,45 @@ def test_timer_registered_below_the_watermark_during_firing_fires_in_the_same_ad
 def test_finish_fires_event_timers_only_up_to_the_watermark_and_leaves_processing_timers() -> None:
     fn = TimerScript()
     op = KeyedProcessOperator(["k"], fn)
-    out = start(op)
-    op.process_watermark(Watermark(100))
-    op.process_batch(_script(k=["late", "future"], event=[[50], [500]], proc=[None, [1]]))
+    h = OperatorHarness(op, now=START_MS)
+    h.watermark(100)
+    h.batch(_script(k=["late", "future"], event=[[50], [500]], proc=[None, [1]]))
     assert fn.fired == []  # a timer at or below the current watermark waits for the next one
-    op.finish()
+    h.finish()
     assert fn.fired == [("late", 50, EVENT_TIME)]
-    assert out.rows() == [{"key": "late", "ts": 50, "domain": EVENT_TIME}]
+    assert h.rows() == [{"key": "late", "ts": 50, "domain": EVENT_TIME}]
     assert op.pending_timers == {EVENT_TIME: 1, PROCESSING_TIME: 1}
 
 
 def test_processing_time_timers() -> None:
-    clock = ManualClock(1_000)
     fn = TimerScript()
     op = KeyedProcessOperator(["k"], fn)
     assert op.processing_time_interval_ms == 50
-    out = start(op, clock=clock)
-    op.process_batch(_script(k=["a", "b", "a", "c"],
-                             proc=[[1_200, 1_100], [1_100], [1_100], [1_300]],
-                             del_proc=[None, None, None, [1_300]]))
-    op.on_processing_time(clock.now_ms())
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(_script(k=["a", "b", "a", "c"],
+                    proc=[[1_200, 1_100], [1_100], [1_100], [1_300]],
+                    del_proc=[None, None, None, [1_300]]))
+    h.tick()
     assert fn.fired == []
-    clock.advance(150)
-    op.on_processing_time(clock.now_ms())
+    h.advance(150)
     assert fn.fired == [("a", 1_100, PROCESSING_TIME), ("b", 1_100, PROCESSING_TIME)]
-    assert out.rows() == [{"key": "a", "ts": 1_100, "domain": PROCESSING_TIME},
-                          {"key": "b", "ts": 1_100, "domain": PROCESSING_TIME}]
-    op.process_watermark(MAX_WATERMARK)  # event time does not fire processing-time timers
+    assert h.rows() == [{"key": "a", "ts": 1_100, "domain": PROCESSING_TIME},
+                        {"key": "b", "ts": 1_100, "domain": PROCESSING_TIME}]
+    h.watermark(MAX_WATERMARK)  # event time does not fire processing-time timers
     assert len(fn.fired) == 2
-    clock.advance(1_000)
-    op.on_processing_time(clock.now_ms())
+    h.advance(1_000)
     assert fn.fired[2:] == [("a", 1_200, PROCESSING_TIME)]
     assert op.pending_timers[PROCESSING_TIME] == 0
 
 
 def test_processing_timer_registered_while_firing_waits_for_the_next_call() -> None:
-    clock = ManualClock(1_000)
     fn = TimerScript()
     op = KeyedProcessOperator(["k"], fn)
-    start(op, clock=clock)
-    op.process_batch(_script(k=["again"], proc=[[1_000]]))
-    op.on_processing_time(clock.now_ms())
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(_script(k=["again"], proc=[[1_000]]))
+    h.tick()
     assert fn.fired == [("again", 1_000, PROCESSING_TIME)]
-    op.on_processing_time(clock.now_ms())
+    h.tick()
     assert len(fn.fired) == 2
 
 
@@ -520,23 +465,23 @@ class Everything(KeyedProcessFunction):
 
 def test_side_outputs_scalar_rows_and_context() -> None:
     op = KeyedProcessOperator(["k"], Everything())
-    out = start(op)
-    op.process_batch(batch(k=["a", "b", "a"], v=[1, -2, 3]))
-    assert out.rows() == [{"value": 10}, {"value": 30}]
-    assert out.side_rows("negative") == [{"k": "b", "v": -2}]
-    assert out.side_rows("keys") == [{"key": "'a'", "ts": None, "domain": None}] * 2
-    assert [e[0] for e in out.events] == ["batch", "side", "side"]
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(batch(k=["a", "b", "a"], v=[1, -2, 3]))
+    assert h.rows() == [{"value": 10}, {"value": 30}]
+    assert h.side_rows("negative") == [{"k": "b", "v": -2}]
+    assert h.side_rows("keys") == [{"key": "'a'", "ts": None, "domain": None}] * 2
+    assert [e[0] for e in h.events] == ["data", "side", "side"]
 
 
 def test_multi_column_key_and_timestamp_column() -> None:
     op = KeyedProcessOperator(["k", "n"], Everything(), time_column="t")
-    out = start(op)
+    h = OperatorHarness(op, now=START_MS)
     t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
     times = pa.array([t0, t0 + dt.timedelta(milliseconds=1_500)], pa.timestamp("us", tz="UTC"))
-    op.process_batch(pa.RecordBatch.from_pydict({"k": ["a", "a"], "n": [1, 2], "v": [1, 2], "t": times}))
+    h.batch(pa.RecordBatch.from_pydict({"k": ["a", "a"], "n": [1, 2], "v": [1, 2], "t": times}))
     ms = int(t0.timestamp() * 1000)
-    assert out.side_rows("keys") == [{"key": "('a', 1)", "ts": ms, "domain": None},
-                                     {"key": "('a', 2)", "ts": ms + 1_500, "domain": None}]
+    assert h.side_rows("keys") == [{"key": "('a', 1)", "ts": ms, "domain": None},
+                                   {"key": "('a', 2)", "ts": ms + 1_500, "domain": None}]
 
 
 def test_state_is_isolated_between_keys_in_the_operator() -> None:
@@ -547,9 +492,9 @@ def test_state_is_isolated_between_keys_in_the_operator() -> None:
             out.collect({"k": ctx.current_key, "sum": total.get()})
 
     op = KeyedProcessOperator(["k"], Sum())
-    out = start(op)
-    op.process_batch(batch(k=["a", "b", "a", "c", "b"], v=[1, 10, 2, 100, 20]))
-    assert [r["sum"] for r in out.rows()] == [1, 10, 3, 100, 30]
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(batch(k=["a", "b", "a", "c", "b"], v=[1, 10, 2, 100, 20]))
+    assert [r["sum"] for r in h.rows()] == [1, 10, 3, 100, 30]
 
 
 # --------------------------------------------------------------------------- errors
@@ -557,23 +502,23 @@ def test_state_is_isolated_between_keys_in_the_operator() -> None:
 
 def test_missing_key_or_time_column_names_operator_and_column() -> None:
     op = KeyedProcessOperator(["user"], ThresholdCount(2), name="counter")
-    start(op)
+    h = OperatorHarness(op, now=START_MS)
     with pytest.raises(JobDefinitionError, match="operator 'counter'.*'user'"):
-        op.process_batch(batch(name=["a"]))
+        h.batch(batch(name=["a"]))
     op = KeyedProcessOperator(["user"], ThresholdCount(2), time_column="ts", name="timed")
-    start(op)
+    h = OperatorHarness(op, now=START_MS)
     with pytest.raises(JobDefinitionError, match="operator 'timed'.*'ts'"):
-        op.process_batch(batch(user=["a"]))
+        h.batch(batch(user=["a"]))
 
 
 def test_null_or_bad_event_time_is_an_error() -> None:
     op = KeyedProcessOperator(["user"], ThresholdCount(2), time_column="ts", name="timed")
-    start(op)
+    h = OperatorHarness(op, now=START_MS)
     with pytest.raises(MissingEventTimeError, match="operator 'timed'.*'ts'") as info:
-        op.process_batch(pa.RecordBatch.from_pydict({"user": ["a", "b"], "ts": pa.array([1, None], pa.int64())}))
+        h.batch(pa.RecordBatch.from_pydict({"user": ["a", "b"], "ts": pa.array([1, None], pa.int64())}))
     assert isinstance(info.value, YarnflowError)
     with pytest.raises(JobDefinitionError, match="'ts' has type string"):
-        op.process_batch(batch(user=["a"], ts=["noon"]))
+        h.batch(batch(user=["a"], ts=["noon"]))
 
 
 def test_user_errors_name_the_operator() -> None:
@@ -582,9 +527,9 @@ def test_user_errors_name_the_operator() -> None:
             raise KeyError("nope")
 
     op = KeyedProcessOperator(["k"], Boom(), name="boomer")
-    start(op)
+    h = OperatorHarness(op, now=START_MS)
     with pytest.raises(UserFunctionError, match="operator 'boomer'.*KeyError") as info:
-        op.process_batch(batch(k=["a"]))
+        h.batch(batch(k=["a"]))
     assert isinstance(info.value.__cause__, KeyError)
 
 
@@ -595,9 +540,9 @@ def test_state_kind_clash_inside_the_function_is_reported() -> None:
             ctx.get_state(MapStateDescriptor("s"))
 
     op = KeyedProcessOperator(["k"], Clash(), name="clash")
-    start(op)
+    h = OperatorHarness(op, now=START_MS)
     with pytest.raises(UserFunctionError, match="operator 'clash'.*already registered as a ValueState") as info:
-        op.process_batch(batch(k=["a"]))
+        h.batch(batch(k=["a"]))
     assert isinstance(info.value.__cause__, StateDescriptorError)
 
 
@@ -607,20 +552,20 @@ def test_output_schema_mismatch_names_the_operator() -> None:
             out.collect({"x": row["x"]})
 
     op = KeyedProcessOperator(["k"], Shifty(), name="shifty")
-    start(op)
-    op.process_batch(batch(k=["a"], x=[1]))
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(batch(k=["a"], x=[1]))
     with pytest.raises(SchemaMismatchError, match="operator 'shifty'"):
-        op.process_batch(batch(k=["a"], x=["text"]))
+        h.batch(batch(k=["a"], x=["text"]))
 
     class Widening(KeyedProcessFunction):
         def process_element(self, row: dict[str, Any], ctx: Any, out: Any) -> None:
             out.collect(row)
 
     op = KeyedProcessOperator(["k"], Widening(), name="widening")
-    start(op)
-    op.process_batch(batch(k=["a"]))
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(batch(k=["a"]))
     with pytest.raises(SchemaMismatchError, match="operator 'widening'.*new columns \\['y'\\]"):
-        op.process_batch(batch(k=["a"], y=[1]))
+        h.batch(batch(k=["a"], y=[1]))
 
 
 def test_bad_definitions() -> None:
@@ -646,18 +591,17 @@ def test_operator_state_and_timers_split_on_rescale() -> None:
 
     keys = [f"k{i}" for i in range(200)]
     old = KeyedProcessOperator(["k"], Remember())
-    start(old)
-    old.process_batch(batch(k=keys, v=list(range(200))))
+    h = OperatorHarness(old, now=START_MS)
+    h.batch(batch(k=keys, v=list(range(200))))
     data = old.snapshot_state()
     fired: list[dict[str, Any]] = []
     for index in (0, 1):
         new = KeyedProcessOperator(["k"], Remember())
-        out = RecordingOutput()
-        new.setup(context(parallelism=2, subtask=index), out)
+        h = OperatorHarness(new, now=START_MS, open=False, parallelism=2, subtask_index=index)
         new.restore_state(data)
         new.open()
-        new.process_watermark(MAX_WATERMARK)
-        rows = out.rows()
+        h.watermark(MAX_WATERMARK)
+        rows = h.rows()
         assert rows and all(kg_of(r["k"]) in key_group_range(MAX_PAR, 2, index) for r in rows)
         fired.extend(rows)
     assert sorted(fired, key=lambda r: r["v"]) == [{"k": k, "v": v} for v, k in enumerate(keys)]
@@ -698,15 +642,15 @@ def _agg_input() -> list[pa.RecordBatch]:
 
 def test_aggregate_function_operator_batch_mode() -> None:
     op = KeyedAggregateFunctionOperator(["g", "h"], Average(), name="avg")
-    out = start(op, mode="BATCH", batch_size=4)
+    h = OperatorHarness(op, now=START_MS, runtime_mode="BATCH", batch_size=4)
     inputs = _agg_input()
     for b in inputs:
-        op.process_batch(b)
-    assert out.events == []
-    op.process_watermark(MAX_WATERMARK)
-    op.finish()
-    rows = out.rows()
-    assert all(b.num_rows <= 4 for e in out.events if e[0] == "batch" for b in [e[1]])
+        h.batch(b)
+    assert h.events == []
+    h.watermark(MAX_WATERMARK)
+    h.finish()
+    rows = h.rows()
+    assert all(b.num_rows <= 4 for e in h.events if e[0] == "data" for b in [e[1]])
     expected = _reference([r for b in inputs for r in b.to_pylist()])
     assert len(rows) == len(expected)
     assert {(r["g"], r["h"]): r for r in rows} == expected
@@ -714,23 +658,23 @@ def test_aggregate_function_operator_batch_mode() -> None:
 
 def test_aggregate_function_operator_streaming_mode() -> None:
     op = KeyedAggregateFunctionOperator(["g", "h"], Average(), name="avg")
-    out = start(op)
+    h = OperatorHarness(op, now=START_MS)
     seen: list[dict[str, Any]] = []
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for b in _agg_input():
-        before = len(out.events)
-        op.process_batch(b)
+        before = len(h.events)
+        h.batch(b)
         seen.extend(b.to_pylist())
-        emitted = [r for e in out.events[before:] for r in e[1].to_pylist()]
+        emitted = [r for e in h.events[before:] for r in e[1].to_pylist()]
         touched = {(r["g"], r["h"]) for r in b.to_pylist()}
         assert len(emitted) == len(touched) and {(r["g"], r["h"]) for r in emitted} == touched
         expected = _reference(seen)
         for r in emitted:
             assert r == expected[(r["g"], r["h"])]
             latest[(r["g"], r["h"])] = r
-    before = len(out.events)
-    op.finish()
-    assert len(out.events) == before  # streaming emits nothing more at the end
+    before = len(h.events)
+    h.finish()
+    assert len(h.events) == before  # streaming emits nothing more at the end
     assert latest == _reference(seen)
 
 
@@ -750,15 +694,15 @@ def test_aggregate_function_scalar_result_and_key_column_kept() -> None:
             return {"k": "overwritten?", "count": acc}
 
     op = KeyedAggregateFunctionOperator(["k"], Count())
-    out = start(op, mode="BATCH")
-    op.process_batch(batch(k=["a", "b", "a"]))
-    op.finish()
-    assert Counter(tuple(r.items()) for r in out.rows()) == Counter(
+    h = OperatorHarness(op, now=START_MS, runtime_mode="BATCH")
+    h.batch(batch(k=["a", "b", "a"]))
+    h.finish()
+    assert Counter(tuple(r.items()) for r in h.rows()) == Counter(
         [(("k", "a"), ("value", 2)), (("k", "b"), ("value", 1))])
     op = KeyedAggregateFunctionOperator(["k"], Tagged())
-    out = start(op)
-    op.process_batch(batch(k=["a"]))
-    assert out.rows() == [{"k": "a", "count": 1}]
+    h = OperatorHarness(op, now=START_MS)
+    h.batch(batch(k=["a"]))
+    assert h.rows() == [{"k": "a", "count": 1}]
 
 
 def test_aggregate_function_errors_and_rescaled_accumulators() -> None:
@@ -767,27 +711,26 @@ def test_aggregate_function_errors_and_rescaled_accumulators() -> None:
             raise ValueError("bad row")
 
     op = KeyedAggregateFunctionOperator(["g"], Broken(), name="broken")
-    start(op)
+    h = OperatorHarness(op, now=START_MS)
     with pytest.raises(UserFunctionError, match="operator 'broken'.*bad row"):
-        op.process_batch(batch(g=["x"], v=[1]))
+        h.batch(batch(g=["x"], v=[1]))
     with pytest.raises(JobDefinitionError, match="operator 'broken'.*'g'"):
-        op.process_batch(batch(v=[1]))
+        h.batch(batch(v=[1]))
 
     old = KeyedAggregateFunctionOperator(["g"], Average())
-    start(old, mode="BATCH")
+    h = OperatorHarness(old, now=START_MS, runtime_mode="BATCH")
     groups = [f"g{i}" for i in range(50)]
-    old.process_batch(batch(g=groups, v=list(range(50))))
+    h.batch(batch(g=groups, v=list(range(50))))
     data = old.snapshot_state()
     rows: list[dict[str, Any]] = []
     for index in (0, 1):
         new = KeyedAggregateFunctionOperator(["g"], Average())
-        out = RecordingOutput()
-        new.setup(context(mode="BATCH", parallelism=2, subtask=index), out)
+        h = OperatorHarness(new, now=START_MS, open=False, runtime_mode="BATCH", parallelism=2, subtask_index=index)
         new.restore_state(data)
         new.open()
         mine = [g for g in groups if kg_of(g) in key_group_range(MAX_PAR, 2, index)]
-        new.process_batch(batch(g=mine, v=[100] * len(mine)))
-        new.finish()
-        rows.extend(out.rows())
+        h.batch(batch(g=mine, v=[100] * len(mine)))
+        h.finish()
+        rows.extend(h.rows())
     assert sorted(rows, key=lambda r: int(r["g"][1:])) == [
         {"g": g, "avg": (i + 100) / 2, "n": 2} for i, g in enumerate(groups)]
