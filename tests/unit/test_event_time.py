@@ -10,84 +10,61 @@ import pyarrow as pa
 import pytest
 
 from yarnflow.common.errors import JobDefinitionError
-from yarnflow.worker.operators.base import Operator, RuntimeContext
+from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.timestamps import EventTimeError, TimestampsAndWatermarks, WatermarkStrategy
-from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, MAX_WATERMARK, Watermark, WatermarkStatus
+from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, MAX_WATERMARK, Watermark
 from yarnflow.worker.runtime.gate import InputGate
 from yarnflow.worker.runtime.stream_task import StreamTask, WatermarkValve
+
+from ..harness import OperatorHarness, runtime_context
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[object] = []
-
-    def collect(self, batch: pa.RecordBatch) -> None:
-        self.events.append(("batch", batch.column(0).to_pylist()))
-
-    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
-        self.events.append(("side", tag))
-
-    def emit_watermark(self, wm: Watermark) -> None:
-        self.events.append(("wm", wm.timestamp))
-
-    def emit_status(self, status: WatermarkStatus) -> None:
-        self.events.append(("idle", status.idle))
-
-
-def ctx(clock=lambda: 0) -> RuntimeContext:  # type: ignore[no-untyped-def]
-    return RuntimeContext("j", "t", 0, 1, 128, 0, clock=clock)
-
-
-def assigner(ooo: int = 10, idleness: int | None = None, clock=lambda: 0):  # type: ignore[no-untyped-def]
+def assigner(ooo: int = 10, idleness: int | None = None) -> OperatorHarness:
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(ooo).with_timestamp_column("ts")
     if idleness:
         strategy = strategy.with_idleness(idleness)
-    op = TimestampsAndWatermarks(strategy)
-    out = Recorder()
-    op.setup(ctx(clock), out)
-    op.open()
-    return op, out
+    return OperatorHarness(TimestampsAndWatermarks(strategy))
 
 
 def test_watermark_trails_the_largest_timestamp_and_never_goes_back():
-    op, out = assigner(ooo=10)
-    op.process_batch(pa.record_batch({"ts": [5, 50, 20]}))
-    op.process_batch(pa.record_batch({"ts": [30, 40]}))  # out of order, behind the max: no new watermark
-    op.process_batch(pa.record_batch({"ts": [61]}))
-    assert out.events == [("batch", [5, 50, 20]), ("wm", 39), ("batch", [30, 40]), ("batch", [61]), ("wm", 50)]
+    h = assigner(ooo=10)
+    h.batch(pa.record_batch({"ts": [5, 50, 20]}))
+    h.batch(pa.record_batch({"ts": [30, 40]}))  # out of order, behind the max: no new watermark
+    h.batch(pa.record_batch({"ts": [61]}))
+    assert [[r["ts"] for r in b.to_pylist()] for b in h.batches] == [[5, 50, 20], [30, 40], [61]]
+    assert h.trace() == [{"ts": 5}, {"ts": 50}, {"ts": 20}, ("wm", 39), {"ts": 30}, {"ts": 40}, {"ts": 61},
+                         ("wm", 50)]
 
 
 def test_timestamp_types_and_errors():
-    op, out = assigner(ooo=0)
-    op.process_batch(pa.record_batch({"ts": pa.array([1500], pa.timestamp("us"))}))  # 1.5 ms -> 1 ms
-    assert out.events[-1] == ("wm", 0)
+    h = assigner(ooo=0)
+    h.batch(pa.record_batch({"ts": pa.array([1500], pa.timestamp("us"))}))  # 1.5 ms -> 1 ms
+    assert h.events[-1] == ("wm", 0)
     with pytest.raises(EventTimeError, match=r"null event time in column 'ts'"):
-        op.process_batch(pa.record_batch({"ts": pa.array([1, None], pa.int64())}))
+        h.batch(pa.record_batch({"ts": pa.array([1, None], pa.int64())}))
     with pytest.raises(JobDefinitionError, match="event-time column 'ts' does not exist"):
-        op.process_batch(pa.record_batch({"x": [1]}))
+        h.batch(pa.record_batch({"x": [1]}))
     with pytest.raises(EventTimeError, match="expected integer milliseconds"):
-        op.process_batch(pa.record_batch({"ts": ["soon"]}))
+        h.batch(pa.record_batch({"ts": ["soon"]}))
     with pytest.raises(JobDefinitionError, match="needs a timestamp column"):
         TimestampsAndWatermarks(WatermarkStrategy.for_bounded_out_of_orderness(5))
 
 
 def test_source_goes_idle_after_the_idleness_timeout_and_active_with_new_data():
-    now = [0]
-    op, out = assigner(ooo=0, idleness=1000, clock=lambda: now[0])
-    assert op.processing_time_interval_ms and op.processing_time_interval_ms <= 500
-    op.process_batch(pa.record_batch({"ts": [10]}))
-    now[0] = 999
-    op.on_processing_time(now[0])
-    assert ("idle", True) not in out.events
-    now[0] = 1000
-    op.on_processing_time(now[0])
-    assert out.events[-1] == ("idle", True)
-    op.on_processing_time(2000)
-    assert out.events.count(("idle", True)) == 1  # said once
-    op.process_batch(pa.record_batch({"ts": [20]}))
-    assert ("idle", False) in out.events
+    h = assigner(ooo=0, idleness=1000)
+    interval = h.op.processing_time_interval_ms
+    assert interval and interval <= 500
+    h.batch(pa.record_batch({"ts": [10]}))
+    h.tick(999)
+    assert ("idle", True) not in h.events
+    h.tick(1000)
+    assert h.events[-1] == ("idle", True)
+    h.tick(2000)
+    assert h.events.count(("idle", True)) == 1  # said once
+    h.batch(pa.record_batch({"ts": [20]}))
+    assert ("idle", False) in h.events
 
 
 def test_valve_excludes_idle_and_finished_channels():
@@ -123,7 +100,7 @@ def _run_task(channel_inputs: list[int], feeds: list[list[object]]) -> Capture:
     gate = InputGate(len(channel_inputs), 8)
     head = Capture()
     task = StreamTask([head], gate, channel_inputs, [], lambda: False, "t")
-    task.wire(lambda op: ctx())
+    task.wire(lambda op: runtime_context())
     for ch, elements in enumerate(feeds):
         for el in elements:
             gate.push(ch, el)
