@@ -16,7 +16,7 @@ from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, MAX_WATERMA
 from yarnflow.worker.runtime.gate import InputGate
 from yarnflow.worker.runtime.stream_task import StreamTask, WatermarkValve
 
-from ..harness import OperatorHarness, runtime_context
+from tests.harness import OperatorHarness, runtime_context
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 

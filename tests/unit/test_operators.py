@@ -23,7 +23,7 @@ from yarnflow.worker.operators.sinks import CollectSink, ParquetSink, read_colle
 from yarnflow.worker.operators.sources import CollectionSource, FileSource, SourceReadError
 from yarnflow.worker.operators.transforms import MapBatches, RowFilter, RowFlatMap, RowMap, SchemaMismatchError
 
-from ..harness import OperatorHarness, RecordingOutput, runtime_context
+from tests.harness import OperatorHarness, RecordingOutput, runtime_context
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 

@@ -36,7 +36,7 @@ from yarnflow.worker.operators.transforms import SchemaMismatchError
 from yarnflow.worker.runtime.elements import MAX_WATERMARK
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
 
-from ..harness import OperatorHarness
+from tests.harness import OperatorHarness
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 

@@ -33,7 +33,7 @@ from yarnflow.worker.operators.windows import (
 )
 from yarnflow.worker.runtime.elements import MAX_WATERMARK
 
-from ..harness import OperatorHarness
+from tests.harness import OperatorHarness
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
