@@ -24,7 +24,7 @@ from yarnflow.common.rpc.gateways import (
     ResourceManagerHandler,
 )
 from yarnflow.common.rpc.server import RpcServer
-from yarnflow.worker.artifacts import ArtifactCache
+from yarnflow.common.artifacts import ArtifactCache
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,6 @@ TaskExecutor (and a standby AppMaster) can fetch it."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import os
 import site
@@ -15,11 +14,10 @@ import types
 import zipfile
 
 import cloudpickle
-import fsspec
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.compiler import CompiledJob
-from yarnflow.worker.artifacts import chain_entry, source_entry
+from yarnflow.common.artifacts import chain_entry, source_entry, store_artifact
 from yarnflow.worker.operators.base import SourceOperator
 
 
@@ -77,15 +75,6 @@ def _build(job: CompiledJob, job_file: str | None) -> bytes:
 
 def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str) -> CompiledJob:
     """Store the artifact and return the job with the JobGraph pointing at it."""
-    data = build_artifact(job, job_file)
-    digest = hashlib.sha256(data).hexdigest()
-    uri = f"{storage_dir.rstrip('/')}/artifacts/{digest}.zip"
-    fs, path = fsspec.core.url_to_fs(uri)
-    if not fs.exists(path):
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with fs.open(tmp, "wb") as fh:
-            fh.write(data)
-        fs.mv(tmp, path)
+    uri, digest = store_artifact(build_artifact(job, job_file), storage_dir)
     jg = dataclasses.replace(job.job_graph, artifact_uri=uri, artifact_sha256=digest)
     return dataclasses.replace(job, job_graph=jg)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from yarnflow.common.config import Options, parse_duration_ms
 from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
 from yarnflow.common.states import ExecutionState
-from yarnflow.worker.artifacts import ArtifactCache
+from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.runtime.elements import EndOfPartition

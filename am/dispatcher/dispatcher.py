@@ -24,7 +24,7 @@ from yarnflow.common.messages import (
     SplitResponse,
     TaskExecutionStateUpdate,
 )
-from yarnflow.worker.artifacts import ArtifactCache
+from yarnflow.common.artifacts import ArtifactCache
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from yarnflow.common.messages import (
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 from yarnflow.common.states import ExecutionState, JobStatus
-from yarnflow.worker.artifacts import ArtifactCache
+from yarnflow.common.artifacts import ArtifactCache
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class JobMaster:
         self.end_time_ms = 0
         self.all_running_time_ms = 0
         self.result: JobResult | None = None
-        self.splits = SplitEnumerator(artifacts, job_graph.artifact_uri, job_graph.artifact_sha256) \
+        self.splits = SplitEnumerator.from_artifact(artifacts, job_graph.artifact_uri, job_graph.artifact_sha256) \
             if artifacts is not None else None
         job_config = config.with_overrides(job_graph.config)
         self._config = job_config
@@ -436,7 +436,7 @@ class JobMaster:
         ex = self.graph.execution(attempt_id)
         if ex is None or not self.graph.is_current(ex) or self.splits is None:
             raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
-        return self.splits.request(vertex_id, subtask_index)
+        return self.splits.request(vertex_id, subtask_index, attempt_id)
 
     # -- task state -------------------------------------------------------------------------
     def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
@@ -633,6 +633,8 @@ class JobMaster:
             old = ev.current
             if old.slot is not None and old.slot.resource_id not in self._lost:
                 self._previous_slot[s] = old.slot.allocation_id
+            if self.splits is not None:  # a replaced attempt's splits are read again by the new one
+                self.splits.return_splits(old.attempt_id)
             self.graph.new_attempt(ev)
             self._all_running.discard(s)
             self._restart_pending.discard(s)

@@ -1,6 +1,17 @@
 """Dynamic split assignment (Flink's SplitEnumerator): the JobMaster enumerates a source's
 splits once, from the source operator stored in the job artifact, and hands them out one at
-a time to whichever source subtask asks, so fast subtasks take more work."""
+a time to whichever source subtask asks, so fast subtasks take more work.
+
+Every split handed out is booked under the execution attempt that took it. When that attempt
+is replaced by a new one (it failed, was cancelled by a failover, or it finished but its
+blocking output was lost with its TaskExecutor), the JobMaster calls ``return_splits`` and its
+splits go back to the front of the pending queue (Flink's ``addSplitsBack``), so the restarted
+sources read exactly the splits whose output was thrown away: each split is read by exactly
+one attempt whose output survives.
+
+A replaced attempt is retired: a split request it still sends (from a task not yet stopped)
+is refused, so no split is handed to an attempt whose splits were already returned.
+"""
 
 from __future__ import annotations
 
@@ -8,40 +19,85 @@ import collections
 import logging
 import pickle
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
+from yarnflow.common.errors import NotFoundError
 from yarnflow.common.messages import SourceSplit, SplitResponse
-from yarnflow.worker.artifacts import ArtifactCache
+
+if TYPE_CHECKING:
+    from yarnflow.common.artifacts import ArtifactCache
+
+__all__ = ["SplitEnumerator"]
 
 log = logging.getLogger(__name__)
+
+Split = tuple[str, Any]  # (split id, payload handed to the source subtask)
 
 
 class SplitEnumerator:
     """Thread-safe: enumeration may touch a remote filesystem, so it runs on the caller's
-    (RPC handler) thread, not on the JobMaster's main thread."""
+    (RPC handler) thread, not on the JobMaster's main thread; ``return_splits`` runs on the
+    main thread. One lock guards the queues and the bookings.
 
-    def __init__(self, artifacts: ArtifactCache, artifact_uri: str, artifact_sha256: str) -> None:
-        self._artifacts = artifacts
-        self._uri = artifact_uri
-        self._sha = artifact_sha256
+    ``load_source(vertex_id)`` returns the source operator of a vertex: an object with a
+    ``name`` and ``enumerate_splits() -> list[(split id, payload)]``."""
+
+    def __init__(self, load_source: Callable[[str], Any]) -> None:
+        self._load_source = load_source
         self._lock = threading.Lock()
-        self._pending: dict[str, collections.deque[tuple[str, Any]]] = {}
-        self.assigned: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
+        self._pending: dict[str, collections.deque[Split]] = {}
+        self._taken: dict[str, tuple[str, list[Split]]] = {}  # attempt id -> (vertex id, its splits)
+        self._retired: set[str] = set()
+        self.assigned: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)  # every hand-out
+        self.returned: dict[str, list[str]] = collections.defaultdict(list)  # every split given back
 
-    def _splits(self, vertex_id: str) -> collections.deque[tuple[str, Any]]:
+    @classmethod
+    def from_artifact(cls, artifacts: ArtifactCache, artifact_uri: str, artifact_sha256: str) -> SplitEnumerator:
+        """Sources loaded from the job artifact."""
+        return cls(lambda vertex_id: artifacts.load_source(artifact_uri, artifact_sha256, vertex_id))
+
+    def _splits(self, vertex_id: str) -> collections.deque[Split]:
         pending = self._pending.get(vertex_id)
         if pending is None:
-            source = self._artifacts.load_source(self._uri, self._sha, vertex_id)
+            source = self._load_source(vertex_id)
             splits = source.enumerate_splits()
             log.info("source %s: %d splits", source.name, len(splits))
             pending = self._pending[vertex_id] = collections.deque(splits)
         return pending
 
-    def request(self, vertex_id: str, subtask_index: int) -> SplitResponse:
+    def request(self, vertex_id: str, subtask_index: int, attempt_id: object) -> SplitResponse:
+        """The next split for attempt ``attempt_id`` of subtask ``subtask_index``, or
+        ``no_more_splits``. Raises ``NotFoundError`` for an attempt already replaced (its task
+        is being stopped; it must read nothing more)."""
+        attempt = str(attempt_id)
         with self._lock:
+            if attempt in self._retired:
+                raise NotFoundError(f"execution attempt {attempt} was replaced: no more splits for it")
             pending = self._splits(vertex_id)
             if not pending:
                 return SplitResponse(None, True)
-            split_id, payload = pending.popleft()
-            self.assigned[vertex_id].append((subtask_index, split_id))
-        return SplitResponse(SourceSplit(split_id, pickle.dumps(payload)), False)
+            split = pending.popleft()
+            self._taken.setdefault(attempt, (vertex_id, []))[1].append(split)
+            self.assigned[vertex_id].append((subtask_index, split[0]))
+        return SplitResponse(SourceSplit(split[0], pickle.dumps(split[1])), False)
+
+    def return_splits(self, attempt_id: object) -> int:
+        """Attempt ``attempt_id`` is being replaced by a new attempt: every split it took goes
+        back to the front of its source's queue, in the order it took them, and the attempt
+        gets no further split. Idempotent; an attempt that took no split (or is not a source)
+        returns nothing. Returns how many splits went back."""
+        attempt = str(attempt_id)
+        with self._lock:
+            self._retired.add(attempt)
+            vertex_id, splits = self._taken.pop(attempt, ("", []))
+            if not splits:
+                return 0
+            self._pending[vertex_id].extendleft(reversed(splits))
+            self.returned[vertex_id].extend(split_id for split_id, _ in splits)
+        log.info("%d splits of replaced attempt %s go back to the enumerator", len(splits), attempt)
+        return len(splits)
+
+    def splits_of(self, attempt_id: object) -> list[str]:
+        """The ids of the splits attempt ``attempt_id`` holds now."""
+        with self._lock:
+            return [split_id for split_id, _ in self._taken.get(str(attempt_id), ("", []))[1]]

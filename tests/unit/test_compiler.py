@@ -20,12 +20,13 @@ from yarnflow.common.messages import JobGraph, JobVertex
 from yarnflow.common.states import ExchangeMode, Partitioner
 from yarnflow.compiler import CompiledJob, compile_job
 from yarnflow.packaging import build_artifact, upload_artifact
-from yarnflow.worker.artifacts import chain_entry
-from yarnflow.worker.operators.base import RuntimeContext
+from yarnflow.common.artifacts import chain_entry
 from yarnflow.worker.operators.keyed import KeyedAggregate
 from yarnflow.worker.operators.sinks import CollectSink
 from yarnflow.worker.operators.sources import CollectionSource
 from yarnflow.worker.operators.transforms import RowFilter, RowFlatMap, RowMap
+
+from tests.harness import RecordingOutput, runtime_context
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -214,20 +215,6 @@ def test_key_by_needs_columns() -> None:
 
 # ---- packaging ------------------------------------------------------------------------------
 
-class _Collect:
-    def __init__(self) -> None:
-        self.batches: list[pa.RecordBatch] = []
-
-    def collect(self, batch: pa.RecordBatch) -> None:
-        self.batches.append(batch)
-
-    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
-        raise AssertionError("no side output expected")
-
-    def emit_watermark(self, watermark: Any) -> None:
-        pass
-
-
 def _keyed_job() -> CompiledJob:
     factor = 10  # captured by value in the pickled lambda
     e = env()
@@ -253,13 +240,14 @@ def test_artifact_holds_one_loadable_chain_per_vertex(tmp_path: Path) -> None:
     source, mapper, keep = chains[src_vertex.vertex_id]
     assert isinstance(source, CollectionSource) and source.table.num_rows == 4
     assert mapper is not job.chains[src_vertex.vertex_id][1]  # a real copy, not the same object
-    out = _Collect()
+    out = RecordingOutput()
     for op in (mapper, keep):
-        op.setup(RuntimeContext("job", "task", 0, 1, 16, 0), out)
+        op.setup(runtime_context(job_id="job", task_name="task", max_parallelism=16), out)
     mapper.output = _Chain(keep)
     mapper.process_batch(pa.RecordBatch.from_pylist(ROWS))
     assert pa.Table.from_batches(out.batches).to_pylist() == [
         {"word": "a", "n": 0}, {"word": "b", "n": 10}, {"word": "a", "n": 20}]
+    assert [e[0] for e in out.events] == ["data"]  # and no side output
 
 
 class _Chain:

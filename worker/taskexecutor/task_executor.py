@@ -41,7 +41,7 @@ from yarnflow.common.rpc.gateways import (
     TaskExecutorHandler,
 )
 from yarnflow.common.rpc.server import RpcServer
-from yarnflow.worker.artifacts import ArtifactCache
+from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.network.flight import DataClient, DataServer
 from yarnflow.worker.runtime.partition import ResultPartitionManager
 from yarnflow.worker.task import Task

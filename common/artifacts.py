@@ -1,5 +1,12 @@
-"""The TaskExecutor's cache of job artifacts: fetched once per content hash from the storage
-filesystem, unpacked locally, and the source of each vertex's operator chain."""
+"""The job artifact store: the contract between the client that stores a job artifact and the
+processes that read it (the TaskExecutors for operator chains, the JobMaster for split
+enumeration).
+
+An artifact is a zip, content-addressed by sha256, stored once at
+``<storage dir>/artifacts/<sha256>.zip`` (``store_artifact``). Inside it, ``chain_entry`` holds
+a vertex's pickled operator chain, ``source_entry`` a dynamic-split source alone, and ``src/``
+the user's job file. ``ArtifactCache`` fetches an artifact once per content hash, checks the
+hash, unpacks it locally and loads entries from it."""
 
 from __future__ import annotations
 
@@ -25,7 +32,30 @@ class ArtifactError(YarnflowError, IOError):
     """The job artifact is missing, corrupt or does not hold what the task needs."""
 
 
+def artifact_uri(storage_dir: str, sha256: str) -> str:
+    """Where the artifact with content hash ``sha256`` lives under ``storage_dir``."""
+    return f"{storage_dir.rstrip('/')}/artifacts/{sha256}.zip"
+
+
+def store_artifact(data: bytes, storage_dir: str) -> tuple[str, str]:
+    """Store the zipped artifact ``data`` under ``storage_dir`` unless an artifact with the same
+    content is already there; returns ``(uri, sha256)``. The write goes to a temporary file that
+    is renamed into place, so a reader never sees a partial artifact. Filesystem errors
+    (``OSError``) propagate: the job cannot be submitted without its artifact."""
+    digest = hashlib.sha256(data).hexdigest()
+    uri = artifact_uri(storage_dir, digest)
+    fs, path = fsspec.core.url_to_fs(uri)
+    if not fs.exists(path):
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        fs.mv(tmp, path)
+    return uri, digest
+
+
 def chain_entry(vertex_id: str) -> str:
+    """A vertex's pickled operator chain."""
     return f"chains/{vertex_id}.pkl"
 
 
@@ -35,6 +65,10 @@ def source_entry(vertex_id: str) -> str:
 
 
 class ArtifactCache:
+    """Artifacts unpacked under a local ``directory``, one subdirectory per content hash; safe
+    to share between threads. Every method raises ``ArtifactError`` when the artifact cannot be
+    fetched or lacks the entry asked for: the task (or split request) that needed it fails."""
+
     def __init__(self, directory: str) -> None:
         self._dir = directory
         self._lock = threading.Lock()
