@@ -6,6 +6,8 @@ yarnflow.common -> common/,
 yarnflow.conf -> conf/ (default configuration, shipped as package data).
 """
 
+import os
+
 from setuptools import find_packages, setup
 
 ROOTS = {"yarnflow": "client", "yarnflow.am": "am", "yarnflow.worker": "worker",
@@ -22,11 +24,20 @@ def _packages():
     return packages, package_dir
 
 
+def _version():
+    """common/version.py's constant, read without importing the (not yet installed) package."""
+    namespace = {}
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "common", "version.py"),
+              encoding="utf-8") as fh:
+        exec(fh.read(), namespace)
+    return namespace["__version__"]
+
+
 PACKAGES, PACKAGE_DIR = _packages()
 
 setup(
     name="yarnflow",
-    version="0.1.0",
+    version=_version(),
     description="A Flink-shaped dataflow runtime in Python for Hadoop YARN",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from yarnflow.common.version import __version__
 
 _EXPORTS = {
     "StreamExecutionEnvironment": "yarnflow.datastream",

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from yarnflow import __version__
+from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, parse_dynamic_properties
 from yarnflow.common.errors import (
     ConfigurationError,

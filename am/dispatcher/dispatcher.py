@@ -9,7 +9,7 @@ from typing import Callable
 
 import fsspec
 
-from yarnflow import __version__
+from yarnflow.common.version import __version__
 from yarnflow.am.jobmaster.job_master import JobMaster
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.config import Configuration
