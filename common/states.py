@@ -13,7 +13,8 @@ JobStatus::
     INITIALIZING -> CREATED -> RUNNING -> FINISHED
                        |          |--> FAILING -> FAILED | RESTARTING
                        |          |--> CANCELLING -> CANCELED
-                       +--> CANCELLING / FAILED            RESTARTING -> RUNNING
+                       +--> CANCELLING / FAILED            RESTARTING -> RUNNING | FAILING
+    (a global failure during a restart's backoff fails the job: RESTARTING -> FAILING)
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ _JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _J.CREATED: frozenset({_J.RUNNING, _J.CANCELLING, _J.FAILING, _J.FAILED, _J.CANCELED, _J.SUSPENDED}),
     _J.RUNNING: frozenset({_J.FINISHED, _J.FAILING, _J.CANCELLING, _J.RESTARTING, _J.SUSPENDED}),
     _J.FAILING: frozenset({_J.FAILED, _J.RESTARTING, _J.CANCELLING}),
-    _J.RESTARTING: frozenset({_J.RUNNING, _J.CREATED, _J.CANCELLING, _J.FAILED, _J.SUSPENDED}),
+    _J.RESTARTING: frozenset({_J.RUNNING, _J.CREATED, _J.CANCELLING, _J.FAILING, _J.FAILED, _J.SUSPENDED}),
     _J.CANCELLING: frozenset({_J.CANCELED, _J.FAILED}),
     _J.FINISHED: frozenset(),
     _J.FAILED: frozenset(),

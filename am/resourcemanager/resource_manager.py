@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Protocol
+from typing import Callable
 
 from yarnflow.am.resourcemanager.drivers.base import ResourceDriver
+from yarnflow.am.resourcemanager.gateway import JobMasterListener
 from yarnflow.am.resourcemanager.slotmanager.slot_manager import (
     Action,
     AllocateSlot,
@@ -34,12 +35,6 @@ from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 
 log = logging.getLogger(__name__)
-
-
-class JobMasterListener(Protocol):
-    def on_task_executor_lost(self, resource_id: ResourceID, reason: str) -> None: ...
-
-    def on_allocation_failed(self, allocation_id: AllocationID, reason: str) -> None: ...
 
 
 class ResourceManager:

@@ -6,6 +6,10 @@ same slot, as Flink's SlotPool does), or PENDING (asked for, not yet offered).
 
     PENDING --offer accepted--> IN_USE --release--> IDLE --reuse--> IN_USE
                                              IDLE --idle timeout--> (returned to the RM)
+
+An IDLE slot is reused only by an owner whose resource profile fits in the slot's (the
+profile the TaskExecutor offered it with), so a restarted or later task never lands in a slot
+too small for it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from typing import Hashable, Iterator
 
 from yarnflow.common.ids import AllocationID, ResourceID
+from yarnflow.common.messages import ResourceProfile
 
 
 class PoolSlotState(enum.Enum):
@@ -32,6 +37,10 @@ class PooledSlot:
     rpc_address: str = ""
     data_address: str = ""
     idle_since_ms: int = 0
+    profile: ResourceProfile | None = None  # as offered; None: not known (fits anything)
+
+    def fits(self, need: ResourceProfile | None) -> bool:
+        return need is None or self.profile is None or need.fits_in(self.profile)
 
 
 class SlotPool:
@@ -41,22 +50,35 @@ class SlotPool:
         self._pending: dict[AllocationID, None] = {}  # PENDING slots (an ordered set)
 
     # -- asking -----------------------------------------------------------------------------
-    def acquire(self, owner: Hashable, preferred: AllocationID | None = None) -> tuple[AllocationID, bool]:
-        """A slot for ``owner``: an IDLE one (``preferred`` first) marked IN_USE, returned with
-        True; or a new PENDING allocation the caller must request from the RM, with False."""
-        chosen_id = preferred if preferred in self._idle else next(iter(self._idle), None)
+    def acquire(self, owner: Hashable, preferred: AllocationID | None = None, *,
+                profile: ResourceProfile | None = None) -> tuple[AllocationID, bool]:
+        """A slot for ``owner``: an IDLE one that ``profile`` fits in (``preferred`` first),
+        marked IN_USE and returned with True; or a new PENDING allocation the caller must
+        request from the RM, with False."""
+        chosen_id = self.take_idle(owner, profile, preferred)
         if chosen_id is not None:
-            del self._idle[chosen_id]
-            chosen = self.slots[chosen_id]
-            chosen.state, chosen.owner = PoolSlotState.IN_USE, owner
-            return chosen.allocation_id, True
+            return chosen_id, True
         allocation_id = AllocationID.generate()
         self.slots[allocation_id] = PooledSlot(allocation_id, PoolSlotState.PENDING, owner)
         self._pending[allocation_id] = None
         return allocation_id, False
 
+    def take_idle(self, owner: Hashable, profile: ResourceProfile | None = None,
+                  preferred: AllocationID | None = None) -> AllocationID | None:
+        """An IDLE slot that ``profile`` fits in (``preferred`` first), now IN_USE by
+        ``owner``; None when there is none."""
+        chosen_id = preferred if preferred in self._idle and self.slots[preferred].fits(profile) else None
+        if chosen_id is None:
+            chosen_id = next((a for a in self._idle if self.slots[a].fits(profile)), None)
+        if chosen_id is None:
+            return None
+        del self._idle[chosen_id]
+        chosen = self.slots[chosen_id]
+        chosen.state, chosen.owner = PoolSlotState.IN_USE, owner
+        return chosen_id
+
     def offer(self, allocation_id: AllocationID, resource_id: ResourceID, rpc_address: str,
-              data_address: str) -> bool:
+              data_address: str, profile: ResourceProfile | None = None) -> bool:
         """A TaskExecutor offers a slot; accepted when we asked for this allocation."""
         slot = self.slots.get(allocation_id)
         if slot is None:
@@ -65,6 +87,7 @@ class SlotPool:
             slot.state = PoolSlotState.IN_USE
             self._pending.pop(allocation_id, None)
             slot.resource_id, slot.rpc_address, slot.data_address = resource_id, rpc_address, data_address
+            slot.profile = profile if profile is not None and profile != ResourceProfile() else None
         return slot.resource_id == resource_id
 
     def pending_count(self) -> int:

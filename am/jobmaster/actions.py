@@ -1,0 +1,85 @@
+"""What the JobMaster core asks its shell to do (frozen dataclasses; no behaviour).
+
+The core never does I/O: each event it handles returns a list of these, which the shell
+carries out (RPCs to the ResourceManager and TaskExecutors) in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from yarnflow.am.resourcemanager.slotmanager.slot_manager import SlotRequest
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, ResourceID
+from yarnflow.common.messages import TaskDeploymentDescriptor
+from yarnflow.common.states import JobStatus
+
+
+@dataclass(frozen=True)
+class RequestSlot:
+    """Ask the ResourceManager for a slot."""
+
+    request: SlotRequest
+
+
+@dataclass(frozen=True)
+class CancelSlotRequest:
+    """The ResourceManager should stop looking for this allocation."""
+
+    allocation_id: AllocationID
+
+
+@dataclass(frozen=True)
+class ReturnAllocation:
+    """Tell the ResourceManager the job no longer holds this allocation."""
+
+    allocation_id: AllocationID
+
+
+@dataclass(frozen=True)
+class FreeSlot:
+    """Tell the TaskExecutor holding the slot to free it (after ReturnAllocation)."""
+
+    allocation_id: AllocationID
+    resource_id: ResourceID
+    rpc_address: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeployTask:
+    """Submit a task; the shell reports the outcome with ``deploy_succeeded`` / ``deploy_failed``."""
+
+    attempt_id: ExecutionAttemptID
+    resource_id: ResourceID
+    rpc_address: str
+    tdd: TaskDeploymentDescriptor
+
+
+@dataclass(frozen=True)
+class CancelTask:
+    """Cancel a task; the shell reports a failed call with ``cancel_call_failed``."""
+
+    attempt_id: ExecutionAttemptID
+    resource_id: ResourceID
+    rpc_address: str
+
+
+@dataclass(frozen=True)
+class ReleasePartitions:
+    """Delete blocking partitions on a TaskExecutor (all of the job's when the list is empty)."""
+
+    resource_id: ResourceID
+    rpc_address: str
+    partition_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobReachedTerminalState:
+    """The job ended: the shell builds the result and tells the Dispatcher."""
+
+    status: JobStatus
+
+
+Action = Union[RequestSlot, CancelSlotRequest, ReturnAllocation, FreeSlot, DeployTask, CancelTask,
+               ReleasePartitions, JobReachedTerminalState]

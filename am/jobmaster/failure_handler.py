@@ -1,0 +1,74 @@
+"""Failure handling for one job (Flink's ExecutionFailureHandler): a pure core.
+
+Given a failed subtask, it asks the failover strategy (full / region) which subtasks must
+restart and the restart strategy whether and after what backoff they may; every failure goes
+into a bounded failure history (Flink's exception history), oldest first.
+
+It decides; the JobMaster core carries the decision out (cancel, wait, reset, redeploy).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from yarnflow.am.scheduler.failover import FailoverStrategy, PartitionUnavailable
+from yarnflow.am.scheduler.regions import SubtaskId
+from yarnflow.am.scheduler.restart import RestartStrategy
+from yarnflow.common.clock import Clock
+from yarnflow.common.messages import ErrorInfo, FailureEntry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HISTORY_SIZE = 16
+
+
+@dataclass(frozen=True)
+class FailureDecision:
+    """What to do about a failure: restart ``to_restart`` after ``backoff_ms``, or, when
+    ``can_restart`` is False, fail the job."""
+
+    can_restart: bool
+    to_restart: frozenset[SubtaskId]
+    backoff_ms: int
+    error: ErrorInfo
+
+
+class FailureHandler:
+    def __init__(self, failover: FailoverStrategy, restart: RestartStrategy, clock: Clock,
+                 history_size: int = DEFAULT_HISTORY_SIZE) -> None:
+        self.failover = failover
+        self.restart = restart
+        self._clock = clock
+        self._history: collections.deque[FailureEntry] = collections.deque(maxlen=history_size)
+        self.total_failures = 0
+
+    def task_failed(self, failed: SubtaskId, task_name: str, error: ErrorInfo,
+                    cause: PartitionUnavailable | None,
+                    finished: Callable[[SubtaskId], bool],
+                    result_available: Callable[[SubtaskId], bool]) -> FailureDecision:
+        """A subtask failed: which subtasks restart, and when (or that the job must fail)."""
+        self.restart.notify_failure(self._clock.monotonic_ms())
+        if not self.restart.can_restart():
+            self._record(task_name, error, 0)
+            return FailureDecision(False, frozenset(), 0, error)
+        to_restart = frozenset(self.failover.tasks_to_restart(failed, cause, finished, result_available))
+        self._record(task_name, error, len(to_restart))
+        return FailureDecision(True, to_restart, self.restart.backoff_ms(), error)
+
+    def global_failure(self, error: ErrorInfo) -> None:
+        """A failure of the whole job (no restart): recorded only."""
+        self._record("", error, 0)
+
+    def _record(self, task: str, error: ErrorInfo, restarted: int) -> None:
+        self.total_failures += 1
+        self._history.append(FailureEntry(self._clock.now_ms(), task, error, restarted))
+
+    def history(self) -> list[FailureEntry]:
+        """The last failures (at most the history size), oldest first."""
+        return list(self._history)
+
+    def describe(self) -> str:
+        return self.restart.describe()

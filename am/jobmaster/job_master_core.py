@@ -1,0 +1,688 @@
+"""The JobMaster core: one job's scheduling, slots, failover and task bookkeeping, as a pure
+state machine (Flink's DefaultScheduler with its ExecutionSlotAllocator and failure handling).
+
+Events come in as method calls (task state updates, slot offers, deployment outcomes,
+TaskExecutor heartbeats and losses, timers, cancel); what must happen outside goes out as
+actions (``actions.py``), collected until the shell calls ``drain_actions()``. Time comes from
+an injected clock and timers from an injected timer service, so unit tests drive it without
+sockets, threads or sleeps.
+
+Scheduling is by pipelined region: a region is deployed once every blocking input it reads is
+complete (``RegionProgress``); its subtasks get slots by slot sharing group
+(``SlotAssignment``); a failed subtask is handled by ``FailureHandler`` (failover strategy,
+restart strategy, failure history). Every state change goes through the transition tables of
+``ExecutionState`` / ``JobStatus``; an illegal one raises ``IllegalStateTransition``, which the
+shell turns into a visible job failure.
+
+Timeouts (each measured from its own start):
+- ``slot.request.timeout``: a slot request not met in time fails the subtasks waiting for it
+  (through the restart strategy), unless a slot the job already holds could serve it once
+  freed (the request then waits on the job's own progress, like Flink's bulk checker);
+- ``heartbeat.timeout``: a TaskExecutor holding the job's slots that has not heartbeated to
+  this JobMaster for that long is lost to the job;
+- cancellation: a task that does not confirm its cancellation within ``CANCEL_TIMEOUT_MS`` is
+  counted as canceled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
+from typing import Protocol
+
+from yarnflow.am.jobmaster.actions import (
+    Action,
+    CancelSlotRequest,
+    CancelTask,
+    DeployTask,
+    FreeSlot,
+    JobReachedTerminalState,
+    ReleasePartitions,
+    RequestSlot,
+    ReturnAllocation,
+)
+from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, LogicalSlot
+from yarnflow.am.jobmaster.failure_handler import FailureHandler
+from yarnflow.am.jobmaster.slot_assignment import NewRequest, SlotAssignment
+from yarnflow.am.jobmaster.slotpool.slot_pool import PoolSlotState
+from yarnflow.am.resourcemanager.slotmanager.slot_manager import SlotRequest
+from yarnflow.am.scheduler.failover import PartitionUnavailable, make_failover_strategy
+from yarnflow.am.scheduler.region_progress import RegionProgress
+from yarnflow.am.scheduler.regions import BlockingExchange, PipelinedRegion, SubtaskId, compute_pipelined_regions
+from yarnflow.am.scheduler.restart import make_restart_strategy
+from yarnflow.common.clock import Clock, TimerHandle
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID
+from yarnflow.common.messages import (
+    ErrorInfo,
+    JobGraph,
+    JobStatusInfo,
+    SlotOffer,
+    TaskExecutionStateUpdate,
+    VertexStatus,
+)
+from yarnflow.common.states import ExecutionState, JobStatus
+
+log = logging.getLogger(__name__)
+
+CANCEL_TIMEOUT_MS = 15_000
+_PARTITION_ERRORS = ("PartitionNotFoundError", "PartitionReleasedError", "RpcConnectionError")
+
+
+class TimerService(Protocol):
+    def schedule(self, delay_ms: int, fn: Callable[[], None]) -> TimerHandle: ...
+
+
+class JobMasterCore:
+    def __init__(self, job_graph: JobGraph, config: Configuration, address: str, fencing_token: str,
+                 storage_dir: str, clock: Clock, timers: TimerService) -> None:
+        self.job_id = job_graph.job_id
+        self.job_graph = job_graph
+        self.fencing_token = fencing_token
+        self.graph = ExecutionGraph(job_graph)
+        self.status = JobStatus.INITIALIZING
+        self.failure_cause: ErrorInfo | None = None
+        self._clock = clock
+        self._timers = timers
+        self.start_time_ms = clock.now_ms()
+        self.end_time_ms = 0
+        self.all_running_time_ms = 0
+        self._config = config
+        self._task_config = config.to_strings()
+        self._address = address
+        self._storage = storage_dir
+        self._slot_request_timeout = config[Options.SLOT_REQUEST_TIMEOUT]
+        self._idle_timeout = config[Options.SLOT_IDLE_TIMEOUT]
+        self._heartbeat_interval = config[Options.HEARTBEAT_INTERVAL]
+        self._heartbeat_timeout = config[Options.HEARTBEAT_TIMEOUT]
+        self.regions = compute_pipelined_regions(job_graph)
+        self._region_of = {s: r for r in self.regions for s in r.subtasks}
+        self.progress = RegionProgress(self.regions)
+        self.slots = SlotAssignment(job_graph, self.regions, streaming=job_graph.runtime_mode != "BATCH")
+        self.failures = FailureHandler(make_failover_strategy(config[Options.FAILOVER_STRATEGY], job_graph),
+                                       make_restart_strategy(self._task_config), clock)
+        # called with each execution about to be replaced by a new attempt (its splits go back)
+        self.on_attempt_replaced: Callable[[Execution], None] | None = None
+        self._out: list[Action] = []
+        self._scheduled: set[int] = set()      # regions deployed or waiting for slots
+        self._deployed: set[int] = set()       # scheduled regions whose tasks were handed out
+        self._waiting_groups: dict[int, set[Hashable]] = {}
+        self._restart_pending: set[SubtaskId] = set()
+        self._restart_scheduled = False
+        self._lost: set[ResourceID] = set()
+        self._te_address: dict[ResourceID, str] = {}   # every TaskExecutor the job used
+        self._te_last_seen: dict[ResourceID, int] = {}
+        self._missing_once: set[ExecutionAttemptID] = set()
+        self._all_running: set[SubtaskId] = set()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def drain_actions(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+    def _emit(self, action: Action) -> None:
+        self._out.append(action)
+
+    def _now(self) -> int:
+        return self._clock.monotonic_ms()
+
+    def _ev(self, s: SubtaskId) -> ExecutionVertex:
+        return self.graph.vertices[JobVertexID(s.vertex_id)].subtasks[s.index]
+
+    @staticmethod
+    def _sid(ex: Execution) -> SubtaskId:
+        return SubtaskId(ex.vertex.job_vertex.vertex_id, ex.vertex.subtask_index)
+
+    def _set_status(self, status: JobStatus) -> None:
+        if self.status != status:
+            self.status.check_move_to(status, f"job {self.job_id}")
+            log.info("job %s (%s) %s -> %s", self.job_graph.name, self.job_id, self.status.name, status.name)
+            self.status = status
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_globally_terminal
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._set_status(JobStatus.CREATED)
+        self._set_status(JobStatus.RUNNING)
+        log.info("job %s (%s): %d subtasks in %d pipelined regions, %s failover, restart %s", self.job_graph.name,
+                 self.job_id, len(self.graph.all_vertices()), len(self.regions),
+                 self._config[Options.FAILOVER_STRATEGY], self.failures.describe())
+        self._schedule()
+        self._timers.schedule(self._idle_check_period(), self._check_idle_slots)
+        self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
+
+    def _idle_check_period(self) -> int:
+        return max(1000, min(self._idle_timeout, 10_000))
+
+    # -- scheduling -----------------------------------------------------------------------------
+    def _schedule(self, candidates: Iterable[int] | None = None) -> None:
+        """Deploy the regions (all, or the ``candidates`` ids) whose blocking inputs are complete."""
+        if self.status != JobStatus.RUNNING:
+            return
+        regions = self.regions if candidates is None else [self.regions[r] for r in sorted(candidates)]
+        for region in regions:
+            rid = region.region_id
+            if rid in self._scheduled or rid in self.progress.finished or not self.progress.inputs_ready(region):
+                continue
+            if any(s in self._restart_pending for s in region.subtasks):
+                continue
+            self._scheduled.add(rid)
+            for s in region.subtasks:
+                self._ev(s).current.transition(ExecutionState.SCHEDULED)
+            for request in self.slots.acquire_for_region(region, self._now()):
+                self._request_slot(request)
+            self._deploy_if_ready(region)
+
+    def _request_slot(self, request: NewRequest) -> None:
+        self._emit(RequestSlot(SlotRequest(self.job_id, request.allocation_id, request.profile, self._address,
+                                           self.fencing_token)))
+        allocation_id = request.allocation_id
+        self._timers.schedule(self._slot_request_timeout, lambda: self._slot_request_timed_out(allocation_id))
+
+    def _deploy_if_ready(self, region: PipelinedRegion) -> None:
+        rid = region.region_id
+        if rid in self._deployed:
+            return
+        groups = self.slots.groups_of(rid)
+        waiting = self._waiting_groups.get(rid)
+        if waiting is None:
+            waiting = self._waiting_groups[rid] = {g for g, _ in groups}
+        for g in list(waiting):  # only the groups not seen with a slot yet are looked at
+            if self.slots.slot_of(g) is None:
+                return
+            waiting.discard(g)
+        placed = [(self.slots.slot_of(g), members) for g, members in groups]
+        self._waiting_groups.pop(rid, None)
+        if any(slot is None for slot, _ in placed):  # a slot went away meanwhile: look again later
+            return
+        self._deployed.add(rid)
+        for slot, members in placed:
+            for s in members:
+                ex = self._ev(s).current
+                if ex.state == ExecutionState.SCHEDULED:
+                    ex.slot = slot
+        for _slot, members in placed:
+            for s in members:
+                ex = self._ev(s).current
+                if ex.state == ExecutionState.SCHEDULED:
+                    self._deploy(ex)
+
+    def _deploy(self, ex: Execution) -> None:
+        slot = ex.slot
+        assert slot is not None
+        ex.transition(ExecutionState.DEPLOYING)
+        self._te_address[slot.resource_id] = slot.rpc_address
+        try:
+            tdd = self.graph.deployment_descriptor(ex, self.job_graph.artifact_uri, self.job_graph.artifact_sha256,
+                                                   self.fencing_token, self._task_config, self._storage)
+        except LookupError as exc:
+            self._task_failed(ex, ErrorInfo.from_exception(exc, f"deploying {ex.vertex.name}"))
+            return
+        self._emit(DeployTask(ex.attempt_id, slot.resource_id, slot.rpc_address, tdd))
+
+    def deploy_failed(self, attempt_id: ExecutionAttemptID, error: ErrorInfo) -> None:
+        """The submit call failed or timed out. The task may still have started on the
+        TaskExecutor (a timeout): it is cancelled there, whatever happens to the attempt."""
+        ex = self.graph.execution(attempt_id)
+        if ex is None:
+            return
+        if ex.slot is not None and ex.slot.resource_id not in self._lost:
+            self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
+        if self.graph.is_current(ex) and not ex.state.is_terminal:
+            self._task_failed(ex, error)
+
+    # -- slots ----------------------------------------------------------------------------------
+    def slots_offered(self, resource_id: ResourceID, rpc_address: str, data_address: str,
+                      offers: list[SlotOffer]) -> list[SlotOffer]:
+        """A TaskExecutor offers slots the ResourceManager allocated to this job; returns the
+        ones accepted (the TaskExecutor frees the others)."""
+        if self.status.is_globally_terminal or self.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+            return []
+        if resource_id in self._lost:
+            log.info("job %s: declining slots of %s, lost to this job", self.job_id, resource_id)
+            return []
+        accepted = [o for o in offers
+                    if self.slots.pool.offer(o.allocation_id, resource_id, rpc_address, data_address, o.profile)]
+        if accepted:
+            self._te_address[resource_id] = rpc_address
+            self._te_last_seen.setdefault(resource_id, self._now())
+        regions: set[int] = set()
+        for o in accepted:
+            regions |= self.slots.regions_of(o.allocation_id)
+        self._deploy_ready_regions(regions)
+        return accepted
+
+    def _deploy_ready_regions(self, region_ids: Iterable[int]) -> None:
+        if self.status != JobStatus.RUNNING:
+            return
+        for rid in sorted(region_ids):
+            if rid in self._scheduled:
+                self._deploy_if_ready(self.regions[rid])
+
+    def _release_region_slots(self, region: PipelinedRegion) -> None:
+        remember = [(s, ex.slot.allocation_id) for s in region.subtasks
+                    if (ex := self._ev(s).current).slot is not None and ex.slot.resource_id not in self._lost]
+        for allocation_id in self.slots.release_region(region, self._now(), remember):
+            self._emit(CancelSlotRequest(allocation_id))
+        self._waiting_groups.pop(region.region_id, None)
+        cancelled, moved = self.slots.hand_idle_slots_to_waiting_groups()
+        for allocation_id in cancelled:
+            self._emit(CancelSlotRequest(allocation_id))
+        self._deploy_ready_regions(moved)
+
+    def _slot_request_timed_out(self, allocation_id: AllocationID) -> None:
+        since = self.slots.requested_at(allocation_id)
+        if since is None or self.status != JobStatus.RUNNING:
+            return  # met, cancelled, or the job is no longer running
+        age = self._now() - since
+        if age < self._slot_request_timeout:
+            self._timers.schedule(self._slot_request_timeout - age, lambda: self._slot_request_timed_out(allocation_id))
+            return
+        if self.slots.could_be_served_by_held_slot(allocation_id):
+            log.debug("job %s: slot request %s waits on slots the job holds", self.job_id, allocation_id)
+            self._rearm_slot_request(allocation_id)
+            return
+        regions = self.slots.regions_of(allocation_id)
+        waiting = [self._ev(s).current for rid in sorted(regions) for s in sorted(self.regions[rid].subtasks)
+                   if self._ev(s).current.state == ExecutionState.SCHEDULED]
+        profile = self.slots.profile(self.slots.pool.owner_of(allocation_id))
+        error = ErrorInfo("NoResourceAvailableError",
+                          f"a slot ({profile.cpu_cores:g} cores, {profile.memory_mb} MB) did not come within "
+                          f"slot.request.timeout ({self._slot_request_timeout} ms)")
+        log.warning("job %s: slot request %s timed out after %d ms", self.job_id, allocation_id, age)
+        if waiting:
+            self._task_failed(waiting[0], error)
+        self._rearm_slot_request(allocation_id)
+
+    def _rearm_slot_request(self, allocation_id: AllocationID) -> None:
+        if self.slots.renew_request(allocation_id, self._now()):
+            self._timers.schedule(self._slot_request_timeout, lambda: self._slot_request_timed_out(allocation_id))
+
+    def _check_idle_slots(self) -> None:
+        if self.status.is_globally_terminal:
+            return
+        for slot in self.slots.pool.expired(self._now(), self._idle_timeout):
+            self._return_slot(slot.allocation_id, slot.resource_id, slot.rpc_address, "idle")
+        self._timers.schedule(self._idle_check_period(), self._check_idle_slots)
+
+    def _return_slot(self, allocation_id: AllocationID, resource_id: ResourceID | None, rpc_address: str,
+                     why: str) -> None:
+        self._emit(ReturnAllocation(allocation_id))
+        if resource_id is not None and resource_id not in self._lost:
+            self._emit(FreeSlot(allocation_id, resource_id, rpc_address, f"job {self.job_id}: {why}"))
+
+    def allocation_failed(self, allocation_id: AllocationID, reason: str) -> None:
+        """The ResourceManager cannot ever meet a request (no slot is that large)."""
+        self.fail_globally(ErrorInfo("NoResourceAvailableError", reason))
+
+    def resource_manager_changed(self) -> None:
+        """A new ResourceManager leader knows nothing of this job's requests: repeat them."""
+        pending = self.slots.pending_requests()
+        log.info("job %s: the ResourceManager changed; asking again for %d slots", self.job_id, len(pending))
+        for allocation_id, profile in pending:
+            self._emit(RequestSlot(SlotRequest(self.job_id, allocation_id, profile, self._address,
+                                               self.fencing_token)))
+
+    # -- task states ----------------------------------------------------------------------------
+    def deploy_succeeded(self, attempt_id: ExecutionAttemptID) -> None:
+        log.debug("%s accepted by its TaskExecutor", attempt_id)
+
+    def task_state_changed(self, update: TaskExecutionStateUpdate) -> bool:
+        """A task reports its state (directly or in a heartbeat). Stale updates (an old
+        attempt, an execution already terminal, a step back) are ignored: False."""
+        ex = self.graph.execution(update.execution_attempt_id)
+        if ex is None or not self.graph.is_current(ex) or ex.state.is_terminal:
+            log.debug("stale update %s for %s ignored", update.state.name, update.execution_attempt_id)
+            return False
+        ex.records_in, ex.records_out = update.records_in, update.records_out
+        target = update.state
+        if target == ex.state:
+            return False
+        if target == ExecutionState.FAILED:
+            self._task_failed(ex, update.error or ErrorInfo("UnknownError", "task failed without a cause"))
+            return True
+        if ex.state == ExecutionState.CANCELING:
+            if target in (ExecutionState.CANCELED, ExecutionState.FINISHED):
+                ex.transition(target)
+                self._on_terminal_execution()
+                return True
+            log.debug("%s: %s while CANCELING ignored", ex.vertex.name, target.name)
+            return False
+        if target == ExecutionState.CANCELED:  # canceled without being asked to: a failure
+            self._task_failed(ex, ErrorInfo("TaskCanceledError", "the task was canceled on its TaskExecutor "
+                                                                 "without the JobMaster asking",
+                                            location=str(ex.slot.resource_id) if ex.slot else None))
+            return True
+        if not ex.state.can_move_to(target):
+            log.debug("%s: ignoring %s -> %s", ex.vertex.name, ex.state.name, target.name)
+            return False
+        ex.transition(target)
+        if not self.all_running_time_ms and target in (ExecutionState.RUNNING, ExecutionState.FINISHED):
+            self._all_running.add(self._sid(ex))
+            if len(self._all_running) == len(self._region_of):
+                self.all_running_time_ms = self._clock.now_ms()
+        if target == ExecutionState.FINISHED:
+            self._on_finished(ex)
+        return True
+
+    def _on_finished(self, ex: Execution) -> None:
+        region = self._region_of[self._sid(ex)]
+        if not self.progress.subtask_finished(region):
+            return
+        self._scheduled.discard(region.region_id)
+        self._deployed.discard(region.region_id)
+        self._release_region_slots(region)
+        ready, released = self.progress.mark_finished(region)
+        for exchange in released:
+            self._release_exchange(exchange)
+        if self.progress.all_finished():
+            self._finish_job(JobStatus.FINISHED)
+            return
+        self._schedule(ready)
+
+    def _release_exchange(self, exchange: BlockingExchange) -> None:
+        """Every consumer region has finished reading this exchange: release its partitions."""
+        by_te: dict[ResourceID, list[str]] = defaultdict(list)
+        for s in exchange.producers:
+            ex = self._ev(s).current
+            if ex.slot is not None and ex.slot.resource_id not in self._lost:
+                by_te[ex.slot.resource_id].append(str(ex.partition_id(exchange.edge_index)))
+        for rid, pids in by_te.items():
+            if rid in self._te_address:
+                self._emit(ReleasePartitions(rid, self._te_address[rid], tuple(pids)))
+
+    def _result_available(self, s: SubtaskId) -> bool:
+        ex = self._ev(s).current
+        return ex.state == ExecutionState.FINISHED and ex.slot is not None and ex.slot.resource_id not in self._lost \
+            and self._region_of[s].region_id not in self.progress.released
+
+    # -- TaskExecutors --------------------------------------------------------------------------
+    def task_executor_heartbeat(self, resource_id: ResourceID, executions: list[TaskExecutionStateUpdate],
+                                allocation_ids: list[AllocationID]) -> list[AllocationID]:
+        """A TaskExecutor reports the job's tasks it runs (terminal ones it could not deliver
+        included) and the slots it holds for the job. Missed updates are applied; a task the
+        JobMaster believes runs there but that is missing from two reports in a row failed;
+        an attempt that is no longer current is cancelled. Returns the slots the job holds on
+        that TaskExecutor: the TaskExecutor frees the others."""
+        if resource_id in self._lost:
+            return []
+        self._te_last_seen[resource_id] = self._now()
+        reported: set[ExecutionAttemptID] = set()
+        for update in executions:
+            reported.add(update.execution_attempt_id)
+            ex = self.graph.execution(update.execution_attempt_id)
+            if ex is not None and self.graph.is_current(ex) and not ex.state.is_terminal:
+                self.task_state_changed(update)
+            elif not update.state.is_terminal and resource_id in self._te_address:
+                log.info("job %s: %s still runs %s, an attempt this job gave up: cancelling it", self.job_id,
+                         resource_id,
+                         update.execution_attempt_id)
+                self._emit(CancelTask(update.execution_attempt_id, resource_id, self._te_address[resource_id]))
+        for ex in self.graph.current_executions():
+            if ex.slot is None or ex.slot.resource_id != resource_id or ex.attempt_id in reported:
+                self._missing_once.discard(ex.attempt_id)
+                continue
+            if ex.state not in (ExecutionState.INITIALIZING, ExecutionState.RUNNING):
+                continue  # a deployment may still be on its way
+            if ex.attempt_id not in self._missing_once:
+                self._missing_once.add(ex.attempt_id)
+                continue
+            self._missing_once.discard(ex.attempt_id)
+            self._task_failed(ex, ErrorInfo("TaskLostError", f"{resource_id} no longer runs this task",
+                                            location=f"TaskExecutor {resource_id}"))
+        held = self.slots.slots_on(resource_id)
+        stray = set(allocation_ids) - set(held)
+        if stray:
+            log.info("job %s: %s holds %d slots this job does not: it frees them", self.job_id, resource_id,
+                     len(stray))
+        return held
+
+    def _check_heartbeats(self) -> None:
+        if self.status.is_globally_terminal:
+            return
+        now = self._now()
+        holding = {s.resource_id for s in self.slots.pool.slots.values() if s.resource_id is not None}
+        holding |= {ex.slot.resource_id for ex in self.graph.current_executions()
+                    if ex.slot is not None and not ex.state.is_terminal}
+        for rid in sorted(holding - self._lost):
+            last = self._te_last_seen.setdefault(rid, now)
+            if now - last > self._heartbeat_timeout:
+                self.task_executor_lost(rid, f"no heartbeat for {now - last} ms (heartbeat.timeout "
+                                             f"{self._heartbeat_timeout} ms)")
+        self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
+
+    def task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:
+        if resource_id in self._lost:
+            return
+        self._lost.add(resource_id)
+        self.slots.task_executor_lost(resource_id)
+        error = ErrorInfo("TaskExecutorLostError", f"TaskExecutor {resource_id} was lost: {reason}",
+                          location=f"TaskExecutor {resource_id}")
+        affected = [ex for ex in self.graph.current_executions()
+                    if ex.slot is not None and ex.slot.resource_id == resource_id and not ex.state.is_terminal]
+        log.info("job %s: TaskExecutor %s lost (%s): %d running tasks affected", self.job_id, resource_id, reason,
+                 len(affected))
+        for ex in affected:
+            if not ex.state.is_terminal:  # an earlier failure's restart may have settled it
+                self._task_failed(ex, error)
+        self._reacquire_missing_groups()
+
+    def _reacquire_missing_groups(self) -> None:
+        """Scheduled regions not yet deployed whose slot vanished ask again."""
+        if self.status != JobStatus.RUNNING:
+            return
+        for rid in sorted(self._scheduled - self._deployed):
+            region = self.regions[rid]
+            if any(s in self._restart_pending for s in region.subtasks):
+                continue
+            self._waiting_groups.pop(rid, None)
+            for request in self.slots.reacquire_missing(region, self._now()):
+                self._request_slot(request)
+            self._deploy_if_ready(region)
+
+    # -- failover -------------------------------------------------------------------------------
+    def _cause_of(self, error: ErrorInfo) -> PartitionUnavailable | None:
+        """A consumer that could not read a blocking partition names it (a typed
+        ResultPartitionID in the error): that producer's result is then unavailable."""
+        partition = getattr(error, "unavailable_partition", None)
+        if not partition or error.error_class not in _PARTITION_ERRORS:
+            return None
+        parts = str(partition).split(".")  # <job id>.<producer attempt id>.<edge index>
+        producer = self.graph.execution(parts[1]) if len(parts) == 3 else None
+        if producer is None:
+            return None
+        return PartitionUnavailable(self._sid(producer), error.message)
+
+    def _task_failed(self, ex: Execution, error: ErrorInfo) -> None:
+        if ex.state.is_terminal:
+            return
+        was_canceling = ex.state == ExecutionState.CANCELING
+        ex.failure = error
+        ex.transition(ExecutionState.FAILED)
+        sid = self._sid(ex)
+        if was_canceling or sid in self._restart_pending or self.status != JobStatus.RUNNING:
+            self._on_terminal_execution()  # a consequence of a failover or cancel under way
+            return
+        log.info("job %s: %s failed: %s", self.job_id, ex.vertex.name, error.describe())
+        cause = self._cause_of(error)
+        decision = self.failures.task_failed(
+            sid, ex.vertex.name, error, cause, lambda s: self._ev(s).current.state == ExecutionState.FINISHED,
+            lambda s: self._result_available(s) and not (cause is not None and cause.producer == s))
+        if not decision.can_restart:
+            self._fail(error)
+            return
+        log.info("job %s: restarting %d subtasks (%s)", self.job_id, len(decision.to_restart),
+                 self.failures.describe())
+        if len(decision.to_restart) == len(self._region_of):
+            self._set_status(JobStatus.RESTARTING)
+        self._restart_pending |= decision.to_restart
+        for s in decision.to_restart:
+            self._cancel_execution(self._ev(s).current)
+        self._maybe_restart()
+
+    def _on_terminal_execution(self) -> None:
+        if self._restart_pending:
+            self._maybe_restart()
+        self._check_job()
+
+    def _maybe_restart(self) -> None:
+        """Once every subtask to restart has stopped, restart them after the backoff (they
+        stay in ``_restart_pending``, out of scheduling, until then)."""
+        if not self._restart_pending or self._restart_scheduled:
+            return
+        if not all(self._ev(s).current.state.is_terminal for s in self._restart_pending):
+            return
+        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            return
+        self._restart_scheduled = True
+        pending = set(self._restart_pending)
+        self._timers.schedule(self.failures.restart.backoff_ms(), lambda: self._restart(pending))
+
+    def _restart(self, subtasks: set[SubtaskId]) -> None:
+        self._restart_scheduled = False
+        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            return
+        regions = {self._region_of[s].region_id: self._region_of[s] for s in subtasks}
+        for region in regions.values():
+            self._scheduled.discard(region.region_id)
+            self._deployed.discard(region.region_id)
+            self._release_region_slots(region)
+        self.progress.mark_unfinished(regions.values())
+        for s in subtasks:
+            ev = self._ev(s)
+            if self.on_attempt_replaced is not None:
+                self.on_attempt_replaced(ev.current)
+            self.graph.new_attempt(ev)
+            self._all_running.discard(s)
+            self._restart_pending.discard(s)
+        if self.status == JobStatus.RESTARTING:
+            self._set_status(JobStatus.RUNNING)
+        log.info("job %s: restarted %d subtasks", self.job_id, len(subtasks))
+        self._schedule(regions)
+        self._maybe_restart()  # failures that came during the backoff
+
+    def _cancel_execution(self, ex: Execution) -> None:
+        if ex.state.is_terminal:
+            return
+        if ex.state in (ExecutionState.CREATED, ExecutionState.SCHEDULED):
+            ex.transition(ExecutionState.CANCELED)
+            return
+        ex.transition(ExecutionState.CANCELING)
+        if ex.slot is None or ex.slot.resource_id in self._lost:
+            ex.transition(ExecutionState.CANCELED)  # nothing left to cancel there
+            return
+        self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
+        self._timers.schedule(CANCEL_TIMEOUT_MS, lambda: self._force_canceled(ex, "did not confirm its "
+                                                                                  "cancellation in time"))
+
+    def cancel_call_failed(self, attempt_id: ExecutionAttemptID, error: ErrorInfo) -> None:
+        """The cancel call could not reach the TaskExecutor: count the task as canceled (if it
+        still runs there, the TaskExecutor's next heartbeat shows it and it is cancelled again,
+        or the TaskExecutor is lost to the job)."""
+        ex = self.graph.execution(attempt_id)
+        if ex is not None:
+            self._force_canceled(ex, f"could not be reached to cancel ({error.describe()})")
+
+    def _force_canceled(self, ex: Execution, why: str) -> None:
+        if ex.state == ExecutionState.CANCELING and self.graph.is_current(ex):
+            log.warning("%s %s: counting it as canceled", ex.vertex.name, why)
+            ex.transition(ExecutionState.CANCELED)
+            self._on_terminal_execution()
+
+    # -- job outcome ----------------------------------------------------------------------------
+    def cancel(self) -> None:
+        if self.status.is_globally_terminal or self.status in (JobStatus.CANCELLING, JobStatus.FAILING):
+            return
+        self._set_status(JobStatus.CANCELLING)
+        self._restart_pending.clear()
+        for ex in self.graph.current_executions():
+            self._cancel_execution(ex)
+        self._check_job()
+
+    def fail_globally(self, error: ErrorInfo) -> None:
+        """A failure of the job as a whole (not of one task): the job fails, no restart."""
+        if self.status.is_globally_terminal:
+            return
+        self.failures.global_failure(error)
+        if self.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+            self.failure_cause = self.failure_cause or error
+            return
+        self._fail(error)
+
+    def _fail(self, cause: ErrorInfo) -> None:
+        if self.status not in (JobStatus.RUNNING, JobStatus.CREATED, JobStatus.RESTARTING):
+            return
+        self.failure_cause = cause
+        self._set_status(JobStatus.FAILING)
+        self._restart_pending.clear()
+        for ex in self.graph.current_executions():
+            self._cancel_execution(ex)
+        self._check_job()
+
+    def _check_job(self) -> None:
+        if self.status == JobStatus.FAILING and self.graph.all_terminal():
+            self._finish_job(JobStatus.FAILED)
+        elif self.status == JobStatus.CANCELLING and self.graph.all_terminal():
+            self._finish_job(JobStatus.CANCELED)
+
+    def _finish_job(self, status: JobStatus) -> None:
+        self._set_status(status)
+        self._end()
+
+    def force_failed(self, error: ErrorInfo) -> None:
+        """Last resort when the core's own state is broken: the job ends FAILED with ``error``,
+        its slots are given back and every task it may still have is cancelled."""
+        if self.status.is_globally_terminal:
+            return
+        log.error("job %s: failing it outright: %s", self.job_id, error.describe())
+        self.failure_cause = error
+        for ex in self.graph.current_executions():
+            if not ex.state.is_terminal and ex.slot is not None and ex.slot.resource_id not in self._lost:
+                self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
+        self.status = JobStatus.FAILED
+        self._end()
+
+    def _end(self) -> None:
+        self.end_time_ms = self._clock.now_ms()
+        pool = self.slots.pool
+        for slot in pool.all():
+            if slot.state == PoolSlotState.PENDING:
+                self._emit(CancelSlotRequest(slot.allocation_id))
+                self._emit(ReturnAllocation(slot.allocation_id))
+            else:
+                self._return_slot(slot.allocation_id, slot.resource_id, slot.rpc_address, f"ended {self.status.name}")
+            pool.remove(slot.allocation_id)
+        for rid, address in self._te_address.items():
+            if rid not in self._lost:
+                self._emit(ReleasePartitions(rid, address, ()))
+        log.info("job %s (%s) ended %s after %.1f s%s", self.job_graph.name, self.job_id, self.status.name,
+                 (self.end_time_ms - self.start_time_ms) / 1000,
+                 f": {self.failure_cause.describe()}" if self.failure_cause else "")
+        self._emit(JobReachedTerminalState(self.status))
+
+    # -- queries --------------------------------------------------------------------------------
+    def status_info(self) -> JobStatusInfo:
+        statuses = []
+        for vid, ejv in self.graph.vertices.items():
+            counts: dict[ExecutionState, int] = {}
+            for ev in ejv.subtasks:
+                counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
+            statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts,
+                                         [ev.current.attempt_number for ev in ejv.subtasks],
+                                         [str(ev.current.slot.resource_id) if ev.current.slot else ""
+                                          for ev in ejv.subtasks]))
+        return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
+                             statuses, self.failure_cause, self.all_running_time_ms, self.failures.history(),
+                             self.failures.describe())
+
+    def is_current_attempt(self, attempt_id: str) -> bool:
+        ex = self.graph.execution(attempt_id)
+        return ex is not None and self.graph.is_current(ex)
+
+    def slot_of(self, attempt_id: str) -> LogicalSlot | None:
+        ex = self.graph.execution(attempt_id)
+        return ex.slot if ex is not None else None
