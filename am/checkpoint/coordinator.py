@@ -1,0 +1,344 @@
+"""CheckpointCoordinator: one job's checkpoints, as a pure core (Flink's CheckpointCoordinator).
+
+Events in: the periodic trigger timer, acknowledgements and declines from tasks, the outcome
+of writing a checkpoint's metadata, task failures. Actions out (collected until
+``drain_actions()``): trigger a checkpoint at the source tasks, write the metadata of a
+checkpoint every task acknowledged, notify the tasks that a checkpoint completed (sinks then
+commit), discard a checkpoint's files, fail the job after too many failed checkpoints.
+
+A checkpoint's life::
+
+    (trigger) PENDING --all tasks acknowledged--> FINALIZING --metadata written--> COMPLETED
+                 |                                    |
+                 +-- decline / timeout / task failure / subsumed / metadata failed --> ABORTED
+
+Rules, each from Flink:
+- at most ``max_concurrent`` checkpoints pending at once; a new one starts no sooner than
+  ``min_pause_ms`` after the last one completed (or was aborted);
+- a checkpoint that completes subsumes every older pending one (aborted: SUBSUMED) and older
+  completed ones beyond ``num_retained`` are discarded;
+- ``tolerable_failures`` consecutive failed checkpoints are tolerated; one more fails the
+  job. A task failure aborts the pending checkpoints without counting against that limit;
+- a trigger is skipped (not a failure) while some task to acknowledge is not running.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol, Union
+
+from yarnflow.common.clock import Clock, TimerHandle
+from yarnflow.common.ids import ExecutionAttemptID
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointFailureReason(enum.Enum):
+    """Why a checkpoint did not complete (Flink's CheckpointFailureReason)."""
+
+    DECLINED = "a task declined the checkpoint"
+    EXPIRED = "the checkpoint expired before every task acknowledged it"
+    TASK_FAILURE = "a task failed while the checkpoint was pending"
+    SUBSUMED = "a later checkpoint completed first"
+    FINALIZE_FAILED = "writing the checkpoint's metadata failed"
+    JOB_ENDED = "the job ended"
+
+    @property
+    def counts_against_tolerance(self) -> bool:
+        return self in (CheckpointFailureReason.DECLINED, CheckpointFailureReason.EXPIRED,
+                        CheckpointFailureReason.FINALIZE_FAILED)
+
+
+class CheckpointStatus(enum.Enum):
+    PENDING = "PENDING"
+    FINALIZING = "FINALIZING"
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    interval_ms: int
+    timeout_ms: int = 600_000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    num_retained: int = 1
+    exactly_once: bool = True
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Which tasks a checkpoint involves: ``trigger`` get the trigger (the running sources),
+    ``acknowledge`` must all acknowledge (every running task; finished ones are left out)."""
+
+    trigger: tuple[ExecutionAttemptID, ...]
+    acknowledge: frozenset[ExecutionAttemptID]
+
+
+@dataclass
+class CheckpointStats:
+    checkpoint_id: int
+    trigger_time_ms: int
+    status: CheckpointStatus = CheckpointStatus.PENDING
+    end_time_ms: int = 0
+    state_size: int = 0
+    alignment_ms: int = 0
+    failure: CheckpointFailureReason | None = None
+    failure_detail: str = ""
+    acknowledged: dict[ExecutionAttemptID, object] = field(default_factory=dict)
+
+    @property
+    def duration_ms(self) -> int:
+        return self.end_time_ms - self.trigger_time_ms if self.end_time_ms else 0
+
+
+# ---- actions ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    checkpoint_id: int
+    timestamp_ms: int
+    tasks: tuple[ExecutionAttemptID, ...]
+    exactly_once: bool
+
+
+@dataclass(frozen=True)
+class FinalizeCheckpoint:
+    """Write ``_metadata`` (atomically, last) from the tasks' state handles, then report with
+    ``metadata_written`` or ``metadata_failed``."""
+
+    checkpoint_id: int
+    state_handles: dict[ExecutionAttemptID, object]
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointComplete:
+    checkpoint_id: int
+    tasks: tuple[ExecutionAttemptID, ...]
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointAborted:
+    checkpoint_id: int
+    tasks: tuple[ExecutionAttemptID, ...]
+
+
+@dataclass(frozen=True)
+class DiscardCheckpoint:
+    """Delete the files of a checkpoint no longer retained (or aborted)."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class FailJobOnCheckpoints:
+    reason: str
+
+
+CheckpointAction = Union[TriggerCheckpoint, FinalizeCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted,
+                         DiscardCheckpoint, FailJobOnCheckpoints]
+
+
+class TimerService(Protocol):
+    def schedule(self, delay_ms: int, fn: Callable[[], None]) -> TimerHandle: ...
+
+
+class CheckpointIDCounter(Protocol):
+    """Ids never repeat, also across JobMaster leaders (ZooKeeper keeps it in HA mode)."""
+
+    def get_and_increment(self) -> int: ...
+
+
+class StandaloneCheckpointIDCounter:
+    def __init__(self, start: int = 1) -> None:
+        self._next = start
+
+    def get_and_increment(self) -> int:
+        value = self._next
+        self._next += 1
+        return value
+
+
+class CheckpointCoordinator:
+    def __init__(self, settings: CheckpointSettings, clock: Clock, timers: TimerService,
+                 plan: Callable[[], CheckpointPlan | None],
+                 ids: CheckpointIDCounter | None = None) -> None:
+        if settings.interval_ms <= 0:
+            raise ValueError("checkpoint interval must be positive")
+        self.settings = settings
+        self._clock = clock
+        self._timers = timers
+        self._plan = plan
+        self._ids = ids or StandaloneCheckpointIDCounter()
+        self.pending: dict[int, CheckpointStats] = {}
+        self.completed: list[CheckpointStats] = []     # retained, oldest first
+        self.history: list[CheckpointStats] = []       # every checkpoint, for ``info``
+        self.consecutive_failures = 0
+        self._last_end_ms: int | None = None
+        self._out: list[CheckpointAction] = []
+        self._running = False
+        self._timer: TimerHandle | None = None
+        self._timeouts: dict[int, TimerHandle] = {}
+        self._awaiting: dict[int, set[ExecutionAttemptID]] = {}   # tasks yet to acknowledge
+        self._tasks: dict[int, tuple[ExecutionAttemptID, ...]] = {}  # every task of the checkpoint
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    def drain_actions(self) -> list[CheckpointAction]:
+        out, self._out = self._out, []
+        return out
+
+    @property
+    def latest_completed(self) -> CheckpointStats | None:
+        return self.completed[-1] if self.completed else None
+
+    # -- periodic trigger --------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self._running:
+            self._running = True
+            self._schedule_trigger(self.settings.interval_ms)
+
+    def stop(self) -> None:
+        """The job ended or is restarting: abort what is pending and trigger no more."""
+        self._running = False
+        if self._timer is not None:
+            self._timer.cancel()
+        self.abort_pending(CheckpointFailureReason.JOB_ENDED)
+
+    def _schedule_trigger(self, delay_ms: int) -> None:
+        self._timer = self._timers.schedule(max(0, delay_ms), self._on_trigger_timer)
+
+    def _on_trigger_timer(self) -> None:
+        if not self._running:
+            return
+        self.trigger()
+        self._schedule_trigger(self.settings.interval_ms)
+
+    def trigger(self) -> int | None:
+        """Start a checkpoint now if the rules allow; returns its id, or None when skipped."""
+        now = self._clock.now_ms()
+        if len(self.pending) >= self.settings.max_concurrent:
+            log.debug("checkpoint skipped: %d pending (max %d)", len(self.pending), self.settings.max_concurrent)
+            return None
+        if self._last_end_ms is not None and now - self._last_end_ms < self.settings.min_pause_ms:
+            log.debug("checkpoint skipped: min pause")
+            return None
+        plan = self._plan()
+        if plan is None or not plan.trigger:
+            log.debug("checkpoint skipped: not every task is running")
+            return None
+        checkpoint_id = self._ids.get_and_increment()
+        stats = CheckpointStats(checkpoint_id, now)
+        self.pending[checkpoint_id] = stats
+        self.history.append(stats)
+        self._awaiting[checkpoint_id] = set(plan.acknowledge)
+        self._tasks[checkpoint_id] = tuple(sorted(plan.acknowledge))
+        self._timeouts[checkpoint_id] = self._timers.schedule(self.settings.timeout_ms,
+                                                              lambda: self._expire(checkpoint_id))
+        log.info("triggering checkpoint %d (%d tasks to acknowledge)", checkpoint_id, len(plan.acknowledge))
+        self._out.append(TriggerCheckpoint(checkpoint_id, now, plan.trigger, self.settings.exactly_once))
+        return checkpoint_id
+
+    # -- acknowledgements --------------------------------------------------------------------------
+    def acknowledge(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, state_handle: object,
+                    state_size: int = 0, alignment_ms: int = 0) -> bool:
+        """A task's snapshot for the checkpoint is written. False for a stale or duplicate one
+        (the caller discards the handle's files when the checkpoint is unknown)."""
+        stats = self.pending.get(checkpoint_id)
+        awaiting = self._awaiting.get(checkpoint_id)
+        if stats is None or awaiting is None or stats.status != CheckpointStatus.PENDING:
+            log.debug("late acknowledgement of checkpoint %d by %s ignored", checkpoint_id, attempt_id)
+            return False
+        if attempt_id not in awaiting:
+            log.debug("duplicate or unexpected acknowledgement of checkpoint %d by %s", checkpoint_id, attempt_id)
+            return False
+        awaiting.discard(attempt_id)
+        stats.acknowledged[attempt_id] = state_handle
+        stats.state_size += state_size
+        stats.alignment_ms = max(stats.alignment_ms, alignment_ms)
+        if not awaiting:
+            stats.status = CheckpointStatus.FINALIZING
+            self._out.append(FinalizeCheckpoint(checkpoint_id, dict(stats.acknowledged)))
+        return True
+
+    def decline(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, reason: str) -> None:
+        if checkpoint_id in self.pending:
+            self._abort(checkpoint_id, CheckpointFailureReason.DECLINED, f"{attempt_id}: {reason}")
+
+    def _expire(self, checkpoint_id: int) -> None:
+        stats = self.pending.get(checkpoint_id)
+        if stats is not None and stats.status == CheckpointStatus.PENDING:
+            missing = len(self._awaiting.get(checkpoint_id, ()))
+            self._abort(checkpoint_id, CheckpointFailureReason.EXPIRED,
+                        f"{missing} tasks had not acknowledged after {self.settings.timeout_ms} ms")
+
+    # -- completion --------------------------------------------------------------------------------
+    def metadata_written(self, checkpoint_id: int) -> None:
+        """``_metadata`` exists: the checkpoint is complete (its pointer may be stored first by
+        the caller in HA mode)."""
+        stats = self.pending.pop(checkpoint_id, None)
+        if stats is None or stats.status != CheckpointStatus.FINALIZING:
+            if stats is None:  # aborted meanwhile (e.g. subsumed): its files must go
+                self._out.append(DiscardCheckpoint(checkpoint_id))
+            return
+        self._cancel_timeout(checkpoint_id)
+        stats.status = CheckpointStatus.COMPLETED
+        stats.end_time_ms = self._clock.now_ms()
+        self._last_end_ms = stats.end_time_ms
+        self.consecutive_failures = 0
+        tasks = self._tasks.pop(checkpoint_id, ())
+        self._awaiting.pop(checkpoint_id, None)
+        log.info("checkpoint %d complete: %d bytes in %d ms", checkpoint_id, stats.state_size, stats.duration_ms)
+        for older in sorted(i for i in self.pending if i < checkpoint_id):
+            self._abort(older, CheckpointFailureReason.SUBSUMED, f"checkpoint {checkpoint_id} completed")
+        self.completed.append(stats)
+        while len(self.completed) > self.settings.num_retained:
+            gone = self.completed.pop(0)
+            self._out.append(DiscardCheckpoint(gone.checkpoint_id))
+        self._out.append(NotifyCheckpointComplete(checkpoint_id, tasks))
+
+    def metadata_failed(self, checkpoint_id: int, detail: str) -> None:
+        if checkpoint_id in self.pending:
+            self._abort(checkpoint_id, CheckpointFailureReason.FINALIZE_FAILED, detail)
+
+    # -- failures ----------------------------------------------------------------------------------
+    def abort_pending(self, reason: CheckpointFailureReason, detail: str = "") -> None:
+        for checkpoint_id in sorted(self.pending):
+            self._abort(checkpoint_id, reason, detail)
+
+    def task_failed(self) -> None:
+        """A task failed: nothing pending can complete (Flink aborts them without counting)."""
+        self.abort_pending(CheckpointFailureReason.TASK_FAILURE)
+
+    def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        stats = self.pending.pop(checkpoint_id, None)
+        if stats is None:
+            return
+        self._cancel_timeout(checkpoint_id)
+        stats.status = CheckpointStatus.ABORTED
+        stats.failure, stats.failure_detail = reason, detail
+        stats.end_time_ms = self._clock.now_ms()
+        self._last_end_ms = stats.end_time_ms
+        tasks = self._tasks.pop(checkpoint_id, ())
+        self._awaiting.pop(checkpoint_id, None)
+        log.info("checkpoint %d aborted: %s%s", checkpoint_id, reason.value, f" ({detail})" if detail else "")
+        self._out.append(NotifyCheckpointAborted(checkpoint_id, tasks))
+        self._out.append(DiscardCheckpoint(checkpoint_id))
+        if reason.counts_against_tolerance:
+            self.consecutive_failures += 1
+            if self.consecutive_failures > self.settings.tolerable_failures:
+                self._out.append(FailJobOnCheckpoints(
+                    f"{self.consecutive_failures} checkpoints failed in a row, more than "
+                    f"execution.checkpointing.tolerable-failed-checkpoints ({self.settings.tolerable_failures}); "
+                    f"the last: {reason.value}{f' ({detail})' if detail else ''}"))
+
+    def _cancel_timeout(self, checkpoint_id: int) -> None:
+        handle = self._timeouts.pop(checkpoint_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def retained_ids(self) -> Iterable[int]:
+        return [s.checkpoint_id for s in self.completed]

@@ -1,0 +1,204 @@
+"""The CheckpointCoordinator core with a manual clock and timers: trigger, acknowledgement,
+completion, timeout, decline, max concurrent, min pause, subsumption, retention and tolerable
+failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from yarnflow.am.checkpoint.coordinator import (
+    CheckpointCoordinator,
+    CheckpointFailureReason,
+    CheckpointPlan,
+    CheckpointSettings,
+    CheckpointStatus,
+    DiscardCheckpoint,
+    FailJobOnCheckpoints,
+    FinalizeCheckpoint,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    TriggerCheckpoint,
+)
+from yarnflow.common.clock import ManualClock, ManualTimerService
+from yarnflow.common.ids import ExecutionAttemptID
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+SRC, MAP, SINK = ExecutionAttemptID("src"), ExecutionAttemptID("map"), ExecutionAttemptID("sink")
+ALL = frozenset({SRC, MAP, SINK})
+
+
+class Driver:
+    def __init__(self, **settings: Any) -> None:
+        self.clock = ManualClock(10_000)
+        self.timers = ManualTimerService(self.clock)
+        self.running = True
+        self.acknowledge_set = ALL
+        self.coordinator = CheckpointCoordinator(
+            CheckpointSettings(**{"interval_ms": 1000, "timeout_ms": 5000, **settings}), self.clock, self.timers,
+            lambda: CheckpointPlan((SRC,), self.acknowledge_set) if self.running else None)
+        self.actions: list[Any] = []
+
+    def drain(self) -> list[Any]:
+        new = self.coordinator.drain_actions()
+        self.actions.extend(new)
+        return new
+
+    def advance(self, ms: int) -> list[Any]:
+        self.timers.advance(ms)
+        return self.drain()
+
+    def of(self, kind: type, actions: list[Any] | None = None) -> list[Any]:
+        return [a for a in (self.actions if actions is None else actions) if isinstance(a, kind)]
+
+    def ack_all(self, checkpoint_id: int, tasks: frozenset[ExecutionAttemptID] = ALL) -> list[Any]:
+        for t in sorted(tasks):
+            self.coordinator.acknowledge(checkpoint_id, t, f"handle-{checkpoint_id}-{t}", state_size=10)
+        return self.drain()
+
+    def complete(self, checkpoint_id: int) -> list[Any]:
+        self.ack_all(checkpoint_id)
+        self.coordinator.metadata_written(checkpoint_id)
+        return self.drain()
+
+
+def test_periodic_trigger_at_the_sources_then_completion_and_notify() -> None:
+    d = Driver()
+    d.coordinator.start()
+    assert not d.advance(999)
+    (trigger,) = d.of(TriggerCheckpoint, d.advance(1))
+    assert trigger.tasks == (SRC,) and trigger.exactly_once and trigger.checkpoint_id == 1
+    out = d.ack_all(1)
+    (finalize,) = d.of(FinalizeCheckpoint, out)
+    assert set(finalize.state_handles) == ALL               # metadata written only after every ack
+    assert d.coordinator.pending[1].status == CheckpointStatus.FINALIZING
+    d.clock.advance(30)
+    d.coordinator.metadata_written(1)
+    (notify,) = d.of(NotifyCheckpointComplete, d.drain())
+    assert set(notify.tasks) == ALL
+    latest = d.coordinator.latest_completed
+    assert latest is not None and latest.checkpoint_id == 1 and latest.state_size == 30 and latest.duration_ms == 30
+
+
+def test_an_acknowledgement_of_an_unknown_or_finished_checkpoint_is_ignored() -> None:
+    d = Driver()
+    assert d.coordinator.trigger() == 1
+    assert d.coordinator.acknowledge(1, SRC, "h")
+    assert not d.coordinator.acknowledge(1, SRC, "h")        # duplicate
+    assert not d.coordinator.acknowledge(7, SRC, "h")        # unknown
+    assert not d.coordinator.acknowledge(1, ExecutionAttemptID("other"), "h")
+    assert not d.of(FinalizeCheckpoint, d.drain())
+
+
+def test_a_checkpoint_not_acknowledged_in_time_expires_and_counts_as_a_failure() -> None:
+    d = Driver(tolerable_failures=1)
+    d.coordinator.trigger()
+    d.coordinator.acknowledge(1, SRC, "h")
+    d.drain()
+    d.advance(4_999)
+    assert 1 in d.coordinator.pending
+    out = d.advance(1)
+    assert 1 not in d.coordinator.pending
+    assert d.coordinator.history[0].failure == CheckpointFailureReason.EXPIRED
+    assert "2 tasks had not acknowledged" in d.coordinator.history[0].failure_detail
+    assert d.of(NotifyCheckpointAborted, out) and d.of(DiscardCheckpoint, out)
+    assert not d.of(FailJobOnCheckpoints, out)                 # one failure tolerated
+    d.coordinator.trigger()
+    d.advance(5_000)
+    (fail,) = d.of(FailJobOnCheckpoints)
+    assert "2 checkpoints failed in a row" in fail.reason and "tolerable-failed-checkpoints (1)" in fail.reason
+
+
+def test_a_decline_aborts_and_a_completion_resets_the_failure_count() -> None:
+    d = Driver(tolerable_failures=1)
+    d.coordinator.trigger()
+    d.coordinator.decline(1, MAP, "state too large")
+    d.drain()
+    assert d.coordinator.consecutive_failures == 1
+    d.coordinator.trigger()
+    d.complete(2)
+    assert d.coordinator.consecutive_failures == 0
+    d.coordinator.trigger()
+    d.coordinator.decline(3, MAP, "again")
+    assert not d.of(FailJobOnCheckpoints, d.drain())
+
+
+def test_task_failures_abort_pending_checkpoints_without_failing_the_job() -> None:
+    d = Driver(tolerable_failures=0, max_concurrent=3)
+    d.coordinator.trigger()
+    d.coordinator.trigger()
+    d.coordinator.task_failed()
+    out = d.drain()
+    assert not d.coordinator.pending
+    assert len(d.of(NotifyCheckpointAborted, out)) == 2 and not d.of(FailJobOnCheckpoints, out)
+
+
+def test_max_concurrent_checkpoints_is_respected() -> None:
+    d = Driver(max_concurrent=2)
+    assert d.coordinator.trigger() == 1
+    assert d.coordinator.trigger() == 2
+    assert d.coordinator.trigger() is None
+    d.complete(1)
+    assert d.coordinator.trigger() == 3
+
+
+def test_min_pause_counts_from_the_end_of_the_last_checkpoint() -> None:
+    d = Driver(min_pause_ms=500)
+    d.coordinator.trigger()
+    d.clock.advance(200)
+    d.complete(1)
+    d.clock.advance(499)
+    assert d.coordinator.trigger() is None
+    d.clock.advance(1)
+    assert d.coordinator.trigger() == 2
+
+
+def test_a_completed_checkpoint_subsumes_older_pending_ones() -> None:
+    d = Driver(max_concurrent=3)
+    d.coordinator.trigger()
+    d.coordinator.trigger()
+    d.complete(2)
+    assert 1 not in d.coordinator.pending
+    assert d.coordinator.history[0].failure == CheckpointFailureReason.SUBSUMED
+    assert d.coordinator.consecutive_failures == 0             # subsumption is no failure
+
+
+def test_only_num_retained_completed_checkpoints_are_kept() -> None:
+    d = Driver(num_retained=2)
+    for i in range(1, 5):
+        assert d.coordinator.trigger() == i
+        d.complete(i)
+    assert list(d.coordinator.retained_ids()) == [3, 4]
+    assert sorted(a.checkpoint_id for a in d.of(DiscardCheckpoint)) == [1, 2]
+
+
+def test_no_trigger_while_not_every_task_runs_and_ids_keep_counting_after() -> None:
+    d = Driver()
+    d.running = False
+    d.coordinator.start()
+    assert not d.of(TriggerCheckpoint, d.advance(3_000))
+    d.running = True
+    (trigger,) = d.of(TriggerCheckpoint, d.advance(1_000))
+    assert trigger.checkpoint_id == 1
+
+
+def test_metadata_that_fails_to_write_aborts_the_checkpoint() -> None:
+    d = Driver(tolerable_failures=5)
+    d.coordinator.trigger()
+    d.ack_all(1)
+    d.coordinator.metadata_failed(1, "disk full")
+    d.drain()
+    assert d.coordinator.latest_completed is None
+    assert d.coordinator.history[0].failure == CheckpointFailureReason.FINALIZE_FAILED
+
+
+def test_stop_aborts_pending_and_triggers_no_more() -> None:
+    d = Driver()
+    d.coordinator.start()
+    d.advance(1_000)
+    d.coordinator.stop()
+    d.drain()
+    assert not d.coordinator.pending
+    assert not d.of(TriggerCheckpoint, d.advance(5_000))
