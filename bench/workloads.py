@@ -201,8 +201,7 @@ def run_w2(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None
     try:
 
         def build(env: Any) -> None:
-            from yarnflow.worker.operators.timestamps import WatermarkStrategy
-            from yarnflow.worker.operators.windows import TumblingEventTimeWindows
+            from yarnflow.windows import TumblingEventTimeWindows, WatermarkStrategy
 
             strategy = WatermarkStrategy.for_bounded_out_of_orderness(200).with_timestamp_column("ts")
             (env.read_parquet(folder).assign_timestamps_and_watermarks(strategy)

@@ -20,15 +20,14 @@ from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.states import Partitioner
 from yarnflow.worker.operators.base import Operator, SourceOperator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
-from yarnflow.worker.operators.functions import AggregateFunction
+from yarnflow.common.api import AggregateFunction, KeyedProcessFunction, WatermarkStrategy
 from yarnflow.worker.operators.sinks import CollectSink, CsvSink, ParquetSink
 from yarnflow.worker.operators.sources import CollectionSource, FileSource, GeneratorSource
-from yarnflow.worker.operators.timestamps import TimestampsAndWatermarks, WatermarkStrategy
+from yarnflow.worker.operators.timestamps import TimestampsAndWatermarks
 from yarnflow.worker.operators.transforms import MapBatches, RowFilter, RowFlatMap, RowMap
 
 if TYPE_CHECKING:
     from yarnflow.executors import JobExecutionResult
-    from yarnflow.worker.operators.process import KeyedProcessFunction
 
 _ids = itertools.count(1)
 

@@ -1,20 +1,29 @@
 """Window assigners, watermark strategies and the user function bases for windows and keyed
-processing, in one place: ``from yarnflow.windows import TumblingEventTimeWindows, ...``."""
+processing, in one place: ``from yarnflow.windows import TumblingEventTimeWindows, ...``.
+They are defined in ``yarnflow.common.api``, shared by the client and the TaskExecutors."""
 
-from yarnflow.worker.operators.functions import AggregateFunction
-from yarnflow.worker.operators.timestamps import WatermarkStrategy
-from yarnflow.worker.operators.windows import (
+from yarnflow.common.api import (
+    EVENT_TIME,
+    PROCESSING_TIME,
+    AggregateFunction,
     EventTimeSessionWindows,
+    KeyedProcessFunction,
     ProcessingTimeSessionWindows,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
+    WatermarkStrategy,
+    WindowAssigner,
 )
 
 __all__ = [
     "AggregateFunction",
+    "KeyedProcessFunction",
+    "EVENT_TIME",
+    "PROCESSING_TIME",
     "WatermarkStrategy",
+    "WindowAssigner",
     "TumblingEventTimeWindows",
     "SlidingEventTimeWindows",
     "EventTimeSessionWindows",

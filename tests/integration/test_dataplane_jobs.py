@@ -131,7 +131,7 @@ def test_schema_change_in_a_row_function_names_the_operator(run):
 
 
 def test_null_event_time_names_operator_and_column(run):
-    from yarnflow.worker.operators.timestamps import WatermarkStrategy
+    from yarnflow.windows import WatermarkStrategy
 
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(10).with_timestamp_column("ts")
     with pytest.raises(JobFailedError) as err:

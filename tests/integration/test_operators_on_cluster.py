@@ -19,8 +19,8 @@ from yarnflow.windows import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
-from yarnflow.worker.operators.process import EVENT_TIME, KeyedProcessFunction
-from yarnflow.worker.operators.state import ListStateDescriptor, ValueStateDescriptor
+from yarnflow import ListStateDescriptor, ValueStateDescriptor
+from yarnflow.windows import EVENT_TIME, KeyedProcessFunction
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -11,7 +11,8 @@ import pytest
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.operators.timestamps import EventTimeError, TimestampsAndWatermarks, WatermarkStrategy
+from yarnflow.common.api import WatermarkStrategy
+from yarnflow.worker.operators.timestamps import EventTimeError, TimestampsAndWatermarks
 from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, MAX_WATERMARK, Watermark
 from yarnflow.worker.runtime.gate import InputGate
 from yarnflow.worker.runtime.stream_task import StreamTask, WatermarkValve

@@ -12,25 +12,27 @@ import pytest
 
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import RuntimeContext, UserFunctionError
-from yarnflow.worker.operators.functions import AggregateFunction
-from yarnflow.worker.operators.process import (
+from yarnflow.common.api import (
     EVENT_TIME,
     PROCESSING_TIME,
-    KeyedAggregateFunctionOperator,
+    AggregateFunction,
     KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptorError,
+    ValueStateDescriptor,
+)
+from yarnflow.worker.operators.process import (
+    KeyedAggregateFunctionOperator,
     KeyedProcessOperator,
     MissingEventTimeError,
 )
 from yarnflow.worker.operators.state import (
     HeapKeyedStateBackend,
     KeyGroupOutOfRangeError,
-    ListStateDescriptor,
-    MapStateDescriptor,
     NoCurrentKeyError,
-    ReducingStateDescriptor,
-    StateDescriptorError,
     StateRestoreError,
-    ValueStateDescriptor,
 )
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 from yarnflow.worker.runtime.elements import MAX_WATERMARK

@@ -19,18 +19,17 @@ import pytest
 
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import UserFunctionError
-from yarnflow.worker.operators.functions import AggregateFunction
-from yarnflow.worker.operators.windows import (
+from yarnflow.common.api import (
+    AggregateFunction,
     EventTimeSessionWindows,
     ProcessingTimeSessionWindows,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
-    WindowAggregateOperator,
-    WindowJoinOperator,
     window_start_with_offset,
 )
+from yarnflow.worker.operators.windows import WindowAggregateOperator, WindowJoinOperator
 from yarnflow.worker.runtime.elements import MAX_WATERMARK
 
 from tests.harness import OperatorHarness

@@ -1,7 +1,9 @@
 """Keyed process functions and keyed AggregateFunctions on a hash-partitioned stream.
 
-``KeyedProcessOperator`` runs a user ``KeyedProcessFunction`` row by row: for each row it sets
-the current key (keyed state and timers are scoped to it) and calls ``process_element``.
+``KeyedProcessOperator`` runs a user ``KeyedProcessFunction`` (user API, in
+``yarnflow.common.api``) row by row, passing it the ``ctx`` and ``out`` defined here
+(ProcessContext, TimerService, Collector): for each row it sets the current key (keyed state
+and timers are scoped to it) and calls ``process_element``.
 Rows given to ``out.collect`` (and side-output rows given to ``ctx.output``) are buffered and
 emitted as record batches after each input batch, after timers fire, and at the end; the
 first emitted batch fixes the output's schema (each side output has its own).
@@ -39,26 +41,22 @@ import pyarrow as pa
 
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
-from yarnflow.worker.operators.functions import AggregateFunction
-from yarnflow.worker.operators.state import HeapKeyedStateBackend, StateDescriptor, ValueStateDescriptor
+from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
+from yarnflow.common.api.state import StateDescriptor, ValueStateDescriptor
+from yarnflow.worker.operators.state import HeapKeyedStateBackend
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 from yarnflow.worker.runtime.elements import Watermark
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
 
 __all__ = [
-    "EVENT_TIME",
-    "PROCESSING_TIME",
     "Collector",
     "KeyedAggregateFunctionOperator",
-    "KeyedProcessFunction",
     "KeyedProcessOperator",
     "MissingEventTimeError",
     "ProcessContext",
     "TimerService",
 ]
 
-EVENT_TIME = "EVENT_TIME"
-PROCESSING_TIME = "PROCESSING_TIME"
 _MIN_WATERMARK = -(2**63)
 _MS_SCALE = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}  # (multiply, floor-divide)
 
@@ -67,34 +65,7 @@ class MissingEventTimeError(YarnflowError, ValueError):
     """A row's event-time column is null. Fill or filter such rows before this operator."""
 
 
-# --------------------------------------------------------------------------- user API
-
-
-class KeyedProcessFunction:
-    """Subclass it and override ``process_element`` (and ``on_timer`` when using timers).
-
-    Rows are dicts of column -> value. ``out.collect(row)`` emits a dict row (a scalar goes in
-    column 'value'). Keyed state: ``ctx.get_state(descriptor)``, or ``self.get_state(descriptor)``
-    (also from ``open``: the state object follows the current key)."""
-
-    def open(self, ctx: RuntimeContext) -> None:
-        pass
-
-    def process_element(self, row: dict[str, Any], ctx: ProcessContext, out: Collector) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must implement process_element")
-
-    def on_timer(self, timestamp: int, ctx: ProcessContext, out: Collector) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def get_state(self, descriptor: StateDescriptor) -> Any:
-        backend = getattr(self, "_yarnflow_state_backend", None)
-        if backend is None:
-            raise YarnflowError(f"{type(self).__name__}.get_state can only be called once the function "
-                                f"runs in a keyed process operator (from open() on)")
-        return backend.get_state(descriptor)
+# --------------------------------------------------------------------------- what user functions are given
 
 
 class Collector:

@@ -9,6 +9,9 @@ Rescaling: ``snapshot(key_groups)`` pickles the chosen key groups; ``restore(dat
 keeps only the key groups of ``range``. A new subtask restores every old snapshot that
 overlaps its range, so each key group ends up in exactly one subtask.
 
+The descriptors, StateError and StateDescriptorError are user API, in
+``yarnflow.common.api.state``; this module adds the runtime's errors:
+
     YarnflowError
     └── StateError                              misuse of keyed state
         ├── StateDescriptorError (ValueError)   a name registered again with another kind
@@ -21,42 +24,26 @@ from __future__ import annotations
 
 import copy
 import pickle
-from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Generic, Iterable, Iterator, TypeVar
 
 import cloudpickle
 
-from yarnflow.common.errors import YarnflowError
+from yarnflow.common.api.state import StateDescriptor, StateDescriptorError, StateError
 
 __all__ = [
     "HeapKeyedStateBackend",
     "KeyGroupOutOfRangeError",
     "ListState",
-    "ListStateDescriptor",
     "MapState",
-    "MapStateDescriptor",
     "NoCurrentKeyError",
     "ReducingState",
-    "ReducingStateDescriptor",
-    "StateDescriptor",
-    "StateDescriptorError",
-    "StateError",
     "StateRestoreError",
     "ValueState",
-    "ValueStateDescriptor",
 ]
 
 T = TypeVar("T")
 _SNAPSHOT_VERSION = 1
 _IMMUTABLE = (type(None), bool, int, float, str, bytes, tuple, frozenset)
-
-
-class StateError(YarnflowError):
-    """Keyed state was used in a way it does not support; the message says how."""
-
-
-class StateDescriptorError(StateError, ValueError):
-    """A state name was registered with a different kind than before. Use another name."""
 
 
 class NoCurrentKeyError(StateError, RuntimeError):
@@ -71,55 +58,6 @@ class KeyGroupOutOfRangeError(StateError, ValueError):
 class StateRestoreError(StateError, ValueError):
     """A snapshot does not fit this backend (other max parallelism, format, or a key group
     restored twice)."""
-
-
-# --------------------------------------------------------------------------- descriptors
-
-
-@dataclass(frozen=True)
-class StateDescriptor:
-    name: str
-    kind = "state"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise StateDescriptorError(f"a state name must be a non-empty string, got {self.name!r}")
-
-
-@dataclass(frozen=True)
-class ValueStateDescriptor(StateDescriptor):
-    """One value per key. ``value()`` returns (a copy of) ``default`` for a key with no value."""
-
-    default: Any = None
-    kind = "value"
-
-
-@dataclass(frozen=True)
-class ListStateDescriptor(StateDescriptor):
-    """A list of values per key."""
-
-    kind = "list"
-
-
-@dataclass(frozen=True)
-class MapStateDescriptor(StateDescriptor):
-    """A dict per key."""
-
-    kind = "map"
-
-
-@dataclass(frozen=True)
-class ReducingStateDescriptor(StateDescriptor):
-    """One value per key, folded with ``reduce_fn(accumulated, new)`` on each ``add``."""
-
-    reduce_fn: Callable[[Any, Any], Any] = field(default=None)  # type: ignore[assignment]
-    kind = "reducing"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not callable(self.reduce_fn):
-            raise StateDescriptorError(f"reducing state {self.name!r} needs a callable reduce_fn, "
-                                       f"got {self.reduce_fn!r}")
 
 
 # --------------------------------------------------------------------------- state objects

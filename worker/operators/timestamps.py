@@ -1,12 +1,13 @@
-"""Event time: a WatermarkStrategy names the event-time column and how watermarks follow it;
-the TimestampsAndWatermarks operator (chained right after the source) checks timestamps and
-emits watermarks in-band, and marks its output idle when no records came for a while."""
+"""Event time: the TimestampsAndWatermarks operator (chained right after the source) applies a
+user's WatermarkStrategy (``yarnflow.common.api.watermarks``): it checks timestamps and emits
+watermarks in-band, and marks its output idle when no records came for a while."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from yarnflow.common.api.watermarks import WatermarkStrategy
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.runtime.elements import ACTIVE, IDLE, Watermark
@@ -14,36 +15,6 @@ from yarnflow.worker.runtime.elements import ACTIVE, IDLE, Watermark
 
 class EventTimeError(YarnflowError, ValueError):
     """A record has no usable event time; the message names the operator and the column."""
-
-
-class WatermarkStrategy:
-    """How event time and watermarks are derived from a stream, as Flink's WatermarkStrategy.
-
-        WatermarkStrategy.for_bounded_out_of_orderness(200).with_timestamp_column("ts").with_idleness(5000)
-    """
-
-    def __init__(self, max_out_of_orderness_ms: int = 0, timestamp_column: str = "", idleness_ms: int | None = None) -> None:
-        if max_out_of_orderness_ms < 0:
-            raise ValueError("max out-of-orderness cannot be negative")
-        self.max_out_of_orderness_ms = max_out_of_orderness_ms
-        self.timestamp_column = timestamp_column
-        self.idleness_ms = idleness_ms
-
-    @classmethod
-    def for_bounded_out_of_orderness(cls, max_out_of_orderness_ms: int) -> WatermarkStrategy:
-        return cls(max_out_of_orderness_ms)
-
-    @classmethod
-    def for_monotonous_timestamps(cls) -> WatermarkStrategy:
-        return cls(0)
-
-    def with_timestamp_column(self, column: str) -> WatermarkStrategy:
-        return WatermarkStrategy(self.max_out_of_orderness_ms, column, self.idleness_ms)
-
-    def with_idleness(self, idleness_ms: int) -> WatermarkStrategy:
-        if idleness_ms <= 0:
-            raise ValueError("idleness must be positive")
-        return WatermarkStrategy(self.max_out_of_orderness_ms, self.timestamp_column, idleness_ms)
 
 
 def event_times_ms(batch: pa.RecordBatch, column: str, op_name: str) -> pa.Array:

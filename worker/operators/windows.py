@@ -1,12 +1,7 @@
-"""Windows, as Flink's WindowOperator: assigners, the keyed window aggregation and the window join.
+"""Windows, as Flink's WindowOperator: the keyed window aggregation and the window join.
 
-Assigners (times are int64 milliseconds; window starts follow Flink's
-``TimeWindow.getWindowStartWithOffset``, also for negative timestamps):
-
-    TumblingEventTimeWindows.of(size_ms, offset_ms=0)        [start, start + size)
-    SlidingEventTimeWindows.of(size_ms, slide_ms, offset_ms=0)
-    EventTimeSessionWindows.with_gap(gap_ms)                  [t, t + gap), merged per key
-    TumblingProcessingTimeWindows / SlidingProcessingTimeWindows / ProcessingTimeSessionWindows
+The assigners (which windows a record belongs to) are user API, in
+``yarnflow.common.api.windows``; these operators keep, fire and merge the windows.
 
 ``WindowAggregateOperator`` (``key_by(...).window(assigner).sum(...)`` and friends):
 
@@ -49,7 +44,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import numbers
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -58,23 +52,16 @@ import pyarrow.compute as pc
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, TwoInputOperator
-from yarnflow.worker.operators.functions import AggregateFunction
+from yarnflow.common.api.functions import AggregateFunction
+from yarnflow.common.api.windows import SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner, milliseconds
 from yarnflow.worker.operators.keyed import check_columns
 from yarnflow.worker.operators.timestamps import EventTimeError
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 from yarnflow.worker.runtime.elements import Watermark
 
 __all__ = [
-    "EventTimeSessionWindows",
-    "ProcessingTimeSessionWindows",
-    "SlidingEventTimeWindows",
-    "SlidingProcessingTimeWindows",
-    "TumblingEventTimeWindows",
-    "TumblingProcessingTimeWindows",
     "WindowAggregateOperator",
-    "WindowAssigner",
     "WindowJoinOperator",
-    "window_start_with_offset",
 ]
 
 WINDOW_START = "window_start"
@@ -85,158 +72,6 @@ _MAX_TS = 2**63 - 1
 _COMBINE = {"sum": "sum", "min": "min", "max": "max", "count": "sum"}
 _COMPACT_PARTIALS = 32
 _MS_SCALE = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}  # (multiply, floor-divide)
-
-
-# --------------------------------------------------------------------------- assigners
-
-
-def window_start_with_offset(timestamp: int, offset_ms: int, size_ms: int) -> int:
-    """The start of the window of ``size_ms``, aligned to ``offset_ms``, that holds ``timestamp``
-    (Flink's TimeWindow.getWindowStartWithOffset; right for negative timestamps too)."""
-    return timestamp - (timestamp - offset_ms) % size_ms
-
-
-def _ms(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{what} must be an integer number of milliseconds, got {value!r}")
-    return int(value)
-
-
-class WindowAssigner:
-    """Which windows ``[start, end)`` a record at ``timestamp`` (ms) belongs to."""
-
-    is_event_time = True
-    #: session windows: a key's windows merge when they overlap or touch
-    is_merging = False
-
-    def assign_windows(self, timestamp: int) -> list[tuple[int, int]]:
-        raise NotImplementedError
-
-    def _params(self) -> dict[str, int]:
-        raise NotImplementedError
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._params() == self._params()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(self._params().items())))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v}' for k, v in self._params().items())})"
-
-
-class _SlidingAssigner(WindowAssigner):
-    """Windows of ``size_ms`` starting every ``slide_ms`` (tumbling: slide == size)."""
-
-    def __init__(self, size_ms: int, slide_ms: int, offset_ms: int) -> None:
-        self.size_ms = size_ms
-        self.slide_ms = slide_ms
-        self.offset_ms = offset_ms
-
-    def assign_windows(self, timestamp: int) -> list[tuple[int, int]]:
-        start = window_start_with_offset(timestamp, self.offset_ms, self.slide_ms)
-        windows = []
-        while start > timestamp - self.size_ms:
-            windows.append((start, start + self.size_ms))
-            start -= self.slide_ms
-        return windows
-
-
-class _TumblingAssigner(_SlidingAssigner):
-    def __init__(self, size_ms: int, offset_ms: int = 0) -> None:
-        size, offset = _ms(size_ms, "window size"), _ms(offset_ms, "window offset")
-        if size <= 0:
-            raise ValueError(f"window size must be positive, got {size} ms")
-        if abs(offset) >= size:
-            raise ValueError(f"window offset must satisfy abs(offset) < size, got offset {offset} ms "
-                             f"for size {size} ms")
-        super().__init__(size, size, offset)
-
-    @classmethod
-    def of(cls, size_ms: int, offset_ms: int = 0) -> Any:
-        return cls(size_ms, offset_ms)
-
-    def _params(self) -> dict[str, int]:
-        return {"size_ms": self.size_ms, "offset_ms": self.offset_ms}
-
-
-class _SlidingWindows(_SlidingAssigner):
-    def __init__(self, size_ms: int, slide_ms: int, offset_ms: int = 0) -> None:
-        size, slide = _ms(size_ms, "window size"), _ms(slide_ms, "window slide")
-        offset = _ms(offset_ms, "window offset")
-        if size <= 0:
-            raise ValueError(f"window size must be positive, got {size} ms")
-        if slide <= 0:
-            raise ValueError(f"window slide must be positive, got {slide} ms")
-        if abs(offset) >= slide:
-            raise ValueError(f"window offset must satisfy abs(offset) < slide, got offset {offset} ms "
-                             f"for slide {slide} ms")
-        super().__init__(size, slide, offset)
-
-    @classmethod
-    def of(cls, size_ms: int, slide_ms: int, offset_ms: int = 0) -> Any:
-        return cls(size_ms, slide_ms, offset_ms)
-
-    def _params(self) -> dict[str, int]:
-        return {"size_ms": self.size_ms, "slide_ms": self.slide_ms, "offset_ms": self.offset_ms}
-
-
-class _SessionAssigner(WindowAssigner):
-    is_merging = True
-
-    def __init__(self, gap_ms: int) -> None:
-        gap = _ms(gap_ms, "session gap")
-        if gap <= 0:
-            raise ValueError(f"session gap must be positive, got {gap} ms")
-        self.gap_ms = gap
-
-    @classmethod
-    def with_gap(cls, gap_ms: int) -> Any:
-        return cls(gap_ms)
-
-    def assign_windows(self, timestamp: int) -> list[tuple[int, int]]:
-        return [(timestamp, timestamp + self.gap_ms)]
-
-    def _params(self) -> dict[str, int]:
-        return {"gap_ms": self.gap_ms}
-
-
-class TumblingEventTimeWindows(_TumblingAssigner):
-    """``TumblingEventTimeWindows.of(size_ms, offset_ms=0)``: windows ``[start, start + size)``."""
-
-    is_event_time = True
-
-
-class SlidingEventTimeWindows(_SlidingWindows):
-    """``SlidingEventTimeWindows.of(size_ms, slide_ms, offset_ms=0)``: a record is in every
-    window of ``size_ms`` that holds it, one starting every ``slide_ms``."""
-
-    is_event_time = True
-
-
-class EventTimeSessionWindows(_SessionAssigner):
-    """``EventTimeSessionWindows.with_gap(gap_ms)``: a key's records less than (or exactly)
-    ``gap_ms`` apart share a session."""
-
-    is_event_time = True
-
-
-class TumblingProcessingTimeWindows(_TumblingAssigner):
-    """Tumbling windows over the processing time at which records arrive."""
-
-    is_event_time = False
-
-
-class SlidingProcessingTimeWindows(_SlidingWindows):
-    """Sliding windows over the processing time at which records arrive."""
-
-    is_event_time = False
-
-
-class ProcessingTimeSessionWindows(_SessionAssigner):
-    """Session windows over the processing time at which records arrive."""
-
-    is_event_time = False
 
 
 # --------------------------------------------------------------------------- helpers
@@ -491,7 +326,7 @@ class WindowAggregateOperator(Operator):
                                      f"and reduce_fn; got {given or 'none'}")
         if assigner.is_event_time and not time_column:
             raise JobDefinitionError(f"operator '{self.name}': event-time windows need an event-time column")
-        lateness = _ms(allowed_lateness_ms, "allowed lateness")
+        lateness = milliseconds(allowed_lateness_ms, "allowed lateness")
         if lateness < 0:
             raise JobDefinitionError(f"operator '{self.name}': allowed lateness cannot be negative ({lateness} ms)")
         self.keys = list(keys)
