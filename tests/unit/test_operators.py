@@ -472,11 +472,14 @@ def test_parquet_sink_rolls_files_and_refuses_another_schema(data: pa.Table, tmp
     batches = data.to_batches(max_chunksize=10)
     for b in batches:
         sink.process_batch(b)
-    assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet", "part-00000-2.parquet"]
+    assert visible(tmp_path) == []  # rolled parts stay hidden until the subtask finishes
+    assert len(os.listdir(tmp_path)) == 3
     with pytest.raises(SchemaMismatchError, match="sink 'pq'"):
         sink.process_batch(pa.record_batch({"other": [1]}))
     sink.finish()
     sink.close()
+    assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet", "part-00000-2.parquet"]
+    assert sorted(os.listdir(tmp_path)) == visible(tmp_path)  # no staged part left
     assert pq.read_table(tmp_path / "part-00000-1.parquet") == pa.Table.from_batches([batches[1]])
 
 

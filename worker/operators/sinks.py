@@ -1,8 +1,9 @@
 """Sinks: Parquet files on any fsspec filesystem, and collect (results handed to the client,
 which prints them for ``print()``).
 
-Files are written under a staging name and renamed when the subtask finishes, so a failed or
-cancelled attempt leaves no partial result behind under a final name."""
+Files are written under hidden staging names and renamed when the subtask finishes, so a
+failed, cancelled or killed attempt never leaves rows behind under a final name (see
+``_StagedFileSink``)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from yarnflow.common import collect
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 
@@ -46,9 +47,17 @@ def _fit(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch | None:
 
 
 class _StagedFileSink(Operator):
-    """One file set per subtask: ``part-<subtask>-<n><ext>``, a new part after
-    ``roll_size_bytes`` (by in-memory batch size). A part is written under a hidden staging
-    name and renamed when it is complete (rolled, or the subtask finished)."""
+    """One file set per subtask: ``part-<subtask><ext>``, or ``part-<subtask>-<n><ext>`` with a
+    new part after ``roll_size_bytes`` (by in-memory batch size). The names are the same in
+    every attempt of a subtask.
+
+    Exactly once: an attempt writes its parts under hidden names
+    (``.part-<subtask>-<n>-attempt<a><ext>.inprogress``, skipped by pyarrow.dataset, Spark and
+    our own sources) and renames them all to their final names only when the subtask finishes;
+    a failed or cancelled attempt deletes its parts, and a new attempt first deletes whatever
+    hidden parts earlier attempts of its subtask left (a killed process cleans nothing). A
+    subtask that commits again (it was restarted after finishing) replaces its files and deletes
+    its earlier parts that this attempt did not write."""
 
     extension = ""
 
@@ -62,6 +71,7 @@ class _StagedFileSink(Operator):
         self._fs: Any = None
         self._dir = ""
         self._stage = ""
+        self._staged: list[str] = []  # closed parts waiting for the subtask to finish
         self._fh: Any = None
         self._writer: Any = None
         self._schema: pa.Schema | None = None
@@ -78,15 +88,39 @@ class _StagedFileSink(Operator):
     def open(self) -> None:
         self._fs, self._dir = fsspec.core.url_to_fs(self._directory())
         self._fs.makedirs(self._dir, exist_ok=True)
+        self._delete_leftovers()
 
-    def _final_name(self) -> str:
-        suffix = f"-{self._part}" if self.roll_size_bytes else ""
-        return posixpath.join(self._dir, f"part-{self.ctx.subtask_index:05d}{suffix}{self.extension}")
+    def _subtask_prefix(self) -> str:
+        return f"part-{self.ctx.subtask_index:05d}"
+
+    def _is_own_stage(self, basename: str) -> bool:
+        """A staging file of any attempt of this subtask."""
+        return basename.startswith(f".{self._subtask_prefix()}-") and "-attempt" in basename \
+            and basename.endswith(".inprogress")
+
+    def _is_own_final(self, basename: str) -> bool:
+        """A committed file of this subtask: ``part-<subtask><ext>`` or ``part-<subtask>-<n><ext>``."""
+        prefix = self._subtask_prefix()
+        if not basename.endswith(self.extension) or not basename.startswith(prefix):
+            return False
+        rest = basename[len(prefix):len(basename) - len(self.extension)]
+        return rest == "" or (rest.startswith("-") and rest[1:].isdigit())
+
+    def _delete_leftovers(self) -> None:
+        for f in self._fs.ls(self._dir, detail=False):
+            if self._is_own_stage(posixpath.basename(f)):
+                log.info("%s (%d/%d): deleting %s left by an earlier attempt", self.name,
+                         self.ctx.subtask_index + 1, self.ctx.parallelism, f)
+                self._fs.rm(f)
+
+    def _final_name(self, part: int) -> str:
+        suffix = f"-{part}" if self.roll_size_bytes else ""
+        return posixpath.join(self._dir, f"{self._subtask_prefix()}{suffix}{self.extension}")
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         # A column that has held only nulls so far has type null; its real type comes with the
         # first non-null value. Batches wait (up to a bound) until every type is known.
-        if self._writer is None and (self._held or _has_null_columns(batch)):
+        if self._writer is None and self._schema is None and (self._held or _has_null_columns(batch)):
             self._held.append(batch)
             self._held_bytes += batch.nbytes
             if not _has_null_columns(batch) or self._held_bytes >= _HOLD_BYTES:
@@ -114,51 +148,79 @@ class _StagedFileSink(Operator):
 
     def _write(self, batch: pa.RecordBatch) -> None:
         if self._writer is None:
-            self._schema = batch.schema
+            if self._schema is None:
+                self._schema = batch.schema
             self._stage = posixpath.join(
-                self._dir, f".part-{self.ctx.subtask_index:05d}-{self._part}-attempt{self.ctx.attempt_number}"
+                self._dir, f".{self._subtask_prefix()}-{self._part}-attempt{self.ctx.attempt_number}"
                            f"{self.extension}.inprogress")
             self._fh = self._fs.open(self._stage, "wb")
-            self._writer = self._new_writer(self._fh, batch.schema)
+            self._writer = self._new_writer(self._fh, self._schema)
         self._writer.write_batch(batch)
         self.rows += batch.num_rows
         self._part_bytes += batch.nbytes
         if self.roll_size_bytes and self._part_bytes >= self.roll_size_bytes:
-            self._commit()
+            self._close_part()
 
     def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
         raise NotImplementedError
 
-    def _commit(self) -> None:
+    def _close_part(self) -> None:
+        """The current part is complete; it stays hidden until the subtask finishes."""
         self._writer.close()
         self._fh.close()
         self._writer = None
-        final = self._final_name()
-        if self._fs.exists(final):
-            self._fs.rm(final)
-        self._fs.mv(self._stage, final)
-        self.committed.append(final)
+        self._staged.append(self._stage)
         self._part += 1
         self._part_bytes = 0
+
+    def _commit(self) -> None:
+        """Give every staged part its final name, then delete this subtask's committed files
+        from an earlier attempt that this one did not replace."""
+        for stage in self._staged:
+            if not self._fs.exists(stage):
+                raise FileNotFoundError(f"sink '{self.name}': staged part {stage} is gone (deleted by a newer "
+                                        f"attempt of subtask {self.ctx.subtask_index}?): not committing")
+        for part, stage in enumerate(self._staged):
+            final = self._final_name(part)
+            if self._fs.exists(final):
+                self._fs.rm(final)
+            self._fs.mv(stage, final)
+            self.committed.append(final)
+        self._staged = []
+        mine = {posixpath.basename(f) for f in self.committed}
+        for f in self._fs.ls(self._dir, detail=False):
+            name = posixpath.basename(f)
+            if self._is_own_final(name) and name not in mine:
+                log.info("%s (%d/%d): deleting %s committed by an earlier attempt", self.name,
+                         self.ctx.subtask_index + 1, self.ctx.parallelism, f)
+                self._fs.rm(f)
 
     def finish(self) -> None:
         if self._held:
             self._release_held()
         if self._writer is not None:
-            self._commit()
+            self._close_part()
+        self._commit()
         if self.committed:
             log.info("%s (%d/%d) committed %d rows in %d files under %s", self.name, self.ctx.subtask_index + 1,
                      self.ctx.parallelism, self.rows, len(self.committed), self._dir)
 
     def close(self) -> None:
-        if self._writer is not None:  # not finished: failed or cancelled; drop the staged file
+        """Not finished (failed or cancelled): drop every staged part of this attempt."""
+        if self._writer is not None:
             try:
                 self._writer.close()
                 self._fh.close()
-                self._fs.rm(self._stage)
             except Exception:  # noqa: BLE001
-                log.debug("could not remove %s", self._stage, exc_info=True)
+                log.debug("could not close %s", self._stage, exc_info=True)
             self._writer = None
+            self._staged.append(self._stage)
+        for stage in self._staged:
+            try:
+                self._fs.rm(stage)
+            except Exception:  # noqa: BLE001
+                log.debug("could not remove %s", stage, exc_info=True)
+        self._staged = []
 
 
 class ParquetSink(_StagedFileSink):
@@ -178,35 +240,23 @@ class CsvSink(_StagedFileSink):
 
 
 class CollectSink(_StagedFileSink):
-    """Writes its input as Arrow IPC files under the job's storage dir, for the client."""
+    """Writes its input in the collect format (``yarnflow.common.collect``) under the job's
+    storage dir, for the client."""
 
     kind = "collect_sink"
-    extension = ".arrow"
+    extension = collect.EXTENSION
 
     def __init__(self, uid: str, print_rows: bool = False, name: str | None = None) -> None:
         super().__init__("", name or ("print" if print_rows else "collect"), uid)
         self.print_rows = print_rows
 
     def _directory(self) -> str:
-        return collect_dir(self.ctx.job_storage_dir, self.uid)
+        return collect.collect_dir(self.ctx.job_storage_dir, self.uid)
 
     def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
-        return ipc.new_file(fh, schema)
+        return collect.open_writer(fh, schema)
 
 
-def collect_dir(job_storage_dir: str, uid: str) -> str:
-    return f"{job_storage_dir.rstrip('/')}/collect/{uid}"
-
-
-def read_collected(job_storage_dir: str, uid: str) -> pa.Table | None:
-    """The rows a collect sink wrote, or None when it wrote nothing."""
-    fs, directory = fsspec.core.url_to_fs(collect_dir(job_storage_dir, uid))
-    if not fs.exists(directory):
-        return None
-    tables = []
-    for f in sorted(fs.ls(directory, detail=False)):
-        if posixpath.basename(f).startswith("."):
-            continue
-        with fs.open(f, "rb") as fh:
-            tables.append(ipc.open_file(pa.BufferReader(fh.read())).read_all())
-    return pa.concat_tables(tables, promote_options="default") if tables else None
+# kept for callers of the old names; the protocol lives in yarnflow.common.collect
+collect_dir = collect.collect_dir
+read_collected = collect.read_collected
