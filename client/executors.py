@@ -21,7 +21,7 @@ from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 from yarnflow.common.states import ExecutionState, JobStatus
 from yarnflow.compiler import compile_job
 from yarnflow.packaging import upload_artifact
-from yarnflow.worker.operators.sinks import read_collected
+from yarnflow.common.collect import read_collected
 
 if TYPE_CHECKING:
     from yarnflow.datastream import StreamExecutionEnvironment

@@ -15,14 +15,11 @@ The job ends FINISHED, CANCELED, or FAILED with its root cause.
 from __future__ import annotations
 
 import logging
-import posixpath
 import re
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Hashable
-
-import fsspec
 
 from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, LogicalSlot, region_sharing_groups
 from yarnflow.am.jobmaster.slotpool.slot_pool import PoolSlotState, SlotPool
@@ -33,6 +30,7 @@ from yarnflow.am.scheduler.failover import PartitionUnavailable, make_failover_s
 from yarnflow.am.scheduler.regions import PipelinedRegion, SubtaskId, compute_pipelined_regions, regions_by_subtask
 from yarnflow.am.scheduler.restart import make_restart_strategy
 from yarnflow.common.clock import SystemClock
+from yarnflow.common.collect import list_collected
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import FencingTokenError, NotFoundError, RpcError
 from yarnflow.common.ids import AllocationID, JobVertexID, ResourceID
@@ -721,15 +719,4 @@ class JobMaster:
         self._on_terminal(self)
 
     def _collected(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        try:
-            fs, root = fsspec.core.url_to_fs(f"{self._storage.rstrip('/')}/collect")
-            if not fs.exists(root):
-                return out
-            for d in fs.ls(root, detail=False):
-                files = [fs.unstrip_protocol(f) for f in sorted(fs.ls(d, detail=False))
-                         if not posixpath.basename(f).startswith(".")]
-                out[posixpath.basename(d)] = files
-        except OSError as exc:
-            log.warning("listing collected results of %s: %s", self.job_id, exc)
-        return out
+        return list_collected(self._storage)
