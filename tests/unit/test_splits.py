@@ -1,0 +1,162 @@
+"""The split enumerator: splits handed out once, booked per attempt, and given back (to the
+front of the queue) when the attempt that took them is replaced."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import pytest
+
+from yarnflow.am.jobmaster.splits import SplitEnumerator
+from yarnflow.common.errors import NotFoundError
+
+
+class FakeSource:
+    def __init__(self, n: int, name: str = "files") -> None:
+        self.name = name
+        self.n = n
+        self.enumerated = 0
+
+    def enumerate_splits(self) -> list[tuple[str, object]]:
+        self.enumerated += 1
+        return [(f"s{i}", {"file": i}) for i in range(self.n)]
+
+
+def enumerator(**sources: FakeSource) -> SplitEnumerator:
+    return SplitEnumerator(lambda vertex_id: sources[vertex_id])
+
+
+def take(e: SplitEnumerator, attempt: str, vertex: str = "v", subtask: int = 0) -> str | None:
+    resp = e.request(vertex, subtask, attempt)
+    if resp.split is None:
+        assert resp.no_more_splits
+        return None
+    assert pickle.loads(resp.split.payload) == {"file": int(resp.split.split_id[1:])}
+    return resp.split.split_id
+
+
+def drain(e: SplitEnumerator, attempt: str, vertex: str = "v") -> list[str]:
+    got = []
+    while (s := take(e, attempt, vertex)) is not None:
+        got.append(s)
+    return got
+
+
+def test_splits_are_enumerated_once_and_handed_out_once() -> None:
+    src = FakeSource(4)
+    e = enumerator(v=src)
+    assert [take(e, "a0"), take(e, "a1", subtask=1), take(e, "a0")] == ["s0", "s1", "s2"]
+    assert drain(e, "a1") == ["s3"]
+    assert take(e, "a0") is None
+    assert src.enumerated == 1
+    assert e.assigned["v"] == [(0, "s0"), (1, "s1"), (0, "s2"), (0, "s3")]
+
+
+def test_returned_splits_go_to_the_front_in_the_order_taken() -> None:
+    e = enumerator(v=FakeSource(6))
+    assert [take(e, "a0"), take(e, "b0"), take(e, "a0")] == ["s0", "s1", "s2"]
+    assert e.splits_of("a0") == ["s0", "s2"]
+    assert e.return_splits("a0") == 2
+    assert e.splits_of("a0") == []
+    assert drain(e, "a1") == ["s0", "s2", "s3", "s4", "s5"]
+    assert e.returned["v"] == ["s0", "s2"]
+
+
+def test_a_finished_attempt_whose_output_is_lost_gives_its_splits_back() -> None:
+    """The queue was empty (no_more_splits) when it finished; its replacement reads its splits."""
+    e = enumerator(v=FakeSource(3))
+    assert drain(e, "a0") == ["s0", "s1", "s2"]
+    assert drain(e, "b0") == []
+    e.return_splits("a0")
+    assert drain(e, "a1") == ["s0", "s1", "s2"]
+
+
+def test_every_split_is_read_by_exactly_one_surviving_attempt_over_restarts() -> None:
+    e = enumerator(v=FakeSource(10))
+    taken: dict[str, list[str]] = {}
+    for attempt in ("a0", "b0"):
+        taken[attempt] = [take(e, attempt), take(e, attempt)]
+    e.return_splits("a0")
+    taken["a1"] = [take(e, "a1")]
+    e.return_splits("a1")  # replaced again before it finished
+    e.return_splits("b0")
+    for attempt in ("a2", "b1"):
+        taken[attempt] = drain(e, attempt)
+    surviving = taken["a2"] + taken["b1"]
+    assert sorted(surviving, key=lambda s: int(s[1:])) == [f"s{i}" for i in range(10)]
+
+
+def test_a_replaced_attempt_gets_no_more_splits() -> None:
+    e = enumerator(v=FakeSource(3))
+    take(e, "a0")
+    e.return_splits("a0")
+    with pytest.raises(NotFoundError, match="a0"):
+        e.request("v", 0, "a0")
+    assert drain(e, "a1") == ["s0", "s1", "s2"]
+
+
+def test_return_is_idempotent_and_a_no_op_for_attempts_without_splits() -> None:
+    e = enumerator(v=FakeSource(2))
+    assert e.return_splits("never-asked") == 0
+    take(e, "a0")
+    assert e.return_splits("a0") == 1
+    assert e.return_splits("a0") == 0
+    assert drain(e, "a1") == ["s0", "s1"]
+
+
+def test_sources_are_kept_apart() -> None:
+    e = enumerator(v=FakeSource(2), w=FakeSource(2))
+    assert take(e, "a0", "v") == "s0"
+    assert take(e, "x0", "w") == "s0"
+    e.return_splits("a0")
+    assert drain(e, "x1", "w") == ["s1"]
+    assert drain(e, "a1", "v") == ["s0", "s1"]
+
+
+def test_concurrent_requests_and_returns_lose_and_duplicate_nothing() -> None:
+    """Requests on RPC threads race with returns on the main thread: every split ends up with
+    exactly one attempt that was never replaced."""
+    e = enumerator(v=FakeSource(2000))
+    kept: dict[str, list[str]] = {}
+    lock = threading.Lock()
+
+    def worker(subtask: int) -> None:
+        generation = 0
+        while True:
+            attempt = f"{subtask}-{generation}"
+            mine: list[str] = []
+            try:
+                while (s := take(e, attempt, subtask=subtask)) is not None:
+                    mine.append(s)
+                    if len(mine) == 7 and generation < 3:  # "fails": its splits go back
+                        break
+                else:
+                    with lock:
+                        kept[attempt] = mine
+                    return
+            except NotFoundError:
+                pass
+            e.return_splits(attempt)
+            generation += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    everything = [s for splits in kept.values() for s in splits]
+    assert sorted(everything) == sorted(f"s{i}" for i in range(2000))
+
+
+def test_from_artifact_loads_the_source_of_the_vertex() -> None:
+    calls = []
+
+    class Artifacts:
+        def load_source(self, uri: str, sha: str, vertex_id: str) -> FakeSource:
+            calls.append((uri, sha, vertex_id))
+            return FakeSource(1)
+
+    e = SplitEnumerator.from_artifact(Artifacts(), "file:///a.zip", "abc")  # type: ignore[arg-type]
+    assert take(e, "a0") == "s0"
+    assert calls == [("file:///a.zip", "abc", "v")]
