@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import psutil
 import pytest
+
+from tests.harness import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG_VAR = "YARNFLOW_TEST_TAG"
@@ -47,13 +48,8 @@ def kill_tagged(tag: str) -> list[str]:
     return killed
 
 
-def wait_no_tagged(tag: str, timeout_s: float) -> list[psutil.Process]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        live = [p for p in tagged_processes(tag) if _alive(p)]
-        if not live or time.monotonic() > deadline:
-            return live
-        time.sleep(0.1)
+def live_tagged(tag: str) -> list[psutil.Process]:
+    return [p for p in tagged_processes(tag) if _alive(p)]
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -93,8 +89,9 @@ def process_tag() -> Iterator[str]:
     and the test fails if any were)."""
     tag = uuid.uuid4().hex
     yield tag
-    live = wait_no_tagged(tag, 15.0)
-    if live:
+    try:
+        wait_until(lambda: not live_tagged(tag), 15.0, "processes outlived the test", interval_s=0.1)
+    except AssertionError:
         killed = kill_tagged(tag)
         pytest.fail(f"processes outlived the test and were killed: {killed}")
 

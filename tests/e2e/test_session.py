@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.e2e.jobs import WORDCOUNT, reference_wordcount, slow_job, write_text_corpus
+from tests.harness import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -47,14 +47,8 @@ def test_session_runs_lists_cancels_and_stops(cli, tmp_path):
     # a long job, cancelled from another client
     runner = cli.start("run", "--address", address, "--no-progress",
                        slow_job(str(tmp_path / "slow.py"), str(tmp_path / "slow_out"), rows=2000))
-    deadline = time.monotonic() + 60
-    slow = None
-    while time.monotonic() < deadline:
-        slow = next((j for j in _jobs(cli, address) if j["name"] == "slow"), None)
-        if slow and slow["state"] == "RUNNING":
-            break
-        time.sleep(0.2)
-    assert slow and slow["state"] == "RUNNING"
+    slow = wait_until(lambda: next((j for j in _jobs(cli, address) if j["name"] == "slow" and j["state"] == "RUNNING"),
+                                    None), 60, "the slow job did not reach RUNNING", interval_s=0.2)
     table = cli.run("list", "--address", address, check=True).stdout
     assert slow["id"] in table and "RUNNING" in table
 

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from tests.conftest import tagged_processes
+from tests.harness import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -57,19 +58,16 @@ def _gone(proc: psutil.Process) -> bool:
         return True
 
 
-def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = []
-        for p in procs:
-            if not _gone(p):
-                try:
-                    left.append(f"pid {p.pid} ({p.status()}): {' '.join(p.cmdline()[:4])}")
-                except psutil.Error:
-                    left.append(f"pid {p.pid}")
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
+def _left(procs: list[psutil.Process]) -> list[str]:
+    """The processes of ``procs`` that still exist, described."""
+    left = []
+    for p in procs:
+        if not _gone(p):
+            try:
+                left.append(f"pid {p.pid} ({p.status()}): {' '.join(p.cmdline()[:4])}")
+            except psutil.Error:
+                left.append(f"pid {p.pid}")
+    return left
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -91,6 +89,7 @@ def test_signal_ends_the_session_its_processes_and_its_work_dir(cli, signum):
     assert session.returncode == 0, session.stderr.read()
     assert "session stopped" in session.stdout.read()
 
-    left = _wait_gone([appmaster, *workers], 2.0)
-    assert not left, f"still there {took:.1f} s after {signum.name}: {left}"
+    procs = [appmaster, *workers]
+    wait_until(lambda: not _left(procs), 2.0, lambda: f"still there {took:.1f} s after {signum.name}: {_left(procs)}",
+               interval_s=0.1)
     assert not os.path.exists(work_dir), f"work dir {work_dir} left behind"

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from tests.e2e.jobs import slow_job
+from tests.harness import wait_until
 from yarnflow import executors
 from yarnflow.common.errors import JobFailedError
 from yarnflow.common.states import JobStatus
@@ -45,14 +46,12 @@ def _run_in_thread(address: str, job_file: str, conf: dict[str, str]):
 
 
 def _wait_running(gw, name: str, timeout_s: float = 30):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for j in gw.list_jobs():
-            if j.name == name and j.status == JobStatus.RUNNING and all(
-                    v.state_counts.get(4, 0) == v.parallelism for v in j.vertices):
-                return j
-        time.sleep(0.1)
-    raise AssertionError(f"job {name} did not reach RUNNING")
+    """The job named ``name`` once it and all its subtasks run."""
+    def running():
+        return next((j for j in gw.list_jobs() if j.name == name and j.status == JobStatus.RUNNING and all(
+            v.state_counts.get(4, 0) == v.parallelism for v in j.vertices)), None)
+
+    return wait_until(running, timeout_s, f"job {name} did not reach RUNNING", interval_s=0.1)
 
 
 def _te_processes(cluster) -> list[psutil.Process]:
@@ -84,9 +83,7 @@ def test_sigkill_of_a_taskexecutor_fails_the_job_naming_it(local_cluster, tmp_pa
     assert rid in job_info.failure_cause.message
     assert "SIGKILL" in job_info.failure_cause.message or "heartbeat" in job_info.failure_cause.message
     # the cluster survives and replaces the lost TaskExecutor
-    deadline = time.monotonic() + 30
-    while gw.cluster_info().registered_taskexecutors < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: gw.cluster_info().registered_taskexecutors >= 2, 30, "the lost TaskExecutor was not replaced")
     assert gw.cluster_info().registered_taskexecutors == 2
     assert not (tmp_path / "out" / "part-00000.parquet").exists()
     gw.close()
@@ -165,10 +162,8 @@ def test_zombie_taskexecutor_exits_when_its_appmaster_freezes(local_cluster):
     [te] = _te_processes(cluster)
     cluster.proc.send_signal(signal.SIGSTOP)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and te.status() != psutil.STATUS_ZOMBIE:
-            time.sleep(0.1)  # its parent is stopped, so it stays a zombie once it has exited
-        assert te.status() == psutil.STATUS_ZOMBIE
+        # its parent is stopped, so it stays a zombie once it has exited
+        wait_until(lambda: te.status() == psutil.STATUS_ZOMBIE, 30, lambda: f"the TaskExecutor is {te.status()}")
     finally:
         cluster.proc.send_signal(signal.SIGCONT)
 
@@ -219,9 +214,7 @@ def test_a_task_stuck_after_its_cancel_ends_its_taskexecutor(local_cluster, tmp_
     assert isinstance(outcome.get("error"), JobFailedError) and "canceled" in str(outcome["error"])
     [job_info] = [j for j in gw.list_jobs() if j.name == "stuck"]
     assert job_info.status == JobStatus.CANCELED
-    deadline = time.monotonic() + 30
-    while gw.cluster_info().registered_taskexecutors < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: gw.cluster_info().registered_taskexecutors >= 1, 30, "the TaskExecutor was not replaced")
     assert gw.cluster_info().registered_taskexecutors == 1  # replaced
     log_dir = os.path.join(cluster.work_dir, "log")
     logs = ""

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 import yarnflow
+from tests.harness import wait_until
 from yarnflow import executors
 from yarnflow.common.states import ExecutionState, JobStatus
 
@@ -128,20 +129,17 @@ def test_taskexecutor_killed_after_the_first_stage_restarts_only_the_named_regio
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     # wait for: stage 1 finished on both TaskExecutors, stage 2 running
-    deadline = time.monotonic() + 60
-    victim = None
-    while time.monotonic() < deadline and victim is None:
-        try:
-            info = _job(gw, "two-stage")
-        except StopIteration:
-            time.sleep(0.05)
-            continue
+    def stage_2_running():
+        info = next((j for j in gw.list_jobs() if j.name == "two-stage"), None)
+        if info is None:
+            return None
         s1 = next(v for v in info.vertices if v.name.startswith("collection"))
         s2 = next(v for v in info.vertices if v.name.startswith("stage2"))
-        if s1.state_counts.get(ExecutionState.FINISHED) == 2 and s2.state_counts.get(ExecutionState.RUNNING) == 2:
-            victim = s1.subtask_locations[0]
-        time.sleep(0.02)
-    assert victim, "stage 2 never ran while stage 1 was finished"
+        done = s1.state_counts.get(ExecutionState.FINISHED) == 2 and s2.state_counts.get(ExecutionState.RUNNING) == 2
+        return s1 if done else None
+
+    s1 = wait_until(stage_2_running, 60, "stage 2 never ran while stage 1 was finished", interval_s=0.02)
+    victim = s1.subtask_locations[0]
     assert s1.subtask_locations[0] != s1.subtask_locations[1]  # spread over both TaskExecutors
     am = psutil.Process(cluster.proc.pid)
     [proc] = [p for p in am.children() if victim in p.cmdline()]
@@ -183,10 +181,8 @@ def test_taskexecutors_are_started_on_demand_and_released_when_idle(process_tag,
         assert gw.cluster_info().registered_taskexecutors == 0
         result = _run(cluster, lambda env: env.from_collection({"x": list(range(10))}).collect(), "on-demand")
         assert sorted(result.collected()["x"].to_pylist()) == list(range(10))
-        deadline = time.monotonic() + 30
-        while gw.cluster_info().registered_taskexecutors and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert gw.cluster_info().registered_taskexecutors == 0
+        wait_until(lambda: gw.cluster_info().registered_taskexecutors == 0, 30, "idle TaskExecutors were not released",
+                   interval_s=0.1)
         gw.close()
     finally:
         cluster.stop()
@@ -238,7 +234,4 @@ def test_blocking_partitions_go_to_disk_and_are_released_after_use(local_cluster
     assert dict(zip(result.collected()["k"].to_pylist(), result.collected()["v"].to_pylist())) == \
         {k: sum(v for v in range(700) if v % 7 == k) for k in range(7)}
     assert seen, "the blocking exchange never reached the TaskExecutors' disks"
-    deadline = time.monotonic() + 10
-    while glob.glob(pattern) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert glob.glob(pattern) == []
+    wait_until(lambda: glob.glob(pattern) == [], 10, lambda: f"blocking partition files left: {glob.glob(pattern)}")

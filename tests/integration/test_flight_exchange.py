@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import TAG_VAR
+from tests.harness import wait_until
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.worker.network.flight import DataClient, DataServer, PartitionNotFoundError
@@ -321,9 +322,7 @@ def test_cancel_stops_a_reader_waiting_in_mid_stream(manager, server, client):
     partition = manager.create(ResultPartitionID("job.c1"), 1, capacity=2)
     partition.subpartitions[0].add(rows(0, 2))
     consumer = Consumer(client.open(server.address, "job.c1", 0))
-    deadline = time.monotonic() + 10
-    while not consumer.elements and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: consumer.elements, 10, "the reader got nothing", interval_s=0.01)
     assert len(consumer.elements) == 1
     started = time.monotonic()
     consumer.stream.cancel()

@@ -5,11 +5,11 @@ re-register with the new leader, so the job goes on."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 import yarnflow
+from tests.harness import wait_until
 from yarnflow import executors
 from yarnflow.am.appmaster import AppMaster
 from yarnflow.common.config import Configuration
@@ -43,10 +43,7 @@ def test_jobmaster_reconnects_to_a_new_resource_manager(process_tag, tmp_path, m
         t = threading.Thread(target=run, daemon=True)
         t.start()
         # the job's slot requests reach the first ResourceManager, which starts a TaskExecutor ...
-        deadline = time.monotonic() + 20
-        while not old.slot_manager.pending and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert old.slot_manager.pending, "the job never asked for slots"
+        wait_until(lambda: old.slot_manager.pending, 20, "the job never asked for slots", interval_s=0.01)
         # ... and is replaced before that TaskExecutor registers: the new leader knows nothing
         new = am.replace_resource_manager()
         assert new.fencing_token != old.fencing_token

@@ -14,13 +14,14 @@ import threading
 import time
 import traceback
 import uuid
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import psutil
 import pytest
 from thrift.protocol.TMultiplexedProtocol import TMultiplexedProtocol
 from thrift.transport import TTransport
 
+from tests.harness import wait_until
 from yarnflow.common import errors, ids
 from yarnflow.common.messages import (
     InputChannelDescriptor,
@@ -141,15 +142,6 @@ def cluster() -> Iterator[Cluster]:
     yield c
     c.close()
     assert c.server_threads() == []
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def _tdd() -> TaskDeploymentDescriptor:
@@ -409,7 +401,7 @@ def test_the_raw_call_helper_speaks_thrift(cluster: Cluster) -> None:
     host, port = cluster.server.address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as s:
         s.sendall(_call_bytes("ping"))
-        assert _wait_for(lambda: any(c[0] == "ping" for c in cluster.handler.calls))
+        wait_until(lambda: any(c[0] == "ping" for c in cluster.handler.calls), 5, "the ping never reached the handler")
         reply = s.recv(65536)
     assert b"ping" in reply and b"pong" in reply
 
@@ -425,7 +417,7 @@ def test_garbage_does_not_hurt_the_server(cluster: Cluster, name: str) -> None:
     assert psutil.Process().memory_info().rss - rss_before < 64 << 20
     assert any(t.name.endswith("-accept") for t in cluster.server_threads())
     # the bad connection was dropped (the two good ones remain)
-    assert _wait_for(lambda: cluster.connections() == 2)
+    wait_until(lambda: cluster.connections() == 2, 5, lambda: f"{cluster.connections()} connections, not 2")
 
 
 @pytest.mark.parametrize("name", ["huge-name-length", "huge-string-argument", "huge-list-argument",
@@ -445,7 +437,7 @@ def test_a_large_declared_length_under_the_limit_does_not_allocate_it(cluster: C
     payload = _message_begin("taskexecutor:freeSlot") + b"\x0b\x00\x01" + struct.pack("!i", declared) + b"a" * 1000
     for _ in range(5):
         _send_raw(cluster.server.address, payload, wait_for_close=False)
-    assert _wait_for(lambda: cluster.connections() == 0)
+    wait_until(lambda: cluster.connections() == 0, 5, lambda: f"{cluster.connections()} connections left open")
     assert psutil.Process().memory_info().rss - rss_before < 64 << 20
     assert cluster.client().call("ping") == "pong"
 
@@ -454,7 +446,7 @@ def test_a_large_declared_length_under_the_limit_does_not_allocate_it(cluster: C
 def test_a_truncated_message_does_not_hurt_the_server(cluster: Cluster, cut: int) -> None:
     whole = _call_bytes("freeSlot", "token", "alloc-1", "fencing")
     _send_raw(cluster.server.address, whole[:cut], wait_for_close=False)  # then hang up mid-message
-    assert _wait_for(lambda: cluster.connections() == 0)
+    wait_until(lambda: cluster.connections() == 0, 5, lambda: f"{cluster.connections()} connections left open")
     assert cluster.client().call("ping") == "pong"
     assert not any(c[0] == "freeSlot" for c in cluster.handler.calls)
 
@@ -476,7 +468,7 @@ def test_stop_is_prompt_with_connected_clients(cluster: Cluster) -> None:
     host, port = cluster.server.address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as idle:
         idle.sendall(b"\x80\x01")  # a half-sent message: its thread is blocked reading
-        assert _wait_for(lambda: cluster.connections() == 9)
+        wait_until(lambda: cluster.connections() == 9, 5, lambda: f"{cluster.connections()} connections, not 9")
         assert len(cluster.server_threads()) == 10  # accept + 9 connections
         started = time.monotonic()
         cluster.server.stop()
