@@ -228,18 +228,3 @@ def region_sharing_groups(job_graph: JobGraph, region: Any) -> list[tuple[tuple[
         group = job_graph.vertex(s.vertex_id).slot_sharing_group
         groups.setdefault((group, s.index), []).append(s)
     return [((region.region_id, g, i), members) for (g, i), members in sorted(groups.items())]
-
-
-def slot_sharing_groups(job_graph: JobGraph) -> list[list[tuple[JobVertexID, int]]]:
-    """Execution slot sharing groups: subtask i of every vertex of one sharing group shares
-    slot i of that group; two subtasks of one vertex never share. A job needs, per group, as
-    many slots as the group's highest parallelism."""
-    by_group: dict[str, list[JobVertex]] = {}
-    for jv in job_graph.vertices:
-        by_group.setdefault(jv.slot_sharing_group, []).append(jv)
-    groups: list[list[tuple[JobVertexID, int]]] = []
-    for vertices in by_group.values():
-        width = max(v.parallelism for v in vertices)
-        for i in range(width):
-            groups.append([(v.vertex_id, i) for v in vertices if i < v.parallelism])
-    return groups

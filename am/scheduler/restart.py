@@ -1,6 +1,6 @@
 """Restart strategies: may the job restart after a failure, and after how long (pure; time is
 passed in, jitter comes from an injectable ``random.Random``), as Flink's
-``RestartBackoffTimeStrategy`` family; plus the job's bounded failure history.
+``RestartBackoffTimeStrategy`` family.
 
 The scheduler calls ``notify_failure(now_ms)`` for each failure, then ``can_restart()``; when it
 may, it waits ``backoff_ms()`` before restarting the tasks the failover strategy chose.
@@ -26,19 +26,14 @@ import collections
 import difflib
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from yarnflow.am.scheduler.regions import SubtaskId
 from yarnflow.common.config import parse_duration_ms
 from yarnflow.common.errors import ConfigurationError
-from yarnflow.common.messages import ErrorInfo, FailureEntry
 
 __all__ = [
     "ExponentialDelayRestartStrategy",
-    "FailureHistory",
     "FailureRateRestartStrategy",
-    "FailureRecord",
     "FixedDelayRestartStrategy",
     "NoRestartStrategy",
     "RestartStrategy",
@@ -309,56 +304,3 @@ def make_restart_strategy(conf: Mapping[str, Any] | Any, rng: random.Random | No
     return ExponentialDelayRestartStrategy(initial, maximum, _get(values, e + "backoff-multiplier"),
                                            _get(values, e + "reset-backoff-threshold"), jitter,
                                            _get(values, e + "attempts-before-reset-backoff"), rng=rng)
-
-
-# ---- failure history ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FailureRecord:
-    """One failure: of ``subtask``, or of the whole job when ``subtask`` is None."""
-
-    timestamp_ms: int
-    subtask: SubtaskId | None
-    exception_class: str
-    message: str
-    restarted_subtasks: int = 0
-
-    @property
-    def is_global(self) -> bool:
-        return self.subtask is None
-
-    def to_failure_entry(self) -> FailureEntry:
-        """As the wire message of ``JobStatusInfo.failure_history``."""
-        task = str(self.subtask) if self.subtask is not None else "(global)"
-        return FailureEntry(self.timestamp_ms, task, ErrorInfo(self.exception_class, self.message),
-                            self.restarted_subtasks)
-
-
-class FailureHistory:
-    """The last ``max_entries`` failures of a job, oldest first (Flink's exception history)."""
-
-    def __init__(self, max_entries: int = 16) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be at least 1")
-        self._entries: collections.deque[FailureRecord] = collections.deque(maxlen=max_entries)
-        self.total_failures = 0
-
-    def add(self, timestamp_ms: int, subtask: SubtaskId | None, exception_class: str | type[BaseException],
-            message: str, restarted_subtasks: int = 0) -> FailureRecord:
-        name = exception_class if isinstance(exception_class, str) else exception_class.__name__
-        record = FailureRecord(timestamp_ms, subtask, name, message, restarted_subtasks)
-        self._entries.append(record)
-        self.total_failures += 1
-        return record
-
-    def add_error(self, timestamp_ms: int, subtask: SubtaskId | None, error: BaseException | ErrorInfo,
-                  restarted_subtasks: int = 0) -> FailureRecord:
-        if isinstance(error, ErrorInfo):
-            return self.add(timestamp_ms, subtask, error.error_class, error.message, restarted_subtasks)
-        return self.add(timestamp_ms, subtask, type(error), str(error), restarted_subtasks)
-
-    def entries(self) -> list[FailureRecord]:
-        return list(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)

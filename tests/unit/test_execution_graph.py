@@ -1,11 +1,11 @@
 """The ExecutionGraph: expansion of a JobGraph into subtasks and attempts, execution states,
-deployment descriptors (channels and result partitions) and execution slot sharing groups."""
+deployment descriptors (channels and result partitions)."""
 
 from __future__ import annotations
 
 import pytest
 
-from yarnflow.am.jobmaster.execution_graph import ExecutionGraph, LogicalSlot, slot_sharing_groups
+from yarnflow.am.jobmaster.execution_graph import ExecutionGraph, LogicalSlot
 from yarnflow.common.errors import IllegalStateTransition, InvalidRequestError
 from yarnflow.common.ids import AllocationID, JobID, JobVertexID, ResourceID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex
@@ -290,43 +290,3 @@ def test_inputs_are_grouped_into_gates_by_input_index() -> None:
     assert d.input_gates[1].subpartition_index == 1
     [rp] = tdd(g, right, 0).result_partitions
     assert (rp.num_subpartitions, rp.partitioner) == (2, Partitioner.BROADCAST)
-
-
-# ---- slot sharing -----------------------------------------------------------------------------
-
-def test_subtask_i_of_every_vertex_shares_slot_i() -> None:
-    jg = JobGraph(JOB, "sharing", [vertex(SRC, 2), vertex(AGG, 3), vertex(SINK, 1)],
-                  [JobEdge(SRC, AGG, Partitioner.HASH, key_columns=["k"]),
-                   JobEdge(AGG, SINK, Partitioner.REBALANCE)])
-    groups = slot_sharing_groups(jg)
-    assert groups == [
-        [(SRC, 0), (AGG, 0), (SINK, 0)],
-        [(SRC, 1), (AGG, 1)],
-        [(AGG, 2)],
-    ]
-
-
-def test_sharing_groups_cover_every_subtask_once_and_never_pair_one_vertex() -> None:
-    jg = JobGraph(JOB, "sharing", [vertex(SRC, 4), vertex(AGG, 2), vertex(SINK, 5)],
-                  [JobEdge(SRC, AGG, Partitioner.REBALANCE), JobEdge(AGG, SINK, Partitioner.REBALANCE)])
-    groups = slot_sharing_groups(jg)
-    assert len(groups) == 5  # the highest parallelism
-    for group in groups:
-        vids = [vid for vid, _ in group]
-        assert len(vids) == len(set(vids))
-    members = [m for group in groups for m in group]
-    expected = {(v.vertex_id, i) for v in jg.vertices for i in range(v.parallelism)}
-    assert len(members) == len(expected) and set(members) == expected
-
-
-def test_separate_sharing_groups_take_separate_slots() -> None:
-    jg = JobGraph(JOB, "groups", [vertex(SRC, 2), vertex(AGG, 3, group="heavy"), vertex(SINK, 1)],
-                  [JobEdge(SRC, AGG, Partitioner.HASH, key_columns=["k"]),
-                   JobEdge(AGG, SINK, Partitioner.REBALANCE)])
-    groups = slot_sharing_groups(jg)
-    assert len(groups) == 2 + 3  # default group: max(2, 1); heavy: 3
-    for group in groups:
-        in_heavy = {vid == AGG for vid, _ in group}
-        assert len(in_heavy) == 1  # never mixes the two sharing groups
-    assert sorted(group for group in groups if group[0][0] == AGG) == [[(AGG, 0)], [(AGG, 1)], [(AGG, 2)]]
-    assert [(SRC, 0), (SINK, 0)] in groups and [(SRC, 1)] in groups

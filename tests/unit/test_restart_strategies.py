@@ -1,5 +1,5 @@
 """Restart strategies (none, fixed-delay, failure-rate, exponential-delay), their configuration
-with Flink's keys and defaults, and the failure history. Time comes from a ManualClock."""
+with Flink's keys and defaults. Time comes from a ManualClock."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ import random
 
 import pytest
 
-from yarnflow.am.scheduler.regions import SubtaskId
 from yarnflow.am.scheduler.restart import (
     ExponentialDelayRestartStrategy,
-    FailureHistory,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,
     NoRestartStrategy,
@@ -19,7 +17,6 @@ from yarnflow.am.scheduler.restart import (
 from yarnflow.common.clock import ManualClock
 from yarnflow.common.config import Configuration
 from yarnflow.common.errors import ConfigurationError
-from yarnflow.common.messages import ErrorInfo, FailureEntry
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -275,31 +272,6 @@ def test_loaded_configuration_is_accepted() -> None:
     strategy = make_restart_strategy(conf)
     assert isinstance(strategy, FixedDelayRestartStrategy) and strategy.attempts == 4
     assert isinstance(make_restart_strategy(Configuration.load()), NoRestartStrategy)  # the shipped default
-
-
-# ---- failure history --------------------------------------------------------------------------
-
-def test_failure_history_is_bounded_and_oldest_first() -> None:
-    history = FailureHistory(max_entries=3)
-    for t in range(5):
-        history.add(t, SubtaskId("map", t), "ValueError", f"bad row {t}", restarted_subtasks=2)
-    assert len(history) == 3 and history.total_failures == 5
-    assert [e.timestamp_ms for e in history.entries()] == [2, 3, 4]
-    assert history.entries()[-1].subtask == SubtaskId("map", 4)
-
-
-def test_failure_history_records_exceptions_error_infos_and_global_failures() -> None:
-    history = FailureHistory()
-    local = history.add_error(10, SubtaskId("sink", 1), KeyError("k"), restarted_subtasks=4)
-    remote = history.add_error(20, SubtaskId("src", 0), ErrorInfo("OSError", "disk full"))
-    glob = history.add(30, None, RuntimeError, "lost the ResourceManager", 12)
-    assert (local.exception_class, local.message, local.restarted_subtasks) == ("KeyError", "'k'", 4)
-    assert (remote.exception_class, remote.message) == ("OSError", "disk full")
-    assert glob.is_global and not local.is_global
-    assert history.entries() == [local, remote, glob]
-    assert glob.to_failure_entry() == FailureEntry(30, "(global)", ErrorInfo("RuntimeError", "lost the ResourceManager"),
-                                                   12)
-    assert local.to_failure_entry().task == "sink#1"
 
 
 def test_all_lists_the_public_names() -> None:

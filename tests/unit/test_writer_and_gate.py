@@ -361,30 +361,18 @@ def test_gate_capacity_is_per_channel_and_counts_batches_only():
     assert gate.backlog() == [2, 2]
 
 
-def test_blocked_channels_are_skipped():
-    gate = InputGate(2, capacity=10)
-    gate.push(0, batch_of(0, 1))
-    gate.push(1, batch_of(1, 1))
-    gate.push(1, Watermark(9))
-    gate.blocked.add(0)
-    assert gate.poll(0)[0] == 1
-    assert gate.poll(0) == (1, Watermark(9))
-    assert gate.poll(0.05) is None  # only the blocked channel has data
-    gate.blocked.clear()
-    assert gate.poll(0)[0] == 0
-
-
 def test_cancel_wakes_a_waiting_poll_and_a_blocked_reader():
-    gate = InputGate(2, capacity=1)
-    gate.push(1, batch_of(0, 1))
-    gate.blocked.add(1)  # the task waits for channel 0 only (e.g. during alignment)
-    poller = Waiter(lambda: gate.poll(None))
-    reader = Waiter(lambda: gate.push(1, batch_of(1, 1)))  # channel 1 is full
+    empty = InputGate(2, capacity=1)
+    poller = Waiter(lambda: empty.poll(None))  # nothing to read
+    full = InputGate(2, capacity=1)
+    full.push(1, batch_of(0, 1))
+    reader = Waiter(lambda: full.push(1, batch_of(1, 1)))  # channel 1 is full
     assert poller.blocked() and reader.blocked(0.01)
-    gate.cancel()
+    empty.cancel()
+    full.cancel()
     assert poller.finish(within_s=1.0) is None
     assert reader.finish(within_s=1.0) is False
-    assert gate.push(0, Watermark(1)) is False
+    assert full.push(0, Watermark(1)) is False
 
 
 def test_gate_is_finished_when_every_channel_delivered_its_end():

@@ -40,7 +40,6 @@ class InputGate:
         self._next = 0
         self._finished = [False] * num_channels
         self._readers: list[ChannelReader] = []
-        self.blocked: set[int] = set()
 
     # -- reader side --------------------------------------------------------------------------
     def push(self, channel: int, element: Any) -> bool:
@@ -70,13 +69,13 @@ class InputGate:
 
     # -- task side ----------------------------------------------------------------------------
     def poll(self, timeout: float | None) -> tuple[int, Any] | None:
-        """The next ``(channel, element)`` from an unblocked channel, or None after ``timeout``."""
+        """The next ``(channel, element)``, round robin over the channels, or None after ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 for i in range(self.num_channels):
                     ch = (self._next + i) % self.num_channels
-                    if ch in self.blocked or not self._buffers[ch]:
+                    if not self._buffers[ch]:
                         continue
                     element = self._buffers[ch].popleft()
                     if isinstance(element, pa.RecordBatch):
