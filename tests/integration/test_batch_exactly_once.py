@@ -180,13 +180,14 @@ def test_blocking_partition_lost_after_the_sources_finished_counts_every_row_onc
 
     def between_stages(i):
         s1, s2 = _vertex(i, "read_text"), _vertex(i, "sum")
-        return s1.state_counts.get(ExecutionState.FINISHED) == 2 and s2.state_counts.get(ExecutionState.RUNNING) == 2
+        return s1.state_counts.get(ExecutionState.FINISHED) == 2 and s2.state_counts.get(ExecutionState.RUNNING) == 2 \
+            and set(s1.subtask_locations) & set(s2.subtask_locations)
 
     info = _wait_for(gw, "lost-partition", between_stages, 60,
-                     "the consumer stage never ran while the sources were finished")
+                     "the consumer stage never ran, next to a finished source, while the sources were finished")
     s1, s2 = _vertex(info, "read_text"), _vertex(info, "sum")
     # a TaskExecutor that holds a finished source's blocking output and a running consumer
-    victim = next(loc for loc in s1.subtask_locations if loc in s2.subtask_locations)
+    victim = sorted(set(s1.subtask_locations) & set(s2.subtask_locations))[0]
     _kill(cluster, victim)
     thread.join(120)
     assert "result" in outcome, outcome
