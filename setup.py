@@ -60,7 +60,8 @@ setup(
     ],
     extras_require={
         "spark": ["pyspark>=3.5"],
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "pyspark>=3.5", "ruff"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "pyspark>=3.5", "ruff", "mypy>=2.4,<3", "types-PyYAML",
+                 "types-psutil"],
     },
     entry_points={"console_scripts": ["yarnflow = yarnflow.cli:main"]},
 )

@@ -7,6 +7,7 @@ import logging
 import os
 import tempfile
 import threading
+from typing import cast
 
 import fsspec
 
@@ -58,7 +59,8 @@ class AppMaster:
         fs.makedirs(path, exist_ok=True)
         self.driver = driver or LocalProcessDriver(config, self.work_dir)
         self.rm = ResourceManager(config, self.driver)
-        self.rm_proxy = ResourceManagerProxy(self)
+        # typed as the ResourceManager whose every attribute it forwards
+        self.rm_proxy = cast(ResourceManager, ResourceManagerProxy(self))
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         self.dispatcher = Dispatcher(config, self.rm_proxy, cluster_id, self.storage_dir, target, self.shutdown,

@@ -92,10 +92,10 @@ class JobMasterCore:
         self._task_config = config.to_strings()
         self._address = address
         self._storage = storage_dir
-        self._slot_request_timeout = config[Options.SLOT_REQUEST_TIMEOUT]
-        self._idle_timeout = config[Options.SLOT_IDLE_TIMEOUT]
-        self._heartbeat_interval = config[Options.HEARTBEAT_INTERVAL]
-        self._heartbeat_timeout = config[Options.HEARTBEAT_TIMEOUT]
+        self._slot_request_timeout: int = config[Options.SLOT_REQUEST_TIMEOUT]
+        self._idle_timeout: int = config[Options.SLOT_IDLE_TIMEOUT]
+        self._heartbeat_interval: int = config[Options.HEARTBEAT_INTERVAL]
+        self._heartbeat_timeout: int = config[Options.HEARTBEAT_TIMEOUT]
         self.regions = compute_pipelined_regions(job_graph)
         self._region_of = {s: r for r in self.regions for s in r.subtasks}
         self.progress = RegionProgress(self.regions)

@@ -170,10 +170,10 @@ class SlotAssignment:
                 users.discard(region.region_id)
                 if users:
                     continue
-            allocation_id = self.group_slots.pop(key, None)
-            if allocation_id is not None and self.pool.release(allocation_id, now_ms):
-                self._requested_at.pop(allocation_id, None)
-                cancelled.append(allocation_id)
+            held = self.group_slots.pop(key, None)
+            if held is not None and self.pool.release(held, now_ms):
+                self._requested_at.pop(held, None)
+                cancelled.append(held)
         return cancelled
 
     def hand_idle_slots_to_waiting_groups(self) -> tuple[list[AllocationID], set[int]]:

@@ -213,9 +213,9 @@ class ResourceManager:
                 log.info("releasing TaskExecutor %s: %s", action.resource_id, action.reason)
                 self._io.submit(self._driver.stop_worker, action.resource_id)
             elif isinstance(action, AllocationFailed):
-                listener = self._listeners.get(action.request.job_id)
-                if listener is not None:
-                    listener.on_allocation_failed(action.request.allocation_id, action.reason)
+                requester = self._listeners.get(action.request.job_id)
+                if requester is not None:
+                    requester.on_allocation_failed(action.request.allocation_id, action.reason)
 
     def _start_worker(self) -> None:
         try:

@@ -55,7 +55,7 @@ class KeyedAggregate(Operator):
 
     def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
         if combine:
-            specs = [(name, _COMBINE[fn]) for name, (_, fn) in zip(self._names(), self.aggs)]
+            specs: list[tuple[Any, ...]] = [(name, _COMBINE[fn]) for name, (_, fn) in zip(self._names(), self.aggs)]
         else:  # a count counts rows, also those whose counted column (the key) is null
             specs = [(c, f, pc.CountOptions(mode="all")) if f == "count" else (c, f) for c, f in self.aggs]
         grouped = table.group_by(self.keys, use_threads=False).aggregate(specs)

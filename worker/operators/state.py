@@ -107,7 +107,7 @@ class ValueState(_KeyedState, Generic[T]):
         if table is not None and key in table:
             return table[key]  # type: ignore[no-any-return]
         default = self.descriptor.default  # type: ignore[attr-defined]
-        return default if isinstance(default, _IMMUTABLE) else copy.deepcopy(default)  # type: ignore[no-any-return]
+        return default if isinstance(default, _IMMUTABLE) else copy.deepcopy(default)  # type: ignore[return-value]
 
     def update(self, value: T) -> None:
         self._set(value)
