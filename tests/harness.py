@@ -8,7 +8,7 @@ ticks and end-of-input, and records everything it emits, in order, in a ``Record
     h = OperatorHarness(KeyedAggregate(["k"], [("v", "sum")]), runtime_mode="BATCH")
     h.batch([{"k": "a", "v": 1}])
     h.finish()
-    assert h.rows() == [{"k": "a", "v_sum": 1}]
+    assert h.rows() == [{"k": "a", "v": 1}]
 
 Each feeding call returns the events that call produced (and appends them to ``steps``), so a
 test can check what one input caused. Events are tuples: ``("data", batch)``,
