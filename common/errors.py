@@ -6,6 +6,8 @@ can catch either.
     ├── JobDefinitionError (ValueError)       a pipeline that cannot be compiled
     ├── RpcError                              anything that went wrong in a remote call
     │   ├── RpcConnectionError (ConnectionError)  the peer cannot be reached / went away
+    │   │   └── PartitionNotFoundError            (worker.network.flight) a producer does not serve
+    │   │                                         the partition a consumer asked for
     │   ├── RpcTimeoutError (TimeoutError)        the peer did not answer in time
     │   ├── FencingTokenError                     the call carried a stale fencing token
     │   ├── NotFoundError (LookupError)           unknown job, task or allocation
@@ -18,6 +20,8 @@ can catch either.
 """
 
 from __future__ import annotations
+
+from yarnflow.common.ids import ResultPartitionID
 
 
 class YarnflowError(Exception):
@@ -41,7 +45,17 @@ class RpcError(YarnflowError):
 
 
 class RpcConnectionError(RpcError, ConnectionError):
-    """The peer could not be reached or dropped the connection. Retry or give up."""
+    """The peer could not be reached or dropped the connection. Retry or give up.
+
+    When the peer was the producer of a result partition that a consumer was reading,
+    ``partition_id`` names that partition (None otherwise); a task failing with it reports the
+    partition as unavailable (``ErrorInfo.unavailable_partition``) so the JobMaster can restart
+    its producer."""
+
+    def __init__(self, message: str, remote_traceback: str | None = None, *,
+                 partition_id: str | None = None) -> None:
+        super().__init__(message, remote_traceback)
+        self.partition_id: ResultPartitionID | None = ResultPartitionID(partition_id) if partition_id else None
 
 
 class RpcTimeoutError(RpcError, TimeoutError):

@@ -52,7 +52,38 @@ class ResourceID(_Id):
 
 
 class ResultPartitionID(_Id):
+    """One produced result partition: ``<job id>.<producer attempt id>.<edge index>``.
+
+    ``of()`` formats one; ``job_id``, ``producer_attempt_id`` and ``edge_index`` parse it back
+    (ValueError for an id not in this form)."""
+
     __slots__ = ()
+
+    @classmethod
+    def of(cls, job_id: str, producer_attempt_id: str, edge_index: int) -> ResultPartitionID:
+        for part in (job_id, producer_attempt_id):
+            if not part or "." in part or "/" in part:
+                raise ValueError(f"cannot build a ResultPartitionID from {part!r}: empty or holds '.' or '/'")
+        return cls(f"{job_id}.{producer_attempt_id}.{int(edge_index)}")
+
+    def _parts(self) -> tuple[str, str, int]:
+        job, sep1, rest = self.partition(".")
+        attempt, sep2, index = rest.partition(".")
+        if not (job and sep1 and attempt and sep2 and index.isdigit()):
+            raise ValueError(f"{self!r} is not <job id>.<producer attempt id>.<edge index>")
+        return job, attempt, int(index)
+
+    @property
+    def job_id(self) -> JobID:
+        return JobID(self._parts()[0])
+
+    @property
+    def producer_attempt_id(self) -> ExecutionAttemptID:
+        return ExecutionAttemptID(self._parts()[1])
+
+    @property
+    def edge_index(self) -> int:
+        return self._parts()[2]
 
 
 class LeaderSessionID(_Id):

@@ -84,8 +84,8 @@ class Message:
             if raw is None and f.default is not dataclasses.MISSING:
                 kwargs[f.name] = f.default
                 continue
-            if raw is None and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                kwargs[f.name] = f.default_factory()  # type: ignore[misc]
+            if raw is None and f.default_factory is not dataclasses.MISSING:
+                kwargs[f.name] = f.default_factory()
                 continue
             kwargs[f.name] = _convert_in(types_[f.name], raw)
         return cls(**kwargs)
@@ -116,11 +116,17 @@ class ErrorInfo(Message):
     message: str
     traceback: str = ""
     location: str | None = None
+    unavailable_partition: ids.ResultPartitionID | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException, location: str | None = None) -> ErrorInfo:
+        """The ErrorInfo of ``exc``. An exception with a ``partition_id`` attribute (the data
+        plane's partition errors) names the partition it could not read in
+        ``unavailable_partition``."""
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(type(exc).__name__, str(exc), tb, location)
+        partition = getattr(exc, "partition_id", None)
+        return cls(type(exc).__name__, str(exc), tb, location,
+                   ids.ResultPartitionID(partition) if partition else None)
 
     def describe(self) -> str:
         where = f" [{self.location}]" if self.location else ""
@@ -265,6 +271,7 @@ class ClusterInfo(Message):
     total_slots: int
     free_slots: int
     target: str = "local"
+    leader_session_id: str = ""
 
 
 # ---- ResourceManager -----------------------------------------------------------------------
@@ -340,6 +347,25 @@ class SplitResponse(Message):
     _thrift = ttypes.SplitResponse
     split: SourceSplit | None = None
     no_more_splits: bool = False
+
+
+@dataclass(frozen=True)
+class TaskExecutorHeartbeatPayload(Message):
+    """What a TaskExecutor tells a job's JobMaster every heartbeat: its tasks of the job (current
+    state, plus final updates not yet acknowledged) and the slots it holds for the job."""
+
+    _thrift = ttypes.TaskExecutorHeartbeatPayload
+    resource_id: ids.ResourceID
+    executions: list[TaskExecutionStateUpdate] = field(default_factory=list)
+    allocation_ids: list[ids.AllocationID] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AllocatedSlotReport(Message):
+    """The JobMaster's answer to a heartbeat: the slots it holds on that TaskExecutor."""
+
+    _thrift = ttypes.AllocatedSlotReport
+    allocation_ids: list[ids.AllocationID] = field(default_factory=list)
 
 
 # ---- TaskExecutor --------------------------------------------------------------------------

@@ -49,6 +49,10 @@ struct ErrorInfo {
   2: string message,
   3: string traceback,        // the remote traceback, formatted; may be empty
   4: optional string location, // e.g. "taskexecutor te-1 (pid 123) / map (1/2)"
+  // Set when the task failed because it could not read this result partition (its producer's
+  // TaskExecutor does not serve it, released it, or cannot be reached): a ResultPartitionID,
+  // "<job id>.<producer attempt id>.<edge index>".
+  5: optional string unavailable_partition,
 }
 
 // ---- JobGraph ---------------------------------------------------------------------------
@@ -134,18 +138,23 @@ struct ClusterInfo {
   5: i32 total_slots,
   6: i32 free_slots,
   7: string target,               // local | yarn
+  8: string leader_session_id,    // the Dispatcher's fencing token: send it with every job call
 }
 
+// Every call that acts on a job (or the cluster) carries the Dispatcher's leader session id,
+// as read once from clusterInfo(); a stale one is refused with FENCING.
 service DispatcherService {
-  string submitJob(1: JobGraph job_graph) throws (1: RpcError err),
-  list<JobStatusInfo> listJobs() throws (1: RpcError err),
-  JobStatusInfo getJob(1: string job_id) throws (1: RpcError err),
-  void cancelJob(1: string job_id) throws (1: RpcError err),
+  string submitJob(1: string fencing_token, 2: JobGraph job_graph) throws (1: RpcError err),
+  list<JobStatusInfo> listJobs(1: string fencing_token) throws (1: RpcError err),
+  JobStatusInfo getJob(1: string fencing_token, 2: string job_id) throws (1: RpcError err),
+  void cancelJob(1: string fencing_token, 2: string job_id) throws (1: RpcError err),
   // Waits up to timeout_ms for the job to reach a terminal state; NOT_FOUND if unknown,
   // UNAVAILABLE if it is still running when the timeout passes.
-  JobResult requestJobResult(1: string job_id, 2: i64 timeout_ms) throws (1: RpcError err),
+  JobResult requestJobResult(1: string fencing_token, 2: string job_id, 3: i64 timeout_ms)
+      throws (1: RpcError err),
+  // Not fenced: this is how a client learns the fencing token.
   ClusterInfo clusterInfo() throws (1: RpcError err),
-  void shutdownCluster() throws (1: RpcError err),
+  void shutdownCluster(1: string fencing_token) throws (1: RpcError err),
 }
 
 // ---- ResourceManager ---------------------------------------------------------------------
@@ -217,6 +226,21 @@ struct SplitResponse {
   2: bool no_more_splits,          // the source subtask may finish
 }
 
+// Sent by a TaskExecutor every heartbeat.interval to the JobMaster of each job it holds slots for.
+struct TaskExecutorHeartbeatPayload {
+  1: string resource_id,
+  // Every task of the job on this TaskExecutor in its current state, and the final update of
+  // each ended task that the JobMaster has not acknowledged yet.
+  2: list<TaskExecutionStateUpdate> executions,
+  3: list<string> allocation_ids,   // the slots this TaskExecutor holds for the job
+}
+
+// The JobMaster's answer: the slots it holds on that TaskExecutor. The TaskExecutor frees every
+// active slot of the job that is not listed (Flink's AllocatedSlotReport).
+struct AllocatedSlotReport {
+  1: list<string> allocation_ids,
+}
+
 service JobMasterService {
   // Returns the offers the JobMaster accepted; the TaskExecutor frees the others.
   list<SlotOffer> offerSlots(1: string fencing_token, 2: string job_id, 3: string resource_id,
@@ -226,6 +250,10 @@ service JobMasterService {
   // A source subtask asks for its next split (dynamic split assignment, as in Flink's FLIP-27).
   SplitResponse requestSplit(1: string fencing_token, 2: string job_id, 3: string vertex_id,
                              4: i32 subtask_index, 5: string execution_attempt_id)
+      throws (1: RpcError err),
+  // NOT_FOUND when the job has no JobMaster here (the TaskExecutor then frees the job's slots).
+  AllocatedSlotReport heartbeatFromTaskExecutor(1: string fencing_token, 2: string job_id,
+                                                3: TaskExecutorHeartbeatPayload payload)
       throws (1: RpcError err),
 }
 
@@ -292,7 +320,8 @@ service TaskExecutorService {
   void disconnectResourceManager(1: string rm_fencing_token, 2: string reason)
       throws (1: RpcError err),
   // Release the job's blocking result partitions held here (all of them when the list is empty).
-  void releasePartitions(1: string job_id, 2: list<string> partition_ids) throws (1: RpcError err),
+  void releasePartitions(1: string jobmaster_fencing_token, 2: string job_id,
+                         3: list<string> partition_ids) throws (1: RpcError err),
   // Liveness probe used by tests and tools.
   string ping(),
 }

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class Task:
     def __init__(self, tdd: TaskDeploymentDescriptor, *, resource_id: str, artifacts: ArtifactCache,
                  partitions: ResultPartitionManager, data_client: DataClient,
-                 on_state: Callable[[TaskExecutionStateUpdate], None], location: str,
+                 on_state: Callable[[TaskExecutionStateUpdate], object], location: str,
                  request_split: Callable[[], SplitResponse] | None = None) -> None:
         self._request_split = request_split
         self.tdd = tdd
@@ -70,12 +70,16 @@ class Task:
         return self._thread.is_alive()
 
     # -- run --------------------------------------------------------------------------------
+    def state_update(self, error: ErrorInfo | None = None) -> TaskExecutionStateUpdate:
+        """The task's current state and record counts, as its TaskExecutor reports them."""
+        st = self._stream_task
+        return TaskExecutionStateUpdate(self.tdd.job_id, self.attempt_id, self.state, error,
+                                        records_in=st.records_in if st else 0,
+                                        records_out=st.tail.records_out if st else 0)
+
     def _report(self, state: ExecutionState, error: ErrorInfo | None = None) -> None:
         self.state = state
-        st = self._stream_task
-        self._on_state(TaskExecutionStateUpdate(
-            self.tdd.job_id, self.attempt_id, state, error,
-            records_in=st.records_in if st else 0, records_out=st.tail.records_out if st else 0))
+        self._on_state(self.state_update(error))
 
     def _run(self) -> None:
         tdd = self.tdd
@@ -134,10 +138,10 @@ class Task:
                 gate.add_reader(self._reader(gate, i, ch, sub))
             self._gate = gate
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name)
-        base = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,
-                    parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
-                    attempt_number=tdd.attempt_number, runtime_mode=tdd.runtime_mode,
-                    job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size)
+        base: dict[str, Any] = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,
+                                    parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
+                                    attempt_number=tdd.attempt_number, runtime_mode=tdd.runtime_mode,
+                                    job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size)
         head = chain[0]
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split
@@ -166,7 +170,8 @@ class Task:
             def local_source(push: Callable[[Any], bool]) -> None:
                 partition = partitions.wait_for(ch.partition_id, 30.0)
                 if partition is None:
-                    raise PartitionNotFoundError(f"local partition {ch.partition_id} was never produced")
+                    raise PartitionNotFoundError(f"local partition {ch.partition_id} was never produced",
+                                                 partition_id=ch.partition_id)
                 if isinstance(partition, BlockingResultPartition):
                     for element in partition.read(subpartition):
                         if not push(element):

@@ -1,5 +1,9 @@
 """Dispatcher: accepts jobs, starts a JobMaster for each, answers list / get / cancel, keeps
-the results of ended jobs, and waits for results on behalf of clients."""
+the results of ended jobs, and waits for results on behalf of clients.
+
+Fencing: the Dispatcher has a leader session id (``fencing_token``), given to clients by
+``cluster_info``; every call that acts on a job or the cluster carries it and is refused with
+FencingTokenError when it is another one (a client still talking to a deposed leader)."""
 
 from __future__ import annotations
 
@@ -13,9 +17,16 @@ from yarnflow.common.version import __version__
 from yarnflow.am.jobmaster.job_master import JobMaster
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.config import Configuration
-from yarnflow.common.errors import InvalidRequestError, NotFoundError, RefusedError, UnavailableError
-from yarnflow.common.ids import JobID, ResourceID
+from yarnflow.common.errors import (
+    FencingTokenError,
+    InvalidRequestError,
+    NotFoundError,
+    RefusedError,
+    UnavailableError,
+)
+from yarnflow.common.ids import JobID, LeaderSessionID, ResourceID
 from yarnflow.common.messages import (
+    AllocatedSlotReport,
     ClusterInfo,
     JobGraph,
     JobResult,
@@ -23,6 +34,7 @@ from yarnflow.common.messages import (
     SlotOffer,
     SplitResponse,
     TaskExecutionStateUpdate,
+    TaskExecutorHeartbeatPayload,
 )
 from yarnflow.common.artifacts import ArtifactCache
 
@@ -49,9 +61,16 @@ class Dispatcher:
         self._done: dict[JobID, threading.Event] = {}
         self.address = ""
         self._accepting = True
+        self.fencing_token = LeaderSessionID.generate()
+
+    def _check_token(self, token: str, call: str) -> None:
+        if token != self.fencing_token:
+            raise FencingTokenError(f"{call} with a stale Dispatcher token {token!r}: "
+                                    f"this Dispatcher's leader session is {self.fencing_token}")
 
     # -- DispatcherService ------------------------------------------------------------------
-    def submit_job(self, job_graph: JobGraph) -> JobID:
+    def submit_job(self, token: str, job_graph: JobGraph) -> JobID:
+        self._check_token(token, "submitJob")
         if not self._accepting:
             raise UnavailableError("the cluster is shutting down")
         job_graph.validate()
@@ -74,7 +93,8 @@ class Dispatcher:
         jm.start()
         return job_graph.job_id
 
-    def list_jobs(self) -> list[JobStatusInfo]:
+    def list_jobs(self, token: str) -> list[JobStatusInfo]:
+        self._check_token(token, "listJobs")
         with self._lock:
             running = list(self._running.values())
             ended = [info for info, _ in self._ended.values()]
@@ -86,7 +106,8 @@ class Dispatcher:
                 pass  # ended between the two looks: it is in the ended list next time
         return sorted(infos + ended, key=lambda j: j.start_time_ms)
 
-    def get_job(self, job_id: JobID) -> JobStatusInfo:
+    def get_job(self, token: str, job_id: JobID) -> JobStatusInfo:
+        self._check_token(token, "getJob")
         with self._lock:
             jm = self._running.get(job_id)
             ended = self._ended.get(job_id)
@@ -97,9 +118,10 @@ class Dispatcher:
         try:
             return jm.status_info()
         except UnavailableError:
-            return self.get_job(job_id)
+            return self.get_job(token, job_id)
 
-    def cancel_job(self, job_id: JobID) -> None:
+    def cancel_job(self, token: str, job_id: JobID) -> None:
+        self._check_token(token, "cancelJob")
         with self._lock:
             jm = self._running.get(job_id)
             ended = self._ended.get(job_id)
@@ -110,7 +132,8 @@ class Dispatcher:
         log.info("cancelling job %s", job_id)
         jm.cancel()
 
-    def request_job_result(self, job_id: JobID, timeout_ms: int) -> JobResult:
+    def request_job_result(self, token: str, job_id: JobID, timeout_ms: int) -> JobResult:
+        self._check_token(token, "requestJobResult")
         with self._lock:
             event = self._done.get(job_id)
         if event is None:
@@ -122,9 +145,11 @@ class Dispatcher:
 
     def cluster_info(self) -> ClusterInfo:
         tes, total, free = self._rm.overview()
-        return ClusterInfo(self._cluster_id, self._storage_dir, __version__, tes, total, free, self._target)
+        return ClusterInfo(self._cluster_id, self._storage_dir, __version__, tes, total, free, self._target,
+                           self.fencing_token)
 
-    def shutdown_cluster(self) -> None:
+    def shutdown_cluster(self, token: str) -> None:
+        self._check_token(token, "shutdownCluster")
         log.info("shutdown requested by a client")
         self._accepting = False
         threading.Thread(target=self._on_shutdown, name="shutdown", daemon=True).start()
@@ -169,3 +194,11 @@ class Dispatcher:
     def request_split(self, token: str, job_id: JobID, vertex_id: str, subtask_index: int,
                       attempt_id: str) -> SplitResponse:
         return self._jm(job_id).request_split(token, vertex_id, subtask_index, attempt_id)
+
+    def heartbeat_from_task_executor(self, token: str, job_id: JobID,
+                                     payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:
+        """NotFoundError when the job has no running JobMaster here: the TaskExecutor then frees
+        the job's slots."""
+        jm = self._jm(job_id)
+        # TODO(lead): drop this ignore once JobMaster.heartbeat_from_task_executor has landed
+        return jm.heartbeat_from_task_executor(token, payload)  # type: ignore[attr-defined, unused-ignore]

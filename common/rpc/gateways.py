@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 from yarnflow.common import ids
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.messages import (
+    AllocatedSlotReport,
     ClusterInfo,
     JobGraph,
     JobResult,
@@ -26,6 +27,7 @@ from yarnflow.common.messages import (
     SlotReport,
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
+    TaskExecutorHeartbeatPayload,
     TaskExecutorRegistration,
 )
 from yarnflow.common.rpc.client import RpcClient
@@ -45,31 +47,54 @@ DISPATCHER, RESOURCE_MANAGER, JOB_MASTER, TASK_EXECUTOR = "dispatcher", "resourc
 # ---- client side ---------------------------------------------------------------------------
 
 class RemoteDispatcherGateway:
-    def __init__(self, address: str, timeout_ms: int = 10_000) -> None:
+    """The Dispatcher's calls. Every call that acts on a job or the cluster carries the
+    Dispatcher's fencing token (its leader session id): ``fencing_token`` when given, else the
+    one read from ``clusterInfo`` at the first such call (and kept). A call that the Dispatcher
+    refuses as stale raises ``FencingTokenError``: the client talks to a deposed leader; it
+    may ``refresh_fencing_token()`` once it knows the new leader is the one it wants."""
+
+    def __init__(self, address: str, timeout_ms: int = 10_000, fencing_token: str | None = None) -> None:
         self.address = address
         self._c = RpcClient(address, DISPATCHER, DispatcherService.Client, timeout_ms)
+        self._token = fencing_token
+
+    @property
+    def fencing_token(self) -> str:
+        if self._token is None:
+            self.cluster_info()
+        assert self._token is not None
+        return self._token
+
+    def refresh_fencing_token(self) -> str:
+        self._token = None
+        return self.fencing_token
 
     def submit_job(self, job_graph: JobGraph) -> ids.JobID:
-        return ids.JobID(self._c.call("submitJob", job_graph.to_thrift()))
+        return ids.JobID(self._c.call("submitJob", self.fencing_token, job_graph.to_thrift()))
 
     def list_jobs(self) -> list[JobStatusInfo]:
-        return [JobStatusInfo.from_thrift(j) for j in self._c.call("listJobs")]
+        return [JobStatusInfo.from_thrift(j) for j in self._c.call("listJobs", self.fencing_token)]
 
     def get_job(self, job_id: str) -> JobStatusInfo:
-        return JobStatusInfo.from_thrift(self._c.call("getJob", str(job_id)))
+        return JobStatusInfo.from_thrift(self._c.call("getJob", self.fencing_token, str(job_id)))
 
     def cancel_job(self, job_id: str) -> None:
-        self._c.call("cancelJob", str(job_id))
+        self._c.call("cancelJob", self.fencing_token, str(job_id))
 
     def request_job_result(self, job_id: str, timeout_ms: int) -> JobResult:
-        return JobResult.from_thrift(self._c.call("requestJobResult", str(job_id), timeout_ms,
+        token = self.fencing_token
+        return JobResult.from_thrift(self._c.call("requestJobResult", token, str(job_id), timeout_ms,
                                                   timeout_ms=timeout_ms + 10_000))
 
     def cluster_info(self) -> ClusterInfo:
-        return ClusterInfo.from_thrift(self._c.call("clusterInfo"))
+        """Not fenced; the first answer also gives this gateway its fencing token."""
+        info = ClusterInfo.from_thrift(self._c.call("clusterInfo"))
+        if self._token is None:
+            self._token = info.leader_session_id
+        return info
 
     def shutdown_cluster(self) -> None:
-        self._c.call("shutdownCluster")
+        self._c.call("shutdownCluster", self.fencing_token)
 
     def close(self) -> None:
         self._c.close()
@@ -110,6 +135,13 @@ class RemoteJobMasterGateway:
         return SplitResponse.from_thrift(self._c.call("requestSplit", token, str(job_id), str(vertex_id),
                                                       subtask_index, str(attempt_id)))
 
+    def heartbeat_from_task_executor(self, token: str, job_id: str,
+                                     payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:
+        """NotFoundError when the job has no JobMaster at that address any more,
+        FencingTokenError when ``token`` is not its JobMaster's."""
+        return AllocatedSlotReport.from_thrift(self._c.call("heartbeatFromTaskExecutor", token, str(job_id),
+                                                            payload.to_thrift()))
+
     def close(self) -> None:
         self._c.close()
 
@@ -136,8 +168,10 @@ class RemoteTaskExecutorGateway:
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None:
         self._c.call("disconnectResourceManager", rm_token, reason)
 
-    def release_partitions(self, job_id: str, partition_ids: list[str]) -> None:
-        self._c.call("releasePartitions", str(job_id), [str(p) for p in partition_ids])
+    def release_partitions(self, jm_token: str, job_id: str, partition_ids: list[str]) -> None:
+        """Release the job's blocking partitions there (all of them when the list is empty);
+        FencingTokenError when ``jm_token`` is not the token of the job's JobMaster."""
+        self._c.call("releasePartitions", jm_token, str(job_id), [str(p) for p in partition_ids])
 
     def ping(self) -> str:
         return str(self._c.call("ping"))
@@ -164,13 +198,16 @@ def _translated(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class DispatcherImpl(Protocol):
-    def submit_job(self, job_graph: JobGraph) -> ids.JobID: ...
-    def list_jobs(self) -> list[JobStatusInfo]: ...
-    def get_job(self, job_id: ids.JobID) -> JobStatusInfo: ...
-    def cancel_job(self, job_id: ids.JobID) -> None: ...
-    def request_job_result(self, job_id: ids.JobID, timeout_ms: int) -> JobResult: ...
+    """Every method but ``cluster_info`` takes the caller's fencing token first and raises
+    FencingTokenError when it is not the Dispatcher's."""
+
+    def submit_job(self, token: str, job_graph: JobGraph) -> ids.JobID: ...
+    def list_jobs(self, token: str) -> list[JobStatusInfo]: ...
+    def get_job(self, token: str, job_id: ids.JobID) -> JobStatusInfo: ...
+    def cancel_job(self, token: str, job_id: ids.JobID) -> None: ...
+    def request_job_result(self, token: str, job_id: ids.JobID, timeout_ms: int) -> JobResult: ...
     def cluster_info(self) -> ClusterInfo: ...
-    def shutdown_cluster(self) -> None: ...
+    def shutdown_cluster(self, token: str) -> None: ...
 
 
 class DispatcherHandler:
@@ -178,32 +215,32 @@ class DispatcherHandler:
         self._i = impl
 
     @_translated
-    def submitJob(self, job_graph: Any) -> str:  # noqa: N802 - Thrift names
-        return str(self._i.submit_job(JobGraph.from_thrift(job_graph)))
+    def submitJob(self, token: str, job_graph: Any) -> str:  # noqa: N802 - Thrift names
+        return str(self._i.submit_job(token, JobGraph.from_thrift(job_graph)))
 
     @_translated
-    def listJobs(self) -> list[Any]:  # noqa: N802
-        return [j.to_thrift() for j in self._i.list_jobs()]
+    def listJobs(self, token: str) -> list[Any]:  # noqa: N802
+        return [j.to_thrift() for j in self._i.list_jobs(token)]
 
     @_translated
-    def getJob(self, job_id: str) -> Any:  # noqa: N802
-        return self._i.get_job(ids.JobID(job_id)).to_thrift()
+    def getJob(self, token: str, job_id: str) -> Any:  # noqa: N802
+        return self._i.get_job(token, ids.JobID(job_id)).to_thrift()
 
     @_translated
-    def cancelJob(self, job_id: str) -> None:  # noqa: N802
-        self._i.cancel_job(ids.JobID(job_id))
+    def cancelJob(self, token: str, job_id: str) -> None:  # noqa: N802
+        self._i.cancel_job(token, ids.JobID(job_id))
 
     @_translated
-    def requestJobResult(self, job_id: str, timeout_ms: int) -> Any:  # noqa: N802
-        return self._i.request_job_result(ids.JobID(job_id), timeout_ms).to_thrift()
+    def requestJobResult(self, token: str, job_id: str, timeout_ms: int) -> Any:  # noqa: N802
+        return self._i.request_job_result(token, ids.JobID(job_id), timeout_ms).to_thrift()
 
     @_translated
     def clusterInfo(self) -> Any:  # noqa: N802
         return self._i.cluster_info().to_thrift()
 
     @_translated
-    def shutdownCluster(self) -> None:  # noqa: N802
-        self._i.shutdown_cluster()
+    def shutdownCluster(self, token: str) -> None:  # noqa: N802
+        self._i.shutdown_cluster(token)
 
     def processor(self) -> Any:
         return DispatcherService.Processor(self)
@@ -243,6 +280,8 @@ class JobMasterImpl(Protocol):
     def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool: ...
     def request_split(self, token: str, job_id: ids.JobID, vertex_id: ids.JobVertexID, subtask_index: int,
                       attempt_id: ids.ExecutionAttemptID) -> SplitResponse: ...
+    def heartbeat_from_task_executor(self, token: str, job_id: ids.JobID,
+                                     payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport: ...
 
 
 class JobMasterHandler:
@@ -265,6 +304,11 @@ class JobMasterHandler:
         return self._i.request_split(token, ids.JobID(job_id), ids.JobVertexID(vertex_id), subtask_index,
                                      ids.ExecutionAttemptID(attempt_id)).to_thrift()
 
+    @_translated
+    def heartbeatFromTaskExecutor(self, token: str, job_id: str, payload: Any) -> Any:  # noqa: N802
+        return self._i.heartbeat_from_task_executor(
+            token, ids.JobID(job_id), TaskExecutorHeartbeatPayload.from_thrift(payload)).to_thrift()
+
     def processor(self) -> Any:
         return JobMasterService.Processor(self)
 
@@ -276,7 +320,7 @@ class TaskExecutorImpl(Protocol):
     def cancel_task(self, jm_token: str, attempt_id: ids.ExecutionAttemptID) -> None: ...
     def free_slot(self, jm_token: str, allocation_id: ids.AllocationID, reason: str) -> None: ...
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None: ...
-    def release_partitions(self, job_id: ids.JobID, partition_ids: list[str]) -> None: ...
+    def release_partitions(self, jm_token: str, job_id: ids.JobID, partition_ids: list[str]) -> None: ...
 
 
 class TaskExecutorHandler:
@@ -306,8 +350,8 @@ class TaskExecutorHandler:
         self._i.disconnect_resource_manager(rm_token, reason)
 
     @_translated
-    def releasePartitions(self, job_id: str, partition_ids: list[str]) -> None:  # noqa: N802
-        self._i.release_partitions(ids.JobID(job_id), list(partition_ids))
+    def releasePartitions(self, jm_token: str, job_id: str, partition_ids: list[str]) -> None:  # noqa: N802
+        self._i.release_partitions(jm_token, ids.JobID(job_id), list(partition_ids))
 
     def ping(self) -> str:
         return "pong"

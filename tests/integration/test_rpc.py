@@ -97,7 +97,8 @@ def raise_declared_error(kind: str, what: str) -> None:
 class DispatcherHandler:
     """Answers getJob with the job id it was asked for: replies can be matched to requests."""
 
-    def getJob(self, job_id: str) -> Any:
+    def getJob(self, fencing_token: str, job_id: str) -> Any:
+        assert fencing_token == "dispatcher-token"
         return JobStatusInfo(ids.JobID(job_id), f"job {job_id}", JobStatus.RUNNING, len(job_id)).to_thrift()
 
 
@@ -180,7 +181,7 @@ def test_structs_cross_the_wire(cluster: Cluster) -> None:
 
 def test_two_services_share_one_port(cluster: Cluster) -> None:
     dispatcher = cluster.client(service="dispatcher")
-    info = JobStatusInfo.from_thrift(dispatcher.call("getJob", "job-42"))
+    info = JobStatusInfo.from_thrift(dispatcher.call("getJob", "dispatcher-token", "job-42"))
     assert info.job_id == "job-42" and info.status is JobStatus.RUNNING
     assert cluster.client().call("ping") == "pong"
 
@@ -508,7 +509,7 @@ def test_many_clients_from_many_threads(cluster: Cluster) -> None:
             for i in range(50):
                 assert client.call("ping") == "pong"
                 job = f"job-{n}-{i}"
-                assert JobStatusInfo.from_thrift(dispatcher.call("getJob", job)).job_id == job
+                assert JobStatusInfo.from_thrift(dispatcher.call("getJob", "dispatcher-token", job)).job_id == job
                 if i % 10 == 0:
                     with pytest.raises(errors.NotFoundError):
                         client.call("cancelTask", "t", f"att-{n}-{i}")
@@ -533,7 +534,7 @@ def test_one_client_shared_by_many_threads(cluster: Cluster) -> None:
         try:
             for i in range(100):
                 job = f"job-{n}-{i}"
-                assert JobStatusInfo.from_thrift(dispatcher.call("getJob", job)).job_id == job
+                assert JobStatusInfo.from_thrift(dispatcher.call("getJob", "dispatcher-token", job)).job_id == job
         except BaseException:  # noqa: BLE001 - reported below
             failures.append(traceback.format_exc())
 

@@ -51,3 +51,24 @@ def test_ids_of_different_types_keep_their_type() -> None:
     job, alloc = JobID("x"), AllocationID("x")
     assert type(job) is not type(alloc)
     assert type(JobVertexID(job)) is JobVertexID
+
+
+def test_a_result_partition_id_is_formatted_and_parsed_back() -> None:
+    pid = ids.ResultPartitionID.of(JobID("job1"), ids.ExecutionAttemptID("att9"), 2)
+    assert pid == "job1.att9.2" and type(pid) is ids.ResultPartitionID
+    assert (pid.job_id, pid.producer_attempt_id, pid.edge_index) == ("job1", "att9", 2)
+    assert type(pid.job_id) is JobID and type(pid.producer_attempt_id) is ids.ExecutionAttemptID
+    again = ids.ResultPartitionID(str(pid))  # as read from the wire
+    assert again.producer_attempt_id == "att9"
+
+
+@pytest.mark.parametrize("bad", ["nodots", "j.a", "j.a.x", ".a.1", "j..1"])
+def test_a_malformed_result_partition_id_names_itself_when_parsed(bad: str) -> None:
+    with pytest.raises(ValueError, match="producer attempt id"):
+        ids.ResultPartitionID(bad).producer_attempt_id
+
+
+@pytest.mark.parametrize("part", ["", "a.b", "a/b"])
+def test_a_result_partition_id_is_not_built_from_parts_that_would_not_parse(part: str) -> None:
+    with pytest.raises(ValueError):
+        ids.ResultPartitionID.of(part or "", "att", 0)

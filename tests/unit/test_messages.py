@@ -318,3 +318,58 @@ def test_invalid_job_graphs_are_rejected(vertices: list[JobVertex], edges: list[
     with pytest.raises(InvalidRequestError) as info:
         _graph(vertices, edges).validate()
     assert message in str(info.value)
+
+
+def _failed_reading(exc: BaseException) -> ErrorInfo:
+    try:
+        raise exc
+    except BaseException as caught:  # noqa: BLE001
+        return ErrorInfo.from_exception(caught, "te-1 / sink (1/2)")
+
+
+def _through_bytes(info: ErrorInfo) -> ErrorInfo:
+    raw = serialize(info.to_thrift(), TBinaryProtocolAcceleratedFactory())
+    return ErrorInfo.from_thrift(deserialize(ttypes.ErrorInfo(), raw, TBinaryProtocolAcceleratedFactory()))
+
+
+def test_a_partition_error_names_the_unavailable_partition_as_a_typed_id_across_the_wire() -> None:
+    from yarnflow.worker.network.flight import PartitionNotFoundError
+
+    pid = ids.ResultPartitionID.of(ids.JobID("j1"), ids.ExecutionAttemptID("producer7"), 0)
+    back = _through_bytes(_failed_reading(PartitionNotFoundError("cannot read it", partition_id=pid)))
+    assert back.error_class == "PartitionNotFoundError"
+    assert back.unavailable_partition == pid
+    assert type(back.unavailable_partition) is ids.ResultPartitionID
+    assert back.unavailable_partition.producer_attempt_id == "producer7"
+
+
+def test_released_and_connection_errors_also_name_their_partition() -> None:
+    from yarnflow.common.errors import RpcConnectionError
+    from yarnflow.worker.runtime.partition import PartitionReleasedError
+
+    pid = ids.ResultPartitionID("j1.p2.1")
+    assert _through_bytes(_failed_reading(PartitionReleasedError("gone", pid))).unavailable_partition == pid
+    assert _through_bytes(_failed_reading(
+        RpcConnectionError("lost it", partition_id=pid))).unavailable_partition == pid
+
+
+def test_an_error_that_names_no_partition_leaves_the_field_unset() -> None:
+    from yarnflow.common.errors import RpcConnectionError
+
+    assert _through_bytes(_failed_reading(RpcConnectionError("rm down"))).unavailable_partition is None
+    assert _through_bytes(_failed_reading(ValueError("partition a.b.1 mentioned in text"))).unavailable_partition is None
+    assert ErrorInfo("E", "m").to_thrift().unavailable_partition is None
+
+
+def test_the_heartbeat_messages_round_trip_with_typed_ids() -> None:
+    update = messages.TaskExecutionStateUpdate(ids.JobID("j"), ids.ExecutionAttemptID("a1"), ExecutionState.FAILED,
+                                      ErrorInfo("E", "m", unavailable_partition=ids.ResultPartitionID("j.p.0")))
+    payload = messages.TaskExecutorHeartbeatPayload(ids.ResourceID("te-1"), [update], [ids.AllocationID("al1")])
+    raw = serialize(payload.to_thrift(), TBinaryProtocolAcceleratedFactory())
+    back = messages.TaskExecutorHeartbeatPayload.from_thrift(
+        deserialize(ttypes.TaskExecutorHeartbeatPayload(), raw, TBinaryProtocolAcceleratedFactory()))
+    assert back == payload
+    assert type(back.allocation_ids[0]) is ids.AllocationID and type(back.resource_id) is ids.ResourceID
+    report = messages.AllocatedSlotReport([ids.AllocationID("al1"), ids.AllocationID("al2")])
+    assert messages.AllocatedSlotReport.from_thrift(report.to_thrift()) == report
+    assert messages.AllocatedSlotReport.from_thrift(ttypes.AllocatedSlotReport()) == messages.AllocatedSlotReport()

@@ -35,7 +35,8 @@ _EMPTY_SCHEMA = pa.schema([])
 
 
 class PartitionNotFoundError(RpcConnectionError):
-    """The producer's TaskExecutor does not (yet, or any more) serve the partition."""
+    """The producer's TaskExecutor does not (yet, or any more) serve the partition
+    (``partition_id``, keyword)."""
 
 
 def _ticket(partition_id: str, subpartition: int) -> flight.Ticket:
@@ -196,13 +197,14 @@ class RemoteSubpartitionStream:
                     continue
                 raise PartitionNotFoundError(
                     f"cannot read partition {self._partition_id}/{self._subpartition} from "
-                    f"{self._producer}: {_short(exc)}") from None
+                    f"{self._producer}: {_short(exc)}", partition_id=self._partition_id) from None
             except (flight.FlightError, OSError) as exc:
                 if self._cancelled:
                     return
                 raise RpcConnectionError(
                     f"lost the connection to {self._producer} while reading "
-                    f"partition {self._partition_id}/{self._subpartition}: {_short(exc)}") from None
+                    f"partition {self._partition_id}/{self._subpartition}: {_short(exc)}",
+                    partition_id=self._partition_id) from None
 
     def _read_stream(self, push: Callable[[Any], bool]) -> bool:
         reader = self._reader
@@ -211,7 +213,9 @@ class RemoteSubpartitionStream:
             try:
                 chunk = reader.read_chunk()
             except StopIteration:
-                raise RpcConnectionError("stream ended before its end-of-partition") from None
+                raise RpcConnectionError(
+                    f"the stream of partition {self._partition_id}/{self._subpartition} from {self._producer} "
+                    "ended before its end-of-partition", partition_id=self._partition_id) from None
             meta = chunk.app_metadata
             if meta is not None and meta.size:
                 raw = meta.to_pybytes()

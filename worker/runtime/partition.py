@@ -27,7 +27,14 @@ log = logging.getLogger(__name__)
 
 
 class PartitionReleasedError(Exception):
-    """The partition was released (its task was cancelled or the job ended)."""
+    """The partition was released (its task was cancelled or the job ended).
+
+    ``partition_id`` names it when a reader asked for it (None when its own producer hit the
+    release); a consumer failing with it reports the partition as unavailable."""
+
+    def __init__(self, message: str, partition_id: str | None = None) -> None:
+        super().__init__(message)
+        self.partition_id: ResultPartitionID | None = ResultPartitionID(partition_id) if partition_id else None
 
 
 class Subpartition:
@@ -185,14 +192,14 @@ class BlockingResultPartition:
     def read(self, index: int) -> Iterator[Any]:
         """The subpartition's batches, then its end of partition."""
         if not self.finished.is_set():
-            raise PartitionReleasedError(f"partition {self.partition_id} is not finished")
+            raise PartitionReleasedError(f"partition {self.partition_id} is not finished", self.partition_id)
         path = self._path(index)
         if os.path.exists(path):
             try:
                 with pa.memory_map(path) as source:
                     yield from pa.ipc.open_stream(source)
             except FileNotFoundError:
-                raise PartitionReleasedError(f"partition {self.partition_id} released") from None
+                raise PartitionReleasedError(f"partition {self.partition_id} released", self.partition_id) from None
         yield END_OF_PARTITION
 
     def release(self) -> None:
@@ -225,6 +232,10 @@ class ResultPartitionManager:
             self._partitions[partition_id] = partition
             self._cond.notify_all()
         return partition
+
+    def partition_ids(self, predicate: Callable[[str], bool] = lambda _: True) -> list[str]:
+        with self._cond:
+            return [pid for pid in self._partitions if predicate(pid)]
 
     def blocking_partitions(self) -> list[str]:
         with self._cond:

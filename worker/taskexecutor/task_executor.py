@@ -1,6 +1,17 @@
 """The TaskExecutor shell: registers with the ResourceManager, heartbeats, keeps the slot
 table, offers slots to JobMasters, runs tasks and reports their states.
 
+Every ``heartbeat.interval`` it also sends each job's JobMaster a heartbeat (Flink's JobMaster
+<-> TaskExecutor heartbeat) with the job's tasks and slots here, and acts on the answer (the
+JobMaster's allocated-slot report): an ACTIVE slot of the job that the JobMaster no longer lists
+is freed; a JobMaster that answers NOT_FOUND or FENCING, or that stays silent for
+``heartbeat.timeout``, is gone, and the job's slots, tasks and partitions here are freed.
+A task's final update is kept until the JobMaster acknowledges it (see ``job_table``).
+
+Fencing: calls from a JobMaster (submitTask, cancelTask, freeSlot, releasePartitions) must
+carry the token of the job's JobMaster as last named by a slot request; any other token is
+refused, also once the slot or the task is gone.
+
 State lives on the main thread (``MainThreadExecutor``); blocking calls to the AppMaster run
 on helper threads and post their outcome back. When no ResourceManager has answered for
 ``taskmanager.registration.timeout`` the TaskExecutor shuts itself down: it never lingers as
@@ -16,21 +27,26 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import (
     FencingTokenError,
     NotFoundError,
     RefusedError,
+    RpcConnectionError,
     RpcError,
+    RpcTimeoutError,
     UnavailableError,
 )
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
 from yarnflow.common.messages import (
+    AllocatedSlotReport,
     ResourceProfile,
     SlotOffer,
     SlotReport,
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
+    TaskExecutorHeartbeatPayload,
     TaskExecutorRegistration,
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
@@ -45,6 +61,7 @@ from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.network.flight import DataClient, DataServer
 from yarnflow.worker.runtime.partition import ResultPartitionManager
 from yarnflow.worker.task import Task
+from yarnflow.worker.taskexecutor.job_table import JobMasterConnection, JobTable, slots_to_free
 from yarnflow.worker.taskexecutor.slot_table import SlotState, SlotTable
 
 log = logging.getLogger(__name__)
@@ -58,6 +75,8 @@ class TaskExecutor:
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
         self._registration_timeout_ms = config[Options.TM_REGISTRATION_TIMEOUT]
         self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
+        self.jobs = JobTable(SystemClock(), config[Options.HEARTBEAT_TIMEOUT])
+        self._jm_heartbeats_in_flight: set[JobID] = set()
         host = config[Options.TM_HOST]
         num_slots = config[Options.NUM_SLOTS]
         profile = ResourceProfile(config[Options.TM_CPU] / num_slots,
@@ -88,6 +107,7 @@ class TaskExecutor:
         self._rpc.start()
         self._main.start()
         threading.Thread(target=self._heartbeat_loop, name="te-heartbeat", daemon=True).start()
+        threading.Thread(target=self._jm_heartbeat_loop, name="te-jm-heartbeat", daemon=True).start()
         log.info("TaskExecutor %s started: rpc %s, data %s, %d slots", self.resource_id, self._rpc.address,
                  self._data_server.address, self._num_slots)
         return self
@@ -175,6 +195,7 @@ class TaskExecutor:
         if rm_token != self._rm_token:
             raise FencingTokenError("requestSlot with a stale ResourceManager token")
         if self.slots.allocate(slot_index, job_id, allocation_id, jobmaster_address, jobmaster_token):
+            self.jobs.connect(job_id, jobmaster_address, jobmaster_token)
             log.info("slot %d allocated to %s of job %s", slot_index, allocation_id, job_id)
             slot = self.slots.get(allocation_id)
             assert slot is not None
@@ -193,19 +214,25 @@ class TaskExecutor:
         except RpcError as exc:
             log.warning("offering slot %s to the JobMaster of %s failed: %s", offer.allocation_id, job_id, exc)
             accepted = []
+        else:
+            self._main.execute(self.jobs.heard_from, job_id, token)
         self._main.execute(self._on_offer_result, offer, bool(accepted))
 
     def _on_offer_result(self, offer: SlotOffer, accepted: bool) -> None:
+        slot = self.slots.get(offer.allocation_id)
+        if slot is None:
+            return  # freed meanwhile
         if accepted:
             self.slots.mark_active(offer.allocation_id)
         else:
             log.info("slot offer %s declined: freeing it", offer.allocation_id)
-            self.slots.free(offer.allocation_id)
+            self._free_slot_now(offer.allocation_id, "its offer was declined")
 
     def submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None:
         self._main.call(self._submit_task, jm_token, tdd)
 
     def _submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None:
+        self.jobs.check_token(tdd.job_id, jm_token, f"submitTask of {tdd.display_name}")
         slot = self.slots.get(tdd.allocation_id)
         if slot is None:
             raise NotFoundError(f"no slot for allocation {tdd.allocation_id} on {self.resource_id}")
@@ -228,35 +255,50 @@ class TaskExecutor:
         task.start()
 
     def _send_update(self, address: str, token: str, update: TaskExecutionStateUpdate) -> None:
+        """Report a state change (on the updates thread, in order). A final update is kept
+        until acknowledged: when every try here fails, the next heartbeat carries it."""
         if update.state.is_terminal:
-            self._main.execute(self._task_done, update.execution_attempt_id)
+            self._main.execute(self._task_done, update)
         for attempt in range(3):
+            if self._stopped.is_set():
+                return
             try:
                 self._main.call(self._jm, address).update_task_execution_state(token, update)
-                return
             except (FencingTokenError, NotFoundError) as exc:
+                # a definite answer: that JobMaster does not want it (the heartbeat will tell
+                # whether the job is gone)
                 log.debug("JobMaster ignored %s: %s", update.state.name, exc)
-                return
             except RpcError as exc:
                 log.warning("reporting %s of %s failed (try %d): %s", update.state.name,
                             update.execution_attempt_id, attempt + 1, exc)
                 time.sleep(0.2 * (attempt + 1))
+                continue
+            else:
+                self._main.execute(self.jobs.heard_from, update.job_id, token)
+            if update.state.is_terminal:
+                self._main.execute(self.jobs.acknowledged, update.job_id, [update.execution_attempt_id])
+            return
+        if update.state.is_terminal:
+            log.info("%s of %s not delivered: the next heartbeat to the JobMaster of job %s carries it",
+                     update.state.name, update.execution_attempt_id, update.job_id)
 
-    def _task_done(self, attempt_id: ExecutionAttemptID) -> None:
-        self.tasks.pop(attempt_id, None)
-        self.slots.remove_task(attempt_id)
+    def _task_done(self, update: TaskExecutionStateUpdate) -> None:
+        self.jobs.task_ended(update)
+        self.tasks.pop(update.execution_attempt_id, None)
+        self.slots.remove_task(update.execution_attempt_id)
 
     def cancel_task(self, jm_token: str, attempt_id: ExecutionAttemptID) -> None:
         self._main.call(self._cancel_task, jm_token, attempt_id)
 
     def _cancel_task(self, jm_token: str, attempt_id: ExecutionAttemptID) -> None:
         task = self.tasks.get(attempt_id)
+        job_id = task.tdd.job_id if task is not None else self.jobs.job_of(attempt_id)
+        self.jobs.check_token(job_id, jm_token, f"cancelTask of {attempt_id}")
         if task is None:
             log.debug("cancel of unknown task %s ignored", attempt_id)
             return
-        slot = self.slots.get(task.tdd.allocation_id)
-        if slot is not None and jm_token != slot.jobmaster_token:
-            raise FencingTokenError("cancelTask with a stale JobMaster token")
+        if jm_token != task.tdd.jobmaster_fencing_token:
+            raise FencingTokenError(f"cancelTask of {task.tdd.display_name} with a stale JobMaster token")
         task.cancel()
         self._watch_cancellation(task)
 
@@ -284,10 +326,20 @@ class TaskExecutor:
 
     def _free_slot(self, jm_token: str, allocation_id: AllocationID, reason: str) -> None:
         slot = self.slots.get(allocation_id)
+        self.jobs.check_token(slot.job_id if slot is not None else self.jobs.job_of(allocation_id), jm_token,
+                              f"freeSlot of {allocation_id}")
         if slot is None:
             return
         if jm_token != slot.jobmaster_token:
-            raise FencingTokenError("freeSlot with a stale JobMaster token")
+            raise FencingTokenError(f"freeSlot of {allocation_id} with a stale JobMaster token")
+        self._free_slot_now(allocation_id, reason)
+
+    def _free_slot_now(self, allocation_id: AllocationID, reason: str) -> None:
+        """Cancel the slot's tasks and free it; with the job's last slot go its pipelined
+        partitions (blocking ones stay until the JobMaster releases them)."""
+        slot = self.slots.get(allocation_id)
+        if slot is None:
+            return
         job_id = slot.job_id
         for attempt in list(slot.tasks):
             task = self.tasks.get(attempt)
@@ -295,15 +347,124 @@ class TaskExecutor:
                 task.cancel()
                 self._watch_cancellation(task)
         self.slots.free(allocation_id)
+        if job_id is not None:
+            self.jobs.retire(allocation_id, job_id)
         log.info("freed slot of %s (%s)", allocation_id, reason)
         if job_id is not None and job_id not in self.slots.jobs():
             self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."), blocking=False)
 
-    def release_partitions(self, job_id: JobID, partition_ids: list[str]) -> None:
+    def release_partitions(self, jm_token: str, job_id: JobID, partition_ids: list[str]) -> None:
         """Blocking partitions are released by the JobMaster when no consumer needs them."""
+        self._main.call(self._release_partitions, jm_token, job_id, partition_ids)
+
+    def _release_partitions(self, jm_token: str, job_id: JobID, partition_ids: list[str]) -> None:
+        if self.jobs.token_of(job_id) is None:
+            log.debug("releasePartitions of job %s, unknown here, ignored", job_id)
+            return
+        self.jobs.check_token(job_id, jm_token, "releasePartitions")
         prefix = f"{job_id}."
         wanted = set(partition_ids)
         self.partitions.release_all(lambda pid: pid.startswith(prefix) and (not wanted or pid in wanted))
+
+    # -- JobMaster heartbeats ---------------------------------------------------------------
+    def _jm_heartbeat_loop(self) -> None:
+        while not self._stopped.wait(self._heartbeat_ms / 1000.0):
+            try:
+                beats = self._main.call(self._jm_heartbeats_due, timeout=10)
+            except Exception:  # noqa: BLE001 - stopping, or the main thread is busy: next round
+                log.debug("JobMaster heartbeat round skipped", exc_info=True)
+                continue
+            for conn, payload, active in beats:
+                try:
+                    self._io.submit(self._send_jm_heartbeat, conn.job_id, conn.address, conn.token, payload, active)
+                except RuntimeError:  # the pool is shut down
+                    return
+
+    def _jm_heartbeats_due(self) -> list[tuple[JobMasterConnection, TaskExecutorHeartbeatPayload, set[AllocationID]]]:
+        """One heartbeat per connected job that still has slots, tasks, partitions or final
+        updates here; jobs with none are disconnected, silent JobMasters are given up."""
+        for conn in self.jobs.timed_out():
+            self._job_master_gone(conn.job_id, f"its JobMaster at {conn.address} did not answer for "
+                                               f"{self.jobs.silent_ms(conn) / 1000:.1f} s (heartbeat.timeout)")
+        beats = []
+        for conn in self.jobs.connections():
+            job_id = conn.job_id
+            slots = [s for s in self.slots.slots if s.job_id == job_id and s.allocation_id is not None]
+            tasks = [t for t in self.tasks.values() if t.tdd.job_id == job_id]
+            unacked = self.jobs.unacknowledged(job_id)
+            has_partitions = bool(self.partitions.partition_ids(lambda pid: pid.startswith(f"{job_id}.")))
+            if not (slots or tasks or unacked or has_partitions):
+                log.info("job %s has nothing left on this TaskExecutor: disconnecting from its JobMaster", job_id)
+                self.jobs.disconnect(job_id)
+                continue
+            if job_id in self._jm_heartbeats_in_flight:
+                continue
+            finals = {u.execution_attempt_id: u for u in unacked}
+            # a task that just ended is reported by its final update (with its error), not here
+            executions = [t.state_update() for t in tasks
+                          if not t.state.is_terminal and t.attempt_id not in finals] + list(finals.values())
+            payload = TaskExecutorHeartbeatPayload(self.resource_id, executions,
+                                                   [s.allocation_id for s in slots if s.allocation_id is not None])
+            active = {s.allocation_id for s in slots if s.state == SlotState.ACTIVE and s.allocation_id is not None}
+            self._jm_heartbeats_in_flight.add(job_id)
+            beats.append((conn, payload, active))
+        return beats
+
+    def _send_jm_heartbeat(self, job_id: JobID, address: str, token: str, payload: TaskExecutorHeartbeatPayload,
+                           active: set[AllocationID]) -> None:
+        try:
+            report = self._main.call(self._jm, address).heartbeat_from_task_executor(token, job_id, payload)
+        except (NotFoundError, FencingTokenError) as exc:
+            kind = "does not know the job" if isinstance(exc, NotFoundError) else "refused the token"
+            self._main.execute(self._on_jm_heartbeat_refused, job_id, token,
+                               f"its JobMaster at {address} {kind}: {exc}")
+            return
+        except (RpcConnectionError, RpcTimeoutError, UnavailableError) as exc:
+            log.warning("heartbeat to the JobMaster of job %s at %s failed: %s", job_id, address, exc)
+            self._main.execute(self._jm_heartbeat_done, job_id)
+            return
+        except RpcError as exc:  # it answered, with an error of its own: alive, but no report
+            log.warning("the JobMaster of job %s at %s failed to handle a heartbeat: %s", job_id, address, exc)
+            self._main.execute(self._on_jm_heartbeat_answered, job_id, token, payload, active, None)
+            return
+        self._main.execute(self._on_jm_heartbeat_answered, job_id, token, payload, active, report)
+
+    def _jm_heartbeat_done(self, job_id: JobID) -> None:
+        self._jm_heartbeats_in_flight.discard(job_id)
+
+    def _on_jm_heartbeat_refused(self, job_id: JobID, token: str, reason: str) -> None:
+        self._jm_heartbeat_done(job_id)
+        conn = self.jobs.connection(job_id)
+        if conn is None or conn.token != token:
+            return  # a newer JobMaster took over meanwhile
+        self._job_master_gone(job_id, reason)
+
+    def _on_jm_heartbeat_answered(self, job_id: JobID, token: str, payload: TaskExecutorHeartbeatPayload,
+                                  active: set[AllocationID], report: AllocatedSlotReport | None) -> None:
+        self._jm_heartbeat_done(job_id)
+        if not self.jobs.heard_from(job_id, token) or report is None:
+            return
+        self.jobs.acknowledged(job_id, [u.execution_attempt_id for u in payload.executions if u.state.is_terminal])
+        for allocation_id in sorted(slots_to_free(active, report.allocation_ids)):
+            slot = self.slots.get(allocation_id)
+            if slot is None or slot.state != SlotState.ACTIVE or slot.job_id != job_id:
+                continue
+            log.info("freeing slot %d (%s) of job %s: its JobMaster no longer lists it", slot.index,
+                     allocation_id, job_id)
+            self._free_slot_now(allocation_id, "not in the JobMaster's allocated-slot report")
+
+    def _job_master_gone(self, job_id: JobID, reason: str) -> None:
+        """The job's JobMaster is gone: cancel the job's tasks, free its slots, release its
+        partitions and forget its final updates."""
+        log.info("job %s: freeing its slots, tasks and partitions here: %s", job_id, reason)
+        self.jobs.disconnect(job_id)
+        for slot in list(self.slots.slots):
+            if slot.job_id == job_id and slot.allocation_id is not None:
+                self._free_slot_now(slot.allocation_id, reason)
+        for task in list(self.tasks.values()):
+            if task.tdd.job_id == job_id:
+                task.cancel()
+        self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."))
 
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None:
         if rm_token != self._rm_token:

@@ -20,36 +20,45 @@ all_structs = []
 
 
 class Iface(object):
-    def submitJob(self, job_graph):
+    def submitJob(self, fencing_token, job_graph):
         """
         Parameters:
+         - fencing_token
          - job_graph
 
         """
         pass
 
-    def listJobs(self):
-        pass
-
-    def getJob(self, job_id):
+    def listJobs(self, fencing_token):
         """
         Parameters:
+         - fencing_token
+
+        """
+        pass
+
+    def getJob(self, fencing_token, job_id):
+        """
+        Parameters:
+         - fencing_token
          - job_id
 
         """
         pass
 
-    def cancelJob(self, job_id):
+    def cancelJob(self, fencing_token, job_id):
         """
         Parameters:
+         - fencing_token
          - job_id
 
         """
         pass
 
-    def requestJobResult(self, job_id, timeout_ms):
+    def requestJobResult(self, fencing_token, job_id, timeout_ms):
         """
         Parameters:
+         - fencing_token
          - job_id
          - timeout_ms
 
@@ -59,7 +68,12 @@ class Iface(object):
     def clusterInfo(self):
         pass
 
-    def shutdownCluster(self):
+    def shutdownCluster(self, fencing_token):
+        """
+        Parameters:
+         - fencing_token
+
+        """
         pass
 
 
@@ -70,18 +84,20 @@ class Client(Iface):
             self._oprot = oprot
         self._seqid = 0
 
-    def submitJob(self, job_graph):
+    def submitJob(self, fencing_token, job_graph):
         """
         Parameters:
+         - fencing_token
          - job_graph
 
         """
-        self.send_submitJob(job_graph)
+        self.send_submitJob(fencing_token, job_graph)
         return self.recv_submitJob()
 
-    def send_submitJob(self, job_graph):
+    def send_submitJob(self, fencing_token, job_graph):
         self._oprot.writeMessageBegin('submitJob', TMessageType.CALL, self._seqid)
         args = submitJob_args()
+        args.fencing_token = fencing_token
         args.job_graph = job_graph
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
@@ -104,13 +120,19 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "submitJob failed: unknown result")
 
-    def listJobs(self):
-        self.send_listJobs()
+    def listJobs(self, fencing_token):
+        """
+        Parameters:
+         - fencing_token
+
+        """
+        self.send_listJobs(fencing_token)
         return self.recv_listJobs()
 
-    def send_listJobs(self):
+    def send_listJobs(self, fencing_token):
         self._oprot.writeMessageBegin('listJobs', TMessageType.CALL, self._seqid)
         args = listJobs_args()
+        args.fencing_token = fencing_token
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -132,18 +154,20 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "listJobs failed: unknown result")
 
-    def getJob(self, job_id):
+    def getJob(self, fencing_token, job_id):
         """
         Parameters:
+         - fencing_token
          - job_id
 
         """
-        self.send_getJob(job_id)
+        self.send_getJob(fencing_token, job_id)
         return self.recv_getJob()
 
-    def send_getJob(self, job_id):
+    def send_getJob(self, fencing_token, job_id):
         self._oprot.writeMessageBegin('getJob', TMessageType.CALL, self._seqid)
         args = getJob_args()
+        args.fencing_token = fencing_token
         args.job_id = job_id
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
@@ -166,18 +190,20 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "getJob failed: unknown result")
 
-    def cancelJob(self, job_id):
+    def cancelJob(self, fencing_token, job_id):
         """
         Parameters:
+         - fencing_token
          - job_id
 
         """
-        self.send_cancelJob(job_id)
+        self.send_cancelJob(fencing_token, job_id)
         self.recv_cancelJob()
 
-    def send_cancelJob(self, job_id):
+    def send_cancelJob(self, fencing_token, job_id):
         self._oprot.writeMessageBegin('cancelJob', TMessageType.CALL, self._seqid)
         args = cancelJob_args()
+        args.fencing_token = fencing_token
         args.job_id = job_id
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
@@ -198,19 +224,21 @@ class Client(Iface):
             raise result.err
         return
 
-    def requestJobResult(self, job_id, timeout_ms):
+    def requestJobResult(self, fencing_token, job_id, timeout_ms):
         """
         Parameters:
+         - fencing_token
          - job_id
          - timeout_ms
 
         """
-        self.send_requestJobResult(job_id, timeout_ms)
+        self.send_requestJobResult(fencing_token, job_id, timeout_ms)
         return self.recv_requestJobResult()
 
-    def send_requestJobResult(self, job_id, timeout_ms):
+    def send_requestJobResult(self, fencing_token, job_id, timeout_ms):
         self._oprot.writeMessageBegin('requestJobResult', TMessageType.CALL, self._seqid)
         args = requestJobResult_args()
+        args.fencing_token = fencing_token
         args.job_id = job_id
         args.timeout_ms = timeout_ms
         args.write(self._oprot)
@@ -262,13 +290,19 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "clusterInfo failed: unknown result")
 
-    def shutdownCluster(self):
-        self.send_shutdownCluster()
+    def shutdownCluster(self, fencing_token):
+        """
+        Parameters:
+         - fencing_token
+
+        """
+        self.send_shutdownCluster(fencing_token)
         self.recv_shutdownCluster()
 
-    def send_shutdownCluster(self):
+    def send_shutdownCluster(self, fencing_token):
         self._oprot.writeMessageBegin('shutdownCluster', TMessageType.CALL, self._seqid)
         args = shutdownCluster_args()
+        args.fencing_token = fencing_token
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -328,7 +362,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = submitJob_result()
         try:
-            result.success = self._handler.submitJob(args.job_graph)
+            result.success = self._handler.submitJob(args.fencing_token, args.job_graph)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -354,7 +388,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = listJobs_result()
         try:
-            result.success = self._handler.listJobs()
+            result.success = self._handler.listJobs(args.fencing_token)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -380,7 +414,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = getJob_result()
         try:
-            result.success = self._handler.getJob(args.job_id)
+            result.success = self._handler.getJob(args.fencing_token, args.job_id)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -406,7 +440,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = cancelJob_result()
         try:
-            self._handler.cancelJob(args.job_id)
+            self._handler.cancelJob(args.fencing_token, args.job_id)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -432,7 +466,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = requestJobResult_result()
         try:
-            result.success = self._handler.requestJobResult(args.job_id, args.timeout_ms)
+            result.success = self._handler.requestJobResult(args.fencing_token, args.job_id, args.timeout_ms)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -484,7 +518,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = shutdownCluster_result()
         try:
-            self._handler.shutdownCluster()
+            self._handler.shutdownCluster(args.fencing_token)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -510,12 +544,14 @@ class Processor(Iface, TProcessor):
 class submitJob_args(object):
     """
     Attributes:
+     - fencing_token
      - job_graph
 
     """
 
 
-    def __init__(self, job_graph=None,):
+    def __init__(self, fencing_token=None, job_graph=None,):
+        self.fencing_token = fencing_token
         self.job_graph = job_graph
 
     def read(self, iprot):
@@ -528,6 +564,11 @@ class submitJob_args(object):
             if ftype == TType.STOP:
                 break
             if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
                 if ftype == TType.STRUCT:
                     self.job_graph = JobGraph()
                     self.job_graph.read(iprot)
@@ -543,8 +584,12 @@ class submitJob_args(object):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('submitJob_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
         if self.job_graph is not None:
-            oprot.writeFieldBegin('job_graph', TType.STRUCT, 1)
+            oprot.writeFieldBegin('job_graph', TType.STRUCT, 2)
             self.job_graph.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -566,7 +611,8 @@ class submitJob_args(object):
 all_structs.append(submitJob_args)
 submitJob_args.thrift_spec = (
     None,  # 0
-    (1, TType.STRUCT, 'job_graph', [JobGraph, None], None, ),  # 1
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRUCT, 'job_graph', [JobGraph, None], None, ),  # 2
 )
 
 
@@ -644,7 +690,15 @@ submitJob_result.thrift_spec = (
 
 
 class listJobs_args(object):
+    """
+    Attributes:
+     - fencing_token
 
+    """
+
+
+    def __init__(self, fencing_token=None,):
+        self.fencing_token = fencing_token
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -655,6 +709,11 @@ class listJobs_args(object):
             (fname, ftype, fid) = iprot.readFieldBegin()
             if ftype == TType.STOP:
                 break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -665,6 +724,10 @@ class listJobs_args(object):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('listJobs_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -683,6 +746,8 @@ class listJobs_args(object):
         return not (self == other)
 all_structs.append(listJobs_args)
 listJobs_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
 )
 
 
@@ -711,11 +776,11 @@ class listJobs_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype137, _size134) = iprot.readListBegin()
-                    for _i138 in range(_size134):
-                        _elem139 = JobStatusInfo()
-                        _elem139.read(iprot)
-                        self.success.append(_elem139)
+                    (_etype158, _size155) = iprot.readListBegin()
+                    for _i159 in range(_size155):
+                        _elem160 = JobStatusInfo()
+                        _elem160.read(iprot)
+                        self.success.append(_elem160)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -737,8 +802,8 @@ class listJobs_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter140 in self.success:
-                iter140.write(oprot)
+            for iter161 in self.success:
+                iter161.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:
@@ -771,12 +836,14 @@ listJobs_result.thrift_spec = (
 class getJob_args(object):
     """
     Attributes:
+     - fencing_token
      - job_id
 
     """
 
 
-    def __init__(self, job_id=None,):
+    def __init__(self, fencing_token=None, job_id=None,):
+        self.fencing_token = fencing_token
         self.job_id = job_id
 
     def read(self, iprot):
@@ -789,6 +856,11 @@ class getJob_args(object):
             if ftype == TType.STOP:
                 break
             if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
                 if ftype == TType.STRING:
                     self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
@@ -803,8 +875,12 @@ class getJob_args(object):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('getJob_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
         if self.job_id is not None:
-            oprot.writeFieldBegin('job_id', TType.STRING, 1)
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
             oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -826,7 +902,8 @@ class getJob_args(object):
 all_structs.append(getJob_args)
 getJob_args.thrift_spec = (
     None,  # 0
-    (1, TType.STRING, 'job_id', 'UTF8', None, ),  # 1
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
 )
 
 
@@ -907,12 +984,14 @@ getJob_result.thrift_spec = (
 class cancelJob_args(object):
     """
     Attributes:
+     - fencing_token
      - job_id
 
     """
 
 
-    def __init__(self, job_id=None,):
+    def __init__(self, fencing_token=None, job_id=None,):
+        self.fencing_token = fencing_token
         self.job_id = job_id
 
     def read(self, iprot):
@@ -925,6 +1004,11 @@ class cancelJob_args(object):
             if ftype == TType.STOP:
                 break
             if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
                 if ftype == TType.STRING:
                     self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
@@ -939,8 +1023,12 @@ class cancelJob_args(object):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('cancelJob_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
         if self.job_id is not None:
-            oprot.writeFieldBegin('job_id', TType.STRING, 1)
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
             oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -962,7 +1050,8 @@ class cancelJob_args(object):
 all_structs.append(cancelJob_args)
 cancelJob_args.thrift_spec = (
     None,  # 0
-    (1, TType.STRING, 'job_id', 'UTF8', None, ),  # 1
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
 )
 
 
@@ -1031,13 +1120,15 @@ cancelJob_result.thrift_spec = (
 class requestJobResult_args(object):
     """
     Attributes:
+     - fencing_token
      - job_id
      - timeout_ms
 
     """
 
 
-    def __init__(self, job_id=None, timeout_ms=None,):
+    def __init__(self, fencing_token=None, job_id=None, timeout_ms=None,):
+        self.fencing_token = fencing_token
         self.job_id = job_id
         self.timeout_ms = timeout_ms
 
@@ -1052,10 +1143,15 @@ class requestJobResult_args(object):
                 break
             if fid == 1:
                 if ftype == TType.STRING:
-                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
             elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
                 if ftype == TType.I64:
                     self.timeout_ms = iprot.readI64()
                 else:
@@ -1070,12 +1166,16 @@ class requestJobResult_args(object):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('requestJobResult_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
         if self.job_id is not None:
-            oprot.writeFieldBegin('job_id', TType.STRING, 1)
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
             oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
             oprot.writeFieldEnd()
         if self.timeout_ms is not None:
-            oprot.writeFieldBegin('timeout_ms', TType.I64, 2)
+            oprot.writeFieldBegin('timeout_ms', TType.I64, 3)
             oprot.writeI64(self.timeout_ms)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1097,8 +1197,9 @@ class requestJobResult_args(object):
 all_structs.append(requestJobResult_args)
 requestJobResult_args.thrift_spec = (
     None,  # 0
-    (1, TType.STRING, 'job_id', 'UTF8', None, ),  # 1
-    (2, TType.I64, 'timeout_ms', None, None, ),  # 2
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.I64, 'timeout_ms', None, None, ),  # 3
 )
 
 
@@ -1294,7 +1395,15 @@ clusterInfo_result.thrift_spec = (
 
 
 class shutdownCluster_args(object):
+    """
+    Attributes:
+     - fencing_token
 
+    """
+
+
+    def __init__(self, fencing_token=None,):
+        self.fencing_token = fencing_token
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1305,6 +1414,11 @@ class shutdownCluster_args(object):
             (fname, ftype, fid) = iprot.readFieldBegin()
             if ftype == TType.STOP:
                 break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1315,6 +1429,10 @@ class shutdownCluster_args(object):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('shutdownCluster_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1333,6 +1451,8 @@ class shutdownCluster_args(object):
         return not (self == other)
 all_structs.append(shutdownCluster_args)
 shutdownCluster_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
 )
 
 

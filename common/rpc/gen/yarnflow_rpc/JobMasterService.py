@@ -52,6 +52,16 @@ class Iface(object):
         """
         pass
 
+    def heartbeatFromTaskExecutor(self, fencing_token, job_id, payload):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - payload
+
+        """
+        pass
+
 
 class Client(Iface):
     def __init__(self, iprot, oprot=None):
@@ -178,6 +188,44 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "requestSplit failed: unknown result")
 
+    def heartbeatFromTaskExecutor(self, fencing_token, job_id, payload):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - payload
+
+        """
+        self.send_heartbeatFromTaskExecutor(fencing_token, job_id, payload)
+        return self.recv_heartbeatFromTaskExecutor()
+
+    def send_heartbeatFromTaskExecutor(self, fencing_token, job_id, payload):
+        self._oprot.writeMessageBegin('heartbeatFromTaskExecutor', TMessageType.CALL, self._seqid)
+        args = heartbeatFromTaskExecutor_args()
+        args.fencing_token = fencing_token
+        args.job_id = job_id
+        args.payload = payload
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_heartbeatFromTaskExecutor(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = heartbeatFromTaskExecutor_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "heartbeatFromTaskExecutor failed: unknown result")
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -186,6 +234,7 @@ class Processor(Iface, TProcessor):
         self._processMap["offerSlots"] = Processor.process_offerSlots
         self._processMap["updateTaskExecutionState"] = Processor.process_updateTaskExecutionState
         self._processMap["requestSplit"] = Processor.process_requestSplit
+        self._processMap["heartbeatFromTaskExecutor"] = Processor.process_heartbeatFromTaskExecutor
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -286,6 +335,32 @@ class Processor(Iface, TProcessor):
         oprot.writeMessageEnd()
         oprot.trans.flush()
 
+    def process_heartbeatFromTaskExecutor(self, seqid, iprot, oprot):
+        args = heartbeatFromTaskExecutor_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = heartbeatFromTaskExecutor_result()
+        try:
+            result.success = self._handler.heartbeatFromTaskExecutor(args.fencing_token, args.job_id, args.payload)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("heartbeatFromTaskExecutor", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
 # HELPER FUNCTIONS AND STRUCTURES
 
 
@@ -333,11 +408,11 @@ class offerSlots_args(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype144, _size141) = iprot.readListBegin()
-                    for _i145 in range(_size141):
-                        _elem146 = SlotOffer()
-                        _elem146.read(iprot)
-                        self.offers.append(_elem146)
+                    (_etype165, _size162) = iprot.readListBegin()
+                    for _i166 in range(_size162):
+                        _elem167 = SlotOffer()
+                        _elem167.read(iprot)
+                        self.offers.append(_elem167)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -366,8 +441,8 @@ class offerSlots_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter147 in self.offers:
-                iter147.write(oprot)
+            for iter168 in self.offers:
+                iter168.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -421,11 +496,11 @@ class offerSlots_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype151, _size148) = iprot.readListBegin()
-                    for _i152 in range(_size148):
-                        _elem153 = SlotOffer()
-                        _elem153.read(iprot)
-                        self.success.append(_elem153)
+                    (_etype172, _size169) = iprot.readListBegin()
+                    for _i173 in range(_size169):
+                        _elem174 = SlotOffer()
+                        _elem174.read(iprot)
+                        self.success.append(_elem174)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -447,8 +522,8 @@ class offerSlots_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter154 in self.success:
-                iter154.write(oprot)
+            for iter175 in self.success:
+                iter175.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:
@@ -806,6 +881,167 @@ class requestSplit_result(object):
 all_structs.append(requestSplit_result)
 requestSplit_result.thrift_spec = (
     (0, TType.STRUCT, 'success', [SplitResponse, None], None, ),  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class heartbeatFromTaskExecutor_args(object):
+    """
+    Attributes:
+     - fencing_token
+     - job_id
+     - payload
+
+    """
+
+
+    def __init__(self, fencing_token=None, job_id=None, payload=None,):
+        self.fencing_token = fencing_token
+        self.job_id = job_id
+        self.payload = payload
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRUCT:
+                    self.payload = TaskExecutorHeartbeatPayload()
+                    self.payload.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('heartbeatFromTaskExecutor_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.payload is not None:
+            oprot.writeFieldBegin('payload', TType.STRUCT, 3)
+            self.payload.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(heartbeatFromTaskExecutor_args)
+heartbeatFromTaskExecutor_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.STRUCT, 'payload', [TaskExecutorHeartbeatPayload, None], None, ),  # 3
+)
+
+
+class heartbeatFromTaskExecutor_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = AllocatedSlotReport()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('heartbeatFromTaskExecutor_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(heartbeatFromTaskExecutor_result)
+heartbeatFromTaskExecutor_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [AllocatedSlotReport, None], None, ),  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )
 fix_spec(all_structs)

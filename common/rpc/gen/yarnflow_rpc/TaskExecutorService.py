@@ -71,9 +71,10 @@ class Iface(object):
         """
         pass
 
-    def releasePartitions(self, job_id, partition_ids):
+    def releasePartitions(self, jobmaster_fencing_token, job_id, partition_ids):
         """
         Parameters:
+         - jobmaster_fencing_token
          - job_id
          - partition_ids
 
@@ -273,19 +274,21 @@ class Client(Iface):
             raise result.err
         return
 
-    def releasePartitions(self, job_id, partition_ids):
+    def releasePartitions(self, jobmaster_fencing_token, job_id, partition_ids):
         """
         Parameters:
+         - jobmaster_fencing_token
          - job_id
          - partition_ids
 
         """
-        self.send_releasePartitions(job_id, partition_ids)
+        self.send_releasePartitions(jobmaster_fencing_token, job_id, partition_ids)
         self.recv_releasePartitions()
 
-    def send_releasePartitions(self, job_id, partition_ids):
+    def send_releasePartitions(self, jobmaster_fencing_token, job_id, partition_ids):
         self._oprot.writeMessageBegin('releasePartitions', TMessageType.CALL, self._seqid)
         args = releasePartitions_args()
+        args.jobmaster_fencing_token = jobmaster_fencing_token
         args.job_id = job_id
         args.partition_ids = partition_ids
         args.write(self._oprot)
@@ -503,7 +506,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = releasePartitions_result()
         try:
-            self._handler.releasePartitions(args.job_id, args.partition_ids)
+            self._handler.releasePartitions(args.jobmaster_fencing_token, args.job_id, args.partition_ids)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -1306,13 +1309,15 @@ disconnectResourceManager_result.thrift_spec = (
 class releasePartitions_args(object):
     """
     Attributes:
+     - jobmaster_fencing_token
      - job_id
      - partition_ids
 
     """
 
 
-    def __init__(self, job_id=None, partition_ids=None,):
+    def __init__(self, jobmaster_fencing_token=None, job_id=None, partition_ids=None,):
+        self.jobmaster_fencing_token = jobmaster_fencing_token
         self.job_id = job_id
         self.partition_ids = partition_ids
 
@@ -1327,16 +1332,21 @@ class releasePartitions_args(object):
                 break
             if fid == 1:
                 if ftype == TType.STRING:
-                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                    self.jobmaster_fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
             elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype158, _size155) = iprot.readListBegin()
-                    for _i159 in range(_size155):
-                        _elem160 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem160)
+                    (_etype179, _size176) = iprot.readListBegin()
+                    for _i180 in range(_size176):
+                        _elem181 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem181)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1350,15 +1360,19 @@ class releasePartitions_args(object):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('releasePartitions_args')
+        if self.jobmaster_fencing_token is not None:
+            oprot.writeFieldBegin('jobmaster_fencing_token', TType.STRING, 1)
+            oprot.writeString(self.jobmaster_fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.jobmaster_fencing_token)
+            oprot.writeFieldEnd()
         if self.job_id is not None:
-            oprot.writeFieldBegin('job_id', TType.STRING, 1)
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
             oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
             oprot.writeFieldEnd()
         if self.partition_ids is not None:
-            oprot.writeFieldBegin('partition_ids', TType.LIST, 2)
+            oprot.writeFieldBegin('partition_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter161 in self.partition_ids:
-                oprot.writeString(iter161.encode('utf-8') if sys.version_info[0] == 2 else iter161)
+            for iter182 in self.partition_ids:
+                oprot.writeString(iter182.encode('utf-8') if sys.version_info[0] == 2 else iter182)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1380,8 +1394,9 @@ class releasePartitions_args(object):
 all_structs.append(releasePartitions_args)
 releasePartitions_args.thrift_spec = (
     None,  # 0
-    (1, TType.STRING, 'job_id', 'UTF8', None, ),  # 1
-    (2, TType.LIST, 'partition_ids', (TType.STRING, 'UTF8', False), None, ),  # 2
+    (1, TType.STRING, 'jobmaster_fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.LIST, 'partition_ids', (TType.STRING, 'UTF8', False), None, ),  # 3
 )
 
 

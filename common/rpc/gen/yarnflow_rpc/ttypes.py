@@ -329,15 +329,17 @@ class ErrorInfo(object):
      - message
      - traceback
      - location
+     - unavailable_partition
 
     """
 
 
-    def __init__(self, error_class=None, message=None, traceback=None, location=None,):
+    def __init__(self, error_class=None, message=None, traceback=None, location=None, unavailable_partition=None,):
         self.error_class = error_class
         self.message = message
         self.traceback = traceback
         self.location = location
+        self.unavailable_partition = unavailable_partition
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -368,6 +370,11 @@ class ErrorInfo(object):
                     self.location = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.unavailable_partition = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -393,6 +400,10 @@ class ErrorInfo(object):
         if self.location is not None:
             oprot.writeFieldBegin('location', TType.STRING, 4)
             oprot.writeString(self.location.encode('utf-8') if sys.version_info[0] == 2 else self.location)
+            oprot.writeFieldEnd()
+        if self.unavailable_partition is not None:
+            oprot.writeFieldBegin('unavailable_partition', TType.STRING, 5)
+            oprot.writeString(self.unavailable_partition.encode('utf-8') if sys.version_info[0] == 2 else self.unavailable_partition)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1404,11 +1415,12 @@ class ClusterInfo(object):
      - total_slots
      - free_slots
      - target
+     - leader_session_id
 
     """
 
 
-    def __init__(self, cluster_id=None, storage_dir=None, version=None, registered_taskexecutors=None, total_slots=None, free_slots=None, target=None,):
+    def __init__(self, cluster_id=None, storage_dir=None, version=None, registered_taskexecutors=None, total_slots=None, free_slots=None, target=None, leader_session_id=None,):
         self.cluster_id = cluster_id
         self.storage_dir = storage_dir
         self.version = version
@@ -1416,6 +1428,7 @@ class ClusterInfo(object):
         self.total_slots = total_slots
         self.free_slots = free_slots
         self.target = target
+        self.leader_session_id = leader_session_id
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1461,6 +1474,11 @@ class ClusterInfo(object):
                     self.target = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.STRING:
+                    self.leader_session_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1498,6 +1516,10 @@ class ClusterInfo(object):
         if self.target is not None:
             oprot.writeFieldBegin('target', TType.STRING, 7)
             oprot.writeString(self.target.encode('utf-8') if sys.version_info[0] == 2 else self.target)
+            oprot.writeFieldEnd()
+        if self.leader_session_id is not None:
+            oprot.writeFieldBegin('leader_session_id', TType.STRING, 8)
+            oprot.writeString(self.leader_session_id.encode('utf-8') if sys.version_info[0] == 2 else self.leader_session_id)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2240,6 +2262,167 @@ class SplitResponse(object):
         return not (self == other)
 
 
+class TaskExecutorHeartbeatPayload(object):
+    """
+    Attributes:
+     - resource_id
+     - executions
+     - allocation_ids
+
+    """
+
+
+    def __init__(self, resource_id=None, executions=None, allocation_ids=None,):
+        self.resource_id = resource_id
+        self.executions = executions
+        self.allocation_ids = allocation_ids
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.resource_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.LIST:
+                    self.executions = []
+                    (_etype100, _size97) = iprot.readListBegin()
+                    for _i101 in range(_size97):
+                        _elem102 = TaskExecutionStateUpdate()
+                        _elem102.read(iprot)
+                        self.executions.append(_elem102)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.LIST:
+                    self.allocation_ids = []
+                    (_etype106, _size103) = iprot.readListBegin()
+                    for _i107 in range(_size103):
+                        _elem108 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem108)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TaskExecutorHeartbeatPayload')
+        if self.resource_id is not None:
+            oprot.writeFieldBegin('resource_id', TType.STRING, 1)
+            oprot.writeString(self.resource_id.encode('utf-8') if sys.version_info[0] == 2 else self.resource_id)
+            oprot.writeFieldEnd()
+        if self.executions is not None:
+            oprot.writeFieldBegin('executions', TType.LIST, 2)
+            oprot.writeListBegin(TType.STRUCT, len(self.executions))
+            for iter109 in self.executions:
+                iter109.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.allocation_ids is not None:
+            oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
+            oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
+            for iter110 in self.allocation_ids:
+                oprot.writeString(iter110.encode('utf-8') if sys.version_info[0] == 2 else iter110)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class AllocatedSlotReport(object):
+    """
+    Attributes:
+     - allocation_ids
+
+    """
+
+
+    def __init__(self, allocation_ids=None,):
+        self.allocation_ids = allocation_ids
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.LIST:
+                    self.allocation_ids = []
+                    (_etype114, _size111) = iprot.readListBegin()
+                    for _i115 in range(_size111):
+                        _elem116 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem116)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('AllocatedSlotReport')
+        if self.allocation_ids is not None:
+            oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
+            oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
+            for iter117 in self.allocation_ids:
+                oprot.writeString(iter117.encode('utf-8') if sys.version_info[0] == 2 else iter117)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class InputChannelDescriptor(object):
     """
     Attributes:
@@ -2351,11 +2534,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype100, _size97) = iprot.readListBegin()
-                    for _i101 in range(_size97):
-                        _elem102 = InputChannelDescriptor()
-                        _elem102.read(iprot)
-                        self.channels.append(_elem102)
+                    (_etype121, _size118) = iprot.readListBegin()
+                    for _i122 in range(_size118):
+                        _elem123 = InputChannelDescriptor()
+                        _elem123.read(iprot)
+                        self.channels.append(_elem123)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2381,8 +2564,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter103 in self.channels:
-                iter103.write(oprot)
+            for iter124 in self.channels:
+                iter124.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -2457,10 +2640,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype107, _size104) = iprot.readListBegin()
-                    for _i108 in range(_size104):
-                        _elem109 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem109)
+                    (_etype128, _size125) = iprot.readListBegin()
+                    for _i129 in range(_size125):
+                        _elem130 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem130)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2504,8 +2687,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter110 in self.key_columns:
-                oprot.writeString(iter110.encode('utf-8') if sys.version_info[0] == 2 else iter110)
+            for iter131 in self.key_columns:
+                oprot.writeString(iter131.encode('utf-8') if sys.version_info[0] == 2 else iter131)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -2648,22 +2831,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype114, _size111) = iprot.readListBegin()
-                    for _i115 in range(_size111):
-                        _elem116 = InputGateDescriptor()
-                        _elem116.read(iprot)
-                        self.input_gates.append(_elem116)
+                    (_etype135, _size132) = iprot.readListBegin()
+                    for _i136 in range(_size132):
+                        _elem137 = InputGateDescriptor()
+                        _elem137.read(iprot)
+                        self.input_gates.append(_elem137)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype120, _size117) = iprot.readListBegin()
-                    for _i121 in range(_size117):
-                        _elem122 = ResultPartitionDescriptor()
-                        _elem122.read(iprot)
-                        self.result_partitions.append(_elem122)
+                    (_etype141, _size138) = iprot.readListBegin()
+                    for _i142 in range(_size138):
+                        _elem143 = ResultPartitionDescriptor()
+                        _elem143.read(iprot)
+                        self.result_partitions.append(_elem143)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2675,11 +2858,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype124, _vtype125, _size123) = iprot.readMapBegin()
-                    for _i127 in range(_size123):
-                        _key128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val129 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key128] = _val129
+                    (_ktype145, _vtype146, _size144) = iprot.readMapBegin()
+                    for _i148 in range(_size144):
+                        _key149 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val150 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key149] = _val150
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2750,15 +2933,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter130 in self.input_gates:
-                iter130.write(oprot)
+            for iter151 in self.input_gates:
+                iter151.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter131 in self.result_partitions:
-                iter131.write(oprot)
+            for iter152 in self.result_partitions:
+                iter152.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -2768,9 +2951,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter132, viter133 in self.config.items():
-                oprot.writeString(kiter132.encode('utf-8') if sys.version_info[0] == 2 else kiter132)
-                oprot.writeString(viter133.encode('utf-8') if sys.version_info[0] == 2 else viter133)
+            for kiter153, viter154 in self.config.items():
+                oprot.writeString(kiter153.encode('utf-8') if sys.version_info[0] == 2 else kiter153)
+                oprot.writeString(viter154.encode('utf-8') if sys.version_info[0] == 2 else viter154)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -2817,6 +3000,7 @@ ErrorInfo.thrift_spec = (
     (2, TType.STRING, 'message', 'UTF8', None, ),  # 2
     (3, TType.STRING, 'traceback', 'UTF8', None, ),  # 3
     (4, TType.STRING, 'location', 'UTF8', None, ),  # 4
+    (5, TType.STRING, 'unavailable_partition', 'UTF8', None, ),  # 5
 )
 all_structs.append(JobVertex)
 JobVertex.thrift_spec = (
@@ -2906,6 +3090,7 @@ ClusterInfo.thrift_spec = (
     (5, TType.I32, 'total_slots', None, None, ),  # 5
     (6, TType.I32, 'free_slots', None, None, ),  # 6
     (7, TType.STRING, 'target', 'UTF8', None, ),  # 7
+    (8, TType.STRING, 'leader_session_id', 'UTF8', None, ),  # 8
 )
 all_structs.append(SlotStatus)
 SlotStatus.thrift_spec = (
@@ -2969,6 +3154,18 @@ SplitResponse.thrift_spec = (
     None,  # 0
     (1, TType.STRUCT, 'split', [SourceSplit, None], None, ),  # 1
     (2, TType.BOOL, 'no_more_splits', None, None, ),  # 2
+)
+all_structs.append(TaskExecutorHeartbeatPayload)
+TaskExecutorHeartbeatPayload.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'resource_id', 'UTF8', None, ),  # 1
+    (2, TType.LIST, 'executions', (TType.STRUCT, [TaskExecutionStateUpdate, None], False), None, ),  # 2
+    (3, TType.LIST, 'allocation_ids', (TType.STRING, 'UTF8', False), None, ),  # 3
+)
+all_structs.append(AllocatedSlotReport)
+AllocatedSlotReport.thrift_spec = (
+    None,  # 0
+    (1, TType.LIST, 'allocation_ids', (TType.STRING, 'UTF8', False), None, ),  # 1
 )
 all_structs.append(InputChannelDescriptor)
 InputChannelDescriptor.thrift_spec = (
