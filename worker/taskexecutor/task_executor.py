@@ -136,6 +136,9 @@ class TaskExecutor:
         self._main.stop()
         self._io.shutdown(wait=False, cancel_futures=True)
         self._updates.shutdown(wait=False, cancel_futures=True)
+        self._rm.close()
+        for gw in list(self._jms.values()):
+            gw.close()
         self._stopped.set()
 
     def _cancel_all(self) -> None:
