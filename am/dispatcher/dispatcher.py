@@ -200,5 +200,4 @@ class Dispatcher:
         """NotFoundError when the job has no running JobMaster here: the TaskExecutor then frees
         the job's slots."""
         jm = self._jm(job_id)
-        # TODO(lead): drop this ignore once JobMaster.heartbeat_from_task_executor has landed
-        return jm.heartbeat_from_task_executor(token, payload)  # type: ignore[attr-defined, unused-ignore]
+        return jm.heartbeat_from_task_executor(token, payload)

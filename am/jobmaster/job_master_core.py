@@ -103,7 +103,7 @@ class JobMasterCore:
         self.failures = FailureHandler(make_failover_strategy(config[Options.FAILOVER_STRATEGY], job_graph),
                                        make_restart_strategy(self._task_config), clock)
         # called with each execution about to be replaced by a new attempt (its splits go back)
-        self.on_attempt_replaced: Callable[[Execution], None] | None = None
+        self.on_attempt_replaced: Callable[[Execution], object] | None = None
         self._out: list[Action] = []
         self._scheduled: set[int] = set()      # regions deployed or waiting for slots
         self._deployed: set[int] = set()       # scheduled regions whose tasks were handed out

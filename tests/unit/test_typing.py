@@ -90,7 +90,7 @@ def test_mypy_finds_no_errors() -> None:
 
 
 #: the length of the not-yet-typed list; lower it when a module leaves the list, never raise it
-NOT_YET_TYPED_AT_MOST = 1
+NOT_YET_TYPED_AT_MOST = 0
 
 
 def test_the_not_yet_typed_list_only_shrinks() -> None:

@@ -1,0 +1,138 @@
+"""The JobMaster shell in process (its main thread, timers, I/O pool) with testing gateways
+for the ResourceManager and the TaskExecutors: a whole job runs without any process or
+socket, so the shell's own duties are checked: fencing, carrying out the core's actions, and
+turning an error inside the core into a visible job failure."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tests.doubles import TestingResourceManagerGateway, TestingTaskExecutorGateway
+from tests.harness import wait_until
+from yarnflow.am.jobmaster.job_master import JobMaster
+from yarnflow.common.config import Configuration
+from yarnflow.common.errors import FencingTokenError, IllegalStateTransition, RpcTimeoutError
+from yarnflow.common.ids import JobID, JobVertexID, ResourceID
+from yarnflow.common.messages import (
+    JobEdge,
+    JobGraph,
+    JobVertex,
+    SlotOffer,
+    TaskExecutionStateUpdate,
+    TaskExecutorHeartbeatPayload,
+)
+from yarnflow.common.states import ExchangeMode, ExecutionState, JobStatus, Partitioner
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+def job(mode: str = "BATCH") -> JobGraph:
+    src = JobVertex(JobVertexID("v-src"), "src", 2, 128, ["src"], is_source=True)
+    sink = JobVertex(JobVertexID("v-sink"), "sink", 2, 128, ["sink"])
+    exchange = ExchangeMode.BLOCKING if mode == "BATCH" else ExchangeMode.PIPELINED
+    return JobGraph(JobID.generate(), "shell", [src, sink],
+                    [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH, exchange, ["k"])],
+                    artifact_uri="file:///none", runtime_mode=mode)
+
+
+class Cluster:
+    """A JobMaster whose TaskExecutors finish every task they get (unless told otherwise)."""
+
+    def __init__(self, job_graph: JobGraph, finish: bool = True, **conf: str) -> None:
+        self.rm = TestingResourceManagerGateway()
+        self.te = TestingTaskExecutorGateway(on_submit=self._run if finish else None)
+        self.ended = threading.Event()
+        self.errors: list[Exception] = []
+        config = Configuration.load({"restart-strategy.type": "none", **conf})
+        self.jm = JobMaster(job_graph, config, self.rm, "127.0.0.1:1", "file:///tmp/none",
+                            lambda _jm: self.ended.set(), task_executor_gateways=lambda address: self.te,
+                            collect_results=dict)
+
+    def _run(self, tdd: Any) -> None:
+        def report() -> None:
+            try:
+                for state in (ExecutionState.RUNNING, ExecutionState.FINISHED):
+                    self.jm.update_task_execution_state(self.jm.fencing_token, TaskExecutionStateUpdate(
+                        tdd.job_id, tdd.execution_attempt_id, state))
+            except Exception as exc:  # noqa: BLE001 - as a TaskExecutor would: the JobMaster answered with an error
+                self.errors.append(exc)
+        threading.Thread(target=report, daemon=True).start()
+
+    def __enter__(self) -> Cluster:
+        self.jm.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.jm.stop()
+        self.rm.stop()
+
+
+def test_a_batch_job_runs_to_finished_through_the_shell() -> None:
+    with Cluster(job()) as c:
+        assert c.ended.wait(20)
+        assert c.jm.status == JobStatus.FINISHED and c.jm.result is not None
+        assert c.jm.result.status == JobStatus.FINISHED
+        assert len(c.te.submitted) == 4
+        wait_until(lambda: len(c.rm.freed) >= 2, 5, "the job's slots were not given back")
+
+
+def test_an_error_inside_the_core_fails_the_job_visibly() -> None:
+    with Cluster(job()) as c:
+        def broken(*_: Any) -> None:
+            raise IllegalStateTransition("src (1/2) attempt 0: illegal transition FINISHED -> RUNNING")
+
+        c.jm.core._on_finished = broken  # type: ignore[method-assign]  # a bug in the core
+        assert c.ended.wait(20), "the job must end, not hang with the event lost"
+        assert c.jm.status == JobStatus.FAILED
+        cause = c.jm.result.failure_cause if c.jm.result else None
+        assert cause is not None and cause.error_class == "IllegalStateTransition"
+        assert "FINISHED -> RUNNING" in cause.message
+        assert c.jm.status_info().failure_history[-1].error.error_class == "IllegalStateTransition"
+
+
+def test_a_deploy_call_that_times_out_is_cancelled_on_the_task_executor() -> None:
+    with Cluster(job("STREAMING"), finish=False) as c:
+        def time_out(tdd: Any) -> None:
+            if tdd.subtask_index == 0 and tdd.task_name == "src":
+                raise RpcTimeoutError("submitTask timed out")
+        c.te.on_submit = time_out
+        wait_until(lambda: c.jm.status in (JobStatus.FAILING, JobStatus.FAILED), 10, "the job did not fail")
+        timed_out = next(t for t in c.te.submitted if t.subtask_index == 0 and t.task_name == "src")
+        wait_until(lambda: str(timed_out.execution_attempt_id) in c.te.cancelled, 10,
+                   "the attempt whose deployment timed out was not cancelled")
+
+
+def test_calls_with_a_stale_jobmaster_token_are_refused() -> None:
+    with Cluster(job("STREAMING"), finish=False) as c:
+        wait_until(lambda: len(c.te.submitted) == 4, 10, "tasks not deployed")
+        tdd = c.te.submitted[0]
+        with pytest.raises(FencingTokenError):
+            c.jm.update_task_execution_state("stale", TaskExecutionStateUpdate(
+                tdd.job_id, tdd.execution_attempt_id, ExecutionState.FAILED))
+        with pytest.raises(FencingTokenError):
+            c.jm.offer_slots("stale", ResourceID("te-x"), [SlotOffer(tdd.allocation_id, 0)])
+        with pytest.raises(FencingTokenError):
+            c.jm.heartbeat_from_task_executor("stale", TaskExecutorHeartbeatPayload(ResourceID("te-sim-0"), [], []))
+        with pytest.raises(FencingTokenError):
+            c.jm.request_split("stale", str(tdd.vertex_id), 0, str(tdd.execution_attempt_id))
+        assert c.jm.status == JobStatus.RUNNING
+
+
+def test_a_heartbeat_delivers_a_lost_finished_update() -> None:
+    with Cluster(job("STREAMING"), finish=False) as c:
+        wait_until(lambda: len(c.te.submitted) == 4, 10, "tasks not deployed")
+        by_te: dict[str, list[Any]] = {}
+        for tdd in c.te.submitted:
+            c.jm.update_task_execution_state(c.jm.fencing_token, TaskExecutionStateUpdate(
+                tdd.job_id, tdd.execution_attempt_id, ExecutionState.RUNNING))
+            by_te.setdefault(str(c.jm.core.slot_of(str(tdd.execution_attempt_id)).resource_id), []).append(tdd)
+        for rid, tdds in by_te.items():  # the FINISHED updates were lost; heartbeats carry them
+            report = c.jm.heartbeat_from_task_executor(c.jm.fencing_token, TaskExecutorHeartbeatPayload(
+                ResourceID(rid), [TaskExecutionStateUpdate(t.job_id, t.execution_attempt_id, ExecutionState.FINISHED)
+                                  for t in tdds], [t.allocation_id for t in tdds]))
+            assert set(report.allocation_ids) <= {t.allocation_id for t in tdds}
+        assert c.ended.wait(10)
+        assert c.jm.status == JobStatus.FINISHED
