@@ -104,6 +104,47 @@ def test_batch_job_with_more_subtasks_than_slots_completes(local_cluster):
     gw.close()
 
 
+def test_two_independent_streaming_pipelines_share_slots_on_a_capped_cluster(local_cluster, tmp_path):
+    """Slot sharing spans pipelined regions in STREAMING jobs, as in Flink: two independent
+    pipelines of parallelism 2 need 2 slots, not 4, and run at the same time (pipeline a
+    waits for a sign of life from pipeline b; without sharing, b never got a slot)."""
+    marker = str(tmp_path / "b-ran")
+    cluster = local_cluster(taskexecutors=1, slots=2, **{"slotmanager__number-of-slots__max": "2",
+                                                         "slot__request__timeout": "20 s"})
+    a = {"k": [i % 7 for i in range(700)], "v": [1] * 700}
+    b = {"k": [i % 5 for i in range(500)], "v": [2] * 500}
+
+    def wait_for_b(batch):
+        deadline = time.monotonic() + 15
+        while not os.path.exists(marker):
+            if time.monotonic() > deadline:
+                raise RuntimeError("pipeline b never ran beside pipeline a")
+            time.sleep(0.05)
+        return batch
+
+    def b_runs(batch):
+        open(marker, "a").close()
+        return batch
+
+    def build(env):
+        env.set_runtime_mode("STREAMING")
+        env.from_collection(a).map_batches(wait_for_b).key_by("k").sum("v").collect()
+        env.from_collection(b).map_batches(b_runs).key_by("k").sum("v").collect()
+
+    result = _run(cluster, build, "two-pipelines", {}, parallelism=2)
+    finals = []
+    for uid in result.collect_uids:
+        table = result.collected(uid)
+        final: dict[int, int] = {}
+        for k, v in zip(table["k"].to_pylist(), table["v"].to_pylist()):
+            final[k] = max(final.get(k, 0), v)   # STREAMING: running sums, the last is the largest
+        finals.append(final)
+    assert sorted(finals, key=len) == [{k: 200 for k in range(5)}, {k: 100 for k in range(7)}]
+    gw = cluster.gateway()
+    assert gw.cluster_info().total_slots == 2
+    gw.close()
+
+
 def test_taskexecutor_killed_after_the_first_stage_restarts_only_the_named_regions(local_cluster, tmp_path):
     cluster = local_cluster(taskexecutors=2, slots=2)
     data = {"k": [i % 40 for i in range(2000)], "v": list(range(2000))}
