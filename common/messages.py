@@ -126,7 +126,7 @@ class ErrorInfo(Message):
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         partition = getattr(exc, "partition_id", None)
         return cls(type(exc).__name__, str(exc), tb, location,
-                   ids.ResultPartitionID(partition) if partition else None)
+                   ids.ResultPartitionID(partition) if isinstance(partition, str) and partition else None)
 
     def describe(self) -> str:
         where = f" [{self.location}]" if self.location else ""

@@ -360,6 +360,11 @@ def test_an_error_that_names_no_partition_leaves_the_field_unset() -> None:
     assert _through_bytes(_failed_reading(ValueError("partition a.b.1 mentioned in text"))).unavailable_partition is None
     assert ErrorInfo("E", "m").to_thrift().unavailable_partition is None
 
+    class UserError(Exception):
+        partition_id = 3  # a user's exception with an attribute of that name is not a partition
+
+    assert _failed_reading(UserError("x")).unavailable_partition is None
+
 
 def test_the_heartbeat_messages_round_trip_with_typed_ids() -> None:
     update = messages.TaskExecutionStateUpdate(ids.JobID("j"), ids.ExecutionAttemptID("a1"), ExecutionState.FAILED,
