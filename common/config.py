@@ -61,6 +61,13 @@ def parse_size_bytes(value: Any) -> int:
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2) or "b"])
 
 
+def _parse_optional_duration_ms(value: Any) -> int:
+    """Like ``parse_duration_ms``; empty (unset) is 0, meaning off."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return 0
+    return parse_duration_ms(value)
+
+
 def _parse_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("expected an integer")
@@ -143,6 +150,22 @@ class Options:
                       minimum=0)
     EXP_ATTEMPTS = _opt("restart-strategy.exponential-delay.attempts-before-reset-backoff", _parse_str,
                         "restarts before giving up (empty: no limit)")
+    CHECKPOINT_INTERVAL = _opt("execution.checkpointing.interval", _parse_optional_duration_ms,
+                               "checkpoint period of STREAMING jobs (empty: no checkpoints)")
+    CHECKPOINT_MODE = _opt("execution.checkpointing.mode", _parse_str, "EXACTLY_ONCE or AT_LEAST_ONCE",
+                           choices=("EXACTLY_ONCE", "AT_LEAST_ONCE"))
+    CHECKPOINT_TIMEOUT = _opt("execution.checkpointing.timeout", parse_duration_ms,
+                              "a checkpoint not complete after this long is aborted")
+    CHECKPOINT_MIN_PAUSE = _opt("execution.checkpointing.min-pause", parse_duration_ms,
+                                "least time between the end of a checkpoint and the start of the next")
+    CHECKPOINT_MAX_CONCURRENT = _opt("execution.checkpointing.max-concurrent-checkpoints", _parse_int,
+                                     "checkpoints in progress at once", minimum=1)
+    CHECKPOINT_TOLERABLE_FAILURES = _opt("execution.checkpointing.tolerable-failed-checkpoints", _parse_int,
+                                         "consecutive failed checkpoints before the job fails", minimum=0)
+    CHECKPOINT_NUM_RETAINED = _opt("execution.checkpointing.num-retained", _parse_int,
+                                   "completed checkpoints kept", minimum=1)
+    CHECKPOINT_DIR = _opt("execution.checkpointing.dir", _parse_str,
+                          "fsspec URL of the checkpoints (empty: <storage dir>/checkpoints)")
     SLOT_IDLE_TIMEOUT = _opt("slot.idle.timeout", parse_duration_ms, "a JobMaster keeps an unused slot this long")
     TM_IDLE_TIMEOUT = _opt("resourcemanager.taskmanager-timeout", parse_duration_ms,
                            "release TaskExecutors idle this long (above the minimum slots)")

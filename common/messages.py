@@ -233,6 +233,19 @@ class FailureEntry(Message):
     task: str
     error: ErrorInfo
     restarted_subtasks: int = 0
+    restored_checkpoint_id: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointInfo(Message):
+    _thrift = ttypes.CheckpointInfo
+    checkpoint_id: int
+    status: str
+    trigger_time_ms: int
+    duration_ms: int = 0
+    size_bytes: int = 0
+    alignment_ms: int = 0
+    failure: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,6 +261,8 @@ class JobStatusInfo(Message):
     all_running_time_ms: int = 0
     failure_history: list[FailureEntry] = field(default_factory=list)
     restart_strategy: str = ""
+    checkpoints: list[CheckpointInfo] = field(default_factory=list)
+    latest_completed_checkpoint_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -360,6 +375,43 @@ class TaskExecutorHeartbeatPayload(Message):
     allocation_ids: list[ids.AllocationID] = field(default_factory=list)
 
 
+# ---- checkpoints -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OperatorStateFile(Message):
+    """One file (Arrow IPC, any fsspec URL) of one operator's state in a checkpoint."""
+
+    _thrift = ttypes.OperatorStateFile
+    operator_index: int
+    name: str
+    path: str
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class TaskStateSnapshot(Message):
+    """What a task acknowledges for a checkpoint."""
+
+    _thrift = ttypes.TaskStateSnapshot
+    files: list[OperatorStateFile] = field(default_factory=list)
+    alignment_ms: int = 0
+    sync_ms: int = 0
+    async_ms: int = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+
+@dataclass(frozen=True)
+class TaskRestore(Message):
+    """The state a task starts from: its subtask's files in a completed checkpoint."""
+
+    _thrift = ttypes.TaskRestore
+    checkpoint_id: int
+    files: list[OperatorStateFile] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class AllocatedSlotReport(Message):
     """The JobMaster's answer to a heartbeat: the slots it holds on that TaskExecutor."""
@@ -418,6 +470,8 @@ class TaskDeploymentDescriptor(Message):
     config: dict[str, str] = field(default_factory=dict)
     runtime_mode: str = "STREAMING"
     job_storage_dir: str = ""
+    checkpoint_dir: str = ""
+    restore: TaskRestore | None = None
 
     @property
     def display_name(self) -> str:

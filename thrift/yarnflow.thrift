@@ -106,6 +106,18 @@ struct FailureEntry {
   2: string task,                  // the failed subtask ("" for a job-level failure)
   3: ErrorInfo error,
   4: i32 restarted_subtasks,       // how many subtasks the failover restarted (0: none, gave up)
+  5: i64 restored_checkpoint_id,   // the checkpoint the restarted subtasks resumed from (0: none)
+}
+
+// One checkpoint as `yarnflow info` lists it.
+struct CheckpointInfo {
+  1: i64 checkpoint_id,
+  2: string status,                // PENDING | FINALIZING | COMPLETED | ABORTED
+  3: i64 trigger_time_ms,
+  4: i64 duration_ms,
+  5: i64 size_bytes,
+  6: i64 alignment_ms,             // longest barrier alignment of any task
+  7: string failure,               // why it was aborted ("" otherwise)
 }
 
 struct JobStatusInfo {
@@ -119,6 +131,8 @@ struct JobStatusInfo {
   8: i64 all_running_time_ms,      // when every subtask first reported RUNNING (0: not yet)
   9: list<FailureEntry> failure_history,
   10: string restart_strategy,     // e.g. "fixed-delay: 1 of 3 attempts used"
+  11: list<CheckpointInfo> checkpoints,  // the latest ones, oldest first (empty: checkpointing off)
+  12: i64 latest_completed_checkpoint_id, // 0: none yet
 }
 
 struct JobResult {
@@ -241,6 +255,29 @@ struct AllocatedSlotReport {
   1: list<string> allocation_ids,
 }
 
+// ---- Checkpoints ------------------------------------------------------------------------
+
+// One file of one operator's state in a checkpoint (Arrow IPC; any fsspec URL).
+struct OperatorStateFile {
+  1: i32 operator_index,           // the operator's position in the task's chain (head = 0)
+  2: string name,                  // which piece of the operator's state ("keyed", "splits", ...)
+  3: string path,
+  4: i64 size_bytes,
+}
+
+struct TaskStateSnapshot {
+  1: list<OperatorStateFile> files,
+  2: i64 alignment_ms,             // from the first barrier to the last (exactly-once)
+  3: i64 sync_ms,                  // how long the task paused to take a consistent copy
+  4: i64 async_ms,                 // writing the files, in the background
+}
+
+// The state a task starts from: the files of its subtask in a completed checkpoint.
+struct TaskRestore {
+  1: i64 checkpoint_id,
+  2: list<OperatorStateFile> files,
+}
+
 service JobMasterService {
   // Returns the offers the JobMaster accepted; the TaskExecutor frees the others.
   list<SlotOffer> offerSlots(1: string fencing_token, 2: string job_id, 3: string resource_id,
@@ -248,9 +285,17 @@ service JobMasterService {
   bool updateTaskExecutionState(1: string fencing_token, 2: TaskExecutionStateUpdate update)
       throws (1: RpcError err),
   // A source subtask asks for its next split (dynamic split assignment, as in Flink's FLIP-27).
+  // last_checkpoint_id: the last checkpoint barrier the subtask emitted (0: none), so the
+  // enumerator knows which checkpoint's source state will hold the split.
   SplitResponse requestSplit(1: string fencing_token, 2: string job_id, 3: string vertex_id,
-                             4: i32 subtask_index, 5: string execution_attempt_id)
-      throws (1: RpcError err),
+                             4: i32 subtask_index, 5: string execution_attempt_id,
+                             6: i64 last_checkpoint_id) throws (1: RpcError err),
+  // A task wrote its snapshot for a checkpoint (the files are Arrow IPC under chk-<n>/).
+  void acknowledgeCheckpoint(1: string fencing_token, 2: string job_id, 3: string execution_attempt_id,
+                             4: i64 checkpoint_id, 5: TaskStateSnapshot snapshot) throws (1: RpcError err),
+  // A task could not take its snapshot: the checkpoint is aborted.
+  void declineCheckpoint(1: string fencing_token, 2: string job_id, 3: string execution_attempt_id,
+                         4: i64 checkpoint_id, 5: string reason) throws (1: RpcError err),
   // NOT_FOUND when the job has no JobMaster here (the TaskExecutor then frees the job's slots).
   AllocatedSlotReport heartbeatFromTaskExecutor(1: string fencing_token, 2: string job_id,
                                                 3: TaskExecutorHeartbeatPayload payload)
@@ -302,6 +347,8 @@ struct TaskDeploymentDescriptor {
   15: map<string, string> config,
   16: string runtime_mode,
   17: string job_storage_dir,     // per-job dir on the storage filesystem (collect results...)
+  18: string checkpoint_dir,      // <checkpoints dir>/<job id> ("" when checkpointing is off)
+  19: optional TaskRestore restore, // state to restore before the task runs
 }
 
 service TaskExecutorService {
@@ -322,6 +369,15 @@ service TaskExecutorService {
   // Release the job's blocking result partitions held here (all of them when the list is empty).
   void releasePartitions(1: string jobmaster_fencing_token, 2: string job_id,
                          3: list<string> partition_ids) throws (1: RpcError err),
+  // Checkpoints: the JobMaster triggers them at the source tasks (which send barriers
+  // downstream), and tells every task when one completed (sinks commit) or was aborted.
+  void triggerCheckpoint(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
+                         3: i64 checkpoint_id, 4: i64 timestamp_ms, 5: bool exactly_once)
+      throws (1: RpcError err),
+  void notifyCheckpointComplete(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
+                                3: i64 checkpoint_id) throws (1: RpcError err),
+  void notifyCheckpointAborted(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
+                               3: i64 checkpoint_id) throws (1: RpcError err),
   // Liveness probe used by tests and tools.
   string ping(),
 }

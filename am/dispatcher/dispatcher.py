@@ -24,7 +24,7 @@ from yarnflow.common.errors import (
     RefusedError,
     UnavailableError,
 )
-from yarnflow.common.ids import JobID, LeaderSessionID, ResourceID
+from yarnflow.common.ids import ExecutionAttemptID, JobID, LeaderSessionID, ResourceID
 from yarnflow.common.messages import (
     AllocatedSlotReport,
     ClusterInfo,
@@ -35,6 +35,7 @@ from yarnflow.common.messages import (
     SplitResponse,
     TaskExecutionStateUpdate,
     TaskExecutorHeartbeatPayload,
+    TaskStateSnapshot,
 )
 from yarnflow.common.artifacts import ArtifactCache
 
@@ -192,8 +193,16 @@ class Dispatcher:
         return self._jm(update.job_id).update_task_execution_state(token, update)
 
     def request_split(self, token: str, job_id: JobID, vertex_id: str, subtask_index: int,
-                      attempt_id: str) -> SplitResponse:
-        return self._jm(job_id).request_split(token, vertex_id, subtask_index, attempt_id)
+                      attempt_id: str, last_checkpoint_id: int = 0) -> SplitResponse:
+        return self._jm(job_id).request_split(token, vertex_id, subtask_index, attempt_id, last_checkpoint_id)
+
+    def acknowledge_checkpoint(self, token: str, job_id: JobID, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                               snapshot: TaskStateSnapshot) -> None:
+        self._jm(job_id).acknowledge_checkpoint(token, attempt_id, checkpoint_id, snapshot)
+
+    def decline_checkpoint(self, token: str, job_id: JobID, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                           reason: str) -> None:
+        self._jm(job_id).decline_checkpoint(token, attempt_id, checkpoint_id, reason)
 
     def heartbeat_from_task_executor(self, token: str, job_id: JobID,
                                      payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:

@@ -47,6 +47,7 @@ from yarnflow.common.messages import (
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
     TaskExecutorHeartbeatPayload,
+    TaskStateSnapshot,
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
@@ -261,11 +262,21 @@ class JobMaster:
                           list(payload.allocation_ids))
         return AllocatedSlotReport(list(held))
 
-    def request_split(self, token: str, vertex_id: str, subtask_index: int, attempt_id: str) -> SplitResponse:
+    def request_split(self, token: str, vertex_id: str, subtask_index: int, attempt_id: str,
+                      last_checkpoint_id: int = 0) -> SplitResponse:
         self._check_token(token, "split request")
         if self.splits is None or not self._main.call(self.core.is_current_attempt, attempt_id):
             raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
         return self.splits.request(vertex_id, subtask_index, attempt_id)
+
+    def acknowledge_checkpoint(self, token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                               snapshot: TaskStateSnapshot) -> None:
+        self._check_token(token, "checkpoint acknowledgement")
+        raise NotFoundError(f"job {self.job_id} takes no checkpoints")
+
+    def decline_checkpoint(self, token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int, reason: str) -> None:
+        self._check_token(token, "checkpoint decline")
+        raise NotFoundError(f"job {self.job_id} takes no checkpoints")
 
     # -- from the ResourceManager and the Dispatcher --------------------------------------------
     def on_task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:

@@ -28,6 +28,7 @@ from yarnflow.common.messages import (
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
     TaskExecutorHeartbeatPayload,
+    TaskStateSnapshot,
     TaskExecutorRegistration,
 )
 from yarnflow.common.rpc.client import RpcClient
@@ -131,9 +132,17 @@ class RemoteJobMasterGateway:
         return bool(self._c.call("updateTaskExecutionState", token, update.to_thrift()))
 
     def request_split(self, token: str, job_id: str, vertex_id: str, subtask_index: int,
-                      attempt_id: str) -> SplitResponse:
+                      attempt_id: str, last_checkpoint_id: int = 0) -> SplitResponse:
         return SplitResponse.from_thrift(self._c.call("requestSplit", token, str(job_id), str(vertex_id),
-                                                      subtask_index, str(attempt_id)))
+                                                      subtask_index, str(attempt_id), last_checkpoint_id))
+
+    def acknowledge_checkpoint(self, token: str, job_id: str, attempt_id: str, checkpoint_id: int,
+                               snapshot: TaskStateSnapshot) -> None:
+        self._c.call("acknowledgeCheckpoint", token, str(job_id), str(attempt_id), checkpoint_id,
+                     snapshot.to_thrift())
+
+    def decline_checkpoint(self, token: str, job_id: str, attempt_id: str, checkpoint_id: int, reason: str) -> None:
+        self._c.call("declineCheckpoint", token, str(job_id), str(attempt_id), checkpoint_id, reason)
 
     def heartbeat_from_task_executor(self, token: str, job_id: str,
                                      payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:
@@ -172,6 +181,16 @@ class RemoteTaskExecutorGateway:
         """Release the job's blocking partitions there (all of them when the list is empty);
         FencingTokenError when ``jm_token`` is not the token of the job's JobMaster."""
         self._c.call("releasePartitions", jm_token, str(job_id), [str(p) for p in partition_ids])
+
+    def trigger_checkpoint(self, jm_token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,
+                           exactly_once: bool) -> None:
+        self._c.call("triggerCheckpoint", jm_token, str(attempt_id), checkpoint_id, timestamp_ms, exactly_once)
+
+    def notify_checkpoint_complete(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:
+        self._c.call("notifyCheckpointComplete", jm_token, str(attempt_id), checkpoint_id)
+
+    def notify_checkpoint_aborted(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:
+        self._c.call("notifyCheckpointAborted", jm_token, str(attempt_id), checkpoint_id)
 
     def ping(self) -> str:
         return str(self._c.call("ping"))
@@ -279,9 +298,13 @@ class JobMasterImpl(Protocol):
                     offers: list[SlotOffer]) -> list[SlotOffer]: ...
     def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool: ...
     def request_split(self, token: str, job_id: ids.JobID, vertex_id: ids.JobVertexID, subtask_index: int,
-                      attempt_id: ids.ExecutionAttemptID) -> SplitResponse: ...
+                      attempt_id: ids.ExecutionAttemptID, last_checkpoint_id: int) -> SplitResponse: ...
     def heartbeat_from_task_executor(self, token: str, job_id: ids.JobID,
                                      payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport: ...
+    def acknowledge_checkpoint(self, token: str, job_id: ids.JobID, attempt_id: ids.ExecutionAttemptID,
+                               checkpoint_id: int, snapshot: TaskStateSnapshot) -> None: ...
+    def decline_checkpoint(self, token: str, job_id: ids.JobID, attempt_id: ids.ExecutionAttemptID,
+                           checkpoint_id: int, reason: str) -> None: ...
 
 
 class JobMasterHandler:
@@ -300,9 +323,21 @@ class JobMasterHandler:
 
     @_translated
     def requestSplit(self, token: str, job_id: str, vertex_id: str, subtask_index: int,  # noqa: N802
-                     attempt_id: str) -> Any:
+                     attempt_id: str, last_checkpoint_id: int) -> Any:
         return self._i.request_split(token, ids.JobID(job_id), ids.JobVertexID(vertex_id), subtask_index,
-                                     ids.ExecutionAttemptID(attempt_id)).to_thrift()
+                                     ids.ExecutionAttemptID(attempt_id), last_checkpoint_id or 0).to_thrift()
+
+    @_translated
+    def acknowledgeCheckpoint(self, token: str, job_id: str, attempt_id: str, checkpoint_id: int,  # noqa: N802
+                              snapshot: Any) -> None:
+        self._i.acknowledge_checkpoint(token, ids.JobID(job_id), ids.ExecutionAttemptID(attempt_id), checkpoint_id,
+                                       TaskStateSnapshot.from_thrift(snapshot))
+
+    @_translated
+    def declineCheckpoint(self, token: str, job_id: str, attempt_id: str, checkpoint_id: int,  # noqa: N802
+                          reason: str) -> None:
+        self._i.decline_checkpoint(token, ids.JobID(job_id), ids.ExecutionAttemptID(attempt_id), checkpoint_id,
+                                   reason)
 
     @_translated
     def heartbeatFromTaskExecutor(self, token: str, job_id: str, payload: Any) -> Any:  # noqa: N802
@@ -321,6 +356,12 @@ class TaskExecutorImpl(Protocol):
     def free_slot(self, jm_token: str, allocation_id: ids.AllocationID, reason: str) -> None: ...
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None: ...
     def release_partitions(self, jm_token: str, job_id: ids.JobID, partition_ids: list[str]) -> None: ...
+    def trigger_checkpoint(self, jm_token: str, attempt_id: ids.ExecutionAttemptID, checkpoint_id: int,
+                           timestamp_ms: int, exactly_once: bool) -> None: ...
+    def notify_checkpoint_complete(self, jm_token: str, attempt_id: ids.ExecutionAttemptID,
+                                   checkpoint_id: int) -> None: ...
+    def notify_checkpoint_aborted(self, jm_token: str, attempt_id: ids.ExecutionAttemptID,
+                                  checkpoint_id: int) -> None: ...
 
 
 class TaskExecutorHandler:
@@ -352,6 +393,20 @@ class TaskExecutorHandler:
     @_translated
     def releasePartitions(self, jm_token: str, job_id: str, partition_ids: list[str]) -> None:  # noqa: N802
         self._i.release_partitions(jm_token, ids.JobID(job_id), list(partition_ids))
+
+    @_translated
+    def triggerCheckpoint(self, jm_token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,  # noqa: N802
+                          exactly_once: bool) -> None:
+        self._i.trigger_checkpoint(jm_token, ids.ExecutionAttemptID(attempt_id), checkpoint_id, timestamp_ms,
+                                   bool(exactly_once))
+
+    @_translated
+    def notifyCheckpointComplete(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:  # noqa: N802
+        self._i.notify_checkpoint_complete(jm_token, ids.ExecutionAttemptID(attempt_id), checkpoint_id)
+
+    @_translated
+    def notifyCheckpointAborted(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:  # noqa: N802
+        self._i.notify_checkpoint_aborted(jm_token, ids.ExecutionAttemptID(attempt_id), checkpoint_id)
 
     def ping(self) -> str:
         return "pong"

@@ -65,7 +65,7 @@ def test_a_result_partition_id_is_formatted_and_parsed_back() -> None:
 @pytest.mark.parametrize("bad", ["nodots", "j.a", "j.a.x", ".a.1", "j..1"])
 def test_a_malformed_result_partition_id_names_itself_when_parsed(bad: str) -> None:
     with pytest.raises(ValueError, match="producer attempt id"):
-        ids.ResultPartitionID(bad).producer_attempt_id
+        _ = ids.ResultPartitionID(bad).producer_attempt_id
 
 
 @pytest.mark.parametrize("part", ["", "a.b", "a/b"])

@@ -595,12 +595,12 @@ def test_operator_state_and_timers_split_on_rescale() -> None:
     old = KeyedProcessOperator(["k"], Remember())
     h = OperatorHarness(old, now=START_MS)
     h.batch(batch(k=keys, v=list(range(200))))
-    data = old.snapshot_state()
+    data = old.snapshot_key_groups()
     fired: list[dict[str, Any]] = []
     for index in (0, 1):
         new = KeyedProcessOperator(["k"], Remember())
         h = OperatorHarness(new, now=START_MS, open=False, parallelism=2, subtask_index=index)
-        new.restore_state(data)
+        new.restore_key_groups(data)
         new.open()
         h.watermark(MAX_WATERMARK)
         rows = h.rows()
@@ -723,12 +723,12 @@ def test_aggregate_function_errors_and_rescaled_accumulators() -> None:
     h = OperatorHarness(old, now=START_MS, runtime_mode="BATCH")
     groups = [f"g{i}" for i in range(50)]
     h.batch(batch(g=groups, v=list(range(50))))
-    data = old.snapshot_state()
+    data = old.snapshot_key_groups()
     rows: list[dict[str, Any]] = []
     for index in (0, 1):
         new = KeyedAggregateFunctionOperator(["g"], Average())
         h = OperatorHarness(new, now=START_MS, open=False, runtime_mode="BATCH", parallelism=2, subtask_index=index)
-        new.restore_state(data)
+        new.restore_key_groups(data)
         new.open()
         mine = [g for g in groups if kg_of(g) in key_group_range(MAX_PAR, 2, index)]
         h.batch(batch(g=mine, v=[100] * len(mine)))

@@ -33,6 +33,11 @@ class RuntimeContext:
     clock: Callable[[], int] = field(default=lambda: int(time.time() * 1000))  # processing time, ms
     #: for sources with dynamic splits: the next split's payload, or None when there are no more
     split_provider: Callable[[], Any] | None = None
+    #: checkpoints are on (STREAMING job with execution.checkpointing.interval set): sinks then
+    #: commit on notify_checkpoint_complete instead of at finish
+    checkpointing: bool = False
+    #: the checkpoint this attempt restored from (0: it started from nothing)
+    restored_checkpoint_id: int = 0
 
     @property
     def is_batch(self) -> bool:
@@ -89,6 +94,26 @@ class Operator:
 
     def close(self) -> None:
         pass
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        """The operator's state at a checkpoint barrier, as named Arrow tables (written as
+        Arrow IPC files under ``chk-<n>/``). Called on the task thread between two elements,
+        with every earlier element processed: return a consistent copy (Arrow data is
+        immutable; copy mutable Python structures), because the task writes the tables in the
+        background while processing goes on. Stateless operators return ``{}``."""
+        return {}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        """Restore from a checkpoint: called after ``setup`` and before ``open`` with the
+        tables ``snapshot_state`` returned (``{}`` when the checkpoint has none for it)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Every task has the checkpoint: commit what it covers (two-phase sinks). Called on
+        the task thread."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """That checkpoint will never complete. Called on the task thread."""
 
     def call_user(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call a user function; its error is re-raised naming this operator."""

@@ -24,7 +24,7 @@ Timers are per (key, timestamp): registering one twice is one timer.
 BATCH mode it emits one row per key when the input ends, in STREAMING mode the updated result
 of every key a batch touched, after that batch (an upsert stream).
 
-Keyed state and timers are scoped to key groups; ``snapshot_state`` / ``restore_state``
+Keyed state and timers are scoped to key groups; ``snapshot_key_groups`` / ``restore_key_groups``
 serialise them per key group so a rescaled subtask can take over its share.
 """
 
@@ -305,11 +305,11 @@ class _KeyedOperator(Operator):
             for batch in buffer.drain(self.ctx.batch_size):
                 self.output.collect_side(tag, batch)
 
-    def snapshot_state(self, key_groups: Iterable[int] | None = None) -> bytes:
+    def snapshot_key_groups(self, key_groups: Iterable[int] | None = None) -> bytes:
         """This operator's keyed state (and timers) for ``key_groups`` (default: all)."""
         return self._backend.snapshot(key_groups)
 
-    def restore_state(self, data: bytes, key_group_range: range | None = None) -> None:
+    def restore_key_groups(self, data: bytes, key_group_range: range | None = None) -> None:
         """Take over the key groups of ``data`` in ``key_group_range`` (default: this subtask's
         range). Call after ``setup``, before ``open``, once per overlapping old snapshot."""
         self._backend.restore(data, key_group_range)
@@ -394,7 +394,7 @@ class KeyedProcessOperator(_KeyedOperator):
     def pending_timers(self) -> dict[str, int]:
         return {EVENT_TIME: len(self._event_timers), PROCESSING_TIME: len(self._processing_timers)}
 
-    def snapshot_state(self, key_groups: Iterable[int] | None = None) -> bytes:
+    def snapshot_key_groups(self, key_groups: Iterable[int] | None = None) -> bytes:
         wanted = None if key_groups is None else set(key_groups)
         return cloudpickle.dumps({
             "keyed": self._backend.snapshot(wanted),
@@ -402,7 +402,7 @@ class KeyedProcessOperator(_KeyedOperator):
             "processing_timers": self._processing_timers.snapshot(wanted),
         })
 
-    def restore_state(self, data: bytes, key_group_range: range | None = None) -> None:
+    def restore_key_groups(self, data: bytes, key_group_range: range | None = None) -> None:
         payload = pickle.loads(data)
         self._backend.restore(payload["keyed"], key_group_range)
         owned = self._backend.key_group_range

@@ -356,6 +356,16 @@ class TaskExecutor:
         if job_id is not None and job_id not in self.slots.jobs():
             self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."), blocking=False)
 
+    def trigger_checkpoint(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                           timestamp_ms: int, exactly_once: bool) -> None:
+        raise NotFoundError("checkpoints are not wired into the TaskExecutor yet")
+
+    def notify_checkpoint_complete(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
+        raise NotFoundError("checkpoints are not wired into the TaskExecutor yet")
+
+    def notify_checkpoint_aborted(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
+        raise NotFoundError("checkpoints are not wired into the TaskExecutor yet")
+
     def release_partitions(self, jm_token: str, job_id: JobID, partition_ids: list[str]) -> None:
         """Blocking partitions are released by the JobMaster when no consumer needs them."""
         self._main.call(self._release_partitions, jm_token, job_id, partition_ids)
@@ -395,7 +405,7 @@ class TaskExecutor:
             slots = [s for s in self.slots.slots if s.job_id == job_id and s.allocation_id is not None]
             tasks = [t for t in self.tasks.values() if t.tdd.job_id == job_id]
             unacked = self.jobs.unacknowledged(job_id)
-            has_partitions = bool(self.partitions.partition_ids(lambda pid: pid.startswith(f"{job_id}.")))
+            has_partitions = bool(self.partitions.partition_ids(lambda pid, p=f"{job_id}.": pid.startswith(p)))
             if not (slots or tasks or unacked or has_partitions):
                 log.info("job %s has nothing left on this TaskExecutor: disconnecting from its JobMaster", job_id)
                 self.jobs.disconnect(job_id)

@@ -40,7 +40,7 @@ class Iface(object):
         """
         pass
 
-    def requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id):
+    def requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id, last_checkpoint_id):
         """
         Parameters:
          - fencing_token
@@ -48,6 +48,31 @@ class Iface(object):
          - vertex_id
          - subtask_index
          - execution_attempt_id
+         - last_checkpoint_id
+
+        """
+        pass
+
+    def acknowledgeCheckpoint(self, fencing_token, job_id, execution_attempt_id, checkpoint_id, snapshot):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - execution_attempt_id
+         - checkpoint_id
+         - snapshot
+
+        """
+        pass
+
+    def declineCheckpoint(self, fencing_token, job_id, execution_attempt_id, checkpoint_id, reason):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - execution_attempt_id
+         - checkpoint_id
+         - reason
 
         """
         pass
@@ -146,7 +171,7 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "updateTaskExecutionState failed: unknown result")
 
-    def requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id):
+    def requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id, last_checkpoint_id):
         """
         Parameters:
          - fencing_token
@@ -154,12 +179,13 @@ class Client(Iface):
          - vertex_id
          - subtask_index
          - execution_attempt_id
+         - last_checkpoint_id
 
         """
-        self.send_requestSplit(fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id)
+        self.send_requestSplit(fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id, last_checkpoint_id)
         return self.recv_requestSplit()
 
-    def send_requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id):
+    def send_requestSplit(self, fencing_token, job_id, vertex_id, subtask_index, execution_attempt_id, last_checkpoint_id):
         self._oprot.writeMessageBegin('requestSplit', TMessageType.CALL, self._seqid)
         args = requestSplit_args()
         args.fencing_token = fencing_token
@@ -167,6 +193,7 @@ class Client(Iface):
         args.vertex_id = vertex_id
         args.subtask_index = subtask_index
         args.execution_attempt_id = execution_attempt_id
+        args.last_checkpoint_id = last_checkpoint_id
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -187,6 +214,86 @@ class Client(Iface):
         if result.err is not None:
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "requestSplit failed: unknown result")
+
+    def acknowledgeCheckpoint(self, fencing_token, job_id, execution_attempt_id, checkpoint_id, snapshot):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - execution_attempt_id
+         - checkpoint_id
+         - snapshot
+
+        """
+        self.send_acknowledgeCheckpoint(fencing_token, job_id, execution_attempt_id, checkpoint_id, snapshot)
+        self.recv_acknowledgeCheckpoint()
+
+    def send_acknowledgeCheckpoint(self, fencing_token, job_id, execution_attempt_id, checkpoint_id, snapshot):
+        self._oprot.writeMessageBegin('acknowledgeCheckpoint', TMessageType.CALL, self._seqid)
+        args = acknowledgeCheckpoint_args()
+        args.fencing_token = fencing_token
+        args.job_id = job_id
+        args.execution_attempt_id = execution_attempt_id
+        args.checkpoint_id = checkpoint_id
+        args.snapshot = snapshot
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_acknowledgeCheckpoint(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = acknowledgeCheckpoint_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.err is not None:
+            raise result.err
+        return
+
+    def declineCheckpoint(self, fencing_token, job_id, execution_attempt_id, checkpoint_id, reason):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - execution_attempt_id
+         - checkpoint_id
+         - reason
+
+        """
+        self.send_declineCheckpoint(fencing_token, job_id, execution_attempt_id, checkpoint_id, reason)
+        self.recv_declineCheckpoint()
+
+    def send_declineCheckpoint(self, fencing_token, job_id, execution_attempt_id, checkpoint_id, reason):
+        self._oprot.writeMessageBegin('declineCheckpoint', TMessageType.CALL, self._seqid)
+        args = declineCheckpoint_args()
+        args.fencing_token = fencing_token
+        args.job_id = job_id
+        args.execution_attempt_id = execution_attempt_id
+        args.checkpoint_id = checkpoint_id
+        args.reason = reason
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_declineCheckpoint(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = declineCheckpoint_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.err is not None:
+            raise result.err
+        return
 
     def heartbeatFromTaskExecutor(self, fencing_token, job_id, payload):
         """
@@ -234,6 +341,8 @@ class Processor(Iface, TProcessor):
         self._processMap["offerSlots"] = Processor.process_offerSlots
         self._processMap["updateTaskExecutionState"] = Processor.process_updateTaskExecutionState
         self._processMap["requestSplit"] = Processor.process_requestSplit
+        self._processMap["acknowledgeCheckpoint"] = Processor.process_acknowledgeCheckpoint
+        self._processMap["declineCheckpoint"] = Processor.process_declineCheckpoint
         self._processMap["heartbeatFromTaskExecutor"] = Processor.process_heartbeatFromTaskExecutor
         self._on_message_begin = None
 
@@ -315,7 +424,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = requestSplit_result()
         try:
-            result.success = self._handler.requestSplit(args.fencing_token, args.job_id, args.vertex_id, args.subtask_index, args.execution_attempt_id)
+            result.success = self._handler.requestSplit(args.fencing_token, args.job_id, args.vertex_id, args.subtask_index, args.execution_attempt_id, args.last_checkpoint_id)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -331,6 +440,58 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("requestSplit", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_acknowledgeCheckpoint(self, seqid, iprot, oprot):
+        args = acknowledgeCheckpoint_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = acknowledgeCheckpoint_result()
+        try:
+            self._handler.acknowledgeCheckpoint(args.fencing_token, args.job_id, args.execution_attempt_id, args.checkpoint_id, args.snapshot)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("acknowledgeCheckpoint", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_declineCheckpoint(self, seqid, iprot, oprot):
+        args = declineCheckpoint_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = declineCheckpoint_result()
+        try:
+            self._handler.declineCheckpoint(args.fencing_token, args.job_id, args.execution_attempt_id, args.checkpoint_id, args.reason)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("declineCheckpoint", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -408,11 +569,11 @@ class offerSlots_args(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype165, _size162) = iprot.readListBegin()
-                    for _i166 in range(_size162):
-                        _elem167 = SlotOffer()
-                        _elem167.read(iprot)
-                        self.offers.append(_elem167)
+                    (_etype186, _size183) = iprot.readListBegin()
+                    for _i187 in range(_size183):
+                        _elem188 = SlotOffer()
+                        _elem188.read(iprot)
+                        self.offers.append(_elem188)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -441,8 +602,8 @@ class offerSlots_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter168 in self.offers:
-                iter168.write(oprot)
+            for iter189 in self.offers:
+                iter189.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -496,11 +657,11 @@ class offerSlots_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype172, _size169) = iprot.readListBegin()
-                    for _i173 in range(_size169):
-                        _elem174 = SlotOffer()
-                        _elem174.read(iprot)
-                        self.success.append(_elem174)
+                    (_etype193, _size190) = iprot.readListBegin()
+                    for _i194 in range(_size190):
+                        _elem195 = SlotOffer()
+                        _elem195.read(iprot)
+                        self.success.append(_elem195)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -522,8 +683,8 @@ class offerSlots_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter175 in self.success:
-                iter175.write(oprot)
+            for iter196 in self.success:
+                iter196.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:
@@ -709,16 +870,18 @@ class requestSplit_args(object):
      - vertex_id
      - subtask_index
      - execution_attempt_id
+     - last_checkpoint_id
 
     """
 
 
-    def __init__(self, fencing_token=None, job_id=None, vertex_id=None, subtask_index=None, execution_attempt_id=None,):
+    def __init__(self, fencing_token=None, job_id=None, vertex_id=None, subtask_index=None, execution_attempt_id=None, last_checkpoint_id=None,):
         self.fencing_token = fencing_token
         self.job_id = job_id
         self.vertex_id = vertex_id
         self.subtask_index = subtask_index
         self.execution_attempt_id = execution_attempt_id
+        self.last_checkpoint_id = last_checkpoint_id
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -754,6 +917,11 @@ class requestSplit_args(object):
                     self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.last_checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -784,6 +952,10 @@ class requestSplit_args(object):
             oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 5)
             oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
             oprot.writeFieldEnd()
+        if self.last_checkpoint_id is not None:
+            oprot.writeFieldBegin('last_checkpoint_id', TType.I64, 6)
+            oprot.writeI64(self.last_checkpoint_id)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -808,6 +980,7 @@ requestSplit_args.thrift_spec = (
     (3, TType.STRING, 'vertex_id', 'UTF8', None, ),  # 3
     (4, TType.I32, 'subtask_index', None, None, ),  # 4
     (5, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 5
+    (6, TType.I64, 'last_checkpoint_id', None, None, ),  # 6
 )
 
 
@@ -881,6 +1054,351 @@ class requestSplit_result(object):
 all_structs.append(requestSplit_result)
 requestSplit_result.thrift_spec = (
     (0, TType.STRUCT, 'success', [SplitResponse, None], None, ),  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class acknowledgeCheckpoint_args(object):
+    """
+    Attributes:
+     - fencing_token
+     - job_id
+     - execution_attempt_id
+     - checkpoint_id
+     - snapshot
+
+    """
+
+
+    def __init__(self, fencing_token=None, job_id=None, execution_attempt_id=None, checkpoint_id=None, snapshot=None,):
+        self.fencing_token = fencing_token
+        self.job_id = job_id
+        self.execution_attempt_id = execution_attempt_id
+        self.checkpoint_id = checkpoint_id
+        self.snapshot = snapshot
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.snapshot = TaskStateSnapshot()
+                    self.snapshot.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('acknowledgeCheckpoint_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.execution_attempt_id is not None:
+            oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 3)
+            oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
+            oprot.writeFieldEnd()
+        if self.checkpoint_id is not None:
+            oprot.writeFieldBegin('checkpoint_id', TType.I64, 4)
+            oprot.writeI64(self.checkpoint_id)
+            oprot.writeFieldEnd()
+        if self.snapshot is not None:
+            oprot.writeFieldBegin('snapshot', TType.STRUCT, 5)
+            self.snapshot.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(acknowledgeCheckpoint_args)
+acknowledgeCheckpoint_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 3
+    (4, TType.I64, 'checkpoint_id', None, None, ),  # 4
+    (5, TType.STRUCT, 'snapshot', [TaskStateSnapshot, None], None, ),  # 5
+)
+
+
+class acknowledgeCheckpoint_result(object):
+    """
+    Attributes:
+     - err
+
+    """
+
+
+    def __init__(self, err=None,):
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('acknowledgeCheckpoint_result')
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(acknowledgeCheckpoint_result)
+acknowledgeCheckpoint_result.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class declineCheckpoint_args(object):
+    """
+    Attributes:
+     - fencing_token
+     - job_id
+     - execution_attempt_id
+     - checkpoint_id
+     - reason
+
+    """
+
+
+    def __init__(self, fencing_token=None, job_id=None, execution_attempt_id=None, checkpoint_id=None, reason=None,):
+        self.fencing_token = fencing_token
+        self.job_id = job_id
+        self.execution_attempt_id = execution_attempt_id
+        self.checkpoint_id = checkpoint_id
+        self.reason = reason
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.reason = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('declineCheckpoint_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.execution_attempt_id is not None:
+            oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 3)
+            oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
+            oprot.writeFieldEnd()
+        if self.checkpoint_id is not None:
+            oprot.writeFieldBegin('checkpoint_id', TType.I64, 4)
+            oprot.writeI64(self.checkpoint_id)
+            oprot.writeFieldEnd()
+        if self.reason is not None:
+            oprot.writeFieldBegin('reason', TType.STRING, 5)
+            oprot.writeString(self.reason.encode('utf-8') if sys.version_info[0] == 2 else self.reason)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(declineCheckpoint_args)
+declineCheckpoint_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 3
+    (4, TType.I64, 'checkpoint_id', None, None, ),  # 4
+    (5, TType.STRING, 'reason', 'UTF8', None, ),  # 5
+)
+
+
+class declineCheckpoint_result(object):
+    """
+    Attributes:
+     - err
+
+    """
+
+
+    def __init__(self, err=None,):
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('declineCheckpoint_result')
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(declineCheckpoint_result)
+declineCheckpoint_result.thrift_spec = (
+    None,  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )
 

@@ -81,6 +81,38 @@ class Iface(object):
         """
         pass
 
+    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once):
+        """
+        Parameters:
+         - jobmaster_fencing_token
+         - execution_attempt_id
+         - checkpoint_id
+         - timestamp_ms
+         - exactly_once
+
+        """
+        pass
+
+    def notifyCheckpointComplete(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id):
+        """
+        Parameters:
+         - jobmaster_fencing_token
+         - execution_attempt_id
+         - checkpoint_id
+
+        """
+        pass
+
+    def notifyCheckpointAborted(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id):
+        """
+        Parameters:
+         - jobmaster_fencing_token
+         - execution_attempt_id
+         - checkpoint_id
+
+        """
+        pass
+
     def ping(self):
         pass
 
@@ -310,6 +342,118 @@ class Client(Iface):
             raise result.err
         return
 
+    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once):
+        """
+        Parameters:
+         - jobmaster_fencing_token
+         - execution_attempt_id
+         - checkpoint_id
+         - timestamp_ms
+         - exactly_once
+
+        """
+        self.send_triggerCheckpoint(jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once)
+        self.recv_triggerCheckpoint()
+
+    def send_triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once):
+        self._oprot.writeMessageBegin('triggerCheckpoint', TMessageType.CALL, self._seqid)
+        args = triggerCheckpoint_args()
+        args.jobmaster_fencing_token = jobmaster_fencing_token
+        args.execution_attempt_id = execution_attempt_id
+        args.checkpoint_id = checkpoint_id
+        args.timestamp_ms = timestamp_ms
+        args.exactly_once = exactly_once
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_triggerCheckpoint(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = triggerCheckpoint_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.err is not None:
+            raise result.err
+        return
+
+    def notifyCheckpointComplete(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id):
+        """
+        Parameters:
+         - jobmaster_fencing_token
+         - execution_attempt_id
+         - checkpoint_id
+
+        """
+        self.send_notifyCheckpointComplete(jobmaster_fencing_token, execution_attempt_id, checkpoint_id)
+        self.recv_notifyCheckpointComplete()
+
+    def send_notifyCheckpointComplete(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id):
+        self._oprot.writeMessageBegin('notifyCheckpointComplete', TMessageType.CALL, self._seqid)
+        args = notifyCheckpointComplete_args()
+        args.jobmaster_fencing_token = jobmaster_fencing_token
+        args.execution_attempt_id = execution_attempt_id
+        args.checkpoint_id = checkpoint_id
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_notifyCheckpointComplete(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = notifyCheckpointComplete_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.err is not None:
+            raise result.err
+        return
+
+    def notifyCheckpointAborted(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id):
+        """
+        Parameters:
+         - jobmaster_fencing_token
+         - execution_attempt_id
+         - checkpoint_id
+
+        """
+        self.send_notifyCheckpointAborted(jobmaster_fencing_token, execution_attempt_id, checkpoint_id)
+        self.recv_notifyCheckpointAborted()
+
+    def send_notifyCheckpointAborted(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id):
+        self._oprot.writeMessageBegin('notifyCheckpointAborted', TMessageType.CALL, self._seqid)
+        args = notifyCheckpointAborted_args()
+        args.jobmaster_fencing_token = jobmaster_fencing_token
+        args.execution_attempt_id = execution_attempt_id
+        args.checkpoint_id = checkpoint_id
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_notifyCheckpointAborted(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = notifyCheckpointAborted_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.err is not None:
+            raise result.err
+        return
+
     def ping(self):
         self.send_ping()
         return self.recv_ping()
@@ -347,6 +491,9 @@ class Processor(Iface, TProcessor):
         self._processMap["freeSlot"] = Processor.process_freeSlot
         self._processMap["disconnectResourceManager"] = Processor.process_disconnectResourceManager
         self._processMap["releasePartitions"] = Processor.process_releasePartitions
+        self._processMap["triggerCheckpoint"] = Processor.process_triggerCheckpoint
+        self._processMap["notifyCheckpointComplete"] = Processor.process_notifyCheckpointComplete
+        self._processMap["notifyCheckpointAborted"] = Processor.process_notifyCheckpointAborted
         self._processMap["ping"] = Processor.process_ping
         self._on_message_begin = None
 
@@ -522,6 +669,84 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("releasePartitions", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_triggerCheckpoint(self, seqid, iprot, oprot):
+        args = triggerCheckpoint_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = triggerCheckpoint_result()
+        try:
+            self._handler.triggerCheckpoint(args.jobmaster_fencing_token, args.execution_attempt_id, args.checkpoint_id, args.timestamp_ms, args.exactly_once)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("triggerCheckpoint", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_notifyCheckpointComplete(self, seqid, iprot, oprot):
+        args = notifyCheckpointComplete_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = notifyCheckpointComplete_result()
+        try:
+            self._handler.notifyCheckpointComplete(args.jobmaster_fencing_token, args.execution_attempt_id, args.checkpoint_id)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("notifyCheckpointComplete", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_notifyCheckpointAborted(self, seqid, iprot, oprot):
+        args = notifyCheckpointAborted_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = notifyCheckpointAborted_result()
+        try:
+            self._handler.notifyCheckpointAborted(args.jobmaster_fencing_token, args.execution_attempt_id, args.checkpoint_id)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("notifyCheckpointAborted", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -1343,10 +1568,10 @@ class releasePartitions_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype179, _size176) = iprot.readListBegin()
-                    for _i180 in range(_size176):
-                        _elem181 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem181)
+                    (_etype200, _size197) = iprot.readListBegin()
+                    for _i201 in range(_size197):
+                        _elem202 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem202)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1371,8 +1596,8 @@ class releasePartitions_args(object):
         if self.partition_ids is not None:
             oprot.writeFieldBegin('partition_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter182 in self.partition_ids:
-                oprot.writeString(iter182.encode('utf-8') if sys.version_info[0] == 2 else iter182)
+            for iter203 in self.partition_ids:
+                oprot.writeString(iter203.encode('utf-8') if sys.version_info[0] == 2 else iter203)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1457,6 +1682,474 @@ class releasePartitions_result(object):
         return not (self == other)
 all_structs.append(releasePartitions_result)
 releasePartitions_result.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class triggerCheckpoint_args(object):
+    """
+    Attributes:
+     - jobmaster_fencing_token
+     - execution_attempt_id
+     - checkpoint_id
+     - timestamp_ms
+     - exactly_once
+
+    """
+
+
+    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None, timestamp_ms=None, exactly_once=None,):
+        self.jobmaster_fencing_token = jobmaster_fencing_token
+        self.execution_attempt_id = execution_attempt_id
+        self.checkpoint_id = checkpoint_id
+        self.timestamp_ms = timestamp_ms
+        self.exactly_once = exactly_once
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.jobmaster_fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.timestamp_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.BOOL:
+                    self.exactly_once = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('triggerCheckpoint_args')
+        if self.jobmaster_fencing_token is not None:
+            oprot.writeFieldBegin('jobmaster_fencing_token', TType.STRING, 1)
+            oprot.writeString(self.jobmaster_fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.jobmaster_fencing_token)
+            oprot.writeFieldEnd()
+        if self.execution_attempt_id is not None:
+            oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 2)
+            oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
+            oprot.writeFieldEnd()
+        if self.checkpoint_id is not None:
+            oprot.writeFieldBegin('checkpoint_id', TType.I64, 3)
+            oprot.writeI64(self.checkpoint_id)
+            oprot.writeFieldEnd()
+        if self.timestamp_ms is not None:
+            oprot.writeFieldBegin('timestamp_ms', TType.I64, 4)
+            oprot.writeI64(self.timestamp_ms)
+            oprot.writeFieldEnd()
+        if self.exactly_once is not None:
+            oprot.writeFieldBegin('exactly_once', TType.BOOL, 5)
+            oprot.writeBool(self.exactly_once)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(triggerCheckpoint_args)
+triggerCheckpoint_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'jobmaster_fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 2
+    (3, TType.I64, 'checkpoint_id', None, None, ),  # 3
+    (4, TType.I64, 'timestamp_ms', None, None, ),  # 4
+    (5, TType.BOOL, 'exactly_once', None, None, ),  # 5
+)
+
+
+class triggerCheckpoint_result(object):
+    """
+    Attributes:
+     - err
+
+    """
+
+
+    def __init__(self, err=None,):
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('triggerCheckpoint_result')
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(triggerCheckpoint_result)
+triggerCheckpoint_result.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class notifyCheckpointComplete_args(object):
+    """
+    Attributes:
+     - jobmaster_fencing_token
+     - execution_attempt_id
+     - checkpoint_id
+
+    """
+
+
+    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None,):
+        self.jobmaster_fencing_token = jobmaster_fencing_token
+        self.execution_attempt_id = execution_attempt_id
+        self.checkpoint_id = checkpoint_id
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.jobmaster_fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('notifyCheckpointComplete_args')
+        if self.jobmaster_fencing_token is not None:
+            oprot.writeFieldBegin('jobmaster_fencing_token', TType.STRING, 1)
+            oprot.writeString(self.jobmaster_fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.jobmaster_fencing_token)
+            oprot.writeFieldEnd()
+        if self.execution_attempt_id is not None:
+            oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 2)
+            oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
+            oprot.writeFieldEnd()
+        if self.checkpoint_id is not None:
+            oprot.writeFieldBegin('checkpoint_id', TType.I64, 3)
+            oprot.writeI64(self.checkpoint_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(notifyCheckpointComplete_args)
+notifyCheckpointComplete_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'jobmaster_fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 2
+    (3, TType.I64, 'checkpoint_id', None, None, ),  # 3
+)
+
+
+class notifyCheckpointComplete_result(object):
+    """
+    Attributes:
+     - err
+
+    """
+
+
+    def __init__(self, err=None,):
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('notifyCheckpointComplete_result')
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(notifyCheckpointComplete_result)
+notifyCheckpointComplete_result.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class notifyCheckpointAborted_args(object):
+    """
+    Attributes:
+     - jobmaster_fencing_token
+     - execution_attempt_id
+     - checkpoint_id
+
+    """
+
+
+    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None,):
+        self.jobmaster_fencing_token = jobmaster_fencing_token
+        self.execution_attempt_id = execution_attempt_id
+        self.checkpoint_id = checkpoint_id
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.jobmaster_fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('notifyCheckpointAborted_args')
+        if self.jobmaster_fencing_token is not None:
+            oprot.writeFieldBegin('jobmaster_fencing_token', TType.STRING, 1)
+            oprot.writeString(self.jobmaster_fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.jobmaster_fencing_token)
+            oprot.writeFieldEnd()
+        if self.execution_attempt_id is not None:
+            oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 2)
+            oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
+            oprot.writeFieldEnd()
+        if self.checkpoint_id is not None:
+            oprot.writeFieldBegin('checkpoint_id', TType.I64, 3)
+            oprot.writeI64(self.checkpoint_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(notifyCheckpointAborted_args)
+notifyCheckpointAborted_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'jobmaster_fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 2
+    (3, TType.I64, 'checkpoint_id', None, None, ),  # 3
+)
+
+
+class notifyCheckpointAborted_result(object):
+    """
+    Attributes:
+     - err
+
+    """
+
+
+    def __init__(self, err=None,):
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('notifyCheckpointAborted_result')
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(notifyCheckpointAborted_result)
+notifyCheckpointAborted_result.thrift_spec = (
     None,  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )

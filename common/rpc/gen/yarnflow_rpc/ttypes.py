@@ -1015,15 +1015,17 @@ class FailureEntry(object):
      - task
      - error
      - restarted_subtasks
+     - restored_checkpoint_id
 
     """
 
 
-    def __init__(self, timestamp_ms=None, task=None, error=None, restarted_subtasks=None,):
+    def __init__(self, timestamp_ms=None, task=None, error=None, restarted_subtasks=None, restored_checkpoint_id=None,):
         self.timestamp_ms = timestamp_ms
         self.task = task
         self.error = error
         self.restarted_subtasks = restarted_subtasks
+        self.restored_checkpoint_id = restored_checkpoint_id
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1055,6 +1057,11 @@ class FailureEntry(object):
                     self.restarted_subtasks = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.restored_checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1080,6 +1087,133 @@ class FailureEntry(object):
         if self.restarted_subtasks is not None:
             oprot.writeFieldBegin('restarted_subtasks', TType.I32, 4)
             oprot.writeI32(self.restarted_subtasks)
+            oprot.writeFieldEnd()
+        if self.restored_checkpoint_id is not None:
+            oprot.writeFieldBegin('restored_checkpoint_id', TType.I64, 5)
+            oprot.writeI64(self.restored_checkpoint_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class CheckpointInfo(object):
+    """
+    Attributes:
+     - checkpoint_id
+     - status
+     - trigger_time_ms
+     - duration_ms
+     - size_bytes
+     - alignment_ms
+     - failure
+
+    """
+
+
+    def __init__(self, checkpoint_id=None, status=None, trigger_time_ms=None, duration_ms=None, size_bytes=None, alignment_ms=None, failure=None,):
+        self.checkpoint_id = checkpoint_id
+        self.status = status
+        self.trigger_time_ms = trigger_time_ms
+        self.duration_ms = duration_ms
+        self.size_bytes = size_bytes
+        self.alignment_ms = alignment_ms
+        self.failure = failure
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.status = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.trigger_time_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.duration_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.size_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.alignment_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRING:
+                    self.failure = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('CheckpointInfo')
+        if self.checkpoint_id is not None:
+            oprot.writeFieldBegin('checkpoint_id', TType.I64, 1)
+            oprot.writeI64(self.checkpoint_id)
+            oprot.writeFieldEnd()
+        if self.status is not None:
+            oprot.writeFieldBegin('status', TType.STRING, 2)
+            oprot.writeString(self.status.encode('utf-8') if sys.version_info[0] == 2 else self.status)
+            oprot.writeFieldEnd()
+        if self.trigger_time_ms is not None:
+            oprot.writeFieldBegin('trigger_time_ms', TType.I64, 3)
+            oprot.writeI64(self.trigger_time_ms)
+            oprot.writeFieldEnd()
+        if self.duration_ms is not None:
+            oprot.writeFieldBegin('duration_ms', TType.I64, 4)
+            oprot.writeI64(self.duration_ms)
+            oprot.writeFieldEnd()
+        if self.size_bytes is not None:
+            oprot.writeFieldBegin('size_bytes', TType.I64, 5)
+            oprot.writeI64(self.size_bytes)
+            oprot.writeFieldEnd()
+        if self.alignment_ms is not None:
+            oprot.writeFieldBegin('alignment_ms', TType.I64, 6)
+            oprot.writeI64(self.alignment_ms)
+            oprot.writeFieldEnd()
+        if self.failure is not None:
+            oprot.writeFieldBegin('failure', TType.STRING, 7)
+            oprot.writeString(self.failure.encode('utf-8') if sys.version_info[0] == 2 else self.failure)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1112,11 +1246,13 @@ class JobStatusInfo(object):
      - all_running_time_ms
      - failure_history
      - restart_strategy
+     - checkpoints
+     - latest_completed_checkpoint_id
 
     """
 
 
-    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None, failure_history=None, restart_strategy=None,):
+    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None, failure_history=None, restart_strategy=None, checkpoints=None, latest_completed_checkpoint_id=None,):
         self.job_id = job_id
         self.name = name
         self.status = status
@@ -1127,6 +1263,8 @@ class JobStatusInfo(object):
         self.all_running_time_ms = all_running_time_ms
         self.failure_history = failure_history
         self.restart_strategy = restart_strategy
+        self.checkpoints = checkpoints
+        self.latest_completed_checkpoint_id = latest_completed_checkpoint_id
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1200,6 +1338,22 @@ class JobStatusInfo(object):
                     self.restart_strategy = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 11:
+                if ftype == TType.LIST:
+                    self.checkpoints = []
+                    (_etype75, _size72) = iprot.readListBegin()
+                    for _i76 in range(_size72):
+                        _elem77 = CheckpointInfo()
+                        _elem77.read(iprot)
+                        self.checkpoints.append(_elem77)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 12:
+                if ftype == TType.I64:
+                    self.latest_completed_checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1233,8 +1387,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter72 in self.vertices:
-                iter72.write(oprot)
+            for iter78 in self.vertices:
+                iter78.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -1248,13 +1402,24 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter73 in self.failure_history:
-                iter73.write(oprot)
+            for iter79 in self.failure_history:
+                iter79.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
             oprot.writeFieldBegin('restart_strategy', TType.STRING, 10)
             oprot.writeString(self.restart_strategy.encode('utf-8') if sys.version_info[0] == 2 else self.restart_strategy)
+            oprot.writeFieldEnd()
+        if self.checkpoints is not None:
+            oprot.writeFieldBegin('checkpoints', TType.LIST, 11)
+            oprot.writeListBegin(TType.STRUCT, len(self.checkpoints))
+            for iter80 in self.checkpoints:
+                iter80.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.latest_completed_checkpoint_id is not None:
+            oprot.writeFieldBegin('latest_completed_checkpoint_id', TType.I64, 12)
+            oprot.writeI64(self.latest_completed_checkpoint_id)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1333,16 +1498,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype75, _vtype76, _size74) = iprot.readMapBegin()
-                    for _i78 in range(_size74):
-                        _key79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val80 = []
-                        (_etype84, _size81) = iprot.readListBegin()
-                        for _i85 in range(_size81):
-                            _elem86 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val80.append(_elem86)
+                    (_ktype82, _vtype83, _size81) = iprot.readMapBegin()
+                    for _i85 in range(_size81):
+                        _key86 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val87 = []
+                        (_etype91, _size88) = iprot.readListBegin()
+                        for _i92 in range(_size88):
+                            _elem93 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val87.append(_elem93)
                         iprot.readListEnd()
-                        self.collected[_key79] = _val80
+                        self.collected[_key86] = _val87
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1379,11 +1544,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter87, viter88 in self.collected.items():
-                oprot.writeString(kiter87.encode('utf-8') if sys.version_info[0] == 2 else kiter87)
-                oprot.writeListBegin(TType.STRING, len(viter88))
-                for iter89 in viter88:
-                    oprot.writeString(iter89.encode('utf-8') if sys.version_info[0] == 2 else iter89)
+            for kiter94, viter95 in self.collected.items():
+                oprot.writeString(kiter94.encode('utf-8') if sys.version_info[0] == 2 else kiter94)
+                oprot.writeListBegin(TType.STRING, len(viter95))
+                for iter96 in viter95:
+                    oprot.writeString(iter96.encode('utf-8') if sys.version_info[0] == 2 else iter96)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -1655,11 +1820,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype93, _size90) = iprot.readListBegin()
-                    for _i94 in range(_size90):
-                        _elem95 = SlotStatus()
-                        _elem95.read(iprot)
-                        self.slots.append(_elem95)
+                    (_etype100, _size97) = iprot.readListBegin()
+                    for _i101 in range(_size97):
+                        _elem102 = SlotStatus()
+                        _elem102.read(iprot)
+                        self.slots.append(_elem102)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1681,8 +1846,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter96 in self.slots:
-                iter96.write(oprot)
+            for iter103 in self.slots:
+                iter103.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.blocking_partitions is not None:
@@ -2294,21 +2459,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype100, _size97) = iprot.readListBegin()
-                    for _i101 in range(_size97):
-                        _elem102 = TaskExecutionStateUpdate()
-                        _elem102.read(iprot)
-                        self.executions.append(_elem102)
+                    (_etype107, _size104) = iprot.readListBegin()
+                    for _i108 in range(_size104):
+                        _elem109 = TaskExecutionStateUpdate()
+                        _elem109.read(iprot)
+                        self.executions.append(_elem109)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype106, _size103) = iprot.readListBegin()
-                    for _i107 in range(_size103):
-                        _elem108 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem108)
+                    (_etype113, _size110) = iprot.readListBegin()
+                    for _i114 in range(_size110):
+                        _elem115 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem115)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2329,15 +2494,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter109 in self.executions:
-                iter109.write(oprot)
+            for iter116 in self.executions:
+                iter116.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter110 in self.allocation_ids:
-                oprot.writeString(iter110.encode('utf-8') if sys.version_info[0] == 2 else iter110)
+            for iter117 in self.allocation_ids:
+                oprot.writeString(iter117.encode('utf-8') if sys.version_info[0] == 2 else iter117)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2381,10 +2546,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype114, _size111) = iprot.readListBegin()
-                    for _i115 in range(_size111):
-                        _elem116 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem116)
+                    (_etype121, _size118) = iprot.readListBegin()
+                    for _i122 in range(_size118):
+                        _elem123 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem123)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2401,8 +2566,274 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter117 in self.allocation_ids:
-                oprot.writeString(iter117.encode('utf-8') if sys.version_info[0] == 2 else iter117)
+            for iter124 in self.allocation_ids:
+                oprot.writeString(iter124.encode('utf-8') if sys.version_info[0] == 2 else iter124)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class OperatorStateFile(object):
+    """
+    Attributes:
+     - operator_index
+     - name
+     - path
+     - size_bytes
+
+    """
+
+
+    def __init__(self, operator_index=None, name=None, path=None, size_bytes=None,):
+        self.operator_index = operator_index
+        self.name = name
+        self.path = path
+        self.size_bytes = size_bytes
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.operator_index = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.path = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.size_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('OperatorStateFile')
+        if self.operator_index is not None:
+            oprot.writeFieldBegin('operator_index', TType.I32, 1)
+            oprot.writeI32(self.operator_index)
+            oprot.writeFieldEnd()
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 2)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        if self.path is not None:
+            oprot.writeFieldBegin('path', TType.STRING, 3)
+            oprot.writeString(self.path.encode('utf-8') if sys.version_info[0] == 2 else self.path)
+            oprot.writeFieldEnd()
+        if self.size_bytes is not None:
+            oprot.writeFieldBegin('size_bytes', TType.I64, 4)
+            oprot.writeI64(self.size_bytes)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class TaskStateSnapshot(object):
+    """
+    Attributes:
+     - files
+     - alignment_ms
+     - sync_ms
+     - async_ms
+
+    """
+
+
+    def __init__(self, files=None, alignment_ms=None, sync_ms=None, async_ms=None,):
+        self.files = files
+        self.alignment_ms = alignment_ms
+        self.sync_ms = sync_ms
+        self.async_ms = async_ms
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.LIST:
+                    self.files = []
+                    (_etype128, _size125) = iprot.readListBegin()
+                    for _i129 in range(_size125):
+                        _elem130 = OperatorStateFile()
+                        _elem130.read(iprot)
+                        self.files.append(_elem130)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I64:
+                    self.alignment_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.sync_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.async_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TaskStateSnapshot')
+        if self.files is not None:
+            oprot.writeFieldBegin('files', TType.LIST, 1)
+            oprot.writeListBegin(TType.STRUCT, len(self.files))
+            for iter131 in self.files:
+                iter131.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.alignment_ms is not None:
+            oprot.writeFieldBegin('alignment_ms', TType.I64, 2)
+            oprot.writeI64(self.alignment_ms)
+            oprot.writeFieldEnd()
+        if self.sync_ms is not None:
+            oprot.writeFieldBegin('sync_ms', TType.I64, 3)
+            oprot.writeI64(self.sync_ms)
+            oprot.writeFieldEnd()
+        if self.async_ms is not None:
+            oprot.writeFieldBegin('async_ms', TType.I64, 4)
+            oprot.writeI64(self.async_ms)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class TaskRestore(object):
+    """
+    Attributes:
+     - checkpoint_id
+     - files
+
+    """
+
+
+    def __init__(self, checkpoint_id=None, files=None,):
+        self.checkpoint_id = checkpoint_id
+        self.files = files
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.LIST:
+                    self.files = []
+                    (_etype135, _size132) = iprot.readListBegin()
+                    for _i136 in range(_size132):
+                        _elem137 = OperatorStateFile()
+                        _elem137.read(iprot)
+                        self.files.append(_elem137)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TaskRestore')
+        if self.checkpoint_id is not None:
+            oprot.writeFieldBegin('checkpoint_id', TType.I64, 1)
+            oprot.writeI64(self.checkpoint_id)
+            oprot.writeFieldEnd()
+        if self.files is not None:
+            oprot.writeFieldBegin('files', TType.LIST, 2)
+            oprot.writeListBegin(TType.STRUCT, len(self.files))
+            for iter138 in self.files:
+                iter138.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2534,11 +2965,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype121, _size118) = iprot.readListBegin()
-                    for _i122 in range(_size118):
-                        _elem123 = InputChannelDescriptor()
-                        _elem123.read(iprot)
-                        self.channels.append(_elem123)
+                    (_etype142, _size139) = iprot.readListBegin()
+                    for _i143 in range(_size139):
+                        _elem144 = InputChannelDescriptor()
+                        _elem144.read(iprot)
+                        self.channels.append(_elem144)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2564,8 +2995,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter124 in self.channels:
-                iter124.write(oprot)
+            for iter145 in self.channels:
+                iter145.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -2640,10 +3071,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype128, _size125) = iprot.readListBegin()
-                    for _i129 in range(_size125):
-                        _elem130 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem130)
+                    (_etype149, _size146) = iprot.readListBegin()
+                    for _i150 in range(_size146):
+                        _elem151 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem151)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2687,8 +3118,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter131 in self.key_columns:
-                oprot.writeString(iter131.encode('utf-8') if sys.version_info[0] == 2 else iter131)
+            for iter152 in self.key_columns:
+                oprot.writeString(iter152.encode('utf-8') if sys.version_info[0] == 2 else iter152)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -2741,11 +3172,13 @@ class TaskDeploymentDescriptor(object):
      - config
      - runtime_mode
      - job_storage_dir
+     - checkpoint_dir
+     - restore
 
     """
 
 
-    def __init__(self, job_id=None, vertex_id=None, task_name=None, execution_attempt_id=None, subtask_index=None, attempt_number=None, parallelism=None, max_parallelism=None, allocation_id=None, artifact_uri=None, artifact_sha256=None, input_gates=None, result_partitions=None, jobmaster_fencing_token=None, config=None, runtime_mode=None, job_storage_dir=None,):
+    def __init__(self, job_id=None, vertex_id=None, task_name=None, execution_attempt_id=None, subtask_index=None, attempt_number=None, parallelism=None, max_parallelism=None, allocation_id=None, artifact_uri=None, artifact_sha256=None, input_gates=None, result_partitions=None, jobmaster_fencing_token=None, config=None, runtime_mode=None, job_storage_dir=None, checkpoint_dir=None, restore=None,):
         self.job_id = job_id
         self.vertex_id = vertex_id
         self.task_name = task_name
@@ -2763,6 +3196,8 @@ class TaskDeploymentDescriptor(object):
         self.config = config
         self.runtime_mode = runtime_mode
         self.job_storage_dir = job_storage_dir
+        self.checkpoint_dir = checkpoint_dir
+        self.restore = restore
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2831,22 +3266,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype135, _size132) = iprot.readListBegin()
-                    for _i136 in range(_size132):
-                        _elem137 = InputGateDescriptor()
-                        _elem137.read(iprot)
-                        self.input_gates.append(_elem137)
+                    (_etype156, _size153) = iprot.readListBegin()
+                    for _i157 in range(_size153):
+                        _elem158 = InputGateDescriptor()
+                        _elem158.read(iprot)
+                        self.input_gates.append(_elem158)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype141, _size138) = iprot.readListBegin()
-                    for _i142 in range(_size138):
-                        _elem143 = ResultPartitionDescriptor()
-                        _elem143.read(iprot)
-                        self.result_partitions.append(_elem143)
+                    (_etype162, _size159) = iprot.readListBegin()
+                    for _i163 in range(_size159):
+                        _elem164 = ResultPartitionDescriptor()
+                        _elem164.read(iprot)
+                        self.result_partitions.append(_elem164)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2858,11 +3293,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype145, _vtype146, _size144) = iprot.readMapBegin()
-                    for _i148 in range(_size144):
-                        _key149 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val150 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key149] = _val150
+                    (_ktype166, _vtype167, _size165) = iprot.readMapBegin()
+                    for _i169 in range(_size165):
+                        _key170 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val171 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key170] = _val171
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2874,6 +3309,17 @@ class TaskDeploymentDescriptor(object):
             elif fid == 17:
                 if ftype == TType.STRING:
                     self.job_storage_dir = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 18:
+                if ftype == TType.STRING:
+                    self.checkpoint_dir = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 19:
+                if ftype == TType.STRUCT:
+                    self.restore = TaskRestore()
+                    self.restore.read(iprot)
                 else:
                     iprot.skip(ftype)
             else:
@@ -2933,15 +3379,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter151 in self.input_gates:
-                iter151.write(oprot)
+            for iter172 in self.input_gates:
+                iter172.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter152 in self.result_partitions:
-                iter152.write(oprot)
+            for iter173 in self.result_partitions:
+                iter173.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -2951,9 +3397,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter153, viter154 in self.config.items():
-                oprot.writeString(kiter153.encode('utf-8') if sys.version_info[0] == 2 else kiter153)
-                oprot.writeString(viter154.encode('utf-8') if sys.version_info[0] == 2 else viter154)
+            for kiter174, viter175 in self.config.items():
+                oprot.writeString(kiter174.encode('utf-8') if sys.version_info[0] == 2 else kiter174)
+                oprot.writeString(viter175.encode('utf-8') if sys.version_info[0] == 2 else viter175)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -2963,6 +3409,14 @@ class TaskDeploymentDescriptor(object):
         if self.job_storage_dir is not None:
             oprot.writeFieldBegin('job_storage_dir', TType.STRING, 17)
             oprot.writeString(self.job_storage_dir.encode('utf-8') if sys.version_info[0] == 2 else self.job_storage_dir)
+            oprot.writeFieldEnd()
+        if self.checkpoint_dir is not None:
+            oprot.writeFieldBegin('checkpoint_dir', TType.STRING, 18)
+            oprot.writeString(self.checkpoint_dir.encode('utf-8') if sys.version_info[0] == 2 else self.checkpoint_dir)
+            oprot.writeFieldEnd()
+        if self.restore is not None:
+            oprot.writeFieldBegin('restore', TType.STRUCT, 19)
+            self.restore.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -3055,6 +3509,18 @@ FailureEntry.thrift_spec = (
     (2, TType.STRING, 'task', 'UTF8', None, ),  # 2
     (3, TType.STRUCT, 'error', [ErrorInfo, None], None, ),  # 3
     (4, TType.I32, 'restarted_subtasks', None, None, ),  # 4
+    (5, TType.I64, 'restored_checkpoint_id', None, None, ),  # 5
+)
+all_structs.append(CheckpointInfo)
+CheckpointInfo.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'checkpoint_id', None, None, ),  # 1
+    (2, TType.STRING, 'status', 'UTF8', None, ),  # 2
+    (3, TType.I64, 'trigger_time_ms', None, None, ),  # 3
+    (4, TType.I64, 'duration_ms', None, None, ),  # 4
+    (5, TType.I64, 'size_bytes', None, None, ),  # 5
+    (6, TType.I64, 'alignment_ms', None, None, ),  # 6
+    (7, TType.STRING, 'failure', 'UTF8', None, ),  # 7
 )
 all_structs.append(JobStatusInfo)
 JobStatusInfo.thrift_spec = (
@@ -3069,6 +3535,8 @@ JobStatusInfo.thrift_spec = (
     (8, TType.I64, 'all_running_time_ms', None, None, ),  # 8
     (9, TType.LIST, 'failure_history', (TType.STRUCT, [FailureEntry, None], False), None, ),  # 9
     (10, TType.STRING, 'restart_strategy', 'UTF8', None, ),  # 10
+    (11, TType.LIST, 'checkpoints', (TType.STRUCT, [CheckpointInfo, None], False), None, ),  # 11
+    (12, TType.I64, 'latest_completed_checkpoint_id', None, None, ),  # 12
 )
 all_structs.append(JobResult)
 JobResult.thrift_spec = (
@@ -3167,6 +3635,28 @@ AllocatedSlotReport.thrift_spec = (
     None,  # 0
     (1, TType.LIST, 'allocation_ids', (TType.STRING, 'UTF8', False), None, ),  # 1
 )
+all_structs.append(OperatorStateFile)
+OperatorStateFile.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'operator_index', None, None, ),  # 1
+    (2, TType.STRING, 'name', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'path', 'UTF8', None, ),  # 3
+    (4, TType.I64, 'size_bytes', None, None, ),  # 4
+)
+all_structs.append(TaskStateSnapshot)
+TaskStateSnapshot.thrift_spec = (
+    None,  # 0
+    (1, TType.LIST, 'files', (TType.STRUCT, [OperatorStateFile, None], False), None, ),  # 1
+    (2, TType.I64, 'alignment_ms', None, None, ),  # 2
+    (3, TType.I64, 'sync_ms', None, None, ),  # 3
+    (4, TType.I64, 'async_ms', None, None, ),  # 4
+)
+all_structs.append(TaskRestore)
+TaskRestore.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'checkpoint_id', None, None, ),  # 1
+    (2, TType.LIST, 'files', (TType.STRUCT, [OperatorStateFile, None], False), None, ),  # 2
+)
 all_structs.append(InputChannelDescriptor)
 InputChannelDescriptor.thrift_spec = (
     None,  # 0
@@ -3213,6 +3703,8 @@ TaskDeploymentDescriptor.thrift_spec = (
     (15, TType.MAP, 'config', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 15
     (16, TType.STRING, 'runtime_mode', 'UTF8', None, ),  # 16
     (17, TType.STRING, 'job_storage_dir', 'UTF8', None, ),  # 17
+    (18, TType.STRING, 'checkpoint_dir', 'UTF8', None, ),  # 18
+    (19, TType.STRUCT, 'restore', [TaskRestore, None], None, ),  # 19
 )
 fix_spec(all_structs)
 del all_structs
