@@ -410,6 +410,7 @@ class TaskRestore(Message):
     _thrift = ttypes.TaskRestore
     checkpoint_id: int
     files: list[OperatorStateFile] = field(default_factory=list)
+    finished: bool = False  # the subtask had finished by then: it emits nothing and ends
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,7 @@ struct TaskStateSnapshot {
 struct TaskRestore {
   1: i64 checkpoint_id,
   2: list<OperatorStateFile> files,
+  3: bool finished,                // the subtask had finished by then: it emits nothing and ends
 }
 
 service JobMasterService {

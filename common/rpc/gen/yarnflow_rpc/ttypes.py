@@ -2782,13 +2782,15 @@ class TaskRestore(object):
     Attributes:
      - checkpoint_id
      - files
+     - finished
 
     """
 
 
-    def __init__(self, checkpoint_id=None, files=None,):
+    def __init__(self, checkpoint_id=None, files=None, finished=None,):
         self.checkpoint_id = checkpoint_id
         self.files = files
+        self.finished = finished
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2815,6 +2817,11 @@ class TaskRestore(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.BOOL:
+                    self.finished = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2835,6 +2842,10 @@ class TaskRestore(object):
             for iter138 in self.files:
                 iter138.write(oprot)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.finished is not None:
+            oprot.writeFieldBegin('finished', TType.BOOL, 3)
+            oprot.writeBool(self.finished)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -3656,6 +3667,7 @@ TaskRestore.thrift_spec = (
     None,  # 0
     (1, TType.I64, 'checkpoint_id', None, None, ),  # 1
     (2, TType.LIST, 'files', (TType.STRUCT, [OperatorStateFile, None], False), None, ),  # 2
+    (3, TType.BOOL, 'finished', None, None, ),  # 3
 )
 all_structs.append(InputChannelDescriptor)
 InputChannelDescriptor.thrift_spec = (
