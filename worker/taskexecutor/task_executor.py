@@ -440,6 +440,10 @@ class TaskExecutor:
             log.warning("the JobMaster of job %s at %s failed to handle a heartbeat: %s", job_id, address, exc)
             self._main.execute(self._on_jm_heartbeat_answered, job_id, token, payload, active, None)
             return
+        except Exception:  # a bug here must not stop this job's heartbeats for good
+            log.exception("heartbeat to the JobMaster of job %s failed", job_id)
+            self._main.execute(self._jm_heartbeat_done, job_id)
+            return
         self._main.execute(self._on_jm_heartbeat_answered, job_id, token, payload, active, report)
 
     def _jm_heartbeat_done(self, job_id: JobID) -> None:
