@@ -405,7 +405,8 @@ class TaskExecutor:
             slots = [s for s in self.slots.slots if s.job_id == job_id and s.allocation_id is not None]
             tasks = [t for t in self.tasks.values() if t.tdd.job_id == job_id]
             unacked = self.jobs.unacknowledged(job_id)
-            has_partitions = bool(self.partitions.partition_ids(lambda pid, p=f"{job_id}.": pid.startswith(p)))
+            prefix = f"{job_id}."
+            has_partitions = any(pid.startswith(prefix) for pid in self.partitions.partition_ids())
             if not (slots or tasks or unacked or has_partitions):
                 log.info("job %s has nothing left on this TaskExecutor: disconnecting from its JobMaster", job_id)
                 self.jobs.disconnect(job_id)
