@@ -96,8 +96,11 @@ class TestingTaskExecutorGateway:
     cancelled: list[str] = field(default_factory=list)
     freed: list[str] = field(default_factory=list)
     released: list[list[str]] = field(default_factory=list)
+    triggered: list[tuple[str, int]] = field(default_factory=list)
+    notified: list[tuple[str, int, bool]] = field(default_factory=list)
     on_submit: Callable[[TaskDeploymentDescriptor], None] | None = None
     on_cancel: Callable[[str], None] | None = None
+    on_trigger: Callable[[str, int], None] | None = None
 
     def submit_task(self, token: str, tdd: TaskDeploymentDescriptor) -> None:
         self.submitted.append(tdd)
@@ -114,6 +117,18 @@ class TestingTaskExecutorGateway:
 
     def release_partitions(self, token: str, job_id: str, partition_ids: list[str]) -> None:
         self.released.append(list(partition_ids))
+
+    def trigger_checkpoint(self, token: str, attempt_id: Any, checkpoint_id: int, timestamp_ms: int,
+                           exactly_once: bool) -> None:
+        self.triggered.append((str(attempt_id), checkpoint_id))
+        if self.on_trigger is not None:
+            self.on_trigger(str(attempt_id), checkpoint_id)
+
+    def notify_checkpoint_complete(self, token: str, attempt_id: Any, checkpoint_id: int) -> None:
+        self.notified.append((str(attempt_id), checkpoint_id, True))
+
+    def notify_checkpoint_aborted(self, token: str, attempt_id: Any, checkpoint_id: int) -> None:
+        self.notified.append((str(attempt_id), checkpoint_id, False))
 
     def close(self) -> None:
         pass

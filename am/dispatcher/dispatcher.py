@@ -87,7 +87,8 @@ class Dispatcher:
             if job_graph.job_id in self._running or job_graph.job_id in self._ended:
                 raise RefusedError(f"job {job_graph.job_id} was already submitted")
             jm = JobMaster(job_graph, self._config, self._rm, self.address,
-                           job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended, self._artifacts)
+                           job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended, self._artifacts,
+                           checkpoints_dir=f"{self._storage_dir.rstrip('/')}/checkpoints")
             self._running[job_graph.job_id] = jm
             self._done[job_graph.job_id] = threading.Event()
         log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))

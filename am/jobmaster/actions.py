@@ -81,5 +81,50 @@ class JobReachedTerminalState:
     status: JobStatus
 
 
+
+
+@dataclass(frozen=True)
+class TriggerTaskCheckpoint:
+    """Start checkpoint ``checkpoint_id`` at a task (a source, or a task whose inputs all
+    finished); the shell reports a failed call with ``checkpoint_trigger_failed``."""
+
+    attempt_id: ExecutionAttemptID
+    resource_id: ResourceID
+    rpc_address: str
+    checkpoint_id: int
+    timestamp_ms: int
+    exactly_once: bool
+
+
+@dataclass(frozen=True)
+class NotifyTaskCheckpoint:
+    """Tell a task that a checkpoint completed (``completed``) or was aborted."""
+
+    attempt_id: ExecutionAttemptID
+    resource_id: ResourceID
+    rpc_address: str
+    checkpoint_id: int
+    completed: bool
+
+
+@dataclass(frozen=True)
+class WriteCheckpointMetadata:
+    """Write ``chk-<n>/_metadata`` (atomically, last); the shell reports the outcome with
+    ``checkpoint_metadata_written`` / ``checkpoint_metadata_failed``."""
+
+    checkpoint_id: int
+    metadata: dict[str, object]
+
+
+@dataclass(frozen=True)
+class DiscardCheckpointFiles:
+    """Delete ``chk-<n>/`` (a checkpoint aborted, or no longer retained)."""
+
+    checkpoint_id: int
+
+
+CheckpointIO = Union[TriggerTaskCheckpoint, NotifyTaskCheckpoint, WriteCheckpointMetadata, DiscardCheckpointFiles]
+
 Action = Union[RequestSlot, CancelSlotRequest, ReturnAllocation, FreeSlot, DeployTask, CancelTask,
-               ReleasePartitions, JobReachedTerminalState]
+               ReleasePartitions, JobReachedTerminalState, TriggerTaskCheckpoint, NotifyTaskCheckpoint,
+               WriteCheckpointMetadata, DiscardCheckpointFiles]

@@ -25,6 +25,7 @@ from yarnflow.common.messages import (
     JobVertex,
     ResultPartitionDescriptor,
     TaskDeploymentDescriptor,
+    TaskRestore,
     VertexStatus,
 )
 from yarnflow.common.states import ExecutionState, Partitioner
@@ -62,6 +63,7 @@ class Execution:
     failure: ErrorInfo | None = None
     records_in: int = 0
     records_out: int = 0
+    restore: TaskRestore | None = None  # the checkpoint state this attempt starts from
 
     @property
     def slot(self) -> LogicalSlot | None:
@@ -183,7 +185,8 @@ class ExecutionGraph:
         return channels
 
     def deployment_descriptor(self, ex: Execution, artifact_uri: str, artifact_sha256: str, jm_token: str,
-                              config: dict[str, str], job_storage_dir: str) -> TaskDeploymentDescriptor:
+                              config: dict[str, str], job_storage_dir: str,
+                              checkpoint_dir: str = "") -> TaskDeploymentDescriptor:
         """The TDD for ``ex``; every producer it reads from must already have a slot."""
         jg = self.job_graph
         jv = ex.vertex.job_vertex
@@ -216,7 +219,8 @@ class ExecutionGraph:
             artifact_sha256=artifact_sha256,
             input_gates=sorted(gates, key=lambda g: g.input_index),
             result_partitions=partitions, jobmaster_fencing_token=jm_token, config=config,
-            runtime_mode=jg.runtime_mode, job_storage_dir=job_storage_dir)
+            runtime_mode=jg.runtime_mode, job_storage_dir=job_storage_dir, checkpoint_dir=checkpoint_dir,
+            restore=ex.restore)
 
 
 def region_sharing_groups(job_graph: JobGraph, region: Any) -> list[tuple[tuple[int, str, int], list[Any]]]:

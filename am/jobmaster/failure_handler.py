@@ -10,6 +10,7 @@ It decides; the JobMaster core carries the decision out (cancel, wait, reset, re
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +66,11 @@ class FailureHandler:
     def _record(self, task: str, error: ErrorInfo, restarted: int) -> None:
         self.total_failures += 1
         self._history.append(FailureEntry(self._clock.now_ms(), task, error, restarted))
+
+    def note_restore(self, checkpoint_id: int) -> None:
+        """The restart after the latest failure resumed from ``checkpoint_id``."""
+        if self._history and checkpoint_id:
+            self._history[-1] = dataclasses.replace(self._history[-1], restored_checkpoint_id=checkpoint_id)
 
     def history(self) -> list[FailureEntry]:
         """The last failures (at most the history size), oldest first."""

@@ -17,16 +17,21 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from yarnflow.am.checkpoint.storage import CheckpointNotReadableError, CheckpointStorage, job_checkpoint_dir
 from yarnflow.am.jobmaster.actions import (
     Action,
     CancelSlotRequest,
     CancelTask,
     DeployTask,
+    DiscardCheckpointFiles,
     FreeSlot,
     JobReachedTerminalState,
+    NotifyTaskCheckpoint,
     ReleasePartitions,
     RequestSlot,
     ReturnAllocation,
+    TriggerTaskCheckpoint,
+    WriteCheckpointMetadata,
 )
 from yarnflow.am.jobmaster.job_master_core import JobMasterCore
 from yarnflow.am.jobmaster.splits import SplitEnumerator
@@ -68,6 +73,13 @@ class TaskExecutorGateway(Protocol):
 
     def release_partitions(self, token: str, job_id: str, partition_ids: list[str]) -> None: ...
 
+    def trigger_checkpoint(self, token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,
+                           exactly_once: bool) -> None: ...
+
+    def notify_checkpoint_complete(self, token: str, attempt_id: str, checkpoint_id: int) -> None: ...
+
+    def notify_checkpoint_aborted(self, token: str, attempt_id: str, checkpoint_id: int) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -87,7 +99,7 @@ class JobMaster:
                  artifacts: Any = None, *,
                  task_executor_gateways: Callable[[str], TaskExecutorGateway] | None = None,
                  collect_results: Callable[[], dict[str, list[str]]] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, checkpoints_dir: str = "") -> None:
         self.job_id = job_graph.job_id
         self.job_graph = job_graph
         self.fencing_token = uuid.uuid4().hex
@@ -102,13 +114,16 @@ class JobMaster:
         self._gateways: dict[str, TaskExecutorGateway] = {}
         self._new_gateway = task_executor_gateways or (lambda a: RemoteTaskExecutorGateway(a, self._rpc_timeout))
         self._collect_results = collect_results or self._list_collected
+        base = str(job_config[Options.CHECKPOINT_DIR]) or checkpoints_dir or f"{job_storage_dir.rstrip('/')}/checkpoints"
+        self._checkpoints = CheckpointStorage(job_checkpoint_dir(base, self.job_id))
         self.core = JobMasterCore(job_graph, job_config, address, self.fencing_token, job_storage_dir,
-                                  clock or SystemClock(), _MainThreadTimers(self))
+                                  clock or SystemClock(), _MainThreadTimers(self), self._checkpoints.job_dir)
         self.splits = SplitEnumerator.from_artifact(artifacts, job_graph.artifact_uri, job_graph.artifact_sha256) \
             if artifacts is not None else None
         if self.splits is not None:
             splits = self.splits
-            self.core.on_attempt_replaced = lambda ex: splits.return_splits(ex.attempt_id)
+            self.core.on_attempt_replaced = lambda old, new, restored: splits.return_splits(
+                old.attempt_id, restored, new.attempt_id)
         self.result: JobResult | None = None
         self._rm_token = ""
 
@@ -192,12 +207,32 @@ class JobMaster:
                 self._io.submit(self._quietly, "releasing partitions",
                                 self._gateway(action.rpc_address).release_partitions, self.fencing_token,
                                 self.job_id, list(action.partition_ids))
+            elif isinstance(action, TriggerTaskCheckpoint):
+                self._io.submit(self._trigger_checkpoint, self._gateway(action.rpc_address), action)
+            elif isinstance(action, NotifyTaskCheckpoint):
+                gw = self._gateway(action.rpc_address)
+                notify = gw.notify_checkpoint_complete if action.completed else gw.notify_checkpoint_aborted
+                self._io.submit(self._quietly, f"notifying checkpoint {action.checkpoint_id}", notify,
+                                self.fencing_token, action.attempt_id, action.checkpoint_id)
+            elif isinstance(action, WriteCheckpointMetadata):
+                self._io.submit(self._write_metadata, action)
+            elif isinstance(action, DiscardCheckpointFiles):
+                self._io.submit(self._checkpoints.discard, action.checkpoint_id)
             elif isinstance(action, JobReachedTerminalState):
                 self._terminated(action.status)
             else:  # pragma: no cover - a new action kind must be carried out here
                 raise TypeError(f"unknown JobMaster action {action!r}")
 
     def _submit(self, gw: TaskExecutorGateway, action: DeployTask) -> None:
+        restore = action.tdd.restore
+        if restore is not None:
+            try:
+                self._checkpoints.check_restore(restore)
+            except CheckpointNotReadableError as exc:
+                log.warning("job %s: %s", self.job_id, exc)
+                self._execute(self.core.deploy_failed, action.attempt_id,
+                              ErrorInfo.from_exception(exc, f"restoring {action.tdd.display_name}"))
+                return
         try:
             gw.submit_task(self.fencing_token, action.tdd)
         except RpcError as exc:
@@ -205,6 +240,24 @@ class JobMaster:
             self._execute(self.core.deploy_failed, action.attempt_id, error)
         else:
             self._execute(self.core.deploy_succeeded, action.attempt_id)
+
+    def _trigger_checkpoint(self, gw: TaskExecutorGateway, action: TriggerTaskCheckpoint) -> None:
+        try:
+            gw.trigger_checkpoint(self.fencing_token, action.attempt_id, action.checkpoint_id, action.timestamp_ms,
+                                  action.exactly_once)
+        except RpcError as exc:
+            self._execute(self.core.checkpoint_trigger_failed, action.attempt_id, action.checkpoint_id,
+                          ErrorInfo.from_exception(exc))
+
+    def _write_metadata(self, action: WriteCheckpointMetadata) -> None:
+        try:
+            self._checkpoints.write_metadata(action.checkpoint_id, action.metadata)
+        except OSError as exc:
+            log.warning("job %s: writing the metadata of checkpoint %d failed: %s", self.job_id,
+                        action.checkpoint_id, exc)
+            self._execute(self.core.checkpoint_metadata_failed, action.checkpoint_id, str(exc))
+        else:
+            self._execute(self.core.checkpoint_metadata_written, action.checkpoint_id)
 
     def _cancel_task(self, gw: TaskExecutorGateway, action: CancelTask) -> None:
         try:
@@ -267,16 +320,16 @@ class JobMaster:
         self._check_token(token, "split request")
         if self.splits is None or not self._main.call(self.core.is_current_attempt, attempt_id):
             raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
-        return self.splits.request(vertex_id, subtask_index, attempt_id)
+        return self.splits.request(vertex_id, subtask_index, attempt_id, last_checkpoint_id)
 
     def acknowledge_checkpoint(self, token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int,
                                snapshot: TaskStateSnapshot) -> None:
         self._check_token(token, "checkpoint acknowledgement")
-        raise NotFoundError(f"job {self.job_id} takes no checkpoints")
+        self._call(self.core.acknowledge_checkpoint, attempt_id, checkpoint_id, snapshot)
 
     def decline_checkpoint(self, token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int, reason: str) -> None:
         self._check_token(token, "checkpoint decline")
-        raise NotFoundError(f"job {self.job_id} takes no checkpoints")
+        self._call(self.core.decline_checkpoint, attempt_id, checkpoint_id, reason)
 
     # -- from the ResourceManager and the Dispatcher --------------------------------------------
     def on_task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:

@@ -42,6 +42,7 @@ from yarnflow.am.jobmaster.actions import (
     RequestSlot,
     ReturnAllocation,
 )
+from yarnflow.am.jobmaster.checkpointing import JobCheckpoints, checkpoint_settings
 from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, LogicalSlot
 from yarnflow.am.jobmaster.failure_handler import FailureHandler
 from yarnflow.am.jobmaster.slot_assignment import NewRequest, SlotAssignment
@@ -60,6 +61,7 @@ from yarnflow.common.messages import (
     JobStatusInfo,
     SlotOffer,
     TaskExecutionStateUpdate,
+    TaskStateSnapshot,
     VertexStatus,
 )
 from yarnflow.common.states import ExecutionState, JobStatus
@@ -67,6 +69,8 @@ from yarnflow.common.states import ExecutionState, JobStatus
 log = logging.getLogger(__name__)
 
 CANCEL_TIMEOUT_MS = 15_000
+#: the error class of a deployment refused because the checkpoint it restores cannot be read
+CHECKPOINT_NOT_READABLE = "CheckpointNotReadableError"
 _PARTITION_ERRORS = ("PartitionNotFoundError", "PartitionReleasedError", "RpcConnectionError")
 
 
@@ -76,7 +80,7 @@ class TimerService(Protocol):
 
 class JobMasterCore:
     def __init__(self, job_graph: JobGraph, config: Configuration, address: str, fencing_token: str,
-                 storage_dir: str, clock: Clock, timers: TimerService) -> None:
+                 storage_dir: str, clock: Clock, timers: TimerService, checkpoint_dir: str = "") -> None:
         self.job_id = job_graph.job_id
         self.job_graph = job_graph
         self.fencing_token = fencing_token
@@ -102,8 +106,16 @@ class JobMasterCore:
         self.slots = SlotAssignment(job_graph, self.regions, streaming=job_graph.runtime_mode != "BATCH")
         self.failures = FailureHandler(make_failover_strategy(config[Options.FAILOVER_STRATEGY], job_graph),
                                        make_restart_strategy(self._task_config), clock)
-        # called with each execution about to be replaced by a new attempt (its splits go back)
-        self.on_attempt_replaced: Callable[[Execution], object] | None = None
+        # called with (old execution, its new attempt, the checkpoint id the new one restores or 0)
+        self.on_attempt_replaced: Callable[[Execution, Execution, int], object] | None = None
+        settings = checkpoint_settings(config) if job_graph.runtime_mode != "BATCH" else None
+        self.checkpoints: JobCheckpoints | None = None
+        self._checkpoint_dir = ""
+        if settings is not None:
+            self.checkpoints = JobCheckpoints(job_graph, self.graph, settings, clock, timers, self._sid)
+            self.checkpoints.on_fail_job = lambda reason: self.fail_globally(
+                ErrorInfo("CheckpointFailureError", reason))
+            self._checkpoint_dir = checkpoint_dir
         self._out: list[Action] = []
         self._scheduled: set[int] = set()      # regions deployed or waiting for slots
         self._deployed: set[int] = set()       # scheduled regions whose tasks were handed out
@@ -118,8 +130,18 @@ class JobMasterCore:
 
     # -- plumbing -------------------------------------------------------------------------------
     def drain_actions(self) -> list[Action]:
+        if self.checkpoints is not None:
+            while more := self.checkpoints.drain(self._address_of):
+                self._out.extend(more)
         out, self._out = self._out, []
         return out
+
+    def _address_of(self, attempt_id: ExecutionAttemptID) -> tuple[ResourceID, str] | None:
+        ex = self.graph.execution(attempt_id)
+        if ex is None or not self.graph.is_current(ex) or ex.state.is_terminal or ex.slot is None \
+                or ex.slot.resource_id in self._lost:
+            return None
+        return ex.slot.resource_id, ex.slot.rpc_address
 
     def _emit(self, action: Action) -> None:
         self._out.append(action)
@@ -152,6 +174,8 @@ class JobMasterCore:
                  self.job_id, len(self.graph.all_vertices()), len(self.regions),
                  self._config[Options.FAILOVER_STRATEGY], self.failures.describe())
         self._schedule()
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.start()
         self._timers.schedule(self._idle_check_period(), self._check_idle_slots)
         self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
 
@@ -218,7 +242,8 @@ class JobMasterCore:
         self._te_address[slot.resource_id] = slot.rpc_address
         try:
             tdd = self.graph.deployment_descriptor(ex, self.job_graph.artifact_uri, self.job_graph.artifact_sha256,
-                                                   self.fencing_token, self._task_config, self._storage)
+                                                   self.fencing_token, self._task_config, self._storage,
+                                                   self._checkpoint_dir)
         except LookupError as exc:
             self._task_failed(ex, ErrorInfo.from_exception(exc, f"deploying {ex.vertex.name}"))
             return
@@ -230,6 +255,9 @@ class JobMasterCore:
         ex = self.graph.execution(attempt_id)
         if ex is None:
             return
+        if error.error_class == CHECKPOINT_NOT_READABLE and ex.restore is not None and self.checkpoints is not None:
+            self.checkpoints.mark_unreadable(ex.restore.checkpoint_id)
+            self.failures.global_failure(error)
         if ex.slot is not None and ex.slot.resource_id not in self._lost:
             self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
         if self.graph.is_current(ex) and not ex.state.is_terminal:
@@ -508,6 +536,8 @@ class JobMasterCore:
             self._on_terminal_execution()  # a consequence of a failover or cancel under way
             return
         log.info("job %s: %s failed: %s", self.job_id, ex.vertex.name, error.describe())
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.task_failed()
         cause = self._cause_of(error)
         decision = self.failures.task_failed(
             sid, ex.vertex.name, error, cause, lambda s: self._ev(s).current.state == ExecutionState.FINISHED,
@@ -552,13 +582,27 @@ class JobMasterCore:
             self._deployed.discard(region.region_id)
             self._release_region_slots(region)
         self.progress.mark_unfinished(regions.values())
+        restore_id = 0
+        if self.checkpoints is not None:
+            if self.checkpoints.nothing_left_to_restore():
+                self._fail(ErrorInfo("CheckpointRestoreError", "no retained checkpoint can be read, so the job "
+                                     "cannot resume without losing or repeating data"))
+                return
+            point = self.checkpoints.restore_point()
+            restore_id = point.checkpoint_id if point is not None else 0
         for s in subtasks:
             ev = self._ev(s)
+            old = ev.current
+            new = self.graph.new_attempt(ev)
+            if restore_id and self.checkpoints is not None:
+                new.restore = self.checkpoints.restore_for(restore_id, s)
             if self.on_attempt_replaced is not None:
-                self.on_attempt_replaced(ev.current)
-            self.graph.new_attempt(ev)
+                self.on_attempt_replaced(old, new, restore_id)
             self._all_running.discard(s)
             self._restart_pending.discard(s)
+        self.failures.note_restore(restore_id)
+        if restore_id:
+            log.info("job %s: %d subtasks resume from checkpoint %d", self.job_id, len(subtasks), restore_id)
         if self.status == JobStatus.RESTARTING:
             self._set_status(JobStatus.RUNNING)
         log.info("job %s: restarted %d subtasks", self.job_id, len(subtasks))
@@ -648,6 +692,8 @@ class JobMasterCore:
 
     def _end(self) -> None:
         self.end_time_ms = self._clock.now_ms()
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.stop()
         pool = self.slots.pool
         for slot in pool.all():
             if slot.state == PoolSlotState.PENDING:
@@ -675,9 +721,36 @@ class JobMasterCore:
                                          [ev.current.attempt_number for ev in ejv.subtasks],
                                          [str(ev.current.slot.resource_id) if ev.current.slot else ""
                                           for ev in ejv.subtasks]))
+        checkpoints = self.checkpoints.infos() if self.checkpoints is not None else []
+        latest = self.checkpoints.latest_completed_id() if self.checkpoints is not None else 0
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
                              statuses, self.failure_cause, self.all_running_time_ms, self.failures.history(),
-                             self.failures.describe())
+                             self.failures.describe(), checkpoints, latest)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def acknowledge_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                               snapshot: TaskStateSnapshot) -> bool:
+        """A task wrote its state for a checkpoint. False when it does not count (stale)."""
+        ex = self.graph.execution(attempt_id)
+        if self.checkpoints is None or ex is None or not self.graph.is_current(ex):
+            log.debug("acknowledgement of checkpoint %d by %s ignored", checkpoint_id, attempt_id)
+            return False
+        return self.checkpoints.acknowledge(ex, checkpoint_id, snapshot)
+
+    def decline_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, reason: str) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.decline(checkpoint_id, attempt_id, reason)
+
+    def checkpoint_trigger_failed(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, error: ErrorInfo) -> None:
+        self.decline_checkpoint(attempt_id, checkpoint_id, f"the trigger did not reach it: {error.describe()}")
+
+    def checkpoint_metadata_written(self, checkpoint_id: int) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.metadata_written(checkpoint_id)
+
+    def checkpoint_metadata_failed(self, checkpoint_id: int, detail: str) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.metadata_failed(checkpoint_id, detail)
 
     def is_current_attempt(self, attempt_id: str) -> bool:
         ex = self.graph.execution(attempt_id)

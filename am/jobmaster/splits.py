@@ -46,7 +46,8 @@ class SplitEnumerator:
         self._load_source = load_source
         self._lock = threading.Lock()
         self._pending: dict[str, collections.deque[Split]] = {}
-        self._taken: dict[str, tuple[str, list[Split]]] = {}  # attempt id -> (vertex id, its splits)
+        # attempt id -> (vertex id, [(split, last checkpoint barrier the attempt had emitted when it took it)])
+        self._taken: dict[str, tuple[str, list[tuple[Split, int]]]] = {}
         self._retired: set[str] = set()
         self.assigned: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)  # every hand-out
         self.returned: dict[str, list[str]] = collections.defaultdict(list)  # every split given back
@@ -65,10 +66,12 @@ class SplitEnumerator:
             pending = self._pending[vertex_id] = collections.deque(splits)
         return pending
 
-    def request(self, vertex_id: str, subtask_index: int, attempt_id: object) -> SplitResponse:
+    def request(self, vertex_id: str, subtask_index: int, attempt_id: object,
+                last_checkpoint_id: int = 0) -> SplitResponse:
         """The next split for attempt ``attempt_id`` of subtask ``subtask_index``, or
-        ``no_more_splits``. Raises ``NotFoundError`` for an attempt already replaced (its task
-        is being stopped; it must read nothing more)."""
+        ``no_more_splits``. ``last_checkpoint_id`` is the last checkpoint barrier the subtask
+        emitted: the split will be in the source state of every later checkpoint. Raises
+        ``NotFoundError`` for an attempt already replaced (it must read nothing more)."""
         attempt = str(attempt_id)
         with self._lock:
             if attempt in self._retired:
@@ -77,27 +80,36 @@ class SplitEnumerator:
             if not pending:
                 return SplitResponse(None, True)
             split = pending.popleft()
-            self._taken.setdefault(attempt, (vertex_id, []))[1].append(split)
+            self._taken.setdefault(attempt, (vertex_id, []))[1].append((split, last_checkpoint_id))
             self.assigned[vertex_id].append((subtask_index, split[0]))
         return SplitResponse(SourceSplit(split[0], pickle.dumps(split[1])), False)
 
-    def return_splits(self, attempt_id: object) -> int:
-        """Attempt ``attempt_id`` is being replaced by a new attempt: every split it took goes
-        back to the front of its source's queue, in the order it took them, and the attempt
-        gets no further split. Idempotent; an attempt that took no split (or is not a source)
-        returns nothing. Returns how many splits went back."""
+    def return_splits(self, attempt_id: object, restored_checkpoint_id: int = 0,
+                      new_attempt_id: object | None = None) -> int:
+        """Attempt ``attempt_id`` is being replaced by a new attempt that restores checkpoint
+        ``restored_checkpoint_id`` (0: none, it starts from nothing). The splits the old attempt
+        took before emitting that checkpoint's barrier are in the restored source state (or
+        were read to the end before it): they stay booked, now to ``new_attempt_id``. Every
+        other split goes back to the front of its source's queue, in the order taken. The old
+        attempt gets no further split. Idempotent. Returns how many splits went back."""
         attempt = str(attempt_id)
         with self._lock:
             self._retired.add(attempt)
-            vertex_id, splits = self._taken.pop(attempt, ("", []))
-            if not splits:
+            vertex_id, taken = self._taken.pop(attempt, ("", []))
+            back = [split for split, seen in taken if not restored_checkpoint_id or seen >= restored_checkpoint_id]
+            kept = [(split, seen) for split, seen in taken
+                    if restored_checkpoint_id and seen < restored_checkpoint_id]
+            if kept and new_attempt_id is not None:
+                self._taken.setdefault(str(new_attempt_id), (vertex_id, []))[1][:0] = kept
+            if not back:
                 return 0
-            self._pending[vertex_id].extendleft(reversed(splits))
-            self.returned[vertex_id].extend(split_id for split_id, _ in splits)
-        log.info("%d splits of replaced attempt %s go back to the enumerator", len(splits), attempt)
-        return len(splits)
+            self._pending[vertex_id].extendleft(reversed(back))
+            self.returned[vertex_id].extend(split_id for split_id, _ in back)
+        log.info("%d splits of replaced attempt %s go back to the enumerator%s", len(back), attempt,
+                 f" (restoring checkpoint {restored_checkpoint_id})" if restored_checkpoint_id else "")
+        return len(back)
 
     def splits_of(self, attempt_id: object) -> list[str]:
         """The ids of the splits attempt ``attempt_id`` holds now."""
         with self._lock:
-            return [split_id for split_id, _ in self._taken.get(str(attempt_id), ("", []))[1]]
+            return [split[0] for split, _ in self._taken.get(str(attempt_id), ("", []))[1]]

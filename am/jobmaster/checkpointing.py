@@ -1,0 +1,223 @@
+"""The JobMaster's checkpointing (pure; part of the JobMaster core).
+
+It runs the job's ``CheckpointCoordinator`` and turns its decisions into JobMaster actions
+(trigger at tasks, write ``_metadata``, notify, discard), keeps which files of which subtask
+belong to each completed checkpoint, and picks the state a restarted subtask restores:
+
+- the latest completed checkpoint that is not known to be unreadable (a restore that found
+  it unreadable marks it so, and the next restart takes the previous retained one);
+- a subtask that had finished when the checkpoint was taken restores as finished (it emits
+  nothing again);
+- no completed checkpoint yet: start from nothing; completed ones that all proved unreadable:
+  the job fails rather than silently starting over.
+
+Which tasks take part (Flink's FLIP-147): every RUNNING task acknowledges; FINISHED tasks are
+left out and recorded as finished; the trigger goes to the running tasks whose upstream tasks
+have all finished (the sources, and tasks whose inputs all ended). No trigger while any task
+is neither RUNNING nor FINISHED.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+from yarnflow.am.checkpoint.coordinator import (
+    CheckpointAction,
+    CheckpointCoordinator,
+    CheckpointPlan,
+    CheckpointSettings,
+    CheckpointStats,
+    DiscardCheckpoint,
+    FailJobOnCheckpoints,
+    FinalizeCheckpoint,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    TimerService,
+    TriggerCheckpoint,
+)
+from yarnflow.am.jobmaster.actions import (
+    Action,
+    DiscardCheckpointFiles,
+    NotifyTaskCheckpoint,
+    TriggerTaskCheckpoint,
+    WriteCheckpointMetadata,
+)
+from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph
+from yarnflow.am.scheduler.regions import SubtaskId
+from yarnflow.common.clock import Clock
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.ids import ExecutionAttemptID, JobVertexID
+from yarnflow.common.messages import CheckpointInfo, JobGraph, OperatorStateFile, TaskRestore, TaskStateSnapshot
+from yarnflow.common.states import ExecutionState
+
+log = logging.getLogger(__name__)
+
+METADATA_VERSION = 1
+HISTORY_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class SubtaskState:
+    files: tuple[OperatorStateFile, ...]
+    finished: bool
+
+
+def checkpoint_settings(config: Configuration) -> CheckpointSettings | None:
+    """The job's checkpoint settings; None when checkpointing is off."""
+    interval = int(config[Options.CHECKPOINT_INTERVAL])
+    if interval <= 0:
+        return None
+    return CheckpointSettings(
+        interval_ms=interval, timeout_ms=int(config[Options.CHECKPOINT_TIMEOUT]),
+        min_pause_ms=int(config[Options.CHECKPOINT_MIN_PAUSE]),
+        max_concurrent=int(config[Options.CHECKPOINT_MAX_CONCURRENT]),
+        tolerable_failures=int(config[Options.CHECKPOINT_TOLERABLE_FAILURES]),
+        num_retained=int(config[Options.CHECKPOINT_NUM_RETAINED]),
+        exactly_once=str(config[Options.CHECKPOINT_MODE]) == "EXACTLY_ONCE")
+
+
+class JobCheckpoints:
+    def __init__(self, job_graph: JobGraph, graph: ExecutionGraph, settings: CheckpointSettings, clock: Clock,
+                 timers: TimerService, sid_of: Callable[[Execution], SubtaskId]) -> None:
+        self._job_graph = job_graph
+        self._graph = graph
+        self._sid_of = sid_of
+        self.coordinator = CheckpointCoordinator(settings, clock, timers, self._plan)
+        self._upstream: dict[str, list[JobVertexID]] = {str(v.vertex_id): [] for v in job_graph.vertices}
+        for edge in job_graph.edges:
+            self._upstream[str(edge.target_vertex_id)].append(edge.source_vertex_id)
+        self._finished_at_plan: frozenset[SubtaskId] = frozenset()
+        self._finished_at: dict[int, frozenset[SubtaskId]] = {}
+        self._states: dict[int, dict[SubtaskId, SubtaskState]] = {}   # completed (and finalizing) ones
+        self.unreadable: set[int] = set()
+        self.ever_completed = False
+        #: set by the core: fails the job (too many failed checkpoints)
+        self.on_fail_job: Callable[[str], None] = lambda reason: None
+
+    # -- plan ---------------------------------------------------------------------------------------
+    def _plan(self) -> CheckpointPlan | None:
+        acknowledge: set[ExecutionAttemptID] = set()
+        finished: set[SubtaskId] = set()
+        running: list[Execution] = []
+        for ex in self._graph.current_executions():
+            if ex.state == ExecutionState.FINISHED:
+                finished.add(self._sid_of(ex))
+            elif ex.state == ExecutionState.RUNNING:
+                acknowledge.add(ex.attempt_id)
+                running.append(ex)
+            else:
+                return None  # deploying, restarting, cancelling: try again next time
+        if not running:
+            return None
+        trigger = tuple(ex.attempt_id for ex in running
+                        if all(sub.current.state == ExecutionState.FINISHED
+                               for up in self._upstream[str(ex.vertex.job_vertex.vertex_id)]
+                               for sub in self._graph.vertices[up].subtasks))
+        if not trigger:
+            return None
+        self._finished_at_plan = frozenset(finished)
+        return CheckpointPlan(trigger, frozenset(acknowledge))
+
+    # -- events ----------------------------------------------------------------------------------
+    def acknowledge(self, ex: Execution, checkpoint_id: int, snapshot: TaskStateSnapshot) -> bool:
+        return self.coordinator.acknowledge(checkpoint_id, ex.attempt_id, (self._sid_of(ex), tuple(snapshot.files)),
+                                            snapshot.size_bytes, snapshot.alignment_ms)
+
+    def drain(self, address_of: Callable[[ExecutionAttemptID], tuple[str, str] | None]) -> list[Action]:
+        """The coordinator's decisions as JobMaster actions; ``address_of(attempt)`` gives the
+        (resource id, rpc address) of a live task, None when it is gone."""
+        out: list[Action] = []
+        for action in self.coordinator.drain_actions():
+            out.extend(self._translate(action, address_of))
+        return out
+
+    def _translate(self, action: CheckpointAction,
+                   address_of: Callable[[ExecutionAttemptID], tuple[str, str] | None]) -> list[Action]:
+        if isinstance(action, TriggerCheckpoint):
+            self._finished_at[action.checkpoint_id] = self._finished_at_plan
+            out: list[Action] = []
+            for attempt in action.tasks:
+                where = address_of(attempt)
+                if where is not None:
+                    out.append(TriggerTaskCheckpoint(attempt, where[0], where[1],  # type: ignore[arg-type]
+                                                     action.checkpoint_id, action.timestamp_ms, action.exactly_once))
+            return out
+        if isinstance(action, FinalizeCheckpoint):
+            states: dict[SubtaskId, SubtaskState] = {}
+            for handle in action.state_handles.values():
+                sid, files = cast(tuple[SubtaskId, tuple[OperatorStateFile, ...]], handle)
+                states[sid] = SubtaskState(files, False)
+            for sid in self._finished_at.get(action.checkpoint_id, frozenset()):
+                states[sid] = SubtaskState((), True)
+            self._states[action.checkpoint_id] = states
+            return [WriteCheckpointMetadata(action.checkpoint_id, self._metadata(action.checkpoint_id, states))]
+        if isinstance(action, (NotifyCheckpointComplete, NotifyCheckpointAborted)):
+            completed = isinstance(action, NotifyCheckpointComplete)
+            if completed:
+                self.ever_completed = True
+            out = []
+            for attempt in action.tasks:
+                where = address_of(attempt)
+                if where is not None:
+                    out.append(NotifyTaskCheckpoint(attempt, where[0], where[1],  # type: ignore[arg-type]
+                                                    action.checkpoint_id, completed))
+            return out
+        if isinstance(action, DiscardCheckpoint):
+            self._states.pop(action.checkpoint_id, None)
+            self._finished_at.pop(action.checkpoint_id, None)
+            return [DiscardCheckpointFiles(action.checkpoint_id)]
+        if isinstance(action, FailJobOnCheckpoints):
+            self.on_fail_job(action.reason)
+            return []
+        raise TypeError(f"unknown checkpoint action {action!r}")  # pragma: no cover
+
+    def _metadata(self, checkpoint_id: int, states: dict[SubtaskId, SubtaskState]) -> dict[str, object]:
+        return {
+            "version": METADATA_VERSION, "job_id": str(self._job_graph.job_id), "checkpoint_id": checkpoint_id,
+            "subtasks": {f"{sid.vertex_id}#{sid.index}": {
+                "finished": st.finished,
+                "files": [{"operator_index": f.operator_index, "name": f.name, "path": f.path,
+                           "size_bytes": f.size_bytes} for f in st.files]}
+                for sid, st in sorted(states.items())}}
+
+    # -- restore -----------------------------------------------------------------------------------
+    def restore_point(self) -> CheckpointStats | None:
+        """The latest completed checkpoint not known to be unreadable."""
+        for stats in reversed(self.coordinator.completed):
+            if stats.checkpoint_id not in self.unreadable:
+                return stats
+        return None
+
+    def restore_for(self, checkpoint_id: int, sid: SubtaskId) -> TaskRestore:
+        st = self._states.get(checkpoint_id, {}).get(sid)
+        if st is None:
+            return TaskRestore(checkpoint_id, [], False)
+        return TaskRestore(checkpoint_id, list(st.files), st.finished)
+
+    def mark_unreadable(self, checkpoint_id: int) -> None:
+        self.unreadable.add(checkpoint_id)
+        log.warning("checkpoint %d cannot be read: restores fall back to an older one", checkpoint_id)
+
+    def nothing_left_to_restore(self) -> bool:
+        """Checkpoints completed, yet every retained one proved unreadable."""
+        return self.ever_completed and self.restore_point() is None
+
+    # -- queries -----------------------------------------------------------------------------------
+    def infos(self) -> list[CheckpointInfo]:
+        out = []
+        for stats in self.coordinator.history[-HISTORY_SHOWN:]:
+            failure = ""
+            if stats.failure is not None:
+                failure = stats.failure.value + (f" ({stats.failure_detail})" if stats.failure_detail else "")
+            elif stats.checkpoint_id in self.unreadable:
+                failure = "unreadable at restore"
+            out.append(CheckpointInfo(stats.checkpoint_id, stats.status.value, stats.trigger_time_ms,
+                                      stats.duration_ms, stats.state_size, stats.alignment_ms, failure))
+        return out
+
+    def latest_completed_id(self) -> int:
+        latest = self.coordinator.latest_completed
+        return latest.checkpoint_id if latest is not None else 0
