@@ -160,3 +160,34 @@ def test_from_artifact_loads_the_source_of_the_vertex() -> None:
     e = SplitEnumerator.from_artifact(Artifacts(), "file:///a.zip", "abc")  # type: ignore[arg-type]
     assert take(e, "a0") == "s0"
     assert calls == [("file:///a.zip", "abc", "v")]
+
+
+def split_at(e: SplitEnumerator, attempt: str, last_checkpoint_id: int) -> str | None:
+    resp = e.request("v", 0, attempt, last_checkpoint_id)
+    return resp.split.split_id if resp.split is not None else None
+
+
+def test_a_restore_returns_only_the_splits_taken_after_the_restored_checkpoint() -> None:
+    """Splits taken before the reader emitted barrier n are in checkpoint n's source state (or
+    were read to the end): they stay with the new attempt. Later ones go back."""
+    e = enumerator(v=FakeSource(6))
+    assert split_at(e, "a0", 0) == "s0"          # before any barrier: in the state of checkpoint 1
+    assert split_at(e, "a0", 1) == "s1"          # after barrier 1: in the state of checkpoint 2
+    assert split_at(e, "a0", 2) == "s2"          # after barrier 2: in no checkpoint yet
+    assert e.return_splits("a0", restored_checkpoint_id=2, new_attempt_id="a1") == 1
+    assert e.splits_of("a1") == ["s0", "s1"]
+    assert split_at(e, "a1", 2) == "s2"          # the one taken after barrier 2 is read again
+    # the new attempt fails before any new checkpoint: restoring checkpoint 2 again
+    assert e.return_splits("a1", restored_checkpoint_id=2, new_attempt_id="a2") == 1
+    assert e.splits_of("a2") == ["s0", "s1"]
+    # restored from checkpoint 1 instead (2 proved unreadable): s1 and later go back
+    assert e.return_splits("a2", restored_checkpoint_id=1, new_attempt_id="a3") == 1
+    assert e.splits_of("a3") == ["s0"]
+    assert drain(e, "a3") == ["s1", "s2", "s3", "s4", "s5"]
+
+
+def test_without_a_checkpoint_to_restore_every_split_goes_back() -> None:
+    e = enumerator(v=FakeSource(3))
+    assert [split_at(e, "a0", 0), split_at(e, "a0", 4)] == ["s0", "s1"]
+    assert e.return_splits("a0", restored_checkpoint_id=0, new_attempt_id="a1") == 2
+    assert e.splits_of("a1") == []
