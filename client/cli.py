@@ -230,6 +230,14 @@ def cancel(address: str, job_id: str) -> None:
         gw.close()
 
 
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
 @cli.command()
 @click.option("--address", "-a", required=True, help=ADDRESS_HELP)
 @click.argument("job_id")
@@ -260,7 +268,17 @@ def info(address: str, job_id: str) -> None:
             when = datetime.datetime.fromtimestamp(f.timestamp_ms / 1000).strftime("%H:%M:%S")
             action = (f"restarted {f.restarted_subtasks} subtask{'s' if f.restarted_subtasks != 1 else ''}"
                       if f.restarted_subtasks else "no restart")
+            if f.restored_checkpoint_id:
+                action += f" from checkpoint {f.restored_checkpoint_id}"
             click.echo(f"  {when} {f.task or '(job)'}: {f.error.describe()} -> {action}")
+    if j.checkpoints:
+        click.echo(f"checkpoints (latest completed: {j.latest_completed_checkpoint_id or 'none'}):")
+        click.echo("  id  status      triggered  duration    size       alignment")
+        for c in j.checkpoints:
+            when = datetime.datetime.fromtimestamp(c.trigger_time_ms / 1000).strftime("%H:%M:%S")
+            line = (f"  {c.checkpoint_id:<3} {c.status:<11} {when:<10} {c.duration_ms:>6} ms "
+                    f"{_size(c.size_bytes):>10} {c.alignment_ms:>6} ms")
+            click.echo(line + (f"  {c.failure}" if c.failure else ""))
     if j.failure_cause:
         click.echo(f"failure cause: {j.failure_cause.describe()}")
         if j.failure_cause.traceback:

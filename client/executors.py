@@ -70,7 +70,8 @@ class Progress:
             states = ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items()))
             parts.append(f"{v.name} [{states}]")
         elapsed = ((info.end_time_ms or int(time.time() * 1000)) - info.start_time_ms) / 1000
-        return f"job {info.name} {info.status.name} {elapsed:.1f}s :: " + " | ".join(parts)
+        checkpoint = f" checkpoint {info.latest_completed_checkpoint_id}" if info.latest_completed_checkpoint_id else ""
+        return f"job {info.name} {info.status.name} {elapsed:.1f}s{checkpoint} :: " + " | ".join(parts)
 
     def update(self, info: JobStatusInfo) -> None:
         if not self.enabled:
@@ -88,7 +89,7 @@ class Progress:
 
                 self._live.update(Text(line))
         else:
-            key = line.split(" :: ")[0].rsplit(" ", 1)[0] + str([v.state_counts for v in info.vertices])
+            key = f"{info.status.name} {info.latest_completed_checkpoint_id} {[v.state_counts for v in info.vertices]}"
             if key != self._last:
                 self._console.print(line, soft_wrap=True, highlight=False)
                 self._last = key
