@@ -2,7 +2,12 @@
 
 It builds the subtask's result partitions, input gate and operator chain from its
 TaskDeploymentDescriptor, runs the StreamTask, and reports each state change
-(INITIALIZING, RUNNING, then FINISHED / CANCELED / FAILED with the error)."""
+(INITIALIZING, RUNNING, then FINISHED / CANCELED / FAILED with the error).
+
+Checkpoints: the TaskExecutor puts triggers and notifications into the task's ``mailbox``; the
+StreamTask takes them on the task thread. Snapshots are written and acknowledged through the
+``CheckpointResponder`` the TaskExecutor gives (its JobMaster). A task deployed with a
+``restore`` reads its state files and hands them to its operators before they open."""
 
 from __future__ import annotations
 
@@ -18,6 +23,14 @@ from yarnflow.common.states import ExecutionState
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
 from yarnflow.worker.operators.base import RuntimeContext
+from yarnflow.worker.runtime.checkpoints import (
+    CheckpointResponder,
+    Mailbox,
+    NotifyCheckpoint,
+    SnapshotWriter,
+    TriggerCheckpoint,
+    read_task_state,
+)
 from yarnflow.worker.runtime.elements import EndOfPartition
 from yarnflow.worker.runtime.gate import ChannelReader, InputGate
 from yarnflow.common.states import ExchangeMode
@@ -32,8 +45,15 @@ class Task:
     def __init__(self, tdd: TaskDeploymentDescriptor, *, resource_id: str, artifacts: ArtifactCache,
                  partitions: ResultPartitionManager, data_client: DataClient,
                  on_state: Callable[[TaskExecutionStateUpdate], object], location: str,
-                 request_split: Callable[[], SplitResponse] | None = None) -> None:
+                 request_split: Callable[[int], SplitResponse] | None = None,
+                 checkpoints: CheckpointResponder | None = None) -> None:
+        """``request_split(last_checkpoint_id)`` asks the JobMaster for this source subtask's next
+        split; ``checkpoints`` receives its acknowledgements and declines."""
         self._request_split = request_split
+        self._responder = checkpoints
+        #: checkpoint calls for the task thread
+        self.mailbox = Mailbox()
+        self._snapshot_writer: SnapshotWriter | None = None
         self.tdd = tdd
         self.attempt_id = tdd.execution_attempt_id
         self.state = ExecutionState.DEPLOYING
@@ -94,6 +114,8 @@ class Task:
             self._stream_task.invoke()
             if self._cancelled.is_set():
                 raise TaskCancelledError("cancelled")
+            if self._snapshot_writer is not None:
+                self._snapshot_writer.close(wait=True)  # its last acknowledgements go before FINISHED
             log.info("%s finished", tdd.display_name)
             self._report(ExecutionState.FINISHED)
         except BaseException as exc:  # noqa: BLE001 - every outcome is reported
@@ -106,6 +128,8 @@ class Task:
                 for rpd in tdd.result_partitions:
                     self._partitions.release(rpd.partition_id)
         finally:
+            if self._snapshot_writer is not None:
+                self._snapshot_writer.close(wait=False)
             if self._gate is not None:
                 self._gate.cancel()
                 self._gate.join(2.0)
@@ -137,28 +161,55 @@ class Task:
             for i, (ch, sub) in enumerate(channels):
                 gate.add_reader(self._reader(gate, i, ch, sub))
             self._gate = gate
-        st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name)
+        restore = tdd.restore
+        if self._responder is not None:
+            self._snapshot_writer = SnapshotWriter(tdd.checkpoint_dir, str(tdd.vertex_id), tdd.subtask_index,
+                                                   tdd.attempt_number, self._responder, tdd.display_name)
+        st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name,
+                        mailbox=self.mailbox, snapshots=self._snapshot_writer,
+                        restored_finished=restore is not None and restore.finished)
         base: dict[str, Any] = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,
                                     parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
                                     attempt_number=tdd.attempt_number, runtime_mode=tdd.runtime_mode,
-                                    job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size)
+                                    job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size,
+                                    checkpointing=tdd.checkpoint_dir != "",
+                                    restored_checkpoint_id=restore.checkpoint_id if restore is not None else 0)
         head = chain[0]
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split
         st.wire(lambda op: RuntimeContext(**base))
+        if restore is not None and not restore.finished:
+            log.info("%s restores checkpoint %d (%d state files)", tdd.display_name, restore.checkpoint_id,
+                     len(restore.files))
+            for op, tables in zip(chain, read_task_state(restore, len(chain))):
+                op.initialize_state(tables)
         return st
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp_ms: int, exactly_once: bool) -> None:
+        self.mailbox.put(TriggerCheckpoint(checkpoint_id, timestamp_ms, exactly_once))
+
+    def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
+        self.mailbox.put(NotifyCheckpoint(checkpoint_id, complete))
 
     def _next_split(self) -> Any:
         """The payload of this source subtask's next split, or None when there are no more."""
         assert self._request_split is not None
+        st = self._stream_task
+        assert st is not None
         delay = 0.05
         while not self._cancelled.is_set():
-            resp = self._request_split()
+            resp = self._request_split(st.last_barrier_id)
             if resp.split is not None:
                 return pickle.loads(resp.split.payload)
             if resp.no_more_splits:
                 return None
-            time.sleep(delay)  # none right now, more may come
+            # none right now, more may come; meanwhile checkpoints go on (between two splits)
+            waited_until = time.monotonic() + delay
+            while time.monotonic() < waited_until and not self._cancelled.is_set():
+                if st.mailbox:
+                    st.process_mail()
+                time.sleep(min(0.05, max(0.0, waited_until - time.monotonic())))
             delay = min(delay * 2, 1.0)
         return None
 

@@ -28,6 +28,18 @@ class EndOfPartition:
     """The producer subtask has emitted everything for this channel."""
 
 
+@dataclass(frozen=True)
+class CheckpointBarrier:
+    """Everything before it belongs to checkpoint ``checkpoint_id``, everything after to the
+    next. Sources inject it; every task forwards it to all its subpartitions, after the data
+    it has already emitted. ``exactly_once``: consumers align it (block each channel that
+    delivered it until all did); otherwise they only count it (at-least-once)."""
+
+    checkpoint_id: int
+    timestamp_ms: int
+    exactly_once: bool = True
+
+
 END_OF_PARTITION = EndOfPartition()
 MAX_WATERMARK = Watermark(2**63 - 1)
 
@@ -39,6 +51,8 @@ def encode_event(event: object) -> bytes:
         return b"E"
     if isinstance(event, WatermarkStatus):
         return b"I" if event.idle else b"A"
+    if isinstance(event, CheckpointBarrier):
+        return b"B%d:%d:%d" % (event.checkpoint_id, event.timestamp_ms, 1 if event.exactly_once else 0)
     raise TypeError(f"not a channel event: {event!r}")
 
 
@@ -51,4 +65,10 @@ def decode_event(data: bytes) -> object:
         return IDLE
     if data[:1] == b"A":
         return ACTIVE
+    if data[:1] == b"B":
+        try:
+            checkpoint_id, timestamp_ms, exactly_once = data[1:].split(b":")
+            return CheckpointBarrier(int(checkpoint_id), int(timestamp_ms), exactly_once == b"1")
+        except ValueError:
+            raise ValueError(f"malformed checkpoint barrier {data[:64]!r}") from None
     raise ValueError(f"unknown channel event {data[:16]!r}")

@@ -39,6 +39,7 @@ class InputGate:
         self._cancelled = False
         self._next = 0
         self._finished = [False] * num_channels
+        self._woken = False
         self._readers: list[ChannelReader] = []
 
     # -- reader side --------------------------------------------------------------------------
@@ -69,10 +70,14 @@ class InputGate:
 
     # -- task side ----------------------------------------------------------------------------
     def poll(self, timeout: float | None) -> tuple[int, Any] | None:
-        """The next ``(channel, element)``, round robin over the channels, or None after ``timeout``."""
+        """The next ``(channel, element)``, round robin over the channels, or None after ``timeout``
+        (or as soon as ``wakeup`` was called)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
+                if self._woken:
+                    self._woken = False
+                    return None
                 for i in range(self.num_channels):
                     ch = (self._next + i) % self.num_channels
                     if not self._buffers[ch]:
@@ -89,6 +94,12 @@ class InputGate:
                 if self._cancelled or (remaining is not None and remaining <= 0):
                     return None
                 self._cond.wait(remaining)
+
+    def wakeup(self) -> None:
+        """Make the task's current (or next) ``poll`` return at once: it has other work (mail)."""
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
 
     @property
     def finished(self) -> bool:

@@ -1,20 +1,33 @@
 """StreamTask: drives one subtask's operator chain from its input gate (or its source) to its
-record writers. Runs on the task's own thread."""
+record writers. Runs on the task's own thread.
+
+Checkpoints (see ``barriers.py`` for alignment): between two elements the task takes the mail
+the TaskExecutor left in its ``Mailbox`` (triggers, notifications). A source task takes its
+snapshot at the next ``_source_tick`` after a trigger; a task with inputs when its barriers are
+aligned (or, after a direct trigger, when all its inputs ended). Taking a snapshot means: every
+operator's ``snapshot_state``, head first; then the barrier goes to every subpartition, after
+all output so far; then the tables are written and acknowledged in the background
+(``SnapshotWriter``). Elements held back on blocked channels are replayed, in order, before the
+gate is polled again."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import Operator, SourceOperator
+from yarnflow.worker.runtime.barriers import AlignerAction, BarrierAligner, Decline, Snapshot
+from yarnflow.worker.runtime.checkpoints import Mailbox, NotifyCheckpoint, TriggerCheckpoint, check_snapshot
 from yarnflow.worker.runtime.elements import (
     ACTIVE,
     IDLE,
     MAX_WATERMARK,
+    CheckpointBarrier,
     EndOfPartition,
     Watermark,
     WatermarkStatus,
@@ -57,6 +70,11 @@ class WriterOutput:
     def emit_status(self, status: WatermarkStatus) -> None:
         for w in self._all:
             w.broadcast_event(status)
+
+    def broadcast_barrier(self, barrier: CheckpointBarrier) -> None:
+        """To every subpartition of every writer, after everything emitted before it."""
+        for w in self._all:
+            w.broadcast_event(barrier)
 
 
 class ChainOutput:
@@ -119,9 +137,20 @@ class WatermarkValve:
         return None
 
 
+class SnapshotSink(Protocol):
+    """Takes a task's snapshots (``SnapshotWriter``: writes them and acknowledges)."""
+
+    def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
+               sync_ms: int) -> None: ...
+
+    def decline(self, checkpoint_id: int, reason: str) -> None: ...
+
+
 class StreamTask:
     def __init__(self, chain: Sequence[Operator], gate: InputGate | None, channel_inputs: Sequence[int],
-                 writers: Sequence[RecordWriter], cancelled: Callable[[], bool], name: str) -> None:
+                 writers: Sequence[RecordWriter], cancelled: Callable[[], bool], name: str,
+                 mailbox: Mailbox | None = None, snapshots: SnapshotSink | None = None,
+                 restored_finished: bool = False) -> None:
         self.chain = list(chain)
         self.gate = gate
         self.channel_inputs = list(channel_inputs)
@@ -133,12 +162,28 @@ class StreamTask:
         self._timed = [op for op in self.chain if op.processing_time_interval_ms]
         self._next_timer = 0.0
         self._idle_out = False
+        self.mailbox = mailbox if mailbox is not None else Mailbox()
+        if gate is not None:
+            self.mailbox.on_mail = gate.wakeup
+        self._snapshots = snapshots
+        #: restored from a checkpoint taken after this subtask had finished: it emits nothing
+        self.restored_finished = restored_finished
+        #: the last checkpoint barrier this task emitted (0: none)
+        self.last_barrier_id = 0
+        self._aligner = BarrierAligner(len(self.channel_inputs)) if gate is not None else None
+        #: elements of blocked channels, held back in arrival order until their checkpoint is taken
+        self._held: collections.deque[tuple[int, Any]] = collections.deque()
+        #: held elements released, processed before the gate is polled again
+        self._replay: collections.deque[tuple[int, Any]] = collections.deque()
 
     def wire(self, ctx_for: Callable[[Operator], Any]) -> None:
         for op, nxt in zip(self.chain, self.chain[1:] + [None]):
             op.setup(ctx_for(op), ChainOutput(nxt, self.tail) if nxt is not None else self.tail)
 
     def invoke(self) -> None:
+        if self.restored_finished:
+            self._run_finished()
+            return
         opened: list[Operator] = []
         try:
             for op in reversed(self.chain):
@@ -148,10 +193,12 @@ class StreamTask:
             if isinstance(head, SourceOperator):
                 head.run(self._source_tick)
                 self._check_cancelled()
+                self.process_mail()  # a trigger that came as the source ended: its state is final
                 if head.bounded:
                     head.process_watermark(MAX_WATERMARK)
             else:
                 self._run_input_loop(head)
+                self.process_mail()
             self._finish_chain()
             for w in self.writers:
                 w.finish()
@@ -161,16 +208,108 @@ class StreamTask:
                     op.close()
                 except Exception:  # noqa: BLE001 - closing must not hide the real error
                     log.warning("%s: closing %s failed", self.name, op, exc_info=True)
+            for mail in self.mailbox.drain():
+                log.debug("%s: %s after the task's work ended ignored", self.name, mail)
 
     def _source_tick(self) -> bool:
-        """Called by a source between batches: flush due output, fire processing time; True
-        when the task was cancelled and the source should stop."""
+        """Called by a source between batches: take mail (checkpoints), flush due output, fire
+        processing time; True when the task was cancelled and the source should stop."""
         if not self.cancelled():
+            if self.mailbox:
+                self.process_mail()
             for w in self.writers:
                 w.flush_if_due()
             self._fire_processing_time()
         return self.cancelled()
 
+    # -- checkpoints ------------------------------------------------------------------------
+    def process_mail(self) -> None:
+        """Take the mailbox's checkpoint calls (on the task thread, between two elements)."""
+        for mail in self.mailbox.drain():
+            if isinstance(mail, TriggerCheckpoint):
+                barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once)
+                if self._aligner is None:
+                    if barrier.checkpoint_id > self.last_barrier_id:
+                        self._take_checkpoint(barrier, 0)
+                else:
+                    self._apply(self._aligner.on_trigger(barrier))
+            elif isinstance(mail, NotifyCheckpoint):
+                for op in self.chain:
+                    if mail.complete:
+                        op.notify_checkpoint_complete(mail.checkpoint_id)
+                    else:
+                        op.notify_checkpoint_aborted(mail.checkpoint_id)
+
+    def _apply(self, actions: list[AlignerAction]) -> None:
+        for action in actions:
+            if isinstance(action, Snapshot):
+                self._take_checkpoint(action.barrier, action.alignment_ms)
+            elif isinstance(action, Decline):
+                self._decline(action.checkpoint_id, action.reason)
+            # either way, the blocked channels go on, oldest element first
+            self._held.extend(self._replay)
+            self._replay, self._held = self._held, collections.deque()
+
+    def _take_checkpoint(self, barrier: CheckpointBarrier, alignment_ms: int) -> None:
+        """Snapshot the chain, forward the barrier, hand the snapshot to the writer. A failed
+        snapshot declines the checkpoint; the barrier still goes on so consumers do not wait."""
+        checkpoint_id = barrier.checkpoint_id
+        started = time.monotonic()
+        snapshots: list[dict[str, pa.Table]] = []
+        failed = False
+        for op in self.chain:
+            try:
+                snapshots.append(check_snapshot(op, op.snapshot_state(checkpoint_id)))
+            except Exception as exc:  # noqa: BLE001 - declines the checkpoint, the task goes on
+                log.warning("%s: snapshot of %s for checkpoint %d failed", self.name, op, checkpoint_id,
+                            exc_info=True)
+                self._decline(checkpoint_id, f"snapshot of operator '{op.name}' in {self.name} failed: "
+                                             f"{type(exc).__name__}: {exc}")
+                failed = True
+                break
+        sync_ms = int(round((time.monotonic() - started) * 1000))
+        self.tail.broadcast_barrier(barrier)
+        self.last_barrier_id = max(self.last_barrier_id, checkpoint_id)
+        if not failed and self._snapshots is not None:
+            self._snapshots.submit(checkpoint_id, snapshots, alignment_ms, sync_ms)
+
+    def _decline(self, checkpoint_id: int, reason: str) -> None:
+        if self._snapshots is not None:
+            self._snapshots.decline(checkpoint_id, reason)
+
+    def _run_finished(self) -> None:
+        """Restored as finished: emit nothing, drain the inputs (their producers finished too),
+        end the partitions. Checkpoints cannot be taken here: they are declined."""
+        declined: set[int] = set()
+
+        def decline(checkpoint_id: int) -> None:
+            if checkpoint_id not in declined:
+                declined.add(checkpoint_id)
+                self._decline(checkpoint_id, f"{self.name} was restored as finished and is ending")
+
+        remaining = len(self.channel_inputs)
+        while True:
+            self._check_cancelled()
+            for mail in self.mailbox.drain():
+                if isinstance(mail, TriggerCheckpoint):
+                    decline(mail.checkpoint_id)
+            if not remaining:
+                break
+            assert self.gate is not None
+            polled = self.gate.poll(0.5)
+            if polled is None:
+                continue
+            element = polled[1]
+            if isinstance(element, EndOfPartition):
+                remaining -= 1
+            elif isinstance(element, CheckpointBarrier):
+                decline(element.checkpoint_id)
+            elif isinstance(element, ChannelError):
+                raise element.error
+        for w in self.writers:
+            w.finish()
+
+    # -- processing -------------------------------------------------------------------------
     def _fire_processing_time(self) -> float | None:
         if not self._timed:
             return None
@@ -192,19 +331,26 @@ class StreamTask:
             op.finish()
 
     def _run_input_loop(self, head: Operator) -> None:
-        gate = self.gate
-        assert gate is not None
+        gate, aligner = self.gate, self._aligner
+        assert gate is not None and aligner is not None
         inputs = sorted(set(self.channel_inputs))
         valves = {i: WatermarkValve([ch for ch, inp in enumerate(self.channel_inputs) if inp == i]) for i in inputs}
         remaining = {i: sum(1 for inp in self.channel_inputs if inp == i) for i in inputs}
         timeout: float | None = None
-        while any(remaining.values()):
+        while any(remaining.values()) or self._replay:
             self._check_cancelled()
-            polled = gate.poll(timeout if timeout is not None else 0.5)
+            if self.mailbox:
+                self.process_mail()
+            if self._replay:
+                polled: tuple[int, Any] | None = self._replay.popleft()
+            else:
+                polled = gate.poll(timeout if timeout is not None else 0.5)
             if polled is not None:
                 ch, element = polled
                 inp = self.channel_inputs[ch]
-                if isinstance(element, pa.RecordBatch):
+                if aligner.is_blocked(ch) and not isinstance(element, ChannelError):
+                    self._held.append(polled)
+                elif isinstance(element, pa.RecordBatch):
                     self.records_in += element.num_rows
                     head.process_batch(element, inp)
                 elif isinstance(element, Watermark):
@@ -216,6 +362,8 @@ class StreamTask:
                     if wm is not None:
                         head.process_watermark(Watermark(wm), inp)
                     self._propagate_idleness(valves)
+                elif isinstance(element, CheckpointBarrier):
+                    self._apply(aligner.on_barrier(ch, element))
                 elif isinstance(element, EndOfPartition):
                     remaining[inp] -= 1
                     wm = valves[inp].on_end(ch)
@@ -228,6 +376,7 @@ class StreamTask:
                             valves[inp].current = MAX_WATERMARK.timestamp
                             head.process_watermark(MAX_WATERMARK, inp)
                         head.end_input(inp)
+                    self._apply(aligner.on_end_of_partition(ch))
                 elif isinstance(element, ChannelError):
                     raise element.error
             timeout = self._fire_processing_time()

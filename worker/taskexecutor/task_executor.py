@@ -8,8 +8,8 @@ is freed; a JobMaster that answers NOT_FOUND or FENCING, or that stays silent fo
 ``heartbeat.timeout``, is gone, and the job's slots, tasks and partitions here are freed.
 A task's final update is kept until the JobMaster acknowledges it (see ``job_table``).
 
-Fencing: calls from a JobMaster (submitTask, cancelTask, freeSlot, releasePartitions) must
-carry the token of the job's JobMaster as last named by a slot request; any other token is
+Fencing: calls from a JobMaster (submitTask, cancelTask, freeSlot, releasePartitions,
+triggerCheckpoint, notifyCheckpointComplete/Aborted) must carry the token of the job's JobMaster as last named by a slot request; any other token is
 refused, also once the slot or the task is gone.
 
 State lives on the main thread (``MainThreadExecutor``); blocking calls to the AppMaster run
@@ -46,6 +46,7 @@ from yarnflow.common.messages import (
     SlotReport,
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
+    TaskStateSnapshot,
     TaskExecutorHeartbeatPayload,
     TaskExecutorRegistration,
 )
@@ -251,8 +252,10 @@ class TaskExecutor:
                     data_client=self._data_client,
                     on_state=lambda u: self._updates.submit(self._send_update, address, token, u),
                     location=f"TaskExecutor {self.resource_id} (pid {os.getpid()} on {socket.gethostname()})",
-                    request_split=lambda: self._main.call(self._jm, address).request_split(
-                        token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id))
+                    request_split=lambda last_checkpoint_id: self._main.call(self._jm, address).request_split(
+                        token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id,
+                        last_checkpoint_id),
+                    checkpoints=_JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id))
         self.tasks[tdd.execution_attempt_id] = task
         log.info("deploying %s (%s)", tdd.display_name, tdd.execution_attempt_id)
         task.start()
@@ -358,13 +361,30 @@ class TaskExecutor:
 
     def trigger_checkpoint(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int,
                            timestamp_ms: int, exactly_once: bool) -> None:
-        raise NotFoundError("checkpoints are not wired into the TaskExecutor yet")
+        """Hand checkpoint ``checkpoint_id`` to the task (its mailbox). FencingTokenError for a
+        token that is not the task's JobMaster's; NotFoundError when the attempt is not running here."""
+        task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id, f"triggerCheckpoint {checkpoint_id}")
+        task.trigger_checkpoint(checkpoint_id, timestamp_ms, exactly_once)
 
     def notify_checkpoint_complete(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
-        raise NotFoundError("checkpoints are not wired into the TaskExecutor yet")
+        task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id,
+                               f"notifyCheckpointComplete {checkpoint_id}")
+        task.notify_checkpoint(checkpoint_id, complete=True)
 
     def notify_checkpoint_aborted(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
-        raise NotFoundError("checkpoints are not wired into the TaskExecutor yet")
+        task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id,
+                               f"notifyCheckpointAborted {checkpoint_id}")
+        task.notify_checkpoint(checkpoint_id, complete=False)
+
+    def _task_for_checkpoint(self, jm_token: str, attempt_id: ExecutionAttemptID, call: str) -> Task:
+        task = self.tasks.get(attempt_id)
+        job_id = task.tdd.job_id if task is not None else self.jobs.job_of(attempt_id)
+        self.jobs.check_token(job_id, jm_token, f"{call} of {attempt_id}")
+        if task is None:
+            raise NotFoundError(f"{call}: task {attempt_id} is not running on TaskExecutor {self.resource_id}")
+        if jm_token != task.tdd.jobmaster_fencing_token:
+            raise FencingTokenError(f"{call} of {task.tdd.display_name} with a stale JobMaster token")
+        return task
 
     def release_partitions(self, jm_token: str, job_id: JobID, partition_ids: list[str]) -> None:
         """Blocking partitions are released by the JobMaster when no consumer needs them."""
@@ -492,3 +512,21 @@ class TaskExecutor:
                              daemon=True).start()
         else:
             self._registration_id = ""
+
+
+class _JobMasterResponder:
+    """A task's checkpoint answers, to its JobMaster (called on the task's writer thread)."""
+
+    def __init__(self, te: TaskExecutor, address: str, token: str, job_id: JobID,
+                 attempt_id: ExecutionAttemptID) -> None:
+        self._te, self._address, self._token = te, address, token
+        self._job_id, self._attempt_id = job_id, attempt_id
+
+    def _gateway(self) -> RemoteJobMasterGateway:
+        return self._te._main.call(self._te._jm, self._address)
+
+    def acknowledge(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
+        self._gateway().acknowledge_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, snapshot)
+
+    def decline(self, checkpoint_id: int, reason: str) -> None:
+        self._gateway().decline_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, reason)

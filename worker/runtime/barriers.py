@@ -1,0 +1,121 @@
+"""Checkpoint barrier alignment (pure: no threads, no I/O; time comes from an injected clock).
+
+A task with inputs learns of checkpoint ``n`` from the barriers its channels deliver (or, when
+every upstream task had already finished, from a trigger the JobMaster sends it directly).
+``BarrierAligner`` decides, channel event by channel event, when the task takes its snapshot:
+
+- **exactly-once** (``barrier.exactly_once``): a channel that delivered barrier ``n`` is
+  *blocked*: the task holds back what arrives on it after the barrier (``is_blocked``) until
+  every live channel delivered barrier ``n``. A channel that ended (end of partition) counts
+  as aligned. Then ``Snapshot`` (the task snapshots its chain, forwards the barrier and replays
+  what it held back).
+- **at-least-once**: nothing is blocked; ``Snapshot`` when the last live channel delivered
+  barrier ``n``.
+- **trigger** (``on_trigger``): a pending checkpoint that no channel will deliver a barrier
+  for: ``Snapshot`` once every remaining channel has ended.
+- A newer checkpoint arriving (barrier or trigger) while an older one is pending supersedes it:
+  ``Decline`` of the older one, then the newer one is aligned. Barriers of checkpoints already
+  taken or superseded are ignored.
+
+One checkpoint is pending at a time: each event costs O(1) plus, when a checkpoint completes,
+O(channels) to check them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from yarnflow.worker.runtime.elements import CheckpointBarrier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Take the task's snapshot for ``barrier`` now, then release every blocked channel."""
+
+    barrier: CheckpointBarrier
+    alignment_ms: int
+
+
+@dataclass(frozen=True)
+class Decline:
+    """Checkpoint ``checkpoint_id`` cannot be taken here; release every blocked channel."""
+
+    checkpoint_id: int
+    reason: str
+
+
+AlignerAction = Union[Snapshot, Decline]
+
+
+class BarrierAligner:
+    def __init__(self, num_channels: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._n = num_channels
+        self._clock = clock
+        self._ended: set[int] = set()
+        self._pending: CheckpointBarrier | None = None
+        self._arrived: set[int] = set()
+        self._started = 0.0
+        #: the highest checkpoint taken, declined or superseded here: its barriers are stale
+        self.last_handled = 0
+
+    @property
+    def pending(self) -> CheckpointBarrier | None:
+        return self._pending
+
+    def is_blocked(self, channel: int) -> bool:
+        """True while ``channel`` delivered the pending exactly-once barrier and others have not."""
+        p = self._pending
+        return p is not None and p.exactly_once and channel in self._arrived
+
+    def on_barrier(self, channel: int, barrier: CheckpointBarrier) -> list[AlignerAction]:
+        actions = self._begin(barrier)
+        if self._pending is None or barrier.checkpoint_id != self._pending.checkpoint_id:
+            log.debug("stale barrier %d on channel %d ignored", barrier.checkpoint_id, channel)
+            return actions
+        self._arrived.add(channel)
+        return actions + self._check_aligned()
+
+    def on_trigger(self, barrier: CheckpointBarrier) -> list[AlignerAction]:
+        """Checkpoint ``barrier`` was triggered at this task directly: its upstream tasks have
+        finished, so it completes once every channel has ended."""
+        actions = self._begin(barrier)
+        if self._pending is None or barrier.checkpoint_id != self._pending.checkpoint_id:
+            return actions
+        return actions + self._check_aligned()
+
+    def on_end_of_partition(self, channel: int) -> list[AlignerAction]:
+        self._ended.add(channel)
+        return self._check_aligned()
+
+    def _begin(self, barrier: CheckpointBarrier) -> list[AlignerAction]:
+        """Make ``barrier``'s checkpoint the pending one unless it is stale; a newer one
+        supersedes the pending one."""
+        if barrier.checkpoint_id <= self.last_handled:
+            return []
+        p = self._pending
+        if p is not None and barrier.checkpoint_id <= p.checkpoint_id:
+            return []  # the pending one (or an older one, already superseded)
+        actions: list[AlignerAction] = []
+        if p is not None:
+            actions.append(Decline(p.checkpoint_id, f"checkpoint {p.checkpoint_id} was superseded by checkpoint "
+                                                    f"{barrier.checkpoint_id} before its barriers were aligned"))
+            self.last_handled = p.checkpoint_id
+        self._pending = barrier
+        self._arrived = set()
+        self._started = self._clock()
+        return actions
+
+    def _check_aligned(self) -> list[AlignerAction]:
+        p = self._pending
+        if p is None or len(self._arrived | self._ended) < self._n:
+            return []
+        alignment_ms = int(round((self._clock() - self._started) * 1000))
+        self._pending = None
+        self._arrived = set()
+        self.last_handled = p.checkpoint_id
+        return [Snapshot(p, alignment_ms)]

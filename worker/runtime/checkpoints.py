@@ -1,0 +1,204 @@
+"""A task's side of checkpoints, outside its operator loop: the mailbox through which the
+TaskExecutor hands it checkpoint calls, the background writer of its snapshots, and the reading
+of its state on restore.
+
+- ``Mailbox``: thread-safe; the TaskExecutor puts ``TriggerCheckpoint`` / ``NotifyCheckpoint``
+  mails in, the task thread takes them out between two elements (so operator hooks run on the
+  task thread). Putting a mail wakes the task (``on_mail``) when it waits for input.
+- ``SnapshotWriter``: writes each table of a snapshot as an Arrow IPC file under
+  ``<checkpoint dir>/chk-<n>/<vertex>-<subtask>-<attempt>/op<i>-<name>.arrow`` (any fsspec
+  URL) on a thread of its own, then acknowledges the checkpoint to the JobMaster; any error
+  declines it instead. Snapshots are written in the order they were taken.
+- ``read_task_state``: the tables of a ``TaskRestore``, per operator index; a file that cannot
+  be read raises ``StateRestoreError`` naming it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Protocol, Union
+
+import fsspec
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from yarnflow.common.errors import YarnflowError
+from yarnflow.common.messages import OperatorStateFile, TaskRestore, TaskStateSnapshot
+
+log = logging.getLogger(__name__)
+
+
+class StateRestoreError(YarnflowError, IOError):
+    """A state file of the checkpoint a task restores from cannot be read; the message names it."""
+
+
+# -- mailbox ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    checkpoint_id: int
+    timestamp_ms: int
+    exactly_once: bool
+
+
+@dataclass(frozen=True)
+class NotifyCheckpoint:
+    checkpoint_id: int
+    complete: bool  # False: aborted
+
+
+Mail = Union[TriggerCheckpoint, NotifyCheckpoint]
+
+
+class Mailbox:
+    """Checkpoint calls for one task, in the order they came."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._mails: collections.deque[Mail] = collections.deque()
+        self.on_mail: Callable[[], None] = lambda: None
+
+    def put(self, mail: Mail) -> None:
+        with self._lock:
+            self._mails.append(mail)
+        self.on_mail()
+
+    def __bool__(self) -> bool:
+        return bool(self._mails)
+
+    def drain(self) -> list[Mail]:
+        with self._lock:
+            mails = list(self._mails)
+            self._mails.clear()
+        return mails
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+class CheckpointResponder(Protocol):
+    """Where a task's answer to a checkpoint goes (its JobMaster). Errors are the caller's to log."""
+
+    def acknowledge(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None: ...
+
+    def decline(self, checkpoint_id: int, reason: str) -> None: ...
+
+
+def state_dir(checkpoint_dir: str, checkpoint_id: int, vertex_id: str, subtask_index: int,
+              attempt_number: int) -> str:
+    return f"{checkpoint_dir.rstrip('/')}/chk-{checkpoint_id}/{vertex_id}-{subtask_index}-{attempt_number}"
+
+
+class SnapshotWriter:
+    """Writes a task's snapshots in the background and answers the JobMaster; never raises
+    into the task (a failed acknowledgement or decline is logged)."""
+
+    def __init__(self, checkpoint_dir: str, vertex_id: str, subtask_index: int, attempt_number: int,
+                 responder: CheckpointResponder, name: str) -> None:
+        self._dir = checkpoint_dir
+        self._vertex_id = vertex_id
+        self._subtask_index = subtask_index
+        self._attempt_number = attempt_number
+        self._responder = responder
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
+               sync_ms: int) -> None:
+        """Write ``snapshots`` (one dict per operator of the chain, head first) and acknowledge."""
+        if self._closed:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint-writer {self._name}")
+        self._pool.submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms)
+
+    def decline(self, checkpoint_id: int, reason: str) -> None:
+        log.info("%s declines checkpoint %d: %s", self._name, checkpoint_id, reason)
+        try:
+            self._responder.decline(checkpoint_id, reason)
+        except Exception as exc:  # noqa: BLE001 - never fails the task
+            log.warning("%s: declining checkpoint %d failed: %s", self._name, checkpoint_id, exc)
+
+    def close(self, wait: bool) -> None:
+        """Stop taking snapshots; ``wait``: until the ones taken are written and answered."""
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait)
+
+    def _write(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
+               sync_ms: int) -> None:
+        started = time.monotonic()
+        try:
+            files = self.write_files(checkpoint_id, snapshots)
+        except Exception as exc:  # noqa: BLE001 - any failure declines the checkpoint
+            log.debug("%s: writing checkpoint %d failed", self._name, checkpoint_id, exc_info=True)
+            self.decline(checkpoint_id, f"writing the state of {self._name} failed: {type(exc).__name__}: {exc}")
+            return
+        async_ms = int(round((time.monotonic() - started) * 1000))
+        snapshot = TaskStateSnapshot(files, alignment_ms, sync_ms, async_ms)
+        try:
+            self._responder.acknowledge(checkpoint_id, snapshot)
+        except Exception as exc:  # noqa: BLE001 - never fails the task
+            log.warning("%s: acknowledging checkpoint %d failed: %s", self._name, checkpoint_id, exc)
+            return
+        log.debug("%s acknowledged checkpoint %d (%d files, %d bytes)", self._name, checkpoint_id, len(files),
+                  snapshot.size_bytes)
+
+    def write_files(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]]) -> list[OperatorStateFile]:
+        if not any(snapshots):
+            return []
+        if not self._dir:
+            raise YarnflowError("the task has state to write but no checkpoint dir")
+        folder = state_dir(self._dir, checkpoint_id, self._vertex_id, self._subtask_index, self._attempt_number)
+        fs, root = fsspec.core.url_to_fs(folder)
+        fs.makedirs(root, exist_ok=True)
+        files = []
+        for index, tables in enumerate(snapshots):
+            for name, table in tables.items():
+                url = f"{folder}/op{index}-{name}.arrow"
+                with fs.open(f"{root}/op{index}-{name}.arrow", "wb") as fh:
+                    with ipc.new_file(fh, table.schema) as writer:
+                        writer.write_table(table)
+                    size = fh.tell()
+                files.append(OperatorStateFile(index, name, url, size))
+        return files
+
+
+def check_snapshot(operator: object, tables: object) -> dict[str, pa.Table]:
+    """``tables`` as ``snapshot_state`` must return it (record batches become tables); raises
+    TypeError naming ``operator`` otherwise."""
+    if not isinstance(tables, dict):
+        raise TypeError(f"{operator!r}.snapshot_state returned {type(tables).__name__}, not a dict of tables")
+    checked: dict[str, pa.Table] = {}
+    for name, table in tables.items():
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if not isinstance(name, str) or not name or "/" in name or not isinstance(table, pa.Table):
+            raise TypeError(f"{operator!r}.snapshot_state returned {name!r}: {type(table).__name__}; "
+                            "expected non-empty names without '/' and pyarrow Tables")
+        checked[name] = table
+    return checked
+
+
+# -- restoring --------------------------------------------------------------------------------
+
+def read_task_state(restore: TaskRestore, num_operators: int) -> list[dict[str, pa.Table]]:
+    """The tables of each operator of the chain (head first; ``{}`` for those without files)."""
+    state: list[dict[str, pa.Table]] = [{} for _ in range(num_operators)]
+    for f in restore.files:
+        if not 0 <= f.operator_index < num_operators:
+            raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: state file {f.path} belongs to operator "
+                                    f"{f.operator_index}, but the chain has {num_operators} operators")
+        try:
+            with fsspec.open(f.path, "rb") as fh:
+                table = ipc.open_file(pa.PythonFile(fh, mode="r")).read_all()
+        except Exception as exc:  # noqa: BLE001 - any failure names the file
+            raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: cannot read state file {f.path}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        state[f.operator_index][f.name] = table
+    return state
