@@ -5,6 +5,7 @@ gate hands out a fixed script, the snapshot sink records what the task hands it.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from yarnflow.worker.runtime.elements import (
     decode_event,
     encode_event,
 )
+from yarnflow.worker.runtime.gate import InputGate
 from yarnflow.worker.runtime.partition import ResultPartition
 from yarnflow.worker.runtime.stream_task import StreamTask
 from yarnflow.worker.runtime.writer import RecordWriter
@@ -274,6 +276,18 @@ def test_notifications_run_the_operators_hooks_between_elements() -> None:
     st.invoke()
     # put while the gate handed out element 2: taken right after it, before the next poll
     assert log == [("out", 1), ("out", 2), ("complete", 3), ("aborted", 4), ("end",)]
+
+
+def test_mail_wakes_a_task_waiting_on_its_gate() -> None:
+    log: list[Any] = []
+    gate = InputGate(1, 4)
+    st = StreamTask([Seen(log)], gate, [0], [RecordingWriter(log)], lambda: False, "t")  # type: ignore[list-item]
+    st.mailbox.put(NotifyCheckpoint(1, complete=True))
+    started = time.monotonic()
+    assert gate.poll(5.0) is None
+    assert time.monotonic() - started < 0.1
+    gate.push(0, b(1))
+    assert gate.poll(5.0) == (0, b(1))  # woken once, then polls as before
 
 
 def test_a_failed_snapshot_declines_but_still_forwards_the_barrier() -> None:

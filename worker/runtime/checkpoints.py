@@ -111,13 +111,22 @@ class SnapshotWriter:
     def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
                sync_ms: int) -> None:
         """Write ``snapshots`` (one dict per operator of the chain, head first) and acknowledge."""
-        if self._closed:
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint-writer {self._name}")
-        self._pool.submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms)
+        if not self._closed:
+            self._background().submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms)
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
+        """Decline ``checkpoint_id`` (in the background, after the answers before it)."""
+        if self._closed:
+            self._decline_now(checkpoint_id, reason)
+        else:
+            self._background().submit(self._decline_now, checkpoint_id, reason)
+
+    def _background(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint-writer {self._name}")
+        return self._pool
+
+    def _decline_now(self, checkpoint_id: int, reason: str) -> None:
         log.info("%s declines checkpoint %d: %s", self._name, checkpoint_id, reason)
         try:
             self._responder.decline(checkpoint_id, reason)
@@ -137,7 +146,7 @@ class SnapshotWriter:
             files = self.write_files(checkpoint_id, snapshots)
         except Exception as exc:  # noqa: BLE001 - any failure declines the checkpoint
             log.debug("%s: writing checkpoint %d failed", self._name, checkpoint_id, exc_info=True)
-            self.decline(checkpoint_id, f"writing the state of {self._name} failed: {type(exc).__name__}: {exc}")
+            self._decline_now(checkpoint_id, f"writing the state of {self._name} failed: {type(exc).__name__}: {exc}")
             return
         async_ms = int(round((time.monotonic() - started) * 1000))
         snapshot = TaskStateSnapshot(files, alignment_ms, sync_ms, async_ms)
