@@ -128,7 +128,7 @@ class JobMasterDouble:
         return True
 
     def request_split(self, token: str, job_id: JobID, vertex_id: JobVertexID, subtask_index: int,
-                      attempt_id: ExecutionAttemptID) -> SplitResponse:
+                      attempt_id: ExecutionAttemptID, last_checkpoint_id: int = 0) -> SplitResponse:
         return SplitResponse(no_more_splits=True)
 
     def heartbeat_from_task_executor(self, token: str, job_id: JobID,
@@ -165,8 +165,9 @@ class _AppMasterDouble:
         return self._jm(update.job_id).update_task_execution_state(token, update)
 
     def request_split(self, token: str, job_id: JobID, vertex_id: JobVertexID, subtask_index: int,
-                      attempt_id: ExecutionAttemptID) -> SplitResponse:
-        return self._jm(job_id).request_split(token, job_id, vertex_id, subtask_index, attempt_id)
+                      attempt_id: ExecutionAttemptID, last_checkpoint_id: int = 0) -> SplitResponse:
+        return self._jm(job_id).request_split(token, job_id, vertex_id, subtask_index, attempt_id,
+                                              last_checkpoint_id)
 
     def heartbeat_from_task_executor(self, token: str, job_id: JobID,
                                      payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:

@@ -265,8 +265,20 @@ class CheckpointCoordinator:
         return True
 
     def decline(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, reason: str) -> None:
+        """A task could not take its snapshot. A decline of a checkpoint older than the latest
+        triggered one (a task moved on to the newer barrier) counts as subsumed, not failed."""
         if checkpoint_id in self.pending:
-            self._abort(checkpoint_id, CheckpointFailureReason.DECLINED, f"{attempt_id}: {reason}")
+            superseded = any(i > checkpoint_id for i in self.pending)
+            self._abort(checkpoint_id, CheckpointFailureReason.SUBSUMED if superseded
+                        else CheckpointFailureReason.DECLINED, f"{attempt_id}: {reason}")
+
+    def acknowledge_finished(self, attempt_id: ExecutionAttemptID, handle: object) -> None:
+        """A task finished before taking its snapshot of the pending checkpoints: everything it
+        emitted reached its consumers before their barriers, so it counts as acknowledged with
+        ``handle`` (Flink's FLIP-147)."""
+        for checkpoint_id in sorted(self.pending):
+            if attempt_id in self._awaiting.get(checkpoint_id, ()):
+                self.acknowledge(checkpoint_id, attempt_id, handle)
 
     def _expire(self, checkpoint_id: int) -> None:
         stats = self.pending.get(checkpoint_id)

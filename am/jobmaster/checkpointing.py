@@ -103,8 +103,8 @@ class JobCheckpoints:
         finished: set[SubtaskId] = set()
         running: list[Execution] = []
         for ex in self._graph.current_executions():
-            if ex.state == ExecutionState.FINISHED:
-                finished.add(self._sid_of(ex))
+            if ex.state == ExecutionState.FINISHED or (ex.restore is not None and ex.restore.finished):
+                finished.add(self._sid_of(ex))  # a subtask restored as finished only drains
             elif ex.state == ExecutionState.RUNNING:
                 acknowledge.add(ex.attempt_id)
                 running.append(ex)
@@ -113,7 +113,7 @@ class JobCheckpoints:
         if not running:
             return None
         trigger = tuple(ex.attempt_id for ex in running
-                        if all(sub.current.state == ExecutionState.FINISHED
+                        if all(self._sid_of(sub.current) in finished
                                for up in self._upstream[str(ex.vertex.job_vertex.vertex_id)]
                                for sub in self._graph.vertices[up].subtasks))
         if not trigger:
@@ -125,6 +125,10 @@ class JobCheckpoints:
     def acknowledge(self, ex: Execution, checkpoint_id: int, snapshot: TaskStateSnapshot) -> bool:
         return self.coordinator.acknowledge(checkpoint_id, ex.attempt_id, (self._sid_of(ex), tuple(snapshot.files)),
                                             snapshot.size_bytes, snapshot.alignment_ms)
+
+    def task_finished(self, ex: Execution) -> None:
+        """A task reached FINISHED: pending checkpoints waiting for it count it as finished."""
+        self.coordinator.acknowledge_finished(ex.attempt_id, (self._sid_of(ex), None))
 
     def drain(self, address_of: Callable[[ExecutionAttemptID], tuple[str, str] | None]) -> list[Action]:
         """The coordinator's decisions as JobMaster actions; ``address_of(attempt)`` gives the
@@ -148,8 +152,8 @@ class JobCheckpoints:
         if isinstance(action, FinalizeCheckpoint):
             states: dict[SubtaskId, SubtaskState] = {}
             for handle in action.state_handles.values():
-                sid, files = cast(tuple[SubtaskId, tuple[OperatorStateFile, ...]], handle)
-                states[sid] = SubtaskState(files, False)
+                sid, files = cast(tuple[SubtaskId, "tuple[OperatorStateFile, ...] | None"], handle)
+                states[sid] = SubtaskState(files or (), files is None)  # None: it had finished
             for sid in self._finished_at.get(action.checkpoint_id, frozenset()):
                 states[sid] = SubtaskState((), True)
             self._states[action.checkpoint_id] = states

@@ -394,6 +394,8 @@ class JobMasterCore:
             if len(self._all_running) == len(self._region_of):
                 self.all_running_time_ms = self._clock.now_ms()
         if target == ExecutionState.FINISHED:
+            if self.checkpoints is not None:
+                self.checkpoints.task_finished(ex)
             self._on_finished(ex)
         return True
 

@@ -202,3 +202,23 @@ def test_stop_aborts_pending_and_triggers_no_more() -> None:
     d.drain()
     assert not d.coordinator.pending
     assert not d.of(TriggerCheckpoint, d.advance(5_000))
+
+
+def test_a_decline_of_a_superseded_checkpoint_is_not_a_failure() -> None:
+    d = Driver(max_concurrent=2, tolerable_failures=0)
+    d.coordinator.trigger()
+    d.coordinator.trigger()
+    d.coordinator.decline(1, MAP, "a newer barrier arrived first")
+    out = d.drain()
+    assert not d.of(FailJobOnCheckpoints, out)
+    assert d.coordinator.history[0].failure == CheckpointFailureReason.SUBSUMED
+
+
+def test_a_task_that_finished_counts_as_acknowledged() -> None:
+    d = Driver()
+    d.coordinator.trigger()
+    d.coordinator.acknowledge_finished(SRC, "finished")
+    d.coordinator.acknowledge(1, MAP, "h")
+    d.coordinator.acknowledge(1, SINK, "h")
+    (finalize,) = d.of(FinalizeCheckpoint, d.drain())
+    assert finalize.state_handles[SRC] == "finished"

@@ -202,3 +202,41 @@ def test_acknowledgements_of_old_attempts_do_not_count() -> None:
     assert not d.ack(deploys[0], 1)
     assert d.core.task_state_changed(TaskExecutionStateUpdate(JOB, deploys[0].attempt_id, S.RUNNING)) is False
     assert JobVertexID("v-src") in d.core.graph.vertices
+
+
+def test_a_task_finishing_during_a_checkpoint_counts_as_finished_in_it() -> None:
+    src, sink = vertex("src", 1, source=True), vertex("sink", 1)
+    jg = JobGraph(JOB, "finishing", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
+                                                          ExchangeMode.PIPELINED, ["k"])],
+                  artifact_uri="file:///job.zip", runtime_mode="STREAMING")
+    d = CkptDriver(jg)
+    deploys = d.running()
+    source = next(x for x in deploys if x.tdd.task_name == "src")
+    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    d.advance(1_000)                      # checkpoint 1 triggered at the source ...
+    d.report(source, S.FINISHED)          # ... which ends before taking its snapshot
+    d.ack(consumer, 1)
+    (write,) = d.of(WriteCheckpointMetadata)
+    assert write.metadata["subtasks"][f"{src.vertex_id}#0"] == {"finished": True, "files": []}  # type: ignore[index]
+
+
+def test_a_subtask_restored_as_finished_is_not_asked_for_snapshots() -> None:
+    src, sink = vertex("src", 1, source=True), vertex("sink", 1)
+    jg = JobGraph(JOB, "drained", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
+                                                        ExchangeMode.PIPELINED, ["k"])],
+                  artifact_uri="file:///job.zip", runtime_mode="STREAMING")
+    d = CkptDriver(jg)
+    deploys = d.running()
+    source = next(x for x in deploys if x.tdd.task_name == "src")
+    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    d.report(source, S.FINISHED)
+    d.advance(1_000)
+    d.ack(consumer, 1)
+    d.core.checkpoint_metadata_written(1)
+    d.drain()
+    d.report(consumer, S.FAILED, ErrorInfo("ValueError", "boom"))
+    d.advance(0)
+    redeployed = [x for x in d.of(DeployTask) if x.tdd.restore is not None]
+    d.run_all(redeployed)                 # the restored source runs only to drain
+    triggers = d.of(TriggerTaskCheckpoint, d.advance(1_000))
+    assert [t.attempt_id for t in triggers] == [x.attempt_id for x in redeployed if x.tdd.task_name == "sink"]
