@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 CANCEL_TIMEOUT_MS = 15_000
 #: the error class of a deployment refused because the checkpoint it restores cannot be read
 CHECKPOINT_NOT_READABLE = "CheckpointNotReadableError"
+#: the error class of a task that could not read the state it was to restore
+STATE_RESTORE_ERROR = "StateRestoreError"
 _PARTITION_ERRORS = ("PartitionNotFoundError", "PartitionReleasedError", "RpcConnectionError")
 
 
@@ -533,6 +535,8 @@ class JobMasterCore:
         was_canceling = ex.state == ExecutionState.CANCELING
         ex.failure = error
         ex.transition(ExecutionState.FAILED)
+        if error.error_class == STATE_RESTORE_ERROR and ex.restore is not None and self.checkpoints is not None:
+            self.checkpoints.mark_unreadable(ex.restore.checkpoint_id)  # the task could not read its state
         sid = self._sid(ex)
         if was_canceling or sid in self._restart_pending or self.status != JobStatus.RUNNING:
             self._on_terminal_execution()  # a consequence of a failover or cancel under way

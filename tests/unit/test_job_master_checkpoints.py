@@ -240,3 +240,22 @@ def test_a_subtask_restored_as_finished_is_not_asked_for_snapshots() -> None:
     d.run_all(redeployed)                 # the restored source runs only to drain
     triggers = d.of(TriggerTaskCheckpoint, d.advance(1_000))
     assert [t.attempt_id for t in triggers] == [x.attempt_id for x in redeployed if x.tdd.task_name == "sink"]
+
+
+def test_a_task_that_cannot_read_its_state_makes_the_next_restart_use_an_older_checkpoint() -> None:
+    d = CkptDriver(pipeline(1), **{"execution.checkpointing.num-retained": "2"})
+    deploys = d.running()
+    for n in (1, 2):
+        d.advance(1_000)
+        d.complete(n, deploys)
+    d.report(deploys[0], S.FAILED, ErrorInfo("ValueError", "boom"))
+    d.report(deploys[1], S.CANCELED)
+    d.advance(0)
+    restored = [x for x in d.of(DeployTask) if x.tdd.restore is not None]
+    d.run_all(restored)
+    d.report(restored[0], S.FAILED, ErrorInfo("StateRestoreError", "cannot read op0-state.arrow"))
+    for x in restored[1:]:
+        d.report(x, S.CANCELED)
+    d.advance(0)
+    latest = [x for x in d.of(DeployTask) if x.tdd.restore is not None and x not in restored]
+    assert latest and {x.tdd.restore.checkpoint_id for x in latest} == {1}  # type: ignore[union-attr]
