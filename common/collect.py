@@ -4,10 +4,14 @@ Three sides use it, and only through this module:
 
 - a worker's collect sink writes Arrow IPC files (``open_writer``) into
   ``collect_dir(job storage dir, sink uid)``, under hidden names while its subtask runs, renamed
-  to ``part-<subtask>.arrow`` when the subtask finishes (see ``worker/operators/sinks.py``);
+  to ``part-<subtask>.arrow`` when the subtask finishes; with checkpoints it is two-phase, as
+  the file sinks: ``part-<subtask>-<n>.arrow`` files are committed when the checkpoint that
+  covers them completes (and at the end of input), so the rows of a failed attempt after its
+  last completed checkpoint are never seen (see ``worker/operators/sinks.py``);
 - the JobMaster, once the job is FINISHED, lists the committed files of every collect sink
   (``list_collected``) into the JobResult;
-- the client reads a sink's committed files back as one table (``read_collected``).
+- the client reads a sink's committed files back as one table (``read_collected``), in
+  the order ``sort_parts`` gives (by subtask, then part number).
 
 A file is committed when its name is visible: names starting with ``.`` or ``_`` are staging
 files of running (or failed) attempts and are never listed or read.
@@ -24,7 +28,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 __all__ = ["EXTENSION", "collect_dir", "collect_root", "is_committed", "list_collected", "open_writer",
-           "read_collected"]
+           "read_collected", "sort_parts"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,21 @@ def is_committed(path: str) -> bool:
     return not posixpath.basename(path).startswith((".", "_"))
 
 
+def _part_key(path: str) -> tuple[Any, ...]:
+    """``part-00001-10.arrow`` -> (0, "part", 1, 10): numbers compare as numbers."""
+    name = posixpath.basename(path)
+    stem = name[:-len(EXTENSION)] if name.endswith(EXTENSION) else name
+    pieces = stem.split("-")
+    if all(p.isdigit() for p in pieces[1:]):
+        return (0, pieces[0], *(int(p) for p in pieces[1:]))
+    return (1, name)
+
+
+def sort_parts(paths: list[str]) -> list[str]:
+    """``paths`` by subtask, then part number (``part-0-10`` after ``part-0-9``), others last by name."""
+    return sorted(paths, key=_part_key)
+
+
 def open_writer(fh: Any, schema: pa.Schema) -> Any:
     """A writer of record batches in the collect format onto the open binary file ``fh``."""
     return ipc.new_file(fh, schema)
@@ -61,7 +80,7 @@ def list_collected(job_storage_dir: str) -> dict[str, list[str]]:
         if not fs.exists(root):
             return out
         for d in fs.ls(root, detail=False):
-            out[posixpath.basename(d)] = [fs.unstrip_protocol(f) for f in sorted(fs.ls(d, detail=False))
+            out[posixpath.basename(d)] = [fs.unstrip_protocol(f) for f in sort_parts(fs.ls(d, detail=False))
                                           if is_committed(f)]
     except OSError as exc:
         log.warning("listing collected results under %s: %s", job_storage_dir, exc)
@@ -75,7 +94,7 @@ def read_collected(job_storage_dir: str, uid: str) -> pa.Table | None:
     if not fs.exists(directory):
         return None
     tables = []
-    for f in sorted(fs.ls(directory, detail=False)):
+    for f in sort_parts(fs.ls(directory, detail=False)):
         if not is_committed(f):
             continue
         with fs.open(f, "rb") as fh:

@@ -5,6 +5,7 @@ attempts of its subtask left, and ``pyarrow.dataset`` sees only committed files.
 from __future__ import annotations
 
 import os
+import random
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -133,3 +134,193 @@ def test_collect_protocol_lists_and_reads_only_committed_files(tmp_path):
     assert read_collected(store, "c-1")["i"].to_pylist() == [0, 1, 2]
     assert list_collected(str(tmp_path / "nothing")) == {}
     assert read_collected(store, "missing") is None
+
+
+# -- with checkpoints: two-phase commit ------------------------------------------------------------
+
+def ckpt_sink(folder, attempt: int = 0, subtask: int = 0, roll: int | None = None, cls=ParquetSink,
+              restore: dict[str, pa.Table] | None = None, **ctx):
+    """A sink of a job with checkpoints; ``restore``: the state it restores (as the runtime
+    does: after setup, before open)."""
+    op = cls(str(folder), roll_size_bytes=roll) if cls is not CollectSink else cls("c-1")
+    OperatorHarness(op, subtask_index=subtask, parallelism=4, attempt_number=attempt, checkpointing=True,
+                    open=False, **ctx)
+    if restore is not None:
+        op.initialize_state(ipc_copy(restore))
+    op.open()
+    return op
+
+
+def ipc_copy(state: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    out = {}
+    for name, table in state.items():
+        buf = pa.BufferOutputStream()
+        with pa.ipc.new_file(buf, table.schema) as w:
+            w.write_table(table)
+        out[name] = pa.ipc.open_file(pa.BufferReader(buf.getvalue())).read_all()
+    return out
+
+
+def test_parts_are_committed_only_when_their_checkpoint_completes(tmp_path):
+    s = ckpt_sink(tmp_path)
+    s.process_batch(rows(0, 5))
+    state = s.snapshot_state(1)
+    assert state["pending"].schema == pa.schema([("checkpoint_id", pa.int64()), ("part", pa.int64()),
+                                                 ("staged", pa.string()), ("final", pa.string())])
+    assert state["pending"].select(["checkpoint_id", "part", "final"]).to_pylist() == [
+        {"checkpoint_id": 1, "part": 0, "final": "part-00000-0.parquet"}]
+    assert state["counter"].to_pylist() == [{"next_part": 1}]
+    s.process_batch(rows(5, 5))  # after the barrier: in the next part
+    assert visible(tmp_path) == [] and dataset_rows(tmp_path) == []
+    s.notify_checkpoint_complete(1)
+    assert visible(tmp_path) == ["part-00000-0.parquet"]
+    assert dataset_rows(tmp_path) == list(range(5))
+    s.snapshot_state(2)
+    s.process_batch(rows(10, 5))
+    s.finish()  # end of input: the final commit, also of checkpoint 2 never notified
+    assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet", "part-00000-2.parquet"]
+    assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
+    assert dataset_rows(tmp_path) == list(range(15))
+
+
+def test_an_aborted_checkpoint_parts_are_committed_by_the_next_completed_one(tmp_path):
+    s = ckpt_sink(tmp_path)
+    s.process_batch(rows(0, 3))
+    s.snapshot_state(1)
+    s.notify_checkpoint_aborted(1)
+    s.process_batch(rows(3, 3))
+    s.snapshot_state(2)
+    assert visible(tmp_path) == []
+    s.notify_checkpoint_complete(2)
+    assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet"]
+    assert dataset_rows(tmp_path) == list(range(6))
+
+
+def test_a_failed_attempt_rows_after_its_checkpoint_are_never_visible_and_restore_commits_the_pending(tmp_path):
+    first = ckpt_sink(tmp_path, attempt=0, roll=1)
+    first.process_batch(rows(0, 4))
+    first.process_batch(rows(4, 4))  # rolled: two parts before the barrier
+    state = first.snapshot_state(1)  # checkpoint 1 completes, but the notification is lost
+    first.process_batch(rows(8, 4))  # after the barrier: lost with the attempt
+    first.close()  # failed
+    assert visible(tmp_path) == [] and dataset_rows(tmp_path) == []
+    assert len(os.listdir(tmp_path)) == 2  # the pending parts stay, hidden
+
+    retry = ckpt_sink(tmp_path, attempt=1, roll=1, restore=state)
+    assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet"]
+    retry.process_batch(rows(8, 4))  # the source replays from the checkpoint
+    retry.finish()
+    assert dataset_rows(tmp_path) == list(range(12))
+    assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
+
+
+def test_restore_deletes_parts_committed_after_the_checkpoint_and_other_hidden_files(tmp_path):
+    first = ckpt_sink(tmp_path, attempt=0)
+    first.process_batch(rows(0, 3))
+    chk1 = first.snapshot_state(1)
+    first.notify_checkpoint_complete(1)
+    first.process_batch(rows(3, 3))
+    first.snapshot_state(2)
+    first.notify_checkpoint_complete(2)
+    first.process_batch(rows(6, 3))
+    first.finish()  # finished; then a failure elsewhere restores checkpoint 1 (2's state unreadable)
+    neighbour = ckpt_sink(tmp_path, subtask=1)
+    neighbour.process_batch(rows(100, 2))
+    neighbour.snapshot_state(1)  # pending, hidden: not this subtask's to delete
+    killed = ckpt_sink(tmp_path, attempt=1, restore=chk1)
+    killed.process_batch(rows(3, 1))  # killed: its in-progress part stays behind
+    assert visible(tmp_path) == ["part-00000-0.parquet"]  # parts 1 and 2 came after checkpoint 1
+
+    retry = ckpt_sink(tmp_path, attempt=2, restore=chk1)
+    assert sorted(os.listdir(tmp_path))[0].startswith(".part-00001-")  # only the neighbour's is left
+    assert len(os.listdir(tmp_path)) == 2
+    retry.process_batch(rows(3, 6))
+    retry.finish()
+    assert dataset_rows(tmp_path) == list(range(9))
+
+
+def test_a_new_attempt_without_state_deletes_its_subtask_parts(tmp_path):
+    first = ckpt_sink(tmp_path, attempt=0)
+    first.process_batch(rows(0, 3))
+    first.finish()
+    again = ckpt_sink(tmp_path, attempt=1)  # restarted from nothing: it writes everything again
+    assert visible(tmp_path) == []
+    again.process_batch(rows(0, 3))
+    again.finish()
+    assert dataset_rows(tmp_path) == [0, 1, 2]
+
+
+def test_rows_held_for_their_types_at_a_barrier_are_in_the_state(tmp_path):
+    s = ckpt_sink(tmp_path)
+    s.process_batch(pa.record_batch({"i": [1, 2], "x": pa.nulls(2)}))  # type of x not known yet
+    state = s.snapshot_state(1)
+    assert state["held"].num_rows == 2 and state["pending"].num_rows == 0
+    s.close()
+    retry = ckpt_sink(tmp_path, attempt=1, restore=state)
+    retry.process_batch(pa.record_batch({"i": [3], "x": ["a"]}))
+    retry.finish()
+    table = pads.dataset(str(tmp_path), format="parquet").to_table()
+    assert sorted(table["i"].to_pylist()) == [1, 2, 3] and table.schema.field("x").type == pa.string()
+
+
+def test_collect_sink_with_checkpoints_shows_only_committed_rows(tmp_path):
+    store = str(tmp_path / "job")
+    s = ckpt_sink(tmp_path, cls=CollectSink, job_storage_dir=store)
+    s.process_batch(rows(0, 3))
+    state = s.snapshot_state(1)
+    s.process_batch(rows(3, 3))
+    assert read_collected(store, "c-1") is None
+    s.close()  # failed before the notification
+    retry = ckpt_sink(tmp_path, cls=CollectSink, attempt=1, job_storage_dir=store, restore=state)
+    assert read_collected(store, "c-1")["i"].to_pylist() == [0, 1, 2]
+    for k in range(11):  # parts 1..11: read back in part order, not name order
+        retry.process_batch(rows(3 + k, 1))
+        retry.snapshot_state(2 + k)
+    retry.notify_checkpoint_complete(12)
+    retry.finish()
+    assert read_collected(store, "c-1")["i"].to_pylist() == list(range(14))
+    [files] = list_collected(store).values()
+    assert [os.path.basename(f) for f in files][-3:] == ["part-00000-9.arrow", "part-00000-10.arrow",
+                                                         "part-00000-11.arrow"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_failures_snapshots_and_notifications_give_every_row_exactly_once(seed, tmp_path):
+    """A replayable input through the sink with random checkpoints (some aborted, some whose
+    notification is lost) and failures that restore the latest completed checkpoint."""
+    rng = random.Random(seed)
+    n_batches = 40
+    completed: dict[int, tuple[dict[str, pa.Table], int]] = {}  # id -> (sink state, input position)
+    next_id, attempt = 1, 0
+    s = ckpt_sink(tmp_path, roll=rng.choice([None, 64]))
+    position = 0
+    while position < n_batches:
+        roll = rng.random()
+        if roll < 0.6:
+            s.process_batch(rows(position * 5, 5))
+            position += 1
+        elif roll < 0.85:
+            state = ipc_copy(s.snapshot_state(next_id))
+            fate = rng.random()
+            if fate < 0.6:  # completed (the JobMaster restores it from now on) ...
+                completed[next_id] = (state, position)
+                if fate < 0.45:  # ... and the notification arrived
+                    s.notify_checkpoint_complete(next_id)
+            else:
+                s.notify_checkpoint_aborted(next_id)
+            next_id += 1
+        else:  # the attempt fails (or is killed without close)
+            if rng.random() < 0.5:
+                s.close()
+            attempt += 1
+            if completed:
+                latest = max(completed)
+                state, position = completed[latest]
+                s = ckpt_sink(tmp_path, attempt=attempt, roll=64, restore=state)
+            else:
+                position = 0
+                s = ckpt_sink(tmp_path, attempt=attempt, roll=64)
+            assert len(dataset_rows(tmp_path)) == len(set(dataset_rows(tmp_path)))
+    s.finish()
+    assert dataset_rows(tmp_path) == list(range(n_batches * 5))
+    assert sorted(os.listdir(tmp_path)) == visible(tmp_path)

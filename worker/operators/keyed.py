@@ -14,10 +14,40 @@ import pyarrow.compute as pc
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.snapshots import owned_rows, require_columns
+from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
 
 AGG_FUNCS = ("sum", "min", "max", "count")
 _COMBINE = {"sum": "sum", "min": "min", "max": "max", "count": "sum"}
 _COMPACT_ROWS = 1 << 20
+
+
+def keyed_state_table(rows: list[dict[str, Any]], schema: pa.Schema | None, keys: Sequence[str],
+                      max_parallelism: int) -> pa.Table:
+    """``rows`` (one per key) as a table of ``schema`` (inferred when the rows no longer fit it)
+    with a ``key_group`` column (int32) first."""
+    try:
+        table = pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        table = pa.Table.from_pylist(rows)
+    return with_key_groups(table, keys, max_parallelism)
+
+
+def with_key_groups(table: pa.Table, keys: Sequence[str], max_parallelism: int) -> pa.Table:
+    """``table`` with a first column ``key_group`` (int32): each row's key group."""
+    groups = pa.array(key_groups(table, keys, max_parallelism) if table.num_rows else [], pa.int32())
+    return table.add_column(0, "key_group", groups)
+
+
+def restored_rows(state: dict[str, pa.Table], name: str, keys: Sequence[str], op: Operator) -> pa.Table | None:
+    """The rows of the restored table ``name`` in ``op``'s key-group range, without ``key_group``."""
+    table = state.get(name)
+    if table is None:
+        return None
+    require_columns(table, name, ["key_group", *keys])
+    ctx = op.ctx
+    table = owned_rows(table, key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index))
+    return table.drop_columns(["key_group"])
 
 
 def check_columns(schema: pa.Schema, columns: Sequence[str], op_name: str) -> None:
@@ -28,7 +58,10 @@ def check_columns(schema: pa.Schema, columns: Sequence[str], op_name: str) -> No
 
 
 class KeyedAggregate(Operator):
-    """``key_by(keys).sum(col)`` and friends: aggregates (column, function) per key."""
+    """``key_by(keys).sum(col)`` and friends: aggregates (column, function) per key.
+
+    State (table ``aggregates``): ``key_group`` (int32), the key columns and one column per
+    aggregate, typed as the output; one row per key."""
 
     kind = "keyed_aggregate"
 
@@ -42,7 +75,7 @@ class KeyedAggregate(Operator):
         self._partials: list[pa.Table] = []
         self._partial_rows = 0
         self._state: dict[tuple[Any, ...], list[Any]] = {}
-        self._out_schema: pa.Schema | None = None
+        self._state_schema: pa.Schema | None = None  # keys + aggregates, as the partials have them
         self._checked = False
 
     def _names(self) -> list[str]:
@@ -80,6 +113,8 @@ class KeyedAggregate(Operator):
         self._partials, self._partial_rows = [merged], merged.num_rows
 
     def _upsert(self, partial: pa.Table) -> None:
+        if self._state_schema is None or not any(pa.types.is_null(f.type) for f in partial.schema):
+            self._state_schema = partial.schema
         nk = len(self.keys)
         funcs = [_COMBINE[f] for _, f in self.aggs]
         rows = partial.to_pylist()
@@ -103,6 +138,33 @@ class KeyedAggregate(Operator):
         if out:
             self.output.collect(pa.RecordBatch.from_pylist(out, schema=partial.schema))
 
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        if self.ctx.is_batch:
+            if not self._partials:
+                return {}
+            self._compact()
+            return {"aggregates": with_key_groups(self._partials[0], self.keys, self.ctx.max_parallelism)}
+        if not self._state:
+            return {}
+        names = (self._state_schema.names if self._state_schema is not None
+                 else self.keys + self._names())
+        rows = [dict(zip(names, (*key, *values))) for key, values in self._state.items()]
+        return {"aggregates": keyed_state_table(rows, self._state_schema, self.keys, self.ctx.max_parallelism)}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        table = restored_rows(state, "aggregates", self.keys, self)
+        if table is None or table.num_rows == 0:
+            return
+        require_columns(table, "aggregates", self._names())
+        table = table.select(self.keys + self._names())
+        if self.ctx.is_batch:
+            self._partials, self._partial_rows = [table], table.num_rows
+            return
+        self._state_schema = table.schema
+        nk = len(self.keys)
+        for values in zip(*(table.column(c).to_pylist() for c in table.column_names)):
+            self._state[tuple(values[:nk])] = list(values[nk:])
+
     def finish(self) -> None:
         if self.ctx.is_batch and self._partials:
             self._compact()
@@ -113,7 +175,10 @@ class KeyedAggregate(Operator):
 
 
 class KeyedReduce(Operator):
-    """``key_by(keys).reduce(fn)``: fn(accumulated_row, row) -> row, per key, row by row."""
+    """``key_by(keys).reduce(fn)``: fn(accumulated_row, row) -> row, per key, row by row.
+
+    State (table ``reduced``): ``key_group`` (int32) and the columns of the stream, typed as
+    the input; one row (the accumulated one) per key."""
 
     kind = "keyed_reduce"
 
@@ -142,6 +207,20 @@ class KeyedReduce(Operator):
             updated[key] = new
         if not self.ctx.is_batch and updated:
             self.output.collect(pa.RecordBatch.from_pylist(list(updated.values()), schema=self._schema))
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        if not self._state:
+            return {}
+        return {"reduced": keyed_state_table(list(self._state.values()), self._schema, self.keys,
+                                             self.ctx.max_parallelism)}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        table = restored_rows(state, "reduced", self.keys, self)
+        if table is None or table.num_rows == 0:
+            return
+        self._schema = table.schema
+        for row in table.to_pylist():
+            self._state[tuple(row[k] for k in self.keys)] = row
 
     def finish(self) -> None:
         if self.ctx.is_batch and self._state:

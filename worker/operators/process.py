@@ -25,7 +25,10 @@ BATCH mode it emits one row per key when the input ends, in STREAMING mode the u
 of every key a batch touched, after that batch (an upsert stream).
 
 Keyed state and timers are scoped to key groups; ``snapshot_key_groups`` / ``restore_key_groups``
-serialise them per key group so a rescaled subtask can take over its share.
+serialise them per key group so a rescaled subtask can take over its share. At a checkpoint,
+``snapshot_state`` gives them as Arrow tables with a ``key_group`` column (``keyed_state`` and,
+for process functions, ``timers``); ``initialize_state`` keeps the rows of this subtask's
+key-group range.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
 from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
 from yarnflow.common.api.state import StateDescriptor, ValueStateDescriptor
-from yarnflow.worker.operators.state import HeapKeyedStateBackend
+from yarnflow.worker.operators.snapshots import dumps, loads, owned_rows, require_columns
+from yarnflow.worker.operators.state import HeapKeyedStateBackend, StateRestoreError
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 from yarnflow.worker.runtime.elements import Watermark
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
@@ -225,6 +229,15 @@ class _TimerQueue:
                 out.append((ts, kg, key))
         return out
 
+    def in_order(self) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """The live timers as (timestamp, key group, key), in the order they would fire."""
+        out, seen = [], set()
+        for ts, _, kg, key in sorted(self._heap, key=lambda e: (e[0], e[1])):
+            if (kg, ts, key) not in seen and (ts, key) in self._groups.get(kg, ()):
+                seen.add((kg, ts, key))
+                out.append((ts, kg, key))
+        return out
+
     def snapshot(self, key_groups: set[int] | None) -> dict[int, list[tuple[int, tuple[Any, ...]]]]:
         return {kg: list(g) for kg, g in self._groups.items() if g and (key_groups is None or kg in key_groups)}
 
@@ -304,6 +317,15 @@ class _KeyedOperator(Operator):
         for tag, buffer in self._sides.items():
             for batch in buffer.drain(self.ctx.batch_size):
                 self.output.collect_side(tag, batch)
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        """Table ``keyed_state``: see ``HeapKeyedStateBackend.snapshot_table``."""
+        return {"keyed_state": self._backend.snapshot_table()}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        table = state.get("keyed_state")
+        if table is not None:
+            self._backend.restore_table(table)
 
     def snapshot_key_groups(self, key_groups: Iterable[int] | None = None) -> bytes:
         """This operator's keyed state (and timers) for ``key_groups`` (default: all)."""
@@ -393,6 +415,37 @@ class KeyedProcessOperator(_KeyedOperator):
     @property
     def pending_timers(self) -> dict[str, int]:
         return {EVENT_TIME: len(self._event_timers), PROCESSING_TIME: len(self._processing_timers)}
+
+    TIMERS_SCHEMA = pa.schema([("key_group", pa.int32()), ("domain", pa.string()), ("timestamp", pa.int64()),
+                               ("key", pa.binary())])
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        """Tables ``keyed_state`` (see ``HeapKeyedStateBackend.snapshot_table``) and ``timers``:
+        one row per timer in firing order, ``key_group`` (int32), ``domain`` (string: EVENT_TIME or
+        PROCESSING_TIME), ``timestamp`` (int64 ms) and ``key`` (binary: the pickled key tuple).
+        The watermark is not state: a restored operator waits for its inputs' watermarks."""
+        cols: dict[str, list[Any]] = {name: [] for name in self.TIMERS_SCHEMA.names}
+        for domain, queue in ((EVENT_TIME, self._event_timers), (PROCESSING_TIME, self._processing_timers)):
+            for ts, kg, key in queue.in_order():  # restored in this order: the same firing order
+                cols["key_group"].append(kg)
+                cols["domain"].append(domain)
+                cols["timestamp"].append(ts)
+                cols["key"].append(dumps(key))
+        return {**super().snapshot_state(checkpoint_id), "timers": pa.table(cols, schema=self.TIMERS_SCHEMA)}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        super().initialize_state(state)
+        table = state.get("timers")
+        if table is None:
+            return
+        require_columns(table, "timers", self.TIMERS_SCHEMA.names)
+        queues = {EVENT_TIME: self._event_timers, PROCESSING_TIME: self._processing_timers}
+        table = owned_rows(table, self._backend.key_group_range)
+        for kg, domain, ts, key in zip(*(table.column(c).to_pylist() for c in self.TIMERS_SCHEMA.names)):
+            queue = queues.get(domain)
+            if queue is None:
+                raise StateRestoreError(f"operator '{self.name}': restored timer of unknown domain {domain!r}")
+            queue.add(ts, kg, loads(key))
 
     def snapshot_key_groups(self, key_groups: Iterable[int] | None = None) -> bytes:
         wanted = None if key_groups is None else set(key_groups)

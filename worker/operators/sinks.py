@@ -1,9 +1,9 @@
 """Sinks: Parquet files on any fsspec filesystem, and collect (results handed to the client,
 which prints them for ``print()``).
 
-Files are written under hidden staging names and renamed when the subtask finishes, so a
-failed, cancelled or killed attempt never leaves rows behind under a final name (see
-``_StagedFileSink``)."""
+Files are written under hidden staging names and renamed when the subtask finishes (or, with
+checkpoints, when the checkpoint that covers them completes), so a failed, cancelled or killed
+attempt never leaves rows behind under a final name (see ``_StagedFileSink``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from yarnflow.common import collect
 from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.snapshots import require_columns, single_row
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,23 @@ class _StagedFileSink(Operator):
     a failed or cancelled attempt deletes its parts, and a new attempt first deletes whatever
     hidden parts earlier attempts of its subtask left (a killed process cleans nothing). A
     subtask that commits again (it was restarted after finishing) replaces its files and deletes
-    its earlier parts that this attempt did not write."""
+    its earlier parts that this attempt did not write.
+
+    With checkpoints (``ctx.checkpointing``) it is two-phase, as Flink's FileSink: final names
+    are always ``part-<subtask>-<n><ext>``, ``n`` counting on over checkpoints and attempts.
+    ``snapshot_state(c)`` closes the part being written and records the closed parts as pending
+    for ``c``; ``notify_checkpoint_complete(c)`` renames the pending parts of checkpoints
+    ``<= c`` to their final names; an aborted checkpoint's parts stay pending for the next
+    completed one. ``finish`` commits everything (end of input). A failed attempt deletes only
+    the parts after its last checkpoint: pending ones may belong to a completed checkpoint whose
+    notification it never got. A restored attempt (``initialize_state``) commits the pending
+    parts of the restored state, deletes every other hidden part of its subtask, and deletes the
+    committed parts numbered at or above the restored part counter (written after that
+    checkpoint by an attempt that then finished). A new attempt with no restored state deletes
+    every part of its subtask. State: table ``pending`` (``checkpoint_id`` int64, ``part``
+    int64, ``staged`` and ``final`` strings: file names in the sink's folder) and table
+    ``counter`` (one row: ``next_part`` int64, and ``held``, batches waiting for their column
+    types, as table ``held``)."""
 
     extension = ""
 
@@ -71,7 +88,11 @@ class _StagedFileSink(Operator):
         self._fs: Any = None
         self._dir = ""
         self._stage = ""
-        self._staged: list[str] = []  # closed parts waiting for the subtask to finish
+        self._staged: list[str] = []  # closed parts waiting for the subtask to finish (or a checkpoint)
+        #: with checkpoints: checkpoint id -> the (part, staged path) it closed, not yet committed
+        self._pending: dict[int, list[tuple[int, str]]] = {}
+        self._first_part = 0  # the number of this attempt's first part (restored counter)
+        self._restored = False
         self._fh: Any = None
         self._writer: Any = None
         self._schema: pa.Schema | None = None
@@ -85,10 +106,32 @@ class _StagedFileSink(Operator):
     def _directory(self) -> str:
         return self.path
 
+    def _init_fs(self) -> None:
+        if self._fs is None:
+            self._fs, self._dir = fsspec.core.url_to_fs(self._directory())
+            self._fs.makedirs(self._dir, exist_ok=True)
+
     def open(self) -> None:
-        self._fs, self._dir = fsspec.core.url_to_fs(self._directory())
-        self._fs.makedirs(self._dir, exist_ok=True)
+        self._init_fs()
         self._delete_leftovers()
+        if self.ctx.checkpointing and not self._restored:
+            self._delete_committed_from(0)  # parts of an attempt whose checkpoints are all gone
+
+    def _part_number(self, basename: str) -> int | None:
+        """The part number of a committed file of this subtask (None for ``part-<subtask><ext>``)."""
+        rest = basename[len(self._subtask_prefix()):len(basename) - len(self.extension)]
+        return int(rest[1:]) if rest else None
+
+    def _delete_committed_from(self, first_part: int) -> None:
+        """Delete this subtask's committed parts numbered ``first_part`` or more (and an unnumbered one)."""
+        for f in self._fs.ls(self._dir, detail=False):
+            name = posixpath.basename(f)
+            if self._is_own_final(name):
+                number = self._part_number(name)
+                if number is None or number >= first_part:
+                    log.info("%s (%d/%d): deleting %s, written after the checkpoint this attempt restored",
+                             self.name, self.ctx.subtask_index + 1, self.ctx.parallelism, f)
+                    self._fs.rm(f)
 
     def _subtask_prefix(self) -> str:
         return f"part-{self.ctx.subtask_index:05d}"
@@ -114,7 +157,7 @@ class _StagedFileSink(Operator):
                 self._fs.rm(f)
 
     def _final_name(self, part: int) -> str:
-        suffix = f"-{part}" if self.roll_size_bytes else ""
+        suffix = f"-{part}" if self.roll_size_bytes or self.ctx.checkpointing else ""
         return posixpath.join(self._dir, f"{self._subtask_prefix()}{suffix}{self.extension}")
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
@@ -150,9 +193,7 @@ class _StagedFileSink(Operator):
         if self._writer is None:
             if self._schema is None:
                 self._schema = batch.schema
-            self._stage = posixpath.join(
-                self._dir, f".{self._subtask_prefix()}-{self._part}-attempt{self.ctx.attempt_number}"
-                           f"{self.extension}.inprogress")
+            self._stage = self._stage_name(self._part)
             self._fh = self._fs.open(self._stage, "wb")
             self._writer = self._new_writer(self._fh, self._schema)
         self._writer.write_batch(batch)
@@ -173,6 +214,92 @@ class _StagedFileSink(Operator):
         self._part += 1
         self._part_bytes = 0
 
+    def _stage_name(self, part: int) -> str:
+        return posixpath.join(self._dir, f".{self._subtask_prefix()}-{part}-attempt{self.ctx.attempt_number}"
+                                         f"{self.extension}.inprogress")
+
+    def _part_of(self, stage: str) -> int:
+        """The part number in the staged name ``stage`` (as ``_stage_name`` made it)."""
+        return int(posixpath.basename(stage)[len(self._subtask_prefix()) + 2:].split("-", 1)[0])
+
+    # -- checkpoints (two-phase commit) ------------------------------------------------------
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        if not self.ctx.checkpointing:
+            return {}
+        if self._writer is not None:
+            self._close_part()
+        if self._staged:
+            self._pending.setdefault(checkpoint_id, []).extend((self._part_of(s), s) for s in self._staged)
+            self._staged = []
+        pending = [(cid, part, stage) for cid in sorted(self._pending) for part, stage in self._pending[cid]]
+        state = {
+            "pending": pa.table({
+                "checkpoint_id": pa.array([cid for cid, _, _ in pending], pa.int64()),
+                "part": pa.array([part for _, part, _ in pending], pa.int64()),
+                "staged": pa.array([posixpath.basename(stage) for _, _, stage in pending], pa.string()),
+                "final": pa.array([posixpath.basename(self._final_name(part)) for _, part, _ in pending],
+                                  pa.string()),
+            }),
+            "counter": pa.table({"next_part": pa.array([self._part], pa.int64())}),
+        }
+        if self._held:  # rows before the barrier whose column types are not known yet
+            state["held"] = pa.Table.from_batches(self._held).combine_chunks() \
+                if len({b.schema for b in self._held}) == 1 \
+                else pa.concat_tables([pa.Table.from_batches([b]) for b in self._held], promote_options="default")
+        return state
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        done = sorted(cid for cid in self._pending if cid <= checkpoint_id)
+        if not done:
+            return
+        parts = [entry for cid in done for entry in self._pending[cid]]
+        self._commit_parts(parts)
+        for cid in done:
+            del self._pending[cid]
+        log.info("%s (%d/%d): checkpoint %d complete, committed %d files", self.name, self.ctx.subtask_index + 1,
+                 self.ctx.parallelism, checkpoint_id, len(parts))
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Its pending parts wait for the next completed checkpoint, which covers them too."""
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        self._restored = True
+        self._init_fs()
+        counter = single_row(state, "counter", ["next_part"])
+        self._part = self._first_part = int(counter["next_part"]) if counter is not None else 0
+        pending = state.get("pending")
+        parts: list[tuple[int, str]] = []
+        if pending is not None:
+            require_columns(pending, "pending", ["part", "staged"])
+            parts = [(int(part), posixpath.join(self._dir, staged))
+                     for part, staged in zip(pending.column("part").to_pylist(), pending.column("staged").to_pylist())]
+        # the restored checkpoint completed: what it left pending is committed now
+        self._commit_parts(parts, missing_ok=True)
+        self._delete_committed_from(self._part)
+        held = state.get("held")
+        if held is not None and held.num_rows:
+            self._held = held.to_batches()
+            self._held_bytes = sum(b.nbytes for b in self._held)
+        if parts:
+            log.info("%s (%d/%d): restored checkpoint %d, committed its %d pending files", self.name,
+                     self.ctx.subtask_index + 1, self.ctx.parallelism, self.ctx.restored_checkpoint_id, len(parts))
+
+    def _commit_parts(self, parts: list[tuple[int, str]], missing_ok: bool = False) -> None:
+        """Rename each staged part to its final name. A staged file that is gone is an error
+        unless ``missing_ok`` and its final name exists (an earlier attempt committed it)."""
+        for part, stage in parts:
+            final = self._final_name(part)
+            if not self._fs.exists(stage):
+                if missing_ok and self._fs.exists(final):
+                    continue
+                raise FileNotFoundError(f"sink '{self.name}': staged part {stage} is gone and {final} does "
+                                        f"not exist: rows of a completed checkpoint are lost")
+            if self._fs.exists(final):
+                self._fs.rm(final)
+            self._fs.mv(stage, final)
+            self.committed.append(final)
+
     def _commit(self) -> None:
         """Give every staged part its final name, then delete this subtask's committed files
         from an earlier attempt that this one did not replace."""
@@ -180,8 +307,8 @@ class _StagedFileSink(Operator):
             if not self._fs.exists(stage):
                 raise FileNotFoundError(f"sink '{self.name}': staged part {stage} is gone (deleted by a newer "
                                         f"attempt of subtask {self.ctx.subtask_index}?): not committing")
-        for part, stage in enumerate(self._staged):
-            final = self._final_name(part)
+        for stage in self._staged:
+            final = self._final_name(self._part_of(stage))
             if self._fs.exists(final):
                 self._fs.rm(final)
             self._fs.mv(stage, final)
@@ -200,13 +327,19 @@ class _StagedFileSink(Operator):
             self._release_held()
         if self._writer is not None:
             self._close_part()
-        self._commit()
+        if self.ctx.checkpointing:  # end of input: the final commit, of every checkpoint's parts
+            parts = [entry for cid in sorted(self._pending) for entry in self._pending[cid]]
+            self._commit_parts(parts + [(self._part_of(s), s) for s in self._staged])
+            self._pending, self._staged = {}, []
+        else:
+            self._commit()
         if self.committed:
             log.info("%s (%d/%d) committed %d rows in %d files under %s", self.name, self.ctx.subtask_index + 1,
                      self.ctx.parallelism, self.rows, len(self.committed), self._dir)
 
     def close(self) -> None:
-        """Not finished (failed or cancelled): drop every staged part of this attempt."""
+        """Not finished (failed or cancelled): drop the parts of this attempt after its last
+        checkpoint (pending ones stay: a restored attempt commits or deletes them)."""
         if self._writer is not None:
             try:
                 self._writer.close()

@@ -15,7 +15,9 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from yarnflow.common.errors import YarnflowError
-from yarnflow.worker.operators.base import SourceOperator
+from yarnflow.worker.operators.base import Output, RuntimeContext, SourceOperator
+from yarnflow.worker.operators.snapshots import dumps, loads, require_columns, single_row
+from yarnflow.worker.operators.state import StateRestoreError
 
 log = logging.getLogger(__name__)
 
@@ -27,27 +29,45 @@ class SourceReadError(YarnflowError, IOError):
 
 
 class CollectionSource(SourceOperator):
+    """Subtask i of p emits the i-th of p contiguous slices of ``table``.
+
+    State (table ``position``): ``emitted`` (int64), the rows of its slice already emitted; a
+    restored subtask goes on from there."""
+
     kind = "collection_source"
 
     def __init__(self, table: pa.Table, name: str | None = None, uid: str | None = None) -> None:
         super().__init__(name or "collection", uid)
         self.table = table
+        self._emitted = 0
 
     def run(self, cancelled: Callable[[], bool]) -> None:
         n, p, i = self.table.num_rows, self.ctx.parallelism, self.ctx.subtask_index
         start, end = n * i // p, n * (i + 1) // p
-        part = self.table.slice(start, end - start)
+        part = self.table.slice(start + self._emitted, max(0, end - start - self._emitted))
         for batch in part.to_batches(max_chunksize=self.ctx.batch_size):
-            if cancelled():
+            if cancelled():  # a checkpoint taken here holds what was emitted so far
                 return
             if batch.num_rows:
                 self.output.collect(batch)
+                self._emitted += batch.num_rows
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        row = single_row(state, "position", ["emitted"])
+        self._emitted = int(row["emitted"]) if row is not None else 0
 
 
 class GeneratorSource(SourceOperator):
     """Rows made by ``fn(start, n)`` for the global sequence numbers ``[start, start + n)``
     (a RecordBatch, a Table or a dict of columns), in chunks of the batch size dealt round-robin
-    to the subtasks; ``count=None`` is unbounded; ``rate_per_s`` limits rows/s over all subtasks."""
+    to the subtasks; ``count=None`` is unbounded; ``rate_per_s`` limits rows/s over all subtasks.
+
+    State (table ``position``): ``next_index`` (int64), the first sequence number of this
+    subtask's next chunk, and ``chunk_size`` (int64); a restored subtask goes on from there with
+    the same chunk size."""
 
     kind = "generator_source"
 
@@ -62,21 +82,32 @@ class GeneratorSource(SourceOperator):
         self.count = count
         self.rate_per_s = rate_per_s
         self.bounded = count is not None
+        self._size = 0  # rows per chunk, fixed at the first run (or by the restored state)
+        self._chunk = -1  # this subtask's next chunk; -1: its first (the subtask index)
+
+    def setup(self, ctx: RuntimeContext, output: Output) -> None:
+        super().setup(ctx, output)
+        if self._chunk < 0:
+            self._chunk = ctx.subtask_index
+
+    def _chunk_size(self) -> int:
+        size = self.ctx.batch_size
+        if self.rate_per_s is not None:
+            size = max(1, min(size, int(self.rate_per_s / self.ctx.parallelism / 10) or 1))  # ~10 batches/s
+        return size
 
     def run(self, cancelled: Callable[[], bool]) -> None:
         import time
 
         from yarnflow.worker.operators.transforms import to_batches
 
-        p, i, size = self.ctx.parallelism, self.ctx.subtask_index, self.ctx.batch_size
-        if self.rate_per_s is not None:
-            size = max(1, min(size, int(self.rate_per_s / p / 10) or 1))  # ~10 batches/s per subtask
+        p, size = self.ctx.parallelism, self._size or self._chunk_size()
+        self._size = size
         my_rate = self.rate_per_s / p if self.rate_per_s else None
         started = time.monotonic()
         emitted = 0
-        chunk = i
-        while not cancelled():
-            start = chunk * size
+        while not cancelled():  # a checkpoint taken here holds the chunks emitted so far
+            start = self._chunk * size
             if self.count is not None and start >= self.count:
                 return
             n = size if self.count is None else min(size, self.count - start)
@@ -87,12 +118,27 @@ class GeneratorSource(SourceOperator):
                 if batch.num_rows:
                     self.output.collect(batch)
             emitted += n
-            chunk += p
+            self._chunk += p
             if my_rate:
                 ahead = emitted / my_rate - (time.monotonic() - started)
                 while ahead > 0 and not cancelled():
                     time.sleep(min(ahead, 0.05))
                     ahead = emitted / my_rate - (time.monotonic() - started)
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        size = self._size or self._chunk_size()
+        return {"position": pa.table({"next_index": pa.array([self._chunk * size], pa.int64()),
+                                      "chunk_size": pa.array([size], pa.int64())})}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        row = single_row(state, "position", ["next_index", "chunk_size"])
+        if row is None:
+            return
+        size, next_index = int(row["chunk_size"]), int(row["next_index"])
+        if size <= 0 or next_index % size:
+            raise StateRestoreError(f"source '{self.name}': restored position {next_index} is not at a "
+                                    f"chunk boundary of size {size}")
+        self._size, self._chunk = size, next_index // size
 
 
 def expand_paths(path: str | list[str]) -> tuple[Any, list[str]]:
@@ -118,10 +164,28 @@ def expand_paths(path: str | list[str]) -> tuple[Any, list[str]]:
     return fs, sorted(set(files))
 
 
+class _HeldSplit:
+    """A split a file source holds, and how many of its rows it emitted."""
+
+    __slots__ = ("split_id", "payload", "offset", "payload_bytes")
+
+    def __init__(self, split_id: str, payload: Any, offset: int = 0, payload_bytes: bytes | None = None) -> None:
+        self.split_id = split_id
+        self.payload = payload
+        self.offset = offset
+        self.payload_bytes = payload_bytes if payload_bytes is not None else dumps(payload)
+
+
 class FileSource(SourceOperator):
     """Files as splits (Parquet: one split per row group), handed out by the JobMaster as
     source subtasks ask for work; without a split provider (unit tests), subtask i of p reads
-    every p-th split."""
+    every p-th split.
+
+    State (table ``splits``, one row per split held, the one being read first): ``split_id``
+    (string), ``payload`` (binary: the pickled split payload) and ``offset`` (int64: rows of the
+    split already emitted). A restored subtask reads those splits first, from their offsets,
+    before it asks for new ones. Without a split provider, table ``static_splits`` (``taken``,
+    int64) counts the splits taken from the static list."""
 
     kind = "file_source"
     dynamic_splits = True
@@ -134,6 +198,9 @@ class FileSource(SourceOperator):
         self.path = path
         self.fmt = fmt
         self.options = options or {}
+        #: splits this subtask holds: the one being read first, then those not started
+        self._splits: list[_HeldSplit] = []
+        self._static_taken = 0
 
     def enumerate_splits(self) -> list[tuple[str, Any]]:
         fs, files = expand_paths(self.path)
@@ -151,36 +218,91 @@ class FileSource(SourceOperator):
                 splits.append((file, (file, None)))
         return splits
 
+    @staticmethod
+    def split_id(payload: Any) -> str:
+        """The id ``enumerate_splits`` gives the split ``payload``."""
+        file, group = payload
+        return file if group is None else f"{file}#{group}"
+
     def run(self, cancelled: Callable[[], bool]) -> None:
         fs, _ = fsspec.core.url_to_fs(self.path if isinstance(self.path, str) else self.path[0])
         provider = self.ctx.split_provider
         if provider is None:
             mine = self.enumerate_splits()[self.ctx.subtask_index::self.ctx.parallelism]
-            provider = iter(payload for _, payload in mine).__next__
+            static = iter(payload for _, payload in mine[self._static_taken:])
+
+            def provider() -> Any:
+                payload = next(static, None)
+                if payload is not None:
+                    self._static_taken += 1
+                return payload
         count = 0
         while True:
-            try:
-                split = provider()
-            except StopIteration:
-                split = None
-            if split is None or cancelled():
-                break
+            if not self._splits:  # restored splits first, then new ones
+                try:
+                    payload = provider()
+                except StopIteration:
+                    payload = None
+                if payload is None:
+                    break
+                # held (so in every later snapshot) before anything can take a checkpoint
+                self._splits.append(_HeldSplit(self.split_id(payload), payload))
+                if cancelled():
+                    break
+            split = self._splits[0]
             count += 1
-            file, group = split
+            file, group = split.payload
             try:
-                for batch in self._read(fs, file, group):
-                    if cancelled():
+                for batch in self._read(fs, file, group, skip=split.offset):
+                    if cancelled():  # a checkpoint taken here holds the offsets emitted so far
                         return
                     if batch.num_rows:
                         self.output.collect(batch)
+                        split.offset += batch.num_rows
             except (pa.ArrowInvalid, pa.ArrowException, UnicodeDecodeError, OSError, ValueError) as exc:
                 if isinstance(exc, SourceReadError):
                     raise
                 raise SourceReadError(f"cannot read {self.fmt} file {fs.unstrip_protocol(file)}: "
                                       f"{type(exc).__name__}: {exc}") from exc
+            self._splits.pop(0)  # read to its end: no longer in the state
         log.info("%s (%d/%d) read %d splits", self.name, self.ctx.subtask_index + 1, self.ctx.parallelism, count)
 
-    def _read(self, fs: Any, file: str, group: int | None = None) -> Iterator[pa.RecordBatch]:
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        splits = pa.table({
+            "split_id": pa.array([s.split_id for s in self._splits], pa.string()),
+            "payload": pa.array([s.payload_bytes for s in self._splits], pa.binary()),
+            "offset": pa.array([s.offset for s in self._splits], pa.int64()),
+        })
+        state = {"splits": splits}
+        if self.ctx.split_provider is None:  # splits dealt statically (no JobMaster): how many taken
+            state["static_splits"] = pa.table({"taken": pa.array([self._static_taken], pa.int64())})
+        return state
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        table = state.get("splits")
+        self._splits = []
+        if table is not None:
+            require_columns(table, "splits", ["split_id", "payload", "offset"])
+            for row in table.to_pylist():
+                payload = loads(row["payload"])
+                self._splits.append(_HeldSplit(row["split_id"], payload, int(row["offset"]), row["payload"]))
+        row = single_row(state, "static_splits", ["taken"])
+        self._static_taken = int(row["taken"]) if row is not None else 0
+        if self._splits:
+            log.info("%s (%d/%d) resumes %d splits: %s", self.name, self.ctx.subtask_index + 1,
+                     self.ctx.parallelism, len(self._splits),
+                     ", ".join(f"{s.split_id} at row {s.offset}" for s in self._splits))
+
+    def _read(self, fs: Any, file: str, group: int | None = None, skip: int = 0) -> Iterator[pa.RecordBatch]:
+        """The split's batches, without its first ``skip`` rows."""
+        for batch in self._read_all(fs, file, group):
+            if skip >= batch.num_rows:
+                skip -= batch.num_rows
+                continue
+            yield batch.slice(skip) if skip else batch
+            skip = 0
+
+    def _read_all(self, fs: Any, file: str, group: int | None) -> Iterator[pa.RecordBatch]:
         size = self.ctx.batch_size
         if self.fmt == "parquet":
             with fs.open(file, "rb") as fh:
@@ -190,7 +312,8 @@ class FileSource(SourceOperator):
         elif self.fmt == "csv":
             with fs.open(file, "rb") as fh:
                 reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(block_size=1 << 22))
-                yield from reader
+                for block in reader:  # batches of the batch size: the finer, the closer a checkpoint
+                    yield from pa.Table.from_batches([block]).to_batches(max_chunksize=size)
         elif self.fmt == "json":
             with fs.open(file, "rb") as fh:
                 table = pajson.read_json(io.BytesIO(fh.read()))

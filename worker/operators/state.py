@@ -5,6 +5,12 @@ key column values (a one-column key is a 1-tuple). The operator sets the current
 its key group, computed by ``yarnflow.worker.runtime.keygroups.key_groups``) before calling
 user code; state objects read and write the entry of that current key.
 
+Checkpoints: ``snapshot_table()`` is the state as one Arrow table, one row per (state, key):
+``key_group`` (int32), ``state`` (string), ``kind`` (string: value, list, map, reducing),
+``key`` (binary: the pickled key tuple) and ``value`` (binary: the pickled value).
+``restore_table(table)`` keeps the rows of this backend's key-group range, so a rescaled
+subtask can restore every old table that overlaps its range.
+
 Rescaling: ``snapshot(key_groups)`` pickles the chosen key groups; ``restore(data, range)``
 keeps only the key groups of ``range``. A new subtask restores every old snapshot that
 overlaps its range, so each key group ends up in exactly one subtask.
@@ -27,8 +33,10 @@ import pickle
 from typing import Any, Generic, Iterable, Iterator, TypeVar
 
 import cloudpickle
+import pyarrow as pa
 
 from yarnflow.common.api.state import StateDescriptor, StateDescriptorError, StateError
+from yarnflow.worker.operators.snapshots import dumps, loads, owned_rows, require_columns
 
 __all__ = [
     "HeapKeyedStateBackend",
@@ -363,3 +371,44 @@ class HeapKeyedStateBackend:
         for name, kind in payload["kinds"].items():
             self._kinds.setdefault(name, kind)
         self._data.update(kept)
+
+    # ---- checkpoints: Arrow tables
+
+    KEYED_STATE_SCHEMA = pa.schema([("key_group", pa.int32()), ("state", pa.string()), ("kind", pa.string()),
+                                    ("key", pa.binary()), ("value", pa.binary())])
+
+    def snapshot_table(self) -> pa.Table:
+        """Every entry as a row of ``KEYED_STATE_SCHEMA`` (see the module docstring); keys and
+        values are serialised now, so the table is a copy. Values must pickle (cloudpickle)."""
+        cols: dict[str, list[Any]] = {name: [] for name in self.KEYED_STATE_SCHEMA.names}
+        for kg in sorted(self._data):
+            for name, table in self._data[kg].items():
+                kind = self._kinds[name]
+                for key, value in table.items():
+                    cols["key_group"].append(kg)
+                    cols["state"].append(name)
+                    cols["kind"].append(kind)
+                    cols["key"].append(dumps(key))
+                    cols["value"].append(dumps(value))
+        return pa.table(cols, schema=self.KEYED_STATE_SCHEMA)
+
+    def restore_table(self, table: pa.Table) -> None:
+        """Add the rows of ``table`` (from ``snapshot_table``) in this backend's key-group range.
+
+        Raises StateRestoreError when a column is missing, a state has another kind here, or an
+        entry is restored twice."""
+        require_columns(table, "keyed_state", self.KEYED_STATE_SCHEMA.names)
+        table = owned_rows(table, self.key_group_range)
+        for kg, name, kind, key_bytes, value_bytes in zip(*(table.column(c).to_pylist()
+                                                            for c in self.KEYED_STATE_SCHEMA.names)):
+            if kind not in _STATE_CLASSES:
+                raise StateRestoreError(f"state {name!r} has unknown kind {kind!r} in the snapshot")
+            known = self._kinds.setdefault(name, kind)
+            if known != kind:
+                raise StateRestoreError(f"state {name!r} is a {_KIND_NAMES[kind]} in the snapshot but a "
+                                        f"{_KIND_NAMES[known]} here")
+            entries = self._data.setdefault(kg, {}).setdefault(name, {})
+            key = loads(key_bytes)
+            if key in entries:
+                raise StateRestoreError(f"state {name!r} of key {key!r} (key group {kg}) restored twice")
+            entries[key] = loads(value_bytes)

@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from yarnflow.common.errors import JobDefinitionError
+from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import Operator, TwoInputOperator
 from yarnflow.common.api.functions import AggregateFunction
 from yarnflow.common.api.windows import SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner, milliseconds
@@ -60,6 +60,7 @@ from yarnflow.worker.operators.transforms import SchemaMismatchError
 from yarnflow.worker.runtime.elements import Watermark
 
 __all__ = [
+    "CheckpointsNotSupportedError",
     "WindowAggregateOperator",
     "WindowJoinOperator",
 ]
@@ -75,6 +76,28 @@ _MS_SCALE = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+class CheckpointsNotSupportedError(YarnflowError):
+    """A window operator was asked for a snapshot: its windows are not operator state yet, so
+    the checkpoint is declined. Run such jobs without ``execution.checkpointing.interval``."""
+
+
+class _NoCheckpoints(Operator):
+    """Windows keep their own structures, not in the state backend: no snapshot of them yet."""
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        if not self.ctx.checkpointing:
+            return {}
+        raise CheckpointsNotSupportedError(
+            f"operator '{self.name}': windows do not support checkpoints yet (their state would be lost "
+            f"on restore); checkpoint {checkpoint_id} is declined. Run this job without "
+            f"execution.checkpointing.interval")
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        if state:
+            raise CheckpointsNotSupportedError(f"operator '{self.name}': windows do not support checkpoints yet; "
+                                               f"got state {sorted(state)} to restore")
 
 
 def _event_times(batch: pa.RecordBatch, column: str, op_name: str) -> np.ndarray:
@@ -299,7 +322,7 @@ class _Reduce:
 # --------------------------------------------------------------------------- the aggregation
 
 
-class WindowAggregateOperator(Operator):
+class WindowAggregateOperator(_NoCheckpoints):
     """Keyed windows with built-in aggregates, an AggregateFunction or a reduce function (see the
     module docstring). ``late_records_dropped`` counts late records dropped for want of a
     ``late_tag``; ``late_records_side_output`` those sent to it."""
@@ -757,7 +780,7 @@ class _RowWindows:
 # --------------------------------------------------------------------------- the join
 
 
-class WindowJoinOperator(TwoInputOperator):
+class WindowJoinOperator(TwoInputOperator, _NoCheckpoints):
     """Inner join of two keyed streams per event-time window (tumbling or sliding): input 0 is
     the left side, input 1 the right. When the combined watermark reaches ``end - 1`` of a
     window, it emits the join of the window's rows on ``left_keys`` = ``right_keys``:
