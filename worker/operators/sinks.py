@@ -72,9 +72,9 @@ class _StagedFileSink(Operator):
     committed parts numbered at or above the restored part counter (written after that
     checkpoint by an attempt that then finished). A new attempt with no restored state deletes
     every part of its subtask. State: table ``pending`` (``checkpoint_id`` int64, ``part``
-    int64, ``staged`` and ``final`` strings: file names in the sink's folder) and table
-    ``counter`` (one row: ``next_part`` int64, and ``held``, batches waiting for their column
-    types, as table ``held``)."""
+    int64, ``staged`` and ``final`` strings: file names in the sink's folder), table
+    ``counter`` (one row: ``next_part`` int64) and, when rows wait at the barrier for their
+    column types to be known, table ``held`` (those rows)."""
 
     extension = ""
 
@@ -91,7 +91,6 @@ class _StagedFileSink(Operator):
         self._staged: list[str] = []  # closed parts waiting for the subtask to finish (or a checkpoint)
         #: with checkpoints: checkpoint id -> the (part, staged path) it closed, not yet committed
         self._pending: dict[int, list[tuple[int, str]]] = {}
-        self._first_part = 0  # the number of this attempt's first part (restored counter)
         self._restored = False
         self._fh: Any = None
         self._writer: Any = None
@@ -267,7 +266,7 @@ class _StagedFileSink(Operator):
         self._restored = True
         self._init_fs()
         counter = single_row(state, "counter", ["next_part"])
-        self._part = self._first_part = int(counter["next_part"]) if counter is not None else 0
+        self._part = int(counter["next_part"]) if counter is not None else 0
         pending = state.get("pending")
         parts: list[tuple[int, str]] = []
         if pending is not None:
