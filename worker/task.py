@@ -168,6 +168,8 @@ class Task:
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name,
                         mailbox=self.mailbox, snapshots=self._snapshot_writer,
                         restored_finished=restore is not None and restore.finished)
+        # splits taken before the first new barrier are in no checkpoint after the restored one
+        st.last_barrier_id = restore.checkpoint_id if restore is not None else 0
         base: dict[str, Any] = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,
                                     parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
                                     attempt_number=tdd.attempt_number, runtime_mode=tdd.runtime_mode,
