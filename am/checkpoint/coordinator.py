@@ -42,6 +42,7 @@ class CheckpointFailureReason(enum.Enum):
     DECLINED = "a task declined the checkpoint"
     EXPIRED = "the checkpoint expired before every task acknowledged it"
     TASK_FAILURE = "a task failed while the checkpoint was pending"
+    TASK_NOT_REACHED = "the trigger did not reach a task (it is likely gone; its failure follows)"
     SUBSUMED = "a later checkpoint completed first"
     FINALIZE_FAILED = "writing the checkpoint's metadata failed"
     JOB_ENDED = "the job ended"
@@ -271,6 +272,12 @@ class CheckpointCoordinator:
             superseded = any(i > checkpoint_id for i in self.pending)
             self._abort(checkpoint_id, CheckpointFailureReason.SUBSUMED if superseded
                         else CheckpointFailureReason.DECLINED, f"{attempt_id}: {reason}")
+
+    def trigger_failed(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, detail: str) -> None:
+        """The trigger call to a task failed: abort, without counting it as a failed checkpoint
+        (the task's own failure, which usually follows, is handled by failover)."""
+        if checkpoint_id in self.pending:
+            self._abort(checkpoint_id, CheckpointFailureReason.TASK_NOT_REACHED, f"{attempt_id}: {detail}")
 
     def acknowledge_finished(self, attempt_id: ExecutionAttemptID, handle: object) -> None:
         """A task finished before taking its snapshot of the pending checkpoints: everything it

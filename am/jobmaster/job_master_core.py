@@ -748,7 +748,8 @@ class JobMasterCore:
             self.checkpoints.coordinator.decline(checkpoint_id, attempt_id, reason)
 
     def checkpoint_trigger_failed(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, error: ErrorInfo) -> None:
-        self.decline_checkpoint(attempt_id, checkpoint_id, f"the trigger did not reach it: {error.describe()}")
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.trigger_failed(checkpoint_id, attempt_id, error.describe())
 
     def checkpoint_metadata_written(self, checkpoint_id: int) -> None:
         if self.checkpoints is not None:

@@ -222,3 +222,12 @@ def test_a_task_that_finished_counts_as_acknowledged() -> None:
     d.coordinator.acknowledge(1, SINK, "h")
     (finalize,) = d.of(FinalizeCheckpoint, d.drain())
     assert finalize.state_handles[SRC] == "finished"
+
+
+def test_a_trigger_that_cannot_reach_a_task_aborts_without_counting() -> None:
+    d = Driver(tolerable_failures=0)
+    d.coordinator.trigger()
+    d.coordinator.trigger_failed(1, SRC, "connection refused")
+    out = d.drain()
+    assert not d.coordinator.pending and not d.of(FailJobOnCheckpoints, out)
+    assert d.coordinator.history[0].failure == CheckpointFailureReason.TASK_NOT_REACHED
