@@ -57,6 +57,24 @@ def _recovery(args: argparse.Namespace) -> dict[str, Any]:
     return run_recovery(args.kills)
 
 
+def _checkpoint_overhead(args: argparse.Namespace) -> dict[str, Any]:
+    from checkpoint_overhead import run_checkpoint_overhead
+
+    return run_checkpoint_overhead(args.records, args.parallelism, args.interval)
+
+
+def _checkpoint_size(args: argparse.Namespace) -> dict[str, Any]:
+    from checkpoint_size import run_checkpoint_size
+
+    return run_checkpoint_size(args.keys)
+
+
+def _chaos(args: argparse.Namespace) -> dict[str, Any]:
+    from chaos import run_chaos
+
+    return run_chaos(args.kills, args.rows, args.interval, args.seed)
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[..., dict[str, Any]]]] = {
     "rpc": ("calls/s and latency of heartbeat-sized Thrift calls between two processes",
             lambda p: (p.add_argument("--calls", type=int, default=20000),
@@ -70,6 +88,17 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                    lambda p: (p.add_argument("--subtasks", type=int, default=1000),
                               p.add_argument("--mode", choices=["streaming", "batch"], default="streaming")),
                    _scheduling),
+    "checkpoint-overhead": ("W1 and W2 in STREAMING mode with checkpoints against none, same run",
+                            lambda p: (p.add_argument("--records", type=int, default=5_000_000),
+                                       p.add_argument("--parallelism", type=int, default=2),
+                                       p.add_argument("--interval", default="1 s")), _checkpoint_overhead),
+    "checkpoint-size": ("keyed state of N keys: task pause to snapshot it, then background write speed",
+                        lambda p: p.add_argument("--keys", type=int, default=5_000_000), _checkpoint_size),
+    "chaos": ("STREAMING keyed job with checkpoints; N SIGKILLs of random TaskExecutors; rows lost / duplicated",
+              lambda p: (p.add_argument("--kills", type=int, default=20),
+                         p.add_argument("--rows", type=int, default=400_000),
+                         p.add_argument("--interval", default="500 ms"),
+                         p.add_argument("--seed", type=int, default=11)), _chaos),
     "w1": ("word count: 5M (word, ts) records, keyed count per word, vs a pyarrow reference", _w_args, _w("w1")),
     "w2": ("1 s tumbling event-time windows: 5M (key, value, ts) records, sum per key and window",
            _w_args, _w("w2")),

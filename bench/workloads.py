@@ -120,9 +120,11 @@ class RssSampler:
         self.peak_bytes = max(self.peak_bytes, self._sample())
 
 
-def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: str) -> tuple[pa.Table, float, int]:
-    """Runs the pipeline ``build(env)`` on a fresh local session; returns (collected result,
-    seconds from submit to result in hand, peak RSS bytes)."""
+def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: str,
+             conf: dict[str, str] | None = None) -> tuple[pa.Table, float, int]:
+    """Runs the pipeline ``build(env)`` on a fresh local session (configured with ``conf``);
+    returns (collected result, seconds from submit to result in hand, peak RSS bytes). The
+    job's final status is left in ``LAST_JOB``."""
     import yarnflow
     from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
     from yarnflow.common.states import JobStatus
@@ -131,7 +133,7 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
     from yarnflow.packaging import upload_artifact
     from yarnflow.worker.operators.sinks import read_collected
 
-    with LocalCluster(2, 2) as cluster:
+    with LocalCluster(2, 2, conf or {}) as cluster:
         gw = RemoteDispatcherGateway(cluster.address, 600_000)
         storage = gw.cluster_info().storage_dir
         env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism, runtime_mode=mode)
@@ -145,9 +147,13 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
                 raise RuntimeError(f"{name} ended {result.status.name}: {result.failure_cause}")
             table = read_collected(f"{storage}/jobs/{job_id}", next(iter(job.collect_sinks)))
             seconds = time.perf_counter() - t0
+            LAST_JOB[:] = [gw.get_job(job_id)]
         gw.close()
     assert table is not None
     return table, seconds, rss.peak_bytes
+
+
+LAST_JOB: list[Any] = []
 
 
 def _data_dir(name: str, records: int, input_dir: str | None, gen: Callable[[str, int], None]) -> tuple[str, bool]:
@@ -175,14 +181,14 @@ def _prepare_in_child(name: str, records: int, input_dir: str | None) -> tuple[s
 
 
 def run_w1(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None,
-           mode: str = "BATCH") -> dict[str, Any]:
+           mode: str = "BATCH", conf: dict[str, str] | None = None) -> dict[str, Any]:
     folder, owned, expected, ref_s, n = _prepare("w1", records, input_dir)
     try:
 
         def build(env: Any) -> None:
             env.read_parquet(folder, columns=["word"]).key_by("word").count().collect()
 
-        table, seconds, peak = _run_job(build, parallelism, "w1", mode)
+        table, seconds, peak = _run_job(build, parallelism, "w1", mode, conf)
         if mode == "STREAMING":  # an upsert stream: the final count of a word is its largest
             table = table.group_by("word").aggregate([("count", "max")]).rename_columns(["word", "count"])
         got = dict(zip(table["word"].to_pylist(), table["count"].to_pylist()))
@@ -196,7 +202,7 @@ def run_w1(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None
 
 
 def run_w2(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None,
-           mode: str = "STREAMING") -> dict[str, Any]:
+           mode: str = "STREAMING", conf: dict[str, str] | None = None) -> dict[str, Any]:
     folder, owned, expected, ref_s, n = _prepare("w2", records, input_dir)
     try:
 
@@ -207,7 +213,7 @@ def run_w2(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None
             (env.read_parquet(folder).assign_timestamps_and_watermarks(strategy)
                 .key_by("key").window(TumblingEventTimeWindows.of(1000)).sum("value").collect())
 
-        table, seconds, peak = _run_job(build, parallelism, "w2", mode)
+        table, seconds, peak = _run_job(build, parallelism, "w2", mode, conf)
         got = dict(zip(zip(table["key"].to_pylist(), table["window_start"].to_pylist()), table["value"].to_pylist()))
         verified = len(got) == table.num_rows and got.keys() == expected.keys() and all(
             abs(got[k] - v) <= 1e-9 * max(1.0, abs(v)) for k, v in expected.items())
