@@ -32,6 +32,14 @@ class ArtifactError(YarnflowError, IOError):
     """The job artifact is missing, corrupt or does not hold what the task needs."""
 
 
+#: Unpickling an operator chain imports the modules it names. Two task threads doing that at
+#: once can meet in a package whose ``__init__`` imports its own submodules: Python's per-module
+#: import locks then hand one thread a partially initialised module (ImportError "partially
+#: initialized module" or KeyError from pickle). One process-wide lock makes every load import
+#: alone; loads are short (a few ms), so tasks starting together barely wait.
+_LOAD_LOCK = threading.RLock()
+
+
 def artifact_uri(storage_dir: str, sha256: str) -> str:
     """Where the artifact with content hash ``sha256`` lives under ``storage_dir``."""
     return f"{storage_dir.rstrip('/')}/artifacts/{sha256}.zip"
@@ -102,7 +110,7 @@ class ArtifactCache:
     def load_source(self, uri: str, sha256: str, vertex_id: str) -> Any:
         root = self.fetch(uri, sha256)
         try:
-            with open(os.path.join(root, source_entry(vertex_id)), "rb") as fh:
+            with open(os.path.join(root, source_entry(vertex_id)), "rb") as fh, _LOAD_LOCK:
                 return cloudpickle.load(fh)
         except FileNotFoundError:
             raise ArtifactError(f"job artifact {uri} has no source for vertex {vertex_id}") from None
@@ -114,7 +122,7 @@ class ArtifactCache:
             sys.path.append(src)  # helper modules the user's job imports
         path = os.path.join(root, chain_entry(vertex_id))
         try:
-            with open(path, "rb") as fh:
+            with open(path, "rb") as fh, _LOAD_LOCK:
                 chain = cloudpickle.load(fh)
         except FileNotFoundError:
             raise ArtifactError(f"job artifact {uri} has no operator chain for vertex {vertex_id}") from None
