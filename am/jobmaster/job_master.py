@@ -215,6 +215,9 @@ class JobMaster:
                 self._io.submit(self._quietly, f"notifying checkpoint {action.checkpoint_id}", notify,
                                 self.fencing_token, action.attempt_id, action.checkpoint_id)
             elif isinstance(action, WriteCheckpointMetadata):
+                if self.splits is not None:  # the enumerator's part, as of this checkpoint
+                    action = WriteCheckpointMetadata(action.checkpoint_id, {
+                        **action.metadata, "split_enumerator": self.splits.snapshot(action.checkpoint_id)})
                 self._io.submit(self._write_metadata, action)
             elif isinstance(action, DiscardCheckpointFiles):
                 self._io.submit(self._checkpoints.discard, action.checkpoint_id)

@@ -11,10 +11,18 @@ one attempt whose output survives.
 
 A replaced attempt is retired: a split request it still sends (from a task not yet stopped)
 is refused, so no split is handed to an attempt whose splits were already returned.
+
+Checkpoints: ``snapshot(n)`` is the enumerator's part of checkpoint ``n`` (Flink's enumerator
+checkpoint), written into its ``_metadata``: per source, the splits that are in no source
+subtask's state of checkpoint ``n`` — those never handed out, and those taken after the
+subtask emitted barrier ``n``. A JobMaster that starts the job again from checkpoint ``n`` (a
+new leader) ``restore``s it, so together with the sources' restored state every split is read
+exactly once.
 """
 
 from __future__ import annotations
 
+import base64
 import collections
 import logging
 import pickle
@@ -108,6 +116,30 @@ class SplitEnumerator:
         log.info("%d splits of replaced attempt %s go back to the enumerator%s", len(back), attempt,
                  f" (restoring checkpoint {restored_checkpoint_id})" if restored_checkpoint_id else "")
         return len(back)
+
+    def snapshot(self, checkpoint_id: int) -> dict[str, list[dict[str, str]]]:
+        """The enumerator's state for checkpoint ``checkpoint_id`` (see the module docstring),
+        JSON-ready: per source vertex, ``[{"split_id", "payload" (base64 pickle)}]`` in the order
+        they would be handed out. Call once the checkpoint is complete, before any attempt
+        of it is replaced."""
+        with self._lock:
+            state = {vertex: list(pending) for vertex, pending in self._pending.items()}
+            for vertex, taken in self._taken.values():
+                after = [split for split, seen in taken if seen >= checkpoint_id]
+                if after:
+                    state.setdefault(vertex, [])[:0] = after
+        return {vertex: [{"split_id": split_id, "payload": base64.b64encode(pickle.dumps(payload)).decode()}
+                         for split_id, payload in splits] for vertex, splits in state.items()}
+
+    def restore(self, state: dict[str, list[dict[str, str]]]) -> None:
+        """Start from a checkpoint's enumerator state (from ``snapshot``): its sources hand out
+        exactly those splits; sources it does not name enumerate theirs as usual. Call before
+        the first request."""
+        with self._lock:
+            for vertex, splits in state.items():
+                self._pending[vertex] = collections.deque(
+                    (s["split_id"], pickle.loads(base64.b64decode(s["payload"]))) for s in splits)
+        log.info("split enumerator restored: %s", {v: len(s) for v, s in state.items()})
 
     def splits_of(self, attempt_id: object) -> list[str]:
         """The ids of the splits attempt ``attempt_id`` holds now."""

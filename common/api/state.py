@@ -1,6 +1,6 @@
 """Keyed state descriptors: a name and a kind (value, list, map, reducing), given to
 ``ctx.get_state(descriptor)`` in a KeyedProcessFunction. The state objects and the backend
-that holds them are the TaskExecutor's (``yarnflow.worker.operators.state``).
+that holds them are the TaskExecutor's (``yarnflow.worker.state``).
 
     YarnflowError
     └── StateError                              misuse of keyed state

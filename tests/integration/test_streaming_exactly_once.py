@@ -88,6 +88,24 @@ def _kill_a_busy_taskexecutor(cluster, gw, name, rng, during_checkpoint: bool) -
     return victim
 
 
+def run_killing_one_taskexecutor(cluster, build, name, conf, rng, delay_s: tuple[float, float],
+                                 during_checkpoint: bool = False):
+    """Run the job (parallelism 2), SIGKILL a TaskExecutor running it once a checkpoint
+    completed, and return its final status, checked to be FINISHED after a restart that
+    restored a checkpoint."""
+    with closing(cluster.gateway()) as gw:
+        thread, outcome = _run_in_thread(cluster, build, name, conf, 2)
+        time.sleep(rng.uniform(*delay_s))
+        victim = _kill_a_busy_taskexecutor(cluster, gw, name, rng, during_checkpoint)
+        thread.join(200)
+        assert "error" not in outcome, outcome.get("error")
+        info = _job(gw, name)
+    assert info is not None and info.status == JobStatus.FINISHED
+    assert any(victim in f.error.message for f in info.failure_history), "the kill did not hit the job"
+    assert any(f.restored_checkpoint_id for f in info.failure_history), "the restart did not use a checkpoint"
+    return info
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("seed", "keyed", "during_checkpoint"),
                          [(1, False, False), (2, True, False), (3, True, True)],
@@ -97,17 +115,8 @@ def test_a_sigkilled_taskexecutor_loses_and_repeats_nothing(local_cluster, tmp_p
     src, out = tmp_path / "in", tmp_path / "out"
     rows = _write(src)
     cluster = local_cluster(taskexecutors=2, slots=2)
-    name = f"exactly-once-{seed}"
-    with closing(cluster.gateway()) as gw:
-        thread, outcome = _run_in_thread(cluster, _build(src, out, keyed), name, CHECKPOINTS, 2)
-        time.sleep(rng.uniform(0.0, 1.0))
-        victim = _kill_a_busy_taskexecutor(cluster, gw, name, rng, during_checkpoint)
-        thread.join(200)
-        assert "error" not in outcome, outcome.get("error")
-        info = _job(gw, name)
-    assert info is not None and info.status == JobStatus.FINISHED
-    assert any(victim in f.error.message for f in info.failure_history), "the kill did not hit the job"
-    assert any(f.restored_checkpoint_id for f in info.failure_history), "the restart did not use a checkpoint"
+    run_killing_one_taskexecutor(cluster, _build(src, out, keyed), f"exactly-once-{seed}", CHECKPOINTS, rng,
+                                 (0.0, 1.0), during_checkpoint)
     table = _committed(out)
     if not keyed:
         got = collections.Counter(f"{k} {f} {r}" for k, f, r in zip(table["k"].to_pylist(), table["file"].to_pylist(),

@@ -336,6 +336,69 @@ def test_a_source_takes_a_triggered_snapshot_at_its_next_tick() -> None:
     assert st.last_barrier_id == 1 and ("submitted", 1) in log
 
 
+class TwoPhase(Seen):
+    """Seen, as a two-phase sink: it needs a final checkpoint after the end of input."""
+
+    @property
+    def needs_final_checkpoint(self) -> bool:
+        return True
+
+    def finish(self) -> None:
+        self.log.append(("finished",))
+
+
+def test_a_two_phase_sink_keeps_its_task_running_until_a_final_checkpoint_completes() -> None:
+    import threading
+
+    log: list[Any] = []
+    sink = RecordingSink(log)
+    op = TwoPhase(log)
+    st = StreamTask([op], ScriptedGate([(0, b(1)), (0, END_OF_PARTITION)]), [0],  # type: ignore[arg-type]
+                    [RecordingWriter(log)], lambda: False, "sink", snapshots=sink)  # type: ignore[list-item]
+    st.wire(lambda _: ctx())
+    st.mailbox.put(NotifyCheckpoint(1, complete=True))  # an older checkpoint completing does not end it
+    runner = threading.Thread(target=st.invoke)
+    runner.start()
+    time.sleep(0.3)
+    assert runner.is_alive() and ("complete", 1) in log and ("finished",) in log and ("end",) not in log
+    st.mailbox.put(TriggerCheckpoint(2, 5, True))  # direct trigger: its upstream finished
+    time.sleep(0.2)
+    assert runner.is_alive() and sink.seen(2) == [1]
+    st.mailbox.put(NotifyCheckpoint(2, complete=False))  # aborted: it waits for the next one
+    st.mailbox.put(TriggerCheckpoint(3, 6, True))
+    time.sleep(0.2)
+    assert runner.is_alive()
+    st.mailbox.put(NotifyCheckpoint(3, complete=True))
+    runner.join(5)
+    assert not runner.is_alive()
+    assert outputs(log)[-3:] == [("snapshot", 3), ("barrier", 3), ("end",)]  # partitions end last
+    assert log.index(("complete", 3)) < log.index(("end",))
+
+
+def test_a_task_waiting_for_its_final_checkpoint_can_be_cancelled() -> None:
+    import threading
+
+    log: list[Any] = []
+    cancelled = threading.Event()
+    st = StreamTask([TwoPhase(log)], ScriptedGate([(0, END_OF_PARTITION)]), [0],  # type: ignore[arg-type]
+                    [RecordingWriter(log)], cancelled.is_set, "sink", snapshots=RecordingSink(log))  # type: ignore[list-item]
+    st.wire(lambda _: ctx())
+    errors: list[BaseException] = []
+    runner = threading.Thread(target=lambda: _capture(st.invoke, errors))
+    runner.start()
+    time.sleep(0.2)
+    cancelled.set()
+    runner.join(5)
+    assert not runner.is_alive() and "cancelled" in str(errors[0]) and ("end",) not in log
+
+
+def _capture(fn: Callable[[], None], errors: list[BaseException]) -> None:
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001
+        errors.append(exc)
+
+
 def test_a_task_restored_as_finished_emits_nothing() -> None:
     log: list[Any] = []
     sink = RecordingSink(log)

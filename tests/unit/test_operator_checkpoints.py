@@ -20,22 +20,22 @@ from tests.harness import OperatorHarness
 from yarnflow.am.jobmaster.splits import SplitEnumerator
 from yarnflow.common.api.functions import KeyedProcessFunction
 from yarnflow.common.api.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from yarnflow.common.api.windows import TumblingEventTimeWindows
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
 from yarnflow.worker.operators.sources import CollectionSource, FileSource, GeneratorSource
-from yarnflow.worker.operators.state import StateRestoreError
-from yarnflow.worker.operators.windows import CheckpointsNotSupportedError, WindowAggregateOperator
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.state.errors import StateRestoreError
+from yarnflow.worker.state.heap import KEYED_STATE_SCHEMA, TIMERS_SCHEMA
+from yarnflow.worker.state.tables import Snapshot, materialize
 
 State = dict[str, pa.Table]
 
 
-def through_ipc(state: State) -> State:
-    """``state`` written and read back as Arrow IPC files, as the runtime stores it."""
+def through_ipc(snapshot: Snapshot) -> State:
+    """``snapshot``'s tables written and read back as Arrow IPC files, as the runtime stores them."""
     out = {}
-    for name, table in state.items():
+    for name, table in materialize(snapshot).items():
         assert isinstance(table, pa.Table), f"{name} is a {type(table).__name__}"
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema) as writer:
@@ -193,6 +193,32 @@ def test_file_source_with_the_split_enumerator_reads_every_row_once_across_resto
         assert len(got) == len(expected)
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "text"])
+def test_a_new_job_master_restores_the_enumerator_from_the_checkpoint(fmt, tmp_path):
+    """A global restore by a JobMaster that did not take the checkpoint (a new leader): its
+    enumerator starts from the checkpoint's enumerator state, the source from its own; every
+    row is read exactly once."""
+    write_inputs(tmp_path / "in", fmt)
+
+    def make() -> FileSource:
+        return FileSource(str(tmp_path / "in"), fmt)
+
+    expected = Attempt(make(), batch_size=3).rows()
+    for snapshot_at in (1, 2, 4, 7, 11):
+        old = SplitEnumerator(lambda vertex: make())
+        jm = FakeJobMaster(old)
+        first = Attempt(make(), snapshot_at=snapshot_at, fail_at=snapshot_at + 3, on_snapshot=jm.barrier,
+                        batch_size=3, split_provider=jm.provider("a0"))
+        assert first.snapshot is not None
+        state = json.loads(json.dumps(old.snapshot(1)))  # as written into _metadata
+        fresh = SplitEnumerator(lambda vertex: pytest.fail("a restored enumerator must not enumerate again"))
+        fresh.restore(state)
+        restored = Attempt(make(), restore=first.snapshot, batch_size=3,
+                           split_provider=FakeJobMaster(fresh).provider("b0"))
+        got = first.rows_at_snapshot + restored.rows()
+        assert sorted(got, key=str) == sorted(expected, key=str), snapshot_at
+
+
 def test_file_source_restored_mid_split_skips_exactly_the_emitted_rows(tmp_path):
     write_inputs(tmp_path / "in", "csv")
     file = str(tmp_path / "in" / "f1.csv")
@@ -266,7 +292,7 @@ def test_keyed_sum_rescaled_each_subtask_takes_its_key_groups():
             owned = [r for r, kg in zip(b, key_groups(batch, ["k"], 16)) if kg in mine]
             if owned:
                 h.batch(owned)
-        final = h.op.snapshot_state(2)["aggregates"]
+        final = materialize(h.op.snapshot_state(2))["aggregates"]
         assert all(kg in mine for kg in final.column("key_group").to_pylist())
         sums.update({r["k"]: r["v"] for r in final.to_pylist()})
     expected: dict[str, int] = {}
@@ -299,7 +325,8 @@ def test_keyed_reduce_restored_continues():
     for at in (1, 3):
         expected, got, state = run_split(lambda: KeyedReduce(["k"], add), inputs, at)
         assert got == expected
-    assert state["reduced"].schema == pa.schema([("key_group", pa.int32()), ("k", pa.string()), ("v", pa.int64())])
+    assert state["keyed_state"].schema == KEYED_STATE_SCHEMA
+    assert set(state["keyed_state"].column("state").to_pylist()) == {"__reduced__"}
 
 
 # -- keyed process functions and the state backend -------------------------------------------------
@@ -370,11 +397,9 @@ def test_process_function_restored_keeps_its_state_and_timers():
         restored.clear()
         feed(restored, steps[at:])
         assert restored.trace() == full.trace(), at
-    assert state["keyed_state"].schema == pa.schema([("key_group", pa.int32()), ("state", pa.string()),
-                                                     ("kind", pa.string()), ("key", pa.binary()),
-                                                     ("value", pa.binary())])
+    assert state["keyed_state"].schema == KEYED_STATE_SCHEMA
     assert set(state["keyed_state"].column("kind").to_pylist()) == {"value", "list", "map"}
-    assert state["timers"].schema == KeyedProcessOperator.TIMERS_SCHEMA
+    assert state["timers"].schema == TIMERS_SCHEMA
     assert_typed(state)
 
 
@@ -417,21 +442,8 @@ def test_keyed_aggregate_function_restored_continues():
 def test_a_snapshot_copies_mutable_state():
     h = OperatorHarness(KeyedProcessOperator(["k"], Tally(), time_column="t"))
     h.batch([{"k": "a", "v": 1, "t": 0}])
-    state = h.op.snapshot_state(1)
+    snapshot = h.op.snapshot_state(1)  # made later, as the runtime's writer thread does
     h.batch([{"k": "a", "v": 2, "t": 1}])
     fresh = OperatorHarness(KeyedProcessOperator(["k"], Tally(), time_column="t"), open=False)
-    fresh.op.initialize_state(state)
+    fresh.op.initialize_state(materialize(snapshot))
     assert [v for _, _, v in fresh.op.state_backend.entries("seen")] == [[1]]
-
-
-# -- windows ---------------------------------------------------------------------------------------
-
-def test_windows_refuse_a_checkpoint_rather_than_snapshot_nothing():
-    def make() -> WindowAggregateOperator:
-        return WindowAggregateOperator(["k"], TumblingEventTimeWindows.of(10), "t", aggs=[("v", "sum")])
-
-    h = OperatorHarness(make(), checkpointing=True)
-    h.batch([{"k": "a", "v": 1, "t": 1}])
-    with pytest.raises(CheckpointsNotSupportedError, match="windows do not support checkpoints yet"):
-        h.op.snapshot_state(1)
-    assert OperatorHarness(make()).op.snapshot_state(1) == {}  # checkpoints off: never asked in practice

@@ -28,12 +28,9 @@ from yarnflow.worker.operators.process import (
     KeyedProcessOperator,
     MissingEventTimeError,
 )
-from yarnflow.worker.operators.state import (
-    HeapKeyedStateBackend,
-    KeyGroupOutOfRangeError,
-    NoCurrentKeyError,
-    StateRestoreError,
-)
+from yarnflow.worker.state.errors import KeyGroupOutOfRangeError, NoCurrentKeyError, StateRestoreError
+from yarnflow.worker.state.heap import HeapKeyedStateBackend
+from yarnflow.worker.state.tables import materialize
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 from yarnflow.worker.runtime.elements import MAX_WATERMARK
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
@@ -208,12 +205,12 @@ def _contents(b: HeapKeyedStateBackend) -> dict[Any, tuple[int, list[int]]]:
 
 def test_snapshot_split_into_two_ranges_loses_and_duplicates_nothing() -> None:
     original, expected = _filled_backend()
-    data = original.snapshot()
+    data = materialize(original.snapshot())
     halves = []
     for index in (0, 1):
         owned = key_group_range(MAX_PAR, 2, index)
         b = HeapKeyedStateBackend(MAX_PAR, owned)
-        b.restore(data, owned)
+        b.restore(data)
         assert all(kg in owned for kg in b.key_groups_with_state())
         halves.append(_contents(b))
     assert halves[0] and halves[1]
@@ -227,9 +224,13 @@ def test_snapshot_split_into_two_ranges_loses_and_duplicates_nothing() -> None:
     assert b.get_state(ListStateDescriptor("l")).get() == [7, 8]
 
 
-def test_scale_in_merges_snapshots_and_refuses_a_key_group_twice() -> None:
+def test_scale_in_merges_snapshots_and_refuses_an_entry_twice() -> None:
     original, expected = _filled_backend()
-    parts = [original.snapshot(key_group_range(MAX_PAR, 3, i)) for i in range(3)]
+    parts = []
+    for i in range(3):  # three old subtasks, each with its own range
+        old = HeapKeyedStateBackend(MAX_PAR, key_group_range(MAX_PAR, 3, i))
+        old.restore(materialize(original.snapshot()))
+        parts.append(materialize(old.snapshot()))
     merged = HeapKeyedStateBackend(MAX_PAR, range(MAX_PAR))
     for part in parts:
         merged.restore(part)
@@ -240,16 +241,18 @@ def test_scale_in_merges_snapshots_and_refuses_a_key_group_twice() -> None:
 
 def test_restore_checks_max_parallelism_kind_and_format() -> None:
     original, _ = _filled_backend(10)
-    with pytest.raises(StateRestoreError, match="max parallelism 128"):
-        HeapKeyedStateBackend(64, range(64)).restore(original.snapshot())
+    with pytest.raises(StateRestoreError, match="max parallelism 128, this operator has 64"):
+        HeapKeyedStateBackend(64, range(64)).restore(materialize(original.snapshot()))
     other = HeapKeyedStateBackend(MAX_PAR, range(MAX_PAR))
     other.get_state(MapStateDescriptor("v"))
     with pytest.raises(StateRestoreError, match="ValueState in the snapshot but a MapState"):
-        other.restore(original.snapshot())
-    with pytest.raises(StateRestoreError):
-        other.restore(b"garbage")
+        other.restore(materialize(original.snapshot()))
+    with pytest.raises(StateRestoreError, match="no column"):
+        HeapKeyedStateBackend(MAX_PAR, range(MAX_PAR)).restore({"keyed_state": pa.table({"garbage": [1]})})
+    with pytest.raises(StateRestoreError, match="that this operator does not have"):
+        HeapKeyedStateBackend(MAX_PAR, range(MAX_PAR)).restore({"elsewhere": pa.table({"key_group": [1]})})
     fresh = HeapKeyedStateBackend(MAX_PAR, range(MAX_PAR))
-    fresh.restore(original.snapshot())
+    fresh.restore(materialize(original.snapshot()))
     with pytest.raises(StateDescriptorError):  # the kind travels with the snapshot
         fresh.get_state(ListStateDescriptor("v"))
 
@@ -595,12 +598,12 @@ def test_operator_state_and_timers_split_on_rescale() -> None:
     old = KeyedProcessOperator(["k"], Remember())
     h = OperatorHarness(old, now=START_MS)
     h.batch(batch(k=keys, v=list(range(200))))
-    data = old.snapshot_key_groups()
+    data = materialize(old.snapshot_state(1))
     fired: list[dict[str, Any]] = []
     for index in (0, 1):
         new = KeyedProcessOperator(["k"], Remember())
         h = OperatorHarness(new, now=START_MS, open=False, parallelism=2, subtask_index=index)
-        new.restore_key_groups(data)
+        new.initialize_state(data)
         new.open()
         h.watermark(MAX_WATERMARK)
         rows = h.rows()
@@ -723,12 +726,12 @@ def test_aggregate_function_errors_and_rescaled_accumulators() -> None:
     h = OperatorHarness(old, now=START_MS, runtime_mode="BATCH")
     groups = [f"g{i}" for i in range(50)]
     h.batch(batch(g=groups, v=list(range(50))))
-    data = old.snapshot_key_groups()
+    data = materialize(old.snapshot_state(1))
     rows: list[dict[str, Any]] = []
     for index in (0, 1):
         new = KeyedAggregateFunctionOperator(["g"], Average())
         h = OperatorHarness(new, now=START_MS, open=False, runtime_mode="BATCH", parallelism=2, subtask_index=index)
-        new.restore_key_groups(data)
+        new.initialize_state(data)
         new.open()
         mine = [g for g in groups if kg_of(g) in key_group_range(MAX_PAR, 2, index)]
         h.batch(batch(g=mine, v=[100] * len(mine)))

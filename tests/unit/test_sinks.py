@@ -4,6 +4,8 @@ attempts of its subtask left, and ``pyarrow.dataset`` sees only committed files.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import random
 
@@ -161,6 +163,14 @@ def ipc_copy(state: dict[str, pa.Table]) -> dict[str, pa.Table]:
     return out
 
 
+def end(sink: Any, checkpoint_id: int) -> None:
+    """End of input with checkpoints, as the task runs it: finish, then the final checkpoint
+    (taken after the end of input) completes."""
+    sink.finish()
+    sink.snapshot_state(checkpoint_id)
+    sink.notify_checkpoint_complete(checkpoint_id)
+
+
 def test_parts_are_committed_only_when_their_checkpoint_completes(tmp_path):
     s = ckpt_sink(tmp_path)
     s.process_batch(rows(0, 5))
@@ -177,10 +187,32 @@ def test_parts_are_committed_only_when_their_checkpoint_completes(tmp_path):
     assert dataset_rows(tmp_path) == list(range(5))
     s.snapshot_state(2)
     s.process_batch(rows(10, 5))
-    s.finish()  # end of input: the final commit, also of checkpoint 2 never notified
+    s.finish()  # end of input: nothing more is committed until the final checkpoint completes
+    assert visible(tmp_path) == ["part-00000-0.parquet"]
+    s.snapshot_state(3)
+    s.notify_checkpoint_complete(3)  # the final checkpoint: also commits 2, never notified
     assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet", "part-00000-2.parquet"]
     assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
     assert dataset_rows(tmp_path) == list(range(15))
+
+
+def test_a_subtask_that_ended_commits_nothing_a_restore_would_write_again(tmp_path):
+    # FLIP-147: rows after the last checkpoint stay hidden at the end of input; a failure
+    # elsewhere before the final checkpoint completes restores checkpoint 1 and replays them once
+    first = ckpt_sink(tmp_path, attempt=0)
+    first.process_batch(rows(0, 3))
+    chk1 = ipc_copy(first.snapshot_state(1))
+    first.notify_checkpoint_complete(1)
+    first.process_batch(rows(3, 3))
+    first.finish()
+    assert first.needs_final_checkpoint
+    assert dataset_rows(tmp_path) == [0, 1, 2]
+    first.close()  # its task is cancelled by the failover, still waiting for the final checkpoint
+    retry = ckpt_sink(tmp_path, attempt=1, restore=chk1)
+    retry.process_batch(rows(3, 3))
+    end(retry, 2)
+    assert dataset_rows(tmp_path) == list(range(6))
+    assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
 
 
 def test_an_aborted_checkpoint_parts_are_committed_by_the_next_completed_one(tmp_path):
@@ -209,7 +241,7 @@ def test_a_failed_attempt_rows_after_its_checkpoint_are_never_visible_and_restor
     retry = ckpt_sink(tmp_path, attempt=1, roll=1, restore=state)
     assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet"]
     retry.process_batch(rows(8, 4))  # the source replays from the checkpoint
-    retry.finish()
+    end(retry, 2)
     assert dataset_rows(tmp_path) == list(range(12))
     assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
 
@@ -223,7 +255,7 @@ def test_restore_deletes_parts_committed_after_the_checkpoint_and_other_hidden_f
     first.snapshot_state(2)
     first.notify_checkpoint_complete(2)
     first.process_batch(rows(6, 3))
-    first.finish()  # finished; then a failure elsewhere restores checkpoint 1 (2's state unreadable)
+    end(first, 3)  # finished; then a failure elsewhere restores checkpoint 1 (2's and 3's state unreadable)
     neighbour = ckpt_sink(tmp_path, subtask=1)
     neighbour.process_batch(rows(100, 2))
     neighbour.snapshot_state(1)  # pending, hidden: not this subtask's to delete
@@ -235,18 +267,18 @@ def test_restore_deletes_parts_committed_after_the_checkpoint_and_other_hidden_f
     assert sorted(os.listdir(tmp_path))[0].startswith(".part-00001-")  # only the neighbour's is left
     assert len(os.listdir(tmp_path)) == 2
     retry.process_batch(rows(3, 6))
-    retry.finish()
+    end(retry, 4)
     assert dataset_rows(tmp_path) == list(range(9))
 
 
 def test_a_new_attempt_without_state_deletes_its_subtask_parts(tmp_path):
     first = ckpt_sink(tmp_path, attempt=0)
     first.process_batch(rows(0, 3))
-    first.finish()
+    end(first, 1)
     again = ckpt_sink(tmp_path, attempt=1)  # restarted from nothing: it writes everything again
     assert visible(tmp_path) == []
     again.process_batch(rows(0, 3))
-    again.finish()
+    end(again, 2)
     assert dataset_rows(tmp_path) == [0, 1, 2]
 
 
@@ -258,7 +290,7 @@ def test_rows_held_for_their_types_at_a_barrier_are_in_the_state(tmp_path):
     s.close()
     retry = ckpt_sink(tmp_path, attempt=1, restore=state)
     retry.process_batch(pa.record_batch({"i": [3], "x": ["a"]}))
-    retry.finish()
+    end(retry, 2)
     table = pads.dataset(str(tmp_path), format="parquet").to_table()
     assert sorted(table["i"].to_pylist()) == [1, 2, 3] and table.schema.field("x").type == pa.string()
 
@@ -277,7 +309,7 @@ def test_collect_sink_with_checkpoints_shows_only_committed_rows(tmp_path):
         retry.process_batch(rows(3 + k, 1))
         retry.snapshot_state(2 + k)
     retry.notify_checkpoint_complete(12)
-    retry.finish()
+    end(retry, 13)
     assert read_collected(store, "c-1")["i"].to_pylist() == list(range(14))
     [files] = list_collected(store).values()
     assert [os.path.basename(f) for f in files][-3:] == ["part-00000-9.arrow", "part-00000-10.arrow",
@@ -321,6 +353,6 @@ def test_random_failures_snapshots_and_notifications_give_every_row_exactly_once
                 position = 0
                 s = ckpt_sink(tmp_path, attempt=attempt, roll=64)
             assert len(dataset_rows(tmp_path)) == len(set(dataset_rows(tmp_path)))
-    s.finish()
+    end(s, next_id)
     assert dataset_rows(tmp_path) == list(range(n_batches * 5))
     assert sorted(os.listdir(tmp_path)) == visible(tmp_path)

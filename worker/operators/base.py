@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.runtime.elements import Watermark
+from yarnflow.worker.state.tables import Snapshot
 
 
 class UserFunctionError(YarnflowError):
@@ -96,17 +97,25 @@ class Operator:
         pass
 
     # -- checkpoints -------------------------------------------------------------------------
-    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+    def snapshot_state(self, checkpoint_id: int) -> Snapshot:
         """The operator's state at a checkpoint barrier, as named Arrow tables (written as
         Arrow IPC files under ``chk-<n>/``). Called on the task thread between two elements,
         with every earlier element processed: return a consistent copy (Arrow data is
         immutable; copy mutable Python structures), because the task writes the tables in the
-        background while processing goes on. Stateless operators return ``{}``."""
+        background while processing goes on; or an ``AsyncSnapshot`` whose tables are made on
+        the writer's thread from a view the operator froze now (keyed state backends do that).
+        Stateless operators return ``{}``."""
         return {}
 
     def initialize_state(self, state: dict[str, pa.Table]) -> None:
         """Restore from a checkpoint: called after ``setup`` and before ``open`` with the
         tables ``snapshot_state`` returned (``{}`` when the checkpoint has none for it)."""
+
+    @property
+    def needs_final_checkpoint(self) -> bool:
+        """True for an operator that commits on checkpoints (a two-phase sink): after ``finish``
+        its task stays RUNNING until a checkpoint taken after the end of input completes."""
+        return False
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Every task has the checkpoint: commit what it covers (two-phase sinks). Called on

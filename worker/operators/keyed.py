@@ -3,51 +3,30 @@
 In BATCH mode (bounded input) they emit one final row per key when their input ends, as
 Flink's batch runtime does. In STREAMING mode they emit, after each batch, the updated
 aggregate of every key that batch touched (an upsert stream), and nothing more at the end.
+
+Their state is in a keyed state backend (``yarnflow.worker.state``): ``KeyedAggregate`` keeps one
+row of aggregates per key as columns (an ``AggregateTable``, updated a batch at a time with
+numpy), ``KeyedReduce`` one row (a dict) per key. In BATCH mode ``KeyedAggregate`` keeps partial
+aggregates as Arrow tables instead: no checkpoints are taken there.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from yarnflow.common.errors import JobDefinitionError
-from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.operators.snapshots import owned_rows, require_columns
+from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.state.heap import ABSENT, IMMUTABLE, HeapKeyedStateBackend
+from yarnflow.worker.state.tables import Snapshot, owned_rows, require_columns
 
 AGG_FUNCS = ("sum", "min", "max", "count")
 _COMBINE = {"sum": "sum", "min": "min", "max": "max", "count": "sum"}
 _COMPACT_ROWS = 1 << 20
-
-
-def keyed_state_table(rows: list[dict[str, Any]], schema: pa.Schema | None, keys: Sequence[str],
-                      max_parallelism: int) -> pa.Table:
-    """``rows`` (one per key) as a table of ``schema`` (inferred when the rows no longer fit it)
-    with a ``key_group`` column (int32) first."""
-    try:
-        table = pa.Table.from_pylist(rows, schema=schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        table = pa.Table.from_pylist(rows)
-    return with_key_groups(table, keys, max_parallelism)
-
-
-def with_key_groups(table: pa.Table, keys: Sequence[str], max_parallelism: int) -> pa.Table:
-    """``table`` with a first column ``key_group`` (int32): each row's key group."""
-    groups = pa.array(key_groups(table, keys, max_parallelism) if table.num_rows else [], pa.int32())
-    return table.add_column(0, "key_group", groups)
-
-
-def restored_rows(state: dict[str, pa.Table], name: str, keys: Sequence[str], op: Operator) -> pa.Table | None:
-    """The rows of the restored table ``name`` in ``op``'s key-group range, without ``key_group``."""
-    table = state.get(name)
-    if table is None:
-        return None
-    require_columns(table, name, ["key_group", *keys])
-    ctx = op.ctx
-    table = owned_rows(table, key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index))
-    return table.drop_columns(["key_group"])
 
 
 def check_columns(schema: pa.Schema, columns: Sequence[str], op_name: str) -> None:
@@ -55,6 +34,18 @@ def check_columns(schema: pa.Schema, columns: Sequence[str], op_name: str) -> No
     if missing:
         raise JobDefinitionError(f"operator '{op_name}': column(s) {missing} do not exist; "
                                  f"the input has columns {schema.names}")
+
+
+def keyed_backend(ctx: RuntimeContext) -> HeapKeyedStateBackend:
+    """The keyed state backend of an operator running as ``ctx``'s subtask."""
+    return HeapKeyedStateBackend(ctx.max_parallelism,
+                                 key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index))
+
+
+def _copy_row(row: dict[str, Any]) -> dict[str, Any]:
+    if all(isinstance(v, IMMUTABLE) for v in row.values()):
+        return dict(row)
+    return copy.deepcopy(row)
 
 
 class KeyedAggregate(Operator):
@@ -74,9 +65,13 @@ class KeyedAggregate(Operator):
         self.aggs = list(aggs)
         self._partials: list[pa.Table] = []
         self._partial_rows = 0
-        self._state: dict[tuple[Any, ...], list[Any]] = {}
-        self._state_schema: pa.Schema | None = None  # keys + aggregates, as the partials have them
         self._checked = False
+
+    def setup(self, ctx: RuntimeContext, output: Output) -> None:
+        super().setup(ctx, output)
+        self._backend = keyed_backend(ctx)
+        self._table = self._backend.aggregate_table(
+            "aggregates", self.keys, [(name, _COMBINE[fn]) for name, (_, fn) in zip(self._names(), self.aggs)])
 
     def _names(self) -> list[str]:
         """Output column per aggregate: the column's own name (``sum("count")`` stays "count"),
@@ -106,64 +101,36 @@ class KeyedAggregate(Operator):
             if self._partial_rows > _COMPACT_ROWS:
                 self._compact()
             return
-        self._upsert(partial)
+        updated = self._table.upsert(partial)
+        for out in updated.to_batches():
+            if out.num_rows:
+                self.output.collect(out)
 
     def _compact(self) -> None:
         merged = self._aggregate(pa.concat_tables(self._partials, promote_options="permissive"), combine=True)
         self._partials, self._partial_rows = [merged], merged.num_rows
 
-    def _upsert(self, partial: pa.Table) -> None:
-        if self._state_schema is None or not any(pa.types.is_null(f.type) for f in partial.schema):
-            self._state_schema = partial.schema
-        nk = len(self.keys)
-        funcs = [_COMBINE[f] for _, f in self.aggs]
-        rows = partial.to_pylist()
-        names = partial.column_names
-        out = []
-        for row in rows:
-            values = [row[n] for n in names]
-            key, aggs = tuple(values[:nk]), values[nk:]
-            current = self._state.get(key)
-            if current is None:
-                current = list(aggs)
-            else:
-                for i, fn in enumerate(funcs):
-                    a, b = current[i], aggs[i]
-                    if a is None:
-                        current[i] = b
-                    elif b is not None:
-                        current[i] = a + b if fn == "sum" else min(a, b) if fn == "min" else max(a, b)
-            self._state[key] = current
-            out.append(dict(zip(names, (*key, *current))))
-        if out:
-            self.output.collect(pa.RecordBatch.from_pylist(out, schema=partial.schema))
-
-    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+    def snapshot_state(self, checkpoint_id: int) -> Snapshot:
         if self.ctx.is_batch:
             if not self._partials:
                 return {}
             self._compact()
-            return {"aggregates": with_key_groups(self._partials[0], self.keys, self.ctx.max_parallelism)}
-        if not self._state:
-            return {}
-        names = (self._state_schema.names if self._state_schema is not None
-                 else self.keys + self._names())
-        rows = [dict(zip(names, (*key, *values))) for key, values in self._state.items()]
-        return {"aggregates": keyed_state_table(rows, self._state_schema, self.keys, self.ctx.max_parallelism)}
+            table = self._partials[0]
+            groups = pa.array(key_groups(table, self.keys, self.ctx.max_parallelism), pa.int32())
+            return {"aggregates": table.add_column(0, "key_group", groups)}
+        return self._backend.snapshot()
 
     def initialize_state(self, state: dict[str, pa.Table]) -> None:
-        table = restored_rows(state, "aggregates", self.keys, self)
-        if table is None or table.num_rows == 0:
+        if not self.ctx.is_batch:
+            self._backend.restore(state)
             return
-        require_columns(table, "aggregates", self._names())
-        table = table.select(self.keys + self._names())
-        if self.ctx.is_batch:
+        table = state.get("aggregates")
+        if table is None:
+            return
+        require_columns(table, "aggregates", ["key_group", *self.keys, *self._names()])
+        table = owned_rows(table, self._backend.key_group_range).select(self.keys + self._names())
+        if table.num_rows:
             self._partials, self._partial_rows = [table], table.num_rows
-            return
-        self._state_schema = table.schema
-        nk = len(self.keys)
-        for values in zip(*(table.column(c).to_pylist() for c in table.column_names)):
-            self._state[tuple(values[:nk])] = list(values[nk:])
 
     def finish(self) -> None:
         if self.ctx.is_batch and self._partials:
@@ -175,10 +142,8 @@ class KeyedAggregate(Operator):
 
 
 class KeyedReduce(Operator):
-    """``key_by(keys).reduce(fn)``: fn(accumulated_row, row) -> row, per key, row by row.
-
-    State (table ``reduced``): ``key_group`` (int32) and the columns of the stream, typed as
-    the input; one row (the accumulated one) per key."""
+    """``key_by(keys).reduce(fn)``: fn(accumulated_row, row) -> row, per key, row by row. The
+    accumulated row of each key is an entry of the keyed state backend (``__reduced__``)."""
 
     kind = "keyed_reduce"
 
@@ -187,43 +152,42 @@ class KeyedReduce(Operator):
         super().__init__(name)
         self.keys = list(keys)
         self.fn = fn
-        self._state: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._schema: pa.Schema | None = None
+
+    def setup(self, ctx: RuntimeContext, output: Output) -> None:
+        super().setup(ctx, output)
+        self._backend = keyed_backend(ctx)
+        self._reduced = self._backend.internal_state("__reduced__", _copy_row)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if self._schema is None:
             check_columns(batch.schema, self.keys, self.name)
             self._schema = batch.schema
+        groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
+        backend, state, keys = self._backend, self._reduced, self.keys
         updated: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for row in batch.to_pylist():
-            key = tuple(row[k] for k in self.keys)
-            acc = self._state.get(key)
-            new = row if acc is None else self.call_user(self.fn, acc, row)
+        for row, kg in zip(batch.to_pylist(), groups):
+            key = tuple(row[k] for k in keys)
+            backend.set_current_key(key, kg)
+            acc = state.get_for_update()
+            new = row if acc is ABSENT else self.call_user(self.fn, acc, row)
             if not isinstance(new, dict):
                 raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row")
-            for k in self.keys:  # the key stays what it was
+            for k in keys:  # the key stays what it was
                 new[k] = row[k]
-            self._state[key] = new
+            state.put(new)
             updated[key] = new
         if not self.ctx.is_batch and updated:
             self.output.collect(pa.RecordBatch.from_pylist(list(updated.values()), schema=self._schema))
 
-    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
-        if not self._state:
-            return {}
-        return {"reduced": keyed_state_table(list(self._state.values()), self._schema, self.keys,
-                                             self.ctx.max_parallelism)}
+    def snapshot_state(self, checkpoint_id: int) -> Snapshot:
+        return self._backend.snapshot()
 
     def initialize_state(self, state: dict[str, pa.Table]) -> None:
-        table = restored_rows(state, "reduced", self.keys, self)
-        if table is None or table.num_rows == 0:
-            return
-        self._schema = table.schema
-        for row in table.to_pylist():
-            self._state[tuple(row[k] for k in self.keys)] = row
+        self._backend.restore(state)
 
     def finish(self) -> None:
-        if self.ctx.is_batch and self._state:
-            rows = list(self._state.values())
+        if self.ctx.is_batch:
+            rows = [row for _, _, row in self._backend.entries(self._reduced.name)]
             for i in range(0, len(rows), self.ctx.batch_size):
                 self.output.collect(pa.RecordBatch.from_pylist(rows[i:i + self.ctx.batch_size], schema=self._schema))

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from yarnflow.common import collect
 from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.operators.snapshots import require_columns, single_row
+from yarnflow.worker.state.tables import require_columns, single_row
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,9 @@ class _StagedFileSink(Operator):
     ``snapshot_state(c)`` closes the part being written and records the closed parts as pending
     for ``c``; ``notify_checkpoint_complete(c)`` renames the pending parts of checkpoints
     ``<= c`` to their final names; an aborted checkpoint's parts stay pending for the next
-    completed one. ``finish`` commits everything (end of input). A failed attempt deletes only
+    completed one. ``finish`` (end of input) only closes the last part: the task then waits for
+    a final checkpoint (Flink's FLIP-147), whose completion commits it, so a subtask that ends
+    commits nothing a restore from an earlier checkpoint would write again. A failed attempt deletes only
     the parts after its last checkpoint: pending ones may belong to a completed checkpoint whose
     notification it never got. A restored attempt (``initialize_state``) commits the pending
     parts of the restored state, deletes every other hidden part of its subtask, and deletes the
@@ -326,15 +328,16 @@ class _StagedFileSink(Operator):
             self._release_held()
         if self._writer is not None:
             self._close_part()
-        if self.ctx.checkpointing:  # end of input: the final commit, of every checkpoint's parts
-            parts = [entry for cid in sorted(self._pending) for entry in self._pending[cid]]
-            self._commit_parts(parts + [(self._part_of(s), s) for s in self._staged])
-            self._pending, self._staged = {}, []
-        else:
-            self._commit()
+        if self.ctx.checkpointing:  # end of input: the final checkpoint commits the last parts
+            return
+        self._commit()
         if self.committed:
             log.info("%s (%d/%d) committed %d rows in %d files under %s", self.name, self.ctx.subtask_index + 1,
                      self.ctx.parallelism, self.rows, len(self.committed), self._dir)
+
+    @property
+    def needs_final_checkpoint(self) -> bool:
+        return self.ctx.checkpointing
 
     def close(self) -> None:
         """Not finished (failed or cancelled): drop the parts of this attempt after its last

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import Output, RuntimeContext, SourceOperator
-from yarnflow.worker.operators.snapshots import dumps, loads, require_columns, single_row
-from yarnflow.worker.operators.state import StateRestoreError
+from yarnflow.worker.state.tables import dumps, loads, require_columns, single_row
+from yarnflow.worker.state.errors import StateRestoreError
 
 log = logging.getLogger(__name__)
 

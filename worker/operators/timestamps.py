@@ -4,6 +4,7 @@ watermarks in-band, and marks its output idle when no records came for a while."
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,8 +18,24 @@ class EventTimeError(YarnflowError, ValueError):
     """A record has no usable event time; the message names the operator and the column."""
 
 
-def event_times_ms(batch: pa.RecordBatch, column: str, op_name: str) -> pa.Array:
-    """The event-time column as int64 milliseconds; errors name the operator and column."""
+class MissingEventTimeError(EventTimeError):
+    """A row's event-time column is null. Fill or filter such rows before this operator."""
+
+
+class EventTimeTypeError(EventTimeError, JobDefinitionError):
+    """The event-time column has a type that is not a time: integers (ms), timestamps or dates."""
+
+
+_MS_SCALE = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}  # (multiply, floor-divide)
+
+
+def event_times_ms(batch: pa.RecordBatch, column: str, op_name: str) -> np.ndarray:
+    """The event-time column as an int64 numpy array of ms since the epoch: integers are taken
+    as ms, timestamps are floored to ms, dates are their midnight. Every operator that reads
+    event time from a column uses this.
+
+    Raises JobDefinitionError when the column does not exist, MissingEventTimeError when a row's
+    time is null and EventTimeTypeError (also a JobDefinitionError) for a column of another type."""
     idx = batch.schema.get_field_index(column)
     if idx < 0:
         raise JobDefinitionError(f"operator '{op_name}': event-time column {column!r} does not exist; "
@@ -26,14 +43,19 @@ def event_times_ms(batch: pa.RecordBatch, column: str, op_name: str) -> pa.Array
     col = batch.column(idx)
     if col.null_count:
         row = pc.index(pc.is_null(col), True).as_py()
-        raise EventTimeError(f"operator '{op_name}': null event time in column {column!r} (row {row} of a batch)")
+        raise MissingEventTimeError(f"operator '{op_name}': null event time in column {column!r} "
+                                    f"(row {row} of a batch of {batch.num_rows}); every row needs a time")
     t = col.type
-    if pa.types.is_timestamp(t):
-        return pc.cast(pc.cast(col, pa.timestamp("ms"), safe=False), pa.int64())  # truncates sub-ms digits
     if pa.types.is_integer(t):
-        return pc.cast(col, pa.int64())
-    raise EventTimeError(f"operator '{op_name}': event-time column {column!r} has type {t}; "
-                         f"expected integer milliseconds or a timestamp")
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
+        raw = np.asarray(col.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+        mul, div = _MS_SCALE[getattr(t, "unit", "ms")]
+        return raw * mul if div == 1 else raw // div
+    if pa.types.is_date32(t):
+        return np.asarray(col.cast(pa.int32()).to_numpy(zero_copy_only=False), dtype=np.int64) * 86_400_000
+    raise EventTimeTypeError(f"operator '{op_name}': event-time column {column!r} has type {t}; "
+                             f"expected integer milliseconds, a timestamp or a date")
 
 
 class TimestampsAndWatermarks(Operator):
@@ -63,7 +85,7 @@ class TimestampsAndWatermarks(Operator):
         self._last_record_ms = self.ctx.clock()
         self.output.collect(batch)
         if len(ts):
-            self._max_ts = max(self._max_ts, pc.max(ts).as_py())
+            self._max_ts = max(self._max_ts, int(ts.max()))
             wm = self._max_ts - self.strategy.max_out_of_orderness_ms - 1
             if wm > self._emitted:
                 self._emitted = wm

@@ -12,12 +12,10 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError
 
-
-class SchemaMismatchError(YarnflowError, TypeError):
-    """An operator produced (or received) a batch that does not fit the stream's schema."""
+__all__ = ["MapBatches", "RowFilter", "RowFlatMap", "RowMap", "SchemaMismatchError", "to_batches"]
 
 
 def to_batches(value: Any, op_name: str) -> list[pa.RecordBatch]:
@@ -53,27 +51,11 @@ class _RowOperator(Operator):
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         super().__init__(name)
         self.fn = fn
-        self._schema: pa.Schema | None = None
+        self._rows = RowBuffer(self.name)
 
     def _emit_rows(self, rows: list[Any]) -> None:
-        if not rows:
-            return
-        rows = [r if isinstance(r, dict) else {"value": r} for r in rows]
-        try:
-            batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
-            extra = {k for r in rows for k in r} - set(batch.schema.names)  # from_pylist drops them
-            if extra:
-                raise SchemaMismatchError(f"new columns {sorted(extra)}")
-            if self._schema is None:
-                if any(pa.types.is_null(f.type) for f in batch.schema):
-                    self.output.collect(batch)  # types not known yet: decide on a later batch
-                    return
-                self._schema = batch.schema
-        except (pa.ArrowInvalid, pa.ArrowTypeError, SchemaMismatchError) as exc:
-            raise SchemaMismatchError(
-                f"operator '{self.name}' returned rows that do not match its output schema "
-                f"{self._schema}: {exc}") from None
-        self.output.collect(batch)
+        if rows:
+            self.output.collect(self._rows.to_batch([r if isinstance(r, dict) else {"value": r} for r in rows]))
 
 
 class RowMap(_RowOperator):

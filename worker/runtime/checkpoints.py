@@ -5,10 +5,11 @@ of its state on restore.
 - ``Mailbox``: thread-safe; the TaskExecutor puts ``TriggerCheckpoint`` / ``NotifyCheckpoint``
   mails in, the task thread takes them out between two elements (so operator hooks run on the
   task thread). Putting a mail wakes the task (``on_mail``) when it waits for input.
-- ``SnapshotWriter``: writes each table of a snapshot as an Arrow IPC file under
-  ``<checkpoint dir>/chk-<n>/<vertex>-<subtask>-<attempt>/op<i>-<name>.arrow`` (any fsspec
-  URL) on a thread of its own, then acknowledges the checkpoint to the JobMaster; any error
-  declines it instead. Snapshots are written in the order they were taken.
+- ``SnapshotWriter``: on a thread of its own, makes the tables of each operator's snapshot (an
+  ``AsyncSnapshot`` is built there: the task only froze its state) and writes each as an Arrow
+  IPC file under ``<checkpoint dir>/chk-<n>/<vertex>-<subtask>-<attempt>/op<i>-<name>.arrow``
+  (any fsspec URL), then acknowledges the checkpoint to the JobMaster; any error declines it
+  instead. Snapshots are made and written in the order they were taken.
 - ``read_task_state``: the tables of a ``TaskRestore``, per operator index; a file that cannot
   be read raises ``StateRestoreError`` naming it.
 """
@@ -29,6 +30,7 @@ import pyarrow.ipc as ipc
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.messages import OperatorStateFile, TaskRestore, TaskStateSnapshot
+from yarnflow.worker.state.tables import AsyncSnapshot, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +62,20 @@ class Mailbox:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
         self._mails: collections.deque[Mail] = collections.deque()
         self.on_mail: Callable[[], None] = lambda: None
 
     def put(self, mail: Mail) -> None:
         with self._lock:
             self._mails.append(mail)
+            self._arrived.notify_all()
         self.on_mail()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until there is mail (True) or ``timeout_s`` passed (False)."""
+        with self._lock:
+            return self._arrived.wait_for(lambda: bool(self._mails), timeout_s)
 
     def __bool__(self) -> bool:
         return bool(self._mails)
@@ -108,10 +117,12 @@ class SnapshotWriter:
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
 
-    def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
+    def submit(self, checkpoint_id: int, snapshots: list[Snapshot], alignment_ms: int,
                sync_ms: int) -> None:
-        """Write ``snapshots`` (one dict per operator of the chain, head first) and acknowledge."""
-        if not self._closed:
+        """Write ``snapshots`` (one per operator of the chain, head first) and acknowledge."""
+        if self._closed:
+            release_all(snapshots)
+        else:
             self._background().submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms)
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
@@ -139,7 +150,7 @@ class SnapshotWriter:
         if self._pool is not None:
             self._pool.shutdown(wait=wait)
 
-    def _write(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
+    def _write(self, checkpoint_id: int, snapshots: list[Snapshot], alignment_ms: int,
                sync_ms: int) -> None:
         started = time.monotonic()
         try:
@@ -158,8 +169,14 @@ class SnapshotWriter:
         log.debug("%s acknowledged checkpoint %d (%d files, %d bytes)", self._name, checkpoint_id, len(files),
                   snapshot.size_bytes)
 
-    def write_files(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]]) -> list[OperatorStateFile]:
-        if not any(snapshots):
+    def write_files(self, checkpoint_id: int, snapshots: list[Snapshot]) -> list[OperatorStateFile]:
+        """Make the tables of ``snapshots`` (releasing each AsyncSnapshot once made) and write
+        them; returns the files."""
+        try:
+            made = [_tables(s) for s in snapshots]
+        finally:
+            release_all(snapshots)
+        if not any(made):
             return []
         if not self._dir:
             raise YarnflowError("the task has state to write but no checkpoint dir")
@@ -167,7 +184,7 @@ class SnapshotWriter:
         fs, root = fsspec.core.url_to_fs(folder)
         fs.makedirs(root, exist_ok=True)
         files = []
-        for index, tables in enumerate(snapshots):
+        for index, tables in enumerate(made):
             for name, table in tables.items():
                 url = f"{folder}/op{index}-{name}.arrow"
                 with fs.open(f"{root}/op{index}-{name}.arrow", "wb") as fh:
@@ -178,9 +195,30 @@ class SnapshotWriter:
         return files
 
 
-def check_snapshot(operator: object, tables: object) -> dict[str, pa.Table]:
-    """``tables`` as ``snapshot_state`` must return it (record batches become tables); raises
-    TypeError naming ``operator`` otherwise."""
+def release_all(snapshots: list[Snapshot]) -> None:
+    """Release the AsyncSnapshots among ``snapshots`` (taken, but not to be written)."""
+    for snapshot in snapshots:
+        if isinstance(snapshot, AsyncSnapshot):
+            try:
+                snapshot.release()
+            except Exception:  # noqa: BLE001 - a failed fold leaves more layers, nothing worse
+                log.warning("releasing a snapshot failed", exc_info=True)
+
+
+def _tables(snapshot: Snapshot) -> dict[str, pa.Table]:
+    return check_tables(snapshot, snapshot.build()) if isinstance(snapshot, AsyncSnapshot) else snapshot
+
+
+def check_snapshot(operator: object, snapshot: object) -> Snapshot:
+    """``snapshot`` as ``snapshot_state`` must return it: an AsyncSnapshot (its tables are
+    checked when made), or a dict of tables (record batches become tables); raises TypeError
+    naming ``operator`` otherwise."""
+    if isinstance(snapshot, AsyncSnapshot):
+        return snapshot
+    return check_tables(operator, snapshot)
+
+
+def check_tables(operator: object, tables: object) -> dict[str, pa.Table]:
     if not isinstance(tables, dict):
         raise TypeError(f"{operator!r}.snapshot_state returned {type(tables).__name__}, not a dict of tables")
     checked: dict[str, pa.Table] = {}

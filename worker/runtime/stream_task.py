@@ -22,7 +22,13 @@ import pyarrow as pa
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import Operator, SourceOperator
 from yarnflow.worker.runtime.barriers import AlignerAction, BarrierAligner, Decline, Snapshot
-from yarnflow.worker.runtime.checkpoints import Mailbox, NotifyCheckpoint, TriggerCheckpoint, check_snapshot
+from yarnflow.worker.runtime.checkpoints import (
+    Mailbox,
+    NotifyCheckpoint,
+    TriggerCheckpoint,
+    check_snapshot,
+    release_all,
+)
 from yarnflow.worker.runtime.elements import (
     ACTIVE,
     IDLE,
@@ -34,6 +40,7 @@ from yarnflow.worker.runtime.elements import (
 )
 from yarnflow.worker.runtime.gate import ChannelError, InputGate
 from yarnflow.worker.runtime.writer import RecordWriter
+from yarnflow.worker.state.tables import Snapshot as StateSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +147,7 @@ class WatermarkValve:
 class SnapshotSink(Protocol):
     """Takes a task's snapshots (``SnapshotWriter``: writes them and acknowledges)."""
 
-    def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
+    def submit(self, checkpoint_id: int, snapshots: list[StateSnapshot], alignment_ms: int,
                sync_ms: int) -> None: ...
 
     def decline(self, checkpoint_id: int, reason: str) -> None: ...
@@ -200,6 +207,8 @@ class StreamTask:
                 self._run_input_loop(head)
                 self.process_mail()
             self._finish_chain()
+            if any(op.needs_final_checkpoint for op in self.chain):
+                self._await_final_checkpoint()
             for w in self.writers:
                 w.finish()
         finally:
@@ -227,18 +236,24 @@ class StreamTask:
         """Take the mailbox's checkpoint calls (on the task thread, between two elements)."""
         for mail in self.mailbox.drain():
             if isinstance(mail, TriggerCheckpoint):
-                barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once)
-                if self._aligner is None:
-                    if barrier.checkpoint_id > self.last_barrier_id:
-                        self._take_checkpoint(barrier, 0)
-                else:
-                    self._apply(self._aligner.on_trigger(barrier))
+                self._on_trigger(mail)
             elif isinstance(mail, NotifyCheckpoint):
-                for op in self.chain:
-                    if mail.complete:
-                        op.notify_checkpoint_complete(mail.checkpoint_id)
-                    else:
-                        op.notify_checkpoint_aborted(mail.checkpoint_id)
+                self._notify(mail)
+
+    def _on_trigger(self, mail: TriggerCheckpoint) -> None:
+        barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once)
+        if self._aligner is None:
+            if barrier.checkpoint_id > self.last_barrier_id:
+                self._take_checkpoint(barrier, 0)
+        else:
+            self._apply(self._aligner.on_trigger(barrier))
+
+    def _notify(self, mail: NotifyCheckpoint) -> None:
+        for op in self.chain:
+            if mail.complete:
+                op.notify_checkpoint_complete(mail.checkpoint_id)
+            else:
+                op.notify_checkpoint_aborted(mail.checkpoint_id)
 
     def _apply(self, actions: list[AlignerAction]) -> None:
         for action in actions:
@@ -255,7 +270,7 @@ class StreamTask:
         snapshot declines the checkpoint; the barrier still goes on so consumers do not wait."""
         checkpoint_id = barrier.checkpoint_id
         started = time.monotonic()
-        snapshots: list[dict[str, pa.Table]] = []
+        snapshots: list[StateSnapshot] = []
         failed = False
         for op in self.chain:
             try:
@@ -272,6 +287,34 @@ class StreamTask:
         self.last_barrier_id = max(self.last_barrier_id, checkpoint_id)
         if not failed and self._snapshots is not None:
             self._snapshots.submit(checkpoint_id, snapshots, alignment_ms, sync_ms)
+        else:
+            release_all(snapshots)
+
+    def _await_final_checkpoint(self) -> None:
+        """Flink's FLIP-147: the chain has finished and a two-phase sink in it has staged its
+        last rows; the task stays RUNNING until a checkpoint taken from now on completes and
+        commits them. The output partitions stay open meanwhile, so that checkpoint's barrier
+        still reaches the tasks downstream. (The task is triggered directly: as a source, or
+        once its upstream tasks have finished.)"""
+        first = 0  # the first checkpoint taken after the end of input
+        log.info("%s: input ended, waiting for a final checkpoint to commit", self.name)
+        while True:
+            self._check_cancelled()
+            for w in self.writers:
+                w.flush_if_due()
+            if not self.mailbox.wait(0.1):
+                continue
+            for mail in self.mailbox.drain():
+                if isinstance(mail, TriggerCheckpoint):
+                    before = self.last_barrier_id
+                    self._on_trigger(mail)
+                    if not first and self.last_barrier_id > before:
+                        first = self.last_barrier_id
+                elif isinstance(mail, NotifyCheckpoint):
+                    self._notify(mail)
+                    if mail.complete and first and mail.checkpoint_id >= first:
+                        log.info("%s: final checkpoint %d complete", self.name, mail.checkpoint_id)
+                        return
 
     def _decline(self, checkpoint_id: int, reason: str) -> None:
         if self._snapshots is not None:

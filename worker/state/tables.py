@@ -1,21 +1,68 @@
-"""Helpers shared by the operators' ``snapshot_state`` / ``initialize_state``.
+"""What operator snapshots are made of, and the helpers operators share to write and read them.
 
 Operator state goes into checkpoints as Arrow tables with typed columns (the runtime writes them
 as Arrow IPC files under ``chk-<n>/``). Where a value's type is not known (a key tuple, a user's
 state value, a split payload) it is one binary cell per entry, serialised on its own: never one
-pickle of a whole structure. Serialising at snapshot time is also what makes the snapshot a copy
-of mutable Python values."""
+pickle of a whole structure.
+
+``snapshot_state`` returns either the tables themselves (small state: a source's position) or an
+``AsyncSnapshot``: the task only takes a consistent view of its state (an O(1) freeze, a copy of a
+few arrays) and the tables are made from that view on the snapshot writer's thread, so the task
+pauses for the freeze, not for the serialisation.
+"""
 
 from __future__ import annotations
 
 import pickle
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Union
 
 import cloudpickle
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["dumps", "loads", "owned_rows", "require_columns", "single_row"]
+from yarnflow.worker.state.errors import StateRestoreError
+
+__all__ = ["AsyncSnapshot", "Snapshot", "dumps", "loads", "materialize", "owned_rows", "require_columns",
+           "single_row"]
+
+
+class AsyncSnapshot:
+    """A snapshot whose tables are made later, off the task thread.
+
+    ``build()`` returns the tables (``{name: pa.Table}``); ``release()`` is called once after it,
+    whether it succeeded or not (the backend then folds the frozen view back into its state).
+    The snapshot writer calls both on its one thread, snapshots in the order they were taken."""
+
+    def __init__(self, build: Callable[[], dict[str, pa.Table]], release: Callable[[], None] | None = None) -> None:
+        self._build = build
+        self._release = release
+        self._done = False
+
+    def build(self) -> dict[str, pa.Table]:
+        return self._build()
+
+    def release(self) -> None:
+        if not self._done:
+            self._done = True
+            if self._release is not None:
+                self._release()
+
+    def with_tables(self, tables: dict[str, pa.Table]) -> AsyncSnapshot:
+        """This snapshot plus ``tables`` (already made)."""
+        return AsyncSnapshot(lambda: {**tables, **self._build()}, self.release)
+
+
+Snapshot = Union[dict[str, pa.Table], AsyncSnapshot]
+
+
+def materialize(snapshot: Snapshot) -> dict[str, pa.Table]:
+    """The tables of ``snapshot`` (built and released now when it is an AsyncSnapshot)."""
+    if isinstance(snapshot, AsyncSnapshot):
+        try:
+            return snapshot.build()
+        finally:
+            snapshot.release()
+    return snapshot
 
 
 def dumps(value: Any) -> bytes:
@@ -32,8 +79,6 @@ def loads(data: bytes) -> Any:
 
 def require_columns(table: pa.Table, what: str, columns: Iterable[str]) -> None:
     """Raises StateRestoreError when ``table`` (the state ``what``) lacks one of ``columns``."""
-    from yarnflow.worker.operators.state import StateRestoreError  # state.py imports this module
-
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise StateRestoreError(f"the restored state {what!r} has no column(s) {missing} "
@@ -52,8 +97,6 @@ def single_row(tables: dict[str, pa.Table], name: str, columns: Iterable[str]) -
     table = tables.get(name)
     if table is None:
         return None
-    from yarnflow.worker.operators.state import StateRestoreError  # state.py imports this module
-
     columns = list(columns)
     require_columns(table, name, columns)
     if table.num_rows != 1:
