@@ -359,5 +359,13 @@ class CheckpointCoordinator:
         if handle is not None:
             handle.cancel()
 
+    def add_recovered(self, checkpoint_id: int, trigger_time_ms: int = 0, state_size: int = 0) -> None:
+        """A completed checkpoint found in the CompletedCheckpointStore by a new leader (oldest
+        first): it is retained and restorable as if this coordinator had completed it."""
+        stats = CheckpointStats(checkpoint_id, trigger_time_ms, CheckpointStatus.COMPLETED,
+                                end_time_ms=trigger_time_ms, state_size=state_size)
+        self.completed.append(stats)
+        self.history.append(stats)
+
     def retained_ids(self) -> Iterable[int]:
         return [s.checkpoint_id for s in self.completed]

@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from yarnflow.am.checkpoint.coordinator import (
     CheckpointAction,
     CheckpointCoordinator,
+    CheckpointIDCounter,
     CheckpointPlan,
     CheckpointSettings,
     CheckpointStats,
@@ -81,11 +82,12 @@ def checkpoint_settings(config: Configuration) -> CheckpointSettings | None:
 
 class JobCheckpoints:
     def __init__(self, job_graph: JobGraph, graph: ExecutionGraph, settings: CheckpointSettings, clock: Clock,
-                 timers: TimerService, sid_of: Callable[[Execution], SubtaskId]) -> None:
+                 timers: TimerService, sid_of: Callable[[Execution], SubtaskId],
+                 ids: CheckpointIDCounter | None = None) -> None:
         self._job_graph = job_graph
         self._graph = graph
         self._sid_of = sid_of
-        self.coordinator = CheckpointCoordinator(settings, clock, timers, self._plan)
+        self.coordinator = CheckpointCoordinator(settings, clock, timers, self._plan, ids)
         self._upstream: dict[str, list[JobVertexID]] = {str(v.vertex_id): [] for v in job_graph.vertices}
         for edge in job_graph.edges:
             self._upstream[str(edge.target_vertex_id)].append(edge.source_vertex_id)
@@ -127,8 +129,23 @@ class JobCheckpoints:
                                             snapshot.size_bytes, snapshot.alignment_ms)
 
     def task_finished(self, ex: Execution) -> None:
-        """A task reached FINISHED: pending checkpoints waiting for it count it as finished."""
+        """A task reached FINISHED: pending checkpoints waiting for it count it as finished.
+        When that leaves a running task whose upstream tasks have all finished (its input is
+        ending, and a two-phase sink in it waits for a final checkpoint to commit), a
+        checkpoint is triggered now rather than at the next interval, so a bounded job does
+        not wait up to an interval to end (min-pause and max-concurrent still apply)."""
         self.coordinator.acknowledge_finished(ex.attempt_id, (self._sid_of(ex), None))
+        if not self.coordinator.pending and self._an_input_ended():
+            self.coordinator.trigger()
+
+    def _an_input_ended(self) -> bool:
+        for ex in self._graph.current_executions():
+            upstream = self._upstream[str(ex.vertex.job_vertex.vertex_id)]
+            if ex.state == ExecutionState.RUNNING and upstream and all(
+                    sub.current.state == ExecutionState.FINISHED
+                    for up in upstream for sub in self._graph.vertices[up].subtasks):
+                return True
+        return False
 
     def drain(self, address_of: Callable[[ExecutionAttemptID], tuple[str, str] | None]) -> list[Action]:
         """The coordinator's decisions as JobMaster actions; ``address_of(attempt)`` gives the
@@ -188,6 +205,26 @@ class JobCheckpoints:
                 for sid, st in sorted(states.items())}}
 
     # -- restore -----------------------------------------------------------------------------------
+    def recover(self, checkpoint_id: int, metadata: dict[str, object]) -> None:
+        """Take over a completed checkpoint of an earlier leader (its ``_metadata``, already
+        read and checked), oldest first: it becomes restorable like one completed here.
+
+        Raises ValueError when ``metadata`` is not a checkpoint's metadata."""
+        try:
+            subtasks = cast("dict[str, dict[str, Any]]", metadata["subtasks"])
+            states: dict[SubtaskId, SubtaskState] = {}
+            for key, entry in subtasks.items():
+                vertex, _, index = key.rpartition("#")
+                files = tuple(OperatorStateFile(int(f["operator_index"]), str(f["name"]), str(f["path"]),
+                                                int(f["size_bytes"])) for f in entry["files"])
+                states[SubtaskId(JobVertexID(vertex), int(index))] = SubtaskState(files, bool(entry["finished"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint {checkpoint_id}: not a checkpoint's metadata ({exc!r})") from None
+        self._states[checkpoint_id] = states
+        self.coordinator.add_recovered(checkpoint_id, state_size=sum(f.size_bytes for st in states.values()
+                                                                    for f in st.files))
+        self.ever_completed = True
+
     def restore_point(self) -> CheckpointStats | None:
         """The latest completed checkpoint not known to be unreadable."""
         for stats in reversed(self.coordinator.completed):

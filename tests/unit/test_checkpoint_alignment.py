@@ -11,6 +11,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 
+from tests.harness import wait_until
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.common.messages import OperatorStateFile, TaskRestore
 from yarnflow.common.states import Partitioner
@@ -373,6 +374,26 @@ def test_a_two_phase_sink_keeps_its_task_running_until_a_final_checkpoint_comple
     assert not runner.is_alive()
     assert outputs(log)[-3:] == [("snapshot", 3), ("barrier", 3), ("end",)]  # partitions end last
     assert log.index(("complete", 3)) < log.index(("end",))
+
+
+def test_a_direct_trigger_before_the_input_ends_is_taken_after_the_chain_finished() -> None:
+    # the JobMaster triggers a task as soon as its upstream finished; that checkpoint covers the
+    # end of the input, so a two-phase sink commits its last rows with it and needs no other
+    import threading
+
+    log: list[Any] = []
+    sink = RecordingSink(log)
+    st = StreamTask([TwoPhase(log)], ScriptedGate([(0, b(1)), (0, b(2)), (0, END_OF_PARTITION)]), [0],  # type: ignore[arg-type]
+                    [RecordingWriter(log)], lambda: False, "sink", snapshots=sink)  # type: ignore[list-item]
+    st.wire(lambda _: ctx())
+    st.mailbox.put(TriggerCheckpoint(4, 5, True))
+    runner = threading.Thread(target=st.invoke)
+    runner.start()
+    wait_until(lambda: 4 in sink.taken, 5, "the direct trigger was never snapshotted")
+    assert log.index(("finished",)) < log.index(("snapshot", 4))
+    st.mailbox.put(NotifyCheckpoint(4, complete=True))
+    runner.join(5)
+    assert not runner.is_alive() and sink.seen(4) == [1, 2]
 
 
 def test_a_task_waiting_for_its_final_checkpoint_can_be_cancelled() -> None:

@@ -182,6 +182,12 @@ class StreamTask:
         self._held: collections.deque[tuple[int, Any]] = collections.deque()
         #: held elements released, processed before the gate is polled again
         self._replay: collections.deque[tuple[int, Any]] = collections.deque()
+        #: checkpoints triggered directly (the task's upstream finished), and snapshots waiting
+        #: for the chain to finish (see ``_apply``)
+        self._direct: set[int] = set()
+        self._deferred: list[tuple[CheckpointBarrier, int]] = []
+        self._input_ended = False
+        self._chain_finished = False
 
     def wire(self, ctx_for: Callable[[Operator], Any]) -> None:
         for op, nxt in zip(self.chain, self.chain[1:] + [None]):
@@ -200,15 +206,18 @@ class StreamTask:
             if isinstance(head, SourceOperator):
                 head.run(self._source_tick)
                 self._check_cancelled()
-                self.process_mail()  # a trigger that came as the source ended: its state is final
+                self._input_ended = True
+                self.process_mail()  # a trigger that came as the source ended: taken after the chain finished
                 if head.bounded:
                     head.process_watermark(MAX_WATERMARK)
             else:
                 self._run_input_loop(head)
                 self.process_mail()
             self._finish_chain()
+            self._chain_finished = True
+            first = self._take_deferred()
             if any(op.needs_final_checkpoint for op in self.chain):
-                self._await_final_checkpoint()
+                self._await_final_checkpoint(first)
             for w in self.writers:
                 w.finish()
         finally:
@@ -244,8 +253,12 @@ class StreamTask:
         barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once)
         if self._aligner is None:
             if barrier.checkpoint_id > self.last_barrier_id:
-                self._take_checkpoint(barrier, 0)
+                if self._input_ended and not self._chain_finished:
+                    self._deferred.append((barrier, 0))  # taken once the chain has finished
+                else:
+                    self._take_checkpoint(barrier, 0)
         else:
+            self._direct.add(barrier.checkpoint_id)
             self._apply(self._aligner.on_trigger(barrier))
 
     def _notify(self, mail: NotifyCheckpoint) -> None:
@@ -257,7 +270,13 @@ class StreamTask:
 
     def _apply(self, actions: list[AlignerAction]) -> None:
         for action in actions:
-            if isinstance(action, Snapshot):
+            if isinstance(action, Snapshot) and action.barrier.checkpoint_id in self._direct \
+                    and not self._chain_finished:
+                # a direct trigger completes when every input has ended: its snapshot is taken
+                # once the chain has finished too (after ``finish`` emitted the last results), so
+                # it is the final checkpoint a two-phase sink waits for
+                self._deferred.append((action.barrier, action.alignment_ms))
+            elif isinstance(action, Snapshot):
                 self._take_checkpoint(action.barrier, action.alignment_ms)
             elif isinstance(action, Decline):
                 self._decline(action.checkpoint_id, action.reason)
@@ -290,13 +309,23 @@ class StreamTask:
         else:
             release_all(snapshots)
 
-    def _await_final_checkpoint(self) -> None:
+    def _take_deferred(self) -> int:
+        """Take the snapshots deferred until the chain finished; the id of the first (0: none)."""
+        deferred, self._deferred = self._deferred, []
+        first = 0
+        for barrier, alignment_ms in deferred:
+            if barrier.checkpoint_id > self.last_barrier_id:
+                self._take_checkpoint(barrier, alignment_ms)
+                first = first or barrier.checkpoint_id
+        return first
+
+    def _await_final_checkpoint(self, first: int = 0) -> None:
         """Flink's FLIP-147: the chain has finished and a two-phase sink in it has staged its
         last rows; the task stays RUNNING until a checkpoint taken from now on completes and
         commits them. The output partitions stay open meanwhile, so that checkpoint's barrier
         still reaches the tasks downstream. (The task is triggered directly: as a source, or
         once its upstream tasks have finished.)"""
-        first = 0  # the first checkpoint taken after the end of input
+        # ``first``: the first checkpoint taken after the end of input (0: none yet)
         log.info("%s: input ended, waiting for a final checkpoint to commit", self.name)
         while True:
             self._check_cancelled()
