@@ -6,7 +6,7 @@ exactly these keys (a test keeps them in step). Keys under ``spark.`` are for Sp
 through as strings (refused until Spark stages exist, see below). An unknown key or a value of the wrong type raises ``ConfigurationError``
 naming the key and where it came from.
 
-Some keys are declared before their feature exists (high availability, Spark stages): they are
+Some keys are declared before their feature exists (Spark stages): they are
 listed in ``NOT_SUPPORTED_YET`` and any value other than their shipped default is refused with
 a ``ConfigurationError`` ("not supported yet"), so a user never believes a setting took effect
 when it did nothing. A feature that lands removes its entries there.
@@ -92,6 +92,17 @@ def _parse_str(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError("expected true or false")
+
+
 @dataclass(frozen=True)
 class ConfigOption(Generic[T]):
     key: str
@@ -167,6 +178,9 @@ class Options:
     CHECKPOINT_DIR = _opt("execution.checkpointing.dir", _parse_str,
                           "fsspec URL of the checkpoints (empty: <storage dir>/checkpoints)")
     SLOT_IDLE_TIMEOUT = _opt("slot.idle.timeout", parse_duration_ms, "a JobMaster keeps an unused slot this long")
+    PREVIOUS_WORKER_RECOVERY_TIMEOUT = _opt("resourcemanager.previous-worker.recovery.timeout", parse_duration_ms,
+                                            "a new leader waits this long for the previous leader's "
+                                            "TaskExecutors before it starts new ones")
     TM_IDLE_TIMEOUT = _opt("resourcemanager.taskmanager-timeout", parse_duration_ms,
                            "release TaskExecutors idle this long (above the minimum slots)")
     SLOT_REQUEST_TIMEOUT = _opt("slot.request.timeout", parse_duration_ms,
@@ -194,6 +208,21 @@ class Options:
     HA_CLUSTER_ID = _opt("high-availability.cluster-id", _parse_str, "cluster id")
     ZK_QUORUM = _opt("high-availability.zookeeper.quorum", _parse_str, "ZooKeeper hosts")
     ZK_ROOT = _opt("high-availability.zookeeper.path.root", _parse_str, "ZooKeeper root path")
+    ZK_SESSION_TIMEOUT = _opt("high-availability.zookeeper.client.session-timeout", parse_duration_ms,
+                              "a ZooKeeper session (and the leadership it holds) ends this long after its "
+                              "client was last heard")
+    ZK_CONNECTION_TIMEOUT = _opt("high-availability.zookeeper.client.connection-timeout", parse_duration_ms,
+                                 "give up connecting to ZooKeeper after this long")
+    ZK_RETRY_WAIT = _opt("high-availability.zookeeper.client.retry-wait", parse_duration_ms,
+                         "wait between retries of a ZooKeeper operation")
+    ZK_MAX_RETRY_ATTEMPTS = _opt("high-availability.zookeeper.client.max-retry-attempts", _parse_int,
+                                 "retries of a ZooKeeper operation", minimum=0)
+    ZK_TOLERATE_SUSPENDED = _opt("high-availability.zookeeper.client.tolerate-suspended-connections", _parse_bool,
+                                 "keep leadership while the ZooKeeper connection is suspended (until the "
+                                 "session is lost)")
+    JOB_RESULT_RETENTION = _opt("job-result-store.retention", parse_duration_ms,
+                                "with high availability: keep a job's result this long when no client "
+                                "fetches it")
     TMP_DIRS = _opt("io.tmp.dirs", _parse_str, "local working directory")
     SPARK_MASTER = _opt("spark.master", _parse_str, "Spark master URL")
 
@@ -205,12 +234,7 @@ PASSTHROUGH_PREFIXES = ("spark.",)
 
 # Keys (or key prefixes, ending in ".") that are accepted but have no effect yet -> why. A value
 # other than the shipped default is refused. Remove an entry when its feature lands.
-_NO_ZOOKEEPER_HA = "ZooKeeper high availability is not implemented"
 NOT_SUPPORTED_YET: dict[str, str] = {
-    "high-availability.type": _NO_ZOOKEEPER_HA,
-    "high-availability.cluster-id": "it names the cluster in ZooKeeper, and " + _NO_ZOOKEEPER_HA,
-    "high-availability.zookeeper.quorum": _NO_ZOOKEEPER_HA,
-    "high-availability.zookeeper.path.root": _NO_ZOOKEEPER_HA,
     "spark.": "Spark stages are not implemented",
 }
 

@@ -13,7 +13,11 @@ can catch either.
     │   ├── NotFoundError (LookupError)           unknown job, task or allocation
     │   ├── InvalidRequestError (ValueError)      the remote side rejected the request as bad
     │   ├── UnavailableError                      the remote side is not ready / shutting down
+    │   │   └── NotLeaderRpcError                     a standby AppMaster answered: ask the leader
     │   └── RefusedError                          valid request that was declined
+    ├── HighAvailabilityError                 the high-availability services failed (common/ha)
+    │   ├── NotLeaderError                        a leader-only write by one that no longer leads
+    │   └── CoordinationUnavailableError (ConnectionError)  ZooKeeper cannot be reached in time
     ├── TaskError                             a task failed (carries the remote ErrorInfo)
     ├── JobFailedError                        a job ended FAILED (carries its cause)
     └── IllegalStateTransition (RuntimeError) a state machine was asked for a forbidden move
@@ -74,8 +78,28 @@ class InvalidRequestError(RpcError, ValueError):
     """The remote side rejected the request as malformed."""
 
 
+class HighAvailabilityError(YarnflowError):
+    """The high-availability services could not do what was asked (a store that cannot be
+    read, a pointer to nothing). The message says what and where."""
+
+
+class NotLeaderError(HighAvailabilityError):
+    """A write that only the leader may make, by a contender that does not (or no longer)
+    lead: it was refused, nothing changed. The caller stops acting as leader."""
+
+
+class CoordinationUnavailableError(HighAvailabilityError, ConnectionError):
+    """ZooKeeper (``high-availability.zookeeper.quorum``) could not be reached within the
+    connection timeout. Check the quorum address and that the servers run."""
+
+
 class UnavailableError(RpcError):
     """The remote side is not ready or is shutting down; retrying later may succeed."""
+
+
+class NotLeaderRpcError(UnavailableError):
+    """The AppMaster called does not lead the cluster (a standby, or one deposed): the call
+    did nothing. Find the leader (ZooKeeper) and call it instead."""
 
 
 class RefusedError(RpcError):

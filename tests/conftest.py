@@ -17,6 +17,8 @@ import pytest
 
 from tests.harness import wait_until
 
+pytest_plugins = ["tests.zookeeper"]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG_VAR = "YARNFLOW_TEST_TAG"
 
@@ -129,16 +131,17 @@ FAST_CONF = {
 
 @pytest.fixture
 def local_cluster(process_tag: str, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    """Factory: ``local_cluster(taskexecutors=2, slots=2, **conf)`` starts a LocalCluster whose
-    processes carry this test's tag; all are stopped on teardown."""
+    """Factory: ``local_cluster(taskexecutors=2, slots=2, standby=0, **conf)`` starts a
+    LocalCluster whose processes carry this test's tag; all are stopped on teardown."""
     from yarnflow.local_cluster import LocalCluster
 
     monkeypatch.setenv(TAG_VAR, process_tag)
     started: list[LocalCluster] = []
 
-    def start(taskexecutors: int = 2, slots: int = 2, **conf: str) -> LocalCluster:
+    def start(taskexecutors: int = 2, slots: int = 2, standby: int = 0, **conf: str) -> LocalCluster:
         merged = {**FAST_CONF, **{k.replace("__", "."): v for k, v in conf.items()}}
-        cluster = LocalCluster(taskexecutors, slots, merged, work_dir=str(tmp_path / f"cluster{len(started)}"))
+        cluster = LocalCluster(taskexecutors, slots, merged, work_dir=str(tmp_path / f"cluster{len(started)}"),
+                               standby=standby)
         started.append(cluster)
         return cluster.start()
 

@@ -90,9 +90,7 @@ def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
     (["-D", "heartbeat.interval=soon"], "error: bad value 'soon' for configuration key 'heartbeat.interval'"),
     (["-D", "taskmanager.numberOfTaskSlots=0"], "'taskmanager.numberOfTaskSlots'"),
     (["-D", "nonsense"], "error: bad -D argument 'nonsense': expected key=value"),
-    (["-D", "high-availability.type=zookeeper"],
-     "error: high-availability.type: not supported yet (ZooKeeper high availability is not implemented; "
-     "leave it unset)"),
+    (["-D", "high-availability.type=zookeeper"], "high-availability.zookeeper.quorum"),
     (["-D", "spark.master=yarn"], "error: spark.master: not supported yet (Spark stages are not implemented"),
 ])
 def test_bad_configuration_is_one_clear_line(cli, args, message):
@@ -104,12 +102,20 @@ def test_bad_configuration_is_one_clear_line(cli, args, message):
 
 
 def test_session_start_refuses_a_key_whose_feature_is_missing(cli):
-    proc = cli.run("session", "start", "-D", "high-availability.zookeeper.quorum=zk1:2181", timeout=60)
+    proc = cli.run("session", "start", "-D", "spark.master=yarn", timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "error: high-availability.zookeeper.quorum: not supported yet (ZooKeeper high availability is not "
-        "implemented; leave it unset); got 'zk1:2181' from -D"]
+        "error: spark.master: not supported yet (Spark stages are not implemented; leave it unset); got 'yarn' "
+        "from -D"]
     assert "running at" not in proc.stdout  # refused before anything started
+
+
+def test_standby_appmasters_without_zookeeper_is_one_clear_line(cli):
+    proc = cli.run("session", "start", "--standby", "1", timeout=60)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: standby AppMasters need ZooKeeper high availability")
+    assert "running at" not in proc.stdout
 
 
 def test_unknown_cli_option_is_one_clear_line(cli):

@@ -275,11 +275,6 @@ def test_missing_user_conf_file(tmp_path) -> None:
 # ---- keys accepted before their feature exists: refused, not ignored ---------------------
 
 @pytest.mark.parametrize(("key", "value", "why"), [
-    ("high-availability.type", "zookeeper", "ZooKeeper high availability is not implemented"),
-    ("high-availability.type", "ZooKeeper", "ZooKeeper high availability is not implemented"),
-    ("high-availability.zookeeper.quorum", "zk1:2181,zk2:2181", "ZooKeeper high availability"),
-    ("high-availability.zookeeper.path.root", "/flink", "ZooKeeper high availability"),
-    ("high-availability.cluster-id", "prod", "ZooKeeper high availability"),
     ("spark.master", "yarn", "Spark stages are not implemented"),
     ("spark.executor.memory", "2g", "Spark stages are not implemented"),  # a passthrough key
     ("spark.sql.shuffle.partitions", 8, "Spark stages are not implemented"),
@@ -296,8 +291,8 @@ def test_keys_of_missing_features_are_refused_not_ignored(key: str, value: objec
 
 def test_keys_of_missing_features_are_refused_from_files_and_job_config(tmp_path) -> None:
     path = tmp_path / "yarnflow.yaml"
-    path.write_text("high-availability.type: zookeeper\n")
-    with pytest.raises(ConfigurationError, match="high-availability.type: not supported yet") as info:
+    path.write_text("spark.master: yarn\n")
+    with pytest.raises(ConfigurationError, match="spark.master: not supported yet") as info:
         Configuration.load(conf_file=str(path))
     assert str(path) in str(info.value)
     with pytest.raises(ConfigurationError, match="spark.master: not supported yet") as info:
@@ -308,19 +303,22 @@ def test_keys_of_missing_features_are_refused_from_files_and_job_config(tmp_path
 def test_keys_of_missing_features_may_keep_their_defaults(tmp_path) -> None:
     shipped = _shipped_yaml()
     defaults = {k: v for k, v in shipped.items() if k in NOT_SUPPORTED_YET or k.startswith("spark.")}
-    assert set(defaults) >= {"high-availability.type", "spark.master"}
+    assert set(defaults) >= {"spark.master"}
     conf = Configuration.load(defaults)  # the shipped defaults, restated: accepted
-    assert conf[Options.HA_TYPE] == "none"
-    assert Configuration.load({"high-availability.type": "NONE"})[Options.HA_TYPE] == "none"
+    assert conf[Options.SPARK_MASTER] == "local[*]"
     path = tmp_path / "yarnflow.yaml"  # a user file that copies the shipped one
     path.write_text(resources.files("yarnflow.conf").joinpath("yarnflow.yaml").read_text(encoding="utf-8"))
     assert Configuration.load(conf_file=str(path)).to_strings() == Configuration.load().to_strings()
 
 
 def test_keys_that_work_are_not_listed_as_unsupported() -> None:
-    # high-availability.storageDir is where artifacts and results go today: it works
-    conf = Configuration.load({"high-availability.storageDir": "file:///tmp/yarnflow-storage"})
+    conf = Configuration.load({"high-availability.storageDir": "file:///tmp/yarnflow-storage",
+                               "high-availability.type": "ZooKeeper", "high-availability.zookeeper.quorum": "zk:2181",
+                               "high-availability.zookeeper.client.tolerate-suspended-connections": "true"})
     assert conf[Options.HA_STORAGE_DIR] == "file:///tmp/yarnflow-storage"
+    assert conf[Options.HA_TYPE] == "zookeeper" and conf[Options.ZK_TOLERATE_SUSPENDED] is True
+    with pytest.raises(ConfigurationError, match="tolerate-suspended-connections.*true or false"):
+        Configuration.load({"high-availability.zookeeper.client.tolerate-suspended-connections": "maybe"})
     for key in NOT_SUPPORTED_YET:
         assert key in OPTIONS or key.endswith("."), f"{key}: neither an option nor a prefix"
 
