@@ -21,8 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     if config is None:
         return 2
     from yarnflow.am.appmaster import AppMaster
+    from yarnflow.common.errors import ConfigurationError, CoordinationUnavailableError
 
-    am = AppMaster(config, args.cluster_id, args.target, work_dir=args.work_dir)
+    try:
+        am = AppMaster(config, args.cluster_id, args.target, work_dir=args.work_dir)
+    except (ConfigurationError, CoordinationUnavailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     shutdown_on_signals(lambda _reason: am.shutdown())
     am.start()
     if args.address_file:

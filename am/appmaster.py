@@ -1,5 +1,14 @@
 """AppMaster: puts the Dispatcher, the ResourceManager and the JobMasters behind one Thrift
-port, and owns the working and storage directories."""
+port, owns the working and storage directories, and contends for the cluster's leadership.
+
+Leadership (``common/ha``): with ``high-availability.type: none`` the AppMaster leads as soon as
+it starts. With ``zookeeper`` several AppMasters may run; the one elected leads and the others
+stand by, serving their port but refusing every call with NotLeaderRpcError (naming the leader
+when known). On a grant the AppMaster starts a ResourceManager and a Dispatcher whose fencing
+token is the leader session id, recovers every stored job without a result, and then publishes
+its address (TaskExecutors and clients find it in ZooKeeper). On a revoke it suspends every
+JobMaster and the ResourceManager at once and stands by again. A standby exits when the cluster
+is shut down (a client's ``session stop``), rather than taking over."""
 
 from __future__ import annotations
 
@@ -7,7 +16,7 @@ import logging
 import os
 import tempfile
 import threading
-from typing import cast
+from typing import Any, cast
 
 import fsspec
 
@@ -15,7 +24,10 @@ from yarnflow.am.dispatcher.dispatcher import Dispatcher
 from yarnflow.am.resourcemanager.drivers.base import ResourceDriver
 from yarnflow.am.resourcemanager.drivers.local import LocalProcessDriver
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
+from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError
+from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.rpc.gateways import (
     DISPATCHER,
     JOB_MASTER,
@@ -25,7 +37,6 @@ from yarnflow.common.rpc.gateways import (
     ResourceManagerHandler,
 )
 from yarnflow.common.rpc.server import RpcServer
-from yarnflow.common.artifacts import ArtifactCache
 
 log = logging.getLogger(__name__)
 
@@ -35,77 +46,182 @@ def default_work_dir(config: Configuration, cluster_id: str) -> str:
     return os.path.join(base, f"yarnflow-{cluster_id}")
 
 
-class ResourceManagerProxy:
-    """The AppMaster's current ResourceManager, for everything that must follow a change of
-    leader (the RPC handler, the Dispatcher and its JobMasters)."""
+class _LeaderComponent:
+    """The current leader term's component ``name`` ("rm" or "dispatcher"), for the RPC
+    handlers and JobMasters: every attribute is looked up at the moment of use. While this
+    AppMaster stands by, using it raises NotLeaderRpcError."""
 
-    def __init__(self, appmaster: AppMaster) -> None:
+    def __init__(self, appmaster: AppMaster, name: str) -> None:
         self._am = appmaster
+        self._name = name
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._am.rm, name)
+    def __getattr__(self, attr: str) -> object:
+        component = getattr(self._am, self._name)
+        if component is None:
+            raise NotLeaderRpcError(self._am.standby_message())
+        return getattr(component, attr)
 
 
 class AppMaster:
     def __init__(self, config: Configuration, cluster_id: str, target: str = "local",
-                 driver: ResourceDriver | None = None, work_dir: str | None = None) -> None:
+                 driver: ResourceDriver | None = None, work_dir: str | None = None,
+                 ha: HighAvailabilityServices | None = None) -> None:
         self.config = config
         self.cluster_id = cluster_id
+        self.target = target
         self.work_dir = work_dir or default_work_dir(config, cluster_id)
         os.makedirs(self.work_dir, exist_ok=True)
-        storage = config[Options.HA_STORAGE_DIR] or "file://" + os.path.join(self.work_dir, "storage")
+        self.ha = ha or create_ha_services(config)
+        storage = config[Options.HA_STORAGE_DIR]
+        if not storage:
+            if self.ha.kind != "none":
+                raise ConfigurationError("high-availability.storageDir must be set with high-availability.type "
+                                         "zookeeper: every AppMaster reads the jobs' data from it")
+            storage = "file://" + os.path.join(self.work_dir, "storage")
         self.storage_dir = storage.rstrip("/")
         fs, path = fsspec.core.url_to_fs(self.storage_dir)
         fs.makedirs(path, exist_ok=True)
         self.driver = driver or LocalProcessDriver(config, self.work_dir)
-        self.rm = ResourceManager(config, self.driver)
-        # typed as the ResourceManager whose every attribute it forwards
-        self.rm_proxy = cast(ResourceManager, ResourceManagerProxy(self))
+        self._artifacts = ArtifactCache(os.path.join(self.work_dir, "artifacts"))
+        # the current leader term's components; None while standing by
+        self.rm: ResourceManager | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.session_id = ""
+        self.leader: LeaderInformation | None = None  # who leads, as far as this AppMaster knows
+        self._followed_another = False
+        self._term_lock = threading.RLock()
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
-        self.dispatcher = Dispatcher(config, self.rm_proxy, cluster_id, self.storage_dir, target, self.shutdown,
-                                     ArtifactCache(os.path.join(self.work_dir, "artifacts")))
+        # typed as what they forward to
+        self.rm_proxy = cast(ResourceManager, _LeaderComponent(self, "rm"))
+        self.dispatcher_proxy = cast(Dispatcher, _LeaderComponent(self, "dispatcher"))
         self.server = RpcServer(config[Options.RPC_ADDRESS], config[Options.RPC_PORT], {
-            DISPATCHER: DispatcherHandler(self.dispatcher).processor(),
+            DISPATCHER: DispatcherHandler(self.dispatcher_proxy).processor(),
             RESOURCE_MANAGER: ResourceManagerHandler(self.rm_proxy).processor(),
-            JOB_MASTER: JobMasterHandler(self.dispatcher).processor(),
+            JOB_MASTER: JobMasterHandler(self.dispatcher_proxy).processor(),
         }, name="appmaster")
+        self._election = self.ha.leader_election()
+        self._retrieval = self.ha.leader_retrieval()
 
     @property
     def address(self) -> str:
         return self.server.address
 
+    @property
+    def is_leader(self) -> bool:
+        return self.dispatcher is not None
+
+    def standby_message(self) -> str:
+        leader = self.leader
+        where = f"; the leader is at {leader.address}" if leader is not None and leader.address != self.address else ""
+        return f"AppMaster {self.address} of cluster {self.cluster_id} is not the leader{where}"
+
     def start(self) -> AppMaster:
         self.server.start()
-        self.dispatcher.address = self.server.address
-        self.rm.start(self.server.address)
-        log.info("AppMaster of cluster %s running at %s (work dir %s, storage %s)", self.cluster_id,
-                 self.address, self.work_dir, self.storage_dir)
+        log.info("AppMaster of cluster %s serving at %s (work dir %s, storage %s, high availability %s)",
+                 self.cluster_id, self.address, self.work_dir, self.storage_dir, self.ha.kind)
+        self._retrieval.start(self._on_leader)
+        self.ha.on_cluster_shutdown(self._cluster_shut_down)
+        self._election.start(self)
         return self
 
+    def _on_leader(self, leader: LeaderInformation | None) -> None:
+        self.leader = leader
+        if leader is not None and leader.address != self.address:
+            self._followed_another = True  # its TaskExecutors come to this one if it leads next
+
+    def _cluster_shut_down(self) -> None:
+        if not self.is_leader and not self._stopped.is_set():
+            log.info("the cluster was shut down: this standby AppMaster exits")
+            threading.Thread(target=self.shutdown, name="shutdown", daemon=True).start()
+
+    # -- leadership (called by the election, one at a time) ---------------------------------------
+    def grant_leadership(self, session_id: str) -> None:
+        with self._term_lock:
+            if self._stopped.is_set():
+                return
+            log.info("AppMaster %s leads cluster %s (leader session %s)", self.address, self.cluster_id, session_id)
+            # another AppMaster led before: its TaskExecutors will register here
+            failover = self._followed_another
+            rm = ResourceManager(self.config, self.driver, fencing_token=session_id)
+            dispatcher = Dispatcher(self.config, self.rm_proxy, self.cluster_id, self.storage_dir, self.target,
+                                    self.shutdown, self._artifacts, ha=self.ha, fencing_token=session_id,
+                                    is_leader=lambda: self._election.has_leadership(session_id))
+            dispatcher.address = self.address
+            self.session_id = session_id
+            self.rm, self.dispatcher = rm, dispatcher
+            rm.start(self.address, recover_previous_workers=failover)
+            recovered = dispatcher.recover_jobs()
+            if recovered:
+                log.info("recovered %d jobs: %s", len(recovered), ", ".join(recovered))
+            self._election.confirm_leadership(session_id, self.address)
+
+    def revoke_leadership(self) -> None:
+        with self._term_lock:
+            dispatcher, rm = self.dispatcher, self.rm
+            if dispatcher is None:
+                return
+            log.warning("AppMaster %s lost the leadership of cluster %s (session %s): suspending its jobs",
+                        self.address, self.cluster_id, self.session_id)
+            self.dispatcher = self.rm = None
+            self.session_id = ""
+            dispatcher.suspend_all("this AppMaster lost the leadership")
+            if rm is not None:
+                rm.suspend()
+
+    # -- for tests ---------------------------------------------------------------------------------
     def replace_resource_manager(self) -> ResourceManager:
         """A new ResourceManager leader takes over (as after a leadership change): the old one
         is suspended, TaskExecutors re-register with the new one (their heartbeats are refused
         for the stale fencing token), and JobMasters reconnect and ask again for the slots they
         still wait for."""
         old = self.rm
+        assert old is not None, "not the leader"
         old.suspend()
         self.rm = ResourceManager(self.config, self.driver)
         self.rm.start(self.server.address)
         log.info("ResourceManager %s replaced %s", self.rm.fencing_token, old.fencing_token)
         return self.rm
 
+    # -- lifecycle ---------------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
 
     def shutdown(self) -> None:
+        """Stop this AppMaster. When the cluster ends with it (high availability off, or a
+        client shut the cluster down) its jobs are cancelled and its TaskExecutors stopped. With
+        high availability otherwise (a signal, the container going away) the jobs are only
+        suspended and the TaskExecutors kept: the next leader goes on with both."""
         with self._stop_lock:
             if self._stopped.is_set():
                 return
-            log.info("AppMaster shutting down")
-            self.dispatcher._accepting = False  # noqa: SLF001
-            self.dispatcher.cancel_all(timeout_s=10)
-            self.rm.stop()
+            cluster_ends = self.ha.kind == "none" or self.ha.cluster_shut_down()
+            log.info("AppMaster shutting down (%s)", "the cluster ends" if cluster_ends
+                     else "high availability: its jobs go on under the next leader")
+            with self._term_lock:
+                dispatcher, rm = self.dispatcher, self.rm
+                if dispatcher is not None:
+                    dispatcher._accepting = False  # noqa: SLF001
+                    if cluster_ends:
+                        dispatcher.cancel_all(timeout_s=10)
+                    else:
+                        dispatcher.suspend_all("its AppMaster is shutting down")
+                if rm is not None:
+                    if cluster_ends:
+                        rm.stop()
+                    else:
+                        rm.suspend()
+                self.dispatcher = self.rm = None
+                self._stopped.set()
+            self._quietly(self._election.stop)
+            self._quietly(self._retrieval.stop)
+            self._quietly(self.ha.close)
             self.server.stop()
-            self._stopped.set()
             log.info("AppMaster stopped")
+
+    @staticmethod
+    def _quietly(fn: Any) -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - shutting down: nothing more to do about it
+            log.debug("during shutdown", exc_info=True)

@@ -26,7 +26,9 @@ from yarnflow.common.errors import (
     YarnflowError,
 )
 
-ADDRESS_HELP = "HOST:PORT of a running yarnflow cluster (printed by `yarnflow session start`)"
+ADDRESS_HELP = ("HOST:PORT of a running yarnflow cluster (printed by `yarnflow session start`); omitted with "
+                "ZooKeeper high availability configured (-D high-availability.* or the configuration file): "
+                "the cluster's current leader")
 
 
 class CliError(click.ClickException):
@@ -45,15 +47,30 @@ def _conf(dynamic: tuple[str, ...]) -> dict[str, str]:
     return conf
 
 
-def _dispatcher(address: str) -> Any:
+def _check_address(address: str) -> None:
     from yarnflow.common.rpc.client import split_address
-    from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 
     try:
         split_address(address)
     except RpcConnectionError as exc:
         raise CliError(str(exc)) from None
-    return RemoteDispatcherGateway(address, 15_000)
+
+
+def _connection(address: str | None, dynamic: tuple[str, ...] = ()) -> Any:
+    """The cluster at ``address``, or its leader found in ZooKeeper (HA keys in -D or the
+    configuration file)."""
+    from yarnflow.common.errors import CoordinationUnavailableError
+    from yarnflow.connection import ClusterConnection
+
+    if address:
+        _check_address(address)
+    conf = _conf(dynamic)
+    try:
+        return ClusterConnection(Configuration.load(conf), address or "")
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    except CoordinationUnavailableError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _rpc_error(address: str, exc: YarnflowError) -> CliError:
@@ -75,6 +92,9 @@ dynamic_option = click.option("-D", "dynamic", multiple=True, metavar="KEY=VALUE
 def cli(log_level: str) -> None:
     """yarnflow: Flink-style dataflow jobs in Python, on YARN or on a local cluster."""
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().level >= logging.WARNING:
+        # kazoo warns on every dropped ZooKeeper connection; the CLI says what matters in one line
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
 # ---- run -------------------------------------------------------------------------------------
@@ -87,7 +107,7 @@ def _user_frames(tb: Any, job_file: str) -> str:
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
-@click.option("--address", "-a", default=None, help=ADDRESS_HELP + "; omitted: an embedded local cluster.")
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP + "; without either: an embedded local cluster.")
 @click.option("--parallelism", "-p", type=click.IntRange(min=1), default=None,
               help="Default parallelism of the job's operators.")
 @click.option("--taskexecutors", type=click.IntRange(min=1), default=2, show_default=True,
@@ -113,9 +133,14 @@ def run(address: str | None, parallelism: int | None, taskexecutors: int, slots:
         conf["parallelism.default"] = str(parallelism)
     progress = None if not no_progress else False
     ctx: executors.ClusterContext
+    from yarnflow.common.ha import ha_enabled
+
     if address:
-        _dispatcher(address).close()
+        _check_address(address)
         ctx = executors.ClusterContext(address, conf, job_file, progress)
+    elif ha_enabled(Configuration.load(conf)):  # the cluster's leader, found in ZooKeeper
+        _connection(None, dynamic).close()
+        ctx = executors.ClusterContext("", conf, job_file, progress)
     else:
         ctx = executors.LocalContext(taskexecutors, slots, conf, job_file, progress)
     executors.set_context(ctx)
@@ -175,21 +200,22 @@ def _result_locations(result: Any) -> str:
 # ---- jobs ------------------------------------------------------------------------------------
 
 @cli.command("list")
-@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
-def list_jobs(address: str, as_json: bool) -> None:
+@dynamic_option
+def list_jobs(address: str | None, as_json: bool, dynamic: tuple[str, ...]) -> None:
     """List the cluster's jobs: id, name, state, start time and duration."""
     import datetime
     import json
     import time
 
-    gw = _dispatcher(address)
+    conn = _connection(address, dynamic)
     try:
-        jobs = gw.list_jobs()
+        jobs = conn.call(lambda gw: gw.list_jobs(), "listJobs")
     except YarnflowError as exc:
-        raise _rpc_error(address, exc) from None
+        raise _rpc_error(conn.address, exc) from None
     finally:
-        gw.close()
+        conn.close()
     now = int(time.time() * 1000)
     rows = []
     for j in jobs:
@@ -214,20 +240,21 @@ def list_jobs(address: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
 @click.argument("job_id")
-def cancel(address: str, job_id: str) -> None:
+def cancel(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
     """Cancel the running job JOB_ID."""
-    gw = _dispatcher(address)
+    conn = _connection(address, dynamic)
     try:
-        gw.cancel_job(job_id)
+        conn.call(lambda gw: gw.cancel_job(job_id), "cancelJob")
         click.echo(f"cancelling job {job_id}")
     except (NotFoundError, RefusedError) as exc:
         raise CliError(str(exc)) from None
     except YarnflowError as exc:
-        raise _rpc_error(address, exc) from None
+        raise _rpc_error(conn.address, exc) from None
     finally:
-        gw.close()
+        conn.close()
 
 
 def _size(n: int) -> str:
@@ -239,19 +266,20 @@ def _size(n: int) -> str:
 
 
 @cli.command()
-@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
 @click.argument("job_id")
-def info(address: str, job_id: str) -> None:
+def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
     """Show the state of job JOB_ID, its vertices and its failure cause."""
-    gw = _dispatcher(address)
+    conn = _connection(address, dynamic)
     try:
-        j = gw.get_job(job_id)
+        j = conn.call(lambda gw: gw.get_job(job_id), "getJob")
     except NotFoundError as exc:
         raise CliError(str(exc)) from None
     except YarnflowError as exc:
-        raise _rpc_error(address, exc) from None
+        raise _rpc_error(conn.address, exc) from None
     finally:
-        gw.close()
+        conn.close()
     import datetime
 
     click.echo(f"job {j.name} ({j.job_id}): {j.status.name}")
@@ -299,16 +327,25 @@ def session() -> None:
 @click.option("--slots", type=click.IntRange(min=1), default=2, show_default=True, help="Slots per TaskExecutor.")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
               help="RPC port of the AppMaster (0: any free port).")
+@click.option("--standby", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Standby AppMasters beside the active one (needs the ZooKeeper high availability keys); "
+                   "one takes over every job when the active one dies.")
 @dynamic_option
-def session_start(target: str, taskexecutors: int, slots: int, port: int, dynamic: tuple[str, ...]) -> None:
+def session_start(target: str, taskexecutors: int, slots: int, port: int, standby: int,
+                  dynamic: tuple[str, ...]) -> None:
     """Start a session cluster, print its address and keep running until stopped
     (`yarnflow session stop --address ...` or Ctrl-C)."""
     from yarnflow.local_cluster import ClusterStartError, LocalCluster
 
     conf = _conf(dynamic)
     if port:
+        if standby:
+            raise CliError("--port names one AppMaster's port: leave it out with --standby")
         conf["jobmanager.rpc.port"] = str(port)
-    cluster = LocalCluster(taskexecutors, slots, conf)
+    try:
+        cluster = LocalCluster(taskexecutors, slots, conf, standby=standby)
+    except ClusterStartError as exc:
+        raise CliError(str(exc)) from None
     signals = _SessionSignals(cluster)
     try:
         cluster.start(interrupted=signals.received)
@@ -319,15 +356,20 @@ def session_start(target: str, taskexecutors: int, slots: int, port: int, dynami
             return
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
-    click.echo(f"  submit:  yarnflow run --address {cluster.address} JOB.py")
-    click.echo(f"  stop:    yarnflow session stop --address {cluster.address}")
+    if cluster.ha:
+        ha_keys = " ".join(f"-D {k}={v}" for k, v in conf.items() if k.startswith("high-availability."))
+        click.echo(f"  {standby} standby AppMaster{'s' if standby != 1 else ''}; the leader is found in ZooKeeper:")
+        click.echo(f"  submit:  yarnflow run {ha_keys} JOB.py")
+        click.echo(f"  stop:    yarnflow session stop {ha_keys}")
+    else:
+        click.echo(f"  submit:  yarnflow run --address {cluster.address} JOB.py")
+        click.echo(f"  stop:    yarnflow session stop --address {cluster.address}")
     click.echo(f"  logs:    {os.path.dirname(cluster.log_path)}", err=True)
     sys.stdout.flush()
-    assert cluster.proc is not None
     # The main thread polls; the signal handler only records the signal. (Stopping the cluster
     # inside the handler would wait on the AppMaster from the frame that is already waiting
     # on it, which hangs and leaves the AppMaster a zombie.)
-    while cluster.proc.poll() is None and not signals.received():
+    while any(p.poll() is None for p in cluster.procs) and not signals.received():
         time.sleep(0.1)
     cluster.stop()
     why = f" ({signals.names()})" if signals.received() else ""
@@ -358,17 +400,20 @@ class _SessionSignals:
 
 
 @session.command("stop")
-@click.option("--address", "-a", required=True, help=ADDRESS_HELP)
-def session_stop(address: str) -> None:
-    """Stop the session cluster at --address (its running jobs are cancelled)."""
-    gw = _dispatcher(address)
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+def session_stop(address: str | None, dynamic: tuple[str, ...]) -> None:
+    """Stop the session cluster (its running jobs are cancelled; with high availability its
+    standby AppMasters exit too)."""
+    conn = _connection(address, dynamic)
     try:
-        gw.shutdown_cluster()
+        conn.call(lambda gw: gw.shutdown_cluster(), "shutdownCluster")
+        where = conn.address
     except YarnflowError as exc:
-        raise _rpc_error(address, exc) from None
+        raise _rpc_error(conn.address, exc) from None
     finally:
-        gw.close()
-    click.echo(f"stopping the session at {address}")
+        conn.close()
+    click.echo(f"stopping the session at {where}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pyarrow as pa
 
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import JobFailedError, RpcTimeoutError, UnavailableError
+from yarnflow.common.errors import JobFailedError, RefusedError, RpcTimeoutError, UnavailableError
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 from yarnflow.common.states import ExecutionState, JobStatus
+from yarnflow.connection import ClusterConnection
 from yarnflow.compiler import compile_job
 from yarnflow.packaging import upload_artifact
 from yarnflow.common.collect import read_collected
@@ -105,7 +106,8 @@ def _progress_enabled() -> bool:
 
 
 class ClusterContext:
-    """Runs jobs on the cluster at ``address``."""
+    """Runs jobs on the cluster at ``address``, or (empty address, ZooKeeper high availability
+    configured) on whichever AppMaster leads the cluster, following it across failovers."""
 
     def __init__(self, address: str, conf: Mapping[str, str] | None = None, job_file: str | None = None,
                  progress: bool | None = None) -> None:
@@ -131,16 +133,25 @@ class ClusterContext:
 
     def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
         job = compile_job(env, job_name)
-        gw = RemoteDispatcherGateway(self.address, self.config[Options.CLIENT_TIMEOUT])
+        conn = ClusterConnection(self.config, self.address, self.config[Options.CLIENT_TIMEOUT])
         try:
-            info = gw.cluster_info()
+            info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
             job = upload_artifact(job, self.job_file, info.storage_dir)
             jg = job.job_graph
             jg.config.update({k: v for k, v in self.conf.items()})
-            job_id = gw.submit_job(jg)
+
+            def submit(gw: RemoteDispatcherGateway) -> JobID:
+                try:
+                    return gw.submit_job(jg)
+                except RefusedError:
+                    if conn.follows_leader:  # submitted before the leader changed: recovered by the new one
+                        return jg.job_id
+                    raise
+
+            job_id = conn.call(submit, "submitJob")
             self.submitted.append(job_id)
-            print(f"Submitted job {job_name} ({job_id}) to {self.address}", file=sys.stderr)
-            result = self._wait(gw, job_id)
+            print(f"Submitted job {job_name} ({job_id}) to {conn.address}", file=sys.stderr)
+            result = self._wait(conn, job_id)
             storage = f"{info.storage_dir}/jobs/{job_id}"
             tables = {uid: read_collected(storage, uid) for uid in job.collect_sinks}
             outcome = JobExecutionResult(job_id, job_name, result.status, result.end_time_ms - result.start_time_ms,
@@ -160,21 +171,21 @@ class ClusterContext:
                 print_table(tables.get(uid))
             return outcome
         finally:
-            gw.close()
+            conn.close()
 
-    def _wait(self, gw: RemoteDispatcherGateway, job_id: JobID) -> JobResult:
+    def _wait(self, conn: ClusterConnection, job_id: JobID) -> JobResult:
         progress = Progress(self.progress)
         try:
             while True:
                 try:
-                    result = gw.request_job_result(job_id, 200)
-                    progress.update(gw.get_job(job_id))
+                    result = conn.call(lambda gw: gw.request_job_result(job_id, 200), "requestJobResult")
+                    progress.update(conn.call(lambda gw: gw.get_job(job_id), "getJob"))
                     return result
                 except (UnavailableError, RpcTimeoutError):
-                    progress.update(gw.get_job(job_id))
+                    progress.update(conn.call(lambda gw: gw.get_job(job_id), "getJob"))
         except KeyboardInterrupt:
             print(f"\ncancelling job {job_id} ...", file=sys.stderr)
-            gw.cancel_job(job_id)
+            conn.call(lambda gw: gw.cancel_job(job_id), "cancelJob")
             raise
         finally:
             progress.close()

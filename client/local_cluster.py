@@ -1,6 +1,12 @@
 """An embedded local cluster: one AppMaster process that starts its TaskExecutors as local
-processes. No Hadoop, no ZooKeeper. Used by ``yarnflow run`` without ``--address``, by
+processes. No Hadoop. Used by ``yarnflow run`` without ``--address``, by
 ``yarnflow session start --target local``, by tests and by benchmarks.
+
+With ZooKeeper high availability in its configuration, ``standby`` more AppMasters run beside
+the first (each with its own work dir under this cluster's); the one ZooKeeper elects leads, and
+``address`` is the leader's, looked up in ZooKeeper. TaskExecutors then outlive a killed leader
+(they follow the next one), so the cluster finds its processes by an environment variable they
+all inherit (``YARNFLOW_LOCAL_CLUSTER``), not by parentage.
 
 Every process it starts is stopped by ``stop()`` (and dies with this process otherwise).
 ``stop()`` waits on the AppMaster, so call it from ordinary code, never from a signal handler
@@ -19,8 +25,12 @@ from typing import Callable, Mapping
 
 import psutil
 
+from yarnflow.common.config import Configuration
 from yarnflow.common.errors import UnavailableError, YarnflowError
+from yarnflow.common.ha import ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+
+CLUSTER_VAR = "YARNFLOW_LOCAL_CLUSTER"
 
 
 class ClusterStartError(YarnflowError, RuntimeError):
@@ -29,15 +39,24 @@ class ClusterStartError(YarnflowError, RuntimeError):
 
 class LocalCluster:
     def __init__(self, taskexecutors: int = 2, slots: int = 2, conf: Mapping[str, str] | None = None,
-                 work_dir: str | None = None, keep_work_dir: bool = False, die_with_parent: bool = True) -> None:
+                 work_dir: str | None = None, keep_work_dir: bool = False, die_with_parent: bool = True,
+                 standby: int = 0) -> None:
         self.taskexecutors = taskexecutors
         self.slots = slots
         self.conf = dict(conf or {})
+        self.config = Configuration.load(self.conf)
+        self.ha = ha_enabled(self.config)
+        if standby and not self.ha:
+            raise ClusterStartError("standby AppMasters need ZooKeeper high availability: set "
+                                    "high-availability.type=zookeeper, high-availability.zookeeper.quorum and "
+                                    "high-availability.storageDir")
+        self.standby = standby
         self._own_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="yarnflow-local-")
         self.keep_work_dir = keep_work_dir
         self._die_with_parent = die_with_parent
         self.proc: subprocess.Popen[bytes] | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []  # every AppMaster, the first (proc) included
         self.address = ""
         self.log_path = os.path.join(self.work_dir, "log", "appmaster.log")
 
@@ -49,17 +68,12 @@ class LocalCluster:
         interrupted = interrupted or (lambda: False)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         address_file = os.path.join(self.work_dir, "appmaster.address")
-        conf = {"taskmanager.numberOfTaskSlots": str(self.slots),
-                "slotmanager.number-of-slots.min": str(self.taskexecutors * self.slots),
-                **self.conf}
-        cmd = [sys.executable, "-m", "yarnflow.am", "--cluster-id", os.path.basename(self.work_dir),
-               "--work-dir", self.work_dir, "--address-file", address_file]
-        if self._die_with_parent:
-            cmd += ["--parent-pid", str(os.getpid())]
-        for k, v in conf.items():
-            cmd += ["-D", f"{k}={v}"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = self._start_appmaster(self.work_dir, self.log_path, address_file)
+        for i in range(1, self.standby + 1):
+            am_dir = os.path.join(self.work_dir, f"standby-{i}")
+            os.makedirs(am_dir, exist_ok=True)
+            self._start_appmaster(am_dir, os.path.join(self.work_dir, "log", f"appmaster-standby-{i}.log"),
+                                  os.path.join(am_dir, "appmaster.address"))
         deadline = time.monotonic() + timeout_s
         while not os.path.exists(address_file):
             if interrupted():
@@ -72,9 +86,61 @@ class LocalCluster:
             time.sleep(0.02)
         with open(address_file) as fh:
             self.address = fh.read().strip()
+        if self.ha:
+            self.address = self.leader_address(deadline - time.monotonic())
         if wait_for_taskexecutors:
             self.wait_for_taskexecutors(self.taskexecutors, deadline - time.monotonic(), interrupted)
         return self
+
+    def _start_appmaster(self, work_dir: str, log_path: str, address_file: str) -> subprocess.Popen[bytes]:
+        conf = {"taskmanager.numberOfTaskSlots": str(self.slots),
+                "slotmanager.number-of-slots.min": str(self.taskexecutors * self.slots),
+                **self.conf}
+        cmd = [sys.executable, "-m", "yarnflow.am", "--cluster-id", os.path.basename(self.work_dir),
+               "--work-dir", work_dir, "--address-file", address_file]
+        if self._die_with_parent:
+            cmd += ["--parent-pid", str(os.getpid())]
+        for k, v in conf.items():
+            cmd += ["-D", f"{k}={v}"]
+        env = {**os.environ, CLUSTER_VAR: self.work_dir}
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.procs.append(proc)
+        return proc
+
+    def appmasters(self) -> dict[str, subprocess.Popen[bytes]]:
+        """address -> process of every AppMaster serving (for tests)."""
+        found = {}
+        for i, proc in enumerate(self.procs):
+            folder = self.work_dir if i == 0 else os.path.join(self.work_dir, f"standby-{i}")
+            try:
+                with open(os.path.join(folder, "appmaster.address")) as fh:
+                    found[fh.read().strip()] = proc
+            except OSError:
+                continue
+        return found
+
+    def leader_address(self, timeout_s: float) -> str:
+        """The address of the AppMaster that leads now (ZooKeeper high availability), waiting
+        up to ``timeout_s`` for one."""
+        from yarnflow.common.ha import create_ha_services
+
+        found: list[str] = []
+        ha = create_ha_services(self.config)
+        retrieval = ha.leader_retrieval()
+        retrieval.start(lambda leader: found.append(leader.address) if leader is not None else None)
+        try:
+            deadline = time.monotonic() + max(timeout_s, 1.0)
+            while not found:
+                if not any(p.poll() is None for p in self.procs):
+                    raise ClusterStartError(f"every AppMaster exited:\n{self.log_tail()}")
+                if time.monotonic() > deadline:
+                    raise ClusterStartError(f"no AppMaster became leader in time:\n{self.log_tail()}")
+                time.sleep(0.05)
+            return found[-1]
+        finally:
+            retrieval.stop()
+            ha.close()
 
     def wait_for_taskexecutors(self, count: int, timeout_s: float,
                                interrupted: Callable[[], bool] | None = None) -> None:
@@ -103,50 +169,72 @@ class LocalCluster:
             return "(no log)"
 
     def pids(self) -> list[int]:
-        """The AppMaster's pid and every TaskExecutor pid it reports (for tests)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return []
-        return [self.proc.pid] + [c.pid for c in self._descendants()]
+        """The pids of the cluster's live processes: AppMasters first, then TaskExecutors."""
+        return [p.pid for p in self.procs if p.poll() is None] + [p.pid for p in self._descendants()]
 
     def kill(self) -> None:
-        """SIGKILL the AppMaster (its TaskExecutors die with it); safe in a signal handler.
-        ``stop()`` still has to be called to reap it and remove the work dir."""
-        if self.proc is not None:
-            self.proc.kill()
+        """SIGKILL the AppMasters (without high availability their TaskExecutors die with
+        them); safe in a signal handler. ``stop()`` still has to be called to reap them, stop
+        what is left and remove the work dir."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        """Shut the cluster down (through the AppMaster, or SIGTERM, then SIGKILL after
-        ``timeout_s``), wait until the AppMaster and its TaskExecutors are gone and remove the
-        work dir if this cluster made it. Idempotent."""
-        proc = self.proc
-        descendants = self._descendants()
-        if proc is not None and proc.poll() is None:
+        """Shut the cluster down (through the leading AppMaster, or SIGTERM, then SIGKILL after
+        ``timeout_s``), wait until its AppMasters and TaskExecutors are gone and remove the work
+        dir if this cluster made it. Idempotent."""
+        others = self._descendants()
+        live = [p for p in self.procs if p.poll() is None]
+        if live:
+            asked = False
+            if self.ha:  # the leader may have changed since the cluster started
+                try:
+                    self.address = self.leader_address(3.0)
+                except (ClusterStartError, YarnflowError):
+                    pass
             if self.address:
                 gw = RemoteDispatcherGateway(self.address, 5000)
                 try:
-                    gw.shutdown_cluster()
+                    gw.shutdown_cluster()  # standbys see the cluster shut down and exit too
+                    asked = True
                 except (YarnflowError, UnavailableError):
-                    proc.send_signal(signal.SIGTERM)
+                    pass
                 finally:
                     gw.close()
-            else:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        _wait_gone(descendants, 5.0)  # orphaned TaskExecutors must not write into a removed dir
+            for proc in live:
+                if not asked:
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for proc in live:
+                try:
+                    proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in live:
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+        _wait_gone(others + self._descendants(), 5.0)  # orphaned TaskExecutors must not write into a removed dir
         if self._own_dir and not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def _descendants(self) -> list[psutil.Process]:
-        if self.proc is None or self.proc.poll() is not None:
-            return []
-        try:
-            return psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
+        """Every live process of this cluster but the AppMasters it started: found by the
+        environment variable they inherit (TaskExecutors may have outlived their AppMaster)."""
+        mine = {p.pid for p in self.procs}
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            if proc.pid in mine or proc.pid == os.getpid():
+                continue
+            try:
+                if proc.environ().get(CLUSTER_VAR) == self.work_dir and _running(proc):
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -15,6 +15,8 @@ JobStatus::
                        |          |--> CANCELLING -> CANCELED
                        +--> CANCELLING / FAILED            RESTARTING -> RUNNING | FAILING
     (a global failure during a restart's backoff fails the job: RESTARTING -> FAILING)
+    every state that is not globally terminal --> SUSPENDED: this AppMaster lost the
+    leadership; the job goes on under the new leader (so SUSPENDED is not globally terminal)
 """
 
 from __future__ import annotations
@@ -90,9 +92,9 @@ _JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _J.INITIALIZING: frozenset({_J.CREATED, _J.FAILED, _J.CANCELED, _J.SUSPENDED}),
     _J.CREATED: frozenset({_J.RUNNING, _J.CANCELLING, _J.FAILING, _J.FAILED, _J.CANCELED, _J.SUSPENDED}),
     _J.RUNNING: frozenset({_J.FINISHED, _J.FAILING, _J.CANCELLING, _J.RESTARTING, _J.SUSPENDED}),
-    _J.FAILING: frozenset({_J.FAILED, _J.RESTARTING, _J.CANCELLING}),
+    _J.FAILING: frozenset({_J.FAILED, _J.RESTARTING, _J.CANCELLING, _J.SUSPENDED}),
     _J.RESTARTING: frozenset({_J.RUNNING, _J.CREATED, _J.CANCELLING, _J.FAILING, _J.FAILED, _J.SUSPENDED}),
-    _J.CANCELLING: frozenset({_J.CANCELED, _J.FAILED}),
+    _J.CANCELLING: frozenset({_J.CANCELED, _J.FAILED, _J.SUSPENDED}),
     _J.FINISHED: frozenset(),
     _J.FAILED: frozenset(),
     _J.CANCELED: frozenset(),

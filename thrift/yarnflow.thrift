@@ -18,6 +18,7 @@ enum ErrorKind {
   INVALID = 3,         // the request itself is bad (e.g. a malformed JobGraph)
   UNAVAILABLE = 4,     // the component is shutting down or not yet ready
   REFUSED = 5,         // understood and valid, but declined (e.g. slot already taken)
+  NOT_LEADER = 6,      // a standby AppMaster (or one that lost the leadership): ask the leader
 }
 
 exception RpcError {

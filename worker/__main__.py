@@ -13,16 +13,28 @@ from yarnflow.common.process import add_common_arguments, shutdown_on_signals, s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m yarnflow.worker", description="Run a yarnflow TaskExecutor.")
     parser.add_argument("--resource-id", required=True, help="this TaskExecutor's id")
-    parser.add_argument("--rm-address", required=True, help="HOST:PORT of the ResourceManager")
+    parser.add_argument("--rm-address", default="",
+                        help="HOST:PORT of the ResourceManager (with ZooKeeper high availability: where to "
+                             "start; the leader is then followed in ZooKeeper)")
     parser.add_argument("--work-dir", required=True, help="local directory for artifacts and spill files")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = start_process(args)
     if config is None:
         return 2
+    from yarnflow.common.errors import CoordinationUnavailableError
+    from yarnflow.common.ha import create_ha_services, ha_enabled
     from yarnflow.worker.taskexecutor.task_executor import TaskExecutor
 
-    te = TaskExecutor(config, ResourceID(args.resource_id), args.rm_address, args.work_dir)
+    if not args.rm_address and not ha_enabled(config):
+        print("error: --rm-address is needed without ZooKeeper high availability", file=sys.stderr)
+        return 2
+    try:
+        ha = create_ha_services(config, leader_address=args.rm_address)
+    except CoordinationUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    te = TaskExecutor(config, ResourceID(args.resource_id), args.rm_address, args.work_dir, ha)
     shutdown_on_signals(te.shutdown)
     te.start()
     while not te.wait(1.0):

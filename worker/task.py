@@ -172,7 +172,8 @@ class Task:
         st.last_barrier_id = restore.checkpoint_id if restore is not None else 0
         base: dict[str, Any] = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,
                                     parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
-                                    attempt_number=tdd.attempt_number, runtime_mode=tdd.runtime_mode,
+                                    attempt_number=tdd.attempt_number, attempt_id=str(tdd.execution_attempt_id),
+                                    runtime_mode=tdd.runtime_mode,
                                     job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size,
                                     checkpointing=tdd.checkpoint_dir != "",
                                     restored_checkpoint_id=restore.checkpoint_id if restore is not None else 0)

@@ -41,6 +41,36 @@ def checkpoint_path(job_dir: str, checkpoint_id: int) -> str:
     return f"{job_dir.rstrip('/')}/chk-{checkpoint_id}"
 
 
+def read_metadata_url(url: str, checkpoint_id: int) -> dict[str, Any]:
+    """The ``_metadata`` at ``url`` (any fsspec URL). Raises CheckpointNotReadableError when it
+    is missing, not JSON or the metadata of another checkpoint."""
+    try:
+        with fsspec.open(url, "r") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise CheckpointNotReadableError(f"checkpoint {checkpoint_id}: cannot read {url}: {exc}") from exc
+    if not isinstance(data, dict) or data.get("checkpoint_id") != checkpoint_id:
+        raise CheckpointNotReadableError(f"checkpoint {checkpoint_id}: {url} is not its metadata")
+    return data
+
+
+def check_state_files(metadata: dict[str, Any]) -> None:
+    """Raise CheckpointNotReadableError unless every state file the metadata names opens as
+    Arrow IPC."""
+    for subtask in metadata.get("subtasks", {}).values():
+        for f in subtask.get("files", ()):
+            _check_file(metadata.get("checkpoint_id", 0), f["path"])
+
+
+def _check_file(checkpoint_id: int, url: str) -> None:
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        with fs.open(path, "rb") as fh:
+            ipc.open_file(pa.PythonFile(fh, mode="r")).schema  # noqa: B018 - reads the footer
+    except (OSError, pa.ArrowInvalid, ValueError) as exc:
+        raise CheckpointNotReadableError(f"checkpoint {checkpoint_id}: state file {url} cannot be read: {exc}") from exc
+
+
 class CheckpointStorage:
     def __init__(self, job_dir: str) -> None:
         self.job_dir = job_dir
@@ -61,28 +91,15 @@ class CheckpointStorage:
         return str(self._fs.unstrip_protocol(final))
 
     def read_metadata(self, checkpoint_id: int) -> dict[str, Any]:
-        path = posixpath.join(self._path(checkpoint_id), METADATA)
-        try:
-            with self._fs.open(path, "r") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError) as exc:
-            raise CheckpointNotReadableError(f"checkpoint {checkpoint_id}: cannot read {path}: {exc}") from exc
-        if not isinstance(data, dict) or data.get("checkpoint_id") != checkpoint_id:
-            raise CheckpointNotReadableError(f"checkpoint {checkpoint_id}: {path} is not its metadata")
-        return data
+        return read_metadata_url(str(self._fs.unstrip_protocol(posixpath.join(self._path(checkpoint_id), METADATA))),
+                                 checkpoint_id)
 
     def check_restore(self, restore: TaskRestore) -> None:
         """Raise ``CheckpointNotReadableError`` unless the checkpoint's metadata and every state
         file of ``restore`` can be opened as Arrow IPC."""
         self.read_metadata(restore.checkpoint_id)
         for f in restore.files:
-            try:
-                fs, path = fsspec.core.url_to_fs(f.path)
-                with fs.open(path, "rb") as fh:
-                    ipc.open_file(pa.PythonFile(fh, mode="r")).schema  # noqa: B018 - reads the footer
-            except (OSError, pa.ArrowInvalid, ValueError) as exc:
-                raise CheckpointNotReadableError(
-                    f"checkpoint {restore.checkpoint_id}: state file {f.path} cannot be read: {exc}") from exc
+            _check_file(restore.checkpoint_id, f.path)
 
     def discard(self, checkpoint_id: int) -> None:
         path = self._path(checkpoint_id)

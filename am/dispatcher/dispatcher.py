@@ -3,12 +3,21 @@ the results of ended jobs, and waits for results on behalf of clients.
 
 Fencing: the Dispatcher has a leader session id (``fencing_token``), given to clients by
 ``cluster_info``; every call that acts on a job or the cluster carries it and is refused with
-FencingTokenError when it is another one (a client still talking to a deposed leader)."""
+FencingTokenError when it is another one (a client still talking to a deposed leader).
+
+High availability (``common/ha``): a submitted job's JobGraph goes into the JobGraphStore before
+its JobMaster starts. When a job reaches a globally terminal state its result goes into the
+JobResultStore, then its JobGraph, checkpoint pointers and checkpoint id counter are removed; the
+result entry goes once a client fetched it, or after ``job-result-store.retention``. A new leader
+calls ``recover_jobs``: jobs with a result are not run again (their leftovers are cleaned up),
+every other stored job gets a JobMaster that resumes it from its latest checkpoint. On losing the
+leadership, ``suspend_all`` suspends every JobMaster and writes nothing."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
 import fsspec
@@ -17,17 +26,23 @@ from yarnflow.common.version import __version__
 from yarnflow.am.jobmaster.job_master import JobMaster
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.config import Configuration
+from yarnflow.common.config import Options
 from yarnflow.common.errors import (
     FencingTokenError,
+    HighAvailabilityError,
     InvalidRequestError,
     NotFoundError,
+    NotLeaderError,
+    NotLeaderRpcError,
     RefusedError,
     UnavailableError,
 )
+from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices, JobResultEntry
 from yarnflow.common.ids import ExecutionAttemptID, JobID, LeaderSessionID, ResourceID
 from yarnflow.common.messages import (
     AllocatedSlotReport,
     ClusterInfo,
+    ErrorInfo,
     JobGraph,
     JobResult,
     JobStatusInfo,
@@ -38,6 +53,7 @@ from yarnflow.common.messages import (
     TaskStateSnapshot,
 )
 from yarnflow.common.artifacts import ArtifactCache
+from yarnflow.common.states import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +64,14 @@ def job_storage_dir(storage_dir: str, job_id: str) -> str:
 
 class Dispatcher:
     def __init__(self, config: Configuration, rm: ResourceManager, cluster_id: str, storage_dir: str, target: str,
-                 on_shutdown: Callable[[], None], artifacts: ArtifactCache) -> None:
+                 on_shutdown: Callable[[], None], artifacts: ArtifactCache, *,
+                 ha: HighAvailabilityServices | None = None, fencing_token: str | None = None,
+                 is_leader: Callable[[], bool] | None = None) -> None:
+        self._ha = ha or EmbeddedHaServices()
+        self._is_leader = is_leader or (lambda: True)
+        self._retention_ms = config[Options.JOB_RESULT_RETENTION]
+        self._suspended: set[JobID] = set()
+        self._retention_timer: threading.Timer | None = None
         self._artifacts = artifacts
         self._config = config
         self._rm = rm
@@ -62,7 +85,7 @@ class Dispatcher:
         self._done: dict[JobID, threading.Event] = {}
         self.address = ""
         self._accepting = True
-        self.fencing_token = LeaderSessionID.generate()
+        self.fencing_token = fencing_token or LeaderSessionID.generate()
 
     def _check_token(self, token: str, call: str) -> None:
         if token != self.fencing_token:
@@ -86,14 +109,116 @@ class Dispatcher:
         with self._lock:
             if job_graph.job_id in self._running or job_graph.job_id in self._ended:
                 raise RefusedError(f"job {job_graph.job_id} was already submitted")
-            jm = JobMaster(job_graph, self._config, self._rm, self.address,
-                           job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended, self._artifacts,
-                           checkpoints_dir=f"{self._storage_dir.rstrip('/')}/checkpoints")
-            self._running[job_graph.job_id] = jm
-            self._done[job_graph.job_id] = threading.Event()
+            try:
+                self._ha.job_graph_store().put(job_graph)
+            except NotLeaderError as exc:
+                raise NotLeaderRpcError(f"this AppMaster no longer leads the cluster: {exc}") from None
+            jm = self._job_master(job_graph, recover=False)
         log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))
         jm.start()
         return job_graph.job_id
+
+    def _job_master(self, job_graph: JobGraph, recover: bool) -> JobMaster:
+        """A JobMaster for ``job_graph``, registered as running (call under the lock)."""
+        jm = JobMaster(job_graph, self._config, self._rm, self.address,
+                       job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended, self._artifacts,
+                       checkpoints_dir=f"{self._storage_dir.rstrip('/')}/checkpoints", ha=self._ha,
+                       is_leader=self._is_leader, recover=recover)
+        self._running[job_graph.job_id] = jm
+        self._done.setdefault(job_graph.job_id, threading.Event())
+        return jm
+
+    # -- leadership -----------------------------------------------------------------------------
+    def recover_jobs(self) -> list[JobID]:
+        """As the new leader: take in the results of ended jobs and resume every stored job that
+        has none (from its latest checkpoint). Returns the ids of the jobs resumed."""
+        results = self._ha.job_result_store()
+        graphs = self._ha.job_graph_store()
+        for job_id in results.job_ids():
+            entry = results.get(job_id)
+            if entry is not None:
+                self._take_in_result(entry)
+        started: list[JobMaster] = []
+        for job_id in graphs.job_ids():
+            if results.get(job_id) is not None:
+                log.info("job %s has a result already: it is not run again", job_id)
+                self._clean_up(JobID(job_id))
+                continue
+            try:
+                job_graph = graphs.get(job_id)
+            except (HighAvailabilityError, NotFoundError) as exc:
+                log.error("job %s cannot be recovered: %s", job_id, exc)
+                self._fail_unrecoverable(JobID(job_id), exc)
+                continue
+            with self._lock:
+                if job_graph.job_id in self._running:
+                    continue
+                started.append(self._job_master(job_graph, recover=True))
+            log.info("recovering job %s (%s)", job_graph.name, job_graph.job_id)
+        for jm in started:
+            jm.start()
+        self._schedule_retention()
+        return [jm.job_id for jm in started]
+
+    def _take_in_result(self, entry: JobResultEntry) -> None:
+        result = entry.result
+        info = JobStatusInfo(result.job_id, entry.extra.get("name", ""), result.status, result.start_time_ms,
+                             result.end_time_ms, failure_cause=result.failure_cause)
+        with self._lock:
+            self._ended[result.job_id] = (info, result)
+            self._done.setdefault(result.job_id, threading.Event()).set()
+
+    def _fail_unrecoverable(self, job_id: JobID, exc: Exception) -> None:
+        now = int(time.time() * 1000)
+        result = JobResult(job_id, JobStatus.FAILED, now, now, ErrorInfo.from_exception(
+            exc, f"recovering job {job_id} after a change of leader"))
+        try:
+            self._ha.job_result_store().put(JobResultEntry(result, now))
+        except NotLeaderError:
+            return
+        self._take_in_result(JobResultEntry(result, now))
+        self._clean_up(job_id)
+
+    def suspend_all(self, reason: str) -> None:
+        """Leadership lost: every JobMaster is suspended (nothing is written for any job)."""
+        self._accepting = False
+        if self._retention_timer is not None:
+            self._retention_timer.cancel()
+        for jm in self.running_job_masters():
+            jm.suspend(reason)
+
+    def _clean_up(self, job_id: JobID) -> None:
+        """Forget the HA data of an ended job (its result stays in the JobResultStore)."""
+        try:
+            self._ha.job_graph_store().remove(job_id)
+            self._ha.checkpoint_store(job_id).clear()
+            self._ha.checkpoint_id_counter(job_id).remove()
+        except NotLeaderError as exc:
+            log.warning("job %s: its JobGraph and checkpoint pointers stay for the next leader: %s", job_id, exc)
+
+    def _schedule_retention(self) -> None:
+        if not self._retention_ms:
+            return
+        timer = threading.Timer(min(self._retention_ms, 60_000) / 1000.0, self._expire_results)
+        timer.daemon = True
+        self._retention_timer = timer
+        timer.start()
+
+    def _expire_results(self) -> None:
+        """Drop results no client fetched within ``job-result-store.retention``."""
+        if not self._accepting or not self._is_leader():
+            return
+        store = self._ha.job_result_store()
+        now = int(time.time() * 1000)
+        for job_id in store.job_ids():
+            entry = store.get(job_id)
+            if entry is not None and entry.created_ms + self._retention_ms <= now:
+                try:
+                    store.remove(job_id)
+                except NotLeaderError:
+                    return
+                log.info("result of job %s dropped after job-result-store.retention", job_id)
+        self._schedule_retention()
 
     def list_jobs(self, token: str) -> list[JobStatusInfo]:
         self._check_token(token, "listJobs")
@@ -116,6 +241,8 @@ class Dispatcher:
         if ended is not None:
             return ended[0]
         if jm is None:
+            if job_id in self._suspended:
+                raise NotLeaderRpcError(f"this AppMaster no longer leads job {job_id}: ask the leader")
             raise NotFoundError(f"no job {job_id} on this cluster")
         try:
             return jm.status_info()
@@ -135,6 +262,8 @@ class Dispatcher:
         jm.cancel()
 
     def request_job_result(self, token: str, job_id: JobID, timeout_ms: int) -> JobResult:
+        """The job's result once it ended; a result fetched is then dropped from the
+        JobResultStore (this leader still answers for it)."""
         self._check_token(token, "requestJobResult")
         with self._lock:
             event = self._done.get(job_id)
@@ -143,7 +272,14 @@ class Dispatcher:
         if not event.wait(timeout_ms / 1000.0):
             raise UnavailableError(f"job {job_id} is still running")
         with self._lock:
-            return self._ended[job_id][1]
+            if job_id in self._suspended:
+                raise NotLeaderRpcError(f"this AppMaster no longer leads job {job_id}: ask the leader")
+            result = self._ended[job_id][1]
+        try:
+            self._ha.job_result_store().remove(job_id)
+        except NotLeaderError:
+            pass
+        return result
 
     def cluster_info(self) -> ClusterInfo:
         tes, total, free = self._rm.overview()
@@ -153,16 +289,36 @@ class Dispatcher:
     def shutdown_cluster(self, token: str) -> None:
         self._check_token(token, "shutdownCluster")
         log.info("shutdown requested by a client")
+        try:
+            self._ha.request_cluster_shutdown()  # standbys exit instead of taking over
+        except NotLeaderError as exc:
+            raise NotLeaderRpcError(f"this AppMaster no longer leads the cluster: {exc}") from None
         self._accepting = False
         threading.Thread(target=self._on_shutdown, name="shutdown", daemon=True).start()
 
     # -- JobMasters -------------------------------------------------------------------------
     def _job_ended(self, jm: JobMaster) -> None:
-        assert jm.result is not None
+        result = jm.result
+        assert result is not None
         info = jm._status_info()  # noqa: SLF001 - called on the JobMaster's own thread
+        if result.status == JobStatus.SUSPENDED:  # the new leader goes on with it
+            with self._lock:
+                self._running.pop(jm.job_id, None)
+                self._suspended.add(jm.job_id)
+                event = self._done[jm.job_id]
+            event.set()
+            threading.Timer(0.1, jm.stop).start()
+            return
+        try:  # first the result (so no leader runs it again), then the job's other HA data
+            self._ha.job_result_store().put(JobResultEntry(result, int(time.time() * 1000), extra={"name": info.name}))
+        except NotLeaderError as exc:
+            log.warning("job %s ended %s, but its result could not be recorded (%s): the leader runs it "
+                        "again from its latest checkpoint", jm.job_id, result.status.name, exc)
+        else:
+            self._clean_up(jm.job_id)
         with self._lock:
             self._running.pop(jm.job_id, None)
-            self._ended[jm.job_id] = (info, jm.result)
+            self._ended[jm.job_id] = (info, result)
             event = self._done[jm.job_id]
         event.set()
         threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer

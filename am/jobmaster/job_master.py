@@ -7,6 +7,13 @@ and to TaskExecutors (RPCs on a small I/O pool, whose outcomes come back as even
 
 An error inside the core (a bug, such as an illegal state transition) is never swallowed: it
 is logged with its traceback and fails the job, visibly, with that error as its cause.
+
+High availability: completed checkpoints are recorded in the job's CompletedCheckpointStore
+(after their ``_metadata`` is written) and checkpoint ids come from its CheckpointIDCounter, so
+a new leader recovers the job from them (``recover=True``: every subtask starts from the latest
+readable retained checkpoint, the split enumerator from its part of it). Before any write to
+the storage dir or a store the JobMaster checks it still leads (``is_leader``); when it does
+not, or a store refuses a write (NotLeaderError), the job is SUSPENDED here, not failed.
 """
 
 from __future__ import annotations
@@ -17,7 +24,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from yarnflow.am.checkpoint.storage import CheckpointNotReadableError, CheckpointStorage, job_checkpoint_dir
+from yarnflow.am.checkpoint.storage import (
+    CheckpointNotReadableError,
+    CheckpointStorage,
+    check_state_files,
+    job_checkpoint_dir,
+    read_metadata_url,
+)
 from yarnflow.am.jobmaster.actions import (
     Action,
     CancelSlotRequest,
@@ -39,7 +52,8 @@ from yarnflow.am.resourcemanager.gateway import ResourceManagerGateway
 from yarnflow.common.clock import Clock, SystemClock, TimerHandle
 from yarnflow.common.collect import list_collected
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import FencingTokenError, NotFoundError, RpcError
+from yarnflow.common.errors import FencingTokenError, NotFoundError, NotLeaderError, RpcError
+from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, ResourceID
 from yarnflow.common.messages import (
     AllocatedSlotReport,
@@ -99,7 +113,9 @@ class JobMaster:
                  artifacts: Any = None, *,
                  task_executor_gateways: Callable[[str], TaskExecutorGateway] | None = None,
                  collect_results: Callable[[], dict[str, list[str]]] | None = None,
-                 clock: Clock | None = None, checkpoints_dir: str = "") -> None:
+                 clock: Clock | None = None, checkpoints_dir: str = "",
+                 ha: HighAvailabilityServices | None = None, is_leader: Callable[[], bool] | None = None,
+                 recover: bool = False) -> None:
         self.job_id = job_graph.job_id
         self.job_graph = job_graph
         self.fencing_token = uuid.uuid4().hex
@@ -116,8 +132,13 @@ class JobMaster:
         self._collect_results = collect_results or self._list_collected
         base = str(job_config[Options.CHECKPOINT_DIR]) or checkpoints_dir or f"{job_storage_dir.rstrip('/')}/checkpoints"
         self._checkpoints = CheckpointStorage(job_checkpoint_dir(base, self.job_id))
+        ha = ha or EmbeddedHaServices()
+        self._checkpoint_store = ha.checkpoint_store(self.job_id)
+        self._is_leader = is_leader or (lambda: True)
+        self._recover = recover
         self.core = JobMasterCore(job_graph, job_config, address, self.fencing_token, job_storage_dir,
-                                  clock or SystemClock(), _MainThreadTimers(self), self._checkpoints.job_dir)
+                                  clock or SystemClock(), _MainThreadTimers(self), self._checkpoints.job_dir,
+                                  ha.checkpoint_id_counter(self.job_id))
         self.splits = SplitEnumerator.from_artifact(artifacts, job_graph.artifact_uri, job_graph.artifact_sha256) \
             if artifacts is not None else None
         if self.splits is not None:
@@ -133,6 +154,8 @@ class JobMaster:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
+        if self._recover:
+            self._recover_checkpoints()
         self._main.start()
         self._rm.register_job_master(self.job_id, self)
         self._main.execute(self._guarded, self._start)
@@ -141,6 +164,38 @@ class JobMaster:
         self._rm_token = self._rm.fencing_token
         self.core.start()
         self._main.schedule(self._rm_check_ms, self._check_resource_manager)
+
+    def _recover_checkpoints(self) -> None:
+        """A new leader takes over the job: the retained checkpoints whose metadata and state
+        files can be read become restorable (an unreadable one is skipped, logged); the split
+        enumerator starts from its part of the latest. Called before the main thread runs."""
+        checkpoints = self.core.checkpoints
+        if checkpoints is None:
+            log.info("job %s recovered; it takes no checkpoints, so it starts from the beginning", self.job_id)
+            return
+        readable: list[tuple[int, dict[str, Any]]] = []
+        for checkpoint_id, url in self._checkpoint_store.checkpoints():
+            try:
+                metadata = read_metadata_url(url, checkpoint_id)
+                check_state_files(metadata)
+            except CheckpointNotReadableError as exc:
+                log.warning("job %s: retained checkpoint %d is skipped: %s", self.job_id, checkpoint_id, exc)
+                continue
+            readable.append((checkpoint_id, metadata))
+        for checkpoint_id, metadata in readable:
+            checkpoints.recover(checkpoint_id, metadata)
+        if readable:
+            latest_id, latest = readable[-1]
+            if self.splits is not None and isinstance(latest.get("split_enumerator"), dict):
+                self.splits.restore(latest["split_enumerator"])
+            log.info("job %s recovered with %d retained checkpoints; it resumes from checkpoint %d", self.job_id,
+                     len(readable), latest_id)
+        else:
+            log.info("job %s recovered without a completed checkpoint, so it starts from the beginning", self.job_id)
+
+    def suspend(self, reason: str) -> None:
+        """This AppMaster lost the leadership: the job is SUSPENDED here (see the core)."""
+        self._execute(self.core.suspend, reason)
 
     def stop(self) -> None:
         self._main.stop()
@@ -162,6 +217,9 @@ class JobMaster:
 
     def _core_broke(self, exc: Exception, where: str) -> None:
         if isinstance(exc, (FencingTokenError, NotFoundError)):
+            return
+        if isinstance(exc, NotLeaderError):
+            self.core.suspend(f"a store refused a write: {exc}")
             return
         log.error("job %s: internal error in the JobMaster while handling %s", self.job_id, where, exc_info=exc)
         error = ErrorInfo.from_exception(exc, f"JobMaster of job {self.job_id} ({where})")
@@ -220,7 +278,7 @@ class JobMaster:
                         **action.metadata, "split_enumerator": self.splits.snapshot(action.checkpoint_id)})
                 self._io.submit(self._write_metadata, action)
             elif isinstance(action, DiscardCheckpointFiles):
-                self._io.submit(self._checkpoints.discard, action.checkpoint_id)
+                self._io.submit(self._discard_checkpoint, action.checkpoint_id)
             elif isinstance(action, JobReachedTerminalState):
                 self._terminated(action.status)
             else:  # pragma: no cover - a new action kind must be carried out here
@@ -253,14 +311,36 @@ class JobMaster:
                           ErrorInfo.from_exception(exc))
 
     def _write_metadata(self, action: WriteCheckpointMetadata) -> None:
+        """Write ``_metadata``, then the pointer to it (the checkpoint exists for a new leader
+        once both are there). Neither is written by a JobMaster that no longer leads."""
+        if not self._is_leader():
+            self._lost_leadership(f"checkpoint {action.checkpoint_id} not written")
+            return
         try:
-            self._checkpoints.write_metadata(action.checkpoint_id, action.metadata)
+            url = self._checkpoints.write_metadata(action.checkpoint_id, action.metadata)
+            self._checkpoint_store.add(action.checkpoint_id, url)
+        except NotLeaderError as exc:
+            self._lost_leadership(f"checkpoint {action.checkpoint_id} not recorded: {exc}")
         except OSError as exc:
             log.warning("job %s: writing the metadata of checkpoint %d failed: %s", self.job_id,
                         action.checkpoint_id, exc)
             self._execute(self.core.checkpoint_metadata_failed, action.checkpoint_id, str(exc))
         else:
             self._execute(self.core.checkpoint_metadata_written, action.checkpoint_id)
+
+    def _discard_checkpoint(self, checkpoint_id: int) -> None:
+        """Forget the pointer, then delete the files (a leader only)."""
+        if not self._is_leader():
+            return
+        try:
+            self._checkpoint_store.remove(checkpoint_id)
+        except NotLeaderError:
+            return
+        self._checkpoints.discard(checkpoint_id)
+
+    def _lost_leadership(self, what: str) -> None:
+        log.warning("job %s: this AppMaster no longer leads: %s", self.job_id, what)
+        self.suspend(f"leadership lost ({what})")
 
     def _cancel_task(self, gw: TaskExecutorGateway, action: CancelTask) -> None:
         try:
@@ -275,6 +355,10 @@ class JobMaster:
             log.debug("job %s: %s failed: %s", self.job_id, what, exc)
 
     def _terminated(self, status: JobStatus) -> None:
+        if status == JobStatus.SUSPENDED:  # a deposed leader: no calls, nothing written
+            self.result = JobResult(self.job_id, status, self.core.start_time_ms, self.core.end_time_ms, None, {})
+            self._on_terminal(self)
+            return
         self._rm.unregister_job_master(self.job_id)
         collected = self._collect_results() if status == JobStatus.FINISHED else {}
         self.result = JobResult(self.job_id, status, self.core.start_time_ms, self.core.end_time_ms,

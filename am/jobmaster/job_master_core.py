@@ -42,6 +42,7 @@ from yarnflow.am.jobmaster.actions import (
     RequestSlot,
     ReturnAllocation,
 )
+from yarnflow.am.checkpoint.coordinator import CheckpointIDCounter
 from yarnflow.am.jobmaster.checkpointing import JobCheckpoints, checkpoint_settings
 from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, LogicalSlot
 from yarnflow.am.jobmaster.failure_handler import FailureHandler
@@ -82,7 +83,8 @@ class TimerService(Protocol):
 
 class JobMasterCore:
     def __init__(self, job_graph: JobGraph, config: Configuration, address: str, fencing_token: str,
-                 storage_dir: str, clock: Clock, timers: TimerService, checkpoint_dir: str = "") -> None:
+                 storage_dir: str, clock: Clock, timers: TimerService, checkpoint_dir: str = "",
+                 checkpoint_ids: CheckpointIDCounter | None = None) -> None:
         self.job_id = job_graph.job_id
         self.job_graph = job_graph
         self.fencing_token = fencing_token
@@ -114,7 +116,8 @@ class JobMasterCore:
         self.checkpoints: JobCheckpoints | None = None
         self._checkpoint_dir = ""
         if settings is not None:
-            self.checkpoints = JobCheckpoints(job_graph, self.graph, settings, clock, timers, self._sid)
+            self.checkpoints = JobCheckpoints(job_graph, self.graph, settings, clock, timers, self._sid,
+                                              checkpoint_ids)
             self.checkpoints.on_fail_job = lambda reason: self.fail_globally(
                 ErrorInfo("CheckpointFailureError", reason))
             self._checkpoint_dir = checkpoint_dir
@@ -170,11 +173,19 @@ class JobMasterCore:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
+        """Schedule the job. When checkpoints recovered from an earlier leader are known
+        (``checkpoints.recover``), every subtask starts from the latest of them."""
         self._set_status(JobStatus.CREATED)
         self._set_status(JobStatus.RUNNING)
         log.info("job %s (%s): %d subtasks in %d pipelined regions, %s failover, restart %s", self.job_graph.name,
                  self.job_id, len(self.graph.all_vertices()), len(self.regions),
                  self._config[Options.FAILOVER_STRATEGY], self.failures.describe())
+        point = self.checkpoints.restore_point() if self.checkpoints is not None else None
+        if point is not None and self.checkpoints is not None:
+            for ex in self.graph.current_executions():
+                ex.restore = self.checkpoints.restore_for(point.checkpoint_id, self._sid(ex))
+            self.failures.note_restore(point.checkpoint_id)
+            log.info("job %s resumes from checkpoint %d", self.job_id, point.checkpoint_id)
         self._schedule()
         if self.checkpoints is not None:
             self.checkpoints.coordinator.start()
@@ -682,6 +693,21 @@ class JobMasterCore:
     def _finish_job(self, status: JobStatus) -> None:
         self._set_status(status)
         self._end()
+
+    def suspend(self, reason: str) -> None:
+        """Leadership of the job is lost (Flink's SUSPENDED): stop at once and call no one (the
+        tasks are cancelled by their TaskExecutors, which follow the new leader; nothing is
+        written: a deposed JobMaster must not touch the job's checkpoints). The job is not over:
+        the leader recovers it. Emits only ``JobReachedTerminalState(SUSPENDED)``."""
+        if self.status.is_globally_terminal or self.status == JobStatus.SUSPENDED:
+            return
+        log.warning("job %s (%s) suspended: %s", self.job_graph.name, self.job_id, reason)
+        self._set_status(JobStatus.SUSPENDED)
+        self.end_time_ms = self._clock.now_ms()
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.stop()
+        self._out.clear()  # no discards, notifications, cancels or slot returns from a deposed leader
+        self._emit(JobReachedTerminalState(JobStatus.SUSPENDED))
 
     def force_failed(self, error: ErrorInfo) -> None:
         """Last resort when the core's own state is broken: the job ends FAILED with ``error``,

@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 
 class ResourceManager:
-    def __init__(self, config: Configuration, driver: ResourceDriver) -> None:
-        self.fencing_token = uuid.uuid4().hex
+    def __init__(self, config: Configuration, driver: ResourceDriver, fencing_token: str = "") -> None:
+        self.fencing_token = fencing_token or uuid.uuid4().hex
         self._config = config
         self._driver = driver
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
@@ -59,9 +59,16 @@ class ResourceManager:
         self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self, rpc_address: str) -> None:
+    def start(self, rpc_address: str, recover_previous_workers: bool = False) -> None:
+        """Serve as the leader at ``rpc_address``. ``recover_previous_workers``: a previous
+        leader's TaskExecutors are expected to register, so no worker is started for
+        ``resourcemanager.previous-worker.recovery.timeout``."""
         self._main.start()
         self._driver.start(rpc_address, self._on_worker_terminated)
+        if recover_previous_workers:
+            timeout = self._config[Options.PREVIOUS_WORKER_RECOVERY_TIMEOUT]
+            self._main.call(self.slot_manager.recover_previous_workers, timeout)
+            log.info("waiting up to %d ms for the previous leader's TaskExecutors before starting any", timeout)
         self._main.call(self._start)
 
     def _start(self) -> None:
@@ -208,14 +215,25 @@ class ResourceManager:
                     self._start_worker()
             elif isinstance(action, ReleaseWorker):
                 gw = self._gateways.pop(action.resource_id, None)
-                if gw is not None:
-                    gw.close()
                 log.info("releasing TaskExecutor %s: %s", action.resource_id, action.reason)
-                self._io.submit(self._driver.stop_worker, action.resource_id)
+                if action.resource_id in self._driver.worker_pids() or gw is None:
+                    if gw is not None:
+                        gw.close()
+                    self._io.submit(self._driver.stop_worker, action.resource_id)
+                else:  # started by an earlier leader's driver: it is told to go
+                    self._io.submit(self._release_adopted, gw, action.reason)
             elif isinstance(action, AllocationFailed):
                 requester = self._listeners.get(action.request.job_id)
                 if requester is not None:
                     requester.on_allocation_failed(action.request.allocation_id, action.reason)
+
+    def _release_adopted(self, gw: RemoteTaskExecutorGateway, reason: str) -> None:
+        try:
+            gw.disconnect_resource_manager(self.fencing_token, f"shutdown: released ({reason})")
+        except RpcError as exc:
+            log.debug("releasing a TaskExecutor: %s", exc)
+        finally:
+            gw.close()
 
     def _start_worker(self) -> None:
         try:

@@ -18,6 +18,7 @@ _KIND_TO_ERROR: dict[int, type[errors.RpcError]] = {
     ttypes.ErrorKind.INVALID: errors.InvalidRequestError,
     ttypes.ErrorKind.UNAVAILABLE: errors.UnavailableError,
     ttypes.ErrorKind.REFUSED: errors.RefusedError,
+    ttypes.ErrorKind.NOT_LEADER: errors.NotLeaderRpcError,
 }
 _ERROR_TO_KIND = {v: k for k, v in _KIND_TO_ERROR.items()}
 

@@ -18,6 +18,7 @@ from yarnflow.common.errors import FencingTokenError, IllegalStateTransition, Rp
 from yarnflow.common.ids import JobID, JobVertexID, ResourceID
 from yarnflow.common.messages import (
     JobEdge,
+    TaskStateSnapshot,
     JobGraph,
     JobVertex,
     SlotOffer,
@@ -41,7 +42,8 @@ def job(mode: str = "BATCH") -> JobGraph:
 class Cluster:
     """A JobMaster whose TaskExecutors finish every task they get (unless told otherwise)."""
 
-    def __init__(self, job_graph: JobGraph, finish: bool = True, **conf: str) -> None:
+    def __init__(self, job_graph: JobGraph, finish: bool = True, ha: Any = None, recover: bool = False,
+                 is_leader: Any = None, checkpoints_dir: str = "", **conf: str) -> None:
         self.rm = TestingResourceManagerGateway()
         self.te = TestingTaskExecutorGateway(on_submit=self._run if finish else None)
         self.ended = threading.Event()
@@ -49,7 +51,8 @@ class Cluster:
         config = Configuration.load({"restart-strategy.type": "none", **conf})
         self.jm = JobMaster(job_graph, config, self.rm, "127.0.0.1:1", "file:///tmp/none",
                             lambda _jm: self.ended.set(), task_executor_gateways=lambda address: self.te,
-                            collect_results=dict)
+                            collect_results=dict, ha=ha, recover=recover, is_leader=is_leader,
+                            checkpoints_dir=checkpoints_dir)
 
     def _run(self, tdd: Any) -> None:
         def report() -> None:
@@ -136,3 +139,76 @@ def test_a_heartbeat_delivers_a_lost_finished_update() -> None:
             assert set(report.allocation_ids) <= {t.allocation_id for t in tdds}
         assert c.ended.wait(10)
         assert c.jm.status == JobStatus.FINISHED
+
+
+# -- high availability: recovery by a new leader, suspension of a deposed one ----------------------
+
+def _checkpoint(storage: Any, job_graph: JobGraph, checkpoint_id: int, folder: Any) -> str:
+    """A completed checkpoint of every subtask (one readable state file each); its metadata URL."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    subtasks = {}
+    for v in job_graph.vertices:
+        for i in range(v.parallelism):
+            path = folder / f"chk-{checkpoint_id}-{v.vertex_id}-{i}.arrow"
+            table = pa.table({"x": [checkpoint_id]})
+            with ipc.new_file(str(path), table.schema) as w:
+                w.write_table(table)
+            subtasks[f"{v.vertex_id}#{i}"] = {"finished": False, "files": [
+                {"operator_index": 0, "name": "state", "path": path.as_uri(), "size_bytes": path.stat().st_size}]}
+    return storage.write_metadata(checkpoint_id, {"version": 1, "job_id": str(job_graph.job_id),
+                                                  "checkpoint_id": checkpoint_id, "subtasks": subtasks})
+
+
+def test_a_recovered_job_resumes_from_the_latest_readable_retained_checkpoint(tmp_path: Any) -> None:
+    from yarnflow.am.checkpoint.storage import CheckpointStorage, job_checkpoint_dir
+    from yarnflow.common.ha import EmbeddedHaServices
+
+    jg = job("STREAMING")
+    ha = EmbeddedHaServices()
+    storage = CheckpointStorage(job_checkpoint_dir(tmp_path.as_uri(), str(jg.job_id)))
+    store = ha.checkpoint_store(str(jg.job_id))
+    for cid in (3, 4, 5):
+        store.add(cid, _checkpoint(storage, jg, cid, tmp_path))
+    (tmp_path / f"chk-5-{jg.vertices[1].vertex_id}-1.arrow").write_bytes(b"not arrow")  # the latest is corrupt
+    counter = ha.checkpoint_id_counter(str(jg.job_id))
+    for _ in range(5):
+        counter.get_and_increment()  # the previous leader took checkpoints 1..5
+    with Cluster(jg, finish=False, ha=ha, recover=True, checkpoints_dir=tmp_path.as_uri(),
+                 **{"execution.checkpointing.interval": "200 ms"}) as c:
+        wait_until(lambda: len(c.te.submitted) == 4, 10, "the recovered job was not deployed")
+        assert {t.restore.checkpoint_id for t in c.te.submitted if t.restore is not None} == {4}
+        assert all(t.restore is not None for t in c.te.submitted)
+        assert [i.checkpoint_id for i in c.jm.status_info().checkpoints] == [3, 4]
+        for tdd in c.te.submitted:
+            c.jm.update_task_execution_state(c.jm.fencing_token, TaskExecutionStateUpdate(
+                tdd.job_id, tdd.execution_attempt_id, ExecutionState.RUNNING))
+        wait_until(lambda: c.te.triggered, 10, "no checkpoint was triggered")
+        assert {cid for _, cid in c.te.triggered} == {6}  # ids go on after the previous leader's
+
+
+def test_a_job_master_that_no_longer_leads_suspends_its_job_and_writes_nothing(tmp_path: Any) -> None:
+    from yarnflow.common.ha import EmbeddedHaServices
+
+    jg = job("STREAMING")
+    ha = EmbeddedHaServices()
+    leading = threading.Event()
+    leading.set()
+    with Cluster(jg, finish=False, ha=ha, is_leader=leading.is_set, checkpoints_dir=tmp_path.as_uri(),
+                 **{"execution.checkpointing.interval": "100 ms"}) as c:
+        wait_until(lambda: len(c.te.submitted) == 4, 10, "tasks not deployed")
+        for tdd in c.te.submitted:
+            c.jm.update_task_execution_state(c.jm.fencing_token, TaskExecutionStateUpdate(
+                tdd.job_id, tdd.execution_attempt_id, ExecutionState.RUNNING))
+        leading.clear()  # the leadership is gone (a frozen AppMaster that just woke up)
+        wait_until(lambda: c.te.triggered, 10, "no checkpoint was triggered")
+        checkpoint_id = c.te.triggered[0][1]
+        for tdd in c.te.submitted:  # every task acknowledges: the metadata would be written now
+            c.jm.acknowledge_checkpoint(c.jm.fencing_token, tdd.execution_attempt_id, checkpoint_id,
+                                        TaskStateSnapshot([], 0))
+        assert c.ended.wait(10), "the JobMaster kept acting as leader"
+        assert c.jm.status == JobStatus.SUSPENDED and c.jm.result is not None
+    assert ha.checkpoint_store(str(jg.job_id)).checkpoints() == []
+    assert not list(tmp_path.rglob("_metadata"))  # nothing written to the storage dir
+    assert c.te.cancelled == []  # no calls to TaskExecutors either: they follow the new leader

@@ -124,15 +124,21 @@ def test_a_sigkilled_taskexecutor_loses_and_repeats_nothing(local_cluster, tmp_p
         assert sum(got.values()) == len(rows)
         assert got == collections.Counter(rows)
     else:
-        expected = collections.Counter(line.split()[0] for line in rows)
-        per_key: dict[str, list[int]] = collections.defaultdict(list)
-        for k, n in zip(table["k"].to_pylist(), table["n"].to_pylist()):
-            per_key[k].append(n)
-        # an upsert stream: each key's running totals, committed once each, ending at its count
-        for k, totals in per_key.items():
-            assert len(totals) == len(set(totals)), f"{k}: a running total was committed twice"
-            assert max(totals) == expected[k], f"{k}: {max(totals)} counted, {expected[k]} expected"
-        assert set(per_key) == set(expected)
+        assert_upsert_totals(out, rows)
+
+
+def assert_upsert_totals(out, rows: list[str]) -> None:
+    """The keyed job's committed upsert stream: each key's running totals, committed once each,
+    ending at the key's count in ``rows``."""
+    table = _committed(out)
+    expected = collections.Counter(line.split()[0] for line in rows)
+    per_key: dict[str, list[int]] = collections.defaultdict(list)
+    for k, n in zip(table["k"].to_pylist(), table["n"].to_pylist()):
+        per_key[k].append(n)
+    for k, totals in per_key.items():
+        assert len(totals) == len(set(totals)), f"{k}: a running total was committed twice"
+        assert max(totals) == expected[k], f"{k}: {max(totals)} counted, {expected[k]} expected"
+    assert set(per_key) == set(expected)
 
 
 @pytest.mark.timeout(240)

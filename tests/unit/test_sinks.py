@@ -215,6 +215,24 @@ def test_a_subtask_that_ended_commits_nothing_a_restore_would_write_again(tmp_pa
     assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
 
 
+def test_an_attempt_of_a_deposed_leader_cannot_delete_the_files_of_the_next_leaders_attempt(tmp_path):
+    # a new leader numbers attempts from 0 again; the old leader's attempt 0 of the same subtask
+    # may still be closing (cancelled by its TaskExecutor) while the new attempt 0 writes
+    old = ckpt_sink(tmp_path, attempt=0, attempt_id="aaaaaaaaaaaaaaaaaaaa")
+    old.process_batch(rows(0, 3))
+    chk1 = ipc_copy(old.snapshot_state(1))
+    old.notify_checkpoint_complete(1)
+    old.process_batch(rows(3, 3))  # after the checkpoint: never committed
+    new = ckpt_sink(tmp_path, attempt=0, attempt_id="bbbbbbbbbbbbbbbbbbbb", restore=chk1)
+    new.process_batch(rows(3, 3))
+    new.snapshot_state(2)
+    old.close()  # the zombie cleans up what it wrote after its checkpoint, and nothing else
+    new.notify_checkpoint_complete(2)
+    end(new, 3)
+    assert dataset_rows(tmp_path) == list(range(6))
+    assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
+
+
 def test_an_aborted_checkpoint_parts_are_committed_by_the_next_completed_one(tmp_path):
     s = ckpt_sink(tmp_path)
     s.process_batch(rows(0, 3))

@@ -189,6 +189,30 @@ def test_min_slots_are_started_once() -> None:
     assert sm.ensure_min_resources() == []
 
 
+def test_a_new_leader_waits_for_the_previous_workers_before_starting_any() -> None:
+    sm, clock = manager(min_slots=4)
+    sm.recover_previous_workers(5_000)
+    assert sm.ensure_min_resources() == []
+    r = request(1)
+    assert sm.request_slot(r) == []  # no worker for it either: the old ones are coming back
+    # one of the previous leader's TaskExecutors registers: the waiting request gets a slot
+    assert allocations(sm.register(registration(TE_A), "reg-a")) == [AllocateSlot(TE_A, 0, r)]
+    clock.advance(4_999)
+    assert sm.check_timeouts() == []
+    clock.advance(1)
+    assert sm.check_timeouts() == [StartWorkers(1)]  # the other never came back: a replacement now
+
+
+def test_previous_workers_that_come_back_in_time_need_no_replacement() -> None:
+    sm, clock = manager(min_slots=4)
+    sm.recover_previous_workers(5_000)
+    assert sm.ensure_min_resources() == []
+    sm.register(registration(TE_A), "reg-a")
+    sm.register(registration(TE_B), "reg-b")
+    clock.advance(5_000)
+    assert [a for a in sm.check_timeouts() if isinstance(a, StartWorkers)] == []
+
+
 def test_min_slots_are_restored_when_a_task_executor_is_lost() -> None:
     sm, _ = manager(slots_per_worker=2, min_slots=2)
     assert sm.ensure_min_resources() == [StartWorkers(1)]

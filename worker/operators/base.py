@@ -39,6 +39,9 @@ class RuntimeContext:
     checkpointing: bool = False
     #: the checkpoint this attempt restored from (0: it started from nothing)
     restored_checkpoint_id: int = 0
+    #: the attempt's ExecutionAttemptID: unique, also across JobMasters (attempt numbers start
+    #: again at 0 when a new leader recovers a job)
+    attempt_id: str = ""
 
     @property
     def is_batch(self) -> bool:

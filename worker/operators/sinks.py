@@ -53,7 +53,7 @@ class _StagedFileSink(Operator):
     every attempt of a subtask.
 
     Exactly once: an attempt writes its parts under hidden names
-    (``.part-<subtask>-<n>-attempt<a><ext>.inprogress``, skipped by pyarrow.dataset, Spark and
+    (``.part-<subtask>-<n>-attempt<id><ext>.inprogress``, <id> from the attempt's unique id; skipped by pyarrow.dataset, Spark and
     our own sources) and renames them all to their final names only when the subtask finishes;
     a failed or cancelled attempt deletes its parts, and a new attempt first deletes whatever
     hidden parts earlier attempts of its subtask left (a killed process cleans nothing). A
@@ -216,7 +216,10 @@ class _StagedFileSink(Operator):
         self._part_bytes = 0
 
     def _stage_name(self, part: int) -> str:
-        return posixpath.join(self._dir, f".{self._subtask_prefix()}-{part}-attempt{self.ctx.attempt_number}"
+        # the attempt's unique id where known: attempt numbers start again under a new leader,
+        # while a deposed leader's attempt may still be closing its files
+        attempt = self.ctx.attempt_id[:16] if self.ctx.attempt_id else str(self.ctx.attempt_number)
+        return posixpath.join(self._dir, f".{self._subtask_prefix()}-{part}-attempt{attempt}"
                                          f"{self.extension}.inprogress")
 
     def _part_of(self, stage: str) -> int:

@@ -16,6 +16,12 @@ State lives on the main thread (``MainThreadExecutor``); blocking calls to the A
 on helper threads and post their outcome back. When no ResourceManager has answered for
 ``taskmanager.registration.timeout`` the TaskExecutor shuts itself down: it never lingers as
 an orphan after its AppMaster is gone.
+
+Leader retrieval (``common/ha``): the TaskExecutor follows the cluster's leader (with ZooKeeper
+HA it is looked up there; otherwise it is ``rm_address``). When another AppMaster becomes leader,
+everything of the old leader's jobs here goes (tasks cancelled, slots freed, partitions
+released: their JobMasters are deposed and the new leader restarts the jobs from their
+checkpoints) and the TaskExecutor registers with the new ResourceManager.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
+from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.errors import (
     FencingTokenError,
     NotFoundError,
@@ -69,10 +76,15 @@ log = logging.getLogger(__name__)
 
 
 class TaskExecutor:
-    def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str) -> None:
+    def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str,
+                 ha: HighAvailabilityServices | None = None) -> None:
         self.config = config
         self.resource_id = resource_id
         self._rm_address = rm_address
+        self._ha = ha or create_ha_services(config, leader_address=rm_address)
+        self._retrieval = self._ha.leader_retrieval()
+        self._leader_session = ""
+        self._old_rms: list[RemoteResourceManagerGateway] = []
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
         self._registration_timeout_ms = config[Options.TM_REGISTRATION_TIMEOUT]
         self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
@@ -92,7 +104,8 @@ class TaskExecutor:
         self._artifacts = ArtifactCache(os.path.join(work_dir, "artifacts"))
         self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorHandler(self).processor()},
                               name=f"taskexecutor-{resource_id}")
-        self._rm = RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
+        self._rm: RemoteResourceManagerGateway | None = (RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
+                                                         if rm_address else None)  # None: no leader known yet
         self._jms: dict[str, RemoteJobMasterGateway] = {}
         self.tasks: dict[ExecutionAttemptID, Task] = {}
         self._rm_token = ""
@@ -107,6 +120,7 @@ class TaskExecutor:
     def start(self) -> TaskExecutor:
         self._rpc.start()
         self._main.start()
+        self._retrieval.start(self._on_leader)
         threading.Thread(target=self._heartbeat_loop, name="te-heartbeat", daemon=True).start()
         threading.Thread(target=self._jm_heartbeat_loop, name="te-jm-heartbeat", daemon=True).start()
         log.info("TaskExecutor %s started: rpc %s, data %s, %d slots", self.resource_id, self._rpc.address,
@@ -137,9 +151,17 @@ class TaskExecutor:
         self._main.stop()
         self._io.shutdown(wait=False, cancel_futures=True)
         self._updates.shutdown(wait=False, cancel_futures=True)
-        self._rm.close()
-        for gw in list(self._jms.values()):
-            gw.close()
+        for stop in (self._retrieval.stop, self._ha.close):
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - shutting down
+                log.debug("stopping leader retrieval", exc_info=True)
+        if self._rm is not None:
+            self._rm.close()
+        for jm in self._jms.values():
+            jm.close()
+        for old in self._old_rms:
+            old.close()
         self._stopped.set()
 
     def _cancel_all(self) -> None:
@@ -147,6 +169,33 @@ class TaskExecutor:
             task.cancel()
 
     # -- ResourceManager connection ---------------------------------------------------------
+    def _on_leader(self, leader: LeaderInformation | None) -> None:
+        """Leader retrieval's callback (its thread)."""
+        if leader is None:
+            log.info("no AppMaster leads the cluster at the moment")
+        elif not self._stopped.is_set():
+            self._main.execute(self._follow_leader, leader)
+
+    def _follow_leader(self, leader: LeaderInformation) -> None:
+        same_address = leader.address == self._rm_address
+        if same_address and (not self._leader_session or leader.session_id == self._leader_session):
+            self._leader_session = leader.session_id or self._leader_session
+            return
+        log.info("the AppMaster leading the cluster is now %s (session %s); it was %s", leader.address,
+                 leader.session_id, self._rm_address)
+        for job_id in sorted({*(c.job_id for c in self.jobs.connections()),
+                              *(s.job_id for s in self.slots.slots if s.job_id is not None)}):
+            self._job_master_gone(job_id, "the AppMaster that led its job lost the leadership")
+        self._leader_session = leader.session_id
+        if not same_address:
+            if self._rm is not None:
+                self._old_rms.append(self._rm)
+            self._rm = RemoteResourceManagerGateway(leader.address, self._rpc_timeout)
+            self._rm_address = leader.address
+        self._rm_token = ""
+        self._registration_id = ""
+        self._last_rm_contact = time.monotonic()
+
     def _registration(self) -> TaskExecutorRegistration:
         return TaskExecutorRegistration(self.resource_id, self._rpc.address, self._data_server.address,
                                         self._num_slots, self._profile, os.getpid(), socket.gethostname())
@@ -154,16 +203,21 @@ class TaskExecutor:
     def _heartbeat_loop(self) -> None:
         """Register, then heartbeat; gives up after the registration timeout without contact."""
         while not self._stopped.is_set():
+            rm = self._rm
             try:
+                if rm is None:
+                    raise UnavailableError("no leader is known yet")
                 if not self._registration_id:
-                    resp = self._rm.register_task_executor(self._registration())
+                    while self._old_rms:  # gateways of earlier leaders: nobody uses them any more
+                        self._old_rms.pop().close()
+                    resp = rm.register_task_executor(self._registration())
                     if not resp.accepted:
                         raise RefusedError(resp.reason)
                     self._main.call(self._on_registered, resp.fencing_token, resp.registration_id)
                     log.info("registered at the ResourceManager %s", self._rm_address)
                 else:
                     report = self._main.call(self._slot_report)
-                    self._rm.heartbeat_from_task_executor(self._rm_token, self._registration_id, report)
+                    rm.heartbeat_from_task_executor(self._rm_token, self._registration_id, report)
                 self._last_rm_contact = time.monotonic()
             except (RefusedError, FencingTokenError, NotFoundError) as exc:
                 log.info("ResourceManager does not know this TaskExecutor (%s): registering again", exc)

@@ -1,8 +1,11 @@
 """LocalProcessDriver: TaskExecutors as local processes (``python -m yarnflow.worker``).
 
 Each process logs to ``<work dir>/log/<resource id>.log``; a watcher thread notices when one
-exits and tells the ResourceManager why (exit code or signal). Workers are started with
-``--parent-pid`` so they die with the AppMaster even when it is killed with SIGKILL."""
+exits and tells the ResourceManager why (exit code or signal). Without high availability workers
+are started with ``--parent-pid`` so they die with the AppMaster even when it is killed with
+SIGKILL. With ZooKeeper HA they outlive it: they find the leader in ZooKeeper and register with
+whichever AppMaster leads next (a TaskExecutor that finds none exits after
+``taskmanager.registration.timeout``)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import threading
 
 from yarnflow.am.resourcemanager.drivers.base import WorkerTerminated
 from yarnflow.common.config import Configuration
+from yarnflow.common.ha import ha_enabled
 from yarnflow.common.ids import ResourceID
 
 log = logging.getLogger(__name__)
@@ -56,7 +60,9 @@ class LocalProcessDriver:
         os.makedirs(work_dir, exist_ok=True)
         os.makedirs(log_dir, exist_ok=True)
         cmd = [sys.executable, "-m", "yarnflow.worker", "--resource-id", resource_id,
-               "--rm-address", self._rm_address, "--work-dir", work_dir, "--parent-pid", str(os.getpid())]
+               "--rm-address", self._rm_address, "--work-dir", work_dir]
+        if not ha_enabled(self._config):
+            cmd += ["--parent-pid", str(os.getpid())]
         for key, value in self._config.to_strings().items():
             cmd += ["-D", f"{key}={value}"]
         log_file = open(os.path.join(log_dir, f"{resource_id}.log"), "ab")

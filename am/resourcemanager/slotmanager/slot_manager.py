@@ -132,6 +132,15 @@ class SlotManager:
     task_executors: dict[ResourceID, RegisteredTaskExecutor] = field(default_factory=dict)
     pending: dict[AllocationID, SlotRequest] = field(default_factory=dict)
     pending_workers: int = 0
+    #: until then (monotonic ms) no worker is started: the previous leader's TaskExecutors are
+    #: expected to register (Flink's resourcemanager.previous-worker.recovery.timeout)
+    recovering_until_ms: int = 0
+
+    def recover_previous_workers(self, timeout_ms: int) -> None:
+        """A new leader: start no workers for ``timeout_ms`` (min slots or slot requests), so
+        the TaskExecutors of the previous leader can register first."""
+        if timeout_ms > 0:
+            self.recovering_until_ms = self.clock.monotonic_ms() + timeout_ms
 
     # -- TaskExecutors ----------------------------------------------------------------------
     def register(self, registration: TaskExecutorRegistration, registration_id: str) -> list[Action]:
@@ -198,6 +207,9 @@ class SlotManager:
     def check_timeouts(self) -> list[Action]:
         now = self.clock.monotonic_ms()
         actions: list[Action] = []
+        if self.recovering_until_ms and now >= self.recovering_until_ms:
+            self.recovering_until_ms = 0
+            actions += self._match_pending()  # what the previous workers did not cover
         for rid, te in list(self.task_executors.items()):
             silent = now - te.last_heartbeat_ms
             if silent > self.settings.heartbeat_timeout_ms:
@@ -290,6 +302,8 @@ class SlotManager:
         return actions + self._check_resources()
 
     def _check_resources(self) -> list[Action]:
+        if self.recovering_until_ms and self.clock.monotonic_ms() < self.recovering_until_ms:
+            return []
         spw = max(1, self.settings.slots_per_worker)
         registered = self.total_slots()
         coming = self.pending_workers * spw

@@ -24,6 +24,7 @@ class ErrorKind(object):
     INVALID = 3
     UNAVAILABLE = 4
     REFUSED = 5
+    NOT_LEADER = 6
 
     _VALUES_TO_NAMES = {
         0: "INTERNAL",
@@ -32,6 +33,7 @@ class ErrorKind(object):
         3: "INVALID",
         4: "UNAVAILABLE",
         5: "REFUSED",
+        6: "NOT_LEADER",
     }
 
     _NAMES_TO_VALUES = {
@@ -41,6 +43,7 @@ class ErrorKind(object):
         "INVALID": 3,
         "UNAVAILABLE": 4,
         "REFUSED": 5,
+        "NOT_LEADER": 6,
     }
 
 

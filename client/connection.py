@@ -1,0 +1,126 @@
+"""How the client reaches a cluster's Dispatcher: at a fixed address (``--address``), or, with
+ZooKeeper high availability (``-D high-availability.type=zookeeper`` and its keys, or a
+configuration file with them), at whichever AppMaster leads the cluster now.
+
+With high availability a call that fails because the leader changed (the old one is gone,
+answers that it no longer leads, or refuses the old fencing token) is made again at the new
+leader once ZooKeeper names it, for up to ``client.timeout``. A job submitted just before the
+change is not submitted twice: the new leader recovered it (``RefusedError`` "already
+submitted" counts as success for ``submit_job``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import (
+    ConfigurationError,
+    FencingTokenError,
+    NotLeaderRpcError,
+    RpcConnectionError,
+    UnavailableError,
+)
+from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services, ha_enabled
+from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+
+__all__ = ["ClusterConnection"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_LEADER_CHANGED = (RpcConnectionError, NotLeaderRpcError, FencingTokenError)
+
+
+class ClusterConnection:
+    """``address``: the Dispatcher's HOST:PORT; empty to find the leader in ZooKeeper (the
+    configuration must then enable ZooKeeper high availability).
+
+    Raises ConfigurationError with neither, and CoordinationUnavailableError when ZooKeeper
+    cannot be reached within its connection timeout."""
+
+    def __init__(self, config: Configuration, address: str = "", call_timeout_ms: int = 15_000) -> None:
+        self._config = config
+        self._call_timeout_ms = call_timeout_ms
+        self._wait_s = config[Options.CLIENT_TIMEOUT] / 1000.0
+        self._changed = threading.Condition()
+        self._leader: LeaderInformation | None = LeaderInformation(address, "") if address else None
+        self._ha: HighAvailabilityServices | None = None
+        if not address:
+            if not ha_enabled(config):
+                raise ConfigurationError("no cluster to talk to: give --address HOST:PORT, or the ZooKeeper high "
+                                         "availability keys (-D high-availability.type=zookeeper, "
+                                         "-D high-availability.zookeeper.quorum=..., -D high-availability.cluster-id=...)")
+            self._ha = create_ha_services(config)
+            self._retrieval = self._ha.leader_retrieval()
+            self._retrieval.start(self._on_leader)
+        self._gateway: RemoteDispatcherGateway | None = None
+        self._gateway_of: LeaderInformation | None = None
+
+    @property
+    def follows_leader(self) -> bool:
+        return self._ha is not None
+
+    @property
+    def address(self) -> str:
+        leader = self._leader
+        return leader.address if leader is not None else "(no leader yet)"
+
+    def _on_leader(self, leader: LeaderInformation | None) -> None:
+        with self._changed:
+            self._leader = leader
+            self._changed.notify_all()
+
+    def _current(self, deadline: float) -> LeaderInformation:
+        with self._changed:
+            while self._leader is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    cluster = self._config[Options.HA_CLUSTER_ID]
+                    raise UnavailableError(f"no AppMaster leads cluster {cluster!r} (nothing in ZooKeeper at "
+                                           f"{self._config[Options.ZK_QUORUM]} for {self._wait_s:.0f} s)")
+                self._changed.wait(min(left, 0.5))
+            return self._leader
+
+    def gateway(self, deadline: float | None = None) -> RemoteDispatcherGateway:
+        """A gateway to the current leader (waiting for one, with high availability)."""
+        leader = self._current(deadline if deadline is not None else time.monotonic() + self._wait_s)
+        if self._gateway is None or leader != self._gateway_of:
+            if self._gateway is not None:
+                self._gateway.close()
+            self._gateway = RemoteDispatcherGateway(leader.address, self._call_timeout_ms)
+            self._gateway_of = leader
+        return self._gateway
+
+    def call(self, fn: Callable[[RemoteDispatcherGateway], T], what: str = "call") -> T:
+        """``fn(gateway)`` at the leader; with high availability made again at the next leader
+        when the leader changed under it (for up to ``client.timeout``)."""
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            gw = self.gateway(deadline)
+            try:
+                return fn(gw)
+            except _LEADER_CHANGED as exc:
+                if self._ha is None or time.monotonic() > deadline:
+                    raise
+                log.info("%s at %s failed (%s): looking for the leader again", what, gw.address, exc)
+                if isinstance(exc, FencingTokenError):
+                    try:  # the same AppMaster may lead again, in a new session
+                        gw.refresh_fencing_token()
+                    except (RpcConnectionError, UnavailableError):
+                        pass
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        if self._gateway is not None:
+            self._gateway.close()
+            self._gateway = None
+        if self._ha is not None:
+            try:
+                self._retrieval.stop()
+            finally:
+                self._ha.close()
+            self._ha = None
