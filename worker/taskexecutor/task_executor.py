@@ -112,6 +112,7 @@ class TaskExecutor:
         self._registration_id = ""
         self._last_rm_contact = time.monotonic()
         self._stopped = threading.Event()
+        self._rm_changed = threading.Event()  # wakes the registration loop for a new leader at once
         self.exit_reason = ""
         self.fatal = False
         self._num_slots, self._profile = num_slots, profile
@@ -163,6 +164,7 @@ class TaskExecutor:
         for old in self._old_rms:
             old.close()
         self._stopped.set()
+        self._rm_changed.set()
 
     def _cancel_all(self) -> None:
         for task in self.tasks.values():
@@ -195,6 +197,7 @@ class TaskExecutor:
         self._rm_token = ""
         self._registration_id = ""
         self._last_rm_contact = time.monotonic()
+        self._rm_changed.set()
 
     def _registration(self) -> TaskExecutorRegistration:
         return TaskExecutorRegistration(self.resource_id, self._rpc.address, self._data_server.address,
@@ -233,7 +236,8 @@ class TaskExecutor:
                         f"no ResourceManager answered for {silent_ms / 1000:.1f} s "
                         f"(taskmanager.registration.timeout)",)).start()
                     return
-            self._stopped.wait(self._heartbeat_ms / 1000.0)
+            if self._rm_changed.wait(self._heartbeat_ms / 1000.0):
+                self._rm_changed.clear()
 
     def _slot_report(self) -> SlotReport:
         report = self.slots.report()
