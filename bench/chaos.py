@@ -23,9 +23,22 @@ def _rows(start: int, n: int) -> Any:
     return {"id": list(range(start, start + n)), "k": [i % KEYS for i in range(start, start + n)]}
 
 
-def run_chaos(kills: int = 20, rows: int = 400_000, interval: str = "500 ms", seed: int = 11) -> dict[str, Any]:
+def check_sequence_output(out: str, rows: int) -> tuple[int, int, bool]:
+    """The committed Parquet output of the sequence job: (rows lost, rows committed more than
+    once, whether each key's sequence numbers are exactly 1..count)."""
     import pyarrow.dataset as pads
 
+    table = pads.dataset(out, format="parquet").to_table()
+    ids = collections.Counter(table["id"].to_pylist())
+    lost = sum(1 for i in range(rows) if ids[i] == 0)
+    duplicated = sum(c - 1 for c in ids.values() if c > 1)
+    seqs: dict[int, list[int]] = collections.defaultdict(list)
+    for k, s in zip(table["k"].to_pylist(), table["seq"].to_pylist()):
+        seqs[k].append(s)
+    return lost, duplicated, all(sorted(v) == list(range(1, len(v) + 1)) for v in seqs.values())
+
+
+def run_chaos(kills: int = 20, rows: int = 400_000, interval: str = "500 ms", seed: int = 11) -> dict[str, Any]:
     import yarnflow
     from yarnflow import executors
     from yarnflow.common.api import KeyedProcessFunction, ValueStateDescriptor
@@ -81,14 +94,7 @@ def run_chaos(kills: int = 20, rows: int = 400_000, interval: str = "500 ms", se
             info = next((j for j in gw.list_jobs() if j.name == "chaos"), None)
             gw.close()
         seconds = time.perf_counter() - t0
-        table = pads.dataset(out, format="parquet").to_table()
-        ids = collections.Counter(table["id"].to_pylist())
-        lost = sum(1 for i in range(rows) if ids[i] == 0)
-        duplicated = sum(c - 1 for c in ids.values() if c > 1)
-        seqs: dict[int, list[int]] = collections.defaultdict(list)
-        for k, s in zip(table["k"].to_pylist(), table["seq"].to_pylist()):
-            seqs[k].append(s)
-        state_ok = all(sorted(v) == list(range(1, len(v) + 1)) for v in seqs.values())
+        lost, duplicated, state_ok = check_sequence_output(out, rows)
         restored = sum(1 for f in (info.failure_history if info else []) if f.restored_checkpoint_id)
         return {"name": "chaos", "kills": done_kills, "rows": rows, "rows_lost": lost, "rows_duplicated": duplicated,
                 "keyed_state_exact": state_ok, "restarts_from_checkpoint": restored,

@@ -60,13 +60,19 @@ def _recovery(args: argparse.Namespace) -> dict[str, Any]:
 def _checkpoint_overhead(args: argparse.Namespace) -> dict[str, Any]:
     from checkpoint_overhead import run_checkpoint_overhead
 
-    return run_checkpoint_overhead(args.records, args.parallelism, args.interval)
+    return run_checkpoint_overhead(args.records, args.parallelism, args.interval, args.rounds)
+
+
+def _am_failover(args: argparse.Namespace) -> dict[str, Any]:
+    from am_failover import run_am_failover
+
+    return run_am_failover(args.rows, args.interval, args.session_timeout)
 
 
 def _checkpoint_size(args: argparse.Namespace) -> dict[str, Any]:
     from checkpoint_size import run_checkpoint_size
 
-    return run_checkpoint_size(args.keys)
+    return run_checkpoint_size(args.keys, process_keys=args.process_keys)
 
 
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
@@ -91,9 +97,16 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "checkpoint-overhead": ("W1 and W2 in STREAMING mode with checkpoints against none, same run",
                             lambda p: (p.add_argument("--records", type=int, default=5_000_000),
                                        p.add_argument("--parallelism", type=int, default=2),
-                                       p.add_argument("--interval", default="1 s")), _checkpoint_overhead),
+                                       p.add_argument("--interval", default="1 s"),
+                                       p.add_argument("--rounds", type=int, default=3)), _checkpoint_overhead),
     "checkpoint-size": ("keyed state of N keys: task pause to snapshot it, then background write speed",
-                        lambda p: p.add_argument("--keys", type=int, default=5_000_000), _checkpoint_size),
+                        lambda p: (p.add_argument("--keys", type=int, default=5_000_000),
+                                   p.add_argument("--process-keys", type=int, default=1_000_000)), _checkpoint_size),
+    "am-failover": ("session with a standby AppMaster (ZooKeeper HA): SIGKILL of the leader under a checkpointed "
+                    "job -> every task RUNNING again; rows lost / duplicated",
+                    lambda p: (p.add_argument("--rows", type=int, default=200_000),
+                               p.add_argument("--interval", default="500 ms"),
+                               p.add_argument("--session-timeout", default="2 s")), _am_failover),
     "chaos": ("STREAMING keyed job with checkpoints; N SIGKILLs of random TaskExecutors; rows lost / duplicated",
               lambda p: (p.add_argument("--kills", type=int, default=20),
                          p.add_argument("--rows", type=int, default=400_000),
