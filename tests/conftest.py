@@ -17,7 +17,7 @@ import pytest
 
 from tests.harness import wait_until
 
-pytest_plugins = ["tests.zookeeper"]
+pytest_plugins = ["tests.zookeeper", "tests.yarn"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG_VAR = "YARNFLOW_TEST_TAG"

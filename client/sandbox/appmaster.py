@@ -1,0 +1,575 @@
+"""One application attempt's master: what skein's Java ApplicationMaster does inside YARN, done
+in the sandbox process. It owns the attempt's key-value store, its services (each a
+``ServiceTracker``: instances, restarts, dependencies) and their containers, the AppMaster
+container (``..._000001``) whose directory holds the master script, and decides how the attempt
+ends (an ``Outcome``). The gRPC AppMaster service (server.py) calls into it; the application
+(applications.py) starts it, waits for its outcome and tears it down.
+
+Container states, as skein's (terminal: SUCCEEDED, FAILED, KILLED)::
+
+    WAITING --(dependencies running)--> REQUESTED --(launched)--> RUNNING --> SUCCEEDED / FAILED
+       \\____________________\\___________________________________\\______--> KILLED (kill, scale down, end)
+
+How an attempt ends (the first decision wins): the master script exits (0: SUCCEEDED,
+otherwise FAILED naming its exit status and the end of its stderr); ``shutdown`` (the given
+status); a service fails beyond its ``max_restarts`` (FAILED); with no master script, every
+service finished (SUCCEEDED); the application is killed or the sandbox stops (KILLED).
+
+Threads: none of its own beyond a small pool (``launch-<app id>``) that localizes and starts
+service containers off the gRPC threads; container exits arrive on each container's thread
+(processes.py). Everything is guarded by ``lock`` (shared with the KV store).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from skein.proto import skein_pb2 as proto
+
+from yarnflow.sandbox.kv import KeyValueStore, RequestRejected
+from yarnflow.sandbox.processes import (ContainerProcess, LaunchRequest, LocalFile, ProcessLauncher, describe_exit,
+                                        localize, yarn_exit_status)
+
+logger = logging.getLogger(__name__)
+
+ACTIVE = ("WAITING", "REQUESTED", "RUNNING")
+#: variables of the sandbox's own environment that a container must not inherit
+CONTAINER_VARS = frozenset({
+    "SKEIN_APPLICATION_ID", "SKEIN_APPMASTER_ADDRESS", "SKEIN_CONTAINER_ID", "SKEIN_RESOURCE_MEMORY",
+    "SKEIN_RESOURCE_VCORES", "CONTAINER_ID", "LOCAL_DIRS", "LOG_DIRS", "NM_HOST", "NM_PORT", "NM_HTTP_PORT",
+    "APP_SUBMIT_TIME_ENV", "MAX_APP_ATTEMPTS", "PWD", "OLDPWD", "CLASSPATH",
+})
+MIB = 1024 * 1024
+STDERR_TAIL_LINES = 20
+RESTART_DELAY_S = 0.2
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A (pretend) NodeManager: containers run on this machine whatever their node."""
+
+    host: str
+    port: int
+    http_port: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What an attempt needs from its application and the sandbox."""
+
+    app_id: str
+    container_prefix: str  # container_<cluster ts>_<app seq>
+    attempt_id: str  # appattempt_<cluster ts>_<app seq>_<attempt, 6 digits>
+    attempt: int
+    max_attempts: int
+    spec: proto.ApplicationSpec
+    cert: bytes
+    key: bytes
+    user: str
+    submit_ms: int
+    local_dir: str  # LOCAL_DIRS: container directories are <local_dir>/<yarn container id>
+    log_root: str  # a container's log directory is <log_root>/<yarn container id>
+    launcher: ProcessLauncher
+    place: Callable[[], Node]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended. ``registered`` False: the AppMaster container itself failed (YARN
+    then fails the application rather than finishing it); ``killed``: no retry, state KILLED."""
+
+    final_status: str
+    diagnostics: str
+    registered: bool = True
+    killed: bool = False
+
+
+@dataclass(eq=False)
+class Container:
+    service: str
+    instance: int
+    state: str
+    env: dict[str, str]
+    memory: int = 0
+    vcores: int = 0
+    yarn_id: str = ""
+    node: Node | None = None
+    start_ms: int = 0
+    finish_ms: int = 0
+    exit_message: str = ""
+    log_dir: str = ""
+    owned_keys: set[str] = field(default_factory=set)
+    process: ContainerProcess | None = None
+    replaces: str = ""  # the id of the failed container this one restarts
+
+    @property
+    def id(self) -> str:
+        return f"{self.service}_{self.instance}"
+
+    @property
+    def node_http(self) -> str:
+        return self.node.http_address if self.node is not None else ""
+
+    def to_proto(self) -> proto.Container:
+        return proto.Container(service_name=self.service, instance=self.instance, state=self.state,
+                               yarn_container_id=self.yarn_id, yarn_node_http_address=self.node_http,
+                               start_time=self.start_ms, finish_time=self.finish_ms, exit_message=self.exit_message)
+
+
+def local_files(files: Mapping[str, proto.File]) -> list[LocalFile]:
+    return [LocalFile(target, file_url(f), f.type == proto.File.ARCHIVE) for target, f in sorted(files.items())]
+
+
+def file_url(f: proto.File) -> str:
+    u = f.source
+    if u.scheme in ("", "file"):
+        return "file://" + u.file
+    return f"{u.scheme}://{u.host}{f':{u.port}' if u.port > 0 else ''}{u.file}"
+
+
+class ServiceTracker:
+    """One service's containers, as skein's ServiceTracker: instance numbers only grow; failed
+    containers are replaced while restarts remain (``max_restarts`` -1: always)."""
+
+    def __init__(self, name: str, service: proto.Service, am: AppMaster) -> None:
+        self.name = name
+        self.service = service
+        self.am = am
+        self.depends = set(service.depends)
+        self.dependents: list[ServiceTracker] = []
+        self.containers: list[Container] = []
+        self.waiting: dict[int, None] = {}  # ordered sets of instances
+        self.requested: dict[int, None] = {}
+        self.running: dict[int, None] = {}
+        self.initial_running = False
+        self.num_failed = self.num_restarted = 0
+
+    def num_active(self) -> int:
+        return len(self.waiting) + len(self.requested) + len(self.running)
+
+    def is_finished(self) -> bool:
+        return self.num_active() == 0
+
+    def is_failed(self) -> bool:
+        return self.num_failed > self.num_restarted and not self.service.allow_failures
+
+    def get(self, instance: int) -> Container | None:
+        return self.containers[instance] if 0 <= instance < len(self.containers) else None
+
+    def add_container(self, env: Mapping[str, str] | None = None, replaces: str = "") -> Container:
+        c = Container(self.name, len(self.containers), "REQUESTED" if not self.depends else "WAITING", dict(env or {}),
+                      self.service.resources.memory, self.service.resources.vcores, replaces=replaces)
+        self.containers.append(c)
+        if self.depends:
+            self.waiting[c.instance] = None
+            self.am.log(f"WAITING: {c.id}")
+        else:
+            self._request(c)
+        return c
+
+    def _request(self, c: Container) -> None:
+        c.state = "REQUESTED"
+        self.requested[c.instance] = None
+        self.am.log(f"REQUESTED: {c.id}")
+        self.am.request_launch(c)
+
+    def notify_running(self, dependency: str) -> None:
+        self.depends.discard(dependency)
+        if not self.depends:
+            for instance in list(self.waiting):
+                self._request(self.containers[instance])
+            self.waiting.clear()
+
+    def allocated(self, c: Container) -> None:
+        self.requested.pop(c.instance, None)
+        self.running[c.instance] = None
+        if not self.initial_running and not self.requested:
+            self.initial_running = True
+            for dependent in self.dependents:
+                dependent.notify_running(self.name)
+
+    def scale(self, count: int, delta: int) -> list[Container]:
+        active = self.num_active()
+        if delta == 0:
+            delta = count - active
+        else:
+            delta = max(delta, -active)
+            count = delta + active
+        self.am.log(f"Scaling service '{self.name}' to {count} instances, a delta of {delta}.")
+        if delta > 0:
+            return [self.add_container() for _ in range(delta)]
+        out = []
+        for _ in range(-delta):  # WAITING first, then REQUESTED, then RUNNING; oldest (lowest instance) first
+            pool = self.waiting or self.requested or self.running
+            instance = min(pool)
+            self.finish(instance, "KILLED", "Killed by user request.")
+            out.append(self.containers[instance])
+        return out
+
+    def finish(self, instance: int, state: str, message: str) -> None:
+        c = self.containers[instance]
+        if c.state == "WAITING":
+            self.waiting.pop(instance, None)
+        elif c.state == "REQUESTED":
+            self.requested.pop(instance, None)
+        elif c.state == "RUNNING":
+            self.running.pop(instance, None)
+            c.finish_ms = now_ms()
+            if c.process is not None:
+                c.process.terminate()
+        else:
+            return
+        c.state, c.exit_message = state, message
+        self.am.log(f"{state}: {c.id} - {message}", logging.WARNING if state == "FAILED" else logging.INFO)
+        self.am.kv.remove_owned(sorted(c.owned_keys))
+        c.owned_keys.clear()
+        if state == "FAILED":
+            self.num_failed += 1
+            if self.service.max_restarts == -1 or self.num_restarted < self.service.max_restarts:
+                self.num_restarted += 1
+                self.am.log(f"RESTARTING: adding new container to replace {c.id}.")
+                self.add_container(c.env, replaces=c.id)
+        if self.is_finished() or self.is_failed():
+            self.am.maybe_shutdown()
+
+
+class AppMaster:
+    def __init__(self, ctx: AttemptContext) -> None:
+        self.ctx = ctx
+        self.spec = ctx.spec
+        self.lock = threading.RLock()
+        self.kv = KeyValueStore(self.lock, self)
+        self.services = {name: ServiceTracker(name, s, self) for name, s in sorted(ctx.spec.services.items())}
+        for tracker in self.services.values():
+            for dep in tracker.service.depends:
+                self.services[dep].dependents.append(tracker)
+        self.am_container = Container("", 0, "RUNNING", {}, ctx.spec.master.resources.memory,
+                                      ctx.spec.master.resources.vcores)
+        self.address = ""
+        self.progress = -1.0
+        self.proxies: dict[str, proto.Proxy] = {}
+        self.outcome: Outcome | None = None
+        self._ended = threading.Event()
+        self._numbers = iter(range(1, 1 << 31))
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"launch-{ctx.app_id}")
+        self._am_log = ""
+
+    # ------------------------------------------------------------------ lifecycle (applications.py)
+
+    def run(self, address: str) -> None:
+        """Set up the AppMaster container, start the services and the master script. Raises
+        OSError/ValueError/RuntimeError when the AppMaster container cannot be set up."""
+        self.address = address
+        c = self.am_container
+        c.yarn_id, c.start_ms = self._next_yarn_id(), now_ms()
+        c.node = self.ctx.place()
+        directory, c.log_dir = self._prepare(c.yarn_id, self.spec.master.files, self.spec.master.script)
+        self._am_log = os.path.join(c.log_dir, "application.master.log")
+        self.log(f"AppMaster at {address} (attempt {self.ctx.attempt} of {self.ctx.max_attempts}), its container "
+                 f"{c.yarn_id} in {directory}")
+        with self.lock:
+            for tracker in self.services.values():
+                self.log(f"Initializing service '{tracker.name}'.")
+                for _ in range(tracker.service.instances):
+                    tracker.add_container()
+        if self.spec.master.script:
+            env = self._environment(c, directory, dict(self.spec.master.env), None)
+            proc = self.ctx.launcher.launch(self._launch_request(c, directory, env), self._master_exited)
+            self.log(f"Started the master script in {c.yarn_id}, pid {proc.pid}")
+            with self.lock:
+                c.process = proc
+                if self.outcome is not None:
+                    proc.terminate()
+
+    def end(self, outcome: Outcome) -> None:
+        """Decide how the attempt ends (only the first decision counts)."""
+        with self.lock:
+            if self.outcome is not None:
+                return
+            self.outcome = outcome
+            self.log(f"Shutting down: {outcome.final_status}: {outcome.diagnostics}")
+        self._ended.set()
+
+    def wait(self, timeout: float | None = None) -> Outcome | None:
+        self._ended.wait(timeout)
+        return self.outcome
+
+    def teardown(self, timeout: float) -> None:
+        """Stop every container of the attempt (SIGTERM, SIGKILL after the grace period) and
+        end the watch streams; returns once all have exited (or ``timeout`` passed)."""
+        with self.lock:
+            for tracker in self.services.values():
+                for c in tracker.containers:
+                    if c.state in ACTIVE:
+                        if c.state == "RUNNING":
+                            c.finish_ms = now_ms()
+                        c.state, c.exit_message = "KILLED", "Killed: the application attempt ended."
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self.lock:
+            procs = [c.process for c in self._all_containers() if c.process is not None]
+        for proc in procs:
+            proc.terminate()
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            if not proc.wait(max(0.0, deadline - time.monotonic())):
+                logger.warning("%s: container %s (pid %d) did not exit", self.ctx.app_id, proc.name, proc.pid)
+        with self.lock:
+            self.am_container.finish_ms = self.am_container.finish_ms or now_ms()
+        self.kv.close()
+
+    def log(self, message: str, level: int = logging.INFO) -> None:
+        """A line in the sandbox's log and in the AppMaster container's application.master.log."""
+        logger.log(level, "%s attempt %d: %s", self.ctx.app_id, self.ctx.attempt, message)
+        if self._am_log:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            try:
+                with open(self._am_log, "a", encoding="utf-8") as fh:
+                    fh.write(f"{stamp} {logging.getLevelName(level)} {message}\n")
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ what the RPCs call
+
+    def tracker(self, name: str) -> ServiceTracker:
+        tracker = self.services.get(name)
+        if tracker is None:
+            raise RequestRejected("INVALID_ARGUMENT", f"Unknown service '{name}'")
+        return tracker
+
+    def container(self, service: str, instance: int, not_completed: bool = False) -> Container:
+        c = self.tracker(service).get(instance)
+        if c is None:
+            raise RequestRejected("INVALID_ARGUMENT", f"Service '{service}' has no container instance {instance}")
+        if not_completed and c.state not in ACTIVE:
+            raise RequestRejected("INVALID_ARGUMENT", f"Container '{service}_{instance}' has already completed")
+        return c
+
+    def get_containers(self, services: Sequence[str], states: Sequence[str]) -> list[proto.Container]:
+        with self.lock:
+            names = [self.tracker(s).name for s in services] if services else list(self.services)
+            wanted = set(states) if states else set(ACTIVE)
+            return [c.to_proto() for n in sorted(set(names)) for c in self.services[n].containers if c.state in wanted]
+
+    def kill_container(self, service: str, instance: int) -> None:
+        with self.lock:
+            self.container(service, instance)
+            self.services[service].finish(instance, "KILLED", "Killed by user request.")
+
+    def scale(self, service: str, count: int, delta: int) -> list[proto.Container]:
+        with self.lock:
+            tracker = self.tracker(service)
+            if delta != 0 and count != 0:
+                raise RequestRejected("INVALID_ARGUMENT", "Can't specify both count and delta")
+            if delta == 0 and count < 0:
+                raise RequestRejected("INVALID_ARGUMENT", "count must be >= 0")
+            return [c.to_proto() for c in tracker.scale(count, delta)]
+
+    def add_container(self, service: str, env: Mapping[str, str]) -> proto.Container:
+        with self.lock:
+            return self.tracker(service).add_container(env).to_proto()
+
+    def shutdown(self, final_status: str, diagnostics: str) -> None:
+        self.end(Outcome(final_status, diagnostics or "Shutdown requested by user."))
+
+    def set_progress(self, progress: float) -> None:
+        if not 0.0 <= progress <= 1.0:
+            raise RequestRejected("INVALID_ARGUMENT", f"progress must be between 0 and 1, got {progress}")
+        self.progress = progress
+
+    def add_proxy(self, req: proto.Proxy) -> None:
+        if "/" in req.route:
+            raise RequestRejected("INVALID_ARGUMENT", "Page page routes must not contain '/'")
+        with self.lock:
+            if req.route in self.proxies:
+                raise RequestRejected("ALREADY_EXISTS", f"A proxied page with route '{req.route}' already exists")
+            if req.link_name and any(p.link_name == req.link_name for p in self.proxies.values()):
+                raise RequestRejected("ALREADY_EXISTS", f"A proxied page with name '{req.link_name}' already exists")
+            self.proxies[req.route] = req
+
+    def remove_proxy(self, route: str) -> None:
+        with self.lock:
+            if self.proxies.pop(route, None) is None:
+                raise RequestRejected("FAILED_PRECONDITION", f"A proxied page with route '{route}' doesn't exist")
+
+    def memory_exceeded(self, c: Container, rss: int) -> None:
+        """``c`` uses more physical memory than it asked for: YARN's NodeManager kills it."""
+        if c.state != "RUNNING" or (c is self.am_container and self.outcome is not None):
+            return
+        pid = c.process.pid if c.process is not None else 0
+        used = f"{rss / MIB:.1f} MB of {c.memory:.1f} MB physical memory used"
+        message = (f"Container [pid={pid},containerID={c.yarn_id}] is running {rss - c.memory * MIB}B beyond the "
+                   f"'PHYSICAL' memory limit. Current usage: {used}. Killing container.")
+        self.log(message, logging.WARNING)
+        if c is self.am_container:
+            self.end(Outcome("FAILED", f"AM Container for {self.ctx.attempt_id} exited with exitCode: -104\n"
+                                       f"Diagnostics: {message}\nThe application master memory limit was exceeded.",
+                             registered=False))
+            return
+        with self.lock:
+            if c.state == "RUNNING":
+                self.services[c.service].finish(c.instance, "FAILED", used)
+
+    # the Owners protocol of the KV store (called under the lock)
+
+    def check_owner(self, owner: proto.ContainerInstance) -> None:
+        self.container(owner.service_name, owner.instance, not_completed=True)
+
+    def add_owned_key(self, owner: proto.ContainerInstance, key: str) -> None:
+        self.container(owner.service_name, owner.instance).owned_keys.add(key)
+
+    def remove_owned_key(self, owner: proto.ContainerInstance, key: str) -> None:
+        self.container(owner.service_name, owner.instance).owned_keys.discard(key)
+
+    # ------------------------------------------------------------------ reports (applications.py)
+
+    def all_containers(self) -> list[Container]:
+        with self.lock:
+            return self._all_containers()
+
+    def _all_containers(self) -> list[Container]:
+        return [self.am_container, *(c for t in self.services.values() for c in t.containers)]
+
+    # ------------------------------------------------------------------ containers
+
+    def maybe_shutdown(self) -> None:
+        finished = not self.spec.master.script
+        for tracker in self.services.values():
+            finished = finished and tracker.is_finished()
+            if tracker.is_failed():
+                self.end(Outcome("FAILED", f"Failure in service {tracker.name}, see logs for more information."))
+                return
+        if finished:
+            self.end(Outcome("SUCCEEDED", "Application completed successfully."))
+
+    def request_launch(self, c: Container) -> None:
+        if self.outcome is None:
+            try:
+                self._pool.submit(self._launch, c)
+            except RuntimeError:  # the pool is shut down: the attempt is over
+                pass
+
+    def _launch(self, c: Container) -> None:
+        tracker = self.services[c.service]
+        if c.replaces:  # as YARN's allocation heartbeat would, keep a crash loop from spinning
+            self._ended.wait(RESTART_DELAY_S)
+        with self.lock:
+            if c.state != "REQUESTED" or self.outcome is not None:
+                return
+            c.state, c.start_ms, c.yarn_id = "RUNNING", now_ms(), self._next_yarn_id()
+            c.node = self.ctx.place()
+            tracker.allocated(c)
+            self.log(f"RUNNING: {c.id} on {c.yarn_id}")
+        try:
+            directory, c.log_dir = self._prepare(c.yarn_id, tracker.service.files, tracker.service.script)
+            env = self._environment(c, directory, {**tracker.service.env, **c.env}, c.id)
+            proc = self.ctx.launcher.launch(self._launch_request(c, directory, env),
+                                            lambda p: self._container_exited(c, p))
+        except Exception as exc:
+            logger.warning("%s: cannot start %s", self.ctx.app_id, c.id, exc_info=True)
+            with self.lock:
+                tracker.finish(c.instance, "FAILED", f"Failed to start, exception raised: {exc}")
+            return
+        with self.lock:
+            c.process = proc
+            if c.state != "RUNNING":  # killed while it started
+                proc.terminate()
+        logger.info("%s: container %s (%s) started, pid %d", self.ctx.app_id, c.yarn_id, c.id, proc.pid)
+
+    def _container_exited(self, c: Container, proc: ContainerProcess) -> None:
+        code = proc.returncode if proc.returncode is not None else -1
+        logger.info("%s: container %s (%s) exited: %s", self.ctx.app_id, c.yarn_id, c.id, describe_exit(code))
+        with self.lock:
+            if c.state != "RUNNING":
+                return
+            if code == 0:
+                self.services[c.service].finish(c.instance, "SUCCEEDED", "Completed successfully.")
+            else:
+                self.services[c.service].finish(
+                    c.instance, "FAILED", f"Container failed with {_status(code)}, see logs for more information "
+                                          f"({c.log_dir}).")
+
+    def _master_exited(self, proc: ContainerProcess) -> None:
+        code = proc.returncode if proc.returncode is not None else -1
+        self.log(f"The master script exited: {describe_exit(code)}")
+        c = self.am_container
+        with self.lock:
+            c.finish_ms = now_ms()
+            c.state = "SUCCEEDED" if code == 0 else "FAILED"
+        if code == 0:
+            self.end(Outcome("SUCCEEDED", "Application driver completed successfully."))
+        else:
+            tail = _tail(os.path.join(c.log_dir, "stderr"), STDERR_TAIL_LINES)
+            self.end(Outcome("FAILED", f"Application driver failed with {_status(code)} (attempt {self.ctx.attempt} "
+                                       f"of {self.ctx.max_attempts}), see logs for more information. Last lines of "
+                                       f"its stderr ({c.log_dir}/stderr):\n{tail}"))
+
+    def _next_yarn_id(self) -> str:
+        return f"{self.ctx.container_prefix}_{self.ctx.attempt:02d}_{next(self._numbers):06d}"
+
+    def _prepare(self, yarn_id: str, files: Mapping[str, proto.File], script: str) -> tuple[str, str]:
+        """The container's directory (credentials, script, localized files) and log directory."""
+        directory = os.path.join(self.ctx.local_dir, yarn_id)
+        log_dir = os.path.join(self.ctx.log_root, yarn_id)
+        os.makedirs(directory)
+        os.makedirs(log_dir)
+        for name, data in ((".skein.crt", self.ctx.cert), (".skein.pem", self.ctx.key)):
+            with os.fdopen(os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                           "wb") as fh:
+                fh.write(data)
+        with open(os.path.join(directory, ".skein.sh"), "w", encoding="utf-8") as fh:
+            fh.write(script)
+        localize(local_files(files), directory)
+        return directory, log_dir
+
+    def _environment(self, c: Container, directory: str, spec_env: Mapping[str, str],
+                     skein_container_id: str | None) -> dict[str, str]:
+        assert c.node is not None
+        env = {k: v for k, v in os.environ.items() if k not in CONTAINER_VARS}
+        env.update(spec_env)
+        env.update(SKEIN_APPLICATION_ID=self.ctx.app_id, SKEIN_APPMASTER_ADDRESS=self.address,
+                   SKEIN_RESOURCE_MEMORY=str(c.memory), SKEIN_RESOURCE_VCORES=str(c.vcores))
+        if skein_container_id is not None:
+            env["SKEIN_CONTAINER_ID"] = skein_container_id
+        env.update(CONTAINER_ID=c.yarn_id, LOCAL_DIRS=self.ctx.local_dir, LOG_DIRS=c.log_dir, PWD=directory,
+                   NM_HOST=c.node.host, NM_PORT=str(c.node.port), NM_HTTP_PORT=str(c.node.http_port), USER=self.ctx.user,
+                   LOGNAME=self.ctx.user, HADOOP_USER_NAME=self.ctx.user)
+        if c is self.am_container:
+            env.update(APP_SUBMIT_TIME_ENV=str(self.ctx.submit_ms), MAX_APP_ATTEMPTS=str(self.ctx.max_attempts))
+        return env
+
+    def _launch_request(self, c: Container, directory: str, env: Mapping[str, str]) -> LaunchRequest:
+        return LaunchRequest(name=c.yarn_id, command=("bash", ".skein.sh"), cwd=directory, env=env,
+                             stdout_path=os.path.join(c.log_dir, "stdout"),
+                             stderr_path=os.path.join(c.log_dir, "stderr"))
+
+
+def _status(returncode: int) -> str:
+    status = yarn_exit_status(returncode)
+    return f"exit code {status}" + (f" (killed by {describe_exit(returncode)})" if returncode < 0 else "")
+
+
+def _tail(path: str, lines: int) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "".join(collections.deque(fh, maxlen=lines)).rstrip("\n") or "(empty)"
+    except OSError:
+        return "(no stderr)"
