@@ -81,7 +81,8 @@ def test_sigkill_of_a_taskexecutor_fails_the_job_naming_it(local_cluster, tmp_pa
     [job_info] = [j for j in gw.list_jobs() if j.name == "slow"]
     assert job_info.status == JobStatus.FAILED
     assert rid in job_info.failure_cause.message
-    assert "SIGKILL" in job_info.failure_cause.message or "heartbeat" in job_info.failure_cause.message
+    # whichever is noticed first: the process's death, its silence, or a consumer losing its input from it
+    assert any(why in job_info.failure_cause.message for why in ("SIGKILL", "heartbeat", "cannot read partition"))
     # the cluster survives and replaces the lost TaskExecutor
     wait_until(lambda: gw.cluster_info().registered_taskexecutors >= 2, 30, "the lost TaskExecutor was not replaced")
     assert gw.cluster_info().registered_taskexecutors == 2
