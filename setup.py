@@ -56,6 +56,7 @@ setup(
         "psutil>=5.9",
         "kazoo>=2.9",
         "skein>=0.8.2",
+        "venv-pack>=0.2",  # yarn.ship-venv
         "pandas>=1.5,<3",  # pyspark does not support pandas 3 yet
     ],
     extras_require={

@@ -1,4 +1,6 @@
-"""``python -m yarnflow.am``: run an AppMaster (local target: TaskExecutors as local processes)."""
+"""``python -m yarnflow.am``: run an AppMaster. ``--target local``: TaskExecutors as local
+processes; ``--target yarn``: in a YARN container, TaskExecutors as YARN containers (skein),
+as the master script of an application the client submitted (``yarnflow.yarn``)."""
 
 from __future__ import annotations
 
@@ -12,14 +14,26 @@ from yarnflow.common.process import add_common_arguments, shutdown_on_signals, s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m yarnflow.am", description="Run a yarnflow AppMaster.")
     parser.add_argument("--cluster-id", default="local", help="the cluster's id (names its work dir)")
-    parser.add_argument("--target", default="local", choices=["local"], help="where TaskExecutors run")
+    parser.add_argument("--target", default="local", choices=["local", "yarn"], help="where TaskExecutors run")
     parser.add_argument("--work-dir", default=None, help="local working directory (default: under io.tmp.dirs)")
     parser.add_argument("--address-file", default=None, help="write HOST:PORT here once serving")
+    parser.add_argument("--job-graph", default=None, help="yarn: the per-job application's JobGraph file")
+    parser.add_argument("--artifact", default=None, help="yarn: the per-job application's job artifact")
+    parser.add_argument("--detached", action="store_true",
+                        help="yarn per-job: end as soon as the job ends (no client waits for its result)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = start_process(args)
     if config is None:
         return 2
+    if args.target == "yarn":
+        if bool(args.job_graph) != bool(args.artifact):
+            parser.error("--job-graph and --artifact go together")
+        from yarnflow.am import yarn
+
+        return yarn.run(args, config)
+    if args.job_graph or args.artifact:
+        parser.error("--job-graph and --artifact are for --target yarn")
     from yarnflow.am.appmaster import AppMaster
     from yarnflow.common.errors import ConfigurationError, CoordinationUnavailableError
 

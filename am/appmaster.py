@@ -16,6 +16,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import fsspec
@@ -102,6 +103,16 @@ class AppMaster:
         }, name="appmaster")
         self._election = self.ha.leader_election()
         self._retrieval = self.ha.leader_retrieval()
+        #: called (on the election's thread) with the new Dispatcher and leader session id each
+        #: time this AppMaster is granted the leadership, after it recovered the cluster's jobs and
+        #: before it confirms (publishes) the leadership: what must be in place before any client
+        #: reaches it (a per-job cluster's job)
+        self.on_granted: list[Callable[[Dispatcher, str], None]] = []
+        #: called (on the election's thread) each time this AppMaster starts to lead
+        self.on_leadership: list[Callable[[], None]] = []
+        #: called once when this AppMaster stops: (the cluster ends with it, why)
+        self.on_shutdown: list[Callable[[bool, str], None]] = []
+        self.shutdown_reason = ""
 
     @property
     def address(self) -> str:
@@ -142,7 +153,7 @@ class AppMaster:
                 return
             log.info("AppMaster %s leads cluster %s (leader session %s)", self.address, self.cluster_id, session_id)
             # another AppMaster led before: its TaskExecutors will register here
-            failover = self._followed_another
+            failover = self._followed_another and getattr(self.driver, "workers_outlive_leader", True)
             rm = ResourceManager(self.config, self.driver, fencing_token=session_id)
             dispatcher = Dispatcher(self.config, self.rm_proxy, self.cluster_id, self.storage_dir, self.target,
                                     self.shutdown, self._artifacts, ha=self.ha, fencing_token=session_id,
@@ -154,7 +165,11 @@ class AppMaster:
             recovered = dispatcher.recover_jobs()
             if recovered:
                 log.info("recovered %d jobs: %s", len(recovered), ", ".join(recovered))
+            for hook in self.on_granted:
+                hook(dispatcher, session_id)
             self._election.confirm_leadership(session_id, self.address)
+            for listener in self.on_leadership:
+                listener()
 
     def revoke_leadership(self) -> None:
         with self._term_lock:
@@ -187,6 +202,23 @@ class AppMaster:
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
 
+    def end_cluster(self) -> None:
+        """Stop this AppMaster and end its cluster with it (a per-job application whose job
+        ended): with high availability the cluster is first marked shut down, so no standby or
+        later application attempt takes over."""
+        if self.ha.kind != "none":
+            try:
+                self.ha.request_cluster_shutdown()
+            except Exception as exc:  # noqa: BLE001 - no longer leading: the leader decides
+                log.warning("could not mark cluster %s shut down: %s", self.cluster_id, exc)
+        self.shutdown()
+
+    def fail(self, reason: str) -> None:
+        """The cluster cannot go on (e.g. too many failed containers): end it, saying why."""
+        log.error("AppMaster failing: %s", reason)
+        self.shutdown_reason = reason
+        threading.Thread(target=self.shutdown, name="shutdown", daemon=True).start()
+
     def shutdown(self) -> None:
         """Stop this AppMaster. When the cluster ends with it (high availability off, or a
         client shut the cluster down) its jobs are cancelled and its TaskExecutors stopped. With
@@ -195,7 +227,7 @@ class AppMaster:
         with self._stop_lock:
             if self._stopped.is_set():
                 return
-            cluster_ends = self.ha.kind == "none" or self.ha.cluster_shut_down()
+            cluster_ends = self.ha.kind == "none" or self.ha.cluster_shut_down() or bool(self.shutdown_reason)
             log.info("AppMaster shutting down (%s)", "the cluster ends" if cluster_ends
                      else "high availability: its jobs go on under the next leader")
             with self._term_lock:
@@ -216,6 +248,8 @@ class AppMaster:
             self._quietly(self._election.stop)
             self._quietly(self._retrieval.stop)
             self._quietly(self.ha.close)
+            for listener in self.on_shutdown:
+                self._quietly(lambda listener=listener: listener(cluster_ends, self.shutdown_reason))
             self.server.stop()
             log.info("AppMaster stopped")
 

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from yarnflow.common.version import __version__
-from yarnflow.common.config import Configuration, parse_dynamic_properties
+from yarnflow.common.config import Configuration, Options, parse_dynamic_properties
 from yarnflow.common.errors import (
     ConfigurationError,
     JobDefinitionError,
@@ -23,12 +23,13 @@ from yarnflow.common.errors import (
     RefusedError,
     RpcConnectionError,
     RpcError,
+    YarnError,
     YarnflowError,
 )
 
-ADDRESS_HELP = ("HOST:PORT of a running yarnflow cluster (printed by `yarnflow session start`); omitted with "
-                "ZooKeeper high availability configured (-D high-availability.* or the configuration file): "
-                "the cluster's current leader")
+ADDRESS_HELP = ("HOST:PORT of a running yarnflow cluster (printed by `yarnflow session start`); omitted for a YARN "
+                "session (-D yarn.application.id=ID) or with ZooKeeper high availability configured "
+                "(-D high-availability.* or the configuration file): the cluster's current leader")
 
 
 class CliError(click.ClickException):
@@ -67,9 +68,7 @@ def _connection(address: str | None, dynamic: tuple[str, ...] = ()) -> Any:
     conf = _conf(dynamic)
     try:
         return ClusterConnection(Configuration.load(conf), address or "")
-    except ConfigurationError as exc:
-        raise CliError(str(exc)) from None
-    except CoordinationUnavailableError as exc:
+    except (ConfigurationError, CoordinationUnavailableError, YarnError) as exc:
         raise CliError(str(exc)) from None
 
 
@@ -106,7 +105,19 @@ def _user_frames(tb: Any, job_file: str) -> str:
     return "".join(traceback.format_list(frames))
 
 
+RUN_TARGETS = ["local", "remote", "yarn-per-job", "yarn-session"]
+
+
 @cli.command(context_settings={"allow_interspersed_args": False})
+@click.option("--target", "-t", type=click.Choice(RUN_TARGETS), default=None,
+              help="Where the job runs: local (an embedded local cluster started for it), remote (the cluster "
+                   "at --address, or the leader found in ZooKeeper), yarn-per-job (a YARN application of its "
+                   "own), yarn-session (the YARN session -D yarn.application.id=ID). Default: remote with "
+                   "--address or the high availability keys, yarn-session with yarn.application.id, else local.")
+@click.option("--detached", "-d", is_flag=True,
+              help="Return once the job was submitted instead of following it to its end (not with an "
+                   "embedded local cluster): yarn-per-job returns once YARN accepted the application; follow "
+                   "jobs with `yarnflow list` / `yarnflow info`.")
 @click.option("--address", "-a", default=None, help=ADDRESS_HELP + "; without either: an embedded local cluster.")
 @click.option("--parallelism", "-p", type=click.IntRange(min=1), default=None,
               help="Default parallelism of the job's operators.")
@@ -118,13 +129,17 @@ def _user_frames(tb: Any, job_file: str) -> str:
 @dynamic_option
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
-def run(address: str | None, parallelism: int | None, taskexecutors: int, slots: int, no_progress: bool,
-        dynamic: tuple[str, ...], job_file: str, job_args: tuple[str, ...]) -> None:
+def run(target: str | None, detached: bool, address: str | None, parallelism: int | None, taskexecutors: int,
+        slots: int, no_progress: bool, dynamic: tuple[str, ...], job_file: str, job_args: tuple[str, ...]) -> None:
     """Run the pipeline defined in JOB_FILE; JOB_ARGS go to the job (as `flink run` does).
 
-    Without --address, an embedded local cluster (one AppMaster and --taskexecutors
-    TaskExecutor processes) is started for the job and stopped when it ends."""
+    Without --address (or a YARN application id, or high availability keys), an embedded local
+    cluster (one AppMaster and --taskexecutors TaskExecutor processes) is started for the job
+    and stopped when it ends. --target yarn-per-job submits a YARN application that runs the job
+    and ends with it, through the skein driver of this machine (`skein driver start` on a Hadoop
+    edge node, or `yarnflow yarn-sandbox`)."""
     from yarnflow import executors
+    from yarnflow.common.ha import ha_enabled
 
     if not os.path.isfile(job_file):
         raise CliError(f"job file {job_file} does not exist")
@@ -132,15 +147,32 @@ def run(address: str | None, parallelism: int | None, taskexecutors: int, slots:
     if parallelism is not None:
         conf["parallelism.default"] = str(parallelism)
     progress = None if not no_progress else False
+    config = Configuration.load(conf)
+    app_id = config[Options.YARN_APPLICATION_ID]
+    if target is None:
+        target = ("remote" if address or ha_enabled(config) else "yarn-session" if app_id else "local")
+    if detached and target == "local":
+        raise CliError("--detached needs a cluster that outlives the command (--target remote, yarn-session or "
+                       "yarn-per-job): an embedded local cluster stops when `yarnflow run` ends")
+    if address and target != "remote":
+        raise CliError(f"--address names a running cluster: it does not go with --target {target}")
     ctx: executors.ClusterContext
-    from yarnflow.common.ha import ha_enabled
-
-    if address:
-        _check_address(address)
-        ctx = executors.ClusterContext(address, conf, job_file, progress)
-    elif ha_enabled(Configuration.load(conf)):  # the cluster's leader, found in ZooKeeper
+    if target == "remote":
+        if address:
+            _check_address(address)
+        else:
+            _connection(None, dynamic).close()  # fail now, in one line, when there is no cluster
+        ctx = executors.ClusterContext(address or "", conf, job_file, progress, detached)
+    elif target == "yarn-session":
+        if not app_id:
+            raise CliError("--target yarn-session needs the session's application id: -D yarn.application.id=ID "
+                           "(printed by `yarnflow session start --target yarn`)")
         _connection(None, dynamic).close()
-        ctx = executors.ClusterContext("", conf, job_file, progress)
+        ctx = executors.ClusterContext("", conf, job_file, progress, detached)
+    elif target == "yarn-per-job":
+        if app_id:
+            raise CliError("--target yarn-per-job starts an application of its own: leave out yarn.application.id")
+        ctx = executors.YarnPerJobContext(conf, job_file, progress, detached)
     else:
         ctx = executors.LocalContext(taskexecutors, slots, conf, job_file, progress)
     executors.set_context(ctx)
@@ -181,6 +213,15 @@ def run(address: str | None, parallelism: int | None, taskexecutors: int, slots:
     if not ctx.results and not ctx.submitted and not exited:
         raise CliError(f"{job_file} defined no job: build a pipeline and call env.execute(...)")
     for result in ctx.results:
+        if isinstance(ctx, executors.YarnPerJobContext) and ctx.detached:
+            app = ctx.applications[-1] if ctx.applications else "?"
+            click.echo(f"Job {result.job_name} ({result.job_id}) submitted detached as YARN application {app}; "
+                       f"follow it with `yarnflow list -D yarn.application.id={app}`", err=True)
+            continue
+        if ctx.detached:
+            click.echo(f"Job {result.job_name} ({result.job_id}) submitted detached; follow it with "
+                       f"`yarnflow info {result.job_id}`", err=True)
+            continue
         where = _result_locations(result)
         click.echo(f"Job {result.job_name} ({result.job_id}) {result.status.name} in "
                    f"{result.duration_ms / 1000:.2f} s{where}", err=True)
@@ -321,23 +362,35 @@ def session() -> None:
 
 
 @session.command("start")
-@click.option("--target", type=click.Choice(["local"]), default="local", show_default=True,
-              help="Where the session runs (local: processes on this machine).")
-@click.option("--taskexecutors", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--slots", type=click.IntRange(min=1), default=2, show_default=True, help="Slots per TaskExecutor.")
+@click.option("--target", type=click.Choice(["local", "yarn"]), default="local", show_default=True,
+              help="Where the session runs: local (processes on this machine) or yarn (a YARN application, "
+                   "through this machine's skein driver: `skein driver start`, or `yarnflow yarn-sandbox`).")
+@click.option("--detached", "-d", is_flag=True,
+              help="yarn: print the application id and return, leaving the session running.")
+@click.option("--taskexecutors", type=click.IntRange(min=1), default=None,
+              help="local: TaskExecutor processes [default: 2]. On YARN TaskExecutor containers start on demand.")
+@click.option("--slots", type=click.IntRange(min=1), default=None,
+              help="Slots per TaskExecutor [default: taskmanager.numberOfTaskSlots].")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
               help="RPC port of the AppMaster (0: any free port).")
 @click.option("--standby", type=click.IntRange(min=0), default=0, show_default=True,
               help="Standby AppMasters beside the active one (needs the ZooKeeper high availability keys); "
                    "one takes over every job when the active one dies.")
 @dynamic_option
-def session_start(target: str, taskexecutors: int, slots: int, port: int, standby: int,
-                  dynamic: tuple[str, ...]) -> None:
-    """Start a session cluster, print its address and keep running until stopped
-    (`yarnflow session stop --address ...` or Ctrl-C)."""
+def session_start(target: str, detached: bool, taskexecutors: int | None, slots: int | None, port: int,
+                  standby: int, dynamic: tuple[str, ...]) -> None:
+    """Start a session cluster, print its address (on YARN: its application id) and keep
+    running until stopped (`yarnflow session stop ...` or Ctrl-C)."""
     from yarnflow.local_cluster import ClusterStartError, LocalCluster
 
     conf = _conf(dynamic)
+    if target == "yarn":
+        _yarn_session_start(conf, detached, taskexecutors, slots, port, standby)
+        return
+    if detached:
+        raise CliError("--detached is for --target yarn (a local session runs in this terminal)")
+    taskexecutors = taskexecutors or 2
+    slots = slots or 2
     if port:
         if standby:
             raise CliError("--port names one AppMaster's port: leave it out with --standby")
@@ -374,6 +427,78 @@ def session_start(target: str, taskexecutors: int, slots: int, port: int, standb
     cluster.stop()
     why = f" ({signals.names()})" if signals.received() else ""
     click.echo(f"session stopped{why}")
+
+
+def _yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int | None, slots: int | None,
+                        port: int, standby: int) -> None:
+    from yarnflow.yarn import ApplicationLocator, Submission, skein_client, submit_application
+
+    if standby:
+        raise CliError("--standby is for local sessions: on YARN a new application attempt takes over "
+                       "(yarn.application-attempts, with the ZooKeeper high availability keys)")
+    if taskexecutors:
+        raise CliError("--taskexecutors is for local sessions: on YARN TaskExecutor containers start on demand "
+                       "(-D slotmanager.number-of-slots.min=N keeps N slots up)")
+    if slots:
+        conf["taskmanager.numberOfTaskSlots"] = str(slots)
+    if port:
+        conf["jobmanager.rpc.port"] = str(port)
+    if "yarn.application.id" in conf:
+        raise CliError("yarn.application.id names a running session: leave it out to start one")
+    config = Configuration.load(conf)
+    try:
+        client = skein_client()
+        app_id = submit_application(config, Submission("session"), client)
+    except (YarnError, ConfigurationError) as exc:
+        raise CliError(str(exc)) from None
+    click.echo(f"yarnflow session submitted as YARN application {app_id}")
+    sys.stdout.flush()
+    locator = ApplicationLocator(app_id, client)
+    signals = _SessionSignals(locator)
+    try:
+        address = locator.address(config[Options.CLIENT_TIMEOUT] / 1000.0)
+    except YarnError as exc:
+        if not detached:
+            locator.kill()
+        raise CliError(str(exc)) from None
+    except KeyboardInterrupt:
+        locator.kill()
+        raise
+    keys = f"-D yarn.application.id={app_id}"
+    click.echo(f"yarnflow session running: YARN application {app_id}, AppMaster at {address}")
+    click.echo(f"  submit:  yarnflow run {keys} JOB.py")
+    click.echo(f"  stop:    yarnflow session stop {keys}")
+    sys.stdout.flush()
+    if detached:
+        return
+    final = None
+    while not signals.received():
+        try:
+            report = locator.report()
+        except YarnError as exc:
+            raise CliError(str(exc)) from None
+        if str(report.state) in ("FINISHED", "FAILED", "KILLED"):
+            final = report
+            break
+        time.sleep(0.5)
+    if final is None:  # Ctrl-C / SIGTERM: stop the session as `session stop` does
+        from yarnflow.connection import ClusterConnection
+
+        try:
+            conn = ClusterConnection(config.with_overrides({"yarn.application.id": app_id}), "")
+            try:
+                conn.call(lambda gw: gw.shutdown_cluster(), "shutdownCluster")
+            finally:
+                conn.close()
+            final = locator.wait_final(30.0)
+        except YarnflowError as exc:
+            click.echo(f"stopping the session failed ({exc}): killing the application", err=True)
+        if final is None:
+            locator.kill()
+            final = locator.wait_final(30.0)
+    state = f"{final.state} (final status {final.final_status})" if final is not None else "killed"
+    why = f" ({signals.names()})" if signals.received() else ""
+    click.echo(f"session stopped{why}: YARN application {app_id} {state}")
 
 
 class _SessionSignals:
@@ -414,6 +539,32 @@ def session_stop(address: str | None, dynamic: tuple[str, ...]) -> None:
     finally:
         conn.close()
     click.echo(f"stopping the session at {where}")
+
+
+@cli.command("yarn-sandbox")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
+              help="Port of skein's Driver service (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--config-dir", default=None,
+              help="skein's configuration directory (credentials, driver file); default $SKEIN_CONFIG or ~/.skein.")
+@click.option("--work-dir", default=None, help="Where containers and their logs live (default: a temporary "
+              "directory removed on exit).")
+@click.option("--max-memory", type=click.IntRange(min=64), default=8192, show_default=True,
+              help="The largest container in MiB (YARN's maximum allocation); bigger ones are refused.")
+@click.option("--max-vcores", type=click.IntRange(min=1), default=4, show_default=True,
+              help="The largest container in virtual cores.")
+def yarn_sandbox(port: int, host: str, config_dir: str | None, work_dir: str | None, max_memory: int,
+                 max_vcores: int) -> None:
+    """Run a local skein-compatible stand-in for YARN until Ctrl-C or SIGTERM: the skein client
+    (and `--target yarn-per-job` / `yarn-session`) submits to it as to a Hadoop cluster, and
+    containers run as local processes. It registers as skein's global driver, so commands in
+    other shells with the same SKEIN_CONFIG find it."""
+    from yarnflow.sandbox import run_sandbox
+
+    code = run_sandbox(config_dir=config_dir, port=port, host=host, work_dir=work_dir, max_memory_mb=max_memory,
+                       max_vcores=max_vcores)
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,9 @@
-"""How the client reaches a cluster's Dispatcher: at a fixed address (``--address``), or, with
+"""How the client reaches a cluster's Dispatcher: at a fixed address (``--address``); with
 ZooKeeper high availability (``-D high-availability.type=zookeeper`` and its keys, or a
-configuration file with them), at whichever AppMaster leads the cluster now.
+configuration file with them), at whichever AppMaster leads the cluster now; or, for a YARN
+application (``-D yarn.application.id=ID``), at the address its AppMaster published in the
+application's skein key-value store (with high availability on as well: the leader in
+ZooKeeper, whose cluster id is then the application id unless one is configured).
 
 With high availability a call that fails because the leader changed (the old one is gone,
 answers that it no longer leads, or refuses the old fencing token) is made again at the new
@@ -14,11 +17,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import (
     ConfigurationError,
+    YarnError,
     FencingTokenError,
     NotLeaderRpcError,
     RpcConnectionError,
@@ -26,6 +30,7 @@ from yarnflow.common.errors import (
 )
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services, ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+from yarnflow.common.yarn import application_config
 
 __all__ = ["ClusterConnection"]
 
@@ -39,21 +44,34 @@ class ClusterConnection:
     """``address``: the Dispatcher's HOST:PORT; empty to find the leader in ZooKeeper (the
     configuration must then enable ZooKeeper high availability).
 
-    Raises ConfigurationError with neither, and CoordinationUnavailableError when ZooKeeper
-    cannot be reached within its connection timeout."""
+    Raises ConfigurationError with none of them, CoordinationUnavailableError when ZooKeeper
+    cannot be reached within its connection timeout, and YarnError when the YARN application
+    cannot be found or is not running."""
 
     def __init__(self, config: Configuration, address: str = "", call_timeout_ms: int = 15_000) -> None:
+        self._wait_s = config[Options.CLIENT_TIMEOUT] / 1000.0
+        self._yarn: Any = None
+        app_id = config[Options.YARN_APPLICATION_ID]
+        if not address and app_id:
+            from yarnflow.yarn import ApplicationLocator
+
+            config = application_config(config, app_id)
+            self._yarn = ApplicationLocator(app_id)
+            if not ha_enabled(config):
+                address = self._yarn.address(self._wait_s)
+            else:
+                self._yarn.check_running()
         self._config = config
         self._call_timeout_ms = call_timeout_ms
-        self._wait_s = config[Options.CLIENT_TIMEOUT] / 1000.0
         self._changed = threading.Condition()
         self._leader: LeaderInformation | None = LeaderInformation(address, "") if address else None
         self._ha: HighAvailabilityServices | None = None
         if not address:
             if not ha_enabled(config):
-                raise ConfigurationError("no cluster to talk to: give --address HOST:PORT, or the ZooKeeper high "
-                                         "availability keys (-D high-availability.type=zookeeper, "
-                                         "-D high-availability.zookeeper.quorum=..., -D high-availability.cluster-id=...)")
+                raise ConfigurationError("no cluster to talk to: give --address HOST:PORT, -D yarn.application.id=ID "
+                                         "for a YARN session, or the ZooKeeper high availability keys "
+                                         "(-D high-availability.type=zookeeper, -D high-availability.zookeeper.quorum=..., "
+                                         "-D high-availability.cluster-id=...)")
             self._ha = create_ha_services(config)
             self._retrieval = self._ha.leader_retrieval()
             self._retrieval.start(self._on_leader)
@@ -104,6 +122,9 @@ class ClusterConnection:
             try:
                 return fn(gw)
             except _LEADER_CHANGED as exc:
+                if self._yarn is not None and self._ha is None:
+                    self._follow_application(exc, deadline)
+                    continue
                 if self._ha is None or time.monotonic() > deadline:
                     raise
                 log.info("%s at %s failed (%s): looking for the leader again", what, gw.address, exc)
@@ -113,6 +134,21 @@ class ClusterConnection:
                     except (RpcConnectionError, UnavailableError):
                         pass
                 time.sleep(0.2)
+
+    def _follow_application(self, exc: Exception, deadline: float) -> None:
+        """The YARN application's AppMaster did not answer: say so when the application ended
+        (its final status and diagnostics), else look its address up again (a new attempt)."""
+        self._yarn.check_running()
+        if time.monotonic() > deadline:
+            raise exc
+        time.sleep(0.2)
+        try:
+            address = self._yarn.address(max(0.0, deadline - time.monotonic()))
+        except YarnError:
+            self._yarn.check_running()
+            raise exc from None
+        with self._changed:
+            self._leader = LeaderInformation(address, "")
 
     def close(self) -> None:
         if self._gateway is not None:

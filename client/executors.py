@@ -20,8 +20,8 @@ from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 from yarnflow.common.states import ExecutionState, JobStatus
 from yarnflow.connection import ClusterConnection
-from yarnflow.compiler import compile_job
-from yarnflow.packaging import upload_artifact
+from yarnflow.compiler import CompiledJob, compile_job
+from yarnflow.packaging import build_artifact, upload_artifact
 from yarnflow.common.collect import read_collected
 
 if TYPE_CHECKING:
@@ -107,11 +107,13 @@ def _progress_enabled() -> bool:
 
 class ClusterContext:
     """Runs jobs on the cluster at ``address``, or (empty address, ZooKeeper high availability
-    configured) on whichever AppMaster leads the cluster, following it across failovers."""
+    configured) on whichever AppMaster leads the cluster, following it across failovers.
+    ``detached``: return once the cluster accepted the job (its result says CREATED)."""
 
     def __init__(self, address: str, conf: Mapping[str, str] | None = None, job_file: str | None = None,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, detached: bool = False) -> None:
         self.address = address
+        self.detached = detached
         self.conf = dict(conf or {})
         self.config = Configuration.load(self.conf)
         self.job_file = job_file
@@ -131,9 +133,12 @@ class ClusterContext:
     def runtime_mode(self) -> str:
         return self.config[Options.RUNTIME_MODE]
 
+    def connect(self) -> ClusterConnection:
+        return ClusterConnection(self.config, self.address, self.config[Options.CLIENT_TIMEOUT])
+
     def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
         job = compile_job(env, job_name)
-        conn = ClusterConnection(self.config, self.address, self.config[Options.CLIENT_TIMEOUT])
+        conn = self.connect()
         try:
             info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
             job = upload_artifact(job, self.job_file, info.storage_dir)
@@ -151,27 +156,37 @@ class ClusterContext:
             job_id = conn.call(submit, "submitJob")
             self.submitted.append(job_id)
             print(f"Submitted job {job_name} ({job_id}) to {conn.address}", file=sys.stderr)
-            result = self._wait(conn, job_id)
-            storage = f"{info.storage_dir}/jobs/{job_id}"
-            tables = {uid: read_collected(storage, uid) for uid in job.collect_sinks}
-            outcome = JobExecutionResult(job_id, job_name, result.status, result.end_time_ms - result.start_time_ms,
-                                         storage, list(job.collect_sinks), tables, list(job.file_sinks),
-                                         any(s.print_rows for s in job.collect_sinks.values()))
-            self.results.append(outcome)
-            if result.status == JobStatus.FAILED:
-                cause = result.failure_cause
-                raise JobFailedError(f"job {job_name} ({job_id}) failed: "
-                                     f"{cause.describe() if cause else 'unknown cause'}", cause)
-            if result.status == JobStatus.CANCELED:
-                raise JobFailedError(f"job {job_name} ({job_id}) was canceled")
-            printed = [(uid, sink) for uid, sink in job.collect_sinks.items() if sink.print_rows]
-            for uid, sink in printed:
-                if len(printed) > 1:
-                    print(f"# {sink.name}")
-                print_table(tables.get(uid))
-            return outcome
+            if self.detached:
+                outcome = JobExecutionResult(job_id, job_name, JobStatus.CREATED, 0, "")
+                self.results.append(outcome)
+                return outcome
+            return self.follow(conn, job, job_id, job_name, info.storage_dir)
         finally:
             conn.close()
+
+    def follow(self, conn: ClusterConnection, job: CompiledJob, job_id: JobID, job_name: str,
+               storage_dir: str) -> JobExecutionResult:
+        """Wait for the submitted job's result (showing progress), read what it collected, and
+        raise JobFailedError when it failed or was cancelled."""
+        result = self._wait(conn, job_id)
+        storage = f"{storage_dir}/jobs/{job_id}"
+        tables = {uid: read_collected(storage, uid) for uid in job.collect_sinks}
+        outcome = JobExecutionResult(job_id, job_name, result.status, result.end_time_ms - result.start_time_ms,
+                                     storage, list(job.collect_sinks), tables, list(job.file_sinks),
+                                     any(s.print_rows for s in job.collect_sinks.values()))
+        self.results.append(outcome)
+        if result.status == JobStatus.FAILED:
+            cause = result.failure_cause
+            raise JobFailedError(f"job {job_name} ({job_id}) failed: "
+                                 f"{cause.describe() if cause else 'unknown cause'}", cause)
+        if result.status == JobStatus.CANCELED:
+            raise JobFailedError(f"job {job_name} ({job_id}) was canceled")
+        printed = [(uid, sink) for uid, sink in job.collect_sinks.items() if sink.print_rows]
+        for uid, sink in printed:
+            if len(printed) > 1:
+                print(f"# {sink.name}")
+            print_table(tables.get(uid))
+        return outcome
 
     def _wait(self, conn: ClusterConnection, job_id: JobID) -> JobResult:
         progress = Progress(self.progress)
@@ -230,6 +245,57 @@ class LocalContext(ClusterContext):
             cluster.stop()
 
 
+class YarnPerJobContext(ClusterContext):
+    """Each ``execute`` submits a YARN application for the job (``--target yarn-per-job``): its
+    AppMaster runs the job shipped with it and ends the application with the job. Attached (the
+    default) the client follows the job to its end; ``detached`` it returns once YARN accepted
+    the application."""
+
+    def __init__(self, conf: Mapping[str, str] | None = None, job_file: str | None = None,
+                 progress: bool | None = None, detached: bool = False) -> None:
+        super().__init__("", conf, job_file, progress, detached)
+        self.applications: list[str] = []
+
+    def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
+        from yarnflow.common.rpc.serialization import message_to_bytes
+        from yarnflow.yarn import ApplicationLocator, Submission, skein_client, submit_application
+
+        job = compile_job(env, job_name)
+        jg = job.job_graph
+        jg.config.update({k: v for k, v in self.conf.items()})
+        client = skein_client()
+        app_id = submit_application(self.config, Submission(job_name, message_to_bytes(jg),
+                                                            build_artifact(job, self.job_file), self.detached),
+                                    client)
+        self.applications.append(app_id)
+        self.submitted.append(jg.job_id)
+        print(f"Submitted job {job_name} ({jg.job_id}) as YARN application {app_id}", file=sys.stderr)
+        if self.detached:
+            outcome = JobExecutionResult(jg.job_id, job_name, JobStatus.CREATED, 0, "")
+            self.results.append(outcome)
+            return outcome
+        locator = ApplicationLocator(app_id, client)
+        self.conf["yarn.application.id"] = app_id
+        self.config = self.config.with_overrides({"yarn.application.id": app_id})
+        try:
+            conn = self.connect()
+        except KeyboardInterrupt:
+            print(f"\nkilling YARN application {app_id} ...", file=sys.stderr)
+            locator.kill()
+            raise
+        try:
+            info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
+            return self.follow(conn, job, jg.job_id, job_name, info.storage_dir)
+        finally:
+            conn.close()
+            report = locator.wait_final(10.0)
+            if report is not None:
+                lines = (report.diagnostics or "").strip().splitlines()
+                why = f": {lines[-1]}" if lines and str(report.final_status) != "SUCCEEDED" else ""
+                print(f"YARN application {app_id} {report.state} (final status {report.final_status}){why}",
+                      file=sys.stderr)
+
+
 _context: ClusterContext | None = None
 
 
@@ -249,5 +315,6 @@ def describe_failure(cause: ErrorInfo | None) -> str:
     return cause.describe() if cause else "unknown cause"
 
 
-__all__ = ["JobExecutionResult", "ClusterContext", "LocalContext", "current_context", "set_context",
+__all__ = ["JobExecutionResult", "ClusterContext", "LocalContext", "YarnPerJobContext", "current_context",
+           "set_context",
            "ExecutionState"]

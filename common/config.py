@@ -224,6 +224,25 @@ class Options:
                                 "with high availability: keep a job's result this long when no client "
                                 "fetches it")
     TMP_DIRS = _opt("io.tmp.dirs", _parse_str, "local working directory")
+    JM_MEMORY = _opt("jobmanager.memory.process.size", parse_size_bytes, "AppMaster container memory (YARN)")
+    PYTHON_EXECUTABLE = _opt("python.executable", _parse_str,
+                             "Python of YARN containers (empty: the shipped venv's, else the client's)")
+    YARN_APP_NAME = _opt("yarn.application.name", _parse_str, "YARN application name (empty: yarnflow + job)")
+    YARN_QUEUE = _opt("yarn.application.queue", _parse_str, "YARN queue")
+    YARN_TAGS = _opt("yarn.tags", _parse_str, "comma-separated YARN application tags")
+    YARN_ATTEMPTS = _opt("yarn.application-attempts", _parse_int, "AppMaster attempts (a new attempt recovers "
+                         "its jobs only with ZooKeeper high availability)", minimum=1)
+    YARN_AM_VCORES = _opt("yarn.appmaster.vcores", _parse_int, "AppMaster container vcores", minimum=1)
+    YARN_SHIP_ARCHIVES = _opt("yarn.ship-archives", _parse_str,
+                              "comma-separated archives (zip, tar.gz) unpacked in every container")
+    YARN_SHIP_VENV = _opt("yarn.ship-venv", _parse_bool, "pack the client's virtual environment (venv-pack) "
+                          "and run every container in it")
+    YARN_MAX_FAILED_CONTAINERS = _opt("yarn.maximum-failed-containers", _parse_int,
+                                      "TaskExecutor containers that may fail before the application fails",
+                                      minimum=0)
+    YARN_APPLICATION_ID = _opt("yarn.application.id", _parse_str, "the YARN session to use")
+    YARN_STAGING_DIR = _opt("yarn.staging-directory", _parse_str,
+                            "shared fsspec URL for job artifacts when high-availability.storageDir is unset")
     SPARK_MASTER = _opt("spark.master", _parse_str, "Spark master URL")
 
 

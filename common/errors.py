@@ -120,3 +120,8 @@ class JobFailedError(YarnflowError):
 
 class IllegalStateTransition(YarnflowError, RuntimeError):
     """A state machine was asked to move between two states that have no transition."""
+
+
+class YarnError(YarnflowError):
+    """YARN (through skein) refused or failed a request: no driver reachable, an unknown or
+    ended application, a container larger than the cluster allows."""

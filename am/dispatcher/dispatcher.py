@@ -80,12 +80,17 @@ class Dispatcher:
         self._target = target
         self._on_shutdown = on_shutdown
         self._lock = threading.Lock()
+        self._done_fetching = threading.Condition(self._lock)
         self._running: dict[JobID, JobMaster] = {}
         self._ended: dict[JobID, tuple[JobStatusInfo, JobResult]] = {}
         self._done: dict[JobID, threading.Event] = {}
         self.address = ""
         self._accepting = True
         self.fencing_token = fencing_token or LeaderSessionID.generate()
+        #: a per-job application keeps its job's result in the JobResultStore after a client
+        #: fetched it: a next application attempt must find it rather than run the job again
+        self.drop_fetched_results = True
+        self._fetched: set[JobID] = set()
 
     def _check_token(self, token: str, call: str) -> None:
         if token != self.fencing_token:
@@ -275,11 +280,31 @@ class Dispatcher:
             if job_id in self._suspended:
                 raise NotLeaderRpcError(f"this AppMaster no longer leads job {job_id}: ask the leader")
             result = self._ended[job_id][1]
-        try:
-            self._ha.job_result_store().remove(job_id)
-        except NotLeaderError:
-            pass
+            self._fetched.add(job_id)
+            self._done_fetching.notify_all()
+        if self.drop_fetched_results:
+            try:
+                self._ha.job_result_store().remove(job_id)
+            except NotLeaderError:
+                pass
         return result
+
+    def job_result(self, job_id: JobID, timeout_s: float) -> JobResult | None:
+        """The job's result once it ended (None while it runs or before it is known), for the
+        AppMaster itself: unlike ``request_job_result`` it counts as no client's fetch."""
+        with self._lock:
+            event = self._done.get(job_id)
+        if event is None or not event.wait(timeout_s):
+            return None
+        with self._lock:
+            if job_id in self._suspended:
+                return None
+            return self._ended[job_id][1]
+
+    def wait_result_fetched(self, job_id: JobID, timeout_s: float) -> bool:
+        """Wait until a client fetched the job's result (``request_job_result``)."""
+        with self._lock:
+            return self._done_fetching.wait_for(lambda: job_id in self._fetched, timeout_s)
 
     def cluster_info(self) -> ClusterInfo:
         tes, total, free = self._rm.overview()

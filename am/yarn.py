@@ -1,0 +1,225 @@
+"""The AppMaster in a YARN container (``python -m yarnflow.am --target yarn``), through skein.
+
+The client's ApplicationSpec (``yarnflow.yarn``) runs this as the application's master script,
+with the configuration shipped beside it and, for a per-job application, the job's JobGraph and
+artifact. Here:
+
+- ``YarnApplication`` wraps the application's skein ApplicationClient: the leading AppMaster
+  publishes its RPC address in the application's key-value store (``ADDRESS_KEY``; clients
+  look it up there), reports progress, and ends the application with a final status and
+  diagnostics.
+- The attempt number comes from the container's YARN id. A second attempt (the first AppMaster
+  container died) goes on only with ZooKeeper high availability, where it leads the cluster of
+  the same id and recovers every job from ZooKeeper; without it the application fails saying why
+  (the jobs' state died with the container).
+- ``run_per_job`` is a per-job application's life: submit the job shipped with it (or find it
+  recovered, or ended already, on a later attempt), report progress, and end the application
+  with the job's outcome (FINISHED -> SUCCEEDED, CANCELED -> KILLED, FAILED -> FAILED with the
+  failure cause as diagnostics). As Flink's MiniDispatcher in attached mode, it waits for the
+  client to fetch the result before it ends (at most ``client.timeout``); ``--detached`` does not.
+- A session application ends SUCCEEDED when a client stops it, FAILED with the reason when the
+  cluster cannot go on (e.g. more than ``yarn.maximum-failed-containers`` failed containers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from yarnflow.common.artifacts import store_artifact
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import RefusedError, UnavailableError, YarnflowError
+from yarnflow.common.ha import ha_enabled
+from yarnflow.common.messages import JobGraph
+from yarnflow.common.rpc.serialization import message_from_bytes
+from yarnflow.common.states import ExecutionState, JobStatus
+from yarnflow.common.yarn import ADDRESS_KEY, application_config, container_attempt
+
+if TYPE_CHECKING:
+    from yarnflow.am.appmaster import AppMaster
+
+__all__ = ["YarnApplication", "load_job", "run", "run_per_job"]
+
+log = logging.getLogger(__name__)
+
+_FINAL = {JobStatus.FINISHED: "SUCCEEDED", JobStatus.CANCELED: "KILLED", JobStatus.FAILED: "FAILED"}
+
+
+class YarnApplication:
+    """``app``: the application's skein ApplicationClient."""
+
+    def __init__(self, app: Any, container_id: str | None = None) -> None:
+        self.app = app
+        self.id = str(getattr(app, "id", "") or os.environ.get("SKEIN_APPLICATION_ID", ""))
+        self.attempt = container_attempt(container_id if container_id is not None
+                                         else os.environ.get("CONTAINER_ID", ""))
+        self._finished = False
+        self._lock = threading.Lock()
+
+    def publish_address(self, address: str) -> None:
+        self.app.kv[ADDRESS_KEY] = address.encode()
+        log.info("published the AppMaster address %s in application %s", address, self.id)
+
+    def set_progress(self, fraction: float) -> None:
+        try:
+            self.app.set_progress(min(1.0, max(0.0, fraction)))
+        except Exception:  # noqa: BLE001 - progress is cosmetic
+            log.debug("setting the progress failed", exc_info=True)
+
+    def finish(self, final_status: str, diagnostics: str = "") -> None:
+        """End the application (once): SUCCEEDED, FAILED or KILLED, with diagnostics."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        log.info("ending application %s: %s%s", self.id, final_status, f" ({diagnostics})" if diagnostics else "")
+        try:
+            self.app.shutdown(final_status, diagnostics or None)
+        except Exception:  # noqa: BLE001 - YARN ends it anyway when the AppMaster exits
+            log.warning("could not report the final status to YARN", exc_info=True)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+
+def load_job(job_graph_file: str, artifact_file: str, storage_dir: str) -> JobGraph:
+    """The per-job application's JobGraph, its artifact stored in ``storage_dir``."""
+    with open(job_graph_file, "rb") as fh:
+        job_graph = message_from_bytes(JobGraph, fh.read())
+    with open(artifact_file, "rb") as fh:
+        uri, digest = store_artifact(fh.read(), storage_dir)
+    return dataclasses.replace(job_graph, artifact_uri=uri, artifact_sha256=digest)
+
+
+class PerJob:
+    """The job of a per-job application: submitted to each new leader's Dispatcher before the
+    leadership is published (``on_granted``), so a client never finds the cluster without its
+    job; a recovered job (a later attempt, with high availability) is not submitted again."""
+
+    def __init__(self, job_graph: JobGraph) -> None:
+        self.job_graph = job_graph
+        self.error: YarnflowError | None = None
+
+    def on_granted(self, dispatcher: Any, token: str) -> None:
+        jg = self.job_graph
+        dispatcher.drop_fetched_results = False  # a later attempt must find the result, not run it again
+        try:
+            dispatcher.submit_job(token, jg)
+            log.info("job %s (%s) submitted", jg.name, jg.job_id)
+        except RefusedError:
+            log.info("job %s was recovered (or has ended already): not submitted again", jg.job_id)
+        except UnavailableError as exc:  # the leadership went meanwhile: the next grant submits it
+            log.warning("job %s not submitted: %s", jg.job_id, exc)
+        except YarnflowError as exc:
+            self.error = exc
+
+
+def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attached: bool,
+                fetch_timeout_s: float) -> None:
+    """Report the job's progress once this AppMaster leads, and end the application with the
+    job's outcome (returns when it did, or when the AppMaster stopped)."""
+    job_graph = per_job.job_graph
+    job_id = job_graph.job_id
+    while not am.wait(0):
+        dispatcher, token = am.dispatcher, am.session_id
+        if per_job.error is not None:
+            yarn.finish("FAILED", f"job {job_graph.name} could not be submitted: {per_job.error}")
+            am.end_cluster()
+            return
+        if dispatcher is None:
+            time.sleep(0.1)
+            continue
+        result = dispatcher.job_result(job_id, 1.0)
+        if result is None:
+            yarn.set_progress(_progress(dispatcher, token, job_graph))
+            continue
+        yarn.set_progress(1.0)
+        if attached and not dispatcher.wait_result_fetched(job_id, fetch_timeout_s):
+            log.warning("no client fetched the result of job %s within %.0f s", job_id, fetch_timeout_s)
+        if am.shutdown_reason:  # the cluster failed (e.g. too many failed containers): the job's end follows
+            yarn.finish("FAILED", am.shutdown_reason)
+        else:
+            cause = result.failure_cause.describe() if result.failure_cause is not None else ""
+            yarn.finish(_FINAL.get(result.status, "FAILED"), cause or f"job {job_graph.name} {result.status.name}")
+        am.end_cluster()
+        return
+
+
+def _progress(dispatcher: Any, token: str, job_graph: JobGraph) -> float:
+    """The share of the job's subtasks that finished (at least 0.1 once it runs)."""
+    try:
+        info = dispatcher.get_job(token, job_graph.job_id)
+    except Exception:  # noqa: BLE001 - cosmetic
+        return 0.1
+    total = sum(v.parallelism for v in info.vertices) or 1
+    done = sum(v.state_counts.get(ExecutionState.FINISHED, 0) for v in info.vertices)
+    return max(0.1, done / total)
+
+
+def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int:
+    """The AppMaster's life in its YARN container. ``app``: the skein ApplicationClient
+    (default: the current application's, from the container's SKEIN_* environment)."""
+    from yarnflow.am.appmaster import AppMaster
+    from yarnflow.am.resourcemanager.drivers.skein import SkeinDriver
+    from yarnflow.common.process import shutdown_on_signals
+
+    if app is None:
+        import skein
+
+        app = skein.ApplicationClient.from_current()
+    yarn = YarnApplication(app)
+    if yarn.attempt > 1 and not ha_enabled(config):
+        reason = (f"AppMaster attempt {yarn.attempt} of application {yarn.id}: the previous AppMaster container "
+                  "died, and without high availability (high-availability.type: zookeeper) its jobs' state "
+                  "died with it, so nothing can be recovered")
+        log.error(reason)
+        yarn.finish("FAILED", reason)
+        return 1
+    config = application_config(config, yarn.id)
+    work_dir = os.path.abspath(args.work_dir or "appmaster")
+    driver = SkeinDriver(config, app)
+    try:
+        am = AppMaster(config, yarn.id, "yarn", driver=driver, work_dir=work_dir)
+    except YarnflowError as exc:
+        yarn.finish("FAILED", f"the AppMaster could not start: {exc}")
+        raise
+    driver.on_fatal = am.fail
+    if am.storage_dir.startswith("file://"):
+        log.warning("job data is stored in the AppMaster's container (%s): TaskExecutors on other hosts cannot "
+                    "read it; set yarn.staging-directory (or high-availability.storageDir) to a shared "
+                    "filesystem (hdfs://...) on a multi-host cluster", am.storage_dir)
+    if yarn.attempt > 1:
+        log.info("AppMaster attempt %d: recovering the cluster's jobs through ZooKeeper", yarn.attempt)
+    am.on_leadership.append(lambda: yarn.publish_address(am.address))
+
+    def on_shutdown(cluster_ends: bool, reason: str) -> None:
+        if cluster_ends:
+            yarn.finish("FAILED" if reason else "SUCCEEDED", reason or "the cluster was shut down")
+
+    am.on_shutdown.append(on_shutdown)
+    per_job = None
+    if args.job_graph:
+        try:
+            per_job = PerJob(load_job(args.job_graph, args.artifact, am.storage_dir))
+        except (YarnflowError, OSError) as exc:
+            yarn.finish("FAILED", f"the job shipped with the application cannot be loaded: {exc}")
+            raise
+        am.on_granted.append(per_job.on_granted)
+    shutdown_on_signals(lambda _reason: am.shutdown())
+    am.start()
+    print(f"yarnflow AppMaster of application {yarn.id} (attempt {yarn.attempt}) listening on {am.address}",
+          flush=True)
+    if per_job is not None:
+        runner = threading.Thread(target=run_per_job, name="per-job", daemon=True, kwargs=dict(
+            am=am, yarn=yarn, per_job=per_job, attached=not args.detached,
+            fetch_timeout_s=config[Options.CLIENT_TIMEOUT] / 1000.0))
+        runner.start()
+    while not am.wait(1.0):
+        pass
+    return 1 if am.shutdown_reason else 0

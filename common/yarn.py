@@ -1,0 +1,37 @@
+"""What the AppMaster and the client share about a YARN application: where the leading
+AppMaster publishes its address (the application's skein key-value store), how an application
+id shapes the cluster's configuration, and the attempt number in a YARN container id."""
+
+from __future__ import annotations
+
+import re
+
+from yarnflow.common.config import Configuration, Options
+
+__all__ = ["ADDRESS_KEY", "application_config", "container_attempt"]
+
+#: key of the application's skein key-value store under which the leading AppMaster publishes
+#: its RPC address (HOST:PORT)
+ADDRESS_KEY = "yarnflow.address"
+_DEFAULT_CLUSTER_ID = "default"
+
+
+def application_config(config: Configuration, app_id: str) -> Configuration:
+    """The configuration of the cluster that YARN application ``app_id`` runs: its high
+    availability cluster id is the application id (unless one was configured), and without a
+    ``high-availability.storageDir`` the job data goes to ``<yarn.staging-directory>/<app id>``
+    (when a staging directory is configured)."""
+    overrides: dict[str, str] = {}
+    if config[Options.HA_CLUSTER_ID] in ("", _DEFAULT_CLUSTER_ID):
+        overrides[Options.HA_CLUSTER_ID.key] = app_id
+    staging = config[Options.YARN_STAGING_DIR]
+    if not config[Options.HA_STORAGE_DIR] and staging:
+        overrides[Options.HA_STORAGE_DIR.key] = f"{staging.rstrip('/')}/{app_id}"
+    return config.with_overrides(overrides, source="YARN application") if overrides else config
+
+
+def container_attempt(container_id: str) -> int:
+    """The application attempt of a YARN container id (``container_<ts>_<app>_<attempt>_<n>``,
+    or ``container_e<epoch>_<ts>_<app>_<attempt>_<n>``); 1 when it cannot be read."""
+    m = re.fullmatch(r"container_(?:e\d+_)?\d+_\d+_(\d+)_\d+", container_id or "")
+    return int(m.group(1)) if m else 1

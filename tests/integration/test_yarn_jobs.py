@@ -1,0 +1,428 @@
+"""yarnflow on YARN through skein (issue 10), against the YARN sandbox (yarnflow.sandbox) that
+the unmodified skein client talks to as to a Hadoop cluster: every command goes through the
+`yarnflow` CLI in a process of its own, the AppMaster and the TaskExecutors run in sandbox
+containers, and the outputs come from text files and are checked row for row.
+
+Per-job applications (exact word counts, the job's end as the application's final status, a
+failure's cause as its diagnostics, shipped archives), a session with two jobs and the
+list/info/cancel/stop commands, a TaskExecutor container SIGKILLed and replaced, the AppMaster
+container SIGKILLed with ZooKeeper high availability (the second attempt recovers the job) and
+without it (the application fails saying why), idle TaskExecutor containers released, and the
+errors a user hits."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import signal
+import textwrap
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow.dataset as pads
+import pytest
+import skein
+
+from tests.conftest import Cli
+from tests.harness import wait_until
+from tests.integration.test_ha_failover import ha_conf
+from tests.yarn import MAX_MEMORY_MB
+from yarnflow.common.config import Configuration
+from yarnflow.common.states import JobStatus
+from yarnflow.connection import ClusterConnection
+from yarnflow.sandbox import Sandbox
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180),
+              pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")]
+
+FILES, ROWS, KEYS = 8, 6000, 37
+# small containers (the sandbox allows 2 GiB), quick failure detection, one slot per TaskExecutor
+# so a job of parallelism 2 runs in two containers
+YARN_CONF = {
+    "jobmanager.memory.process.size": "512 mb",
+    "taskmanager.memory.process.size": "512 mb",
+    "taskmanager.numberOfTaskSlots": "1",
+    "heartbeat.interval": "200 ms",
+    "heartbeat.timeout": "3 s",
+    "restart-strategy.type": "fixed-delay",
+    "restart-strategy.fixed-delay.attempts": "5",
+    "restart-strategy.fixed-delay.delay": "200 ms",
+    "execution.batch-size": "100",
+}
+CHECKPOINTS = {"execution.checkpointing.interval": "200 ms"}
+
+# The job: key -> count over text files of lines "k<n> <file> <row>"; argv: SRC OUT MODE SLEEP NAME
+# [LOOKUP]. With LOOKUP (a file in a shipped archive) each count is multiplied by its number;
+# a line "k<n> fail" makes the job fail.
+JOB = textwrap.dedent("""\
+    import sys
+    import time
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    import yarnflow
+
+    src, out, mode, sleep_s, name = sys.argv[1:6]
+    lookup = sys.argv[6] if len(sys.argv) > 6 else None
+
+    def parse(batch):
+        time.sleep(float(sleep_s))
+        parts = pc.split_pattern(batch.column("line"), " ")
+        if pc.any(pc.equal(pc.list_element(parts, 1), "fail")).as_py():
+            raise ValueError("a line says fail")
+        factor = 1
+        if lookup:
+            with open(lookup) as fh:  # relative to the container's working directory
+                factor = int(fh.read())
+        return pa.record_batch({"k": pc.list_element(parts, 0),
+                                "n": pa.array([factor] * batch.num_rows, pa.int64())})
+
+    env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.set_runtime_mode(mode)
+    env.read_text(src).map_batches(parse, name="parse").key_by("k").sum("n").sink_to_parquet(out)
+    env.execute(name)
+""")
+
+
+def write_input(folder: Path, files: int = FILES, rows: int = ROWS) -> collections.Counter:
+    """Text files of ``rows`` lines in all; the expected count per key."""
+    folder.mkdir(parents=True)
+    expected: collections.Counter = collections.Counter()
+    per_file = rows // files
+    for f in range(files):
+        keys = [f"k{(f * per_file + r) % KEYS}" for r in range(per_file)]
+        expected.update(keys)
+        (folder / f"in-{f:02d}.txt").write_text("".join(f"{k} {f} {r}\n" for r, k in enumerate(keys)))
+    return expected
+
+
+def final_counts(out: Path) -> collections.Counter:
+    """Each key's last committed total; BATCH output holds each key once."""
+    table = pads.dataset(str(out), format="parquet").to_table()
+    return collections.Counter(dict(zip(table["k"].to_pylist(), table["n"].to_pylist())))
+
+
+def assert_batch_exact(out: Path, expected: collections.Counter) -> None:
+    table = pads.dataset(str(out), format="parquet").to_table()
+    keys = table["k"].to_pylist()
+    assert len(keys) == len(set(keys)), "a key was committed twice"
+    assert final_counts(out) == expected
+
+
+def assert_upserts_exact(out: Path, expected: collections.Counter) -> None:
+    """STREAMING: each key's running totals committed once each, ending at its count."""
+    table = pads.dataset(str(out), format="parquet").to_table()
+    totals: dict[str, list[int]] = collections.defaultdict(list)
+    for k, n in zip(table["k"].to_pylist(), table["n"].to_pylist()):
+        totals[k].append(n)
+    for k, seen in totals.items():
+        assert len(seen) == len(set(seen)), f"{k}: a running total was committed twice"
+        assert max(seen) == expected[k], f"{k}: {max(seen)} counted, {expected[k]} expected"
+    assert set(totals) == set(expected)
+
+
+def dconf(conf: dict[str, str]) -> list[str]:
+    return [arg for k, v in conf.items() for arg in ("-D", f"{k}={v}")]
+
+
+@pytest.fixture
+def yarn_cli(cli: Cli, sandbox: Sandbox, tmp_path: Path) -> Cli:
+    """The CLI of a user whose skein driver is the sandbox; the job file is ``tmp_path/job.py``."""
+    cli.env["SKEIN_CONFIG"] = sandbox.config_dir
+    (tmp_path / "job.py").write_text(JOB)
+    return cli
+
+
+def app_id_of(text: str) -> str:
+    found = re.search(r"YARN application (application_\d+_\d+)", text)
+    assert found, f"no application id in:\n{text}"
+    return found.group(1)
+
+
+def report(app_id: str) -> Any:
+    with skein.Client.from_global_driver() as client:
+        return client.application_report(app_id)
+
+
+def wait_final(app_id: str, timeout: float = 60) -> Any:
+    return wait_until(lambda: (r := report(app_id)).final_status != "UNDEFINED" and r, timeout,
+                      lambda: f"{app_id} did not end: {report(app_id)}")
+
+
+def containers_started(sandbox: Sandbox, app_id: str) -> list[str]:
+    """The YARN ids of every container the application ever had (their log folders)."""
+    logs = Path(sandbox.work_dir) / "logs" / app_id
+    return sorted(p.name for p in logs.iterdir()) if logs.exists() else []
+
+
+def container_processes(app_id: str, module: str) -> list[psutil.Process]:
+    """Live processes running ``python -m <module>`` in the application's containers."""
+    prefix = "container_" + app_id[len("application_"):]
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if module in cmd and proc.environ().get("CONTAINER_ID", "").startswith(prefix):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def job_info(app_id: str, name: str, extra: dict[str, str] | None = None) -> Any:
+    """The job's status as the AppMaster reports it (found through the application id)."""
+    conn = ClusterConnection(Configuration.load({"yarn.application.id": app_id, "client.timeout": "20 s",
+                                                 **(extra or {})}), "")
+    try:
+        return next((j for j in conn.call(lambda gw: gw.list_jobs(), "listJobs") if j.name == name), None)
+    finally:
+        conn.close()
+
+
+def wait_checkpointed(app_id: str, name: str, extra: dict[str, str] | None = None) -> None:
+    wait_until(lambda: (j := job_info(app_id, name, extra)) is not None and j.status == JobStatus.RUNNING
+               and j.latest_completed_checkpoint_id >= 1, 60, f"{name} never completed a checkpoint", interval_s=0.05)
+
+
+def test_a_per_job_application_counts_every_row_and_ends_with_the_job(yarn_cli: Cli, sandbox: Sandbox,
+                                                                       tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in")
+    out = tmp_path / "out"
+    proc = yarn_cli.run("run", "--target", "yarn-per-job", *dconf(YARN_CONF), "-D", "yarn.tags=nightly,wc",
+                        "job.py", str(tmp_path / "in"), str(out), "BATCH", "0", "wordcount", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    app_id = app_id_of(proc.stderr)
+    assert f"YARN application {app_id} FINISHED (final status SUCCEEDED)" in proc.stderr
+    assert_batch_exact(out, expected)
+    r = report(app_id)
+    assert (r.state, r.final_status, r.name) == ("FINISHED", "SUCCEEDED", "yarnflow wordcount")
+    assert {"nightly", "wc", "yarnflow"} <= set(r.tags)
+    started = containers_started(sandbox, app_id)
+    assert started[0].endswith("_01_000001") and len(started) == 3, started  # the AppMaster, two TaskExecutors
+
+
+def test_a_failed_job_fails_its_application_with_the_cause_as_diagnostics(yarn_cli: Cli, tmp_path: Path) -> None:
+    write_input(tmp_path / "in", files=2, rows=200)
+    (tmp_path / "in" / "in-01.txt").write_text("k1 fail 0\n")
+    proc = yarn_cli.run("run", "--target", "yarn-per-job", *dconf({**YARN_CONF, "restart-strategy.type": "none"}),
+                        "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "failing", timeout=120)
+    assert proc.returncode == 1
+    assert "a line says fail" in proc.stderr
+    r = wait_final(app_id_of(proc.stderr))
+    assert (r.state, r.final_status) == ("FINISHED", "FAILED")
+    assert "ValueError: a line says fail" in r.diagnostics
+    assert not (tmp_path / "out").exists() or final_counts(tmp_path / "out") == {}
+
+
+def test_shipped_archives_are_unpacked_for_the_job(yarn_cli: Cli, tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in", files=2, rows=400)
+    archive = tmp_path / "lookup.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("factor.txt", "3")
+    out = tmp_path / "out"
+    proc = yarn_cli.run("run", "--target", "yarn-per-job", *dconf(YARN_CONF),
+                        "-D", f"yarn.ship-archives={archive}#tables", "job.py", str(tmp_path / "in"), str(out),
+                        "BATCH", "0", "lookup", "tables/factor.txt", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert final_counts(out) == collections.Counter({k: 3 * n for k, n in expected.items()})
+
+
+def test_a_session_runs_two_jobs_and_answers_list_info_cancel_and_stop(yarn_cli: Cli, sandbox: Sandbox,
+                                                                         tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in", files=2, rows=1000)
+    started = yarn_cli.run("session", "start", "--target", "yarn", "--detached", *dconf(YARN_CONF), timeout=90)
+    assert started.returncode == 0, started.stderr
+    app_id = app_id_of(started.stdout)
+    keys = ["-D", f"yarn.application.id={app_id}"]
+    assert f"yarnflow run {' '.join(keys)} JOB.py" in started.stdout
+    # a long STREAMING job, detached, then a BATCH job beside it, attached
+    slow = yarn_cli.run("run", "--target", "yarn-session", "--detached", *keys, "job.py", str(tmp_path / "in"),
+                        str(tmp_path / "slow"), "STREAMING", "1", "slow", timeout=60)
+    assert slow.returncode == 0, slow.stderr
+    slow_id = re.search(r"Job slow \(([0-9a-f]{32})\) submitted detached", slow.stderr).group(1)  # type: ignore[union-attr]
+    quick = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "quick"), "BATCH", "0",
+                         "quick", timeout=90)
+    assert quick.returncode == 0, quick.stderr
+    assert_batch_exact(tmp_path / "quick", expected)
+
+    listed = yarn_cli.run("list", "--json", *keys, check=True)
+    states = {(j := json.loads(line))["name"]: j["state"] for line in listed.stdout.splitlines()}
+    assert states == {"slow": "RUNNING", "quick": "FINISHED"}
+    info = yarn_cli.run("info", slow_id, *keys, check=True)
+    assert "RUNNING" in info.stdout and "parse" in info.stdout
+    assert yarn_cli.run("cancel", slow_id, *keys, check=True).stdout.strip() == f"cancelling job {slow_id}"
+    wait_until(lambda: job_info(app_id, "slow").status == JobStatus.CANCELED, 30, "the job was not cancelled")
+
+    stopped = yarn_cli.run("session", "stop", *keys, check=True)
+    assert "stopping the session" in stopped.stdout
+    r = wait_final(app_id)
+    assert (r.state, r.final_status) == ("FINISHED", "SUCCEEDED")
+    after = yarn_cli.run("list", *keys)
+    assert after.returncode == 1
+    assert after.stderr.strip() == (f"error: YARN application {app_id} is not running: FINISHED (final status "
+                                    "SUCCEEDED): the cluster was shut down")
+    wait_until(lambda: not container_processes(app_id, "yarnflow.worker"), 20, "TaskExecutors outlived the session")
+
+
+def test_a_killed_taskexecutor_container_is_replaced_and_the_job_stays_exact(yarn_cli: Cli, sandbox: Sandbox,
+                                                                             tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in")
+    out = tmp_path / "out"
+    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf({**YARN_CONF, **CHECKPOINTS}), "job.py",
+                          str(tmp_path / "in"), str(out), "STREAMING", "0.1", "te-kill")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    wait_checkpointed(app_id, "te-kill")
+    assert 0 < report(app_id).progress < 1  # the AppMaster reports its job's progress to YARN
+    [victim, *_] = container_processes(app_id, "yarnflow.worker")
+    killed = victim.environ()["CONTAINER_ID"]
+    victim.send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert_upserts_exact(out, expected)
+    started = containers_started(sandbox, app_id)
+    assert killed in started and len(started) == 4, started  # the AppMaster, two TaskExecutors, a replacement
+    assert (report(app_id).final_status) == "SUCCEEDED"
+
+
+def test_more_failed_containers_than_allowed_fail_the_application(yarn_cli: Cli, sandbox: Sandbox,
+                                                                   tmp_path: Path) -> None:
+    write_input(tmp_path / "in")
+    conf = {**YARN_CONF, **CHECKPOINTS, "yarn.maximum-failed-containers": "1"}
+    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf(conf), "job.py", str(tmp_path / "in"),
+                          str(tmp_path / "out"), "STREAMING", "0.1", "flaky")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    killed: set[str] = set()
+    for _ in range(2):  # the first failure is replaced, the second is one too many
+        wait_checkpointed(app_id, "flaky")
+        victim = wait_until(lambda: next((p for p in container_processes(app_id, "yarnflow.worker")
+                                          if p.environ()["CONTAINER_ID"] not in killed), None), 30, "no TaskExecutor")
+        killed.add(victim.environ()["CONTAINER_ID"])
+        victim.send_signal(signal.SIGKILL)
+        if len(killed) == 1:
+            wait_until(lambda: len(containers_started(sandbox, app_id)) == 4, 30, "no replacement container")
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    r = wait_final(app_id)
+    assert (r.state, r.final_status) == ("FINISHED", "FAILED")
+    assert "2 TaskExecutor containers failed, more than yarn.maximum-failed-containers (1)" in r.diagnostics
+    assert "yarn.maximum-failed-containers" in stderr
+
+
+def _apps(sandbox: Sandbox) -> list[str]:
+    logs = Path(sandbox.work_dir) / "logs"
+    return sorted(p.name for p in logs.iterdir()) if logs.exists() else []
+
+
+def test_the_second_attempt_recovers_the_job_when_the_appmaster_dies_with_ha(yarn_cli: Cli, sandbox: Sandbox,
+                                                                             zk_chroot: Any, tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in")
+    out = tmp_path / "out"
+    ha = {k: v for k, v in ha_conf(zk_chroot).items() if k != "high-availability.cluster-id"}  # the app id
+    conf = {**YARN_CONF, **CHECKPOINTS, **ha, "yarn.application-attempts": "2",
+            "taskmanager.registration.timeout": "20 s"}
+    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf(conf), "job.py", str(tmp_path / "in"), str(out),
+                          "STREAMING", "0.1", "am-kill")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    wait_checkpointed(app_id, "am-kill", ha)
+    [am] = container_processes(app_id, "yarnflow.am")
+    assert am.environ()["CONTAINER_ID"].endswith("_01_000001")
+    am.send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=150)
+    assert proc.returncode == 0, stderr
+    assert_upserts_exact(out, expected)
+    r = report(app_id)
+    assert (r.state, r.final_status) == ("FINISHED", "SUCCEEDED")
+    assert any(c.endswith("_02_000001") for c in containers_started(sandbox, app_id)), "no second attempt"
+    # the job's ZooKeeper entries were cleaned up with it: nothing would recover it again
+    assert not [p for p in zk_chroot.tree() if "/jobgraphs/" in p]
+
+
+def test_without_ha_a_dead_appmaster_fails_the_application_saying_why(yarn_cli: Cli, sandbox: Sandbox,
+                                                                      tmp_path: Path) -> None:
+    write_input(tmp_path / "in")
+    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf({**YARN_CONF, "yarn.application-attempts": "2"}),
+                          "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "STREAMING", "0.1", "no-ha")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    wait_until(lambda: (j := job_info(app_id, "no-ha")) is not None and j.status == JobStatus.RUNNING, 60,
+               "the job never ran")
+    [am] = container_processes(app_id, "yarnflow.am")
+    am.send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 1
+    r = wait_final(app_id)
+    assert (r.state, r.final_status) == ("FINISHED", "FAILED")  # the second attempt ended it, saying why
+    assert "without high availability (high-availability.type: zookeeper)" in r.diagnostics, r.diagnostics
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: YARN application {app_id} is not running: FINISHED (final status FAILED)"), last
+    wait_until(lambda: not container_processes(app_id, "yarnflow.worker"), 20, "TaskExecutors outlived the AppMaster")
+
+
+def test_idle_taskexecutor_containers_are_released(yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in", files=2, rows=400)
+    started = yarn_cli.run("session", "start", "--target", "yarn", "--detached",
+                           *dconf({**YARN_CONF, "resourcemanager.taskmanager-timeout": "1 s"}), timeout=90)
+    assert started.returncode == 0, started.stderr
+    app_id = app_id_of(started.stdout)
+    keys = ["-D", f"yarn.application.id={app_id}"]
+    ran = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "once",
+                       timeout=90)
+    assert ran.returncode == 0, ran.stderr
+    assert_batch_exact(tmp_path / "out", expected)
+    with skein.Client.from_global_driver() as client:
+        app = client.connect(app_id)
+        wait_until(lambda: len(app.get_containers(services=["taskexecutor"], states=["SUCCEEDED", "KILLED"])) == 2,
+                   30, "idle TaskExecutor containers were not released")
+        assert not app.get_containers(services=["taskexecutor"])  # none running, none requested
+    wait_until(lambda: not container_processes(app_id, "yarnflow.worker"), 10, "released TaskExecutors still run")
+    yarn_cli.run("session", "stop", *keys, check=True)
+    assert wait_final(app_id).final_status == "SUCCEEDED"
+
+
+def test_errors_a_user_hits_are_one_clear_line(yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    write_input(tmp_path / "in", files=1, rows=10)
+    unknown = yarn_cli.run("list", "-D", "yarn.application.id=application_1_0099")
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == ("error: unknown YARN application 'application_1_0099' (Unknown ApplicationId "
+                                      "'application_1_0099'): see `skein application ls` for the running ones")
+
+    too_big = yarn_cli.run("run", "--target", "yarn-per-job", *dconf(YARN_CONF),
+                           "-D", f"taskmanager.memory.process.size={2 * MAX_MEMORY_MB} mb", "job.py",
+                           str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "big")
+    assert too_big.returncode == 1
+    [line] = too_big.stderr.strip().splitlines()
+    assert line.startswith("error: YARN refused the application: ")
+    assert f"maximum allowed allocation=<memory:{MAX_MEMORY_MB}" in line, line
+    assert _apps(sandbox) == []  # nothing was started
+
+    no_driver = dict(yarn_cli.env, SKEIN_CONFIG=str(tmp_path / "no-skein"))
+    yarn_cli.env, saved = no_driver, yarn_cli.env
+    try:
+        for args in (("run", "--target", "yarn-per-job", "job.py", str(tmp_path / "in"), str(tmp_path / "out"),
+                      "BATCH", "0", "x"),
+                     ("session", "start", "--target", "yarn"),
+                     ("list", "-D", "yarn.application.id=application_1_0001")):
+            proc = yarn_cli.run(*args)
+            assert proc.returncode == 1, args
+            [line] = proc.stderr.strip().splitlines()
+            assert line.startswith("error: no skein driver reachable") and "yarnflow yarn-sandbox" in line, line
+    finally:
+        yarn_cli.env = saved
+
+
+def test_no_container_process_outlives_a_killed_application(yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    write_input(tmp_path / "in")
+    started = yarn_cli.run("session", "start", "--target", "yarn", "--detached", *dconf(YARN_CONF), timeout=90)
+    app_id = app_id_of(started.stdout)
+    yarn_cli.run("run", "--detached", "-D", f"yarn.application.id={app_id}", "job.py", str(tmp_path / "in"),
+                 str(tmp_path / "out"), "STREAMING", "1", "long", check=True, timeout=60)
+    wait_until(lambda: len(container_processes(app_id, "yarnflow.worker")) == 2, 60, "no TaskExecutors started")
+    with skein.Client.from_global_driver() as client:
+        client.kill_application(app_id)
+    assert wait_final(app_id).state == "KILLED"
+    wait_until(lambda: not container_processes(app_id, "yarnflow.worker")
+               and not container_processes(app_id, "yarnflow.am"), 20, "container processes outlived the kill")

@@ -1,0 +1,146 @@
+"""The YARN application spec the client builds from configuration (validated by skein itself,
+offline), the attempt number of a YARN container id, and how an application id shapes the
+cluster's configuration."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import zipfile
+
+import pytest
+import skein
+
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import ConfigurationError
+from yarnflow.common.yarn import application_config, container_attempt
+from yarnflow.yarn import TASKEXECUTOR_SERVICE, Submission, application_spec
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def spec_of(tmp_path, conf=None, submission=None):
+    config = Configuration.load(conf or {})
+    return application_spec(config, submission or Submission("wordcount", b"graph", b"artifact"), str(tmp_path / "s"))
+
+
+def test_spec_comes_from_configuration_and_passes_skein_validation(tmp_path):
+    spec = spec_of(tmp_path, {
+        "yarn.application.name": "nightly-wordcount", "yarn.application.queue": "etl", "yarn.tags": "team-a, nightly",
+        "yarn.application-attempts": "3", "jobmanager.memory.process.size": "1536 mb", "yarn.appmaster.vcores": "2",
+        "taskmanager.memory.process.size": "2 gb", "taskmanager.cpu.cores": "1.5",
+    })
+    assert isinstance(spec, skein.ApplicationSpec)
+    again = skein.ApplicationSpec.from_yaml(spec.to_yaml())  # skein parses and validates its own form
+    assert again.name == "nightly-wordcount" and again.queue == "etl"
+    assert set(again.tags) == {"team-a", "nightly", "yarnflow"}
+    assert again.max_attempts == 3
+    assert (again.master.resources.memory, again.master.resources.vcores) == (1536, 2)
+    te = again.services[TASKEXECUTOR_SERVICE]
+    # the AppMaster adds and replaces containers itself; a failed one must not end the application
+    assert te.instances == 0 and te.max_restarts == 0 and te.allow_failures
+    assert (te.resources.memory, te.resources.vcores) == (2048, 2)
+    assert "-m yarnflow.am --target yarn" in again.master.script
+    assert "--job-graph jobgraph.bin --artifact artifact.zip" in again.master.script
+    assert '--resource-id "$CONTAINER_ID"' in te.script and '"$YARNFLOW_RM_ADDRESS"' in te.script
+    assert set(again.master.files) == {"yarnflow.yaml", "jobgraph.bin", "artifact.zip"}
+    assert set(te.files) == {"yarnflow.yaml"}
+
+
+def test_shipped_configuration_is_what_the_client_resolved(tmp_path):
+    spec = spec_of(tmp_path, {"parallelism.default": "3", "yarn.application.id": "application_1_0001"})
+    path = spec.master.files["yarnflow.yaml"].source.removeprefix("file://")
+    shipped = Configuration.load(conf_file=path)
+    assert shipped[Options.PARALLELISM] == 3
+    assert shipped[Options.YARN_APPLICATION_ID] == ""  # names the client's target, not the cluster
+
+
+def test_session_spec_ships_no_job(tmp_path):
+    spec = spec_of(tmp_path, submission=Submission("session"))
+    assert "--job-graph" not in spec.master.script
+    assert "artifact.zip" not in spec.master.files
+
+
+def test_detached_per_job_tells_the_appmaster_not_to_wait_for_a_client(tmp_path):
+    spec = spec_of(tmp_path, submission=Submission("j", b"g", b"a", detached=True))
+    assert "--detached" in spec.master.script
+
+
+def test_ship_archives_unpack_in_every_container(tmp_path):
+    zipped = tmp_path / "lookup.zip"
+    with zipfile.ZipFile(zipped, "w") as zf:
+        zf.writestr("factor.txt", "3")
+    tarred = tmp_path / "models.tar.gz"
+    with tarfile.open(tarred, "w:gz") as tf:
+        tf.add(str(zipped), arcname="x.zip")
+    spec = spec_of(tmp_path, {"yarn.ship-archives": f"{zipped}, {tarred}#weights"})
+    for files in (spec.master.files, spec.services[TASKEXECUTOR_SERVICE].files):
+        assert str(files["lookup"].type) == "ARCHIVE" and str(files["weights"].type) == "ARCHIVE"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("/nonexistent/deps.zip", "does not exist"),
+    ("{file}", "is not a .zip, .tar.gz"),
+    ("{zip}#environment", "cannot name an archive"),
+    ("{zip},{zip}", "unpack as the same name"),
+])
+def test_bad_ship_archives_are_refused_in_one_line(tmp_path, value, message):
+    plain = tmp_path / "notes.txt"
+    plain.write_text("x")
+    zipped = tmp_path / "deps.zip"
+    with zipfile.ZipFile(zipped, "w") as zf:
+        zf.writestr("a.txt", "a")
+    with pytest.raises(ConfigurationError, match=message):
+        spec_of(tmp_path, {"yarn.ship-archives": value.format(file=plain, zip=zipped)})
+
+
+def test_python_executable_and_shipped_venv(tmp_path):
+    spec = spec_of(tmp_path, {"python.executable": "/opt/python3.11/bin/python3"})
+    assert spec.master.script.splitlines()[-1].startswith("exec /opt/python3.11/bin/python3 -m yarnflow.am")
+
+
+def test_ship_venv_outside_a_virtual_environment_says_so(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)
+    with pytest.raises(ConfigurationError, match="does not run in a virtual environment"):
+        spec_of(tmp_path, {"yarn.ship-venv": "true"})
+
+
+def test_ship_venv_packs_the_virtual_environment_once(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    spec = spec_of(tmp_path, {"yarn.ship-venv": "true"})
+    env_file = spec.services[TASKEXECUTOR_SERVICE].files["environment"]
+    assert str(env_file.type) == "ARCHIVE"
+    packed = env_file.source.removeprefix("file://")
+    with tarfile.open(packed) as tf:
+        names = tf.getnames()
+    assert "bin/activate" in names and any(n.startswith("bin/python") for n in names)
+    assert "exec environment/bin/python -m yarnflow.worker" in spec.services[TASKEXECUTOR_SERVICE].script
+    mtime = os.stat(packed).st_mtime_ns
+    assert spec_of(tmp_path, {"yarn.ship-venv": "true"}).master.files["environment"].source.removeprefix(
+        "file://") == packed
+    assert os.stat(packed).st_mtime_ns == mtime  # cached while the environment is unchanged
+
+
+def test_container_attempt():
+    assert container_attempt("container_1700000000000_0001_01_000001") == 1
+    assert container_attempt("container_1700000000000_0001_02_000001") == 2
+    assert container_attempt("container_e17_1700000000000_0042_03_000007") == 3
+    assert container_attempt("") == 1 and container_attempt("taskexecutor_0") == 1
+
+
+def test_application_config():
+    config = application_config(Configuration.load({"yarn.staging-directory": "hdfs:///user/etl/.yarnflow"}),
+                                "application_1_0007")
+    assert config[Options.HA_CLUSTER_ID] == "application_1_0007"
+    assert config[Options.HA_STORAGE_DIR] == "hdfs:///user/etl/.yarnflow/application_1_0007"
+    kept = application_config(Configuration.load({"high-availability.cluster-id": "etl",
+                                                  "high-availability.storageDir": "file:///data/ha"}), "application_1_7")
+    assert kept[Options.HA_CLUSTER_ID] == "etl" and kept[Options.HA_STORAGE_DIR] == "file:///data/ha"
