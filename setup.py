@@ -58,10 +58,10 @@ setup(
         "skein>=0.8.2",
         "venv-pack>=0.2",  # yarn.ship-venv
         "pandas>=1.5,<3",  # pyspark does not support pandas 3 yet
+        "pyspark>=3.5",  # Spark stages (stream.spark, env.spark_sql) run on the TaskExecutors
     ],
     extras_require={
-        "spark": ["pyspark>=3.5"],
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "pyspark>=3.5", "ruff", "mypy>=2.4,<3", "types-PyYAML",
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",
                  "types-psutil"],
     },
     entry_points={"console_scripts": ["yarnflow = yarnflow.cli:main"]},

@@ -100,6 +100,17 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         mode = "BATCH" if all_bounded else "STREAMING"
     elif mode == "BATCH" and not all_bounded:
         raise JobDefinitionError("BATCH runtime mode needs every source to be bounded")
+    for t in ts:
+        if getattr(t.operator, "batch_only", False) and mode != "BATCH":
+            assert t.operator is not None
+            what = "Spark stage" if t.operator.kind == "spark" else "join without a window"
+            why = ("the runtime mode is STREAMING" if env.runtime_mode == "STREAMING" else
+                   "a source is unbounded: " + ", ".join(repr(u.operator.name) for u in ts if u.operator is not None
+                                                         and u.is_source and not getattr(u.operator, "bounded", True)))
+            raise JobDefinitionError(f"{what} '{t.operator.name}' runs only in BATCH jobs (bounded inputs), and "
+                                     f"{why}; a STREAMING job cannot have one")
+        if t.operator is not None and t.operator.kind == "spark":  # one output file per downstream subtask
+            t.operator.output_splits = max((parallelism(c) for c, _ in consumers[t.id]), default=1)  # type: ignore[attr-defined]
     # BATCH: every exchange between vertices is blocking, so regions run one after another
     exchange = ExchangeMode.BLOCKING if mode == "BATCH" else ExchangeMode.PIPELINED
 

@@ -162,6 +162,17 @@ class StreamExecutionEnvironment:
         ``rate_per_s`` limits the rows per second over all subtasks."""
         return DataStream(self, self._add(Transformation(GeneratorSource(fn, count, rate_per_s, name), [])))
 
+    # -- Spark stages -----------------------------------------------------------------------
+    def spark_sql(self, query: str, name: str = "spark_sql", **inputs: DataStream) -> DataStream:
+        """Run ``query`` on Spark with each named input as a temporary view:
+        ``env.spark_sql("SELECT ... FROM orders JOIN customers USING (customer_id)",
+        orders=orders, customers=customers)``. The result is a stream the pipeline continues
+        from. Spark stages run in BATCH jobs (bounded inputs)."""
+        if not inputs:
+            raise JobDefinitionError(f"spark_sql '{name}' needs its inputs as keyword arguments, e.g. "
+                                     "orders=stream")
+        return _spark_stage(self, inputs, None, query, name)
+
     # -- execution --------------------------------------------------------------------------
     def execute(self, job_name: str = "yarnflow job") -> JobExecutionResult:
         """Compile the pipeline, run it on the cluster of the current context (the CLI's, or an
@@ -278,9 +289,19 @@ class DataStream:
         side._tag = tag
         return side
 
-    def join(self, other: DataStream) -> JoinedStreams:
-        """Window join: ``a.join(b).where("k").equal_to("k").window(assigner).apply()``."""
-        return JoinedStreams(self, other)
+    def join(self, other: DataStream, how: str = "inner") -> JoinedStreams:
+        """``a.join(b).where("k").equal_to("k").apply()``: without a window, a hash join of two
+        bounded streams (BATCH jobs; ``how``: ``inner`` or ``left_outer``); with
+        ``.window(assigner)`` before ``apply``, a window join (inner) in event time."""
+        return JoinedStreams(self, other, how)
+
+    def spark(self, fn: Callable[[Any], Any], name: str = "spark") -> DataStream:
+        """Run ``fn`` (a Spark DataFrame -> a Spark DataFrame) on Spark over this stream's rows;
+        the result is a stream the pipeline continues from. Spark stages run in BATCH jobs
+        (bounded inputs), driven from a TaskExecutor slot."""
+        if not callable(fn):
+            raise JobDefinitionError(f"spark '{name}': fn must be a function from a Spark DataFrame to one")
+        return _spark_stage(self.env, {"input": self}, fn, None, name)
 
     # -- sinks ------------------------------------------------------------------------------
     def sink_to_parquet(self, path: str, name: str = "parquet_sink", roll_size_bytes: int | None = None
@@ -417,12 +438,45 @@ class WindowedStream:
         return self._op(name or "window reduce", reduce_fn=fn)
 
 
-class JoinedStreams:
-    """``a.join(b).where(*keys).equal_to(*keys).window(assigner).apply(join_fn=None)``."""
+def _spark_stage(env: StreamExecutionEnvironment, inputs: dict[str, DataStream], fn: Callable[[Any], Any] | None,
+                 query: str | None, name: str) -> DataStream:
+    """A Spark stage (parallelism 1, declaring the Spark driver's memory) and, after it, the
+    reader of its output files: the stream the pipeline continues from."""
+    from yarnflow import executors
+    from yarnflow.worker.operators.spark import ParquetFilesReader, SparkStage
+    from yarnflow.worker.spark import DEFAULTS, memory_mb
 
-    def __init__(self, left: DataStream, right: DataStream) -> None:
+    for view, stream in inputs.items():
+        if stream.env is not env:
+            raise JobDefinitionError(f"Spark stage '{name}': input {view!r} comes from another environment")
+        if not view.isidentifier():
+            raise JobDefinitionError(f"Spark stage '{name}': input name {view!r} cannot name a table")
+    conf = getattr(executors.current_context(), "conf", {}) or {}
+    try:
+        memory = memory_mb(conf.get("spark.driver.memory") or DEFAULTS["spark.driver.memory"])
+    except ValueError:
+        raise JobDefinitionError(f"spark.driver.memory: {conf.get('spark.driver.memory')!r} is not a memory size "
+                                 "(e.g. 512m, 2g)") from None
+    stage = SparkStage(list(inputs), fn=fn, query=query, name=name)
+    t = Transformation(stage, [Input(s.transformation, Partitioner.REBALANCE, (), s._tag, i)
+                               for i, s in enumerate(inputs.values())],
+                       parallelism=1, max_parallelism=1, chaining=False, memory_mb=memory)
+    env._add(t)
+    reader = Transformation(ParquetFilesReader(name=f"{name} output"), [Input(t, Partitioner.REBALANCE)])
+    return DataStream(env, env._add(reader))
+
+
+class JoinedStreams:
+    """``a.join(b).where(*keys).equal_to(*keys)[.window(assigner)].apply(join_fn=None)``."""
+
+    def __init__(self, left: DataStream, right: DataStream, how: str = "inner") -> None:
+        from yarnflow.worker.operators.joins import JOIN_TYPES
+
         if left.env is not right.env:
             raise JobDefinitionError("join of streams from different environments")
+        if how not in JOIN_TYPES:
+            raise JobDefinitionError(f"join type {how!r}: use inner or left_outer")
+        self._how = how
         self._left, self._right = left, right
         self._lkeys: tuple[str, ...] = ()
         self._rkeys: tuple[str, ...] = ()
@@ -440,21 +494,30 @@ class JoinedStreams:
         self._assigner = assigner
         return self
 
-    def apply(self, join_fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+    def apply(self, join_fn: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
               name: str = "window join") -> DataStream:
         from yarnflow.worker.operators.windows import WindowJoinOperator
 
         if not self._lkeys or len(self._lkeys) != len(self._rkeys):
             raise JobDefinitionError("join needs where(...) and equal_to(...) with the same number of keys")
+        env = self._left.env
         if self._assigner is None:
-            raise JobDefinitionError("join needs a window(...)")
+            from yarnflow.worker.operators.joins import BatchHashJoin
+
+            join = BatchHashJoin(list(self._lkeys), list(self._rkeys), self._how, join_fn=join_fn,
+                                 name="join" if name == "window join" else name)
+            t = Transformation(join, [
+                Input(self._left.transformation, Partitioner.HASH, self._lkeys, self._left._tag, 0),
+                Input(self._right.transformation, Partitioner.HASH, self._rkeys, self._right._tag, 1)])
+            return DataStream(env, env._add(t))
+        if self._how != "inner":
+            raise JobDefinitionError("a window join is an inner join: leave out how=...")
         lt, rt = self._left.transformation.event_time_column, self._right.transformation.event_time_column
         if not lt or not rt:
             raise JobDefinitionError("a window join needs event time on both inputs: "
                                      "assign_timestamps_and_watermarks(...) on each")
         op = WindowJoinOperator(list(self._lkeys), list(self._rkeys), self._assigner, lt, rt, join_fn=join_fn,
                                 name=name)
-        env = self._left.env
         t = Transformation(op, [Input(self._left.transformation, Partitioner.HASH, self._lkeys, self._left._tag, 0),
                                 Input(self._right.transformation, Partitioner.HASH, self._rkeys, self._right._tag, 1)],
                            event_time_column=lt)

@@ -2,11 +2,11 @@
 file and by ``-D key=value``.
 
 Every key yarnflow knows is declared in ``OPTIONS`` with a type; the shipped yaml must list
-exactly these keys (a test keeps them in step). Keys under ``spark.`` are for Spark, passed
-through as strings (refused until Spark stages exist, see below). An unknown key or a value of the wrong type raises ``ConfigurationError``
+exactly these keys (a test keeps them in step). Keys under ``spark.`` are for Spark stages,
+passed through as strings to the TaskExecutors' SparkSession. An unknown key or a value of the wrong type raises ``ConfigurationError``
 naming the key and where it came from.
 
-Some keys are declared before their feature exists (Spark stages): they are
+Some keys may be declared before their feature exists: they are
 listed in ``NOT_SUPPORTED_YET`` and any value other than their shipped default is refused with
 a ``ConfigurationError`` ("not supported yet"), so a user never believes a setting took effect
 when it did nothing. A feature that lands removes its entries there.
@@ -253,9 +253,7 @@ PASSTHROUGH_PREFIXES = ("spark.",)
 
 # Keys (or key prefixes, ending in ".") that are accepted but have no effect yet -> why. A value
 # other than the shipped default is refused. Remove an entry when its feature lands.
-NOT_SUPPORTED_YET: dict[str, str] = {
-    "spark.": "Spark stages are not implemented",
-}
+NOT_SUPPORTED_YET: dict[str, str] = {}
 
 
 def _default_yaml() -> dict[str, Any]:

@@ -123,7 +123,9 @@ class ErrorInfo(Message):
         """The ErrorInfo of ``exc``. An exception with a ``partition_id`` attribute (the data
         plane's partition errors) names the partition it could not read in
         ``unavailable_partition``."""
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        # an error whose message says it all (a Spark stage's) leaves its traceback to the log
+        tb = ("".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+              if getattr(exc, "show_traceback", True) else "")
         partition = getattr(exc, "partition_id", None)
         return cls(type(exc).__name__, str(exc), tb, location,
                    ids.ResultPartitionID(partition) if isinstance(partition, str) and partition else None)

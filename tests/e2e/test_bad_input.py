@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
 
-from tests.e2e.jobs import WORDCOUNT
+from tests.e2e.jobs import REPO, WORDCOUNT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -91,7 +92,6 @@ def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
     (["-D", "taskmanager.numberOfTaskSlots=0"], "'taskmanager.numberOfTaskSlots'"),
     (["-D", "nonsense"], "error: bad -D argument 'nonsense': expected key=value"),
     (["-D", "high-availability.type=zookeeper"], "high-availability.zookeeper.quorum"),
-    (["-D", "spark.master=yarn"], "error: spark.master: not supported yet (Spark stages are not implemented"),
 ])
 def test_bad_configuration_is_one_clear_line(cli, args, message):
     proc = cli.run("run", *args, WORDCOUNT)
@@ -101,13 +101,12 @@ def test_bad_configuration_is_one_clear_line(cli, args, message):
     assert message in lines[0]
 
 
-def test_session_start_refuses_a_key_whose_feature_is_missing(cli):
-    proc = cli.run("session", "start", "-D", "spark.master=yarn", timeout=60)
+def test_a_bad_spark_memory_is_one_clear_line(cli):
+    proc = cli.run("run", "-D", "spark.driver.memory=lots", os.path.join(REPO, "examples", "revenue_by_region.py"),
+                   "--engine", "spark", timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "error: spark.master: not supported yet (Spark stages are not implemented; leave it unset); got 'yarn' "
-        "from -D"]
-    assert "running at" not in proc.stdout  # refused before anything started
+        "error: spark.driver.memory: 'lots' is not a memory size (e.g. 512m, 2g)"]
 
 
 def test_standby_appmasters_without_zookeeper_is_one_clear_line(cli):

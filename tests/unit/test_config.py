@@ -46,7 +46,7 @@ def test_defaults_load_with_typed_values() -> None:
     assert conf[Options.RUNTIME_MODE] == "AUTOMATIC"
     assert conf[Options.RPC_PORT] == 0
     assert conf[Options.HA_STORAGE_DIR] == ""
-    assert conf[Options.SPARK_MASTER] == "local[*]"
+    assert conf[Options.SPARK_MASTER] == ""  # local[N] in the TaskExecutor
     assert conf.get("parallelism.default") == 1
 
 
@@ -274,38 +274,35 @@ def test_missing_user_conf_file(tmp_path) -> None:
 
 # ---- keys accepted before their feature exists: refused, not ignored ---------------------
 
-@pytest.mark.parametrize(("key", "value", "why"), [
-    ("spark.master", "yarn", "Spark stages are not implemented"),
-    ("spark.executor.memory", "2g", "Spark stages are not implemented"),  # a passthrough key
-    ("spark.sql.shuffle.partitions", 8, "Spark stages are not implemented"),
-])
-def test_keys_of_missing_features_are_refused_not_ignored(key: str, value: object, why: str) -> None:
+def test_keys_of_missing_features_are_refused_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(NOT_SUPPORTED_YET, "spark.future.", "the future is not implemented")
     with pytest.raises(ConfigurationError) as info:
-        Configuration.load({key: value}, source="-D (test)")
+        Configuration.load({"spark.future.knob": 2}, source="-D (test)")
     msg = str(info.value)
-    assert msg.startswith(f"{key}: not supported yet ("), msg
-    assert why in msg and "leave it unset" in msg, msg
-    assert repr(value) in msg and "-D (test)" in msg, msg
+    assert msg.startswith("spark.future.knob: not supported yet ("), msg
+    assert "the future is not implemented" in msg and "leave it unset" in msg, msg
+    assert "2" in msg and "-D (test)" in msg, msg
     assert "\n" not in msg
-
-
-def test_keys_of_missing_features_are_refused_from_files_and_job_config(tmp_path) -> None:
-    path = tmp_path / "yarnflow.yaml"
-    path.write_text("spark.master: yarn\n")
-    with pytest.raises(ConfigurationError, match="spark.master: not supported yet") as info:
-        Configuration.load(conf_file=str(path))
-    assert str(path) in str(info.value)
-    with pytest.raises(ConfigurationError, match="spark.master: not supported yet") as info:
-        Configuration.load().with_overrides({"spark.master": "local[2]"}, source="job config")
+    with pytest.raises(ConfigurationError, match="not supported yet") as info:
+        Configuration.load().with_overrides({"spark.future.knob": "1"}, source="job config")
     assert "job config" in str(info.value)
 
 
-def test_keys_of_missing_features_may_keep_their_defaults(tmp_path) -> None:
+def test_spark_keys_pass_through_to_the_spark_stages(tmp_path) -> None:
+    path = tmp_path / "yarnflow.yaml"
+    path.write_text("spark.executor.memory: 2g\nspark.sql.shuffle.partitions: 8\n")
+    conf = Configuration.load({"spark.master": "yarn"}, conf_file=str(path))
+    assert conf[Options.SPARK_MASTER] == "yarn"
+    assert conf.spark_conf() == {"spark.master": "yarn", "spark.executor.memory": "2g",
+                                 "spark.sql.shuffle.partitions": "8"}
+
+
+def test_the_shipped_spark_defaults_load(tmp_path) -> None:
     shipped = _shipped_yaml()
-    defaults = {k: v for k, v in shipped.items() if k in NOT_SUPPORTED_YET or k.startswith("spark.")}
+    defaults = {k: v for k, v in shipped.items() if k.startswith("spark.")}
     assert set(defaults) >= {"spark.master"}
     conf = Configuration.load(defaults)  # the shipped defaults, restated: accepted
-    assert conf[Options.SPARK_MASTER] == "local[*]"
+    assert conf[Options.SPARK_MASTER] == ""  # local[N], N = the TaskExecutor's cores
     path = tmp_path / "yarnflow.yaml"  # a user file that copies the shipped one
     path.write_text(resources.files("yarnflow.conf").joinpath("yarnflow.yaml").read_text(encoding="utf-8"))
     assert Configuration.load(conf_file=str(path)).to_strings() == Configuration.load().to_strings()

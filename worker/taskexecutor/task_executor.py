@@ -149,6 +149,9 @@ class TaskExecutor:
         except Exception:  # noqa: BLE001
             log.debug("data server shutdown", exc_info=True)
         self._data_client.close()
+        from yarnflow.worker.spark import stop_session
+
+        stop_session()  # the SparkSession of this TaskExecutor's Spark stages, if one started
         self._main.stop()
         self._io.shutdown(wait=False, cancel_futures=True)
         self._updates.shutdown(wait=False, cancel_futures=True)

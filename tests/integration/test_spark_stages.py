@@ -1,0 +1,310 @@
+"""Spark stages (issue 11) on a real local cluster with real PySpark in local mode, and the
+native batch join beside them. One cluster serves the whole module, so its TaskExecutors start
+one SparkSession for every test (each Spark stage runs in a TaskExecutor slot, never in the
+client). Inputs come from Parquet files; results are compared with pyarrow's own join and
+aggregation, row for row."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+import yarnflow
+from tests.conftest import FAST_CONF, TAG_VAR, kill_tagged, live_tagged
+from tests.harness import wait_until
+from tests.integration.test_failover_jobs import _run as run
+from yarnflow import executors
+from yarnflow.common.errors import JobDefinitionError, JobFailedError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+REPO = Path(__file__).resolve().parents[2]
+SQL = ("SELECT c.region, SUM(o.amount) AS revenue, COUNT(*) AS orders FROM orders o "
+       "JOIN customers c USING (customer_id) GROUP BY c.region")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """2 TaskExecutors x 2 slots for the module; every process it starts (the Spark JVMs too)
+    carries the module's tag and none may outlive it."""
+    from yarnflow.local_cluster import LocalCluster
+
+    tag = uuid.uuid4().hex
+    old = os.environ.get(TAG_VAR)
+    os.environ[TAG_VAR] = tag
+    try:
+        c = LocalCluster(2, 2, {**FAST_CONF, "restart-strategy.type": "fixed-delay",
+                                "restart-strategy.fixed-delay.attempts": "2",
+                                "restart-strategy.fixed-delay.delay": "100 ms"},
+                         work_dir=str(tmp_path_factory.mktemp("spark-cluster"))).start()
+    finally:
+        if old is None:
+            os.environ.pop(TAG_VAR, None)
+        else:
+            os.environ[TAG_VAR] = old
+    yield c
+    c.stop()
+    try:
+        wait_until(lambda: not live_tagged(tag), 30, "processes outlived the cluster", interval_s=0.2)
+    except AssertionError:
+        pytest.fail(f"processes outlived the Spark cluster and were killed: {kill_tagged(tag)}")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """orders.parquet (order_id, customer_id, amount) and customers.parquet (customer_id,
+    region); some orders name no customer (the outer join keeps them)."""
+    folder = tmp_path_factory.mktemp("w3")
+    rng = random.Random(5)
+    n = 20_000
+    pq.write_table(pa.table({"order_id": pa.array(range(n), pa.int64()),
+                             "customer_id": pa.array([rng.randrange(520) for _ in range(n)], pa.int64()),
+                             "amount": pa.array([rng.randrange(1, 100_000) / 100 for _ in range(n)])}),
+                   folder / "orders.parquet", row_group_size=2000)
+    pq.write_table(pa.table({"customer_id": pa.array(range(500), pa.int64()),
+                             "region": [f"region-{i % 7}" for i in range(500)]}), folder / "customers.parquet")
+    return folder
+
+
+def reference(data: Path, min_amount: float = 0.0) -> dict[str, tuple[float, int]]:
+    orders = pq.read_table(data / "orders.parquet")
+    orders = orders.filter(pa.compute.greater_equal(orders["amount"], min_amount))
+    joined = orders.join(pq.read_table(data / "customers.parquet"), "customer_id", join_type="inner")
+    agg = joined.group_by("region").aggregate([("amount", "sum"), ("amount", "count")])
+    return {r: (s, c) for r, s, c in zip(agg["region"].to_pylist(), agg["amount_sum"].to_pylist(),
+                                         agg["amount_count"].to_pylist())}
+
+
+def committed(out: Path) -> dict[str, tuple[float, int]]:
+    t = pads.dataset(str(out), format="parquet").to_table()
+    regions = t["region"].to_pylist()
+    assert len(regions) == len(set(regions)), "a region was committed twice"
+    return dict(zip(regions, zip(t["revenue"].to_pylist(), t["orders"].to_pylist())))
+
+
+def assert_close(got: dict[str, tuple[float, int]], want: dict[str, tuple[float, int]]) -> None:
+    assert set(got) == set(want)
+    for region, (revenue, count) in want.items():
+        assert got[region][1] == count, region
+        assert got[region][0] == pytest.approx(revenue, rel=1e-9), region
+
+
+def spark_reports(cluster: Any, job_id: str) -> list[dict[str, Any]]:
+    folder = Path(cluster.work_dir) / "storage" / "jobs" / job_id / "spark"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def test_a_spark_sql_stage_joins_and_aggregates_on_a_taskexecutor(cluster: Any, data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+
+    def build(env: Any) -> None:
+        orders = env.read_parquet(str(data / "orders.parquet"), name="orders")
+        orders = orders.filter(lambda r: r["amount"] >= 10.0, name="min_amount")  # native, per row
+        customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+        env.spark_sql(SQL, orders=orders, customers=customers, name="join_sum").sink_to_parquet(str(out))
+
+    result = run(cluster, build, "spark-sql")
+    assert_close(committed(out), reference(data, 10.0))
+    [report] = spark_reports(cluster, str(result.job_id))
+    te_pids = {p.pid for p in psutil.Process(cluster.proc.pid).children() if "yarnflow.worker" in p.cmdline()}
+    assert report["driver_pid"] in te_pids  # Spark was driven from a TaskExecutor, not from this client
+    assert report["application_id"].startswith("local-") and report["master"] == "local[2]"
+    assert report["jobs"] >= 1 and report["stages"] >= 1
+    assert report["output_files"] == 2  # one file per subtask of the downstream (parallelism 2)
+    assert "pyspark" not in sys.modules or sys.modules["pyspark"].SparkContext._active_spark_context is None
+
+
+def test_the_native_join_gives_the_spark_stages_results(cluster: Any, data: Path, tmp_path: Path) -> None:
+    outs = {engine: tmp_path / engine for engine in ("spark", "native")}
+
+    def build(engine: str) -> Any:
+        def b(env: Any) -> None:
+            orders = env.read_parquet(str(data / "orders.parquet"), name="orders")
+            customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+            if engine == "spark":
+                stream = env.spark_sql(SQL, orders=orders, customers=customers)
+            else:
+                joined = orders.join(customers).where("customer_id").equal_to("customer_id").apply()
+                stream = (joined.map_batches(lambda b: pa.record_batch({
+                    "region": b.column("region"), "revenue": b.column("amount"),
+                    "orders": pa.array([1] * b.num_rows, pa.int64())}), name="project")
+                    .key_by("region").reduce(lambda a, b: {"region": a["region"], "revenue": a["revenue"]
+                                              + b["revenue"], "orders": a["orders"] + b["orders"]}))
+            stream.sink_to_parquet(str(outs[engine]))
+        return b
+
+    for engine in outs:
+        run(cluster, build(engine), f"join-{engine}")
+    want = reference(data)
+    assert_close(committed(outs["spark"]), want)
+    assert_close(committed(outs["native"]), want)
+
+
+def test_a_left_outer_native_join_keeps_the_unmatched_rows(cluster: Any, data: Path) -> None:
+    def build(env: Any) -> None:
+        orders = env.read_parquet(str(data / "orders.parquet"), name="orders")
+        customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+        orders.join(customers, how="left_outer").where("customer_id").equal_to("customer_id").apply().collect()
+
+    table = run(cluster, build, "left-outer").collected()
+    orders = pq.read_table(data / "orders.parquet")
+    want = orders.join(pq.read_table(data / "customers.parquet"), "customer_id", join_type="left outer")
+    assert table.num_rows == orders.num_rows == want.num_rows
+    assert table.column_names == ["order_id", "customer_id", "amount", "region"]
+    got = sorted(zip(*(table[c].to_pylist() for c in ("order_id", "region"))))
+    assert got == sorted(zip(*(want[c].to_pylist() for c in ("order_id", "region"))))
+    assert sum(1 for _, region in got if region is None) == sum(1 for c in orders["customer_id"].to_pylist()
+                                                                   if c >= 500) > 0
+
+
+def test_a_failing_spark_stage_is_retried_without_duplicating_rows(cluster: Any, data: Path, tmp_path: Path) -> None:
+    out, marker = tmp_path / "out", tmp_path / "failed-once"
+
+    def flaky(df: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        result = df.groupBy("customer_id").agg(F.sum("amount").alias("revenue"), F.count("*").alias("orders"))
+        result.write.parquet(str(tmp_path / "half-done"), mode="overwrite")  # Spark did work before failing
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("the first attempt fails")
+        return result.withColumnRenamed("customer_id", "region")
+
+    def build(env: Any) -> None:
+        env.read_parquet(str(data / "orders.parquet"), name="orders").spark(flaky, name="by_customer") \
+            .sink_to_parquet(str(out))
+
+    result = run(cluster, build, "flaky")
+    orders = pq.read_table(data / "orders.parquet")
+    agg = orders.group_by("customer_id").aggregate([("amount", "sum"), ("amount", "count")])
+    assert_close(committed(out), {c: (s, n) for c, s, n in zip(agg["customer_id"].to_pylist(),
+                                                                   agg["amount_sum"].to_pylist(),
+                                                                   agg["amount_count"].to_pylist())})
+    [report] = spark_reports(cluster, str(result.job_id))
+    assert report["attempt"] == 1  # the second attempt of the stage committed
+    storage = Path(cluster.work_dir) / "storage" / "jobs" / str(result.job_id) / "intermediate"
+    assert [p.name for p in storage.glob("*/*")] == ["output"]  # no attempt folder is left
+
+
+def test_bad_sql_fails_the_job_with_one_line_naming_the_stage(cluster: Any, data: Path, tmp_path: Path) -> None:
+    def build(env: Any) -> None:
+        orders = env.read_parquet(str(data / "orders.parquet"), name="orders")
+        env.spark_sql("SELECT regionz, SUM(amount) FROM orders GROUP BY regionz", orders=orders,
+                      name="bad_query").sink_to_parquet(str(tmp_path / "out"))
+
+    with pytest.raises(JobFailedError) as info:
+        run(cluster, build, "bad-sql", {"restart-strategy.type": "none"})
+    cause = info.value.cause
+    assert cause is not None and cause.error_class == "SparkStageError"
+    assert cause.message.startswith("Spark stage 'bad_query' failed: [UNRESOLVED_COLUMN")
+    assert "regionz" in cause.message and "\n" not in cause.message and "at org.apache" not in cause.message
+    assert cause.traceback == ""  # no wall of stack trace for the user; the TaskExecutor's log has it
+
+
+def test_a_failing_function_names_the_stage_and_the_error(cluster: Any, data: Path, tmp_path: Path) -> None:
+    def broken(df: Any) -> Any:
+        raise ValueError("no such column in my head")
+
+    def build(env: Any) -> None:
+        env.read_parquet(str(data / "customers.parquet")).spark(broken, name="mine") \
+            .sink_to_parquet(str(tmp_path / "out"))
+
+    with pytest.raises(JobFailedError, match=r"Spark stage 'mine': user function broken raised ValueError: "
+                                             r"no such column in my head"):
+        run(cluster, build, "broken", {"restart-strategy.type": "none"})
+
+
+def test_info_shows_the_spark_application_and_its_counts(cluster: Any, data: Path, tmp_path: Path) -> None:
+    def build(env: Any) -> None:
+        customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+        env.spark_sql("SELECT region, COUNT(*) AS n FROM c GROUP BY region", c=customers, name="count_regions") \
+            .sink_to_parquet(str(tmp_path / "out"))
+
+    result = run(cluster, build, "info")
+    proc = subprocess.run([sys.executable, "-m", "yarnflow", "info", "--address", cluster.address,
+                           str(result.job_id)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "spark stages:" in proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("count_regions:"))
+    assert "application local-" in line and " jobs, " in line and " stages, " in line
+
+
+def test_the_example_runs_with_both_engines(cluster: Any, data: Path, tmp_path: Path) -> None:
+    results = {}
+    for engine in ("spark", "native"):
+        proc = subprocess.run([sys.executable, "-m", "yarnflow", "run", "--address", cluster.address,
+                               "--no-progress", str(REPO / "examples" / "revenue_by_region.py"), "--engine", engine,
+                               "--input", str(data), "--output", str(tmp_path / engine)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        t = pads.dataset(str(tmp_path / engine), format="parquet").to_table()
+        results[engine] = dict(zip(t["region"].to_pylist(), t["revenue"].to_pylist()))
+    want = {r: s for r, (s, _) in reference(data).items()}
+    for got in results.values():
+        assert set(got) == set(want)
+        assert all(got[r] == pytest.approx(want[r], rel=1e-9) for r in want)
+
+
+def test_spark_stages_chain_and_the_pipeline_goes_on_natively(cluster: Any, data: Path) -> None:
+    def build(env: Any) -> None:
+        customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+        counted = customers.spark(lambda df: df.groupBy("region").count(), name="count")
+        ranked = counted.spark(lambda df: df.orderBy("region"), name="order")
+        ranked.filter(lambda r: r["count"] > 0).collect()
+
+    table = run(cluster, build, "chained").collected()
+    customers = pq.read_table(data / "customers.parquet")
+    want = customers.group_by("region").aggregate([("region", "count")])
+    assert sorted(zip(table["region"].to_pylist(), table["count"].to_pylist())) == sorted(
+        zip(want["region"].to_pylist(), want["region_count"].to_pylist()))
+
+
+def test_a_spark_stage_declares_the_drivers_memory_for_its_slot(cluster: Any, data: Path) -> None:
+    from yarnflow.compiler import compile_job
+
+    def build(env: Any) -> None:
+        env.read_parquet(str(data / "customers.parquet")).spark(lambda df: df, name="big").collect()
+
+    executors.set_context(executors.ClusterContext(cluster.address, {"spark.driver.memory": "2g"}, progress=False))
+    try:
+        env = yarnflow.StreamExecutionEnvironment(parallelism=2)
+        build(env)
+        [vertex] = [v for v in compile_job(env, "memory").job_graph.vertices if v.name == "big"]
+    finally:
+        executors.set_context(None)
+    assert vertex.resources.memory_mb == 2048 and vertex.parallelism == 1
+    # the cluster's slots have 512 MB (1 GB TaskExecutors with 2 slots): refused, not overcommitted
+    with pytest.raises(JobFailedError, match=r"no slot can offer 0 cores and 2048 MB"):
+        run(cluster, build, "too-big", {"spark.driver.memory": "2g", "restart-strategy.type": "none"})
+
+
+@pytest.mark.parametrize("how", ["mode", "unbounded"])
+def test_a_streaming_job_with_a_spark_stage_is_refused(how: str) -> None:
+    env = yarnflow.StreamExecutionEnvironment(parallelism=2)
+    if how == "mode":
+        env.set_runtime_mode("STREAMING")
+        source = env.from_collection({"x": [1, 2]})
+        expected = "the runtime mode is STREAMING"
+    else:
+        source = env.from_generator(lambda start, n: {"x": list(range(start, start + n))}, name="ticks")
+        expected = "a source is unbounded: 'ticks'"
+    source.spark(lambda df: df, name="stage").print()
+    from yarnflow.compiler import compile_job
+
+    with pytest.raises(JobDefinitionError) as info:
+        compile_job(env, "streaming")
+    assert str(info.value) == (f"Spark stage 'stage' runs only in BATCH jobs (bounded inputs), and {expected}; a "
+                               "STREAMING job cannot have one")
