@@ -75,6 +75,18 @@ def _checkpoint_size(args: argparse.Namespace) -> dict[str, Any]:
     return run_checkpoint_size(args.keys, process_keys=args.process_keys)
 
 
+def _w3(args: argparse.Namespace) -> dict[str, Any]:
+    from w3 import run_w3
+
+    return run_w3(args.input, args.engine, args.parallelism)
+
+
+def _yarn_submit(args: argparse.Namespace) -> dict[str, Any]:
+    from yarn_submit import run_yarn_submit
+
+    return run_yarn_submit(args.runs, args.words)
+
+
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
     from chaos import run_chaos
 
@@ -112,6 +124,15 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                          p.add_argument("--rows", type=int, default=400_000),
                          p.add_argument("--interval", default="500 ms"),
                          p.add_argument("--seed", type=int, default=11)), _chaos),
+    "w3": ("revenue per region: 5M orders joined with 100k customers, in a Spark SQL stage or the native hash "
+           "join, against plain PySpark in the same run",
+           lambda p: (p.add_argument("--input", default=None, help="folder with orders.parquet and customers.parquet"),
+                      p.add_argument("--engine", choices=["spark", "native"], default="spark"),
+                      p.add_argument("--parallelism", type=int, default=2)), _w3),
+    "yarn-submit": ("yarnflow run --target yarn-per-job on the YARN sandbox: command start -> job FINISHED, and "
+                    "the share spent starting containers",
+                    lambda p: (p.add_argument("--runs", type=int, default=5),
+                               p.add_argument("--words", type=int, default=20_000)), _yarn_submit),
     "w1": ("word count: 5M (word, ts) records, keyed count per word, vs a pyarrow reference", _w_args, _w("w1")),
     "w2": ("1 s tumbling event-time windows: 5M (key, value, ts) records, sum per key and window",
            _w_args, _w("w2")),
