@@ -7,6 +7,8 @@ every union input directly. A chain's operators travel in the job artifact (clou
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from dataclasses import dataclass
 
 from yarnflow.common.errors import JobDefinitionError
@@ -16,6 +18,8 @@ from yarnflow.common.states import ExchangeMode, Partitioner
 from yarnflow.datastream import Input, StreamExecutionEnvironment, Transformation
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sinks import CollectSink, _StagedFileSink
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,6 +50,48 @@ def _expand(inputs: list[Input]) -> list[Input]:
         else:
             out.append(inp)
     return out
+
+
+def _restorable(env: StreamExecutionEnvironment) -> bool:
+    """Whether the job keeps state to restore: checkpoints are on, or it starts from a savepoint."""
+    from yarnflow import executors
+
+    conf = getattr(executors.current_context(), "conf", {}) or {}
+    return bool(conf.get("execution.checkpointing.interval") or conf.get("execution.savepoint.path"))
+
+
+def _is_stateful(op: Operator) -> bool:
+    return type(op).snapshot_state is not Operator.snapshot_state
+
+
+def operator_uids(ts: list[Transformation], inputs: dict[int, list[Input]]) -> dict[int, str]:
+    """Each operator's uid: the one ``uid()`` set, else one derived from the operator (class and
+    name) and, recursively, its inputs (their uids, partitioners, keys), numbered among equal
+    ones in the order they were added: the same pipeline code gives the same uids, run after
+    run. Raises JobDefinitionError for a uid given twice."""
+    uids: dict[int, str] = {}
+    derived: dict[str, int] = {}
+    owner: dict[str, str] = {}
+    for t in ts:
+        op = t.operator
+        assert op is not None
+        if getattr(op, "user_uid", False):
+            uid = op.uid
+        else:
+            h = hashlib.sha256(f"{type(op).__module__}.{type(op).__qualname__}|{op.name}".encode())
+            for inp in inputs[t.id]:
+                h.update(f"|{uids[inp.upstream.id]}:{inp.partitioner.name}:{','.join(inp.keys)}:"
+                         f"{inp.input_index}:{inp.output_tag}".encode())
+            base = h.hexdigest()[:16]
+            n = derived.get(base, 0)
+            derived[base] = n + 1
+            uid = base if n == 0 else f"{base}-{n}"
+        if uid in owner:
+            raise JobDefinitionError(f"operators '{owner[uid]}' and '{op.name}' have the same uid {uid!r}: "
+                                     "uids must be unique in a job")
+        owner[uid] = op.name
+        uids[t.id] = uid
+    return uids
 
 
 def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
@@ -114,6 +160,14 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     # BATCH: every exchange between vertices is blocking, so regions run one after another
     exchange = ExchangeMode.BLOCKING if mode == "BATCH" else ExchangeMode.PIPELINED
 
+    uids = operator_uids(ts, inputs)
+    if mode == "STREAMING" and _restorable(env):
+        unnamed = [t.operator.name for t in ts if t.operator is not None and _is_stateful(t.operator)
+                   and not getattr(t.operator, "user_uid", False)]
+        if unnamed:
+            log.warning("stateful operators without a uid (%s): their state is restored from checkpoints and "
+                        "savepoints by a uid derived from the pipeline, so changing the pipeline before them may "
+                        "break a restore; set one with .uid(\"...\")", ", ".join(repr(n) for n in unnamed))
     job_id = JobID.generate()
     vertex_ids = {hid: JobVertexID.generate() for hid in chains}
     vertices, edges = [], []
@@ -123,7 +177,8 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         resources = ResourceProfile(sum(t.cpu_cores for t in chain), sum(t.memory_mb for t in chain))
         vertices.append(JobVertex(
             vertex_ids[hid], " -> ".join(names), parallelism(head), head.max_parallelism or max_par, names,
-            head.slot_sharing_group, resources, is_source=head.is_source, is_sink=not consumers[chain[-1].id]))
+            head.slot_sharing_group, resources, is_source=head.is_source, is_sink=not consumers[chain[-1].id],
+            operator_uids=[uids[t.id] for t in chain if t.operator is not None]))
         for inp in inputs[head.id]:
             part = edge_partitioner(inp.upstream, head, inp.partitioner)
             edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,

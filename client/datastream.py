@@ -213,7 +213,14 @@ class DataStream:
         return self
 
     def uid(self, uid: str) -> DataStream:
-        self._operator().uid = uid
+        """The operator's id in checkpoints and savepoints: state is restored to the operator
+        with the same uid. Without one, the compiler derives a uid from the operator and its
+        inputs, which changes when the pipeline before it changes."""
+        if not uid or not isinstance(uid, str):
+            raise JobDefinitionError("uid must be a non-empty string")
+        op = self._operator()
+        op.uid = uid
+        op.user_uid = True  # type: ignore[attr-defined]
         return self
 
     def set_parallelism(self, parallelism: int) -> DataStream:

@@ -149,6 +149,7 @@ class JobVertex(Message):
     resources: ResourceProfile = field(default_factory=ResourceProfile)
     is_source: bool = False
     is_sink: bool = False
+    operator_uids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ struct JobVertex {
   7: ResourceProfile resources,
   8: bool is_source,
   9: bool is_sink,
+  10: list<string> operator_uids,  // the chained operators' stable uids (uid() or generated), head first
 }
 
 struct JobEdge {

@@ -202,7 +202,12 @@ class JobCheckpoints:
                 "finished": st.finished,
                 "files": [{"operator_index": f.operator_index, "name": f.name, "path": f.path,
                            "size_bytes": f.size_bytes} for f in st.files]}
-                for sid, st in sorted(states.items())}}
+                for sid, st in sorted(states.items())},
+            # what a restore into another JobGraph (a savepoint's) maps state by: operator uids
+            "vertices": {str(v.vertex_id): {"name": v.name, "parallelism": v.parallelism,
+                                            "max_parallelism": v.max_parallelism,
+                                            "operator_uids": list(v.operator_uids)}
+                         for v in self._job_graph.vertices}}
 
     # -- restore -----------------------------------------------------------------------------------
     def recover(self, checkpoint_id: int, metadata: dict[str, object]) -> None:

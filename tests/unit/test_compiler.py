@@ -302,3 +302,73 @@ def test_resources_of_chained_operators_add_up_on_their_vertex():
         .map(lambda r: r).set_resources(cpu_cores=0.25, memory_mb=50).collect())
     [v] = compile_job(env, "res").job_graph.vertices
     assert (v.resources.cpu_cores, v.resources.memory_mb) == (0.75, 150)
+
+
+# ---- operator uids: what checkpoints and savepoints are restored by ---------------------------
+
+def _uids(build: Any, mode: str = "STREAMING") -> dict[str, list[str]]:
+    env = yarnflow.StreamExecutionEnvironment(parallelism=2, runtime_mode=mode)
+    build(env)
+    return {v.name: v.operator_uids for v in compile_job(env, "uids").job_graph.vertices}
+
+
+def _pipeline(env: Any, extra_map: bool = False, sum_uid: str | None = None) -> None:
+    rows = env.from_collection({"k": ["a", "b"], "v": [1, 2]}, name="rows")
+    if extra_map:
+        rows = rows.map(lambda r: r, name="extra")
+    summed = rows.key_by("k").sum("v", name="sum")
+    if sum_uid:
+        summed = summed.uid(sum_uid)
+    summed.collect()
+
+
+def test_the_same_pipeline_code_gives_the_same_uids() -> None:
+    first, second = _uids(_pipeline), _uids(_pipeline)
+    assert first == second
+    assert all(len(u) == 16 for uids in first.values() for u in uids if not u.startswith("collect-"))
+    assert len({u for uids in first.values() for u in uids}) == sum(len(u) for u in first.values())
+
+
+def test_a_changed_pipeline_changes_the_derived_uids_but_not_a_given_one() -> None:
+    plain = _uids(_pipeline)
+    changed = _uids(lambda env: _pipeline(env, extra_map=True))
+    assert plain["sum -> collect"][0] != changed["sum -> collect"][0]  # its input changed
+    assert plain["rows"] == changed["rows -> extra"][:1]  # what comes before the change keeps its uid
+    named = _uids(lambda env: _pipeline(env, extra_map=True, sum_uid="totals"))
+    assert named["sum -> collect"][0] == "totals"
+    assert _uids(lambda env: _pipeline(env, sum_uid="totals"))["sum -> collect"][0] == "totals"
+
+
+def test_a_stateful_operator_without_uid_is_warned_about_when_checkpointed(caplog: Any) -> None:
+    from yarnflow import executors
+
+    with caplog.at_level("WARNING"):
+        _uids(_pipeline)  # no checkpoints: nothing to restore
+    assert "without a uid" not in caplog.text
+    executors.set_context(executors.LocalContext(conf={"execution.checkpointing.interval": "1 s"}))
+    try:
+        with caplog.at_level("WARNING"):
+            _uids(_pipeline)
+        assert "stateful operators without a uid ('rows', 'sum', 'collect')" in caplog.text
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            _uids(_pipeline, mode="BATCH")
+        assert "without a uid" not in caplog.text
+    finally:
+        executors.set_context(None)
+
+
+def test_equal_operators_get_distinct_uids_and_a_uid_given_twice_is_refused() -> None:
+    def twins(env: Any) -> None:
+        a = env.from_collection({"x": [1]}, name="src")
+        b = env.from_collection({"x": [2]}, name="src")
+        a.union(b).collect()
+
+    uids = [u for us in _uids(twins).values() for u in us]
+    assert len(uids) == len(set(uids))
+
+    def clash(env: Any) -> None:
+        env.from_collection({"x": [1]}).uid("same").map(lambda r: r).uid("same").collect()
+
+    with pytest.raises(JobDefinitionError, match="have the same uid 'same'"):
+        _uids(clash)

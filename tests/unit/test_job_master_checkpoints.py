@@ -74,6 +74,10 @@ def test_checkpoint_triggers_at_sources_then_writes_metadata_then_notifies_every
     d.ack(deploys[-1], 1)
     (write,) = d.of(WriteCheckpointMetadata)
     assert write.checkpoint_id == 1 and len(write.metadata["subtasks"]) == 4  # type: ignore[arg-type]
+    # each vertex's operator uids and parallelism: what a restore into another JobGraph maps by
+    assert write.metadata["vertices"] == {  # type: ignore[comparison-overlap]
+        str(v.vertex_id): {"name": v.name, "parallelism": v.parallelism, "max_parallelism": v.max_parallelism,
+                           "operator_uids": list(v.operator_uids)} for v in d.core.job_graph.vertices}
     assert not d.of(NotifyTaskCheckpoint)                           # not before _metadata exists
     d.core.checkpoint_metadata_written(1)
     notified = d.of(NotifyTaskCheckpoint, d.drain())

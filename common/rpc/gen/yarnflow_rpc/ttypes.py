@@ -438,11 +438,12 @@ class JobVertex(object):
      - resources
      - is_source
      - is_sink
+     - operator_uids
 
     """
 
 
-    def __init__(self, vertex_id=None, name=None, parallelism=None, max_parallelism=None, operator_names=None, slot_sharing_group=None, resources=None, is_source=None, is_sink=None,):
+    def __init__(self, vertex_id=None, name=None, parallelism=None, max_parallelism=None, operator_names=None, slot_sharing_group=None, resources=None, is_source=None, is_sink=None, operator_uids=None,):
         self.vertex_id = vertex_id
         self.name = name
         self.parallelism = parallelism
@@ -452,6 +453,7 @@ class JobVertex(object):
         self.resources = resources
         self.is_source = is_source
         self.is_sink = is_sink
+        self.operator_uids = operator_uids
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -513,6 +515,16 @@ class JobVertex(object):
                     self.is_sink = iprot.readBool()
                 else:
                     iprot.skip(ftype)
+            elif fid == 10:
+                if ftype == TType.LIST:
+                    self.operator_uids = []
+                    (_etype9, _size6) = iprot.readListBegin()
+                    for _i10 in range(_size6):
+                        _elem11 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.operator_uids.append(_elem11)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -542,8 +554,8 @@ class JobVertex(object):
         if self.operator_names is not None:
             oprot.writeFieldBegin('operator_names', TType.LIST, 5)
             oprot.writeListBegin(TType.STRING, len(self.operator_names))
-            for iter6 in self.operator_names:
-                oprot.writeString(iter6.encode('utf-8') if sys.version_info[0] == 2 else iter6)
+            for iter12 in self.operator_names:
+                oprot.writeString(iter12.encode('utf-8') if sys.version_info[0] == 2 else iter12)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.slot_sharing_group is not None:
@@ -561,6 +573,13 @@ class JobVertex(object):
         if self.is_sink is not None:
             oprot.writeFieldBegin('is_sink', TType.BOOL, 9)
             oprot.writeBool(self.is_sink)
+            oprot.writeFieldEnd()
+        if self.operator_uids is not None:
+            oprot.writeFieldBegin('operator_uids', TType.LIST, 10)
+            oprot.writeListBegin(TType.STRING, len(self.operator_uids))
+            for iter13 in self.operator_uids:
+                oprot.writeString(iter13.encode('utf-8') if sys.version_info[0] == 2 else iter13)
+            oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -635,10 +654,10 @@ class JobEdge(object):
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype10, _size7) = iprot.readListBegin()
-                    for _i11 in range(_size7):
-                        _elem12 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem12)
+                    (_etype17, _size14) = iprot.readListBegin()
+                    for _i18 in range(_size14):
+                        _elem19 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem19)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -681,8 +700,8 @@ class JobEdge(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 5)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter13 in self.key_columns:
-                oprot.writeString(iter13.encode('utf-8') if sys.version_info[0] == 2 else iter13)
+            for iter20 in self.key_columns:
+                oprot.writeString(iter20.encode('utf-8') if sys.version_info[0] == 2 else iter20)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.input_index is not None:
@@ -758,22 +777,22 @@ class JobGraph(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype17, _size14) = iprot.readListBegin()
-                    for _i18 in range(_size14):
-                        _elem19 = JobVertex()
-                        _elem19.read(iprot)
-                        self.vertices.append(_elem19)
+                    (_etype24, _size21) = iprot.readListBegin()
+                    for _i25 in range(_size21):
+                        _elem26 = JobVertex()
+                        _elem26.read(iprot)
+                        self.vertices.append(_elem26)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.edges = []
-                    (_etype23, _size20) = iprot.readListBegin()
-                    for _i24 in range(_size20):
-                        _elem25 = JobEdge()
-                        _elem25.read(iprot)
-                        self.edges.append(_elem25)
+                    (_etype30, _size27) = iprot.readListBegin()
+                    for _i31 in range(_size27):
+                        _elem32 = JobEdge()
+                        _elem32.read(iprot)
+                        self.edges.append(_elem32)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -790,11 +809,11 @@ class JobGraph(object):
             elif fid == 7:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype27, _vtype28, _size26) = iprot.readMapBegin()
-                    for _i30 in range(_size26):
-                        _key31 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val32 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key31] = _val32
+                    (_ktype34, _vtype35, _size33) = iprot.readMapBegin()
+                    for _i37 in range(_size33):
+                        _key38 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val39 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key38] = _val39
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -824,15 +843,15 @@ class JobGraph(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 3)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter33 in self.vertices:
-                iter33.write(oprot)
+            for iter40 in self.vertices:
+                iter40.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.edges is not None:
             oprot.writeFieldBegin('edges', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.edges))
-            for iter34 in self.edges:
-                iter34.write(oprot)
+            for iter41 in self.edges:
+                iter41.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.artifact_uri is not None:
@@ -846,9 +865,9 @@ class JobGraph(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 7)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter35, viter36 in self.config.items():
-                oprot.writeString(kiter35.encode('utf-8') if sys.version_info[0] == 2 else kiter35)
-                oprot.writeString(viter36.encode('utf-8') if sys.version_info[0] == 2 else viter36)
+            for kiter42, viter43 in self.config.items():
+                oprot.writeString(kiter42.encode('utf-8') if sys.version_info[0] == 2 else kiter42)
+                oprot.writeString(viter43.encode('utf-8') if sys.version_info[0] == 2 else viter43)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -921,31 +940,31 @@ class VertexStatus(object):
             elif fid == 4:
                 if ftype == TType.MAP:
                     self.state_counts = {}
-                    (_ktype38, _vtype39, _size37) = iprot.readMapBegin()
-                    for _i41 in range(_size37):
-                        _key42 = iprot.readI32()
-                        _val43 = iprot.readI32()
-                        self.state_counts[_key42] = _val43
+                    (_ktype45, _vtype46, _size44) = iprot.readMapBegin()
+                    for _i48 in range(_size44):
+                        _key49 = iprot.readI32()
+                        _val50 = iprot.readI32()
+                        self.state_counts[_key49] = _val50
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.subtask_attempts = []
-                    (_etype47, _size44) = iprot.readListBegin()
-                    for _i48 in range(_size44):
-                        _elem49 = iprot.readI32()
-                        self.subtask_attempts.append(_elem49)
+                    (_etype54, _size51) = iprot.readListBegin()
+                    for _i55 in range(_size51):
+                        _elem56 = iprot.readI32()
+                        self.subtask_attempts.append(_elem56)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.subtask_locations = []
-                    (_etype53, _size50) = iprot.readListBegin()
-                    for _i54 in range(_size50):
-                        _elem55 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.subtask_locations.append(_elem55)
+                    (_etype60, _size57) = iprot.readListBegin()
+                    for _i61 in range(_size57):
+                        _elem62 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.subtask_locations.append(_elem62)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -974,23 +993,23 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter56, viter57 in self.state_counts.items():
-                oprot.writeI32(kiter56)
-                oprot.writeI32(viter57)
+            for kiter63, viter64 in self.state_counts.items():
+                oprot.writeI32(kiter63)
+                oprot.writeI32(viter64)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.subtask_attempts is not None:
             oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
-            for iter58 in self.subtask_attempts:
-                oprot.writeI32(iter58)
+            for iter65 in self.subtask_attempts:
+                oprot.writeI32(iter65)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_locations is not None:
             oprot.writeFieldBegin('subtask_locations', TType.LIST, 6)
             oprot.writeListBegin(TType.STRING, len(self.subtask_locations))
-            for iter59 in self.subtask_locations:
-                oprot.writeString(iter59.encode('utf-8') if sys.version_info[0] == 2 else iter59)
+            for iter66 in self.subtask_locations:
+                oprot.writeString(iter66.encode('utf-8') if sys.version_info[0] == 2 else iter66)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1306,11 +1325,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype63, _size60) = iprot.readListBegin()
-                    for _i64 in range(_size60):
-                        _elem65 = VertexStatus()
-                        _elem65.read(iprot)
-                        self.vertices.append(_elem65)
+                    (_etype70, _size67) = iprot.readListBegin()
+                    for _i71 in range(_size67):
+                        _elem72 = VertexStatus()
+                        _elem72.read(iprot)
+                        self.vertices.append(_elem72)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1328,11 +1347,11 @@ class JobStatusInfo(object):
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.failure_history = []
-                    (_etype69, _size66) = iprot.readListBegin()
-                    for _i70 in range(_size66):
-                        _elem71 = FailureEntry()
-                        _elem71.read(iprot)
-                        self.failure_history.append(_elem71)
+                    (_etype76, _size73) = iprot.readListBegin()
+                    for _i77 in range(_size73):
+                        _elem78 = FailureEntry()
+                        _elem78.read(iprot)
+                        self.failure_history.append(_elem78)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1344,11 +1363,11 @@ class JobStatusInfo(object):
             elif fid == 11:
                 if ftype == TType.LIST:
                     self.checkpoints = []
-                    (_etype75, _size72) = iprot.readListBegin()
-                    for _i76 in range(_size72):
-                        _elem77 = CheckpointInfo()
-                        _elem77.read(iprot)
-                        self.checkpoints.append(_elem77)
+                    (_etype82, _size79) = iprot.readListBegin()
+                    for _i83 in range(_size79):
+                        _elem84 = CheckpointInfo()
+                        _elem84.read(iprot)
+                        self.checkpoints.append(_elem84)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1390,8 +1409,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter78 in self.vertices:
-                iter78.write(oprot)
+            for iter85 in self.vertices:
+                iter85.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -1405,8 +1424,8 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter79 in self.failure_history:
-                iter79.write(oprot)
+            for iter86 in self.failure_history:
+                iter86.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
@@ -1416,8 +1435,8 @@ class JobStatusInfo(object):
         if self.checkpoints is not None:
             oprot.writeFieldBegin('checkpoints', TType.LIST, 11)
             oprot.writeListBegin(TType.STRUCT, len(self.checkpoints))
-            for iter80 in self.checkpoints:
-                iter80.write(oprot)
+            for iter87 in self.checkpoints:
+                iter87.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.latest_completed_checkpoint_id is not None:
@@ -1501,16 +1520,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype82, _vtype83, _size81) = iprot.readMapBegin()
-                    for _i85 in range(_size81):
-                        _key86 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val87 = []
-                        (_etype91, _size88) = iprot.readListBegin()
-                        for _i92 in range(_size88):
-                            _elem93 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val87.append(_elem93)
+                    (_ktype89, _vtype90, _size88) = iprot.readMapBegin()
+                    for _i92 in range(_size88):
+                        _key93 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val94 = []
+                        (_etype98, _size95) = iprot.readListBegin()
+                        for _i99 in range(_size95):
+                            _elem100 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val94.append(_elem100)
                         iprot.readListEnd()
-                        self.collected[_key86] = _val87
+                        self.collected[_key93] = _val94
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1547,11 +1566,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter94, viter95 in self.collected.items():
-                oprot.writeString(kiter94.encode('utf-8') if sys.version_info[0] == 2 else kiter94)
-                oprot.writeListBegin(TType.STRING, len(viter95))
-                for iter96 in viter95:
-                    oprot.writeString(iter96.encode('utf-8') if sys.version_info[0] == 2 else iter96)
+            for kiter101, viter102 in self.collected.items():
+                oprot.writeString(kiter101.encode('utf-8') if sys.version_info[0] == 2 else kiter101)
+                oprot.writeListBegin(TType.STRING, len(viter102))
+                for iter103 in viter102:
+                    oprot.writeString(iter103.encode('utf-8') if sys.version_info[0] == 2 else iter103)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -1823,11 +1842,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype100, _size97) = iprot.readListBegin()
-                    for _i101 in range(_size97):
-                        _elem102 = SlotStatus()
-                        _elem102.read(iprot)
-                        self.slots.append(_elem102)
+                    (_etype107, _size104) = iprot.readListBegin()
+                    for _i108 in range(_size104):
+                        _elem109 = SlotStatus()
+                        _elem109.read(iprot)
+                        self.slots.append(_elem109)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1849,8 +1868,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter103 in self.slots:
-                iter103.write(oprot)
+            for iter110 in self.slots:
+                iter110.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.blocking_partitions is not None:
@@ -2462,21 +2481,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype107, _size104) = iprot.readListBegin()
-                    for _i108 in range(_size104):
-                        _elem109 = TaskExecutionStateUpdate()
-                        _elem109.read(iprot)
-                        self.executions.append(_elem109)
+                    (_etype114, _size111) = iprot.readListBegin()
+                    for _i115 in range(_size111):
+                        _elem116 = TaskExecutionStateUpdate()
+                        _elem116.read(iprot)
+                        self.executions.append(_elem116)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype113, _size110) = iprot.readListBegin()
-                    for _i114 in range(_size110):
-                        _elem115 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem115)
+                    (_etype120, _size117) = iprot.readListBegin()
+                    for _i121 in range(_size117):
+                        _elem122 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem122)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2497,15 +2516,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter116 in self.executions:
-                iter116.write(oprot)
+            for iter123 in self.executions:
+                iter123.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter117 in self.allocation_ids:
-                oprot.writeString(iter117.encode('utf-8') if sys.version_info[0] == 2 else iter117)
+            for iter124 in self.allocation_ids:
+                oprot.writeString(iter124.encode('utf-8') if sys.version_info[0] == 2 else iter124)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2549,10 +2568,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype121, _size118) = iprot.readListBegin()
-                    for _i122 in range(_size118):
-                        _elem123 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem123)
+                    (_etype128, _size125) = iprot.readListBegin()
+                    for _i129 in range(_size125):
+                        _elem130 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem130)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2569,8 +2588,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter124 in self.allocation_ids:
-                oprot.writeString(iter124.encode('utf-8') if sys.version_info[0] == 2 else iter124)
+            for iter131 in self.allocation_ids:
+                oprot.writeString(iter131.encode('utf-8') if sys.version_info[0] == 2 else iter131)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2710,11 +2729,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype128, _size125) = iprot.readListBegin()
-                    for _i129 in range(_size125):
-                        _elem130 = OperatorStateFile()
-                        _elem130.read(iprot)
-                        self.files.append(_elem130)
+                    (_etype135, _size132) = iprot.readListBegin()
+                    for _i136 in range(_size132):
+                        _elem137 = OperatorStateFile()
+                        _elem137.read(iprot)
+                        self.files.append(_elem137)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2746,8 +2765,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter131 in self.files:
-                iter131.write(oprot)
+            for iter138 in self.files:
+                iter138.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -2812,11 +2831,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype135, _size132) = iprot.readListBegin()
-                    for _i136 in range(_size132):
-                        _elem137 = OperatorStateFile()
-                        _elem137.read(iprot)
-                        self.files.append(_elem137)
+                    (_etype142, _size139) = iprot.readListBegin()
+                    for _i143 in range(_size139):
+                        _elem144 = OperatorStateFile()
+                        _elem144.read(iprot)
+                        self.files.append(_elem144)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2842,8 +2861,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter138 in self.files:
-                iter138.write(oprot)
+            for iter145 in self.files:
+                iter145.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -2979,11 +2998,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype142, _size139) = iprot.readListBegin()
-                    for _i143 in range(_size139):
-                        _elem144 = InputChannelDescriptor()
-                        _elem144.read(iprot)
-                        self.channels.append(_elem144)
+                    (_etype149, _size146) = iprot.readListBegin()
+                    for _i150 in range(_size146):
+                        _elem151 = InputChannelDescriptor()
+                        _elem151.read(iprot)
+                        self.channels.append(_elem151)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3009,8 +3028,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter145 in self.channels:
-                iter145.write(oprot)
+            for iter152 in self.channels:
+                iter152.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -3085,10 +3104,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype149, _size146) = iprot.readListBegin()
-                    for _i150 in range(_size146):
-                        _elem151 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem151)
+                    (_etype156, _size153) = iprot.readListBegin()
+                    for _i157 in range(_size153):
+                        _elem158 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem158)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3132,8 +3151,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter152 in self.key_columns:
-                oprot.writeString(iter152.encode('utf-8') if sys.version_info[0] == 2 else iter152)
+            for iter159 in self.key_columns:
+                oprot.writeString(iter159.encode('utf-8') if sys.version_info[0] == 2 else iter159)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -3280,22 +3299,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype156, _size153) = iprot.readListBegin()
-                    for _i157 in range(_size153):
-                        _elem158 = InputGateDescriptor()
-                        _elem158.read(iprot)
-                        self.input_gates.append(_elem158)
+                    (_etype163, _size160) = iprot.readListBegin()
+                    for _i164 in range(_size160):
+                        _elem165 = InputGateDescriptor()
+                        _elem165.read(iprot)
+                        self.input_gates.append(_elem165)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype162, _size159) = iprot.readListBegin()
-                    for _i163 in range(_size159):
-                        _elem164 = ResultPartitionDescriptor()
-                        _elem164.read(iprot)
-                        self.result_partitions.append(_elem164)
+                    (_etype169, _size166) = iprot.readListBegin()
+                    for _i170 in range(_size166):
+                        _elem171 = ResultPartitionDescriptor()
+                        _elem171.read(iprot)
+                        self.result_partitions.append(_elem171)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3307,11 +3326,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype166, _vtype167, _size165) = iprot.readMapBegin()
-                    for _i169 in range(_size165):
-                        _key170 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val171 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key170] = _val171
+                    (_ktype173, _vtype174, _size172) = iprot.readMapBegin()
+                    for _i176 in range(_size172):
+                        _key177 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val178 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key177] = _val178
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -3393,15 +3412,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter172 in self.input_gates:
-                iter172.write(oprot)
+            for iter179 in self.input_gates:
+                iter179.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter173 in self.result_partitions:
-                iter173.write(oprot)
+            for iter180 in self.result_partitions:
+                iter180.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -3411,9 +3430,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter174, viter175 in self.config.items():
-                oprot.writeString(kiter174.encode('utf-8') if sys.version_info[0] == 2 else kiter174)
-                oprot.writeString(viter175.encode('utf-8') if sys.version_info[0] == 2 else viter175)
+            for kiter181, viter182 in self.config.items():
+                oprot.writeString(kiter181.encode('utf-8') if sys.version_info[0] == 2 else kiter181)
+                oprot.writeString(viter182.encode('utf-8') if sys.version_info[0] == 2 else viter182)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -3482,6 +3501,7 @@ JobVertex.thrift_spec = (
     (7, TType.STRUCT, 'resources', [ResourceProfile, None], None, ),  # 7
     (8, TType.BOOL, 'is_source', None, None, ),  # 8
     (9, TType.BOOL, 'is_sink', None, None, ),  # 9
+    (10, TType.LIST, 'operator_uids', (TType.STRING, 'UTF8', False), None, ),  # 10
 )
 all_structs.append(JobEdge)
 JobEdge.thrift_spec = (
