@@ -126,11 +126,18 @@ RUN_TARGETS = ["local", "remote", "yarn-per-job", "yarn-session"]
 @click.option("--slots", type=click.IntRange(min=1), default=2, show_default=True,
               help="Slots per TaskExecutor of the embedded local cluster.")
 @click.option("--no-progress", is_flag=True, help="Do not show the job's progress.")
+@click.option("--from-savepoint", "-s", "savepoint", default=None, metavar="PATH",
+              help="Start the job from this savepoint (printed by `yarnflow savepoint`): each operator gets the "
+                   "state of the operator with its uid.")
+@click.option("--allow-non-restored-state", is_flag=True,
+              help="With -s: start even when the savepoint has state for operators this job does not have "
+                   "(that state is dropped).")
 @dynamic_option
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 def run(target: str | None, detached: bool, address: str | None, parallelism: int | None, taskexecutors: int,
-        slots: int, no_progress: bool, dynamic: tuple[str, ...], job_file: str, job_args: tuple[str, ...]) -> None:
+        slots: int, no_progress: bool, savepoint: str | None, allow_non_restored_state: bool,
+        dynamic: tuple[str, ...], job_file: str, job_args: tuple[str, ...]) -> None:
     """Run the pipeline defined in JOB_FILE; JOB_ARGS go to the job (as `flink run` does).
 
     Without --address (or a YARN application id, or high availability keys), an embedded local
@@ -146,6 +153,12 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
     conf = _conf(dynamic)
     if parallelism is not None:
         conf["parallelism.default"] = str(parallelism)
+    if savepoint:
+        conf["execution.savepoint.path"] = savepoint
+    if allow_non_restored_state:
+        if not savepoint:
+            raise CliError("--allow-non-restored-state goes with -s/--from-savepoint PATH")
+        conf["execution.savepoint.ignore-unclaimed-state"] = "true"
     progress = None if not no_progress else False
     config = Configuration.load(conf)
     app_id = config[Options.YARN_APPLICATION_ID]
@@ -296,6 +309,27 @@ def cancel(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
         raise _rpc_error(conn.address, exc) from None
     finally:
         conn.close()
+
+
+@cli.command()
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+@click.argument("job_id")
+@click.argument("target_dir", required=False, default="")
+def savepoint(address: str | None, dynamic: tuple[str, ...], job_id: str, target_dir: str) -> None:
+    """Take a savepoint of the running job JOB_ID into a new folder under TARGET_DIR (default:
+    state.savepoints.dir) and print its path; `yarnflow run -s PATH JOB.py` starts from it.
+    The job must take checkpoints (execution.checkpointing.interval)."""
+    conn = _connection(address, dynamic)
+    try:
+        path = conn.call(lambda gw: gw.trigger_savepoint(job_id, target_dir), "triggerSavepoint")
+    except (NotFoundError, RefusedError) as exc:
+        raise CliError(str(exc)) from None
+    except YarnflowError as exc:
+        raise _rpc_error(conn.address, exc) from None
+    finally:
+        conn.close()
+    click.echo(path)
 
 
 def _size(n: int) -> str:

@@ -177,6 +177,12 @@ class Options:
                                    "completed checkpoints kept", minimum=1)
     CHECKPOINT_DIR = _opt("execution.checkpointing.dir", _parse_str,
                           "fsspec URL of the checkpoints (empty: <storage dir>/checkpoints)")
+    SAVEPOINT_PATH = _opt("execution.savepoint.path", _parse_str,
+                          "savepoint the job starts from (yarnflow run -s PATH)")
+    SAVEPOINT_IGNORE_UNCLAIMED = _opt("execution.savepoint.ignore-unclaimed-state", _parse_bool,
+                                      "start even when the savepoint has state for operators the job does not "
+                                      "have (yarnflow run --allow-non-restored-state)")
+    SAVEPOINTS_DIR = _opt("state.savepoints.dir", _parse_str, "default folder (fsspec URL) for savepoints")
     SLOT_IDLE_TIMEOUT = _opt("slot.idle.timeout", parse_duration_ms, "a JobMaster keeps an unused slot this long")
     PREVIOUS_WORKER_RECOVERY_TIMEOUT = _opt("resourcemanager.previous-worker.recovery.timeout", parse_duration_ms,
                                             "a new leader waits this long for the previous leader's "

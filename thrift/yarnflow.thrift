@@ -171,6 +171,10 @@ service DispatcherService {
   // Not fenced: this is how a client learns the fencing token.
   ClusterInfo clusterInfo() throws (1: RpcError err),
   void shutdownCluster(1: string fencing_token) throws (1: RpcError err),
+  // A savepoint of the running job into a new folder under target_dir (empty: the cluster's
+  // state.savepoints.dir); returns the folder's URL once it is complete.
+  string triggerSavepoint(1: string fencing_token, 2: string job_id, 3: string target_dir)
+      throws (1: RpcError err),
 }
 
 // ---- ResourceManager ---------------------------------------------------------------------

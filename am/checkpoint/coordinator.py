@@ -196,6 +196,12 @@ class CheckpointCoordinator:
     def latest_completed(self) -> CheckpointStats | None:
         return self.completed[-1] if self.completed else None
 
+    def skip_ids_through(self, checkpoint_id: int) -> None:
+        """Later checkpoints get ids above ``checkpoint_id`` (a job restored from a savepoint of
+        that id: its state and its sinks' part numbers go on from there)."""
+        while self._ids.get_and_increment() < checkpoint_id:
+            pass
+
     # -- periodic trigger --------------------------------------------------------------------------
     def start(self) -> None:
         if not self._running:

@@ -23,6 +23,7 @@ from typing import Callable
 import fsspec
 
 from yarnflow.common.version import __version__
+from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata
 from yarnflow.am.jobmaster.job_master import JobMaster
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.config import Configuration
@@ -111,6 +112,7 @@ class Dispatcher:
             raise InvalidRequestError(f"cannot check the job artifact {job_graph.artifact_uri}: {exc}") from None
         if not exists:
             raise InvalidRequestError(f"the job artifact {job_graph.artifact_uri} does not exist")
+        self._check_savepoint(job_graph)
         with self._lock:
             if job_graph.job_id in self._running or job_graph.job_id in self._ended:
                 raise RefusedError(f"job {job_graph.job_id} was already submitted")
@@ -122,6 +124,38 @@ class Dispatcher:
         log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))
         jm.start()
         return job_graph.job_id
+
+    def _check_savepoint(self, job_graph: JobGraph) -> None:
+        """Refuse a job that is to start from a savepoint it cannot use, before it is accepted."""
+        config = self._config.with_overrides(job_graph.config)
+        path = str(config[Options.SAVEPOINT_PATH])
+        if not path:
+            return
+        try:
+            restore_metadata(read_savepoint(path), job_graph, bool(config[Options.SAVEPOINT_IGNORE_UNCLAIMED]))
+        except SavepointError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        if int(config[Options.CHECKPOINT_INTERVAL]) <= 0:
+            raise InvalidRequestError("a job started from a savepoint must take checkpoints: set "
+                                      "execution.checkpointing.interval (a STREAMING job)")
+
+    def trigger_savepoint(self, token: str, job_id: JobID, target_dir: str) -> str:
+        """A savepoint of the running job into a new folder under ``target_dir`` (default:
+        ``state.savepoints.dir``); returns its URL."""
+        self._check_token(token, "triggerSavepoint")
+        with self._lock:
+            jm = self._running.get(job_id)
+            ended = self._ended.get(job_id)
+        if ended is not None:
+            raise RefusedError(f"job {job_id} already ended {ended[1].status.name}")
+        if jm is None:
+            raise NotFoundError(f"no job {job_id} on this cluster")
+        target = target_dir or str(self._config.with_overrides(jm.job_graph.config)[Options.SAVEPOINTS_DIR])
+        if not target:
+            raise InvalidRequestError("no savepoint folder: give one (yarnflow savepoint JOB_ID DIR) or set "
+                                      "state.savepoints.dir")
+        log.info("savepoint of job %s into %s", job_id, target)
+        return jm.trigger_savepoint(target)
 
     def _job_master(self, job_graph: JobGraph, recover: bool) -> JobMaster:
         """A JobMaster for ``job_graph``, registered as running (call under the lock)."""

@@ -19,9 +19,11 @@ not, or a store refuses a write (NotLeaderError), the job is SUSPENDED here, not
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
 from yarnflow.am.checkpoint.storage import (
@@ -52,7 +54,15 @@ from yarnflow.am.resourcemanager.gateway import ResourceManagerGateway
 from yarnflow.common.clock import Clock, SystemClock, TimerHandle
 from yarnflow.common.collect import list_collected
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import FencingTokenError, NotFoundError, NotLeaderError, RpcError
+from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata, write_savepoint
+from yarnflow.common.errors import (
+    FencingTokenError,
+    NotFoundError,
+    NotLeaderError,
+    RefusedError,
+    RpcError,
+    UnavailableError,
+)
 from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, ResourceID
 from yarnflow.common.messages import (
@@ -136,6 +146,11 @@ class JobMaster:
         self._checkpoint_store = ha.checkpoint_store(self.job_id)
         self._is_leader = is_leader or (lambda: True)
         self._recover = recover
+        self._savepoint_path = str(job_config[Options.SAVEPOINT_PATH])
+        self._allow_non_restored = bool(job_config[Options.SAVEPOINT_IGNORE_UNCLAIMED])
+        self._checkpoint_timeout_ms = int(job_config[Options.CHECKPOINT_TIMEOUT])
+        #: checkpoint id -> (target folder, the savepoint's URL once written)
+        self._savepoints: dict[int, tuple[str, Future[str]]] = {}
         self.core = JobMasterCore(job_graph, job_config, address, self.fencing_token, job_storage_dir,
                                   clock or SystemClock(), _MainThreadTimers(self), self._checkpoints.job_dir,
                                   ha.checkpoint_id_counter(self.job_id))
@@ -154,8 +169,11 @@ class JobMaster:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
+        """Raises SavepointError when the job is to start from a savepoint it cannot use."""
         if self._recover:
             self._recover_checkpoints()
+        elif self._savepoint_path:
+            self._restore_savepoint(self._savepoint_path)
         self._main.start()
         self._rm.register_job_master(self.job_id, self)
         self._main.execute(self._guarded, self._start)
@@ -192,6 +210,85 @@ class JobMaster:
                      len(readable), latest_id)
         else:
             log.info("job %s recovered without a completed checkpoint, so it starts from the beginning", self.job_id)
+
+    def _restore_savepoint(self, path: str) -> None:
+        """A new job that starts from a savepoint: its state, mapped to this JobGraph by operator
+        uid, becomes the job's first retained checkpoint (written into the job's checkpoint
+        folder and recorded, so a new leader recovers it too; its state files stay in the
+        savepoint), the enumerator hands out the savepoint's remaining splits, and later
+        checkpoint ids follow the savepoint's. Called before the main thread runs."""
+        checkpoints = self.core.checkpoints
+        if checkpoints is None:
+            raise SavepointError("a job started from a savepoint must take checkpoints: set "
+                                 "execution.checkpointing.interval (a STREAMING job)")
+        savepoint = read_savepoint(path)
+        metadata = restore_metadata(savepoint, self.job_graph, self._allow_non_restored)
+        checkpoint_id = int(metadata["checkpoint_id"])
+        try:
+            url = self._checkpoints.write_metadata(checkpoint_id, metadata)
+            self._checkpoint_store.add(checkpoint_id, url)
+        except OSError as exc:
+            raise SavepointError(f"cannot record the savepoint as the job's first checkpoint: {exc}") from exc
+        checkpoints.recover(checkpoint_id, metadata)
+        checkpoints.coordinator.skip_ids_through(checkpoint_id)
+        if self.splits is not None and metadata["split_enumerator"]:
+            self.splits.restore(metadata["split_enumerator"])
+        log.info("job %s starts from savepoint %s (checkpoint %d of job %s)", self.job_id, savepoint["_folder"],
+                 checkpoint_id, savepoint.get("job_id"))
+
+    # -- savepoints -----------------------------------------------------------------------------
+    def trigger_savepoint(self, target_dir: str, timeout_s: float | None = None) -> str:
+        """Take a checkpoint now and copy it into a new savepoint folder under ``target_dir``;
+        returns the folder's URL. Raises RefusedError when the job takes no checkpoints or has
+        ended, UnavailableError when the checkpoint could not start or failed."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._checkpoint_timeout_ms / 1000 + 30)
+        while True:  # a periodic checkpoint may be in progress: start ours once it is done
+            started = self._call(self._start_savepoint, target_dir)
+            if isinstance(started, int):
+                break
+            if started.startswith("refused:") or time.monotonic() > deadline:
+                raise RefusedError(started.removeprefix("refused:").strip())
+            time.sleep(0.1)
+        checkpoint_id = started
+        future = self._savepoints[checkpoint_id][1]
+        try:
+            while True:
+                try:
+                    return future.result(0.2)
+                except FutureTimeout:
+                    pass
+                failure = self._main.call(self._checkpoint_failure, checkpoint_id)
+                if failure:
+                    raise UnavailableError(f"the savepoint failed: checkpoint {checkpoint_id} {failure}")
+                if time.monotonic() > deadline:
+                    raise UnavailableError(f"the savepoint (checkpoint {checkpoint_id}) did not complete in time")
+        finally:
+            self._savepoints.pop(checkpoint_id, None)
+
+    def _start_savepoint(self, target_dir: str) -> int | str:
+        """On the main thread: the id of the checkpoint started for a savepoint, or why not
+        ("refused: ..." when it never will)."""
+        checkpoints = self.core.checkpoints
+        if checkpoints is None:
+            return (f"refused: job {self.job_id} takes no checkpoints: savepoints need a STREAMING job with "
+                    "execution.checkpointing.interval set")
+        if self.core.is_terminal:
+            return f"refused: job {self.job_id} has ended ({self.core.status.name})"
+        checkpoint_id = checkpoints.coordinator.trigger()
+        if checkpoint_id is None:
+            return "a checkpoint could not start now (one is in progress, or not every task is running)"
+        self._savepoints[checkpoint_id] = (target_dir, Future())
+        log.info("job %s: checkpoint %d is a savepoint into %s", self.job_id, checkpoint_id, target_dir)
+        return checkpoint_id
+
+    def _checkpoint_failure(self, checkpoint_id: int) -> str:
+        checkpoints = self.core.checkpoints
+        if checkpoints is None:
+            return "was aborted: the job ended"
+        for stats in checkpoints.coordinator.history:
+            if stats.checkpoint_id == checkpoint_id and stats.failure is not None:
+                return f"failed: {stats.failure.name.lower().replace('_', ' ')} {stats.failure_detail}".rstrip()
+        return ""
 
     def suspend(self, reason: str) -> None:
         """This AppMaster lost the leadership: the job is SUSPENDED here (see the core)."""
@@ -319,6 +416,13 @@ class JobMaster:
         try:
             url = self._checkpoints.write_metadata(action.checkpoint_id, action.metadata)
             self._checkpoint_store.add(action.checkpoint_id, url)
+            savepoint = self._savepoints.get(action.checkpoint_id)
+            if savepoint is not None:  # copied before the checkpoint completes: no newer one subsumes it meanwhile
+                try:
+                    savepoint[1].set_result(write_savepoint(savepoint[0], str(self.job_id), action.metadata))
+                except SavepointError as exc:
+                    log.warning("job %s: %s", self.job_id, exc)
+                    savepoint[1].set_exception(exc)
         except NotLeaderError as exc:
             self._lost_leadership(f"checkpoint {action.checkpoint_id} not recorded: {exc}")
         except OSError as exc:

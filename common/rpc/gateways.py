@@ -97,6 +97,11 @@ class RemoteDispatcherGateway:
     def shutdown_cluster(self) -> None:
         self._c.call("shutdownCluster", self.fencing_token)
 
+    def trigger_savepoint(self, job_id: str, target_dir: str = "", timeout_ms: int = 15 * 60_000) -> str:
+        """The URL of a new savepoint of the job (waits up to ``timeout_ms`` for it)."""
+        return str(self._c.call("triggerSavepoint", self.fencing_token, str(job_id), target_dir,
+                                timeout_ms=timeout_ms))
+
     def close(self) -> None:
         self._c.close()
 
@@ -227,6 +232,7 @@ class DispatcherImpl(Protocol):
     def request_job_result(self, token: str, job_id: ids.JobID, timeout_ms: int) -> JobResult: ...
     def cluster_info(self) -> ClusterInfo: ...
     def shutdown_cluster(self, token: str) -> None: ...
+    def trigger_savepoint(self, token: str, job_id: ids.JobID, target_dir: str) -> str: ...
 
 
 class DispatcherHandler:
@@ -260,6 +266,10 @@ class DispatcherHandler:
     @_translated
     def shutdownCluster(self, token: str) -> None:  # noqa: N802
         self._i.shutdown_cluster(token)
+
+    @_translated
+    def triggerSavepoint(self, token: str, job_id: str, target_dir: str) -> str:  # noqa: N802
+        return self._i.trigger_savepoint(token, ids.JobID(job_id), target_dir)
 
     def processor(self) -> Any:
         return DispatcherService.Processor(self)

@@ -1,0 +1,101 @@
+"""The savepoint format (am/checkpoint/savepoints.py): a checkpoint's state copied into a folder
+keyed by operator uid with relative paths, read back from wherever the folder went, and mapped
+onto another JobGraph by uid (chaining and vertex ids may differ)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata, write_savepoint
+from yarnflow.common.ids import JobID, JobVertexID
+from yarnflow.common.messages import JobEdge, JobGraph, JobVertex
+from yarnflow.common.states import Partitioner
+
+
+def _state_file(path: Path, rows: int) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"key_group": list(range(rows))})
+    with ipc.new_file(str(path), table.schema) as w:
+        w.write_table(table)
+    return path.as_uri()
+
+
+def _graph(chained: bool) -> JobGraph:
+    if chained:  # source and sum in one vertex now
+        v = JobVertex(JobVertexID.generate(), "src -> sum", 2, 128, ["src", "sum"], operator_uids=["src", "sum"])
+        return JobGraph(JobID.generate(), "j", [v], [])
+    a = JobVertex(JobVertexID.generate(), "src", 2, 128, ["src"], operator_uids=["src"], is_source=True)
+    b = JobVertex(JobVertexID.generate(), "sum", 2, 128, ["sum"], operator_uids=["sum"])
+    return JobGraph(JobID.generate(), "j", [a, b], [JobEdge(a.vertex_id, b.vertex_id, Partitioner.HASH)])
+
+
+def _checkpoint(tmp_path: Path, graph: JobGraph) -> dict:
+    src, total = graph.vertices
+    subtasks = {}
+    for i in range(2):
+        subtasks[f"{src.vertex_id}#{i}"] = {"finished": i == 0, "files": [
+            {"operator_index": 0, "name": "splits", "size_bytes": 10,
+             "path": _state_file(tmp_path / "chk-7" / f"src-{i}" / "op0-splits.arrow", 1)}]}
+        subtasks[f"{total.vertex_id}#{i}"] = {"finished": False, "files": [
+            {"operator_index": 0, "name": "values", "size_bytes": 20,
+             "path": _state_file(tmp_path / "chk-7" / f"sum-{i}" / "op0-values.arrow", 3 + i)}]}
+    return {"version": 1, "job_id": str(graph.job_id), "checkpoint_id": 7, "subtasks": subtasks,
+            "split_enumerator": {str(src.vertex_id): [{"split_id": "a", "payload": "eA=="}]},
+            "vertices": {str(v.vertex_id): {"name": v.name, "parallelism": v.parallelism,
+                                            "max_parallelism": v.max_parallelism,
+                                            "operator_uids": list(v.operator_uids)} for v in graph.vertices}}
+
+
+def test_a_savepoint_is_self_contained_and_maps_by_uid_into_another_graph(tmp_path: Path) -> None:
+    old = _graph(chained=False)
+    url = write_savepoint(str(tmp_path / "sps"), str(old.job_id), _checkpoint(tmp_path, old))
+    shutil.rmtree(tmp_path / "chk-7")  # the checkpoint is gone: the savepoint holds copies
+    moved = tmp_path / "moved"
+    shutil.move(url.removeprefix("file://"), moved)
+    doc = read_savepoint(str(moved))
+    assert doc["checkpoint_id"] == 7 and set(doc["operators"]) == {"src", "sum"}
+    new = _graph(chained=True)
+    meta = restore_metadata(doc, new, allow_non_restored=False)
+    [v] = new.vertices
+    sub0, sub1 = meta["subtasks"][f"{v.vertex_id}#0"], meta["subtasks"][f"{v.vertex_id}#1"]
+    assert sorted((f["operator_index"], f["name"]) for f in sub0["files"]) == [(0, "splits"), (1, "values")]
+    assert all(f["path"].startswith(moved.as_uri()) and Path(f["path"].removeprefix("file://")).exists()
+               for f in sub0["files"] + sub1["files"])
+    assert not sub0["finished"]  # the source had finished, the sum chained to it had not
+    assert meta["split_enumerator"] == {str(v.vertex_id): [{"split_id": "a", "payload": "eA=="}]}
+    with (moved / "_metadata").open() as fh:
+        assert all(not f["path"].startswith("/") for op in json.load(fh)["operators"].values()
+                   for s in op["subtasks"].values() for f in s["files"])
+
+
+def test_unclaimed_state_and_a_changed_parallelism_are_refused(tmp_path: Path) -> None:
+    old = _graph(chained=False)
+    doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id), _checkpoint(tmp_path, old)))
+    renamed = _graph(chained=False)
+    renamed.vertices[1].operator_uids[0] = "totals"
+    with pytest.raises(SavepointError, match=r"state for operators this job does not have \(uids: sum\)"):
+        restore_metadata(doc, renamed, allow_non_restored=False)
+    meta = restore_metadata(doc, renamed, allow_non_restored=True)
+    assert all(f["name"] == "splits" for s in meta["subtasks"].values() for f in s["files"])
+    wider = JobGraph(JobID.generate(), "j", [JobVertex(JobVertexID.generate(), "src -> sum", 3, 128,
+                                                        operator_uids=["src", "sum"])], [])
+    with pytest.raises(SavepointError, match="parallelism 2 in the savepoint and has 3 now"):
+        restore_metadata(doc, wider, allow_non_restored=False)
+
+
+def test_what_is_not_a_savepoint(tmp_path: Path) -> None:
+    with pytest.raises(SavepointError, match="no savepoint at"):
+        read_savepoint(str(tmp_path / "nothing"))
+    (tmp_path / "chk").mkdir()
+    (tmp_path / "chk" / "_metadata").write_text('{"checkpoint_id": 3, "subtasks": {}}')
+    with pytest.raises(SavepointError, match="is not a yarnflow savepoint"):
+        read_savepoint(str(tmp_path / "chk"))
+    (tmp_path / "chk" / "_metadata").write_text('{"kind": "savepoint", "operators": {}, "version": 99}')
+    with pytest.raises(SavepointError, match="format version 99"):
+        read_savepoint(str(tmp_path / "chk"))
