@@ -18,7 +18,7 @@ test can check what one input caused. Events are tuples: ``("data", batch)``,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -217,3 +217,18 @@ class OperatorHarness:
 
     def clear(self) -> None:
         self.out.clear()
+
+
+def assert_upsert_counts(out: Any, expected: Mapping[str, int]) -> None:
+    """A keyed count's committed upsert stream in the Parquet folder ``out`` (columns ``k``,
+    ``n``): each key's running totals committed once each, ending at its count in ``expected``."""
+    import pyarrow.dataset as pads
+
+    table = pads.dataset(str(out), format="parquet").to_table()
+    per_key: dict[str, list[int]] = {}
+    for k, n in zip(table["k"].to_pylist(), table["n"].to_pylist()):
+        per_key.setdefault(k, []).append(n)
+    for k, totals in per_key.items():
+        assert len(totals) == len(set(totals)), f"{k}: a running total was committed twice"
+        assert max(totals) == expected[k], f"{k}: {max(totals)} counted, {expected[k]} expected"
+    assert set(per_key) == set(expected)

@@ -224,13 +224,15 @@ class CheckpointCoordinator:
         self.trigger()
         self._schedule_trigger(self.settings.interval_ms)
 
-    def trigger(self) -> int | None:
-        """Start a checkpoint now if the rules allow; returns its id, or None when skipped."""
+    def trigger(self, savepoint: bool = False) -> int | None:
+        """Start a checkpoint now if the rules allow; returns its id, or None when skipped. A
+        ``savepoint`` is asked for by a user: it ignores the limit of concurrent checkpoints and
+        the minimum pause (as Flink's savepoints do), so it starts as soon as every task runs."""
         now = self._clock.now_ms()
-        if len(self.pending) >= self.settings.max_concurrent:
+        if len(self.pending) >= self.settings.max_concurrent and not savepoint:
             log.debug("checkpoint skipped: %d pending (max %d)", len(self.pending), self.settings.max_concurrent)
             return None
-        if self._last_end_ms is not None and now - self._last_end_ms < self.settings.min_pause_ms:
+        if not savepoint and self._last_end_ms is not None and now - self._last_end_ms < self.settings.min_pause_ms:
             log.debug("checkpoint skipped: min pause")
             return None
         plan = self._plan()

@@ -274,9 +274,9 @@ class JobMaster:
                     "execution.checkpointing.interval set")
         if self.core.is_terminal:
             return f"refused: job {self.job_id} has ended ({self.core.status.name})"
-        checkpoint_id = checkpoints.coordinator.trigger()
+        checkpoint_id = checkpoints.coordinator.trigger(savepoint=True)
         if checkpoint_id is None:
-            return "a checkpoint could not start now (one is in progress, or not every task is running)"
+            return "a checkpoint could not start now: not every task is running"
         self._savepoints[checkpoint_id] = (target_dir, Future())
         log.info("job %s: checkpoint %d is a savepoint into %s", self.job_id, checkpoint_id, target_dir)
         return checkpoint_id

@@ -18,7 +18,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.conftest import Cli
-from tests.harness import wait_until
+from tests.harness import assert_upsert_counts, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -74,23 +74,17 @@ def _running_with_checkpoints(cli: Cli, address: str) -> str:
     return wait_until(ready, 60, "the job never ran with a completed checkpoint", interval_s=0.2)
 
 
-def _assert_exact(out: Path, expected: collections.Counter) -> None:
-    table = pads.dataset(str(out), format="parquet").to_table()
-    totals: dict[str, list[int]] = collections.defaultdict(list)
-    for k, n in zip(table["k"].to_pylist(), table["n"].to_pylist()):
-        totals[k].append(n)
-    for k, seen in totals.items():
-        assert len(seen) == len(set(seen)), f"{k}: a running total was committed twice"
-        assert max(seen) == expected[k], f"{k}: {max(seen)} counted, {expected[k]} expected"
-    assert set(totals) == set(expected)
-
-
-def _savepoint_midway(cli: Cli, address: str, tmp_path: Path) -> tuple[str, str]:
-    started = cli.run("run", "-a", address, "--detached", *CHECKPOINTS, "job.py", str(tmp_path / "in"),
+def _savepoint_midway(cli: Cli, address: str, tmp_path: Path, checkpoints: list[str] = CHECKPOINTS,
+                      default_dir: bool = False) -> tuple[str, str]:
+    """Start the job, take a savepoint once it checkpointed (into ``savepoints``: named on the
+    command line, or the job's state.savepoints.dir with ``default_dir``)."""
+    target = str(tmp_path / "savepoints")
+    conf = ["-D", f"state.savepoints.dir={target}"] if default_dir else []
+    started = cli.run("run", "-a", address, "--detached", *checkpoints, *conf, "job.py", str(tmp_path / "in"),
                       str(tmp_path / "out"), check=True)
     assert "submitted detached" in started.stderr
     job = _running_with_checkpoints(cli, address)
-    taken = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True)
+    taken = cli.run("savepoint", "-a", address, job, *([] if default_dir else [target]), check=True)
     [path] = taken.stdout.split()
     assert path.startswith(f"file://{tmp_path}/savepoints/savepoint-{job[:6]}-")
     return job, path
@@ -108,12 +102,29 @@ def test_a_job_restored_from_a_moved_savepoint_counts_every_row_once(setup: Any)
                        str(tmp_path / "in"), str(tmp_path / "out"), timeout=120)
     assert restored.returncode == 0, restored.stderr
     assert "FINISHED" in restored.stderr
-    _assert_exact(tmp_path / "out", expected)
+    assert_upsert_counts(tmp_path / "out", expected)
+
+
+def test_a_sink_that_writes_elsewhere_now_commits_the_savepoints_rows_where_they_were(setup: Any) -> None:
+    cli, address, tmp_path, expected = setup
+    # 2 s between periodic checkpoints: the savepoint surely has rows pending in the sink
+    slow = ["-D", "execution.checkpointing.interval=2 s", "-D", "execution.batch-size=50"]
+    job, path = _savepoint_midway(cli, address, tmp_path, slow)
+    cli.run("cancel", "-a", address, job, check=True)
+    wait_until(lambda: "CANCELED" in cli.run("info", "-a", address, job).stdout, 30, "not cancelled")
+    restored = cli.run("run", "-a", address, "--no-progress", "-s", path, *CHECKPOINTS, "job.py",
+                       str(tmp_path / "in"), str(tmp_path / "out2"), timeout=120)
+    assert restored.returncode == 0, restored.stderr
+    assert_upsert_counts(tmp_path / "out2", expected)  # the keyed totals went on from the savepoint
+    pending = [pads.dataset(str(f), format="arrow").to_table()
+               for f in Path(path.removeprefix("file://")).glob("sink/*/pending.arrow")]
+    finals = [name for table in pending for name in table["final"].to_pylist()]
+    assert finals and all((tmp_path / "out" / name).exists() for name in finals)  # committed where written
 
 
 def test_state_nobody_claims_is_refused_unless_allowed(setup: Any) -> None:
     cli, address, tmp_path, _ = setup
-    job, path = _savepoint_midway(cli, address, tmp_path)
+    job, path = _savepoint_midway(cli, address, tmp_path, default_dir=True)
     cli.run("cancel", "-a", address, job, check=True)
     args = ["run", "-a", address, "--no-progress", "-s", path, *CHECKPOINTS, "job.py", str(tmp_path / "in"),
             str(tmp_path / "out")]

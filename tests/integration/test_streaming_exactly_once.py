@@ -18,7 +18,7 @@ from contextlib import closing
 import pyarrow.dataset as pads
 import pytest
 
-from tests.harness import wait_until
+from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_batch_exactly_once import _run_in_thread
 from tests.integration.test_cluster_failures import _resource_id, _te_processes
 from yarnflow.common.states import JobStatus
@@ -130,15 +130,7 @@ def test_a_sigkilled_taskexecutor_loses_and_repeats_nothing(local_cluster, tmp_p
 def assert_upsert_totals(out, rows: list[str]) -> None:
     """The keyed job's committed upsert stream: each key's running totals, committed once each,
     ending at the key's count in ``rows``."""
-    table = _committed(out)
-    expected = collections.Counter(line.split()[0] for line in rows)
-    per_key: dict[str, list[int]] = collections.defaultdict(list)
-    for k, n in zip(table["k"].to_pylist(), table["n"].to_pylist()):
-        per_key[k].append(n)
-    for k, totals in per_key.items():
-        assert len(totals) == len(set(totals)), f"{k}: a running total was committed twice"
-        assert max(totals) == expected[k], f"{k}: {max(totals)} counted, {expected[k]} expected"
-    assert set(per_key) == set(expected)
+    assert_upsert_counts(out, collections.Counter(line.split()[0] for line in rows))
 
 
 @pytest.mark.timeout(240)

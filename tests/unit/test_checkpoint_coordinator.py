@@ -144,6 +144,16 @@ def test_max_concurrent_checkpoints_is_respected() -> None:
     assert d.coordinator.trigger() == 3
 
 
+def test_a_savepoint_ignores_max_concurrent_and_min_pause() -> None:
+    d = Driver(max_concurrent=1, min_pause_ms=500)
+    assert d.coordinator.trigger() == 1
+    assert d.coordinator.trigger() is None
+    assert d.coordinator.trigger(savepoint=True) == 2  # a user asked: it does not wait for the periodic one
+    d.complete(2)
+    assert d.coordinator.trigger() is None  # min pause after the savepoint
+    assert d.coordinator.trigger(savepoint=True) == 3
+
+
 def test_min_pause_counts_from_the_end_of_the_last_checkpoint() -> None:
     d = Driver(min_pause_ms=500)
     d.coordinator.trigger()

@@ -245,7 +245,8 @@ class _StagedFileSink(Operator):
                 "final": pa.array([posixpath.basename(self._final_name(part)) for _, part, _ in pending],
                                   pa.string()),
             }),
-            "counter": pa.table({"next_part": pa.array([self._part], pa.int64())}),
+            "counter": pa.table({"next_part": pa.array([self._part], pa.int64()),
+                                 "folder": pa.array([self._folder_url()], pa.string())}),
         }
         if self._held:  # rows before the barrier whose column types are not known yet
             state["held"] = pa.Table.from_batches(self._held).combine_chunks() \
@@ -274,6 +275,12 @@ class _StagedFileSink(Operator):
         self._part = int(counter["next_part"]) if counter is not None else 0
         pending = state.get("pending")
         parts: list[tuple[int, str]] = []
+        folder = str(counter.get("folder") or "") if counter is not None else ""
+        if pending is not None and folder and folder != self._folder_url():
+            # restored from a savepoint by a job whose sink writes elsewhere now: the rows the
+            # savepoint covers are committed where they were written, as Flink's FileSink does
+            self._commit_elsewhere(folder, pending)
+            pending = None
         if pending is not None:
             require_columns(pending, "pending", ["part", "staged"])
             parts = [(int(part), posixpath.join(self._dir, staged))
@@ -288,6 +295,27 @@ class _StagedFileSink(Operator):
         if parts:
             log.info("%s (%d/%d): restored checkpoint %d, committed its %d pending files", self.name,
                      self.ctx.subtask_index + 1, self.ctx.parallelism, self.ctx.restored_checkpoint_id, len(parts))
+
+    def _folder_url(self) -> str:
+        return str(self._fs.unstrip_protocol(self._dir)).rstrip("/")
+
+    def _commit_elsewhere(self, folder: str, pending: pa.Table) -> None:
+        require_columns(pending, "pending", ["staged", "final"])
+        fs, root = fsspec.core.url_to_fs(folder)
+        done = 0
+        for staged, final in zip(pending.column("staged").to_pylist(), pending.column("final").to_pylist()):
+            src, dst = posixpath.join(root, staged), posixpath.join(root, final)
+            if fs.exists(src):
+                if fs.exists(dst):
+                    fs.rm(dst)
+                fs.mv(src, dst)
+                done += 1
+            elif not fs.exists(dst):
+                raise FileNotFoundError(f"sink '{self.name}': staged part {src} is gone and {dst} does not exist: "
+                                        "rows of a completed checkpoint are lost")
+        log.warning("%s (%d/%d): the restored state was written to %s, this sink writes to %s: its %d pending "
+                    "files were committed there", self.name, self.ctx.subtask_index + 1, self.ctx.parallelism,
+                    folder, self._folder_url(), done)
 
     def _commit_parts(self, parts: list[tuple[int, str]], missing_ok: bool = False) -> None:
         """Rename each staged part to its final name. A staged file that is gone is an error
