@@ -373,8 +373,10 @@ def _extract(path: str, target: str) -> None:
             zf.extractall(target)
     elif tarfile.is_tarfile(path):
         with tarfile.open(path) as tf:
-            if hasattr(tarfile, "data_filter"):
-                tf.extractall(target, filter="data")
+            if hasattr(tarfile, "tar_filter"):
+                # as YARN's localizer (GNU tar) does: members stay inside the folder, but a symlink
+                # may point to an absolute path (venv-pack's bin/python points to the node's Python)
+                tf.extractall(target, filter="tar")
             else:  # pragma: no cover - Python < 3.11.4
                 tf.extractall(target)
     else:

@@ -16,6 +16,8 @@ import collections
 import json
 import re
 import signal
+import subprocess
+import sys
 import textwrap
 import zipfile
 from pathlib import Path
@@ -218,6 +220,40 @@ def test_shipped_archives_are_unpacked_for_the_job(yarn_cli: Cli, tmp_path: Path
                         "BATCH", "0", "lookup", "tables/factor.txt", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert final_counts(out) == collections.Counter({k: 3 * n for k, n in expected.items()})
+
+
+VENV_JOB = textwrap.dedent("""\
+    import sys
+    import pyarrow as pa
+    import yarnflow
+
+    env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.from_collection({"x": [1, 2, 3]}).map_batches(
+        lambda b: pa.record_batch({"x": b.column("x"), "python": pa.array([sys.executable] * b.num_rows),
+                                   "prefix": pa.array([sys.prefix] * b.num_rows)}), name="where").print()
+    env.execute("venv")
+""")
+
+
+def test_the_clients_virtualenv_is_shipped_and_runs_the_containers(yarn_cli: Cli, sandbox: Sandbox,
+                                                                    tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    (tmp_path / "venv_job.py").write_text(VENV_JOB)
+    env = dict(yarn_cli.env, HOME=str(tmp_path / "home"))  # venv-pack's cache goes there
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "yarnflow", "run", "--target", "yarn-per-job",
+                           "--no-progress", *dconf(YARN_CONF), "-D", "yarn.ship-venv=true", "venv_job.py"],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("\t") for line in proc.stdout.splitlines()[1:]]
+    assert sorted(int(r[0]) for r in rows) == [1, 2, 3]
+    app_id = app_id_of(proc.stderr)
+    containers = Path(sandbox.work_dir) / "local" / app_id
+    for _, python, prefix in rows:  # the TaskExecutor ran the unpacked environment's Python
+        assert python.startswith(str(containers)) and python.endswith("/environment/bin/python"), python
+        assert prefix.startswith(str(containers)) and prefix.endswith("/environment"), prefix
+    assert list((tmp_path / "home" / ".cache" / "yarnflow").glob("venv-*.tar.gz"))  # packed once, cached
 
 
 def test_a_session_runs_two_jobs_and_answers_list_info_cancel_and_stop(yarn_cli: Cli, sandbox: Sandbox,
