@@ -51,17 +51,29 @@ def spark_settings(config: Mapping[str, str]) -> dict[str, str]:
     return settings
 
 
+def stage_session(config: Mapping[str, str]) -> Any:
+    """A session of its own for one Spark stage (``newSession``: the TaskExecutor's SparkContext,
+    but its own temporary views and SQL settings), with the job's ``spark.sql.*`` keys set:
+    two stages running at once in one TaskExecutor cannot see each other's views or settings."""
+    session = get_session(config).newSession()
+    for key, value in spark_settings(config).items():
+        if key.startswith("spark.sql."):
+            session.conf.set(key, value)
+    return session
+
+
 def get_session(config: Mapping[str, str]) -> Any:
     """This process's SparkSession, created on first use from ``config``. A later job with
-    other ``spark.*`` settings gets the same session (a JVM has one SparkContext): its static
-    settings (master, memory) are those of the first; a warning says which differ."""
+    other ``spark.*`` settings gets the same SparkContext (a JVM has one): its static settings
+    (master, memory) are those of the first; a warning says which differ. SQL settings are
+    per stage (``stage_session``)."""
     global _session
     with _lock:
         settings = spark_settings(config)
         if _session is not None:
             current = dict(_session.sparkContext.getConf().getAll())
             differ = sorted(k for k, v in settings.items() if k in current and current[k] != v
-                            and not k.startswith("spark.driver.host"))
+                            and not k.startswith(("spark.driver.host", "spark.sql.")))
             if differ:
                 log.warning("this TaskExecutor's SparkSession keeps its settings for %s (a JVM has one "
                             "SparkContext); run the job on a new cluster to change them", ", ".join(differ))
@@ -105,19 +117,13 @@ def memory_mb(value: str) -> int:
 
 def error_line(exc: BaseException) -> str:
     """Spark's message without the JVM stack trace or the query plan: its first line."""
-    for attr in ("getMessage",):
-        try:
-            text = str(getattr(exc, attr)())
-            break
-        except Exception:  # noqa: BLE001 - not a captured JVM exception
-            text = ""
-    else:  # pragma: no cover
+    try:
+        text = str(exc.getMessage())  # type: ignore[attr-defined]  # PySpark's captured JVM errors
+    except Exception:  # noqa: BLE001 - any other exception
         text = ""
-    text = text or str(exc)
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in (text or str(exc)).strip().splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__
-    first = lines[0]
-    if first.startswith("An error occurred while calling") and len(lines) > 1:
-        first = lines[1]  # py4j's preamble; the Java exception's message follows
-    return first
+    if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
+        return lines[1]  # py4j's preamble; the Java exception's message follows
+    return lines[0]

@@ -291,6 +291,34 @@ def test_a_spark_stage_declares_the_drivers_memory_for_its_slot(cluster: Any, da
         run(cluster, build, "too-big", {"spark.driver.memory": "2g", "restart-strategy.type": "none"})
 
 
+def test_the_session_is_the_taskexecutors_own_with_the_jobs_spark_keys(cluster: Any, data: Path) -> None:
+    def settings(df: Any) -> Any:
+        spark = df.sparkSession
+        sc = spark.sparkContext
+        return spark.createDataFrame([(sc.getConf().get("spark.ui.enabled"),
+                                       spark.conf.get("spark.sql.execution.arrow.pyspark.enabled"),
+                                       sc.getConf().get("spark.driver.host"),
+                                       spark.conf.get("spark.sql.shuffle.partitions"),
+                                       sc.applicationId, os.getpid())],
+                                     ["ui", "arrow", "host", "shuffle", "app", "pid"])
+
+    results = []
+    for shuffle in ("3", "5"):  # the SQL keys of each job, on the TaskExecutors' one SparkContext each
+        def build(env: Any) -> None:
+            env.read_parquet(str(data / "customers.parquet")).spark(settings, name="settings").collect()
+
+        table = run(cluster, build, f"settings-{shuffle}", {"spark.sql.shuffle.partitions": shuffle}).collected()
+        [row] = table.to_pylist()
+        assert (row["ui"], row["arrow"], row["host"], row["shuffle"]) == ("false", "true", "127.0.0.1", shuffle)
+        results.append(row)
+    te_pids = {p.pid for p in psutil.Process(cluster.proc.pid).children() if "yarnflow.worker" in p.cmdline()}
+    assert all(r["pid"] in te_pids for r in results)
+    by_pid: dict[int, set[str]] = {}
+    for r in results:
+        by_pid.setdefault(r["pid"], set()).add(r["app"])
+    assert all(len(apps) == 1 for apps in by_pid.values())  # one SparkContext per TaskExecutor, reused
+
+
 @pytest.mark.parametrize("how", ["mode", "unbounded"])
 def test_a_streaming_job_with_a_spark_stage_is_refused(how: str) -> None:
     env = yarnflow.StreamExecutionEnvironment(parallelism=2)

@@ -293,6 +293,29 @@ def test_a_session_runs_two_jobs_and_answers_list_info_cancel_and_stop(yarn_cli:
     wait_until(lambda: not container_processes(app_id, "yarnflow.worker"), 20, "TaskExecutors outlived the session")
 
 
+def test_an_attached_session_stops_its_application_on_ctrl_c(yarn_cli: Cli, tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in", files=2, rows=400)
+    proc = yarn_cli.start("session", "start", "--target", "yarn", *dconf(YARN_CONF))
+    first = proc.stdout.readline()  # type: ignore[union-attr]
+    app_id = app_id_of(first)
+    assert "yarnflow session running" in proc.stdout.readline()  # type: ignore[union-attr]
+    ran = yarn_cli.run("run", "-D", f"yarn.application.id={app_id}", "job.py", str(tmp_path / "in"),
+                       str(tmp_path / "out"), "BATCH", "0", "attached", timeout=90)
+    assert ran.returncode == 0, ran.stderr
+    assert_batch_exact(tmp_path / "out", expected)
+    info = yarn_cli.run("info", "-D", f"yarn.application.id={app_id}",
+                        json.loads(yarn_cli.run("list", "--json", "-D", f"yarn.application.id={app_id}",
+                                                check=True).stdout.splitlines()[0])["id"], check=True)
+    # a TaskExecutor's ResourceID is its YARN container id
+    assert "container_" + app_id[len("application_"):] in info.stdout, info.stdout
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert f"session stopped (SIGINT): YARN application {app_id} FINISHED (final status SUCCEEDED)" in out
+    assert proc.returncode == 0
+    wait_until(lambda: not container_processes(app_id, "yarnflow.worker")
+               and not container_processes(app_id, "yarnflow.am"), 20, "the session's containers outlived it")
+
+
 def test_a_killed_taskexecutor_container_is_replaced_and_the_job_stays_exact(yarn_cli: Cli, sandbox: Sandbox,
                                                                              tmp_path: Path) -> None:
     expected = write_input(tmp_path / "in")

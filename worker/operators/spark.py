@@ -94,7 +94,7 @@ class SparkStage(Operator):
 
         started = time.time()
         try:
-            session = spark_runtime.get_session(self.ctx.config)
+            session = spark_runtime.stage_session(self.ctx.config)
         except Exception as exc:
             log.exception("Spark stage '%s': the SparkSession could not start", self.name)
             raise SparkStageError(f"Spark stage '{self.name}': the SparkSession could not start: "
@@ -161,8 +161,7 @@ class SparkStage(Operator):
         return f"{self._attempt_dir}/in/{self.inputs[index]}"
 
     def _url(self, path: str) -> str:
-        protocol = self._fs.protocol if isinstance(self._fs.protocol, str) else self._fs.protocol[0]
-        return self._fs.unstrip_protocol(path) if protocol != "file" else f"file://{path}"
+        return str(self._fs.unstrip_protocol(path))
 
     def _close_writers(self) -> None:
         writers, self._writers = self._writers, {}
