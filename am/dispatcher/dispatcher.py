@@ -143,13 +143,7 @@ class Dispatcher:
         """A savepoint of the running job into a new folder under ``target_dir`` (default:
         ``state.savepoints.dir``); returns its URL."""
         self._check_token(token, "triggerSavepoint")
-        with self._lock:
-            jm = self._running.get(job_id)
-            ended = self._ended.get(job_id)
-        if ended is not None:
-            raise RefusedError(f"job {job_id} already ended {ended[1].status.name}")
-        if jm is None:
-            raise NotFoundError(f"no job {job_id} on this cluster")
+        jm = self._running_job(job_id)
         target = target_dir or str(self._config.with_overrides(jm.job_graph.config)[Options.SAVEPOINTS_DIR])
         if not target:
             raise InvalidRequestError("no savepoint folder: give one (yarnflow savepoint JOB_ID DIR) or set "
@@ -288,8 +282,8 @@ class Dispatcher:
         except UnavailableError:
             return self.get_job(token, job_id)
 
-    def cancel_job(self, token: str, job_id: JobID) -> None:
-        self._check_token(token, "cancelJob")
+    def _running_job(self, job_id: JobID) -> JobMaster:
+        """The running job's JobMaster; RefusedError when it ended, NotFoundError when unknown."""
         with self._lock:
             jm = self._running.get(job_id)
             ended = self._ended.get(job_id)
@@ -297,6 +291,11 @@ class Dispatcher:
             raise RefusedError(f"job {job_id} already ended {ended[1].status.name}")
         if jm is None:
             raise NotFoundError(f"no job {job_id} on this cluster")
+        return jm
+
+    def cancel_job(self, token: str, job_id: JobID) -> None:
+        self._check_token(token, "cancelJob")
+        jm = self._running_job(job_id)
         log.info("cancelling job %s", job_id)
         jm.cancel()
 
