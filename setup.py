@@ -56,6 +56,7 @@ setup(
         "psutil>=5.9",
         "kazoo>=2.9",
         "skein>=0.8.2",
+        "grpcio",  # the YARN sandbox serves skein's gRPC services (skein depends on it too)
         "venv-pack>=0.2",  # yarn.ship-venv
         "pandas>=1.5,<3",  # pyspark does not support pandas 3 yet
         "pyspark>=3.5",  # Spark stages (stream.spark, env.spark_sql) run on the TaskExecutors
