@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
@@ -40,6 +41,8 @@ def start_process(args: argparse.Namespace) -> Configuration | None:
                         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    # `kill -USR1 <pid>` writes every thread's stack to the log: for a task that seems stuck
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
         return Configuration.load(parse_dynamic_properties(args.dynamic))
     except ConfigurationError as exc:

@@ -186,6 +186,7 @@ class CheckpointCoordinator:
         self._timeouts: dict[int, TimerHandle] = {}
         self._awaiting: dict[int, set[ExecutionAttemptID]] = {}   # tasks yet to acknowledge
         self._tasks: dict[int, tuple[ExecutionAttemptID, ...]] = {}  # every task of the checkpoint
+        self._triggered: dict[int, set[ExecutionAttemptID]] = {}  # tasks the trigger went to
 
     # -- plumbing ----------------------------------------------------------------------------------
     def drain_actions(self) -> list[CheckpointAction]:
@@ -245,6 +246,7 @@ class CheckpointCoordinator:
         self.history.append(stats)
         self._awaiting[checkpoint_id] = set(plan.acknowledge)
         self._tasks[checkpoint_id] = tuple(sorted(plan.acknowledge))
+        self._triggered[checkpoint_id] = set(plan.trigger)
         self._timeouts[checkpoint_id] = self._timers.schedule(self.settings.timeout_ms,
                                                               lambda: self._expire(checkpoint_id))
         log.info("triggering checkpoint %d (%d tasks to acknowledge)", checkpoint_id, len(plan.acknowledge))
@@ -295,6 +297,24 @@ class CheckpointCoordinator:
             if attempt_id in self._awaiting.get(checkpoint_id, ()):
                 self.acknowledge(checkpoint_id, attempt_id, handle)
 
+    def awaiting(self, checkpoint_id: int) -> frozenset[ExecutionAttemptID]:
+        """The tasks yet to acknowledge the pending checkpoint ``checkpoint_id``."""
+        return frozenset(self._awaiting.get(checkpoint_id, ()))
+
+    def trigger_tasks(self, checkpoint_id: int, tasks: Iterable[ExecutionAttemptID]) -> None:
+        """Send the trigger of the pending checkpoint also to ``tasks`` (those it has not gone to
+        yet). For a task whose upstream tasks all finished after the checkpoint was triggered:
+        one of them may have finished before its snapshot, so its barrier never comes (FLIP-147)."""
+        stats = self.pending.get(checkpoint_id)
+        sent = self._triggered.get(checkpoint_id)
+        if stats is None or sent is None or stats.status != CheckpointStatus.PENDING:
+            return
+        new = tuple(sorted(t for t in tasks if t not in sent and t in self._awaiting.get(checkpoint_id, ())))
+        if new:
+            sent.update(new)
+            log.info("checkpoint %d: triggering %d more tasks whose inputs all ended", checkpoint_id, len(new))
+            self._out.append(TriggerCheckpoint(checkpoint_id, stats.trigger_time_ms, new, self.settings.exactly_once))
+
     def _expire(self, checkpoint_id: int) -> None:
         stats = self.pending.get(checkpoint_id)
         if stats is not None and stats.status == CheckpointStatus.PENDING:
@@ -318,6 +338,7 @@ class CheckpointCoordinator:
         self.consecutive_failures = 0
         tasks = self._tasks.pop(checkpoint_id, ())
         self._awaiting.pop(checkpoint_id, None)
+        self._triggered.pop(checkpoint_id, None)
         log.info("checkpoint %d complete: %d bytes in %d ms", checkpoint_id, stats.state_size, stats.duration_ms)
         for older in sorted(i for i in self.pending if i < checkpoint_id):
             self._abort(older, CheckpointFailureReason.SUBSUMED, f"checkpoint {checkpoint_id} completed")
@@ -351,6 +372,7 @@ class CheckpointCoordinator:
         self._last_end_ms = stats.end_time_ms
         tasks = self._tasks.pop(checkpoint_id, ())
         self._awaiting.pop(checkpoint_id, None)
+        self._triggered.pop(checkpoint_id, None)
         log.info("checkpoint %d aborted: %s%s", checkpoint_id, reason.value, f" ({detail})" if detail else "")
         self._out.append(NotifyCheckpointAborted(checkpoint_id, tasks))
         self._out.append(DiscardCheckpoint(checkpoint_id))

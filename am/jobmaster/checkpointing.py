@@ -135,17 +135,26 @@ class JobCheckpoints:
         checkpoint is triggered now rather than at the next interval, so a bounded job does
         not wait up to an interval to end (min-pause and max-concurrent still apply)."""
         self.coordinator.acknowledge_finished(ex.attempt_id, (self._sid_of(ex), None))
+        for checkpoint_id in sorted(self.coordinator.pending):
+            # tasks the pending checkpoint waits for whose inputs have now all ended: their
+            # barrier may never come (``ex`` may have finished before its snapshot), so they
+            # are triggered directly, as the plan triggers such tasks
+            awaiting = self.coordinator.awaiting(checkpoint_id)
+            self.coordinator.trigger_tasks(checkpoint_id, [
+                e.attempt_id for e in self._graph.current_executions()
+                if e.attempt_id in awaiting and e.state == ExecutionState.RUNNING and self._inputs_ended(e)])
         if not self.coordinator.pending and self._an_input_ended():
             self.coordinator.trigger()
 
     def _an_input_ended(self) -> bool:
-        for ex in self._graph.current_executions():
-            upstream = self._upstream[str(ex.vertex.job_vertex.vertex_id)]
-            if ex.state == ExecutionState.RUNNING and upstream and all(
-                    sub.current.state == ExecutionState.FINISHED
-                    for up in upstream for sub in self._graph.vertices[up].subtasks):
-                return True
-        return False
+        return any(ex.state == ExecutionState.RUNNING and self._inputs_ended(ex)
+                   for ex in self._graph.current_executions())
+
+    def _inputs_ended(self, ex: Execution) -> bool:
+        """``ex`` has inputs, and every task upstream of it finished."""
+        upstream = self._upstream[str(ex.vertex.job_vertex.vertex_id)]
+        return bool(upstream) and all(sub.current.state == ExecutionState.FINISHED
+                                      for up in upstream for sub in self._graph.vertices[up].subtasks)
 
     def drain(self, address_of: Callable[[ExecutionAttemptID], tuple[str, str] | None]) -> list[Action]:
         """The coordinator's decisions as JobMaster actions; ``address_of(attempt)`` gives the
@@ -158,7 +167,7 @@ class JobCheckpoints:
     def _translate(self, action: CheckpointAction,
                    address_of: Callable[[ExecutionAttemptID], tuple[str, str] | None]) -> list[Action]:
         if isinstance(action, TriggerCheckpoint):
-            self._finished_at[action.checkpoint_id] = self._finished_at_plan
+            self._finished_at.setdefault(action.checkpoint_id, self._finished_at_plan)  # not again for trigger_tasks
             out: list[Action] = []
             for attempt in action.tasks:
                 where = address_of(attempt)
