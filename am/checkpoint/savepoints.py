@@ -9,9 +9,19 @@ Layout::
 
 ``_metadata``: ``{"version", "kind": "savepoint", "job_id", "checkpoint_id", "operators": {uid:
 {"parallelism", "max_parallelism", "subtasks": {index: {"finished", "files": [{"name", "path"
-(relative to the folder), "size_bytes"}]}}}}, "split_enumerator": {source uid: splits}}``. The
-state tables are the backend-independent Arrow tables every checkpoint holds. Every function
-here does I/O: the JobMaster shell calls them off its main thread."""
+(relative to the folder), "size_bytes", "redistribute"}]}}}}, "split_enumerator": {source uid:
+splits}}``. The state tables are the backend-independent Arrow tables every checkpoint holds.
+
+Rescaling: a job may restore a savepoint at another parallelism (same max parallelism). Each
+file's ``redistribute`` says how (read from its schema when the savepoint is written):
+``keyed`` (a ``key_group`` column) goes to every new subtask whose key-group range overlaps the
+old subtask's, which keeps the rows of its own key groups; ``list`` (operator state: a file
+source's held splits and offsets, a sink's pending files) goes whole from old subtask ``i`` to
+new subtask ``i % parallelism``; ``none`` (a per-subtask position in a collection or generator)
+cannot be redistributed, and such a restore is refused. The split enumerator's unassigned
+splits do not depend on the parallelism.
+
+Every function here does I/O: the JobMaster shell calls them off its main thread."""
 
 from __future__ import annotations
 
@@ -21,10 +31,13 @@ import uuid
 from typing import Any
 
 import fsspec
+import pyarrow as pa
+import pyarrow.ipc as ipc
 
 from yarnflow.am.checkpoint.storage import METADATA
 from yarnflow.common.errors import YarnflowError
-from yarnflow.common.messages import JobGraph
+from yarnflow.common.keygroups import REDISTRIBUTE_KEY, key_group_range
+from yarnflow.common.messages import JobGraph, JobVertex
 
 VERSION = 1
 
@@ -57,8 +70,10 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
                 with fsspec.open(f["path"], "rb") as src, fs.open(dest, "wb") as dst:
                     while chunk := src.read(1 << 22):
                         dst.write(chunk)
+                with fs.open(dest, "rb") as fh:
+                    mode = _redistribution(ipc.open_file(pa.PythonFile(fh, mode="r")).schema)
                 operators[uid]["subtasks"][index]["files"].append(
-                    {"name": f["name"], "path": rel, "size_bytes": int(f["size_bytes"])})
+                    {"name": f["name"], "path": rel, "size_bytes": int(f["size_bytes"]), "redistribute": mode})
         splits = {vertices[vertex]["operator_uids"][0]: state
                   for vertex, state in (metadata.get("split_enumerator") or {}).items() if vertex in vertices}
         doc = {"version": VERSION, "kind": "savepoint", "job_id": job_id,
@@ -67,9 +82,16 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
         with fs.open(tmp, "w") as fh:
             json.dump(doc, fh, indent=1, sort_keys=True)
         fs.mv(tmp, posixpath.join(folder, METADATA))
-    except (OSError, KeyError, IndexError, ValueError) as exc:
+    except (OSError, KeyError, IndexError, ValueError, pa.ArrowException) as exc:
         raise SavepointError(f"writing the savepoint to {target_dir} failed: {type(exc).__name__}: {exc}") from exc
     return str(fs.unstrip_protocol(folder))
+
+
+def _redistribution(schema: pa.Schema) -> str:
+    """How a state table of this schema is dealt to another parallelism (see the module doc)."""
+    if "key_group" in schema.names:
+        return "keyed"
+    return "none" if (schema.metadata or {}).get(REDISTRIBUTE_KEY) == b"none" else "list"
 
 
 def read_savepoint(path: str) -> dict[str, Any]:
@@ -97,8 +119,9 @@ def read_savepoint(path: str) -> dict[str, Any]:
 def restore_metadata(savepoint: dict[str, Any], job_graph: JobGraph, allow_non_restored: bool) -> dict[str, Any]:
     """The savepoint (from ``read_savepoint``) as the checkpoint metadata of ``job_graph``: the
     state of each operator goes to the operator with its uid (wherever it is chained now), its
-    files named by absolute URL. Raises SavepointError when the state of an operator has no
-    operator to go to (unless ``allow_non_restored``) or an operator's parallelism changed."""
+    files named by absolute URL, dealt to the subtasks of a changed parallelism as the module
+    doc says. Raises SavepointError when the state of an operator has no operator to go to
+    (unless ``allow_non_restored``), or cannot go to the new parallelism."""
     folder = savepoint["_folder"].rstrip("/")
     placed: dict[str, tuple[Any, int]] = {}
     for v in job_graph.vertices:
@@ -112,28 +135,25 @@ def restore_metadata(savepoint: dict[str, Any], job_graph: JobGraph, allow_non_r
                              f"{', '.join(unclaimed)}); give them their uid() again, or start with "
                              "--allow-non-restored-state to drop that state")
     subtasks: dict[str, dict[str, Any]] = {}
-    finished: dict[str, list[bool]] = {}
+    finished: dict[str, dict[str, list[bool]]] = {}
     for uid, op in sorted(operators.items()):
         if uid not in placed:
             continue
         v, index = placed[uid]
-        if int(op["parallelism"]) != v.parallelism:
-            raise SavepointError(f"operator {uid!r} ('{v.name}') ran with parallelism {op['parallelism']} in the "
-                                 f"savepoint and has {v.parallelism} now: rescaling on restore is not supported "
-                                 "yet; keep the parallelism")
-        for sub, entry in op["subtasks"].items():
-            key = f"{v.vertex_id}#{int(sub)}"
+        for new, old, entry in _dealt(uid, op, v):
+            key = f"{v.vertex_id}#{new}"
             target = subtasks.setdefault(key, {"finished": False, "files": []})
-            finished.setdefault(key, []).append(bool(entry["finished"]))
+            finished.setdefault(key, {}).setdefault(uid, []).append(bool(entry["finished"]))
             for f in entry["files"]:
-                target["files"].append({"operator_index": index, "name": f["name"],
-                                        "path": f"{folder}/{f['path']}", "size_bytes": int(f["size_bytes"])})
+                if _goes_to(f, int(op["parallelism"]), v, old, new):
+                    target["files"].append({"operator_index": index, "name": f["name"],
+                                            "path": f"{folder}/{f['path']}", "size_bytes": int(f["size_bytes"])})
     for v in job_graph.vertices:  # a subtask is restored as finished when every operator of it had finished
         for sub in range(v.parallelism):
             key = f"{v.vertex_id}#{sub}"
-            flags = finished.get(key, [])
+            flags = finished.get(key, {})
             if key in subtasks:
-                subtasks[key]["finished"] = len(flags) == len(v.operator_uids) and all(flags)
+                subtasks[key]["finished"] = all(all(flags.get(uid, [False])) for uid in v.operator_uids)
     splits = {str(placed[uid][0].vertex_id): state for uid, state in (savepoint.get("split_enumerator") or {}).items()
               if uid in placed and placed[uid][1] == 0}
     return {"version": 1, "job_id": str(job_graph.job_id), "checkpoint_id": int(savepoint["checkpoint_id"]),
@@ -141,3 +161,39 @@ def restore_metadata(savepoint: dict[str, Any], job_graph: JobGraph, allow_non_r
             "vertices": {str(v.vertex_id): {"name": v.name, "parallelism": v.parallelism,
                                             "max_parallelism": v.max_parallelism,
                                             "operator_uids": list(v.operator_uids)} for v in job_graph.vertices}}
+
+
+def _dealt(uid: str, op: dict[str, Any], v: JobVertex) -> list[tuple[int, int, dict[str, Any]]]:
+    """(new subtask, old subtask, old subtask's entry) for every old subtask whose state may go
+    to the new subtask; raises SavepointError when the operator's state cannot be rescaled."""
+    old_p, new_p = int(op["parallelism"]), v.parallelism
+    entries = {int(sub): entry for sub, entry in op["subtasks"].items()}
+    if old_p == new_p:
+        return [(sub, sub, entry) for sub, entry in sorted(entries.items())]
+    if int(op["max_parallelism"]) != v.max_parallelism:
+        raise SavepointError(f"operator {uid!r} ('{v.name}') had max parallelism {op['max_parallelism']} in the "
+                             f"savepoint and has {v.max_parallelism} now: key groups differ, so its state cannot "
+                             "be rescaled (keep pipeline.max-parallelism as it was)")
+    fixed = sorted({f["name"] for entry in entries.values() for f in entry["files"]
+                    if f.get("redistribute") == "none"})
+    if fixed:
+        raise SavepointError(f"operator {uid!r} ('{v.name}') ran with parallelism {old_p} in the savepoint and has "
+                             f"{new_p} now, but its state ({', '.join(fixed)}) is a position in a per-subtask "
+                             "slice of its input that another parallelism slices differently; keep the "
+                             f"parallelism at {old_p}")
+    return [(new, old, entry) for old, entry in sorted(entries.items()) for new in range(new_p)
+            if new == old % new_p or _overlap(v.max_parallelism, old_p, old, new_p, new)]
+
+
+def _goes_to(f: dict[str, Any], old_p: int, v: JobVertex, old: int, new: int) -> bool:
+    """Whether the state file ``f`` of old subtask ``old`` is restored by new subtask ``new``."""
+    if old_p == v.parallelism:
+        return True
+    if f.get("redistribute") == "keyed":
+        return _overlap(v.max_parallelism, old_p, old, v.parallelism, new)
+    return new == old % v.parallelism
+
+
+def _overlap(max_parallelism: int, old_p: int, old: int, new_p: int, new: int) -> bool:
+    a, b = key_group_range(max_parallelism, old_p, old), key_group_range(max_parallelism, new_p, new)
+    return a.start < b.stop and b.start < a.stop

@@ -2,8 +2,8 @@
 savepoint` mid-job, the job cancelled after more checkpoints committed more output, then
 `yarnflow run -s` of the same job file (from the savepoint folder moved elsewhere) into the same
 output folder: every key's running totals are committed once each and end at its count. A
-pipeline whose operator uids changed is refused unless --allow-non-restored-state; a changed
-parallelism and a job without checkpoints are refused in one line."""
+pipeline whose operator uids changed is refused unless --allow-non-restored-state; a job without
+checkpoints is refused in one line. (Rescaling: tests/integration/test_rescaling.py.)"""
 
 from __future__ import annotations
 
@@ -137,15 +137,10 @@ def test_state_nobody_claims_is_refused_unless_allowed(setup: Any) -> None:
     assert allowed.returncode == 0, allowed.stderr
 
 
-def test_a_changed_parallelism_and_a_job_without_checkpoints_are_refused(setup: Any) -> None:
+def test_a_job_without_checkpoints_and_a_missing_savepoint_are_refused(setup: Any) -> None:
     cli, address, tmp_path, _ = setup
     job, path = _savepoint_midway(cli, address, tmp_path)
     cli.run("cancel", "-a", address, job, check=True)
-    rescaled = cli.run("run", "-a", address, "-s", path, *CHECKPOINTS, "job.py", str(tmp_path / "in"),
-                       str(tmp_path / "out3"), "sum", "3")
-    assert rescaled.returncode == 1
-    assert "ran with parallelism 2 in the savepoint and has 3 now: rescaling on restore is not supported yet" \
-        in rescaled.stderr
     unchecked = cli.run("run", "-a", address, "-s", path, "job.py", str(tmp_path / "in"), str(tmp_path / "out4"))
     assert unchecked.returncode == 1
     assert "a job started from a savepoint must take checkpoints" in unchecked.stderr

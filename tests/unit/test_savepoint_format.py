@@ -16,11 +16,12 @@ from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, re
 from yarnflow.common.ids import JobID, JobVertexID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex
 from yarnflow.common.states import Partitioner
+from yarnflow.worker.state.tables import not_redistributable
 
 
-def _state_file(path: Path, rows: int) -> str:
+def _state_file(path: Path, rows: int, table: pa.Table | None = None) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.table({"key_group": list(range(rows))})
+    table = pa.table({"key_group": list(range(rows))}) if table is None else table
     with ipc.new_file(str(path), table.schema) as w:
         w.write_table(table)
     return path.as_uri()
@@ -39,9 +40,10 @@ def _checkpoint(tmp_path: Path, graph: JobGraph) -> dict:
     src, total = graph.vertices
     subtasks = {}
     for i in range(2):
+        held = pa.table({"split_id": [f"f{i}"], "offset": [10 * i]})  # operator state: no key groups
         subtasks[f"{src.vertex_id}#{i}"] = {"finished": i == 0, "files": [
             {"operator_index": 0, "name": "splits", "size_bytes": 10,
-             "path": _state_file(tmp_path / "chk-7" / f"src-{i}" / "op0-splits.arrow", 1)}]}
+             "path": _state_file(tmp_path / "chk-7" / f"src-{i}" / "op0-splits.arrow", 1, held)}]}
         subtasks[f"{total.vertex_id}#{i}"] = {"finished": False, "files": [
             {"operator_index": 0, "name": "values", "size_bytes": 20,
              "path": _state_file(tmp_path / "chk-7" / f"sum-{i}" / "op0-values.arrow", 3 + i)}]}
@@ -74,7 +76,7 @@ def test_a_savepoint_is_self_contained_and_maps_by_uid_into_another_graph(tmp_pa
                    for s in op["subtasks"].values() for f in s["files"])
 
 
-def test_unclaimed_state_and_a_changed_parallelism_are_refused(tmp_path: Path) -> None:
+def test_unclaimed_state_is_refused_unless_allowed(tmp_path: Path) -> None:
     old = _graph(chained=False)
     doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id), _checkpoint(tmp_path, old)))
     renamed = _graph(chained=False)
@@ -83,10 +85,51 @@ def test_unclaimed_state_and_a_changed_parallelism_are_refused(tmp_path: Path) -
         restore_metadata(doc, renamed, allow_non_restored=False)
     meta = restore_metadata(doc, renamed, allow_non_restored=True)
     assert all(f["name"] == "splits" for s in meta["subtasks"].values() for f in s["files"])
-    wider = JobGraph(JobID.generate(), "j", [JobVertex(JobVertexID.generate(), "src -> sum", 3, 128,
-                                                        operator_uids=["src", "sum"])], [])
-    with pytest.raises(SavepointError, match="parallelism 2 in the savepoint and has 3 now"):
-        restore_metadata(doc, wider, allow_non_restored=False)
+
+
+def _rescaled(doc: dict, parallelism: int, max_parallelism: int = 128) -> tuple[JobVertex, dict]:
+    v = JobVertex(JobVertexID.generate(), "src -> sum", parallelism, max_parallelism, operator_uids=["src", "sum"])
+    return v, restore_metadata(doc, JobGraph(JobID.generate(), "j", [v], []), allow_non_restored=False)
+
+
+def _files(meta: dict, v: JobVertex, sub: int) -> list[tuple[str, str]]:
+    """(state name, old subtask folder) of the files new subtask ``sub`` restores."""
+    entry = meta["subtasks"].get(f"{v.vertex_id}#{sub}", {"files": []})
+    return sorted((f["name"], f["path"].split("/")[-2]) for f in entry["files"])
+
+
+def test_a_rescaled_restore_deals_keyed_state_by_key_group_range_and_operator_state_round_robin(tmp_path):
+    old = _graph(chained=False)
+    doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id), _checkpoint(tmp_path, old)))
+    modes = {f["name"]: f["redistribute"] for op in doc["operators"].values() for s in op["subtasks"].values()
+             for f in s["files"]}
+    assert modes == {"splits": "list", "values": "keyed"}  # read from each file's schema
+    # 2 -> 3 over 128 key groups: old 0 owns 0-63, old 1 64-127; new 0-42, 43-85, 86-127
+    v, meta = _rescaled(doc, 3)
+    assert _files(meta, v, 0) == [("splits", "0"), ("values", "0")]
+    assert _files(meta, v, 1) == [("splits", "1"), ("values", "0"), ("values", "1")]
+    assert _files(meta, v, 2) == [("values", "1")]  # no held splits: it asks the enumerator for work
+    assert not any(s["finished"] for s in meta["subtasks"].values())  # old source 1 had not finished
+    # 2 -> 1: everything to the one subtask
+    v, meta = _rescaled(doc, 1)
+    assert _files(meta, v, 0) == [("splits", "0"), ("splits", "1"), ("values", "0"), ("values", "1")]
+
+
+def test_state_that_cannot_be_rescaled_is_refused_naming_the_operator(tmp_path: Path) -> None:
+    old = _graph(chained=False)
+    checkpoint = _checkpoint(tmp_path, old)
+    position = not_redistributable(pa.table({"emitted": [5]}))  # a collection source's slice position
+    for i in range(2):
+        checkpoint["subtasks"][f"{old.vertices[0].vertex_id}#{i}"]["files"][0]["path"] = _state_file(
+            tmp_path / "chk-7" / f"src-{i}" / "op0-position.arrow", 1, position)
+    doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id), checkpoint))
+    with pytest.raises(SavepointError, match=r"operator 'src' \('src -> sum'\) ran with parallelism 2 in the "
+                                             r"savepoint and has 3 now, but its state \(splits\) is a position"):
+        _rescaled(doc, 3)
+    _rescaled(doc, 2)  # unchanged parallelism: fine
+    ok = read_savepoint(write_savepoint(str(tmp_path / "sps2"), str(old.job_id), _checkpoint(tmp_path, old)))
+    with pytest.raises(SavepointError, match="had max parallelism 128 in the savepoint and has 256 now"):
+        _rescaled(ok, 3, max_parallelism=256)
 
 
 def test_what_is_not_a_savepoint(tmp_path: Path) -> None:

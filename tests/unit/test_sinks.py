@@ -180,7 +180,7 @@ def test_parts_are_committed_only_when_their_checkpoint_completes(tmp_path):
     assert state["pending"].select(["checkpoint_id", "part", "final"]).to_pylist() == [
         {"checkpoint_id": 1, "part": 0, "final": "part-00000-0.parquet"}]
     # the folder: a restore into a sink that writes elsewhere commits the pending parts where they are
-    assert state["counter"].to_pylist() == [{"next_part": 1, "folder": tmp_path.as_uri()}]
+    assert state["counter"].to_pylist() == [{"next_part": 1, "folder": tmp_path.as_uri(), "subtask": 0}]
     s.process_batch(rows(5, 5))  # after the barrier: in the next part
     assert visible(tmp_path) == [] and dataset_rows(tmp_path) == []
     s.notify_checkpoint_complete(1)
@@ -375,3 +375,37 @@ def test_random_failures_snapshots_and_notifications_give_every_row_exactly_once
     end(s, next_id)
     assert dataset_rows(tmp_path) == list(range(n_batches * 5))
     assert sorted(os.listdir(tmp_path)) == visible(tmp_path)
+
+
+def test_a_rescaled_restore_takes_over_other_subtasks_parts_exactly_once(tmp_path):
+    """3 -> 1: the one new subtask restores the state of all three old ones (concatenated, as the
+    runtime reads it): their pending parts are committed under their own names, their parts
+    committed after the checkpoint are deleted, and writing on gives every row once."""
+    def sink(subtask, parallelism, attempt=0):
+        op = ParquetSink(str(tmp_path))
+        OperatorHarness(op, subtask_index=subtask, parallelism=parallelism, attempt_number=attempt,
+                        checkpointing=True, open=False)
+        return op
+
+    states = []
+    for i in range(3):
+        old = sink(i, 3)
+        old.open()
+        old.process_batch(rows(100 * i, 4))
+        states.append(old.snapshot_state(1))  # the savepoint
+        old.process_batch(rows(100 * i + 4, 4))
+        old.snapshot_state(2)
+        if i < 2:  # subtask 2 never heard checkpoint 1 complete: its part 0 is still pending
+            old.notify_checkpoint_complete(2)  # commits parts 0 and 1 (1: written after the savepoint)
+    assert visible(tmp_path) == ["part-00000-0.parquet", "part-00000-1.parquet",
+                                 "part-00001-0.parquet", "part-00001-1.parquet"]
+    merged = {name: pa.concat_tables([st[name] for st in states]) for name in states[0]}
+    new = sink(0, 1, attempt=1)
+    new.initialize_state(ipc_copy(merged))
+    new.open()
+    assert visible(tmp_path) == ["part-00000-0.parquet", "part-00001-0.parquet", "part-00002-0.parquet"]
+    for i in range(3):
+        new.process_batch(rows(100 * i + 4, 4))
+    end(new, 3)
+    assert dataset_rows(tmp_path) == sorted(100 * i + r for i in range(3) for r in range(8))
+    assert "part-00000-1.parquet" in visible(tmp_path)  # its own counter went on from the savepoint

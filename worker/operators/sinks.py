@@ -13,12 +13,14 @@ from typing import Any
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from yarnflow.common import collect
 from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.state.tables import require_columns, single_row
+from yarnflow.worker.state.errors import StateRestoreError
+from yarnflow.worker.state.tables import require_columns
 from yarnflow.worker.operators.transforms import SchemaMismatchError
 
 log = logging.getLogger(__name__)
@@ -75,8 +77,11 @@ class _StagedFileSink(Operator):
     checkpoint by an attempt that then finished). A new attempt with no restored state deletes
     every part of its subtask. State: table ``pending`` (``checkpoint_id`` int64, ``part``
     int64, ``staged`` and ``final`` strings: file names in the sink's folder), table
-    ``counter`` (one row: ``next_part`` int64) and, when rows wait at the barrier for their
-    column types to be known, table ``held`` (those rows)."""
+    ``counter`` (one row: ``next_part`` int64, ``folder``, ``subtask`` int32) and, when rows wait at the barrier for their
+    column types to be known, table ``held`` (those rows). Restored at another parallelism, a
+    subtask may take over the state of other old subtasks (old ``i`` goes to new ``i % p``): it
+    commits their pending parts under their recorded final names and deletes their committed
+    parts numbered at or above their counters, as it does for its own."""
 
     extension = ""
 
@@ -118,33 +123,35 @@ class _StagedFileSink(Operator):
         if self.ctx.checkpointing and not self._restored:
             self._delete_committed_from(0)  # parts of an attempt whose checkpoints are all gone
 
-    def _part_number(self, basename: str) -> int | None:
-        """The part number of a committed file of this subtask (None for ``part-<subtask><ext>``)."""
-        rest = basename[len(self._subtask_prefix()):len(basename) - len(self.extension)]
+    def _part_number(self, basename: str, subtask: int | None = None) -> int | None:
+        """The part number of a committed file of a subtask (None for ``part-<subtask><ext>``)."""
+        rest = basename[len(self._subtask_prefix(subtask)):len(basename) - len(self.extension)]
         return int(rest[1:]) if rest else None
 
-    def _delete_committed_from(self, first_part: int) -> None:
-        """Delete this subtask's committed parts numbered ``first_part`` or more (and an unnumbered one)."""
+    def _delete_committed_from(self, first_part: int, subtask: int | None = None) -> None:
+        """Delete the committed parts of this subtask (or of ``subtask``, whose state this one
+        took over) numbered ``first_part`` or more (and an unnumbered one)."""
         for f in self._fs.ls(self._dir, detail=False):
             name = posixpath.basename(f)
-            if self._is_own_final(name):
-                number = self._part_number(name)
+            if self._is_own_final(name, subtask):
+                number = self._part_number(name, subtask)
                 if number is None or number >= first_part:
                     log.info("%s (%d/%d): deleting %s, written after the checkpoint this attempt restored",
                              self.name, self.ctx.subtask_index + 1, self.ctx.parallelism, f)
                     self._fs.rm(f)
 
-    def _subtask_prefix(self) -> str:
-        return f"part-{self.ctx.subtask_index:05d}"
+    def _subtask_prefix(self, subtask: int | None = None) -> str:
+        return f"part-{self.ctx.subtask_index if subtask is None else subtask:05d}"
 
     def _is_own_stage(self, basename: str) -> bool:
         """A staging file of any attempt of this subtask."""
         return basename.startswith(f".{self._subtask_prefix()}-") and "-attempt" in basename \
             and basename.endswith(".inprogress")
 
-    def _is_own_final(self, basename: str) -> bool:
-        """A committed file of this subtask: ``part-<subtask><ext>`` or ``part-<subtask>-<n><ext>``."""
-        prefix = self._subtask_prefix()
+    def _is_own_final(self, basename: str, subtask: int | None = None) -> bool:
+        """A committed file of this subtask (or of ``subtask``): ``part-<subtask><ext>`` or
+        ``part-<subtask>-<n><ext>``."""
+        prefix = self._subtask_prefix(subtask)
         if not basename.endswith(self.extension) or not basename.startswith(prefix):
             return False
         rest = basename[len(prefix):len(basename) - len(self.extension)]
@@ -246,7 +253,8 @@ class _StagedFileSink(Operator):
                                   pa.string()),
             }),
             "counter": pa.table({"next_part": pa.array([self._part], pa.int64()),
-                                 "folder": pa.array([self._folder_url()], pa.string())}),
+                                 "folder": pa.array([self._folder_url()], pa.string()),
+                                 "subtask": pa.array([self.ctx.subtask_index], pa.int32())}),
         }
         if self._held:  # rows before the barrier whose column types are not known yet
             state["held"] = pa.Table.from_batches(self._held).combine_chunks() \
@@ -271,23 +279,33 @@ class _StagedFileSink(Operator):
     def initialize_state(self, state: dict[str, pa.Table]) -> None:
         self._restored = True
         self._init_fs()
-        counter = single_row(state, "counter", ["next_part"])
-        self._part = int(counter["next_part"]) if counter is not None else 0
+        counters = self._counters(state.get("counter"))
+        own = counters.pop(self.ctx.subtask_index, None)
+        self._part = int(own["next_part"]) if own is not None else 0
         pending = state.get("pending")
+        folders = {str(c.get("folder") or "") for c in [own, *counters.values()] if c is not None}
+        folder = next(iter(folders)) if len(folders) == 1 else ""
         parts: list[tuple[int, str]] = []
-        folder = str(counter.get("folder") or "") if counter is not None else ""
         if pending is not None and folder and folder != self._folder_url():
             # restored from a savepoint by a job whose sink writes elsewhere now: the rows the
             # savepoint covers are committed where they were written, as Flink's FileSink does
-            self._commit_elsewhere(folder, pending)
+            self._commit_by_name(folder, pending, f"the restored state was written to {folder}, this sink "
+                                                  f"writes to {self._folder_url()}")
             pending = None
         if pending is not None:
             require_columns(pending, "pending", ["part", "staged"])
+            adopted = self._adopted_rows(pending)
+            if adopted.num_rows:  # rescaled: another subtask's parts, committed under its names
+                self._commit_by_name(self._folder_url(), adopted, "restored at another parallelism, this subtask "
+                                                                  "took over the state of another")
+            mine = pending.filter(pc.invert(self._adopted_mask(pending)))
             parts = [(int(part), posixpath.join(self._dir, staged))
-                     for part, staged in zip(pending.column("part").to_pylist(), pending.column("staged").to_pylist())]
+                     for part, staged in zip(mine.column("part").to_pylist(), mine.column("staged").to_pylist())]
         # the restored checkpoint completed: what it left pending is committed now
         self._commit_parts(parts, missing_ok=True)
         self._delete_committed_from(self._part)
+        for subtask, counter in counters.items():  # taken over: parts written after the checkpoint go too
+            self._delete_committed_from(int(counter["next_part"]), subtask)
         held = state.get("held")
         if held is not None and held.num_rows:
             self._held = held.to_batches()
@@ -296,10 +314,33 @@ class _StagedFileSink(Operator):
             log.info("%s (%d/%d): restored checkpoint %d, committed its %d pending files", self.name,
                      self.ctx.subtask_index + 1, self.ctx.parallelism, self.ctx.restored_checkpoint_id, len(parts))
 
+    def _counters(self, table: pa.Table | None) -> dict[int, dict[str, Any]]:
+        """The restored part counters by the subtask that wrote them (several when this subtask
+        took over the state of others on a rescaled restore)."""
+        if table is None:
+            return {}
+        require_columns(table, "counter", ["next_part"])
+        rows = table.to_pylist()
+        if "subtask" not in table.column_names:
+            if len(rows) != 1:
+                raise StateRestoreError(f"the restored state 'counter' has {len(rows)} rows, expected one")
+            return {self.ctx.subtask_index: rows[0]}
+        return {int(row["subtask"]): row for row in rows}
+
+    def _adopted_mask(self, pending: pa.Table) -> pa.ChunkedArray:
+        """Rows of ``pending`` whose final name is another subtask's."""
+        if "final" not in pending.column_names:
+            return pa.chunked_array([pa.array([False] * pending.num_rows, pa.bool_())])
+        return pc.invert(pc.starts_with(pending.column("final"), f"{self._subtask_prefix()}-"))
+
+    def _adopted_rows(self, pending: pa.Table) -> pa.Table:
+        return pending.filter(self._adopted_mask(pending))
+
     def _folder_url(self) -> str:
         return str(self._fs.unstrip_protocol(self._dir)).rstrip("/")
 
-    def _commit_elsewhere(self, folder: str, pending: pa.Table) -> None:
+    def _commit_by_name(self, folder: str, pending: pa.Table, why: str) -> None:
+        """Commit the pending parts of ``pending`` in ``folder`` under their recorded final names."""
         require_columns(pending, "pending", ["staged", "final"])
         fs, root = fsspec.core.url_to_fs(folder)
         done = 0
@@ -313,9 +354,8 @@ class _StagedFileSink(Operator):
             elif not fs.exists(dst):
                 raise FileNotFoundError(f"sink '{self.name}': staged part {src} is gone and {dst} does not exist: "
                                         "rows of a completed checkpoint are lost")
-        log.warning("%s (%d/%d): the restored state was written to %s, this sink writes to %s: its %d pending "
-                    "files were committed there", self.name, self.ctx.subtask_index + 1, self.ctx.parallelism,
-                    folder, self._folder_url(), done)
+        log.warning("%s (%d/%d): %s: committed its %d pending files in %s", self.name, self.ctx.subtask_index + 1,
+                    self.ctx.parallelism, why, done, folder)
 
     def _commit_parts(self, parts: list[tuple[int, str]], missing_ok: bool = False) -> None:
         """Rename each staged part to its final name. A staged file that is gone is an error

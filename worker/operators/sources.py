@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import Output, RuntimeContext, SourceOperator
-from yarnflow.worker.state.tables import dumps, loads, require_columns, single_row
+from yarnflow.worker.state.tables import dumps, loads, not_redistributable, require_columns, single_row
 from yarnflow.worker.state.errors import StateRestoreError
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ class CollectionSource(SourceOperator):
                 self._emitted += batch.num_rows
 
     def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
-        return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
+        # a slice of the collection per subtask: another parallelism slices it differently
+        return {"position": not_redistributable(pa.table({"emitted": pa.array([self._emitted], pa.int64())}))}
 
     def initialize_state(self, state: dict[str, pa.Table]) -> None:
         row = single_row(state, "position", ["emitted"])
@@ -127,8 +128,9 @@ class GeneratorSource(SourceOperator):
 
     def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
         size = self._size or self._chunk_size()
-        return {"position": pa.table({"next_index": pa.array([self._chunk * size], pa.int64()),
-                                      "chunk_size": pa.array([size], pa.int64())})}
+        # chunks dealt round-robin by parallelism: another parallelism deals them differently
+        return {"position": not_redistributable(pa.table({"next_index": pa.array([self._chunk * size], pa.int64()),
+                                                          "chunk_size": pa.array([size], pa.int64())}))}
 
     def initialize_state(self, state: dict[str, pa.Table]) -> None:
         row = single_row(state, "position", ["next_index", "chunk_size"])

@@ -11,7 +11,9 @@ of its state on restore.
   (any fsspec URL), then acknowledges the checkpoint to the JobMaster; any error declines it
   instead. Snapshots are made and written in the order they were taken.
 - ``read_task_state``: the tables of a ``TaskRestore``, per operator index; a file that cannot
-  be read raises ``StateRestoreError`` naming it.
+  be read raises ``StateRestoreError`` naming it. A subtask restored at another parallelism may
+  get one table of a name from several old subtasks: they are concatenated (keyed operators
+  keep the rows of their own key groups; operator state such as held splits is a list).
 """
 
 from __future__ import annotations
@@ -236,7 +238,7 @@ def check_tables(operator: object, tables: object) -> dict[str, pa.Table]:
 
 def read_task_state(restore: TaskRestore, num_operators: int) -> list[dict[str, pa.Table]]:
     """The tables of each operator of the chain (head first; ``{}`` for those without files)."""
-    state: list[dict[str, pa.Table]] = [{} for _ in range(num_operators)]
+    parts: list[dict[str, list[pa.Table]]] = [{} for _ in range(num_operators)]
     for f in restore.files:
         if not 0 <= f.operator_index < num_operators:
             raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: state file {f.path} belongs to operator "
@@ -247,5 +249,16 @@ def read_task_state(restore: TaskRestore, num_operators: int) -> list[dict[str, 
         except Exception as exc:  # noqa: BLE001 - any failure names the file
             raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: cannot read state file {f.path}: "
                                     f"{type(exc).__name__}: {exc}") from exc
-        state[f.operator_index][f.name] = table
-    return state
+        parts[f.operator_index].setdefault(f.name, []).append(table)
+    return [{name: _concat(restore.checkpoint_id, name, tables) for name, tables in op.items()} for op in parts]
+
+
+def _concat(checkpoint_id: int, name: str, tables: list[pa.Table]) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        merged = pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowInvalid as exc:
+        raise StateRestoreError(f"checkpoint {checkpoint_id}: the state {name!r} of the old subtasks this subtask "
+                                f"restores has different columns: {exc}") from exc
+    return merged.replace_schema_metadata(tables[0].schema.metadata)

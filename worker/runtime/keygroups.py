@@ -14,6 +14,9 @@ import pyarrow.compute as pc
 from pandas.util import hash_array
 
 from yarnflow.common.errors import JobDefinitionError
+from yarnflow.common.keygroups import key_group_range
+
+__all__ = ["hash_keys", "key_group_range", "key_groups", "operator_index_for_key_groups"]
 
 
 def _hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -69,10 +72,3 @@ def key_groups(batch: pa.RecordBatch | pa.Table, key_columns: Sequence[str], max
 def operator_index_for_key_groups(kg: np.ndarray, max_parallelism: int, parallelism: int) -> np.ndarray:
     """Flink's computeOperatorIndexForKeyGroup: contiguous key-group ranges per subtask."""
     return (kg * parallelism) // max_parallelism
-
-
-def key_group_range(max_parallelism: int, parallelism: int, index: int) -> range:
-    """The key groups subtask ``index`` of ``parallelism`` owns."""
-    start = (index * max_parallelism + parallelism - 1) // parallelism
-    end = ((index + 1) * max_parallelism + parallelism - 1) // parallelism
-    return range(start, end)

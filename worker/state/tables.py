@@ -20,10 +20,11 @@ import cloudpickle
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from yarnflow.common.keygroups import REDISTRIBUTE_KEY
 from yarnflow.worker.state.errors import StateRestoreError
 
-__all__ = ["AsyncSnapshot", "Snapshot", "dumps", "loads", "materialize", "owned_rows", "require_columns",
-           "single_row"]
+__all__ = ["REDISTRIBUTE_KEY", "AsyncSnapshot", "Snapshot", "dumps", "loads", "materialize", "not_redistributable",
+           "owned_rows", "require_columns", "single_row"]
 
 
 class AsyncSnapshot:
@@ -83,6 +84,11 @@ def require_columns(table: pa.Table, what: str, columns: Iterable[str]) -> None:
     if missing:
         raise StateRestoreError(f"the restored state {what!r} has no column(s) {missing} "
                                 f"(it has {table.column_names}): not a snapshot of this operator")
+
+
+def not_redistributable(table: pa.Table) -> pa.Table:
+    """``table`` marked as state that a rescaled restore cannot deal out (see REDISTRIBUTE_KEY)."""
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), REDISTRIBUTE_KEY: b"none"})
 
 
 def owned_rows(table: pa.Table, key_group_range: range) -> pa.Table:
