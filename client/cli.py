@@ -311,27 +311,6 @@ def cancel(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
         conn.close()
 
 
-@cli.command()
-@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
-@dynamic_option
-@click.argument("job_id")
-@click.argument("target_dir", required=False, default="")
-def savepoint(address: str | None, dynamic: tuple[str, ...], job_id: str, target_dir: str) -> None:
-    """Take a savepoint of the running job JOB_ID into a new folder under TARGET_DIR (default:
-    state.savepoints.dir) and print its path; `yarnflow run -s PATH JOB.py` starts from it.
-    The job must take checkpoints (execution.checkpointing.interval)."""
-    conn = _connection(address, dynamic)
-    try:
-        path = conn.call(lambda gw: gw.trigger_savepoint(job_id, target_dir), "triggerSavepoint")
-    except (NotFoundError, RefusedError) as exc:
-        raise CliError(str(exc)) from None
-    except YarnflowError as exc:
-        raise _rpc_error(conn.address, exc) from None
-    finally:
-        conn.close()
-    click.echo(path)
-
-
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -555,6 +534,42 @@ def yarn_sandbox(port: int, host: str, config_dir: str | None, work_dir: str | N
                        max_vcores=max_vcores)
     if code:
         raise click.exceptions.Exit(code)
+
+
+@cli.command()
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+@click.argument("job_id")
+@click.argument("target_dir", required=False, default="")
+def savepoint(address: str | None, dynamic: tuple[str, ...], job_id: str, target_dir: str) -> None:
+    """Take a savepoint of the running job JOB_ID into a new folder under TARGET_DIR (default:
+    state.savepoints.dir) and print its path; `yarnflow run -s PATH JOB.py` starts from it.
+    The job must take checkpoints (execution.checkpointing.interval)."""
+    from yarnflow.cli_savepoints import take_savepoint
+
+    take_savepoint(address, dynamic, job_id, target_dir)
+
+
+@cli.command()
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+@click.option("--savepoint-path", "-p", "target_dir", default="", metavar="DIR",
+              help="folder under which the savepoint is written (default: state.savepoints.dir)")
+@click.option("--drain", is_flag=True,
+              help="fire every timer and window first (end of input), for a job that will not be resumed")
+@click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS",
+              help="how long to wait for the job to end after its savepoint")
+@click.argument("job_id")
+def stop(address: str | None, dynamic: tuple[str, ...], target_dir: str, drain: bool, timeout: float,
+         job_id: str) -> None:
+    """Stop the running job JOB_ID with a savepoint: its sources stop, a savepoint is taken
+    and the job ends FINISHED; prints the savepoint's path (`yarnflow run -s PATH JOB.py`
+    resumes from it). Without --drain, windows and timers stay open in the savepoint; with
+    --drain they fire first. If the savepoint fails the job restarts from its latest
+    checkpoint and keeps running."""
+    from yarnflow.cli_savepoints import stop_with_savepoint
+
+    stop_with_savepoint(address, dynamic, job_id, target_dir, drain, timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

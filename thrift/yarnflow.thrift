@@ -175,6 +175,11 @@ service DispatcherService {
   // state.savepoints.dir); returns the folder's URL once it is complete.
   string triggerSavepoint(1: string fencing_token, 2: string job_id, 3: string target_dir)
       throws (1: RpcError err),
+  // Stop-with-savepoint: the job's sources stop, a savepoint is taken (after every timer and
+  // window fired, with drain) and the job ends FINISHED; returns the savepoint's URL once it is
+  // complete (the job may still be finishing).
+  string stopWithSavepoint(1: string fencing_token, 2: string job_id, 3: string target_dir, 4: bool drain)
+      throws (1: RpcError err),
 }
 
 // ---- ResourceManager ---------------------------------------------------------------------
@@ -378,9 +383,11 @@ service TaskExecutorService {
                          3: list<string> partition_ids) throws (1: RpcError err),
   // Checkpoints: the JobMaster triggers them at the source tasks (which send barriers
   // downstream), and tells every task when one completed (sinks commit) or was aborted.
+  // stop_mode: "" for a checkpoint; "stop" / "drain" for the savepoint of stop-with-savepoint
+  // (the sources stop after it; with "drain" they end their input first).
   void triggerCheckpoint(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
-                         3: i64 checkpoint_id, 4: i64 timestamp_ms, 5: bool exactly_once)
-      throws (1: RpcError err),
+                         3: i64 checkpoint_id, 4: i64 timestamp_ms, 5: bool exactly_once,
+                         6: string stop_mode) throws (1: RpcError err),
   void notifyCheckpointComplete(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
                                 3: i64 checkpoint_id) throws (1: RpcError err),
   void notifyCheckpointAborted(1: string jobmaster_fencing_token, 2: string execution_attempt_id,

@@ -189,8 +189,8 @@ class Task:
         return st
 
     # -- checkpoints ------------------------------------------------------------------------
-    def trigger_checkpoint(self, checkpoint_id: int, timestamp_ms: int, exactly_once: bool) -> None:
-        self.mailbox.put(TriggerCheckpoint(checkpoint_id, timestamp_ms, exactly_once))
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp_ms: int, exactly_once: bool, stop: str = "") -> None:
+        self.mailbox.put(TriggerCheckpoint(checkpoint_id, timestamp_ms, exactly_once, stop))
 
     def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         self.mailbox.put(NotifyCheckpoint(checkpoint_id, complete))

@@ -105,6 +105,7 @@ class TriggerCheckpoint:
     timestamp_ms: int
     tasks: tuple[ExecutionAttemptID, ...]
     exactly_once: bool
+    stop: str = ""  # "stop" / "drain": the savepoint of stop-with-savepoint
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,10 @@ class CheckpointCoordinator:
         self._awaiting: dict[int, set[ExecutionAttemptID]] = {}   # tasks yet to acknowledge
         self._tasks: dict[int, tuple[ExecutionAttemptID, ...]] = {}  # every task of the checkpoint
         self._triggered: dict[int, set[ExecutionAttemptID]] = {}  # tasks the trigger went to
+        #: the pending stop-with-savepoint checkpoint and its mode ("stop" / "drain"): no other
+        #: checkpoint starts meanwhile (the job ends after it; if it fails, the job restarts)
+        self.stopping: tuple[int, str] | None = None
+        self._savepoints: set[int] = set()  # ids of the savepoints among the checkpoints
 
     # -- plumbing ----------------------------------------------------------------------------------
     def drain_actions(self) -> list[CheckpointAction]:
@@ -205,6 +210,7 @@ class CheckpointCoordinator:
 
     # -- periodic trigger --------------------------------------------------------------------------
     def start(self) -> None:
+        self.stopping = None  # (re)started: a stop-with-savepoint before does not hold any more
         if not self._running:
             self._running = True
             self._schedule_trigger(self.settings.interval_ms)
@@ -225,11 +231,16 @@ class CheckpointCoordinator:
         self.trigger()
         self._schedule_trigger(self.settings.interval_ms)
 
-    def trigger(self, savepoint: bool = False) -> int | None:
+    def trigger(self, savepoint: bool = False, stop: str = "") -> int | None:
         """Start a checkpoint now if the rules allow; returns its id, or None when skipped. A
         ``savepoint`` is asked for by a user: it ignores the limit of concurrent checkpoints and
-        the minimum pause (as Flink's savepoints do), so it starts as soon as every task runs."""
+        the minimum pause (as Flink's savepoints do), so it starts as soon as every task runs.
+        ``stop`` ("stop" / "drain"): the savepoint of stop-with-savepoint; until it ends no
+        other checkpoint starts."""
         now = self._clock.now_ms()
+        if self.stopping is not None:
+            log.debug("checkpoint skipped: the job is stopping with savepoint %d", self.stopping[0])
+            return None
         if len(self.pending) >= self.settings.max_concurrent and not savepoint:
             log.debug("checkpoint skipped: %d pending (max %d)", len(self.pending), self.settings.max_concurrent)
             return None
@@ -249,8 +260,13 @@ class CheckpointCoordinator:
         self._triggered[checkpoint_id] = set(plan.trigger)
         self._timeouts[checkpoint_id] = self._timers.schedule(self.settings.timeout_ms,
                                                               lambda: self._expire(checkpoint_id))
-        log.info("triggering checkpoint %d (%d tasks to acknowledge)", checkpoint_id, len(plan.acknowledge))
-        self._out.append(TriggerCheckpoint(checkpoint_id, now, plan.trigger, self.settings.exactly_once))
+        if savepoint:
+            self._savepoints.add(checkpoint_id)
+        if stop:
+            self.stopping = (checkpoint_id, stop)
+        log.info("triggering checkpoint %d (%d tasks to acknowledge)%s", checkpoint_id, len(plan.acknowledge),
+                 f", the savepoint of stop-with-savepoint ({stop})" if stop else "")
+        self._out.append(TriggerCheckpoint(checkpoint_id, now, plan.trigger, self.settings.exactly_once, stop))
         return checkpoint_id
 
     # -- acknowledgements --------------------------------------------------------------------------
@@ -313,7 +329,9 @@ class CheckpointCoordinator:
         if new:
             sent.update(new)
             log.info("checkpoint %d: triggering %d more tasks whose inputs all ended", checkpoint_id, len(new))
-            self._out.append(TriggerCheckpoint(checkpoint_id, stats.trigger_time_ms, new, self.settings.exactly_once))
+            stop = self.stopping[1] if self.stopping is not None and self.stopping[0] == checkpoint_id else ""
+            self._out.append(TriggerCheckpoint(checkpoint_id, stats.trigger_time_ms, new, self.settings.exactly_once,
+                                               stop))
 
     def _expire(self, checkpoint_id: int) -> None:
         stats = self.pending.get(checkpoint_id)
@@ -373,10 +391,13 @@ class CheckpointCoordinator:
         tasks = self._tasks.pop(checkpoint_id, ())
         self._awaiting.pop(checkpoint_id, None)
         self._triggered.pop(checkpoint_id, None)
+        if self.stopping is not None and self.stopping[0] == checkpoint_id:
+            self.stopping = None  # its tasks fail on the abort: the job restarts and runs on
         log.info("checkpoint %d aborted: %s%s", checkpoint_id, reason.value, f" ({detail})" if detail else "")
         self._out.append(NotifyCheckpointAborted(checkpoint_id, tasks))
         self._out.append(DiscardCheckpoint(checkpoint_id))
-        if reason.counts_against_tolerance:
+        if reason.counts_against_tolerance and checkpoint_id not in self._savepoints:
+            # (a failed savepoint is the user's to retry: it does not fail the job)
             self.consecutive_failures += 1
             if self.consecutive_failures > self.settings.tolerable_failures:
                 self._out.append(FailJobOnCheckpoints(

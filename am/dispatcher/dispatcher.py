@@ -139,17 +139,23 @@ class Dispatcher:
             raise InvalidRequestError("a job started from a savepoint must take checkpoints: set "
                                       "execution.checkpointing.interval (a STREAMING job)")
 
-    def trigger_savepoint(self, token: str, job_id: JobID, target_dir: str) -> str:
+    def trigger_savepoint(self, token: str, job_id: JobID, target_dir: str, stop: str = "") -> str:
         """A savepoint of the running job into a new folder under ``target_dir`` (default:
-        ``state.savepoints.dir``); returns its URL."""
-        self._check_token(token, "triggerSavepoint")
+        ``state.savepoints.dir``); returns its URL. ``stop``: see ``stop_with_savepoint``."""
+        self._check_token(token, "stopWithSavepoint" if stop else "triggerSavepoint")
         jm = self._running_job(job_id)
         target = target_dir or str(self._config.with_overrides(jm.job_graph.config)[Options.SAVEPOINTS_DIR])
         if not target:
             raise InvalidRequestError("no savepoint folder: give one (yarnflow savepoint JOB_ID DIR) or set "
                                       "state.savepoints.dir")
-        log.info("savepoint of job %s into %s", job_id, target)
-        return jm.trigger_savepoint(target)
+        log.info("%s of job %s into %s", f"stop-with-savepoint ({stop})" if stop else "savepoint", job_id, target)
+        return jm.trigger_savepoint(target, stop=stop)
+
+    def stop_with_savepoint(self, token: str, job_id: JobID, target_dir: str, drain: bool) -> str:
+        """Stop the running job with a savepoint (its sources stop; with ``drain`` every timer
+        and window fires first); returns the savepoint's URL once it is complete, after which
+        the job's tasks end and it reaches FINISHED."""
+        return self.trigger_savepoint(token, job_id, target_dir, stop="drain" if drain else "stop")
 
     def _job_master(self, job_graph: JobGraph, recover: bool) -> JobMaster:
         """A JobMaster for ``job_graph``, registered as running (call under the lock)."""

@@ -94,6 +94,7 @@ class TriggerTaskCheckpoint:
     checkpoint_id: int
     timestamp_ms: int
     exactly_once: bool
+    stop: str = ""  # "stop" / "drain": the savepoint of stop-with-savepoint
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,8 @@ class JobCheckpoints:
                 where = address_of(attempt)
                 if where is not None:
                     out.append(TriggerTaskCheckpoint(attempt, where[0], where[1],  # type: ignore[arg-type]
-                                                     action.checkpoint_id, action.timestamp_ms, action.exactly_once))
+                                                     action.checkpoint_id, action.timestamp_ms, action.exactly_once,
+                                                     action.stop))
             return out
         if isinstance(action, FinalizeCheckpoint):
             states: dict[SubtaskId, SubtaskState] = {}

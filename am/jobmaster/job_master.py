@@ -98,7 +98,7 @@ class TaskExecutorGateway(Protocol):
     def release_partitions(self, token: str, job_id: str, partition_ids: list[str]) -> None: ...
 
     def trigger_checkpoint(self, token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,
-                           exactly_once: bool) -> None: ...
+                           exactly_once: bool, stop: str = "") -> None: ...
 
     def notify_checkpoint_complete(self, token: str, attempt_id: str, checkpoint_id: int) -> None: ...
 
@@ -151,6 +151,8 @@ class JobMaster:
         self._checkpoint_timeout_ms = int(job_config[Options.CHECKPOINT_TIMEOUT])
         #: checkpoint id -> (target folder, the savepoint's URL once written)
         self._savepoints: dict[int, tuple[str, Future[str]]] = {}
+        #: the checkpoints among them that stop the job (stop-with-savepoint)
+        self._stop_savepoints: set[int] = set()
         self.core = JobMasterCore(job_graph, job_config, address, self.fencing_token, job_storage_dir,
                                   clock or SystemClock(), _MainThreadTimers(self), self._checkpoints.job_dir,
                                   ha.checkpoint_id_counter(self.job_id))
@@ -237,13 +239,14 @@ class JobMaster:
                  checkpoint_id, savepoint.get("job_id"))
 
     # -- savepoints -----------------------------------------------------------------------------
-    def trigger_savepoint(self, target_dir: str, timeout_s: float | None = None) -> str:
+    def trigger_savepoint(self, target_dir: str, timeout_s: float | None = None, stop: str = "") -> str:
         """Take a checkpoint now and copy it into a new savepoint folder under ``target_dir``;
         returns the folder's URL. Raises RefusedError when the job takes no checkpoints or has
-        ended, UnavailableError when the checkpoint could not start or failed."""
+        ended, UnavailableError when the checkpoint could not start or failed. ``stop`` ("stop"
+        / "drain"): stop-with-savepoint, the job's tasks end once it completed."""
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._checkpoint_timeout_ms / 1000 + 30)
         while True:  # a periodic checkpoint may be in progress: start ours once it is done
-            started = self._call(self._start_savepoint, target_dir)
+            started = self._call(self._start_savepoint, target_dir, stop)
             if isinstance(started, int):
                 break
             if started.startswith("refused:") or time.monotonic() > deadline:
@@ -264,8 +267,9 @@ class JobMaster:
                     raise UnavailableError(f"the savepoint (checkpoint {checkpoint_id}) did not complete in time")
         finally:
             self._savepoints.pop(checkpoint_id, None)
+            self._stop_savepoints.discard(checkpoint_id)
 
-    def _start_savepoint(self, target_dir: str) -> int | str:
+    def _start_savepoint(self, target_dir: str, stop: str = "") -> int | str:
         """On the main thread: the id of the checkpoint started for a savepoint, or why not
         ("refused: ..." when it never will)."""
         checkpoints = self.core.checkpoints
@@ -274,10 +278,17 @@ class JobMaster:
                     "execution.checkpointing.interval set")
         if self.core.is_terminal:
             return f"refused: job {self.job_id} has ended ({self.core.status.name})"
-        checkpoint_id = checkpoints.coordinator.trigger(savepoint=True)
+        if stop and not checkpoints.coordinator.settings.exactly_once:
+            return (f"refused: job {self.job_id} checkpoints AT_LEAST_ONCE: stop-with-savepoint needs "
+                    "execution.checkpointing.mode EXACTLY_ONCE (aligned barriers end every input)")
+        if stop and checkpoints.coordinator.stopping is not None:
+            return f"refused: job {self.job_id} is already stopping with a savepoint"
+        checkpoint_id = checkpoints.coordinator.trigger(savepoint=True, stop=stop)
         if checkpoint_id is None:
             return "a checkpoint could not start now: not every task is running"
         self._savepoints[checkpoint_id] = (target_dir, Future())
+        if stop:
+            self._stop_savepoints.add(checkpoint_id)
         log.info("job %s: checkpoint %d is a savepoint into %s", self.job_id, checkpoint_id, target_dir)
         return checkpoint_id
 
@@ -402,7 +413,7 @@ class JobMaster:
     def _trigger_checkpoint(self, gw: TaskExecutorGateway, action: TriggerTaskCheckpoint) -> None:
         try:
             gw.trigger_checkpoint(self.fencing_token, action.attempt_id, action.checkpoint_id, action.timestamp_ms,
-                                  action.exactly_once)
+                                  action.exactly_once, action.stop)
         except RpcError as exc:
             self._execute(self.core.checkpoint_trigger_failed, action.attempt_id, action.checkpoint_id,
                           ErrorInfo.from_exception(exc))
@@ -422,7 +433,13 @@ class JobMaster:
                     savepoint[1].set_result(write_savepoint(savepoint[0], str(self.job_id), action.metadata))
                 except SavepointError as exc:
                     log.warning("job %s: %s", self.job_id, exc)
+                    stopping = action.checkpoint_id in self._stop_savepoints
                     savepoint[1].set_exception(exc)
+                    if stopping:
+                        # no savepoint, no stop: the checkpoint is aborted, the stopping tasks
+                        # fail on that and the job restarts from its latest checkpoint
+                        self._execute(self.core.checkpoint_metadata_failed, action.checkpoint_id, str(exc))
+                        return
         except NotLeaderError as exc:
             self._lost_leadership(f"checkpoint {action.checkpoint_id} not recorded: {exc}")
         except OSError as exc:

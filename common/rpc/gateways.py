@@ -102,6 +102,12 @@ class RemoteDispatcherGateway:
         return str(self._c.call("triggerSavepoint", self.fencing_token, str(job_id), target_dir,
                                 timeout_ms=timeout_ms))
 
+    def stop_with_savepoint(self, job_id: str, target_dir: str = "", drain: bool = False,
+                            timeout_ms: int = 15 * 60_000) -> str:
+        """Stop the job with a savepoint; the savepoint's URL once it is complete."""
+        return str(self._c.call("stopWithSavepoint", self.fencing_token, str(job_id), target_dir, drain,
+                                timeout_ms=timeout_ms))
+
     def close(self) -> None:
         self._c.close()
 
@@ -188,8 +194,9 @@ class RemoteTaskExecutorGateway:
         self._c.call("releasePartitions", jm_token, str(job_id), [str(p) for p in partition_ids])
 
     def trigger_checkpoint(self, jm_token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,
-                           exactly_once: bool) -> None:
-        self._c.call("triggerCheckpoint", jm_token, str(attempt_id), checkpoint_id, timestamp_ms, exactly_once)
+                           exactly_once: bool, stop: str = "") -> None:
+        self._c.call("triggerCheckpoint", jm_token, str(attempt_id), checkpoint_id, timestamp_ms, exactly_once,
+                     stop)
 
     def notify_checkpoint_complete(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:
         self._c.call("notifyCheckpointComplete", jm_token, str(attempt_id), checkpoint_id)
@@ -233,6 +240,7 @@ class DispatcherImpl(Protocol):
     def cluster_info(self) -> ClusterInfo: ...
     def shutdown_cluster(self, token: str) -> None: ...
     def trigger_savepoint(self, token: str, job_id: ids.JobID, target_dir: str) -> str: ...
+    def stop_with_savepoint(self, token: str, job_id: ids.JobID, target_dir: str, drain: bool) -> str: ...
 
 
 class DispatcherHandler:
@@ -270,6 +278,10 @@ class DispatcherHandler:
     @_translated
     def triggerSavepoint(self, token: str, job_id: str, target_dir: str) -> str:  # noqa: N802
         return self._i.trigger_savepoint(token, ids.JobID(job_id), target_dir)
+
+    @_translated
+    def stopWithSavepoint(self, token: str, job_id: str, target_dir: str, drain: bool) -> str:  # noqa: N802
+        return self._i.stop_with_savepoint(token, ids.JobID(job_id), target_dir, bool(drain))
 
     def processor(self) -> Any:
         return DispatcherService.Processor(self)
@@ -367,7 +379,7 @@ class TaskExecutorImpl(Protocol):
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None: ...
     def release_partitions(self, jm_token: str, job_id: ids.JobID, partition_ids: list[str]) -> None: ...
     def trigger_checkpoint(self, jm_token: str, attempt_id: ids.ExecutionAttemptID, checkpoint_id: int,
-                           timestamp_ms: int, exactly_once: bool) -> None: ...
+                           timestamp_ms: int, exactly_once: bool, stop: str = "") -> None: ...
     def notify_checkpoint_complete(self, jm_token: str, attempt_id: ids.ExecutionAttemptID,
                                    checkpoint_id: int) -> None: ...
     def notify_checkpoint_aborted(self, jm_token: str, attempt_id: ids.ExecutionAttemptID,
@@ -406,9 +418,9 @@ class TaskExecutorHandler:
 
     @_translated
     def triggerCheckpoint(self, jm_token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,  # noqa: N802
-                          exactly_once: bool) -> None:
+                          exactly_once: bool, stop: str | None = None) -> None:
         self._i.trigger_checkpoint(jm_token, ids.ExecutionAttemptID(attempt_id), checkpoint_id, timestamp_ms,
-                                   bool(exactly_once))
+                                   bool(exactly_once), stop or "")
 
     @_translated
     def notifyCheckpointComplete(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:  # noqa: N802

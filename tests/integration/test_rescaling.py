@@ -88,7 +88,8 @@ def setup(cli: Cli, local_cluster: Any, tmp_path: Path) -> tuple[Cli, str, Path,
     return cli, cluster.address, tmp_path, events
 
 
-def _savepoint_mid_file(cli: Cli, address: str, tmp_path: Path, parallelism: int) -> tuple[str, str]:
+def _start(cli: Cli, address: str, tmp_path: Path, parallelism: int) -> str:
+    """Run the job detached; its id once it runs with a completed checkpoint."""
     cli.run("run", "-a", address, "--detached", *CHECKPOINTS, "job.py", str(tmp_path / "in"),
             str(tmp_path / "out"), str(parallelism), check=True)
 
@@ -97,7 +98,12 @@ def _savepoint_mid_file(cli: Cli, address: str, tmp_path: Path, parallelism: int
         job = json.loads(listed[-1])["id"] if listed else None
         info = cli.run("info", "-a", address, job, check=True).stdout if job else ""
         return job if "RUNNING" in info and "COMPLETED" in info else None
-    job = wait_until(running_with_checkpoint, 60, "the job never ran with a completed checkpoint", interval_s=0.2)
+    return str(wait_until(running_with_checkpoint, 60, "the job never ran with a completed checkpoint",
+                          interval_s=0.2))
+
+
+def _savepoint_mid_file(cli: Cli, address: str, tmp_path: Path, parallelism: int) -> tuple[str, str]:
+    job = _start(cli, address, tmp_path, parallelism)
     [path] = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True).stdout.split()
     return job, path
 

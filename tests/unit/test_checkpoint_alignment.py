@@ -493,3 +493,11 @@ def test_the_writer_flushes_buffered_data_before_a_barrier_on_every_subpartition
             got.append(el)
         assert isinstance(got[0], pa.RecordBatch) and got[1:] == [barrier(1), END_OF_PARTITION]
         assert isinstance(got[-1], EndOfPartition)
+
+
+def test_a_stop_barrier_keeps_its_mode_on_the_wire() -> None:
+    for stop in ("", "stop", "drain"):
+        barrier = CheckpointBarrier(7, 123, True, stop)
+        assert decode_event(encode_event(barrier)) == barrier
+    with pytest.raises(ValueError, match="malformed checkpoint barrier"):
+        decode_event(b"B7:123:1:halt")

@@ -241,3 +241,29 @@ def test_a_trigger_that_cannot_reach_a_task_aborts_without_counting() -> None:
     out = d.drain()
     assert not d.coordinator.pending and not d.of(FailJobOnCheckpoints, out)
     assert d.coordinator.history[0].failure == CheckpointFailureReason.TASK_NOT_REACHED
+
+
+def test_a_stop_with_savepoint_holds_every_other_checkpoint_until_it_ends() -> None:
+    from yarnflow.am.checkpoint.coordinator import TriggerCheckpoint
+
+    d = Driver(tolerable_failures=0)
+    assert d.coordinator.trigger(savepoint=True, stop="stop") == 1
+    (trigger,) = d.of(TriggerCheckpoint, d.drain())
+    assert trigger.stop == "stop"  # the sources stop after their snapshot
+    assert d.coordinator.trigger() is None and d.coordinator.trigger(savepoint=True) is None
+    d.advance(1000)
+    assert d.of(TriggerCheckpoint, d.drain()) == []  # nor periodic ones
+    d.ack_all(1)
+    d.coordinator.metadata_failed(1, "savepoint folder not writable")
+    assert d.of(FailJobOnCheckpoints, d.drain()) == []  # a failed savepoint does not fail the job
+    assert d.coordinator.stopping is None and d.coordinator.trigger() == 2  # the job runs on
+
+
+def test_a_failed_stop_savepoint_lets_periodic_checkpoints_go_on_after_a_restart() -> None:
+    d = Driver()
+    d.coordinator.start()
+    assert d.coordinator.trigger(savepoint=True, stop="drain") == 1
+    d.coordinator.stop()  # the tasks failed on the abort: the job restarts
+    d.drain()
+    d.coordinator.start()
+    assert d.coordinator.trigger() == 2

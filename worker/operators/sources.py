@@ -288,6 +288,9 @@ class FileSource(SourceOperator):
             for row in table.to_pylist():
                 payload = loads(row["payload"])
                 self._splits.append(_HeldSplit(row["split_id"], payload, int(row["offset"]), row["payload"]))
+        # restored at a smaller parallelism, a subtask holds the splits of several old ones: it
+        # reads them in split order (files named in time order then keep event time in order)
+        self._splits.sort(key=lambda s: s.split_id)
         row = single_row(state, "static_splits", ["taken"])
         self._static_taken = int(row["taken"]) if row is not None else 0
         if self._splits:

@@ -48,6 +48,7 @@ class TriggerCheckpoint:
     checkpoint_id: int
     timestamp_ms: int
     exactly_once: bool
+    stop: str = ""  # "stop" / "drain": the savepoint of stop-with-savepoint (see stream_task)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,9 @@ class CheckpointBarrier:
     checkpoint_id: int
     timestamp_ms: int
     exactly_once: bool = True
+    #: "stop" / "drain": the savepoint of stop-with-savepoint: nothing but the end of the
+    #: partition follows it (with "drain", the producer finished its operators before it)
+    stop: str = ""
 
 
 END_OF_PARTITION = EndOfPartition()
@@ -52,7 +55,8 @@ def encode_event(event: object) -> bytes:
     if isinstance(event, WatermarkStatus):
         return b"I" if event.idle else b"A"
     if isinstance(event, CheckpointBarrier):
-        return b"B%d:%d:%d" % (event.checkpoint_id, event.timestamp_ms, 1 if event.exactly_once else 0)
+        return b"B%d:%d:%d:%s" % (event.checkpoint_id, event.timestamp_ms, 1 if event.exactly_once else 0,
+                                  event.stop.encode())
     raise TypeError(f"not a channel event: {event!r}")
 
 
@@ -67,8 +71,10 @@ def decode_event(data: bytes) -> object:
         return ACTIVE
     if data[:1] == b"B":
         try:
-            checkpoint_id, timestamp_ms, exactly_once = data[1:].split(b":")
-            return CheckpointBarrier(int(checkpoint_id), int(timestamp_ms), exactly_once == b"1")
+            checkpoint_id, timestamp_ms, exactly_once, stop = data[1:].split(b":")
+            if stop not in (b"", b"stop", b"drain"):
+                raise ValueError(stop)
+            return CheckpointBarrier(int(checkpoint_id), int(timestamp_ms), exactly_once == b"1", stop.decode())
         except ValueError:
             raise ValueError(f"malformed checkpoint barrier {data[:64]!r}") from None
     raise ValueError(f"unknown channel event {data[:16]!r}")

@@ -8,7 +8,18 @@ aligned (or, after a direct trigger, when all its inputs ended). Taking a snapsh
 operator's ``snapshot_state``, head first; then the barrier goes to every subpartition, after
 all output so far; then the tables are written and acknowledged in the background
 (``SnapshotWriter``). Elements held back on blocked channels are replayed, in order, before the
-gate is polled again."""
+gate is polled again.
+
+Stop-with-savepoint (Flink's FLIP-34, with FLIP-147's final checkpoint): the JobMaster triggers
+the savepoint at the sources with a stop mode. A source takes its snapshot and stops reading;
+with "drain" it first ends its input (the maximum watermark fires every timer and window, and
+its chain finishes). The barrier carries the mode downstream: a task takes its snapshot when it
+is aligned (with "drain", after finishing its chain) and from then on lets event time stand
+still and does not end its input when its partitions end: without drain, windows and timers
+stay in the savepoint, unfired. Every task then waits until the savepoint completes (sinks commit on that
+notification) and ends; if it is aborted instead the task fails, and the job restarts from its
+latest checkpoint; without drain, the tasks go on instead: the sources read on from where they
+stopped (their state did not change) and the job runs as before."""
 
 from __future__ import annotations
 
@@ -43,6 +54,11 @@ from yarnflow.worker.runtime.writer import RecordWriter
 from yarnflow.worker.state.tables import Snapshot as StateSnapshot
 
 log = logging.getLogger(__name__)
+
+
+class StopWithSavepointError(YarnflowError):
+    """The savepoint of a stop-with-savepoint was aborted: the stopping task fails, so the job
+    restarts from its latest checkpoint and runs on."""
 
 
 class TaskCancelledError(YarnflowError):
@@ -188,6 +204,9 @@ class StreamTask:
         self._deferred: list[tuple[CheckpointBarrier, int]] = []
         self._input_ended = False
         self._chain_finished = False
+        #: the stop-with-savepoint this task took its snapshot for: (checkpoint id, "stop" | "drain")
+        self._stop: tuple[int, str] | None = None
+        self._stop_completed = False
 
     def wire(self, ctx_for: Callable[[Operator], Any]) -> None:
         for op, nxt in zip(self.chain, self.chain[1:] + [None]):
@@ -205,18 +224,26 @@ class StreamTask:
             head = self.chain[0]
             if isinstance(head, SourceOperator):
                 head.run(self._source_tick)
+                while self._stop is not None and not self._await_stop():
+                    head.run(self._source_tick)  # the stop's savepoint failed: read on
                 self._check_cancelled()
                 self._input_ended = True
                 self.process_mail()  # a trigger that came as the source ended: taken after the chain finished
-                if head.bounded:
+                if head.bounded and self._stop is None:
                     head.process_watermark(MAX_WATERMARK)
             else:
                 self._run_input_loop(head)
                 self.process_mail()
-            self._finish_chain()
+            if self._stop is None:  # stopped: without drain the chain never finishes; with drain it did
+                self._finish_chain()
             self._chain_finished = True
             first = self._take_deferred()
-            if any(op.needs_final_checkpoint for op in self.chain):
+            if self._stop is not None and not self._await_stop():
+                raise StopWithSavepointError(f"{self.name}: the savepoint of stop-with-savepoint was aborted after "
+                                             "its input ended; the job restarts from its latest checkpoint")
+            if self._stop is not None:
+                pass  # stopped: the savepoint was its final checkpoint
+            elif any(op.needs_final_checkpoint for op in self.chain):
                 self._await_final_checkpoint(first)
             for w in self.writers:
                 w.finish()
@@ -237,8 +264,9 @@ class StreamTask:
                 self.process_mail()
             for w in self.writers:
                 w.flush_if_due()
-            self._fire_processing_time()
-        return self.cancelled()
+            if self._stop is None:
+                self._fire_processing_time()
+        return self.cancelled() or self._stop is not None
 
     # -- checkpoints ------------------------------------------------------------------------
     def process_mail(self) -> None:
@@ -250,7 +278,7 @@ class StreamTask:
                 self._notify(mail)
 
     def _on_trigger(self, mail: TriggerCheckpoint) -> None:
-        barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once)
+        barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once, mail.stop)
         if self._aligner is None:
             if barrier.checkpoint_id > self.last_barrier_id:
                 if self._input_ended and not self._chain_finished:
@@ -267,6 +295,44 @@ class StreamTask:
                 op.notify_checkpoint_complete(mail.checkpoint_id)
             else:
                 op.notify_checkpoint_aborted(mail.checkpoint_id)
+        if self._stop is not None and mail.checkpoint_id == self._stop[0]:
+            if mail.complete:
+                self._stop_completed = True
+            elif self._stop[1] == "drain":  # its input ended already: there is no going back
+                raise StopWithSavepointError(f"{self.name}: the savepoint of stop-with-savepoint --drain "
+                                             f"(checkpoint {mail.checkpoint_id}) was aborted; the job restarts "
+                                             "from its latest checkpoint")
+            else:
+                log.warning("%s: the savepoint of stop-with-savepoint (checkpoint %d) was aborted: the task "
+                            "goes on", self.name, mail.checkpoint_id)
+                self._stop = None
+
+    def _await_stop(self) -> bool:
+        """Stopped with a savepoint: wait until it completes (True) or is aborted (False: the
+        task goes on)."""
+        checkpoint_id, mode = self._stop or (0, "")
+        log.info("%s: stopped (%s), waiting for savepoint %d to complete", self.name, mode, checkpoint_id)
+        while not self._stop_completed and self._stop is not None:
+            self._check_cancelled()
+            for w in self.writers:
+                w.flush_if_due()
+            if self.mailbox.wait(0.1):
+                self.process_mail()
+        if self._stop_completed:
+            log.info("%s: savepoint %d complete, the task ends", self.name, checkpoint_id)
+        return self._stop_completed
+
+    def _drain_for_stop(self) -> None:
+        """Stop-with-savepoint with drain: end the input now (its barriers aligned, nothing but
+        the end of the partitions follows): every timer and window fires, the chain finishes."""
+        head = self.chain[0]
+        if isinstance(head, SourceOperator):
+            head.process_watermark(MAX_WATERMARK)
+        else:  # the maximum watermark came from upstream, before the barriers
+            for inp in sorted(set(self.channel_inputs)):
+                head.end_input(inp)
+        self._finish_chain()
+        self._chain_finished = True
 
     def _apply(self, actions: list[AlignerAction]) -> None:
         for action in actions:
@@ -288,6 +354,10 @@ class StreamTask:
         """Snapshot the chain, forward the barrier, hand the snapshot to the writer. A failed
         snapshot declines the checkpoint; the barrier still goes on so consumers do not wait."""
         checkpoint_id = barrier.checkpoint_id
+        if barrier.stop and self._stop is None:
+            self._stop = (checkpoint_id, barrier.stop)
+            if barrier.stop == "drain" and not self._chain_finished:
+                self._drain_for_stop()
         started = time.monotonic()
         snapshots: list[StateSnapshot] = []
         failed = False
@@ -422,6 +492,11 @@ class StreamTask:
                 inp = self.channel_inputs[ch]
                 if aligner.is_blocked(ch) and not isinstance(element, ChannelError):
                     self._held.append(polled)
+                elif self._stop is not None and isinstance(element, (Watermark, WatermarkStatus)):
+                    # stopped with a savepoint: event time stands still (the savepoint holds the
+                    # windows and timers); records still count: they come only when the
+                    # savepoint failed and the sources read on, before this task heard of it
+                    pass
                 elif isinstance(element, pa.RecordBatch):
                     self.records_in += element.num_rows
                     head.process_batch(element, inp)
@@ -436,6 +511,9 @@ class StreamTask:
                     self._propagate_idleness(valves)
                 elif isinstance(element, CheckpointBarrier):
                     self._apply(aligner.on_barrier(ch, element))
+                elif isinstance(element, EndOfPartition) and self._stop is not None:
+                    remaining[inp] -= 1  # no watermark, no end of input: the savepoint holds the rest
+                    self._apply(aligner.on_end_of_partition(ch))
                 elif isinstance(element, EndOfPartition):
                     remaining[inp] -= 1
                     wm = valves[inp].on_end(ch)
@@ -451,7 +529,7 @@ class StreamTask:
                     self._apply(aligner.on_end_of_partition(ch))
                 elif isinstance(element, ChannelError):
                     raise element.error
-            timeout = self._fire_processing_time()
+            timeout = self._fire_processing_time() if self._stop is None else None
             for w in self.writers:
                 due = w.flush_if_due()
                 if due is not None:

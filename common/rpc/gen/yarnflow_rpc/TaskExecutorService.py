@@ -81,7 +81,7 @@ class Iface(object):
         """
         pass
 
-    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once):
+    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode):
         """
         Parameters:
          - jobmaster_fencing_token
@@ -89,6 +89,7 @@ class Iface(object):
          - checkpoint_id
          - timestamp_ms
          - exactly_once
+         - stop_mode
 
         """
         pass
@@ -342,7 +343,7 @@ class Client(Iface):
             raise result.err
         return
 
-    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once):
+    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode):
         """
         Parameters:
          - jobmaster_fencing_token
@@ -350,12 +351,13 @@ class Client(Iface):
          - checkpoint_id
          - timestamp_ms
          - exactly_once
+         - stop_mode
 
         """
-        self.send_triggerCheckpoint(jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once)
+        self.send_triggerCheckpoint(jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode)
         self.recv_triggerCheckpoint()
 
-    def send_triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once):
+    def send_triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode):
         self._oprot.writeMessageBegin('triggerCheckpoint', TMessageType.CALL, self._seqid)
         args = triggerCheckpoint_args()
         args.jobmaster_fencing_token = jobmaster_fencing_token
@@ -363,6 +365,7 @@ class Client(Iface):
         args.checkpoint_id = checkpoint_id
         args.timestamp_ms = timestamp_ms
         args.exactly_once = exactly_once
+        args.stop_mode = stop_mode
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -679,7 +682,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = triggerCheckpoint_result()
         try:
-            self._handler.triggerCheckpoint(args.jobmaster_fencing_token, args.execution_attempt_id, args.checkpoint_id, args.timestamp_ms, args.exactly_once)
+            self._handler.triggerCheckpoint(args.jobmaster_fencing_token, args.execution_attempt_id, args.checkpoint_id, args.timestamp_ms, args.exactly_once, args.stop_mode)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -1695,16 +1698,18 @@ class triggerCheckpoint_args(object):
      - checkpoint_id
      - timestamp_ms
      - exactly_once
+     - stop_mode
 
     """
 
 
-    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None, timestamp_ms=None, exactly_once=None,):
+    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None, timestamp_ms=None, exactly_once=None, stop_mode=None,):
         self.jobmaster_fencing_token = jobmaster_fencing_token
         self.execution_attempt_id = execution_attempt_id
         self.checkpoint_id = checkpoint_id
         self.timestamp_ms = timestamp_ms
         self.exactly_once = exactly_once
+        self.stop_mode = stop_mode
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1740,6 +1745,11 @@ class triggerCheckpoint_args(object):
                     self.exactly_once = iprot.readBool()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRING:
+                    self.stop_mode = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1770,6 +1780,10 @@ class triggerCheckpoint_args(object):
             oprot.writeFieldBegin('exactly_once', TType.BOOL, 5)
             oprot.writeBool(self.exactly_once)
             oprot.writeFieldEnd()
+        if self.stop_mode is not None:
+            oprot.writeFieldBegin('stop_mode', TType.STRING, 6)
+            oprot.writeString(self.stop_mode.encode('utf-8') if sys.version_info[0] == 2 else self.stop_mode)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1794,6 +1808,7 @@ triggerCheckpoint_args.thrift_spec = (
     (3, TType.I64, 'checkpoint_id', None, None, ),  # 3
     (4, TType.I64, 'timestamp_ms', None, None, ),  # 4
     (5, TType.BOOL, 'exactly_once', None, None, ),  # 5
+    (6, TType.STRING, 'stop_mode', 'UTF8', None, ),  # 6
 )
 
 
