@@ -41,10 +41,16 @@ def start_process(args: argparse.Namespace) -> Configuration | None:
     if args.parent_pid:
         die_with_parent(args.parent_pid)
     try:
-        return Configuration.load(parse_dynamic_properties(args.dynamic))
+        config = Configuration.load(parse_dynamic_properties(args.dynamic))
     except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
+    from yarnflow.common.config import Options
+    from yarnflow.common.memory import configure_process_memory
+
+    configure_process_memory(config[Options.ARROW_ALLOCATOR], config[Options.MALLOC_ARENA_MAX],
+                             config[Options.DEFER_PANDAS])
+    return config
 
 
 def shutdown_on_signals(shutdown: Callable[[str], None]) -> None:

@@ -8,6 +8,7 @@ is an error naming the operator.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
@@ -23,13 +24,9 @@ def to_batches(value: Any, op_name: str) -> list[pa.RecordBatch]:
         return [value]
     if isinstance(value, pa.Table):
         return value.to_batches()
-    try:
-        import pandas as pd
-
-        if isinstance(value, pd.DataFrame):
-            return pa.Table.from_pandas(value, preserve_index=False).to_batches()
-    except ImportError:  # pragma: no cover
-        pass
+    pd = sys.modules.get("pandas")  # a DataFrame exists only once pandas is imported: never import it here
+    if pd is not None and isinstance(value, pd.DataFrame):
+        return pa.Table.from_pandas(value, preserve_index=False).to_batches()
     raise SchemaMismatchError(f"operator '{op_name}' must return a pyarrow RecordBatch or Table, "
                               f"got {type(value).__name__}")
 
