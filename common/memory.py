@@ -28,6 +28,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import sys
+import threading
 from types import ModuleType
 from typing import Any, Sequence
 
@@ -113,12 +114,16 @@ class _ArmPyarrowOnPandasImport(importlib.abc.MetaPathFinder):
 
     def __init__(self, shim: Any) -> None:
         self._shim = shim
+        self._lock = threading.Lock()
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
                   ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "pandas":
             return None
-        sys.meta_path.remove(self)
+        with self._lock:  # two task threads may import pandas at once: one arms pyarrow
+            if self not in sys.meta_path:
+                return None
+            sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
         loader = spec.loader if spec is not None else None
         if loader is None or not hasattr(loader, "exec_module"):

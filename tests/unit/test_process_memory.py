@@ -82,3 +82,26 @@ def test_an_allocator_this_pyarrow_lacks_keeps_the_default_and_says_so():
         print(pa.default_memory_pool().backend_name == before)
     """)
     assert out[-1] == "True" and "'tcmalloc' is not available" in " ".join(out)
+
+
+def test_threads_importing_pandas_at_once_all_get_it():
+    """Two subtasks of a TaskExecutor may import pandas at the same moment."""
+    out = _run("""
+        import threading
+        import pyarrow as pa
+        from yarnflow.common.memory import defer_pandas_import
+        defer_pandas_import()
+        pa.array([1])
+        errors, done = [], []
+        def work():
+            try:
+                import pandas as pd
+                done.append(pa.array(pd.Series([1.0, float("nan")])).null_count)
+            except Exception as exc:
+                errors.append(repr(exc))
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print(errors == [], done == [1] * 8)
+    """)
+    assert out == ["True", "True"]
