@@ -37,6 +37,13 @@ def _w(name: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
     return run
 
 
+def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
+    from rowpath import run_rowpath
+
+    return run_rowpath(records=args.records, parallelism=args.parallelism, input_dir=args.input,
+                       mode=args.mode or "BATCH")
+
+
 def _w_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--records", type=int, default=5_000_000)
@@ -134,6 +141,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                     lambda p: (p.add_argument("--runs", type=int, default=5),
                                p.add_argument("--words", type=int, default=20_000)), _yarn_submit),
     "w1": ("word count: 5M (word, ts) records, keyed count per word, vs a pyarrow reference", _w_args, _w("w1")),
+    "rowpath": ("W1 with a per-row Python map before the keyed sum, vs a plain-Python loop on one core in the "
+                "same run", _w_args, _rowpath),
     "w2": ("1 s tumbling event-time windows: 5M (key, value, ts) records, sum per key and window",
            _w_args, _w("w2")),
 }

@@ -206,6 +206,14 @@ class Options:
                                      "(0: never)")
     TM_REGISTRATION_TIMEOUT = _opt("taskmanager.registration.timeout", parse_duration_ms,
                                    "TaskExecutor exits after this long without a ResourceManager")
+    ARROW_ALLOCATOR = _opt("process.memory.arrow-allocator", _parse_str,
+                           "Arrow's allocator in AppMaster and TaskExecutor processes",
+                           choices=("system", "mimalloc", "jemalloc"))
+    MALLOC_ARENA_MAX = _opt("process.memory.malloc-arena-max", _parse_int,
+                            "glibc malloc arenas per AppMaster / TaskExecutor process (0: glibc's default)",
+                            minimum=0)
+    DEFER_PANDAS = _opt("process.memory.defer-pandas-import", _parse_bool,
+                        "pyarrow in AppMaster / TaskExecutor processes imports pandas only once user code does")
     BUFFERS_PER_CHANNEL = _opt("taskmanager.network.buffers-per-channel", _parse_int,
                                "batches buffered per channel", minimum=1)
     HA_TYPE = _opt("high-availability.type", _parse_str, "none or zookeeper",

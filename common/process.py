@@ -44,10 +44,16 @@ def start_process(args: argparse.Namespace) -> Configuration | None:
     # `kill -USR1 <pid>` writes every thread's stack to the log: for a task that seems stuck
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
-        return Configuration.load(parse_dynamic_properties(args.dynamic))
+        config = Configuration.load(parse_dynamic_properties(args.dynamic))
     except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
+    from yarnflow.common.config import Options
+    from yarnflow.common.memory import configure_process_memory
+
+    configure_process_memory(config[Options.ARROW_ALLOCATOR], config[Options.MALLOC_ARENA_MAX],
+                             config[Options.DEFER_PANDAS])
+    return config
 
 
 def shutdown_on_signals(shutdown: Callable[[str], None]) -> None:

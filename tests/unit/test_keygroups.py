@@ -242,3 +242,34 @@ def test_slices_hash_like_the_rows_they_view(kind: str):
     whole = hash_keys(_batch(k=arr), ["k"]).tolist()
     for start, length in [(3, 4), (5, 70), (1, 79)]:
         assert hash_keys(_batch(k=arr.slice(start, length)), ["k"]).tolist() == whole[start:start + length]
+
+
+# -- pandas' hash, without pandas ------------------------------------------------------------------
+
+@pytest.mark.parametrize("values", [
+    np.array([1, -7, 0, 2**62]), np.array([1, -2], np.int32), np.array([255, 0], np.uint8),
+    np.array([1.5, -7.25, 0.0, 1e300]), np.array([1.5, -0.5], np.float32), np.array([True, False]),
+    np.array(["apple", "ü-ñ", ""], dtype=object), np.array([b"\x00a", b""], dtype=object),
+    np.array([1, "a", 2.5], dtype=object), np.array(["2024-01-01", "1960-05-05"], dtype="datetime64[ms]"),
+    np.array([5, -3], dtype="timedelta64[s]"),
+], ids=lambda v: str(v.dtype) + "-" + str(v[0]))
+def test_the_hash_is_pandas_hash_array(values: np.ndarray):
+    """Key groups are stored in checkpoints: the hash must stay pandas' ``hash_array``."""
+    from pandas.util import hash_array as pandas_hash
+
+    from yarnflow.worker.runtime.keygroups import hash_array
+
+    assert hash_array(values.copy(), categorize=False).tolist() == pandas_hash(values.copy(), categorize=False).tolist()
+
+
+def test_hashing_keys_does_not_import_pandas():
+    """pandas costs every process ~50 MB; key hashing loads only its compiled hash function (in a
+    process that keeps pyarrow from loading pandas, as TaskExecutors do)."""
+    code = ("import sys, pyarrow as pa\nfrom yarnflow.common.memory import defer_pandas_import\n"
+            "defer_pandas_import()\nfrom yarnflow.worker.runtime.keygroups import key_groups\n"
+            "key_groups(pa.table({'s': ['a'] * 100, 'i': list(range(100))}), ['s', 'i'], 128)\n"
+            "print('pandas' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=25,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

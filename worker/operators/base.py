@@ -132,9 +132,13 @@ class Operator:
         try:
             return fn(*args)
         except Exception as exc:
-            raise UserFunctionError(
-                f"user function {getattr(fn, '__name__', fn)!s} in operator '{self.name}' "
-                f"raised {type(exc).__name__}: {exc}") from exc
+            raise self.user_error(fn, exc) from exc
+
+    def user_error(self, fn: Callable[..., Any], exc: Exception) -> UserFunctionError:
+        """The error ``call_user`` raises for ``exc`` from ``fn``: per-row loops call the user
+        function inline (no wrapper call per row) and raise this ``from exc``."""
+        return UserFunctionError(f"user function {getattr(fn, '__name__', fn)!s} in operator '{self.name}' "
+                                 f"raised {type(exc).__name__}: {exc}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -13,13 +13,14 @@ aggregates as Arrow tables instead: no checkpoints are taken there.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
+from yarnflow.worker.operators.rows import gc_paused, row_dicts
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
 from yarnflow.worker.state.heap import ABSENT, IMMUTABLE, HeapKeyedStateBackend
 from yarnflow.worker.state.tables import Snapshot, owned_rows, require_columns
@@ -34,6 +35,11 @@ def check_columns(schema: pa.Schema, columns: Sequence[str], op_name: str) -> No
     if missing:
         raise JobDefinitionError(f"operator '{op_name}': column(s) {missing} do not exist; "
                                  f"the input has columns {schema.names}")
+
+
+def key_tuples(batch: pa.RecordBatch, keys: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    """The key of each row, as a tuple (one per key column)."""
+    return zip(*[batch.column(k).to_pylist() for k in keys])
 
 
 def keyed_backend(ctx: RuntimeContext) -> HeapKeyedStateBackend:
@@ -164,19 +170,33 @@ class KeyedReduce(Operator):
             check_columns(batch.schema, self.keys, self.name)
             self._schema = batch.schema
         groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
-        backend, state, keys = self._backend, self._reduced, self.keys
+        backend, state, keys, fn = self._backend, self._reduced, self.keys, self.fn
+        # the batch's keys: read from the state once, folded row by row in order, written back once
         updated: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for row, kg in zip(batch.to_pylist(), groups):
-            key = tuple(row[k] for k in keys)
-            backend.set_current_key(key, kg)
-            acc = state.get_for_update()
-            new = row if acc is ABSENT else self.call_user(self.fn, acc, row)
-            if not isinstance(new, dict):
-                raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row")
-            for k in keys:  # the key stays what it was
-                new[k] = row[k]
-            state.put(new)
-            updated[key] = new
+        key_group: dict[tuple[Any, ...], int] = {}
+        with gc_paused():
+            rows = row_dicts(batch)
+            for row, kg, key in zip(rows, groups, key_tuples(batch, keys)):
+                acc = updated.get(key, ABSENT)
+                if acc is ABSENT:
+                    backend.set_current_key(key, kg)
+                    acc = state.get_for_update()
+                    key_group[key] = kg
+                if acc is ABSENT:
+                    new = row
+                else:
+                    try:
+                        new = fn(acc, row)
+                    except Exception as exc:
+                        raise self.user_error(fn, exc) from exc
+                    if not isinstance(new, dict):
+                        raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row")
+                for k in keys:  # the key stays what it was
+                    new[k] = row[k]
+                updated[key] = new
+            for key, new in updated.items():
+                backend.set_current_key(key, key_group[key])
+                state.put(new)
         if not self.ctx.is_batch and updated:
             self.output.collect(pa.RecordBatch.from_pylist(list(updated.values()), schema=self._schema))
 

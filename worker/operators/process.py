@@ -32,6 +32,7 @@ copy-on-write snapshot (tables ``keyed_state`` and ``timers``, made off the task
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
@@ -40,7 +41,8 @@ from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, Aggregate
 from yarnflow.common.api.state import StateDescriptor
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
-from yarnflow.worker.operators.rows import RowBuffer
+from yarnflow.worker.operators.keyed import key_tuples
+from yarnflow.worker.operators.rows import RowBuffer, gc_paused, row_dicts
 from yarnflow.worker.operators.timestamps import MissingEventTimeError, event_times_ms
 from yarnflow.worker.runtime.elements import Watermark
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
@@ -166,9 +168,7 @@ class _KeyedOperator(Operator):
     def _keyed_rows(self, batch: pa.RecordBatch) -> Iterable[tuple[int, dict[str, Any], int, tuple[Any, ...]]]:
         """(row index, row, key group, key) per row."""
         groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
-        keys = self.keys
-        for i, row in enumerate(batch.to_pylist()):
-            yield i, row, groups[i], tuple(row[k] for k in keys)
+        return zip(itertools.count(), row_dicts(batch), groups, key_tuples(batch, self.keys))
 
     def _side_buffer(self, tag: str) -> RowBuffer:
         buffer = self._sides.get(tag)
@@ -231,12 +231,18 @@ class KeyedProcessOperator(_KeyedOperator):
             return
         self._check_columns(batch.schema, [self.time_column] if self.time_column else [])
         times = event_times_ms(batch, self.time_column, self.name).tolist() if self.time_column else None
-        backend, context, process = self._backend, self._context, self.fn.process_element
-        for i, row, kg, key in self._keyed_rows(batch):
-            backend.set_current_key(key, kg)
-            context._set(key, times[i] if times is not None else None, None)
-            self.call_user(process, row, context, self._collector)
-        self._flush()
+        backend, context, process, collector = self._backend, self._context, self.fn.process_element, self._collector
+        context.time_domain = None
+        with gc_paused():
+            for i, row, kg, key in self._keyed_rows(batch):
+                backend.set_current_key(key, kg)
+                context.current_key = key[0] if len(key) == 1 else key
+                context.timestamp = times[i] if times is not None else None
+                try:
+                    process(row, context, collector)
+                except Exception as exc:
+                    raise self.user_error(process, exc) from exc
+            self._flush()
 
     def _fire(self, ts: int, kg: int, key: tuple[Any, ...], domain: str) -> None:
         self._backend.set_current_key(key, kg)

@@ -8,12 +8,13 @@ is an error naming the operator.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
 from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError
+from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError, gc_paused, row_dicts
 
 __all__ = ["MapBatches", "RowFilter", "RowFlatMap", "RowMap", "SchemaMismatchError", "to_batches"]
 
@@ -23,13 +24,9 @@ def to_batches(value: Any, op_name: str) -> list[pa.RecordBatch]:
         return [value]
     if isinstance(value, pa.Table):
         return value.to_batches()
-    try:
-        import pandas as pd
-
-        if isinstance(value, pd.DataFrame):
-            return pa.Table.from_pandas(value, preserve_index=False).to_batches()
-    except ImportError:  # pragma: no cover
-        pass
+    pd = sys.modules.get("pandas")  # a DataFrame exists only once pandas is imported: never import it here
+    if pd is not None and isinstance(value, pd.DataFrame):
+        return pa.Table.from_pandas(value, preserve_index=False).to_batches()
     raise SchemaMismatchError(f"operator '{op_name}' must return a pyarrow RecordBatch or Table, "
                               f"got {type(value).__name__}")
 
@@ -47,6 +44,25 @@ class MapBatches(Operator):
                 self.output.collect(out)
 
 
+def apply_rows(op: Operator, fn: Callable[[Any], Any], rows: list[dict[str, Any]],
+               on_error: Callable[[list[Any]], object] | None = None) -> list[Any]:
+    """``[fn(row) for row in rows]``, the loop in C; an error is raised as ``op.call_user``
+    raises it, for the first row that failed. ``on_error(results so far)`` runs first."""
+    results: list[Any] = []
+    try:
+        results.extend(map(fn, rows))
+    except Exception as exc:
+        if on_error is not None:
+            on_error(results)
+        raise op.user_error(fn, exc) from exc
+    if len(results) < len(rows):  # fn raised StopIteration, which ends ``map`` as if the rows had
+        if on_error is not None:  # run out: run that row again to raise its error
+            on_error(results)
+        op.call_user(fn, rows[len(results)])
+        raise op.user_error(fn, StopIteration())
+    return results
+
+
 class _RowOperator(Operator):
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         super().__init__(name)
@@ -55,15 +71,21 @@ class _RowOperator(Operator):
 
     def _emit_rows(self, rows: list[Any]) -> None:
         if rows:
-            self.output.collect(self._rows.to_batch([r if isinstance(r, dict) else {"value": r} for r in rows]))
+            if set(map(type, rows)) != {dict}:
+                rows = [r if isinstance(r, dict) else {"value": r} for r in rows]
+            self.output.collect(self._rows.to_batch(rows))
 
 
 class RowMap(_RowOperator):
     kind = "map"
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-        fn = self.fn
-        self._emit_rows([self.call_user(fn, row) for row in batch.to_pylist()])
+        with gc_paused():
+            self._emit_rows(apply_rows(self, self.fn, row_dicts(batch)))
+
+
+def _truth_values(results: list[Any]) -> list[bool]:
+    return list(map(bool, results))
 
 
 class RowFilter(Operator):
@@ -74,8 +96,9 @@ class RowFilter(Operator):
         self.fn = fn
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-        fn = self.fn
-        mask = [bool(self.call_user(fn, row)) for row in batch.to_pylist()]
+        with gc_paused():
+            # a result without a truth value raises as it is, before a later row's error would
+            mask = _truth_values(apply_rows(self, self.fn, row_dicts(batch), on_error=_truth_values))
         out = batch.filter(pa.array(mask, pa.bool_()))
         if out.num_rows:
             self.output.collect(out)
@@ -87,13 +110,18 @@ class RowFlatMap(_RowOperator):
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         fn = self.fn
         rows: list[Any] = []
-        for row in batch.to_pylist():
-            produced: Iterable[Any] = self.call_user(fn, row)
-            if produced is None:
-                continue
-            try:
-                rows.extend(produced)
-            except TypeError:
-                raise SchemaMismatchError(f"flat_map function in operator '{self.name}' must return "
-                                          f"an iterable, got {type(produced).__name__}") from None
-        self._emit_rows(rows)
+        extend = rows.extend
+        with gc_paused():
+            for row in row_dicts(batch):
+                try:
+                    produced: Iterable[Any] = fn(row)
+                except Exception as exc:
+                    raise self.user_error(fn, exc) from exc
+                if produced is None:
+                    continue
+                try:
+                    extend(produced)
+                except TypeError:
+                    raise SchemaMismatchError(f"flat_map function in operator '{self.name}' must return "
+                                              f"an iterable, got {type(produced).__name__}") from None
+            self._emit_rows(rows)

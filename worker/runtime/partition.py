@@ -196,7 +196,9 @@ class BlockingResultPartition:
         path = self._path(index)
         if os.path.exists(path):
             try:
-                with pa.memory_map(path) as source:
+                # read, not memory-mapped: a mapped file's pages stay in the reader's resident
+                # memory until it is closed, so a consumer's memory grew with the partition
+                with pa.OSFile(path, "rb") as source:
                     yield from pa.ipc.open_stream(source)
             except FileNotFoundError:
                 raise PartitionReleasedError(f"partition {self.partition_id} released", self.partition_id) from None

@@ -1,0 +1,107 @@
+"""Process memory settings of AppMaster and TaskExecutor processes (common/memory.py): pyarrow
+does not load pandas until a job's code does, and then recognises pandas objects as usual; the
+Arrow allocator and malloc settings take effect. Each case runs in a fresh interpreter, since
+these are process-wide and one-shot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
+
+
+def _run(code: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=50, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_pyarrow_conversions_do_not_load_pandas_until_user_code_imports_it():
+    out = _run("""
+        import sys
+        import numpy as np
+        import pyarrow as pa
+        from yarnflow.common.memory import configure_process_memory
+        configure_process_memory("system", 1, True)
+        batch = pa.record_batch({"w": ["a", "b", None], "n": [1, None, 3]})
+        batch.to_pylist(); batch.column(1).to_numpy(zero_copy_only=False)
+        pa.RecordBatch.from_pylist([{"w": "x", "n": 1.5}]); pa.array(np.arange(3))
+        print("pandas" in sys.modules)
+        import pandas as pd  # the user's import: pyarrow's pandas support is on from here
+        print(pa.array(pd.Series([1.0, np.nan])).null_count)  # from_pandas: NaN is null
+        print(pa.Table.from_pandas(pd.DataFrame({"a": [1, 2]})).num_rows)
+        print(pa.default_memory_pool().backend_name)
+    """)
+    assert out == ["False", "1", "2", "system"]
+
+
+def test_a_pickled_dataframe_still_loads_and_converts():
+    """A job's closure may hold a DataFrame: unpickling it imports pandas through pickle."""
+    out = _run("""
+        import pickle, subprocess, sys
+        import numpy as np
+        payload = subprocess.run([sys.executable, "-c", "import pickle, sys, pandas as pd; "
+                                  "sys.stdout.buffer.write(pickle.dumps(pd.Series([1.0, float('nan')])))"],
+                                 capture_output=True, check=True).stdout
+        import pyarrow as pa
+        from yarnflow.common.memory import defer_pandas_import
+        defer_pandas_import()
+        pa.array([1, 2])
+        print("pandas" in sys.modules)
+        series = pickle.loads(payload)
+        print(pa.array(series).null_count)
+    """)
+    assert out == ["False", "1"]
+
+
+def test_without_deferral_pyarrow_loads_pandas_as_usual():
+    out = _run("""
+        import sys
+        import pyarrow as pa
+        from yarnflow.common.memory import configure_process_memory
+        configure_process_memory("mimalloc", 0, False)
+        pa.array([1, 2]).to_numpy(zero_copy_only=False)
+        print("pandas" in sys.modules, pa.default_memory_pool().backend_name)
+    """)
+    assert out == ["True", "mimalloc"]
+
+
+def test_an_allocator_this_pyarrow_lacks_keeps_the_default_and_says_so():
+    out = _run("""
+        import logging, sys
+        logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
+        import pyarrow as pa
+        from yarnflow.common.memory import _configure_arrow_pool
+        before = pa.default_memory_pool().backend_name
+        _configure_arrow_pool("tcmalloc")
+        print(pa.default_memory_pool().backend_name == before)
+    """)
+    assert out[-1] == "True" and "'tcmalloc' is not available" in " ".join(out)
+
+
+def test_threads_importing_pandas_at_once_all_get_it():
+    """Two subtasks of a TaskExecutor may import pandas at the same moment."""
+    out = _run("""
+        import threading
+        import pyarrow as pa
+        from yarnflow.common.memory import defer_pandas_import
+        defer_pandas_import()
+        pa.array([1])
+        errors, done = [], []
+        def work():
+            try:
+                import pandas as pd
+                done.append(pa.array(pd.Series([1.0, float("nan")])).null_count)
+            except Exception as exc:
+                errors.append(repr(exc))
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print(errors == [], done == [1] * 8)
+    """)
+    assert out == ["True", "True"]
