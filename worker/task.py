@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from yarnflow.common import logs
 from yarnflow.common.config import Options, parse_duration_ms
 from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
 from yarnflow.common.states import ExecutionState
@@ -108,6 +109,7 @@ class Task:
 
     def _run(self) -> None:
         tdd = self.tdd
+        logs.bind_job(tdd.job_id)
         try:
             self._report(ExecutionState.INITIALIZING)
             self._stream_task = self._build()
@@ -138,6 +140,7 @@ class Task:
             if self._gate is not None:
                 self._gate.cancel()
                 self._gate.join(2.0)
+            logs.unbind_job()
 
     def _build(self) -> StreamTask:
         tdd = self.tdd
