@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from yarnflow.cli_logs import logs
 from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options, parse_dynamic_properties
 from yarnflow.common.errors import (
@@ -471,6 +472,7 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
             return
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
+    _echo_web_url(cluster.web_url)
     if cluster.ha:
         ha_keys = " ".join(f"-D {k}={v}" for k, v in conf.items() if k.startswith("high-availability."))
         click.echo(f"  {standby} standby AppMaster{'s' if standby != 1 else ''}; the leader is found in ZooKeeper:")
@@ -489,6 +491,15 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     cluster.stop()
     why = f" ({signals.names()})" if signals.received() else ""
     click.echo(f"session stopped{why}")
+
+
+def _echo_web_url(web_url: Any) -> None:
+    try:
+        url = web_url()
+    except YarnflowError:
+        return
+    if url:
+        click.echo(f"  web UI:  {url}")
 
 
 class _SessionSignals:
@@ -555,6 +566,9 @@ def yarn_sandbox(port: int, host: str, config_dir: str | None, work_dir: str | N
                        max_vcores=max_vcores)
     if code:
         raise click.exceptions.Exit(code)
+
+
+cli.add_command(logs)
 
 
 def main(argv: list[str] | None = None) -> int:

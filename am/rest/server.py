@@ -219,7 +219,13 @@ class RestServer:
 
     def job(self, jobid: str) -> Response:
         info = self._job(jobid)
-        return jsonify(views.job_details(info, self._graph(info.job_id)))
+        graph = self._graph(info.job_id)
+        details = views.job_details(info, graph)
+        details["checkpointing"] = self._checkpointing(graph)
+        return jsonify(details)
+
+    def _checkpointing(self, graph: Any) -> bool:
+        return graph is None or int(self._config.with_overrides(graph.config)[Options.CHECKPOINT_INTERVAL]) > 0
 
     def cancel(self, jobid: str) -> tuple[Response, int]:
         mode = request.args.get("mode", "cancel")
@@ -238,8 +244,7 @@ class RestServer:
 
     def checkpoints(self, jobid: str) -> Response:
         info = self._job(jobid)
-        graph = self._graph(info.job_id)
-        if graph is not None and int(self._config.with_overrides(graph.config)[Options.CHECKPOINT_INTERVAL]) <= 0:
+        if not self._checkpointing(self._graph(info.job_id)):
             raise ApiError(404, f"job {jobid} takes no checkpoints (execution.checkpointing.interval is not set)")
         return jsonify(views.checkpoints(info))
 
