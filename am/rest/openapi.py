@@ -107,7 +107,8 @@ def _answers(ok: str | None, code: str = "200", *errors: int) -> dict[str, Any]:
     return out
 
 
-_JOB = {"name": "jobid", "in": "path", "required": True, "schema": _STR, "description": "32 hex characters"}
+_JOB = {"name": "jobid", "in": "path", "required": True, "description": "32 hex characters",
+        "schema": {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"}}
 _VERTEX = {"name": "vertexid", "in": "path", "required": True, "schema": _STR}
 
 
