@@ -12,7 +12,6 @@ one job (lines of the job's threads carry ``[job <id>]``; lines that name the jo
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,11 +21,6 @@ import click
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import YarnError, YarnflowError
 from yarnflow.common.logs import job_lines
-
-#: one log file in an aggregated container log, as YARN writes it
-_LOG_TYPE = re.compile(r"^LogType:(?P<name>.*)\n(?:.*\n)*?Log Contents:\n(?P<text>.*?)\nEnd of LogType:(?P=name)$",
-                       re.MULTILINE | re.DOTALL)
-
 
 @click.command()
 @click.option("--address", "-a", default=None,
@@ -83,8 +77,24 @@ def _cluster_job_logs(address: str | None, dynamic: tuple[str, ...], job_id: str
 
 
 def split_container_log(text: str) -> dict[str, str]:
-    """An aggregated container log -> {file name: its text}."""
-    return {m.group("name"): m.group("text") for m in _LOG_TYPE.finditer(text)}
+    """An aggregated container log (``LogType:NAME`` ... ``Log Contents:`` ... ``End of
+    LogType:NAME`` per file, as YARN writes it) -> {file name: its text}."""
+    files: dict[str, str] = {}
+    name: str | None = None
+    contents: list[str] | None = None
+    for line in text.splitlines():
+        if name is None:
+            if line.startswith("LogType:"):
+                name, contents = line[len("LogType:"):], None
+        elif contents is None:
+            if line == "Log Contents:":
+                contents = []
+        elif line == f"End of LogType:{name}":
+            files[name] = "\n".join(contents)
+            name, contents = None, None
+        else:
+            contents.append(line)
+    return files
 
 
 def yarn_job_logs(app_id: str, job_id: str, taskexecutor: str = "") -> dict[str, list[str]]:

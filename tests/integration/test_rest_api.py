@@ -4,6 +4,7 @@ The figures the REST API shows are the ones the TaskExecutors measure and export
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import socket
@@ -15,6 +16,7 @@ import requests
 
 from tests.harness import wait_until
 from tests.rest import RATE, generator_job, get, scrape, submit, wait_flowing
+from yarnflow.common.metrics import bind_first_free
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -214,3 +216,36 @@ def test_a_bad_job_or_vertex_on_a_running_job(cluster: Any, tmp_path: Path) -> N
     assert requests.get(f"{web}/jobs/{job_id.upper()}", timeout=10).json()["jid"] == job_id
     requests.patch(f"{web}/jobs/{job_id}", timeout=10)  # mode defaults to cancel
     wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "CANCELED", 30, "the job was not cancelled")
+
+
+def test_the_first_free_port_of_a_range_else_any() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    bound: list[int] = []
+
+    def bind(p: int) -> Any:
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            s.close()
+            raise
+        bound.append(s.getsockname()[1])
+        return s
+
+    try:
+        sock, asked = bind_first_free((port, port + 1), bind, "test")
+        assert asked == bound[-1] == port + 1 or asked == 0  # port + 1 may be taken by someone else
+        sock.close()
+        sock, asked = bind_first_free((port, port), bind, "test")  # the whole range is taken: any port
+        assert asked == 0 and bound[-1] not in (0, port)
+        sock.close()
+
+        def refused(p: int) -> Any:
+            raise OSError(errno.EADDRNOTAVAIL, "cannot assign requested address")
+        with pytest.raises(OSError):
+            bind_first_free((port, port + 1), refused, "test")
+    finally:
+        taken.close()
