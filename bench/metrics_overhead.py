@@ -10,31 +10,15 @@ times and the medians are compared (target: on costs < 2%)."""
 from __future__ import annotations
 
 import shutil
-import socket
 import statistics
 import tempfile
 import threading
 import urllib.request
 from typing import Any, Callable
 
+from yarnflow.common.metrics import free_port_range
+
 OFF = {"rest.enabled": "false", "metrics.reporters": "", "metrics.task-io.enabled": "false"}
-
-
-def _free_range(size: int = 6) -> tuple[int, int]:
-    for low in range(31000, 60000, size):
-        socks = []
-        try:
-            for port in range(low, low + size):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return low, low + size - 1
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
 
 
 class Watcher:
@@ -91,7 +75,7 @@ def run_metrics_overhead(records: int = 20_000_000, parallelism: int = 2, rounds
         on_runs, off_runs = [], []
         for _ in range(rounds):
             off_runs.append(workloads.run_w1(records, parallelism, folder, mode=mode, conf=OFF))
-            ports = _free_range()
+            ports = free_port_range(6, 31000)
             on = {"rest.port": "0", "metrics.reporter.prom.port": f"{ports[0]}-{ports[1]}"}
             on_runs.append(workloads.run_w1(records, parallelism, folder, mode=mode, conf=on, watch=watch(ports)))
         on_rate = statistics.median(r["records_per_s"] for r in on_runs)

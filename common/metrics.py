@@ -39,6 +39,27 @@ def bind_first_free(ports: tuple[int, int], bind: Callable[[int], S], what: str)
     return bind(0), 0
 
 
+def free_port_range(size: int, start: int = 20000) -> tuple[int, int]:
+    """``size`` consecutive loopback ports that are free now, from ``start`` on (for a range
+    setting that must not meet other processes: benchmarks and tests)."""
+    import socket
+
+    for low in range(start, 65535 - size, size):
+        socks: list[socket.socket] = []
+        try:
+            for port in range(low, low + size):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return low, low + size - 1
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise OSError(errno.EADDRINUSE, f"no {size} consecutive free ports")
+
+
 class _Collector:
     """Calls ``collect`` at each scrape: the figures are read live, never copied in advance."""
 

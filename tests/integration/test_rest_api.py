@@ -16,38 +16,19 @@ import requests
 
 from tests.harness import wait_until
 from tests.rest import RATE, generator_job, get, scrape, submit, wait_flowing
-from yarnflow.common.metrics import bind_first_free
+from yarnflow.common.metrics import bind_first_free, free_port_range
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 CHECKPOINTED = {"execution.checkpointing.interval": "300 ms"}
 
 
-def free_port_range(size: int = 8) -> str:
-    """``LOW-HIGH``: ``size`` consecutive ports that are free now."""
-    for _ in range(100):
-        low = random.randint(20000, 60000)
-        socks = []
-        try:
-            for port in range(low, low + size):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return f"{low}-{low + size - 1}"
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
-
-
 @pytest.fixture
 def cluster(local_cluster: Any) -> Any:
-    prom = free_port_range()
-    c = local_cluster(taskexecutors=2, slots=2, rest__port="0", metrics__reporter__prom__port=prom)
+    low, high = free_port_range(8, random.randint(20000, 60000))
+    c = local_cluster(taskexecutors=2, slots=2, rest__port="0", metrics__reporter__prom__port=f"{low}-{high}")
     c.web = c.web_url()
-    c.prom_ports = range(int(prom.split("-")[0]), int(prom.split("-")[1]) + 1)
+    c.prom_ports = range(low, high + 1)
     return c
 
 
