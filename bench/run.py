@@ -66,7 +66,7 @@ def _checkpoint_overhead(args: argparse.Namespace) -> dict[str, Any]:
 def _metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
     from metrics_overhead import run_metrics_overhead
 
-    return run_metrics_overhead(args.records, args.parallelism, args.rounds, args.mode)
+    return run_metrics_overhead(args.records, args.parallelism, args.rounds, args.mode, args.watch_interval)
 
 
 def _am_failover(args: argparse.Namespace) -> dict[str, Any]:
@@ -122,7 +122,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                          lambda p: (p.add_argument("--records", type=int, default=20_000_000),
                                     p.add_argument("--parallelism", type=int, default=2),
                                     p.add_argument("--rounds", type=int, default=5),
-                                    p.add_argument("--mode", choices=["STREAMING", "BATCH"], default="BATCH")),
+                                    p.add_argument("--mode", choices=["STREAMING", "BATCH"], default="BATCH"),
+                                    p.add_argument("--watch-interval", type=float, default=1.0,
+                                                   help="seconds between the watcher's reads")),
                          _metrics_overhead),
     "checkpoint-size": ("keyed state of N keys: task pause to snapshot it, then background write speed",
                         lambda p: (p.add_argument("--keys", type=int, default=5_000_000),

@@ -16,23 +16,25 @@ FORMAT = "%(asctime)s %(levelname)s %(threadName)s%(job)s %(name)s: %(message)s"
 #: a log line's start (a new record); other lines continue the record before them
 _RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 
-_jobs: dict[int, str] = {}
+#: the job the current thread works for (a thread-local: it ends with its thread)
+_bound = threading.local()
 
 
 def bind_job(job_id: str) -> None:
     """The calling thread works for ``job_id`` from now on (until ``unbind_job``)."""
-    _jobs[threading.get_ident()] = str(job_id)
+    _bound.job = str(job_id)
 
 
 def unbind_job() -> None:
-    _jobs.pop(threading.get_ident(), None)
+    _bound.job = None
 
 
 class JobTagFilter(logging.Filter):
-    """Sets ``record.job`` (`` [job <id>]`` or empty) from the logging thread's binding."""
+    """Sets ``record.job`` (`` [job <id>]`` or empty) from the logging thread's binding (log
+    handlers run on the thread that logs)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        job = _jobs.get(record.thread or 0)
+        job = getattr(_bound, "job", None)
         record.job = f" [job {job}]" if job else ""
         return True
 

@@ -160,3 +160,26 @@ def test_an_aggregated_container_log_splits_into_its_files() -> None:
     text = ("LogType:stderr.log\nLog Upload Time:now\nLogLength:12\nLog Contents:\nline 1\nline 2\n"
             "End of LogType:stderr.log\n\nLogType:empty.log\nLog Contents:\n\nEnd of LogType:empty.log\n")
     assert split_container_log(text) == {"stderr.log": "line 1\nline 2", "empty.log": ""}
+
+
+def test_lines_of_a_thread_bound_to_a_job_carry_its_id() -> None:
+    import io
+    import logging
+
+    from yarnflow.common import logs
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(threadName)s%(job)s: %(message)s"))
+    handler.addFilter(logs.JobTagFilter())
+    logger = logging.getLogger("test.job-tags")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logs.bind_job("ab" * 16)
+        logger.warning("in the job")
+        logs.unbind_job()
+        logger.warning("outside")
+    finally:
+        logger.removeHandler(handler)
+    assert out.getvalue().splitlines() == [f"MainThread [job {'ab' * 16}]: in the job", "MainThread: outside"]

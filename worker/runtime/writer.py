@@ -42,8 +42,10 @@ class RecordWriter:
         for _ in range(self._rr_start):
             next(self._rr)  # type: ignore[arg-type]
         self.records_out = 0
-        self.bytes_out = 0
         self.backpressured_ns = 0
+        # pipelined subpartitions measure what they take in already: their sum is bytes_out
+        self._subs_count_bytes = all(hasattr(sub, "bytes_added") for sub in self._subs)
+        self._bytes_out = 0
 
     # -- routing ----------------------------------------------------------------------------
     def emit(self, batch: pa.RecordBatch) -> None:
@@ -118,13 +120,21 @@ class RecordWriter:
     def _send(self, i: int, batch: pa.RecordBatch) -> None:
         sub = self._subs[i]
         if self._io_metrics:
-            self.bytes_out += batch.nbytes
+            if not self._subs_count_bytes:
+                self._bytes_out += batch.nbytes
             if getattr(sub, "full", False):  # the add waits for the consumer: back-pressure
                 started = time.perf_counter_ns()
                 sub.add(batch, self._cancelled)
                 self.backpressured_ns += time.perf_counter_ns() - started
                 return
         sub.add(batch, self._cancelled)
+
+    @property
+    def bytes_out(self) -> int:
+        """Bytes of the batches sent (each copy of a broadcast counts)."""
+        if self._subs_count_bytes:
+            return sum(sub.bytes_added for sub in self._subs)
+        return self._bytes_out
 
     def flush_all(self) -> None:
         for i in range(self._n):
