@@ -105,7 +105,7 @@ def start_prometheus(config: Configuration, collect: Callable[[], Iterable[Any]]
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(collect))  # type: ignore[arg-type]
+    registry.register(_Collector(collect))
     host = str(config[Options.PROM_HOST]) or "127.0.0.1"
     (server, thread), _ = bind_first_free(config[Options.PROM_PORT],
                                           lambda port: start_http_server(port, host, registry), what)

@@ -82,13 +82,13 @@ class RestServer:
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RestServer:
         host = str(self._config[Options.REST_ADDRESS]) or "127.0.0.1"
-        self._server, _ = bind_first_free(self._config[Options.REST_PORT],
-                                          lambda port: make_server(host, port, self.app, threaded=True),
-                                          "REST API")
-        port = self._server.server_port
+        server, _ = bind_first_free(self._config[Options.REST_PORT],
+                                    lambda port: make_server(host, port, self.app, threaded=True), "REST API")
+        self._server = server
+        port = server.server_port
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
         self.url = f"http://{shown}:{port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="rest-server", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, name="rest-server", daemon=True)
         self._thread.start()
         log.info("REST API and web UI at %s", self.url)
         return self

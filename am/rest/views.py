@@ -161,13 +161,14 @@ def subtasks(info: JobStatusInfo, v: VertexStatus) -> dict[str, Any]:
 
 def backpressure(v: VertexStatus) -> dict[str, Any]:
     """``/jobs/:jobid/vertices/:vertexid/backpressure`` (Flink's JobVertexBackPressureInfo)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
+    worst = 0.0
     for i, m in enumerate(_subtask_metrics(v)):
         ratio = m.backpressured_ms_per_second / 1000.0
+        worst = max(worst, ratio)
         rows.append({"subtask": i, "backpressure-level": backpressure_level(ratio), "ratio": round(ratio, 3),
                      "idleRatio": round(m.idle_ms_per_second / 1000.0, 3),
                      "busyRatio": round(m.busy_ms_per_second / 1000.0, 3)})
-    worst = max((r["ratio"] for r in rows), default=0.0)
     return {"status": "ok", "backpressure-level": backpressure_level(worst), "end-timestamp": now_ms(),
             "subtasks": rows}
 

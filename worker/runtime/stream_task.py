@@ -197,7 +197,8 @@ class StreamTask:
 
     def wire(self, ctx_for: Callable[[Operator], Any]) -> None:
         self._chain_outputs = [ChainOutput(nxt, self.tail) for nxt in self.chain[1:]]
-        for op, out in zip(self.chain, [*self._chain_outputs, self.tail]):
+        outputs: list[ChainOutput | WriterOutput] = [*self._chain_outputs, self.tail]
+        for op, out in zip(self.chain, outputs):
             op.setup(ctx_for(op), out)
 
     def operator_records(self) -> tuple[list[int], list[int]]:
