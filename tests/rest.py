@@ -50,11 +50,13 @@ def get(url: str, expect: int = 200) -> Any:
 
 
 def wait_flowing(web: str, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
-    """The job's details once every vertex runs and its source reports records per second."""
+    """The job's details once every vertex runs, its source reports records per second and every
+    other vertex records read (each TaskExecutor's next heartbeat brings them)."""
     def flowing() -> dict[str, Any] | None:
         details = get(f"{web}/jobs/{job_id}")
         vertices = details["vertices"]
-        if all(v["status"] == "RUNNING" for v in vertices) and vertices[0]["metrics"]["write-records-per-second"] > 0:
+        if (all(v["status"] == "RUNNING" for v in vertices) and vertices[0]["metrics"]["write-records-per-second"] > 0
+                and all(v["metrics"]["read-records"] > 0 for v in vertices[1:])):
             return details
         return None
     return wait_until(flowing, timeout_s, f"job {job_id} never ran with records flowing", interval_s=0.3)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import logging
 import re
+import socket
 import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -82,16 +83,27 @@ class RestServer:
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RestServer:
         host = str(self._config[Options.REST_ADDRESS]) or "127.0.0.1"
-        server, _ = bind_first_free(self._config[Options.REST_PORT],
-                                    lambda port: make_server(host, port, self.app, threaded=True), "REST API")
+        server, _ = bind_first_free(self._config[Options.REST_PORT], lambda port: self._bind(host, port), "REST API")
         self._server = server
-        port = server.server_port
+        port = server.port
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
         self.url = f"http://{shown}:{port}"
         self._thread = threading.Thread(target=server.serve_forever, name="rest-server", daemon=True)
         self._thread.start()
         log.info("REST API and web UI at %s", self.url)
         return self
+
+    def _bind(self, host: str, port: int) -> BaseWSGIServer:
+        """A server on ``host:port``; OSError when the port is taken. (The socket is bound here:
+        werkzeug's own bind exits the process when the port is in use.)"""
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+            return make_server(host, sock.getsockname()[1], self.app, threaded=True, fd=sock.fileno())
+        finally:
+            sock.close()  # the server holds a duplicate of it
 
     def stop(self) -> None:
         if self._server is not None:

@@ -230,3 +230,16 @@ def test_the_first_free_port_of_a_range_else_any() -> None:
             bind_first_free((port, port + 1), refused, "test")
     finally:
         taken.close()
+
+
+def test_a_taken_rest_port_moves_the_rest_api_to_the_next_free_one(local_cluster: Any) -> None:
+    low, high = free_port_range(2, random.randint(20000, 60000))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", low))
+    taken.listen()
+    try:
+        c = local_cluster(taskexecutors=1, slots=1, rest__port=f"{low}-{high}")
+        assert c.web_url() == f"http://127.0.0.1:{high}"
+        assert get(f"{c.web_url()}/overview")["taskmanagers"] == 1
+    finally:
+        taken.close()
