@@ -89,7 +89,7 @@ def test_a_yarn_applications_job_logs_come_through_log_aggregation(cli: Cli, san
     assert len(masters) == 1 and masters[0].endswith("_01_000001)")
     assert any(f"job counted ({job_id}) submitted" in line for line in found[masters[0]])
     containers = [s for s in found if s.startswith("container_")]
-    assert len(containers) == 2  # the two TaskExecutor containers (one slot each)
+    assert containers  # the TaskExecutor containers that ran its subtasks (BATCH: maybe one after the other)
     assert all(any(f"[job {job_id}]" in line for line in found[c]) for c in containers)
     one = sections(cli.run("logs", *keys, "--taskexecutor", containers[0], job_id, check=True).stdout)
     assert list(one) == [containers[0]]
