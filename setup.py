@@ -44,7 +44,7 @@ setup(
     python_requires=">=3.10",
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
-    package_data={"yarnflow.conf": ["*.yaml"]},
+    package_data={"yarnflow.conf": ["*.yaml"], "yarnflow.am": ["web/*.html", "web/*.js", "web/*.css"]},
     install_requires=[
         "pyarrow>=14",
         "thrift>=0.17",
@@ -60,10 +60,12 @@ setup(
         "venv-pack>=0.2",  # yarn.ship-venv
         "pandas>=1.5,<3",  # pyspark does not support pandas 3 yet
         "pyspark>=3.5",  # Spark stages (stream.spark, env.spark_sql) run on the TaskExecutors
+        "Flask>=3.0",  # the AppMaster's REST API and web UI
+        "prometheus-client>=0.17",  # metrics.reporters: prom
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",
-                 "types-psutil"],
+                 "types-psutil", "selenium>=4.10", "schemathesis>=4.0", "requests"],
     },
     entry_points={"console_scripts": ["yarnflow = yarnflow.cli:main"]},
 )

@@ -22,6 +22,8 @@ from typing import Any, cast
 import fsspec
 
 from yarnflow.am.dispatcher.dispatcher import Dispatcher
+from yarnflow.am.metrics import appmaster_families
+from yarnflow.am.rest.server import RestServer
 from yarnflow.am.resourcemanager.drivers.base import ResourceDriver
 from yarnflow.am.resourcemanager.drivers.local import LocalProcessDriver
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
@@ -29,6 +31,7 @@ from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
+from yarnflow.common.metrics import PrometheusEndpoint, start_prometheus
 from yarnflow.common.rpc.gateways import (
     DISPATCHER,
     JOB_MASTER,
@@ -113,6 +116,8 @@ class AppMaster:
         #: called once when this AppMaster stops: (the cluster ends with it, why)
         self.on_shutdown: list[Callable[[bool, str], None]] = []
         self.shutdown_reason = ""
+        self.rest: RestServer | None = RestServer(self) if config[Options.REST_ENABLED] else None
+        self.metrics: PrometheusEndpoint | None = None
 
     @property
     def address(self) -> str:
@@ -127,8 +132,15 @@ class AppMaster:
         where = f"; the leader is at {leader.address}" if leader is not None and leader.address != self.address else ""
         return f"AppMaster {self.address} of cluster {self.cluster_id} is not the leader{where}"
 
+    @property
+    def web_url(self) -> str:
+        return self.rest.url if self.rest is not None else ""
+
     def start(self) -> AppMaster:
         self.server.start()
+        if self.rest is not None:
+            self.rest.start()
+        self.metrics = start_prometheus(self.config, lambda: appmaster_families(self), f"AppMaster {self.address}")
         log.info("AppMaster of cluster %s serving at %s (work dir %s, storage %s, high availability %s)",
                  self.cluster_id, self.address, self.work_dir, self.storage_dir, self.ha.kind)
         self._retrieval.start(self._on_leader)
@@ -159,6 +171,7 @@ class AppMaster:
                                     self.shutdown, self._artifacts, ha=self.ha, fencing_token=session_id,
                                     is_leader=lambda: self._election.has_leadership(session_id))
             dispatcher.address = self.address
+            dispatcher.web_url = self.web_url
             self.session_id = session_id
             self.rm, self.dispatcher = rm, dispatcher
             rm.start(self.address, recover_previous_workers=failover)
@@ -251,6 +264,9 @@ class AppMaster:
             for listener in self.on_shutdown:
                 self._quietly(lambda listener=listener: listener(cluster_ends, self.shutdown_reason))
             self.server.stop()
+            for endpoint in (self.rest, self.metrics):
+                if endpoint is not None:
+                    self._quietly(endpoint.stop)
             log.info("AppMaster stopped")
 
     @staticmethod

@@ -70,6 +70,12 @@ def _checkpoint_overhead(args: argparse.Namespace) -> dict[str, Any]:
     return run_checkpoint_overhead(args.records, args.parallelism, args.interval, args.rounds)
 
 
+def _metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
+    from metrics_overhead import run_metrics_overhead
+
+    return run_metrics_overhead(args.records, args.parallelism, args.rounds, args.mode, args.watch_interval)
+
+
 def _am_failover(args: argparse.Namespace) -> dict[str, Any]:
     from am_failover import run_am_failover
 
@@ -118,6 +124,15 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                                        p.add_argument("--parallelism", type=int, default=2),
                                        p.add_argument("--interval", default="1 s"),
                                        p.add_argument("--rounds", type=int, default=3)), _checkpoint_overhead),
+    "metrics-overhead": ("W1 with the REST API, Prometheus endpoints, task I/O meters and a watcher reading them "
+                         "every second, against every metric off, same run (target: < 2%)",
+                         lambda p: (p.add_argument("--records", type=int, default=20_000_000),
+                                    p.add_argument("--parallelism", type=int, default=2),
+                                    p.add_argument("--rounds", type=int, default=5),
+                                    p.add_argument("--mode", choices=["STREAMING", "BATCH"], default="BATCH"),
+                                    p.add_argument("--watch-interval", type=float, default=1.0,
+                                                   help="seconds between the watcher's reads")),
+                         _metrics_overhead),
     "checkpoint-size": ("keyed state of N keys: task pause to snapshot it, then background write speed",
                         lambda p: (p.add_argument("--keys", type=int, default=5_000_000),
                                    p.add_argument("--process-keys", type=int, default=1_000_000)), _checkpoint_size),

@@ -121,10 +121,12 @@ class RssSampler:
 
 
 def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: str,
-             conf: dict[str, str] | None = None) -> tuple[pa.Table, float, int]:
+             conf: dict[str, str] | None = None,
+             watch: Callable[[Any], Callable[[], None]] | None = None) -> tuple[pa.Table, float, int]:
     """Runs the pipeline ``build(env)`` on a fresh local session (configured with ``conf``);
     returns (collected result, seconds from submit to result in hand, peak RSS bytes). The
-    job's final status is left in ``LAST_JOB``."""
+    job's final status is left in ``LAST_JOB``. ``watch(cluster)``, when given, starts watching
+    the cluster before the submit and returns what stops it."""
     import yarnflow
     from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
     from yarnflow.common.states import JobStatus
@@ -139,10 +141,13 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
         env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism, runtime_mode=mode)
         build(env)
         job = upload_artifact(compile_job(env, name), None, storage)
+        stop_watching = watch(cluster) if watch is not None else None
         with RssSampler([os.getpid(), cluster.proc.pid]) as rss:
             t0 = time.perf_counter()
             job_id = gw.submit_job(job.job_graph)
             result = gw.request_job_result(job_id, 600_000)
+            if stop_watching is not None:
+                stop_watching()
             if result.status != JobStatus.FINISHED:
                 raise RuntimeError(f"{name} ended {result.status.name}: {result.failure_cause}")
             table = read_collected(f"{storage}/jobs/{job_id}", next(iter(job.collect_sinks)))
@@ -203,14 +208,15 @@ def _reference(name: str, folder: str) -> tuple[Any, float]:
 
 
 def run_w1(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None,
-           mode: str = "BATCH", conf: dict[str, str] | None = None) -> dict[str, Any]:
+           mode: str = "BATCH", conf: dict[str, str] | None = None,
+           watch: Callable[[Any], Callable[[], None]] | None = None) -> dict[str, Any]:
     folder, owned, n = _prepare("w1", records, input_dir)
     try:
 
         def build(env: Any) -> None:
             env.read_parquet(folder, columns=["word"]).key_by("word").count().collect()
 
-        table, seconds, peak = _run_job(build, parallelism, "w1", mode, conf)
+        table, seconds, peak = _run_job(build, parallelism, "w1", mode, conf, watch)
         expected, ref_s = _reference("w1", folder)
         if mode == "STREAMING":  # an upsert stream: the final count of a word is its largest
             table = table.group_by("word").aggregate([("count", "max")]).rename_columns(["word", "count"])

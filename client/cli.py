@@ -13,6 +13,9 @@ from typing import Any
 
 import click
 
+from yarnflow.cli_logs import logs
+from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
+from yarnflow.cli_savepoints import savepoint, stop
 from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options, parse_dynamic_properties
 from yarnflow.common.errors import (
@@ -26,11 +29,6 @@ from yarnflow.common.errors import (
     YarnError,
     YarnflowError,
 )
-
-ADDRESS_HELP = ("HOST:PORT of a running yarnflow cluster (printed by `yarnflow session start`); omitted for a YARN "
-                "session (-D yarn.application.id=ID) or with ZooKeeper high availability configured "
-                "(-D high-availability.* or the configuration file): the cluster's current leader")
-
 
 class CliError(click.ClickException):
     """An error the CLI reports in one line and exits 1 for."""
@@ -77,10 +75,6 @@ def _rpc_error(address: str, exc: YarnflowError) -> CliError:
         reason = str(exc).removeprefix(f"cannot reach {address}: ")
         return CliError(f"cannot reach a yarnflow cluster at {address}: {reason}")
     return CliError(str(exc))
-
-
-dynamic_option = click.option("-D", "dynamic", multiple=True, metavar="KEY=VALUE",
-                              help="Configuration override (repeatable), e.g. -D heartbeat.timeout=20s.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -450,6 +444,7 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
             return
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
+    _echo_web_url(cluster.web_url)
     if cluster.ha:
         ha_keys = " ".join(f"-D {k}={v}" for k, v in conf.items() if k.startswith("high-availability."))
         click.echo(f"  {standby} standby AppMaster{'s' if standby != 1 else ''}; the leader is found in ZooKeeper:")
@@ -468,6 +463,15 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     cluster.stop()
     why = f" ({signals.names()})" if signals.received() else ""
     click.echo(f"session stopped{why}")
+
+
+def _echo_web_url(web_url: Any) -> None:
+    try:
+        url = web_url()
+    except YarnflowError:
+        return
+    if url:
+        click.echo(f"  web UI:  {url}")
 
 
 class _SessionSignals:
@@ -536,40 +540,9 @@ def yarn_sandbox(port: int, host: str, config_dir: str | None, work_dir: str | N
         raise click.exceptions.Exit(code)
 
 
-@cli.command()
-@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
-@dynamic_option
-@click.argument("job_id")
-@click.argument("target_dir", required=False, default="")
-def savepoint(address: str | None, dynamic: tuple[str, ...], job_id: str, target_dir: str) -> None:
-    """Take a savepoint of the running job JOB_ID into a new folder under TARGET_DIR (default:
-    state.savepoints.dir) and print its path; `yarnflow run -s PATH JOB.py` starts from it.
-    The job must take checkpoints (execution.checkpointing.interval)."""
-    from yarnflow.cli_savepoints import take_savepoint
-
-    take_savepoint(address, dynamic, job_id, target_dir)
-
-
-@cli.command()
-@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
-@dynamic_option
-@click.option("--savepoint-path", "-p", "target_dir", default="", metavar="DIR",
-              help="folder under which the savepoint is written (default: state.savepoints.dir)")
-@click.option("--drain", is_flag=True,
-              help="fire every timer and window first (end of input), for a job that will not be resumed")
-@click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS",
-              help="how long to wait for the job to end after its savepoint")
-@click.argument("job_id")
-def stop(address: str | None, dynamic: tuple[str, ...], target_dir: str, drain: bool, timeout: float,
-         job_id: str) -> None:
-    """Stop the running job JOB_ID with a savepoint: its sources stop, a savepoint is taken
-    and the job ends FINISHED; prints the savepoint's path (`yarnflow run -s PATH JOB.py`
-    resumes from it). Without --drain, windows and timers stay open in the savepoint; with
-    --drain they fire first. If the savepoint fails the job restarts from its latest
-    checkpoint and keeps running."""
-    from yarnflow.cli_savepoints import stop_with_savepoint
-
-    stop_with_savepoint(address, dynamic, job_id, target_dir, drain, timeout)
+cli.add_command(logs)
+cli.add_command(savepoint)
+cli.add_command(stop)
 
 
 def main(argv: list[str] | None = None) -> int:

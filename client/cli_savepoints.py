@@ -1,5 +1,5 @@
-"""What the CLI's savepoint commands do (``yarnflow savepoint``, ``yarnflow stop``; their
-options and help are in ``yarnflow.cli``)."""
+"""The CLI's savepoint commands: ``yarnflow savepoint`` and ``yarnflow stop`` (added to the
+``yarnflow`` group by ``yarnflow.cli``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from typing import Any, Callable
 
 import click
 
-from yarnflow.cli import CliError, _connection, _rpc_error
+from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.common.errors import NotFoundError, RefusedError, YarnflowError
 
 
 def _call(address: str | None, dynamic: tuple[str, ...], fn: Callable[[Any], Any], what: str) -> tuple[Any, Any]:
     """``fn(gateway)`` on the cluster's Dispatcher; (result, open connection): the caller closes it."""
+    from yarnflow.cli import CliError, _connection, _rpc_error
+
     conn = _connection(address, dynamic)
     try:
         return conn.call(fn, what), conn
@@ -25,15 +27,39 @@ def _call(address: str | None, dynamic: tuple[str, ...], fn: Callable[[Any], Any
         raise _rpc_error(conn.address, exc) from None
 
 
-def take_savepoint(address: str | None, dynamic: tuple[str, ...], job_id: str, target_dir: str) -> None:
+@click.command()
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+@click.argument("job_id")
+@click.argument("target_dir", required=False, default="")
+def savepoint(address: str | None, dynamic: tuple[str, ...], job_id: str, target_dir: str) -> None:
+    """Take a savepoint of the running job JOB_ID into a new folder under TARGET_DIR (default:
+    state.savepoints.dir) and print its path; `yarnflow run -s PATH JOB.py` starts from it.
+    The job must take checkpoints (execution.checkpointing.interval)."""
     path, conn = _call(address, dynamic, lambda gw: gw.trigger_savepoint(job_id, target_dir), "triggerSavepoint")
     conn.close()
     click.echo(path)
 
 
-def stop_with_savepoint(address: str | None, dynamic: tuple[str, ...], job_id: str, target_dir: str, drain: bool,
-                        timeout_s: float) -> None:
-    """Stop the job with a savepoint, wait until it ended, print the savepoint's path."""
+@click.command()
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+@click.option("--savepoint-path", "-p", "target_dir", default="", metavar="DIR",
+              help="folder under which the savepoint is written (default: state.savepoints.dir)")
+@click.option("--drain", is_flag=True,
+              help="fire every timer and window first (end of input), for a job that will not be resumed")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, metavar="SECONDS",
+              help="how long to wait for the job to end after its savepoint")
+@click.argument("job_id")
+def stop(address: str | None, dynamic: tuple[str, ...], target_dir: str, drain: bool, timeout_s: float,
+         job_id: str) -> None:
+    """Stop the running job JOB_ID with a savepoint: its sources stop, a savepoint is taken
+    and the job ends FINISHED; prints the savepoint's path (`yarnflow run -s PATH JOB.py`
+    resumes from it). Without --drain, windows and timers stay open in the savepoint; with
+    --drain they fire first. If the savepoint fails the job keeps running (with --drain it
+    restarts from its latest checkpoint)."""
+    from yarnflow.cli import CliError, _rpc_error
+
     path, conn = _call(address, dynamic, lambda gw: gw.stop_with_savepoint(job_id, target_dir, drain),
                        "stopWithSavepoint")
     try:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import click
 
-from yarnflow.cli import CliError, _SessionSignals
+from yarnflow.cli import CliError, _echo_web_url, _SessionSignals
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import ConfigurationError, YarnError, YarnflowError
 
@@ -49,6 +50,7 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
         raise
     keys = f"-D yarn.application.id={app_id}"
     click.echo(f"yarnflow session running: YARN application {app_id}, AppMaster at {address}")
+    _echo_web_url(lambda: _cluster_info(address).web_url)
     click.echo(f"  submit:  yarnflow run {keys} JOB.py")
     click.echo(f"  stop:    yarnflow session stop {keys}")
     sys.stdout.flush()
@@ -82,3 +84,13 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
     state = f"{final.state} (final status {final.final_status})" if final is not None else "killed"
     why = f" ({signals.names()})" if signals.received() else ""
     click.echo(f"session stopped{why}: YARN application {app_id} {state}")
+
+
+def _cluster_info(address: str) -> Any:
+    from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+
+    gw = RemoteDispatcherGateway(address, 10_000)
+    try:
+        return gw.cluster_info()
+    finally:
+        gw.close()

@@ -16,7 +16,7 @@ import pyarrow as pa
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import JobFailedError, RefusedError, RpcTimeoutError, UnavailableError
 from yarnflow.common.ids import JobID
-from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo
+from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo, VertexStatus
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 from yarnflow.common.states import ExecutionState, JobStatus
 from yarnflow.connection import ClusterConnection
@@ -69,7 +69,8 @@ class Progress:
         for v in info.vertices:
             counts = {s: n for s, n in v.state_counts.items() if n}
             states = ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items()))
-            parts.append(f"{v.name} [{states}]")
+            rates = _rates(v)
+            parts.append(f"{v.name} [{states}]{rates}")
         elapsed = ((info.end_time_ms or int(time.time() * 1000)) - info.start_time_ms) / 1000
         checkpoint = f" checkpoint {info.latest_completed_checkpoint_id}" if info.latest_completed_checkpoint_id else ""
         return f"job {info.name} {info.status.name} {elapsed:.1f}s{checkpoint} :: " + " | ".join(parts)
@@ -99,6 +100,24 @@ class Progress:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def _rates(v: VertexStatus) -> str:
+    """`` in N/s out N/s``: the vertex's records per second, as its TaskExecutors measured them
+    (the figures of the REST API and Prometheus); empty before any came."""
+    if not v.subtask_metrics:
+        return ""
+    rate_in = sum(m.records_in_per_second for m in v.subtask_metrics)
+    rate_out = sum(m.records_out_per_second for m in v.subtask_metrics)
+    shown = [f"{label} {_per_second(rate)}" for label, rate in (("in", rate_in), ("out", rate_out)) if rate]
+    return (" " + " ".join(shown)) if shown else ""
+
+
+def _per_second(rate: float) -> str:
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if rate >= scale:
+            return f"{rate / scale:.1f}{suffix}/s"
+    return f"{rate:.0f}/s"
 
 
 def _progress_enabled() -> bool:

@@ -158,6 +158,14 @@ class LocalCluster:
         finally:
             gw.close()
 
+    def web_url(self) -> str:
+        """The leading AppMaster's REST API and web UI ("" when it serves none)."""
+        gw = self.gateway()
+        try:
+            return gw.cluster_info().web_url
+        finally:
+            gw.close()
+
     def gateway(self, timeout_ms: int = 30_000) -> RemoteDispatcherGateway:
         return RemoteDispatcherGateway(self.address, timeout_ms)
 

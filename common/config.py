@@ -88,6 +88,20 @@ def _parse_float(value: Any) -> float:
         raise ValueError("expected a number") from None
 
 
+def parse_port_range(value: Any) -> tuple[int, int]:
+    """``"9250-9260"`` -> (9250, 9260); ``"8081"`` -> (8081, 8081); ``0`` -> (0, 0), any free port."""
+    if isinstance(value, bool):
+        raise ValueError("expected a port or a range such as 9250-9260")
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(value))
+    if not m:
+        raise ValueError("expected a port or a range such as 9250-9260")
+    low = int(m.group(1))
+    high = int(m.group(2)) if m.group(2) else low
+    if high > 65535 or low > high or (low == 0 and high != 0):
+        raise ValueError("expected ports from 1 to 65535, the lower first (or 0: any free port)")
+    return low, high
+
+
 def _parse_str(value: Any) -> str:
     return "" if value is None else str(value)
 
@@ -258,6 +272,17 @@ class Options:
     YARN_STAGING_DIR = _opt("yarn.staging-directory", _parse_str,
                             "shared fsspec URL for job artifacts when high-availability.storageDir is unset")
     SPARK_MASTER = _opt("spark.master", _parse_str, "Spark master URL")
+    REST_ADDRESS = _opt("rest.address", _parse_str, "address the AppMaster's REST API and web UI bind to")
+    REST_PORT = _opt("rest.port", parse_port_range, "port (or range: the first free one) of the REST API "
+                     "and web UI; 0: any free port")
+    REST_ENABLED = _opt("rest.enabled", _parse_bool, "serve the REST API and web UI")
+    METRICS_REPORTERS = _opt("metrics.reporters", _parse_str, "metric reporters: prom, or empty for none",
+                             choices=("", "prom"))
+    PROM_HOST = _opt("metrics.reporter.prom.host", _parse_str, "address the Prometheus endpoints bind to")
+    PROM_PORT = _opt("metrics.reporter.prom.port", parse_port_range,
+                     "port range of the Prometheus endpoints: each process takes the first free one")
+    TASK_IO_METRICS = _opt("metrics.task-io.enabled", _parse_bool,
+                           "count bytes and busy / idle / back-pressured time of every task")
 
 
 OPTIONS: dict[str, ConfigOption[Any]] = {

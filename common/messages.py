@@ -219,6 +219,34 @@ class JobGraph(Message):
 # ---- Dispatcher ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class TaskMetrics(Message):
+    """A subtask's I/O figures: totals since its attempt started, rates over the last seconds."""
+
+    _thrift = ttypes.TaskMetrics
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    records_in_per_second: float = 0.0
+    records_out_per_second: float = 0.0
+    bytes_in_per_second: float = 0.0
+    bytes_out_per_second: float = 0.0
+    busy_ms_per_second: float = 0.0
+    backpressured_ms_per_second: float = 0.0
+    idle_ms_per_second: float = 0.0
+    operator_records_in: list[int] = field(default_factory=list)
+    operator_records_out: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckpointCounts(Message):
+    _thrift = ttypes.CheckpointCounts
+    completed: int = 0
+    failed: int = 0
+    in_progress: int = 0
+
+
+@dataclass(frozen=True)
 class VertexStatus(Message):
     _thrift = ttypes.VertexStatus
     vertex_id: ids.JobVertexID
@@ -227,6 +255,8 @@ class VertexStatus(Message):
     state_counts: dict[ExecutionState, int] = field(default_factory=dict)
     subtask_attempts: list[int] = field(default_factory=list)
     subtask_locations: list[str] = field(default_factory=list)
+    subtask_states: list[ExecutionState] = field(default_factory=list)
+    subtask_metrics: list[TaskMetrics] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -266,6 +296,8 @@ class JobStatusInfo(Message):
     restart_strategy: str = ""
     checkpoints: list[CheckpointInfo] = field(default_factory=list)
     latest_completed_checkpoint_id: int = 0
+    num_restarts: int = 0
+    checkpoint_counts: CheckpointCounts = field(default_factory=CheckpointCounts)
 
 
 @dataclass(frozen=True)
@@ -290,6 +322,7 @@ class ClusterInfo(Message):
     free_slots: int
     target: str = "local"
     leader_session_id: str = ""
+    web_url: str = ""
 
 
 # ---- ResourceManager -----------------------------------------------------------------------
@@ -351,6 +384,7 @@ class TaskExecutionStateUpdate(Message):
     error: ErrorInfo | None = None
     records_in: int = 0
     records_out: int = 0
+    metrics: TaskMetrics | None = None
 
 
 @dataclass(frozen=True)

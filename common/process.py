@@ -13,6 +13,7 @@ import sys
 import threading
 from typing import Callable
 
+from yarnflow.common import logs
 from yarnflow.common.config import Configuration, parse_dynamic_properties
 from yarnflow.common.errors import ConfigurationError
 
@@ -37,8 +38,8 @@ def die_with_parent(parent_pid: int) -> None:
 def start_process(args: argparse.Namespace) -> Configuration | None:
     """Logging, parent-death signal and configuration for an entry point; None (after an
     error line on stderr) when the configuration is bad."""
-    logging.basicConfig(level=os.environ.get("YARNFLOW_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    logging.basicConfig(level=os.environ.get("YARNFLOW_LOG_LEVEL", "INFO"), format=logs.FORMAT)
+    logs.install()  # lines of a job's threads carry [job <id>] (yarnflow logs JOB_ID)
     if args.parent_pid:
         die_with_parent(args.parent_pid)
     # `kill -USR1 <pid>` writes every thread's stack to the log: for a task that seems stuck

@@ -94,6 +94,30 @@ struct JobGraph {
 
 // ---- Dispatcher --------------------------------------------------------------------------
 
+// A subtask's I/O figures (Flink's task metrics): totals since the attempt started and rates
+// over the last seconds, measured at the task's boundaries (its input gate and record writers).
+struct TaskMetrics {
+  1: i64 records_in,
+  2: i64 records_out,
+  3: i64 bytes_in,
+  4: i64 bytes_out,
+  5: double records_in_per_second,
+  6: double records_out_per_second,
+  7: double bytes_in_per_second,
+  8: double bytes_out_per_second,
+  9: double busy_ms_per_second,          // busyTimeMsPerSecond
+  10: double backpressured_ms_per_second, // backPressuredTimeMsPerSecond
+  11: double idle_ms_per_second,          // idleTimeMsPerSecond
+  12: list<i64> operator_records_in,      // per operator of the chain, head first
+  13: list<i64> operator_records_out,
+}
+
+struct CheckpointCounts {
+  1: i32 completed,
+  2: i32 failed,
+  3: i32 in_progress,
+}
+
 struct VertexStatus {
   1: string vertex_id,
   2: string name,
@@ -101,6 +125,8 @@ struct VertexStatus {
   4: map<ExecutionState, i32> state_counts,
   5: list<i32> subtask_attempts,   // current attempt number of each subtask (0: never restarted)
   6: list<string> subtask_locations, // TaskExecutor of each subtask's current attempt ("" if none)
+  7: list<ExecutionState> subtask_states,  // state of each subtask's current attempt
+  8: list<TaskMetrics> subtask_metrics,    // the latest figures of each subtask's current attempt
 }
 
 struct FailureEntry {
@@ -135,6 +161,8 @@ struct JobStatusInfo {
   10: string restart_strategy,     // e.g. "fixed-delay: 1 of 3 attempts used"
   11: list<CheckpointInfo> checkpoints,  // the latest ones, oldest first (empty: checkpointing off)
   12: i64 latest_completed_checkpoint_id, // 0: none yet
+  13: i32 num_restarts,            // restarts of any of the job's subtasks (Flink's numRestarts)
+  14: CheckpointCounts checkpoint_counts,
 }
 
 struct JobResult {
@@ -155,6 +183,7 @@ struct ClusterInfo {
   6: i32 free_slots,
   7: string target,               // local | yarn
   8: string leader_session_id,    // the Dispatcher's fencing token: send it with every job call
+  9: string web_url,              // the REST API and web UI ("" when not served)
 }
 
 // Every call that acts on a job (or the cluster) carries the Dispatcher's leader session id,
@@ -239,6 +268,7 @@ struct TaskExecutionStateUpdate {
   4: optional ErrorInfo error,
   5: i64 records_in,
   6: i64 records_out,
+  7: optional TaskMetrics metrics,
 }
 
 struct SourceSplit {

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from yarnflow.common import logs
 from yarnflow.common.config import Options, parse_duration_ms
 from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
 from yarnflow.common.states import ExecutionState
@@ -37,6 +38,7 @@ from yarnflow.common.states import ExchangeMode
 from yarnflow.worker.runtime.partition import BlockingResultPartition, ResultPartitionManager
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
+from yarnflow.worker.metrics import TaskMetricGroup
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,9 @@ class Task:
         self._cancelled = threading.Event()
         self._gate: InputGate | None = None
         self._stream_task: StreamTask | None = None
+        self._io_metrics = tdd.config.get(Options.TASK_IO_METRICS.key, "true").lower() != "false"
+        #: the task's figures (Flink's TaskIOMetricGroup), read by heartbeats and Prometheus
+        self.metrics = TaskMetricGroup(tdd.task_name, tdd.subtask_index, str(tdd.job_id), ())
         self._thread = threading.Thread(target=self._run, name=f"task {tdd.display_name}", daemon=True)
 
     # -- control ----------------------------------------------------------------------------
@@ -95,7 +100,8 @@ class Task:
         st = self._stream_task
         return TaskExecutionStateUpdate(self.tdd.job_id, self.attempt_id, self.state, error,
                                         records_in=st.records_in if st else 0,
-                                        records_out=st.tail.records_out if st else 0)
+                                        records_out=st.tail.records_out if st else 0,
+                                        metrics=self.metrics.snapshot())
 
     def _report(self, state: ExecutionState, error: ErrorInfo | None = None) -> None:
         self.state = state
@@ -103,6 +109,7 @@ class Task:
 
     def _run(self) -> None:
         tdd = self.tdd
+        logs.bind_job(tdd.job_id)
         try:
             self._report(ExecutionState.INITIALIZING)
             self._stream_task = self._build()
@@ -133,6 +140,7 @@ class Task:
             if self._gate is not None:
                 self._gate.cancel()
                 self._gate.join(2.0)
+            logs.unbind_job()
 
     def _build(self) -> StreamTask:
         tdd = self.tdd
@@ -149,7 +157,8 @@ class Task:
             else:
                 partition = self._partitions.create(rpd.partition_id, rpd.num_subpartitions, capacity)
             writers.append(RecordWriter(partition, rpd.partitioner, rpd.key_columns, rpd.consumer_max_parallelism,
-                                        batch_size, buffer_timeout, cancelled, tdd.subtask_index, rpd.output_tag))
+                                        batch_size, buffer_timeout, cancelled, tdd.subtask_index, rpd.output_tag,
+                                        io_metrics=self._io_metrics))
         channel_inputs: list[int] = []
         channels = []
         for g in tdd.input_gates:
@@ -157,7 +166,7 @@ class Task:
                 channel_inputs.append(g.input_index)
                 channels.append((ch, g.subpartition_index))
         if channels:
-            gate = InputGate(len(channels), capacity)
+            gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics)
             for i, (ch, sub) in enumerate(channels):
                 gate.add_reader(self._reader(gate, i, ch, sub))
             self._gate = gate
@@ -167,7 +176,9 @@ class Task:
                                                    tdd.attempt_number, self._responder, tdd.display_name)
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name,
                         mailbox=self.mailbox, snapshots=self._snapshot_writer,
-                        restored_finished=restore is not None and restore.finished)
+                        restored_finished=restore is not None and restore.finished, io_metrics=self._io_metrics)
+        self.metrics.operator_names = [op.name for op in chain]
+        self.metrics.attach(st)
         # splits taken before the first new barrier are in no checkpoint after the restored one
         st.last_barrier_id = restore.checkpoint_id if restore is not None else 0
         base: dict[str, Any] = dict(job_id=tdd.job_id, task_name=tdd.task_name, subtask_index=tdd.subtask_index,

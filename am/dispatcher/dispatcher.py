@@ -86,6 +86,9 @@ class Dispatcher:
         self._ended: dict[JobID, tuple[JobStatusInfo, JobResult]] = {}
         self._done: dict[JobID, threading.Event] = {}
         self.address = ""
+        self.web_url = ""  # the REST API and web UI, when served
+        #: the JobGraphs of ended jobs (for their plan in the REST API)
+        self._graphs: dict[JobID, JobGraph] = {}
         self._accepting = True
         self.fencing_token = fencing_token or LeaderSessionID.generate()
         #: a per-job application keeps its job's result in the JobResultStore after a client
@@ -348,7 +351,13 @@ class Dispatcher:
     def cluster_info(self) -> ClusterInfo:
         tes, total, free = self._rm.overview()
         return ClusterInfo(self._cluster_id, self._storage_dir, __version__, tes, total, free, self._target,
-                           self.fencing_token)
+                           self.fencing_token, self.web_url)
+
+    def job_graph(self, job_id: JobID) -> JobGraph | None:
+        """The JobGraph of a job this Dispatcher ran or runs (None when unknown here)."""
+        with self._lock:
+            jm = self._running.get(job_id)
+            return jm.job_graph if jm is not None else self._graphs.get(job_id)
 
     def shutdown_cluster(self, token: str) -> None:
         self._check_token(token, "shutdownCluster")
@@ -383,6 +392,7 @@ class Dispatcher:
         with self._lock:
             self._running.pop(jm.job_id, None)
             self._ended[jm.job_id] = (info, result)
+            self._graphs[jm.job_id] = jm.job_graph
             event = self._done[jm.job_id]
         event.set()
         threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer

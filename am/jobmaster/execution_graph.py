@@ -25,6 +25,7 @@ from yarnflow.common.messages import (
     JobVertex,
     ResultPartitionDescriptor,
     TaskDeploymentDescriptor,
+    TaskMetrics,
     TaskRestore,
     VertexStatus,
 )
@@ -63,6 +64,7 @@ class Execution:
     failure: ErrorInfo | None = None
     records_in: int = 0
     records_out: int = 0
+    metrics: TaskMetrics | None = None  # the latest figures its TaskExecutor reported
     restore: TaskRestore | None = None  # the checkpoint state this attempt starts from
 
     @property

@@ -45,6 +45,8 @@ class FailureHandler:
         self._clock = clock
         self._history: collections.deque[FailureEntry] = collections.deque(maxlen=history_size)
         self.total_failures = 0
+        #: failures that restarted subtasks (Flink's numRestarts)
+        self.restarts = 0
 
     def task_failed(self, failed: SubtaskId, task_name: str, error: ErrorInfo,
                     cause: PartitionUnavailable | None,
@@ -57,6 +59,7 @@ class FailureHandler:
             return FailureDecision(False, frozenset(), 0, error)
         to_restart = frozenset(self.failover.tasks_to_restart(failed, cause, finished, result_available))
         self._record(task_name, error, len(to_restart))
+        self.restarts += 1
         return FailureDecision(True, to_restart, self.restart.backoff_ms(), error)
 
     def global_failure(self, error: ErrorInfo) -> None:

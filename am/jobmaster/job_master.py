@@ -51,6 +51,7 @@ from yarnflow.am.jobmaster.actions import (
 from yarnflow.am.jobmaster.job_master_core import JobMasterCore
 from yarnflow.am.jobmaster.splits import SplitEnumerator
 from yarnflow.am.resourcemanager.gateway import ResourceManagerGateway
+from yarnflow.common import logs
 from yarnflow.common.clock import Clock, SystemClock, TimerHandle
 from yarnflow.common.collect import list_collected
 from yarnflow.common.config import Configuration, Options
@@ -136,7 +137,8 @@ class JobMaster:
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
         self._rm_check_ms = job_config[Options.HEARTBEAT_INTERVAL]
         self._main = MainThreadExecutor(f"jobmaster-{self.job_id[:8]}")
-        self._io = ThreadPoolExecutor(4, thread_name_prefix=f"jm-io-{self.job_id[:8]}")
+        self._io = ThreadPoolExecutor(4, thread_name_prefix=f"jm-io-{self.job_id[:8]}", initializer=logs.bind_job,
+                                      initargs=(self.job_id,))
         self._gateways: dict[str, TaskExecutorGateway] = {}
         self._new_gateway = task_executor_gateways or (lambda a: RemoteTaskExecutorGateway(a, self._rpc_timeout))
         self._collect_results = collect_results or self._list_collected
@@ -177,6 +179,7 @@ class JobMaster:
         elif self._savepoint_path:
             self._restore_savepoint(self._savepoint_path)
         self._main.start()
+        self._main.execute(logs.bind_job, self.job_id)  # its log lines carry [job <id>]
         self._rm.register_job_master(self.job_id, self)
         self._main.execute(self._guarded, self._start)
 

@@ -56,12 +56,15 @@ from yarnflow.am.scheduler.restart import make_restart_strategy
 from yarnflow.common.clock import Clock, TimerHandle
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID
+from yarnflow.am.jobmaster.job_metrics import count_checkpoints
 from yarnflow.common.messages import (
+    CheckpointCounts,
     ErrorInfo,
     JobGraph,
     JobStatusInfo,
     SlotOffer,
     TaskExecutionStateUpdate,
+    TaskMetrics,
     TaskStateSnapshot,
     VertexStatus,
 )
@@ -380,6 +383,7 @@ class JobMasterCore:
             log.debug("stale update %s for %s ignored", update.state.name, update.execution_attempt_id)
             return False
         ex.records_in, ex.records_out = update.records_in, update.records_out
+        ex.metrics = update.metrics or ex.metrics
         target = update.state
         if target == ex.state:
             return False
@@ -752,12 +756,18 @@ class JobMasterCore:
             statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts,
                                          [ev.current.attempt_number for ev in ejv.subtasks],
                                          [str(ev.current.slot.resource_id) if ev.current.slot else ""
+                                          for ev in ejv.subtasks],
+                                         [ev.current.state for ev in ejv.subtasks],
+                                         [ev.current.metrics or TaskMetrics(ev.current.records_in,
+                                                                            ev.current.records_out)
                                           for ev in ejv.subtasks]))
         checkpoints = self.checkpoints.infos() if self.checkpoints is not None else []
         latest = self.checkpoints.latest_completed_id() if self.checkpoints is not None else 0
+        checkpoint_counts = (count_checkpoints(self.checkpoints.coordinator.history) if self.checkpoints is not None
+                             else CheckpointCounts())
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
                              statuses, self.failure_cause, self.all_running_time_ms, self.failures.history(),
-                             self.failures.describe(), checkpoints, latest)
+                             self.failures.describe(), checkpoints, latest, self.failures.restarts, checkpoint_counts)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def acknowledge_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,

@@ -9,7 +9,9 @@ timeout, process exit) are reported to the affected JobMasters through ``listene
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -35,6 +37,22 @@ from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SlotView:
+    index: int
+    state: str  # FREE | PENDING | ALLOCATED
+    job_id: JobID | None
+
+
+@dataclass(frozen=True)
+class TaskExecutorDetails:
+    """A registered TaskExecutor as the REST API shows it."""
+
+    registration: TaskExecutorRegistration
+    slots: list[SlotView]
+    last_heartbeat_epoch_ms: int
 
 
 class ResourceManager:
@@ -143,6 +161,19 @@ class ResourceManager:
         """(registered TaskExecutors, total slots, free slots)."""
         sm = self.slot_manager
         return self._main.call(lambda: (len(sm.task_executors), sm.total_slots(), sm.free_slot_count()))
+
+    def task_executor_details(self) -> list[TaskExecutorDetails]:
+        """Every registered TaskExecutor with its slots, for the REST API and metrics."""
+        sm = self.slot_manager
+
+        def read() -> list[TaskExecutorDetails]:
+            now_mono, now_epoch = sm.clock.monotonic_ms(), int(time.time() * 1000)
+            return [TaskExecutorDetails(te.registration,
+                                        [SlotView(s.index, s.state.value, s.job_id) for s in te.slots],
+                                        now_epoch - (now_mono - te.last_heartbeat_ms))
+                    for te in sm.task_executors.values()]
+
+        return self._main.call(read)
 
     def worker_pids(self) -> dict[ResourceID, int]:
         return self._driver.worker_pids()

@@ -264,9 +264,10 @@ def test_a_session_runs_two_jobs_and_answers_list_info_cancel_and_stop(yarn_cli:
     app_id = app_id_of(started.stdout)
     keys = ["-D", f"yarn.application.id={app_id}"]
     assert f"yarnflow run {' '.join(keys)} JOB.py" in started.stdout
-    # a long STREAMING job, detached, then a BATCH job beside it, attached
+    # a long STREAMING job (about 15 s: it must outlast the next job and the list / info below on a
+    # loaded machine), detached, then a BATCH job beside it, attached
     slow = yarn_cli.run("run", "--target", "yarn-session", "--detached", *keys, "job.py", str(tmp_path / "in"),
-                        str(tmp_path / "slow"), "STREAMING", "1", "slow", timeout=60)
+                        str(tmp_path / "slow"), "STREAMING", "3", "slow", timeout=60)
     assert slow.returncode == 0, slow.stderr
     slow_id = re.search(r"Job slow \(([0-9a-f]{32})\) submitted detached", slow.stderr).group(1)  # type: ignore[union-attr]
     quick = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "quick"), "BATCH", "0",

@@ -29,8 +29,11 @@ class ChannelError:
 
 
 class InputGate:
-    def __init__(self, num_channels: int, capacity: int, input_index: int = 0) -> None:
+    def __init__(self, num_channels: int, capacity: int, input_index: int = 0, io_metrics: bool = True) -> None:
         self.input_index = input_index
+        #: time the task spent waiting in ``poll`` for input (its idle time), when ``io_metrics``
+        self.idle_ns = 0
+        self._io_metrics = io_metrics
         self.num_channels = num_channels
         self._buffers: list[collections.deque[Any]] = [collections.deque() for _ in range(num_channels)]
         self._batches = [0] * num_channels
@@ -93,7 +96,12 @@ class InputGate:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if self._cancelled or (remaining is not None and remaining <= 0):
                     return None
-                self._cond.wait(remaining)
+                if self._io_metrics:
+                    started = time.perf_counter_ns()
+                    self._cond.wait(remaining)
+                    self.idle_ns += time.perf_counter_ns() - started
+                else:
+                    self._cond.wait(remaining)
 
     def wakeup(self) -> None:
         """Make the task's current (or next) ``poll`` return at once: it has other work (mail)."""

@@ -69,6 +69,12 @@ class Subpartition:
                 self.bytes_added += element.nbytes
             self._cond.notify_all()
 
+    @property
+    def full(self) -> bool:
+        """No room for another batch right now (a hint, read without the lock): an ``add``
+        would wait, which is back-pressure."""
+        return self._batches >= self._capacity
+
     def take(self, timeout: float | None) -> Any | None:
         """The next element, waiting up to ``timeout`` seconds; None when none came."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -101,13 +101,16 @@ class WriterOutput:
 
 
 class ChainOutput:
-    """Connects an operator to the next one in its chain; side outputs leave the chain."""
+    """Connects an operator to the next one in its chain; side outputs leave the chain.
+    Counts the records handed on (the operator's numRecordsOut, the next one's numRecordsIn)."""
 
     def __init__(self, nxt: Operator, tail: WriterOutput) -> None:
         self._next = nxt
         self._tail = tail
+        self.records_out = 0
 
     def collect(self, batch: pa.RecordBatch) -> None:
+        self.records_out += batch.num_rows
         self._next.process_batch(batch, 0)
 
     def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
@@ -173,8 +176,11 @@ class StreamTask:
     def __init__(self, chain: Sequence[Operator], gate: InputGate | None, channel_inputs: Sequence[int],
                  writers: Sequence[RecordWriter], cancelled: Callable[[], bool], name: str,
                  mailbox: Mailbox | None = None, snapshots: SnapshotSink | None = None,
-                 restored_finished: bool = False) -> None:
+                 restored_finished: bool = False, io_metrics: bool = True) -> None:
         self.chain = list(chain)
+        self._io_metrics = io_metrics
+        self.bytes_in = 0
+        self._chain_outputs: list[ChainOutput] = []
         self.gate = gate
         self.channel_inputs = list(channel_inputs)
         self.writers = list(writers)
@@ -209,8 +215,17 @@ class StreamTask:
         self._stop_completed = False
 
     def wire(self, ctx_for: Callable[[Operator], Any]) -> None:
-        for op, nxt in zip(self.chain, self.chain[1:] + [None]):
-            op.setup(ctx_for(op), ChainOutput(nxt, self.tail) if nxt is not None else self.tail)
+        self._chain_outputs = [ChainOutput(nxt, self.tail) for nxt in self.chain[1:]]
+        outputs: list[ChainOutput | WriterOutput] = [*self._chain_outputs, self.tail]
+        for op, out in zip(self.chain, outputs):
+            op.setup(ctx_for(op), out)
+
+    def operator_records(self) -> tuple[list[int], list[int]]:
+        """Records into and out of each operator of the chain, head first (a source head has
+        none in)."""
+        outs = [out.records_out for out in self._chain_outputs] + [self.tail.records_out]
+        head_in = 0 if isinstance(self.chain[0], SourceOperator) else self.records_in
+        return [head_in, *outs[:-1]], outs
 
     def invoke(self) -> None:
         if self.restored_finished:
@@ -499,6 +514,8 @@ class StreamTask:
                     pass
                 elif isinstance(element, pa.RecordBatch):
                     self.records_in += element.num_rows
+                    if self._io_metrics:
+                        self.bytes_in += element.nbytes
                     head.process_batch(element, inp)
                 elif isinstance(element, Watermark):
                     wm = valves[inp].on_watermark(ch, element.timestamp)

@@ -20,8 +20,11 @@ from yarnflow.worker.runtime.partition import ResultPartition
 class RecordWriter:
     def __init__(self, partition: ResultPartition, partitioner: Partitioner, key_columns: Sequence[str],
                  consumer_max_parallelism: int, batch_size: int, buffer_timeout_ms: int,
-                 cancelled: Callable[[], bool], producer_index: int = 0, output_tag: str = "") -> None:
+                 cancelled: Callable[[], bool], producer_index: int = 0, output_tag: str = "",
+                 io_metrics: bool = True) -> None:
         self.output_tag = output_tag
+        #: count bytes sent and time spent waiting for room (back-pressure), for the task's metrics
+        self._io_metrics = io_metrics
         self._partition = partition
         self._subs = partition.subpartitions
         self._n = len(self._subs)
@@ -39,6 +42,10 @@ class RecordWriter:
         for _ in range(self._rr_start):
             next(self._rr)  # type: ignore[arg-type]
         self.records_out = 0
+        self.backpressured_ns = 0
+        # pipelined subpartitions measure what they take in already: their sum is bytes_out
+        self._subs_count_bytes = all(hasattr(sub, "bytes_added") for sub in self._subs)
+        self._bytes_out = 0
 
     # -- routing ----------------------------------------------------------------------------
     def emit(self, batch: pa.RecordBatch) -> None:
@@ -111,7 +118,23 @@ class RecordWriter:
             self._oldest[i] = None
 
     def _send(self, i: int, batch: pa.RecordBatch) -> None:
-        self._subs[i].add(batch, self._cancelled)
+        sub = self._subs[i]
+        if self._io_metrics:
+            if not self._subs_count_bytes:
+                self._bytes_out += batch.nbytes
+            if getattr(sub, "full", False):  # the add waits for the consumer: back-pressure
+                started = time.perf_counter_ns()
+                sub.add(batch, self._cancelled)
+                self.backpressured_ns += time.perf_counter_ns() - started
+                return
+        sub.add(batch, self._cancelled)
+
+    @property
+    def bytes_out(self) -> int:
+        """Bytes of the batches sent (each copy of a broadcast counts)."""
+        if self._subs_count_bytes:
+            return sum(sub.bytes_added for sub in self._subs)
+        return self._bytes_out
 
     def flush_all(self) -> None:
         for i in range(self._n):

@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
@@ -66,6 +67,7 @@ from yarnflow.common.rpc.gateways import (
 )
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.artifacts import ArtifactCache
+from yarnflow.worker.metrics import start_task_executor_metrics
 from yarnflow.worker.network.flight import DataClient, DataServer
 from yarnflow.worker.runtime.partition import ResultPartitionManager
 from yarnflow.worker.task import Task
@@ -116,6 +118,7 @@ class TaskExecutor:
         self.exit_reason = ""
         self.fatal = False
         self._num_slots, self._profile = num_slots, profile
+        self.metrics_endpoint: Any = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> TaskExecutor:
@@ -124,6 +127,7 @@ class TaskExecutor:
         self._retrieval.start(self._on_leader)
         threading.Thread(target=self._heartbeat_loop, name="te-heartbeat", daemon=True).start()
         threading.Thread(target=self._jm_heartbeat_loop, name="te-jm-heartbeat", daemon=True).start()
+        self.metrics_endpoint = start_task_executor_metrics(self)
         log.info("TaskExecutor %s started: rpc %s, data %s, %d slots", self.resource_id, self._rpc.address,
                  self._data_server.address, self._num_slots)
         return self
@@ -143,6 +147,8 @@ class TaskExecutor:
         for task in list(self.tasks.values()):
             task.join(2.0)
         self._rpc.stop()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         self.partitions.close()
         try:
             self._data_server.shutdown()

@@ -929,11 +929,11 @@ class listJobs_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype186, _size183) = iprot.readListBegin()
-                    for _i187 in range(_size183):
-                        _elem188 = JobStatusInfo()
-                        _elem188.read(iprot)
-                        self.success.append(_elem188)
+                    (_etype214, _size211) = iprot.readListBegin()
+                    for _i215 in range(_size211):
+                        _elem216 = JobStatusInfo()
+                        _elem216.read(iprot)
+                        self.success.append(_elem216)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -955,8 +955,8 @@ class listJobs_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter189 in self.success:
-                iter189.write(oprot)
+            for iter217 in self.success:
+                iter217.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

@@ -892,6 +892,290 @@ class JobGraph(object):
         return not (self == other)
 
 
+class TaskMetrics(object):
+    """
+    Attributes:
+     - records_in
+     - records_out
+     - bytes_in
+     - bytes_out
+     - records_in_per_second
+     - records_out_per_second
+     - bytes_in_per_second
+     - bytes_out_per_second
+     - busy_ms_per_second
+     - backpressured_ms_per_second
+     - idle_ms_per_second
+     - operator_records_in
+     - operator_records_out
+
+    """
+
+
+    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None,):
+        self.records_in = records_in
+        self.records_out = records_out
+        self.bytes_in = bytes_in
+        self.bytes_out = bytes_out
+        self.records_in_per_second = records_in_per_second
+        self.records_out_per_second = records_out_per_second
+        self.bytes_in_per_second = bytes_in_per_second
+        self.bytes_out_per_second = bytes_out_per_second
+        self.busy_ms_per_second = busy_ms_per_second
+        self.backpressured_ms_per_second = backpressured_ms_per_second
+        self.idle_ms_per_second = idle_ms_per_second
+        self.operator_records_in = operator_records_in
+        self.operator_records_out = operator_records_out
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.records_in = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I64:
+                    self.records_out = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.bytes_in = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.bytes_out = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.DOUBLE:
+                    self.records_in_per_second = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.DOUBLE:
+                    self.records_out_per_second = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.DOUBLE:
+                    self.bytes_in_per_second = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.DOUBLE:
+                    self.bytes_out_per_second = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.DOUBLE:
+                    self.busy_ms_per_second = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 10:
+                if ftype == TType.DOUBLE:
+                    self.backpressured_ms_per_second = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 11:
+                if ftype == TType.DOUBLE:
+                    self.idle_ms_per_second = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 12:
+                if ftype == TType.LIST:
+                    self.operator_records_in = []
+                    (_etype47, _size44) = iprot.readListBegin()
+                    for _i48 in range(_size44):
+                        _elem49 = iprot.readI64()
+                        self.operator_records_in.append(_elem49)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 13:
+                if ftype == TType.LIST:
+                    self.operator_records_out = []
+                    (_etype53, _size50) = iprot.readListBegin()
+                    for _i54 in range(_size50):
+                        _elem55 = iprot.readI64()
+                        self.operator_records_out.append(_elem55)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TaskMetrics')
+        if self.records_in is not None:
+            oprot.writeFieldBegin('records_in', TType.I64, 1)
+            oprot.writeI64(self.records_in)
+            oprot.writeFieldEnd()
+        if self.records_out is not None:
+            oprot.writeFieldBegin('records_out', TType.I64, 2)
+            oprot.writeI64(self.records_out)
+            oprot.writeFieldEnd()
+        if self.bytes_in is not None:
+            oprot.writeFieldBegin('bytes_in', TType.I64, 3)
+            oprot.writeI64(self.bytes_in)
+            oprot.writeFieldEnd()
+        if self.bytes_out is not None:
+            oprot.writeFieldBegin('bytes_out', TType.I64, 4)
+            oprot.writeI64(self.bytes_out)
+            oprot.writeFieldEnd()
+        if self.records_in_per_second is not None:
+            oprot.writeFieldBegin('records_in_per_second', TType.DOUBLE, 5)
+            oprot.writeDouble(self.records_in_per_second)
+            oprot.writeFieldEnd()
+        if self.records_out_per_second is not None:
+            oprot.writeFieldBegin('records_out_per_second', TType.DOUBLE, 6)
+            oprot.writeDouble(self.records_out_per_second)
+            oprot.writeFieldEnd()
+        if self.bytes_in_per_second is not None:
+            oprot.writeFieldBegin('bytes_in_per_second', TType.DOUBLE, 7)
+            oprot.writeDouble(self.bytes_in_per_second)
+            oprot.writeFieldEnd()
+        if self.bytes_out_per_second is not None:
+            oprot.writeFieldBegin('bytes_out_per_second', TType.DOUBLE, 8)
+            oprot.writeDouble(self.bytes_out_per_second)
+            oprot.writeFieldEnd()
+        if self.busy_ms_per_second is not None:
+            oprot.writeFieldBegin('busy_ms_per_second', TType.DOUBLE, 9)
+            oprot.writeDouble(self.busy_ms_per_second)
+            oprot.writeFieldEnd()
+        if self.backpressured_ms_per_second is not None:
+            oprot.writeFieldBegin('backpressured_ms_per_second', TType.DOUBLE, 10)
+            oprot.writeDouble(self.backpressured_ms_per_second)
+            oprot.writeFieldEnd()
+        if self.idle_ms_per_second is not None:
+            oprot.writeFieldBegin('idle_ms_per_second', TType.DOUBLE, 11)
+            oprot.writeDouble(self.idle_ms_per_second)
+            oprot.writeFieldEnd()
+        if self.operator_records_in is not None:
+            oprot.writeFieldBegin('operator_records_in', TType.LIST, 12)
+            oprot.writeListBegin(TType.I64, len(self.operator_records_in))
+            for iter56 in self.operator_records_in:
+                oprot.writeI64(iter56)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.operator_records_out is not None:
+            oprot.writeFieldBegin('operator_records_out', TType.LIST, 13)
+            oprot.writeListBegin(TType.I64, len(self.operator_records_out))
+            for iter57 in self.operator_records_out:
+                oprot.writeI64(iter57)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class CheckpointCounts(object):
+    """
+    Attributes:
+     - completed
+     - failed
+     - in_progress
+
+    """
+
+
+    def __init__(self, completed=None, failed=None, in_progress=None,):
+        self.completed = completed
+        self.failed = failed
+        self.in_progress = in_progress
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.completed = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.failed = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.in_progress = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('CheckpointCounts')
+        if self.completed is not None:
+            oprot.writeFieldBegin('completed', TType.I32, 1)
+            oprot.writeI32(self.completed)
+            oprot.writeFieldEnd()
+        if self.failed is not None:
+            oprot.writeFieldBegin('failed', TType.I32, 2)
+            oprot.writeI32(self.failed)
+            oprot.writeFieldEnd()
+        if self.in_progress is not None:
+            oprot.writeFieldBegin('in_progress', TType.I32, 3)
+            oprot.writeI32(self.in_progress)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class VertexStatus(object):
     """
     Attributes:
@@ -901,17 +1185,21 @@ class VertexStatus(object):
      - state_counts
      - subtask_attempts
      - subtask_locations
+     - subtask_states
+     - subtask_metrics
 
     """
 
 
-    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None, subtask_attempts=None, subtask_locations=None,):
+    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None, subtask_attempts=None, subtask_locations=None, subtask_states=None, subtask_metrics=None,):
         self.vertex_id = vertex_id
         self.name = name
         self.parallelism = parallelism
         self.state_counts = state_counts
         self.subtask_attempts = subtask_attempts
         self.subtask_locations = subtask_locations
+        self.subtask_states = subtask_states
+        self.subtask_metrics = subtask_metrics
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -940,31 +1228,52 @@ class VertexStatus(object):
             elif fid == 4:
                 if ftype == TType.MAP:
                     self.state_counts = {}
-                    (_ktype45, _vtype46, _size44) = iprot.readMapBegin()
-                    for _i48 in range(_size44):
-                        _key49 = iprot.readI32()
-                        _val50 = iprot.readI32()
-                        self.state_counts[_key49] = _val50
+                    (_ktype59, _vtype60, _size58) = iprot.readMapBegin()
+                    for _i62 in range(_size58):
+                        _key63 = iprot.readI32()
+                        _val64 = iprot.readI32()
+                        self.state_counts[_key63] = _val64
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.subtask_attempts = []
-                    (_etype54, _size51) = iprot.readListBegin()
-                    for _i55 in range(_size51):
-                        _elem56 = iprot.readI32()
-                        self.subtask_attempts.append(_elem56)
+                    (_etype68, _size65) = iprot.readListBegin()
+                    for _i69 in range(_size65):
+                        _elem70 = iprot.readI32()
+                        self.subtask_attempts.append(_elem70)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.subtask_locations = []
-                    (_etype60, _size57) = iprot.readListBegin()
-                    for _i61 in range(_size57):
-                        _elem62 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.subtask_locations.append(_elem62)
+                    (_etype74, _size71) = iprot.readListBegin()
+                    for _i75 in range(_size71):
+                        _elem76 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.subtask_locations.append(_elem76)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.LIST:
+                    self.subtask_states = []
+                    (_etype80, _size77) = iprot.readListBegin()
+                    for _i81 in range(_size77):
+                        _elem82 = iprot.readI32()
+                        self.subtask_states.append(_elem82)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.LIST:
+                    self.subtask_metrics = []
+                    (_etype86, _size83) = iprot.readListBegin()
+                    for _i87 in range(_size83):
+                        _elem88 = TaskMetrics()
+                        _elem88.read(iprot)
+                        self.subtask_metrics.append(_elem88)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -993,23 +1302,37 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter63, viter64 in self.state_counts.items():
-                oprot.writeI32(kiter63)
-                oprot.writeI32(viter64)
+            for kiter89, viter90 in self.state_counts.items():
+                oprot.writeI32(kiter89)
+                oprot.writeI32(viter90)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.subtask_attempts is not None:
             oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
-            for iter65 in self.subtask_attempts:
-                oprot.writeI32(iter65)
+            for iter91 in self.subtask_attempts:
+                oprot.writeI32(iter91)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_locations is not None:
             oprot.writeFieldBegin('subtask_locations', TType.LIST, 6)
             oprot.writeListBegin(TType.STRING, len(self.subtask_locations))
-            for iter66 in self.subtask_locations:
-                oprot.writeString(iter66.encode('utf-8') if sys.version_info[0] == 2 else iter66)
+            for iter92 in self.subtask_locations:
+                oprot.writeString(iter92.encode('utf-8') if sys.version_info[0] == 2 else iter92)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.subtask_states is not None:
+            oprot.writeFieldBegin('subtask_states', TType.LIST, 7)
+            oprot.writeListBegin(TType.I32, len(self.subtask_states))
+            for iter93 in self.subtask_states:
+                oprot.writeI32(iter93)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.subtask_metrics is not None:
+            oprot.writeFieldBegin('subtask_metrics', TType.LIST, 8)
+            oprot.writeListBegin(TType.STRUCT, len(self.subtask_metrics))
+            for iter94 in self.subtask_metrics:
+                iter94.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1270,11 +1593,13 @@ class JobStatusInfo(object):
      - restart_strategy
      - checkpoints
      - latest_completed_checkpoint_id
+     - num_restarts
+     - checkpoint_counts
 
     """
 
 
-    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None, failure_history=None, restart_strategy=None, checkpoints=None, latest_completed_checkpoint_id=None,):
+    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None, failure_history=None, restart_strategy=None, checkpoints=None, latest_completed_checkpoint_id=None, num_restarts=None, checkpoint_counts=None,):
         self.job_id = job_id
         self.name = name
         self.status = status
@@ -1287,6 +1612,8 @@ class JobStatusInfo(object):
         self.restart_strategy = restart_strategy
         self.checkpoints = checkpoints
         self.latest_completed_checkpoint_id = latest_completed_checkpoint_id
+        self.num_restarts = num_restarts
+        self.checkpoint_counts = checkpoint_counts
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1325,11 +1652,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype70, _size67) = iprot.readListBegin()
-                    for _i71 in range(_size67):
-                        _elem72 = VertexStatus()
-                        _elem72.read(iprot)
-                        self.vertices.append(_elem72)
+                    (_etype98, _size95) = iprot.readListBegin()
+                    for _i99 in range(_size95):
+                        _elem100 = VertexStatus()
+                        _elem100.read(iprot)
+                        self.vertices.append(_elem100)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1347,11 +1674,11 @@ class JobStatusInfo(object):
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.failure_history = []
-                    (_etype76, _size73) = iprot.readListBegin()
-                    for _i77 in range(_size73):
-                        _elem78 = FailureEntry()
-                        _elem78.read(iprot)
-                        self.failure_history.append(_elem78)
+                    (_etype104, _size101) = iprot.readListBegin()
+                    for _i105 in range(_size101):
+                        _elem106 = FailureEntry()
+                        _elem106.read(iprot)
+                        self.failure_history.append(_elem106)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1363,17 +1690,28 @@ class JobStatusInfo(object):
             elif fid == 11:
                 if ftype == TType.LIST:
                     self.checkpoints = []
-                    (_etype82, _size79) = iprot.readListBegin()
-                    for _i83 in range(_size79):
-                        _elem84 = CheckpointInfo()
-                        _elem84.read(iprot)
-                        self.checkpoints.append(_elem84)
+                    (_etype110, _size107) = iprot.readListBegin()
+                    for _i111 in range(_size107):
+                        _elem112 = CheckpointInfo()
+                        _elem112.read(iprot)
+                        self.checkpoints.append(_elem112)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 12:
                 if ftype == TType.I64:
                     self.latest_completed_checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 13:
+                if ftype == TType.I32:
+                    self.num_restarts = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 14:
+                if ftype == TType.STRUCT:
+                    self.checkpoint_counts = CheckpointCounts()
+                    self.checkpoint_counts.read(iprot)
                 else:
                     iprot.skip(ftype)
             else:
@@ -1409,8 +1747,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter85 in self.vertices:
-                iter85.write(oprot)
+            for iter113 in self.vertices:
+                iter113.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -1424,8 +1762,8 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter86 in self.failure_history:
-                iter86.write(oprot)
+            for iter114 in self.failure_history:
+                iter114.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
@@ -1435,13 +1773,21 @@ class JobStatusInfo(object):
         if self.checkpoints is not None:
             oprot.writeFieldBegin('checkpoints', TType.LIST, 11)
             oprot.writeListBegin(TType.STRUCT, len(self.checkpoints))
-            for iter87 in self.checkpoints:
-                iter87.write(oprot)
+            for iter115 in self.checkpoints:
+                iter115.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.latest_completed_checkpoint_id is not None:
             oprot.writeFieldBegin('latest_completed_checkpoint_id', TType.I64, 12)
             oprot.writeI64(self.latest_completed_checkpoint_id)
+            oprot.writeFieldEnd()
+        if self.num_restarts is not None:
+            oprot.writeFieldBegin('num_restarts', TType.I32, 13)
+            oprot.writeI32(self.num_restarts)
+            oprot.writeFieldEnd()
+        if self.checkpoint_counts is not None:
+            oprot.writeFieldBegin('checkpoint_counts', TType.STRUCT, 14)
+            self.checkpoint_counts.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1520,16 +1866,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype89, _vtype90, _size88) = iprot.readMapBegin()
-                    for _i92 in range(_size88):
-                        _key93 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val94 = []
-                        (_etype98, _size95) = iprot.readListBegin()
-                        for _i99 in range(_size95):
-                            _elem100 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val94.append(_elem100)
+                    (_ktype117, _vtype118, _size116) = iprot.readMapBegin()
+                    for _i120 in range(_size116):
+                        _key121 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val122 = []
+                        (_etype126, _size123) = iprot.readListBegin()
+                        for _i127 in range(_size123):
+                            _elem128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val122.append(_elem128)
                         iprot.readListEnd()
-                        self.collected[_key93] = _val94
+                        self.collected[_key121] = _val122
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1566,11 +1912,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter101, viter102 in self.collected.items():
-                oprot.writeString(kiter101.encode('utf-8') if sys.version_info[0] == 2 else kiter101)
-                oprot.writeListBegin(TType.STRING, len(viter102))
-                for iter103 in viter102:
-                    oprot.writeString(iter103.encode('utf-8') if sys.version_info[0] == 2 else iter103)
+            for kiter129, viter130 in self.collected.items():
+                oprot.writeString(kiter129.encode('utf-8') if sys.version_info[0] == 2 else kiter129)
+                oprot.writeListBegin(TType.STRING, len(viter130))
+                for iter131 in viter130:
+                    oprot.writeString(iter131.encode('utf-8') if sys.version_info[0] == 2 else iter131)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -1603,11 +1949,12 @@ class ClusterInfo(object):
      - free_slots
      - target
      - leader_session_id
+     - web_url
 
     """
 
 
-    def __init__(self, cluster_id=None, storage_dir=None, version=None, registered_taskexecutors=None, total_slots=None, free_slots=None, target=None, leader_session_id=None,):
+    def __init__(self, cluster_id=None, storage_dir=None, version=None, registered_taskexecutors=None, total_slots=None, free_slots=None, target=None, leader_session_id=None, web_url=None,):
         self.cluster_id = cluster_id
         self.storage_dir = storage_dir
         self.version = version
@@ -1616,6 +1963,7 @@ class ClusterInfo(object):
         self.free_slots = free_slots
         self.target = target
         self.leader_session_id = leader_session_id
+        self.web_url = web_url
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1666,6 +2014,11 @@ class ClusterInfo(object):
                     self.leader_session_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.STRING:
+                    self.web_url = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1707,6 +2060,10 @@ class ClusterInfo(object):
         if self.leader_session_id is not None:
             oprot.writeFieldBegin('leader_session_id', TType.STRING, 8)
             oprot.writeString(self.leader_session_id.encode('utf-8') if sys.version_info[0] == 2 else self.leader_session_id)
+            oprot.writeFieldEnd()
+        if self.web_url is not None:
+            oprot.writeFieldBegin('web_url', TType.STRING, 9)
+            oprot.writeString(self.web_url.encode('utf-8') if sys.version_info[0] == 2 else self.web_url)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1842,11 +2199,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype107, _size104) = iprot.readListBegin()
-                    for _i108 in range(_size104):
-                        _elem109 = SlotStatus()
-                        _elem109.read(iprot)
-                        self.slots.append(_elem109)
+                    (_etype135, _size132) = iprot.readListBegin()
+                    for _i136 in range(_size132):
+                        _elem137 = SlotStatus()
+                        _elem137.read(iprot)
+                        self.slots.append(_elem137)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1868,8 +2225,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter110 in self.slots:
-                iter110.write(oprot)
+            for iter138 in self.slots:
+                iter138.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.blocking_partitions is not None:
@@ -2208,17 +2565,19 @@ class TaskExecutionStateUpdate(object):
      - error
      - records_in
      - records_out
+     - metrics
 
     """
 
 
-    def __init__(self, job_id=None, execution_attempt_id=None, state=None, error=None, records_in=None, records_out=None,):
+    def __init__(self, job_id=None, execution_attempt_id=None, state=None, error=None, records_in=None, records_out=None, metrics=None,):
         self.job_id = job_id
         self.execution_attempt_id = execution_attempt_id
         self.state = state
         self.error = error
         self.records_in = records_in
         self.records_out = records_out
+        self.metrics = metrics
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2260,6 +2619,12 @@ class TaskExecutionStateUpdate(object):
                     self.records_out = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRUCT:
+                    self.metrics = TaskMetrics()
+                    self.metrics.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2293,6 +2658,10 @@ class TaskExecutionStateUpdate(object):
         if self.records_out is not None:
             oprot.writeFieldBegin('records_out', TType.I64, 6)
             oprot.writeI64(self.records_out)
+            oprot.writeFieldEnd()
+        if self.metrics is not None:
+            oprot.writeFieldBegin('metrics', TType.STRUCT, 7)
+            self.metrics.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2481,21 +2850,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype114, _size111) = iprot.readListBegin()
-                    for _i115 in range(_size111):
-                        _elem116 = TaskExecutionStateUpdate()
-                        _elem116.read(iprot)
-                        self.executions.append(_elem116)
+                    (_etype142, _size139) = iprot.readListBegin()
+                    for _i143 in range(_size139):
+                        _elem144 = TaskExecutionStateUpdate()
+                        _elem144.read(iprot)
+                        self.executions.append(_elem144)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype120, _size117) = iprot.readListBegin()
-                    for _i121 in range(_size117):
-                        _elem122 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem122)
+                    (_etype148, _size145) = iprot.readListBegin()
+                    for _i149 in range(_size145):
+                        _elem150 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem150)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2516,15 +2885,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter123 in self.executions:
-                iter123.write(oprot)
+            for iter151 in self.executions:
+                iter151.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter124 in self.allocation_ids:
-                oprot.writeString(iter124.encode('utf-8') if sys.version_info[0] == 2 else iter124)
+            for iter152 in self.allocation_ids:
+                oprot.writeString(iter152.encode('utf-8') if sys.version_info[0] == 2 else iter152)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2568,10 +2937,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype128, _size125) = iprot.readListBegin()
-                    for _i129 in range(_size125):
-                        _elem130 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem130)
+                    (_etype156, _size153) = iprot.readListBegin()
+                    for _i157 in range(_size153):
+                        _elem158 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem158)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2588,8 +2957,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter131 in self.allocation_ids:
-                oprot.writeString(iter131.encode('utf-8') if sys.version_info[0] == 2 else iter131)
+            for iter159 in self.allocation_ids:
+                oprot.writeString(iter159.encode('utf-8') if sys.version_info[0] == 2 else iter159)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2729,11 +3098,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype135, _size132) = iprot.readListBegin()
-                    for _i136 in range(_size132):
-                        _elem137 = OperatorStateFile()
-                        _elem137.read(iprot)
-                        self.files.append(_elem137)
+                    (_etype163, _size160) = iprot.readListBegin()
+                    for _i164 in range(_size160):
+                        _elem165 = OperatorStateFile()
+                        _elem165.read(iprot)
+                        self.files.append(_elem165)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2765,8 +3134,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter138 in self.files:
-                iter138.write(oprot)
+            for iter166 in self.files:
+                iter166.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -2831,11 +3200,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype142, _size139) = iprot.readListBegin()
-                    for _i143 in range(_size139):
-                        _elem144 = OperatorStateFile()
-                        _elem144.read(iprot)
-                        self.files.append(_elem144)
+                    (_etype170, _size167) = iprot.readListBegin()
+                    for _i171 in range(_size167):
+                        _elem172 = OperatorStateFile()
+                        _elem172.read(iprot)
+                        self.files.append(_elem172)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2861,8 +3230,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter145 in self.files:
-                iter145.write(oprot)
+            for iter173 in self.files:
+                iter173.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -2998,11 +3367,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype149, _size146) = iprot.readListBegin()
-                    for _i150 in range(_size146):
-                        _elem151 = InputChannelDescriptor()
-                        _elem151.read(iprot)
-                        self.channels.append(_elem151)
+                    (_etype177, _size174) = iprot.readListBegin()
+                    for _i178 in range(_size174):
+                        _elem179 = InputChannelDescriptor()
+                        _elem179.read(iprot)
+                        self.channels.append(_elem179)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3028,8 +3397,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter152 in self.channels:
-                iter152.write(oprot)
+            for iter180 in self.channels:
+                iter180.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -3104,10 +3473,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype156, _size153) = iprot.readListBegin()
-                    for _i157 in range(_size153):
-                        _elem158 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem158)
+                    (_etype184, _size181) = iprot.readListBegin()
+                    for _i185 in range(_size181):
+                        _elem186 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem186)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3151,8 +3520,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter159 in self.key_columns:
-                oprot.writeString(iter159.encode('utf-8') if sys.version_info[0] == 2 else iter159)
+            for iter187 in self.key_columns:
+                oprot.writeString(iter187.encode('utf-8') if sys.version_info[0] == 2 else iter187)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -3299,22 +3668,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype163, _size160) = iprot.readListBegin()
-                    for _i164 in range(_size160):
-                        _elem165 = InputGateDescriptor()
-                        _elem165.read(iprot)
-                        self.input_gates.append(_elem165)
+                    (_etype191, _size188) = iprot.readListBegin()
+                    for _i192 in range(_size188):
+                        _elem193 = InputGateDescriptor()
+                        _elem193.read(iprot)
+                        self.input_gates.append(_elem193)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype169, _size166) = iprot.readListBegin()
-                    for _i170 in range(_size166):
-                        _elem171 = ResultPartitionDescriptor()
-                        _elem171.read(iprot)
-                        self.result_partitions.append(_elem171)
+                    (_etype197, _size194) = iprot.readListBegin()
+                    for _i198 in range(_size194):
+                        _elem199 = ResultPartitionDescriptor()
+                        _elem199.read(iprot)
+                        self.result_partitions.append(_elem199)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3326,11 +3695,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype173, _vtype174, _size172) = iprot.readMapBegin()
-                    for _i176 in range(_size172):
-                        _key177 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val178 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key177] = _val178
+                    (_ktype201, _vtype202, _size200) = iprot.readMapBegin()
+                    for _i204 in range(_size200):
+                        _key205 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val206 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key205] = _val206
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -3412,15 +3781,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter179 in self.input_gates:
-                iter179.write(oprot)
+            for iter207 in self.input_gates:
+                iter207.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter180 in self.result_partitions:
-                iter180.write(oprot)
+            for iter208 in self.result_partitions:
+                iter208.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -3430,9 +3799,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter181, viter182 in self.config.items():
-                oprot.writeString(kiter181.encode('utf-8') if sys.version_info[0] == 2 else kiter181)
-                oprot.writeString(viter182.encode('utf-8') if sys.version_info[0] == 2 else viter182)
+            for kiter209, viter210 in self.config.items():
+                oprot.writeString(kiter209.encode('utf-8') if sys.version_info[0] == 2 else kiter209)
+                oprot.writeString(viter210.encode('utf-8') if sys.version_info[0] == 2 else viter210)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -3526,6 +3895,30 @@ JobGraph.thrift_spec = (
     (7, TType.MAP, 'config', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 7
     (8, TType.STRING, 'runtime_mode', 'UTF8', None, ),  # 8
 )
+all_structs.append(TaskMetrics)
+TaskMetrics.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'records_in', None, None, ),  # 1
+    (2, TType.I64, 'records_out', None, None, ),  # 2
+    (3, TType.I64, 'bytes_in', None, None, ),  # 3
+    (4, TType.I64, 'bytes_out', None, None, ),  # 4
+    (5, TType.DOUBLE, 'records_in_per_second', None, None, ),  # 5
+    (6, TType.DOUBLE, 'records_out_per_second', None, None, ),  # 6
+    (7, TType.DOUBLE, 'bytes_in_per_second', None, None, ),  # 7
+    (8, TType.DOUBLE, 'bytes_out_per_second', None, None, ),  # 8
+    (9, TType.DOUBLE, 'busy_ms_per_second', None, None, ),  # 9
+    (10, TType.DOUBLE, 'backpressured_ms_per_second', None, None, ),  # 10
+    (11, TType.DOUBLE, 'idle_ms_per_second', None, None, ),  # 11
+    (12, TType.LIST, 'operator_records_in', (TType.I64, None, False), None, ),  # 12
+    (13, TType.LIST, 'operator_records_out', (TType.I64, None, False), None, ),  # 13
+)
+all_structs.append(CheckpointCounts)
+CheckpointCounts.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'completed', None, None, ),  # 1
+    (2, TType.I32, 'failed', None, None, ),  # 2
+    (3, TType.I32, 'in_progress', None, None, ),  # 3
+)
 all_structs.append(VertexStatus)
 VertexStatus.thrift_spec = (
     None,  # 0
@@ -3535,6 +3928,8 @@ VertexStatus.thrift_spec = (
     (4, TType.MAP, 'state_counts', (TType.I32, None, TType.I32, None, False), None, ),  # 4
     (5, TType.LIST, 'subtask_attempts', (TType.I32, None, False), None, ),  # 5
     (6, TType.LIST, 'subtask_locations', (TType.STRING, 'UTF8', False), None, ),  # 6
+    (7, TType.LIST, 'subtask_states', (TType.I32, None, False), None, ),  # 7
+    (8, TType.LIST, 'subtask_metrics', (TType.STRUCT, [TaskMetrics, None], False), None, ),  # 8
 )
 all_structs.append(FailureEntry)
 FailureEntry.thrift_spec = (
@@ -3571,6 +3966,8 @@ JobStatusInfo.thrift_spec = (
     (10, TType.STRING, 'restart_strategy', 'UTF8', None, ),  # 10
     (11, TType.LIST, 'checkpoints', (TType.STRUCT, [CheckpointInfo, None], False), None, ),  # 11
     (12, TType.I64, 'latest_completed_checkpoint_id', None, None, ),  # 12
+    (13, TType.I32, 'num_restarts', None, None, ),  # 13
+    (14, TType.STRUCT, 'checkpoint_counts', [CheckpointCounts, None], None, ),  # 14
 )
 all_structs.append(JobResult)
 JobResult.thrift_spec = (
@@ -3593,6 +3990,7 @@ ClusterInfo.thrift_spec = (
     (6, TType.I32, 'free_slots', None, None, ),  # 6
     (7, TType.STRING, 'target', 'UTF8', None, ),  # 7
     (8, TType.STRING, 'leader_session_id', 'UTF8', None, ),  # 8
+    (9, TType.STRING, 'web_url', 'UTF8', None, ),  # 9
 )
 all_structs.append(SlotStatus)
 SlotStatus.thrift_spec = (
@@ -3644,6 +4042,7 @@ TaskExecutionStateUpdate.thrift_spec = (
     (4, TType.STRUCT, 'error', [ErrorInfo, None], None, ),  # 4
     (5, TType.I64, 'records_in', None, None, ),  # 5
     (6, TType.I64, 'records_out', None, None, ),  # 6
+    (7, TType.STRUCT, 'metrics', [TaskMetrics, None], None, ),  # 7
 )
 all_structs.append(SourceSplit)
 SourceSplit.thrift_spec = (

@@ -1,0 +1,158 @@
+"""The REST API's OpenAPI 3 document (``GET /v1/openapi.json``): every path, its parameters,
+request body and answers, with the JSON schemas of the answers (a test runs schemathesis
+against it on a live AppMaster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yarnflow.common.version import __version__
+
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_STR = {"type": "string"}
+_BOOL = {"type": "boolean"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+
+
+def _obj(required: list[str], **props: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": props}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+_TASKS = {"type": "object", "additionalProperties": _INT}
+_SCHEMAS: dict[str, Any] = {
+    "Error": _obj(["errors"], errors={"type": "array", "items": _STR}),
+    "Config": _obj(["refresh-interval", "flink-version", "features"], **{
+        "refresh-interval": _INT, "timezone-name": _STR, "timezone-offset": _INT, "flink-version": _STR,
+        "flink-revision": _STR, "features": {"type": "object"}, "cluster-id": _STR, "leader": _BOOL}),
+    "Overview": _obj(["taskmanagers", "slots-total", "slots-available", "jobs-running", "jobs-finished",
+                      "jobs-cancelled", "jobs-failed"], **{
+        k: _INT for k in ("taskmanagers", "slots-total", "slots-available", "jobs-running", "jobs-finished",
+                          "jobs-cancelled", "jobs-failed")}),
+    "JobIds": _obj(["jobs"], jobs={"type": "array", "items": _obj(["id", "status"], id=_STR, status=_STR)}),
+    "JobDetails": _obj(["jid", "name", "state", "start-time", "end-time", "duration", "tasks"], **{
+        "jid": _STR, "name": _STR, "state": _STR, "start-time": _INT, "end-time": _INT, "duration": _INT,
+        "last-modification": _INT, "tasks": _TASKS}),
+    "JobsOverview": _obj(["jobs"], jobs={"type": "array", "items": _ref("JobDetails")}),
+    "IOMetrics": _obj(["read-bytes", "write-bytes", "read-records", "write-records"], **{
+        "read-bytes": _INT, "write-bytes": _INT, "read-records": _INT, "write-records": _INT,
+        "read-bytes-complete": _BOOL, "write-bytes-complete": _BOOL, "read-records-complete": _BOOL,
+        "write-records-complete": _BOOL, "read-records-per-second": _NUM, "write-records-per-second": _NUM,
+        "read-bytes-per-second": _NUM, "write-bytes-per-second": _NUM, "busy-time-ms-per-second": _NUM,
+        "backpressured-time-ms-per-second": _NUM, "idle-time-ms-per-second": _NUM,
+        "backpressure-level": {"type": "string", "enum": ["ok", "low", "high"]}}),
+    "Vertex": _obj(["id", "name", "parallelism", "status", "tasks", "metrics"], **{
+        "id": _STR, "name": _STR, "parallelism": _INT, "maxParallelism": _INT, "status": _STR,
+        "start-time": _INT, "end-time": _INT, "duration": _INT, "tasks": _TASKS, "metrics": _ref("IOMetrics")}),
+    "Plan": _obj(["plan"], plan=_obj(["jid", "name", "nodes"], jid=_STR, name=_STR, type=_STR, nodes={
+        "type": "array", "items": _obj(["id", "parallelism", "description", "inputs"], id=_STR, parallelism=_INT,
+                                       description=_STR, name=_STR, operator=_STR, operator_strategy=_STR,
+                                       optimizer_properties={"type": "object"}, inputs={
+                "type": "array", "items": _obj(["num", "id", "ship_strategy"], num=_INT, id=_STR,
+                                               ship_strategy=_STR, exchange=_STR)})})),
+    "JobDetailsInfo": _obj(["jid", "name", "state", "start-time", "end-time", "duration", "vertices",
+                            "status-counts", "plan"], **{
+        "jid": _STR, "name": _STR, "isStoppable": _BOOL, "state": _STR, "job-type": _STR, "start-time": _INT,
+        "end-time": _INT, "duration": _INT, "now": _INT, "maxParallelism": _INT, "num-restarts": _INT,
+        "checkpointing": _BOOL,
+        "timestamps": {"type": "object", "additionalProperties": _INT},
+        "vertices": {"type": "array", "items": _ref("Vertex")}, "status-counts": _TASKS,
+        "plan": {"type": "object"}}),
+    "Subtasks": _obj(["id", "name", "parallelism", "subtasks"], id=_STR, name=_STR, parallelism=_INT, now=_INT,
+                     subtasks={"type": "array", "items": _obj(
+                         ["subtask", "status", "attempt", "metrics"], subtask=_INT, status=_STR, attempt=_INT,
+                         endpoint=_STR, **{"taskmanager-id": _STR, "start-time": _INT, "end-time": _INT,
+                                           "duration": _INT, "metrics": _ref("IOMetrics")})}),
+    "BackPressure": _obj(["status", "backpressure-level", "subtasks"], **{
+        "status": _STR, "backpressure-level": _STR, "end-timestamp": _INT, "subtasks": {"type": "array", "items": _obj(
+            ["subtask", "backpressure-level", "ratio"], subtask=_INT, ratio=_NUM, idleRatio=_NUM, busyRatio=_NUM,
+            **{"backpressure-level": _STR})}}),
+    "Exceptions": _obj(["root-exception", "all-exceptions", "truncated", "exceptionHistory"], **{
+        "root-exception": _NULLABLE_STR, "timestamp": {"type": ["integer", "null"]},
+        "all-exceptions": {"type": "array", "items": {"type": "object"}}, "truncated": _BOOL,
+        "exceptionHistory": _obj(["entries", "truncated"], truncated=_BOOL, entries={"type": "array", "items": _obj(
+            ["exceptionName", "stacktrace", "timestamp"], exceptionName=_STR, stacktrace=_STR, timestamp=_INT,
+            taskName=_NULLABLE_STR, endpoint=_NULLABLE_STR)})}),
+    "Checkpoints": _obj(["counts", "summary", "latest", "history"], counts=_obj(
+        ["total", "in_progress", "completed", "failed"], restored=_INT, total=_INT, in_progress=_INT,
+        completed=_INT, failed=_INT), summary={"type": "object"}, latest={"type": "object"},
+        history={"type": "array", "items": _obj(["id", "status", "trigger_timestamp"], id=_INT, status=_STR,
+                                                 trigger_timestamp=_INT, state_size=_INT,
+                                                 end_to_end_duration=_INT, is_savepoint=_BOOL)}),
+    "TriggerResponse": _obj(["request-id"], **{"request-id": _STR}),
+    "SavepointStatus": _obj(["status"], status=_obj(["id"], id={"type": "string",
+                                                              "enum": ["IN_PROGRESS", "COMPLETED"]}),
+                            operation={"type": ["object", "null"]}),
+    "Logs": _obj(["logs"], logs={"type": "array", "items": _obj(["source", "lines"], source=_STR, lines={
+        "type": "array", "items": _STR})}),
+    "TaskManager": _obj(["id", "path", "slotsNumber", "freeSlots"], id=_STR, path=_STR, dataPort=_INT,
+                        slotsNumber=_INT, freeSlots=_INT, timeSinceLastHeartbeat=_INT,
+                        hardware={"type": "object"}, allocatedSlots={"type": "array", "items": {"type": "object"}}),
+    "TaskManagers": _obj(["taskmanagers"], taskmanagers={"type": "array", "items": _ref("TaskManager")}),
+}
+
+
+def _answers(ok: str | None, code: str = "200", *errors: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if ok is not None:
+        out[code] = {"description": "OK", "content": {"application/json": {"schema": _ref(ok)}}}
+    else:
+        out[code] = {"description": "Accepted", "content": {"application/json": {"schema": {"type": "object"}}}}
+    for status in (*errors, 503):
+        out[str(status)] = {"description": "error", "content": {"application/json": {"schema": _ref("Error")}}}
+    return out
+
+
+_JOB = {"name": "jobid", "in": "path", "required": True, "description": "32 hex characters",
+        "schema": {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"}}
+_VERTEX = {"name": "vertexid", "in": "path", "required": True, "schema": _STR}
+
+
+def _get(summary: str, schema: str, *errors: int, params: list[Any] | None = None) -> dict[str, Any]:
+    return {"get": {"summary": summary, "parameters": params or [], "responses": _answers(schema, "200", *errors)}}
+
+
+def openapi_document() -> dict[str, Any]:
+    job = [_JOB]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "yarnflow REST API (Flink's REST API v1)", "version": __version__},
+        "paths": {
+            "/config": _get("Web UI configuration", "Config"),
+            "/overview": _get("Cluster overview", "Overview"),
+            "/jobs": _get("Job ids and states", "JobIds"),
+            "/jobs/overview": _get("Every job's overview", "JobsOverview"),
+            "/jobs/{jobid}": {
+                **_get("A job's details, vertices and their metrics", "JobDetailsInfo", 400, 404, params=job),
+                "patch": {"summary": "Cancel the job", "parameters": [_JOB, {
+                    "name": "mode", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": ["cancel"]}}],
+                    "responses": _answers(None, "202", 400, 404, 409)}},
+            "/jobs/{jobid}/plan": _get("The job's dataflow plan", "Plan", 400, 404, params=job),
+            "/jobs/{jobid}/exceptions": _get("Root cause and failure history", "Exceptions", 400, 404, params=job),
+            "/jobs/{jobid}/checkpoints": _get("Checkpoint statistics", "Checkpoints", 400, 404, params=job),
+            "/jobs/{jobid}/vertices/{vertexid}": _get("The vertex's subtasks", "Subtasks", 400, 404,
+                                                       params=[_JOB, _VERTEX]),
+            "/jobs/{jobid}/vertices/{vertexid}/backpressure": _get("The vertex's back-pressure", "BackPressure",
+                                                                    400, 404, params=[_JOB, _VERTEX]),
+            "/jobs/{jobid}/savepoints": {"post": {
+                "summary": "Trigger a savepoint (asynchronous)", "parameters": job,
+                "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                    "type": "object", "properties": {"target-directory": _NULLABLE_STR, "cancel-job": _BOOL}}}}},
+                "responses": _answers("TriggerResponse", "202", 400, 404, 409)}},
+            "/jobs/{jobid}/savepoints/{triggerid}": _get(
+                "A savepoint's status", "SavepointStatus", 400, 404,
+                params=[_JOB, {"name": "triggerid", "in": "path", "required": True, "schema": _STR}]),
+            "/jobs/{jobid}/logs": _get("The job's log lines (AppMaster and local TaskExecutors)", "Logs", 400, 404,
+                                       params=[_JOB, {"name": "taskexecutor", "in": "query", "required": False,
+                                                      "schema": _STR}]),
+            "/taskmanagers": _get("Registered TaskExecutors", "TaskManagers"),
+            "/taskmanagers/{tmid}": _get("One TaskExecutor with its slots", "TaskManager", 404, params=[
+                {"name": "tmid", "in": "path", "required": True, "schema": _STR}]),
+        },
+        "components": {"schemas": _SCHEMAS},
+    }

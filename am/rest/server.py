@@ -1,0 +1,365 @@
+"""The AppMaster's REST API and web UI (Flink's WebMonitorEndpoint), served by Flask on a
+werkzeug server thread of the AppMaster, beside the Dispatcher.
+
+Paths and JSON shapes are Flink's (``views.py``), under ``/`` and ``/v1/``; the OpenAPI document
+is ``/v1/openapi.json``; the web UI is ``/`` (static files of ``am/web/``). Every error is JSON
+``{"errors": [...]}``: 400 for a malformed id or body, 404 for an unknown job, vertex,
+TaskExecutor or trigger, 409 for a job that already ended, 503 while this AppMaster stands by
+(naming the leader) or the cluster is not ready. A standby answers ``/config`` and the UI's
+files too, so the UI can say who leads.
+
+Savepoints are asynchronous as in Flink: ``POST /jobs/:jobid/savepoints`` answers at once with a
+``request-id``; the savepoint is taken on a small pool, and ``GET .../savepoints/:triggerid``
+reports IN_PROGRESS, then COMPLETED with the savepoint's location or its failure cause."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import socket
+import threading
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from flask import Flask, Response, jsonify, request, send_from_directory
+from werkzeug.exceptions import HTTPException
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from yarnflow.am.logs import read_job_logs
+from yarnflow.am.rest import views
+from yarnflow.am.rest.openapi import openapi_document
+from yarnflow.common.config import Options
+from yarnflow.common.errors import (
+    FencingTokenError,
+    InvalidRequestError,
+    NotFoundError,
+    RefusedError,
+    RpcError,
+    UnavailableError,
+)
+from yarnflow.common.ids import JobID
+from yarnflow.common.metrics import bind_first_free
+from yarnflow.common.version import __version__
+
+if TYPE_CHECKING:
+    from yarnflow.am.appmaster import AppMaster
+    from yarnflow.am.dispatcher.dispatcher import Dispatcher
+
+log = logging.getLogger(__name__)
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+_JOB_ID = re.compile(r"[0-9a-fA-F]{32}")
+#: savepoint triggers remembered for their status
+MAX_TRIGGERS = 100
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+_RPC_STATUS: list[tuple[type[Exception], int]] = [
+    (NotFoundError, 404), (InvalidRequestError, 400), (RefusedError, 409), (FencingTokenError, 503),
+    (UnavailableError, 503), (RpcError, 500),
+]
+
+
+class RestServer:
+    def __init__(self, am: AppMaster) -> None:
+        self._am = am
+        self._config = am.config
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="rest-savepoint")
+        self._triggers: collections.OrderedDict[str, tuple[JobID, Future[str]]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.url = ""
+        self.app = self._make_app()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> RestServer:
+        host = str(self._config[Options.REST_ADDRESS]) or "127.0.0.1"
+        server, _ = bind_first_free(self._config[Options.REST_PORT], lambda port: self._bind(host, port), "REST API")
+        self._server = server
+        port = server.port
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        self.url = f"http://{shown}:{port}"
+        self._thread = threading.Thread(target=server.serve_forever, name="rest-server", daemon=True)
+        self._thread.start()
+        log.info("REST API and web UI at %s", self.url)
+        return self
+
+    def _bind(self, host: str, port: int) -> BaseWSGIServer:
+        """A server on ``host:port``; OSError when the port is taken. (The socket is bound here:
+        werkzeug's own bind exits the process when the port is in use.)"""
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+            return make_server(host, sock.getsockname()[1], self.app, threaded=True, fd=sock.fileno())
+        finally:
+            sock.close()  # the server holds a duplicate of it
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _dispatcher(self) -> Dispatcher:
+        dispatcher = self._am.dispatcher
+        if dispatcher is None:
+            raise ApiError(503, self._am.standby_message())
+        return dispatcher
+
+    @staticmethod
+    def _job_id(jobid: str) -> JobID:
+        if not _JOB_ID.fullmatch(jobid):
+            raise ApiError(400, f"{jobid!r} is not a job id (32 hexadecimal characters)")
+        return JobID(jobid.lower())
+
+    def _job(self, jobid: str) -> Any:
+        dispatcher = self._dispatcher()
+        return dispatcher.get_job(dispatcher.fencing_token, self._job_id(jobid))
+
+    def _vertex(self, jobid: str, vertexid: str) -> tuple[Any, Any]:
+        info = self._job(jobid)
+        for v in info.vertices:
+            if str(v.vertex_id) == vertexid:
+                return info, v
+        raise ApiError(404, f"job {jobid} has no vertex {vertexid}")
+
+    def _graph(self, job_id: str) -> Any:
+        return self._dispatcher().job_graph(JobID(job_id))
+
+    def _body(self) -> dict[str, Any]:
+        if not request.get_data():
+            return {}
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        return body
+
+    # -- the application -------------------------------------------------------------------------
+    def _make_app(self) -> Flask:
+        app = Flask("yarnflow.am.rest", static_folder=str(WEB_DIR), static_url_path="/web")
+        app.json.sort_keys = False  # type: ignore[attr-defined]
+
+        def route(rule: str, fn: Callable[..., Any], methods: tuple[str, ...] = ("GET",)) -> None:
+            for prefix in ("", "/v1"):
+                app.add_url_rule(prefix + rule, f"{prefix}{fn.__name__}", fn, methods=list(methods))
+
+        @app.errorhandler(ApiError)
+        def api_error(exc: ApiError) -> tuple[Response, int]:
+            return jsonify(errors=[str(exc)]), exc.status
+
+        @app.errorhandler(HTTPException)
+        def http_error(exc: HTTPException) -> tuple[Response, int]:
+            return jsonify(errors=[exc.description or exc.name]), exc.code or 500
+
+        @app.errorhandler(RpcError)
+        def rpc_error(exc: RpcError) -> tuple[Response, int]:
+            status = next(code for kind, code in _RPC_STATUS if isinstance(exc, kind))
+            if status == 500:
+                log.warning("REST %s %s failed: %s", request.method, request.path, exc)
+            return jsonify(errors=[str(exc)]), status
+
+        @app.errorhandler(Exception)
+        def internal_error(exc: Exception) -> tuple[Response, int]:
+            log.exception("REST %s %s failed", request.method, request.path)
+            return jsonify(errors=[f"internal error: {type(exc).__name__}: {exc}"]), 500
+
+        @app.after_request
+        def no_cache(response: Response) -> Response:
+            response.headers["Cache-Control"] = "no-store"
+            return response
+
+        app.add_url_rule("/", "index", lambda: send_from_directory(WEB_DIR, "index.html"))
+        route("/openapi.json", self.openapi)
+        for rule, fn, methods in (
+                ("/config", self.config, ("GET",)), ("/overview", self.overview, ("GET",)),
+                ("/jobs", self.jobs, ("GET",)), ("/jobs/overview", self.jobs_overview, ("GET",)),
+                ("/jobs/<jobid>", self.job, ("GET",)), ("/jobs/<jobid>", self.cancel, ("PATCH",)),
+                ("/jobs/<jobid>/plan", self.plan, ("GET",)),
+                ("/jobs/<jobid>/exceptions", self.exceptions, ("GET",)),
+                ("/jobs/<jobid>/checkpoints", self.checkpoints, ("GET",)),
+                ("/jobs/<jobid>/vertices/<vertexid>", self.vertex, ("GET",)),
+                ("/jobs/<jobid>/vertices/<vertexid>/backpressure", self.backpressure, ("GET",)),
+                ("/jobs/<jobid>/savepoints", self.trigger_savepoint, ("POST",)),
+                ("/jobs/<jobid>/savepoints/<triggerid>", self.savepoint_status, ("GET",)),
+                ("/jobs/<jobid>/logs", self.job_logs, ("GET",)),
+                ("/taskmanagers", self.taskmanagers, ("GET",)),
+                ("/taskmanagers/<tmid>", self.taskmanager, ("GET",))):
+            route(rule, fn, methods)
+        return app
+
+    # -- handlers --------------------------------------------------------------------------------
+    def openapi(self) -> Response:
+        return jsonify(openapi_document())
+
+    def config(self) -> Response:
+        return jsonify({"refresh-interval": 3000, "timezone-name": "UTC", "timezone-offset": 0,
+                        "flink-version": __version__, "flink-revision": f"yarnflow {__version__}",
+                        "features": {"web-submit": False, "web-cancel": True, "web-rescale": False,
+                                     "web-history": False},
+                        "cluster-id": self._am.cluster_id, "leader": self._am.is_leader})
+
+    def _all_jobs(self) -> list[Any]:
+        dispatcher = self._dispatcher()
+        return dispatcher.list_jobs(dispatcher.fencing_token)
+
+    def overview(self) -> Response:
+        dispatcher = self._dispatcher()
+        info = dispatcher.cluster_info()
+        return jsonify({"taskmanagers": info.registered_taskexecutors, "slots-total": info.total_slots,
+                        "slots-available": info.free_slots, **views.overview_counts(self._all_jobs()),
+                        "flink-version": __version__, "flink-commit": f"yarnflow {__version__}"})
+
+    def jobs(self) -> Response:
+        return jsonify(jobs=[{"id": str(j.job_id), "status": j.status.name} for j in self._all_jobs()])
+
+    def jobs_overview(self) -> Response:
+        return jsonify(jobs=[views.job_overview(j) for j in reversed(self._all_jobs())])
+
+    def job(self, jobid: str) -> Response:
+        info = self._job(jobid)
+        graph = self._graph(info.job_id)
+        details = views.job_details(info, graph)
+        details["checkpointing"] = self._checkpointing(graph)
+        return jsonify(details)
+
+    def _checkpointing(self, graph: Any) -> bool:
+        return graph is None or int(self._config.with_overrides(graph.config)[Options.CHECKPOINT_INTERVAL]) > 0
+
+    def cancel(self, jobid: str) -> tuple[Response, int]:
+        mode = request.args.get("mode", "cancel")
+        if mode != "cancel":
+            raise ApiError(400, f"mode {mode!r} is not supported: use mode=cancel")
+        dispatcher = self._dispatcher()
+        dispatcher.cancel_job(dispatcher.fencing_token, self._job_id(jobid))
+        return jsonify({}), 202
+
+    def plan(self, jobid: str) -> Response:
+        info = self._job(jobid)
+        return jsonify(views.plan(info, self._graph(info.job_id)))
+
+    def exceptions(self, jobid: str) -> Response:
+        return jsonify(views.exceptions(self._job(jobid)))
+
+    def checkpoints(self, jobid: str) -> Response:
+        info = self._job(jobid)
+        if not self._checkpointing(self._graph(info.job_id)):
+            raise ApiError(404, f"job {jobid} takes no checkpoints (execution.checkpointing.interval is not set)")
+        return jsonify(views.checkpoints(info))
+
+    def vertex(self, jobid: str, vertexid: str) -> Response:
+        info, v = self._vertex(jobid, vertexid)
+        return jsonify(views.subtasks(info, v))
+
+    def backpressure(self, jobid: str, vertexid: str) -> Response:
+        return jsonify(views.backpressure(self._vertex(jobid, vertexid)[1]))
+
+    def trigger_savepoint(self, jobid: str) -> tuple[Response, int]:
+        body = self._body()
+        target = body.get("target-directory")
+        cancel_job = body.get("cancel-job", False)
+        if target is not None and not isinstance(target, str):
+            raise ApiError(400, "target-directory must be a string")
+        if not isinstance(cancel_job, bool):
+            raise ApiError(400, "cancel-job must be true or false")
+        info = self._job(jobid)
+        if info.status.is_globally_terminal:
+            raise ApiError(409, f"job {jobid} already ended {info.status.name}")
+        graph = self._graph(info.job_id)
+        config = self._config.with_overrides(graph.config if graph is not None else {})
+        if not target and not config[Options.SAVEPOINTS_DIR]:
+            raise ApiError(400, "no savepoint folder: give target-directory or set state.savepoints.dir")
+        dispatcher = self._dispatcher()
+        job_id = info.job_id
+
+        def take() -> str:
+            path = dispatcher.trigger_savepoint(dispatcher.fencing_token, job_id, target or "")
+            if cancel_job:
+                dispatcher.cancel_job(dispatcher.fencing_token, job_id)
+            return path
+
+        trigger_id = uuid.uuid4().hex
+        with self._lock:
+            self._triggers[trigger_id] = (job_id, self._pool.submit(take))
+            while len(self._triggers) > MAX_TRIGGERS:
+                self._triggers.popitem(last=False)
+        return jsonify({"request-id": trigger_id}), 202
+
+    def savepoint_status(self, jobid: str, triggerid: str) -> Response:
+        job_id = self._job_id(jobid)
+        with self._lock:
+            entry = self._triggers.get(triggerid)
+        if entry is None or entry[0] != job_id:
+            raise ApiError(404, f"no savepoint trigger {triggerid} for job {jobid}")
+        future = entry[1]
+        if not future.done():
+            return jsonify({"status": {"id": "IN_PROGRESS"}, "operation": None})
+        exc = future.exception()
+        if exc is not None:
+            return jsonify({"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {
+                "class": type(exc).__name__, "stack-trace": str(exc), "serialized-throwable": None}}})
+        return jsonify({"status": {"id": "COMPLETED"}, "operation": {"location": future.result()}})
+
+    def job_logs(self, jobid: str) -> Response:
+        job_id = self._job_id(jobid)
+        self._job(jobid)  # 404 for a job this cluster does not know
+        te = request.args.get("taskexecutor", "")
+        try:
+            found = read_job_logs(self._am.work_dir, job_id, te)
+        except KeyError:
+            raise ApiError(404, f"no log of TaskExecutor {te} on this AppMaster's host") from None
+        return jsonify(logs=[{"source": source, "lines": lines} for source, lines in found.items()])
+
+    def _task_executors(self) -> list[dict[str, Any]]:
+        rm = self._am.rm
+        if rm is None:
+            raise ApiError(503, self._am.standby_message())
+        return [views_taskmanager(entry) for entry in rm.task_executor_details()]
+
+    def taskmanagers(self) -> Response:
+        return jsonify(taskmanagers=[{k: v for k, v in tm.items() if k != "allocatedSlots"}
+                                     for tm in self._task_executors()])
+
+    def taskmanager(self, tmid: str) -> Response:
+        for tm in self._task_executors():
+            if tm["id"] == tmid:
+                return jsonify(tm)
+        raise ApiError(404, f"no TaskExecutor {tmid} is registered")
+
+
+def views_taskmanager(entry: Any) -> dict[str, Any]:
+    """Flink's TaskManagerInfo (with ``allocatedSlots``) from a ResourceManager's
+    ``TaskExecutorDetails``."""
+    reg = entry.registration
+    profile = reg.slot_profile
+    free = sum(1 for s in entry.slots if s.job_id is None)
+    resource = {"cpuCores": profile.cpu_cores * reg.num_slots, "taskHeapMemory": profile.memory_mb * reg.num_slots,
+                "taskOffHeapMemory": 0, "managedMemory": 0, "networkMemory": 0, "extendedResources": {}}
+    free_resource = {**resource, "cpuCores": profile.cpu_cores * free, "taskHeapMemory": profile.memory_mb * free}
+    host = reg.rpc_address.rsplit(":", 1)[0]
+    return {"id": str(reg.resource_id), "path": reg.rpc_address,
+            "dataPort": int(reg.data_address.rsplit(":", 1)[1]) if ":" in reg.data_address else -1,
+            "jmxPort": -1, "timeSinceLastHeartbeat": entry.last_heartbeat_epoch_ms,
+            "slotsNumber": reg.num_slots, "freeSlots": free, "totalResource": resource,
+            "freeResource": free_resource,
+            "hardware": {"cpuCores": int(profile.cpu_cores * reg.num_slots) or 1,
+                         "physicalMemory": profile.memory_mb * reg.num_slots * (1 << 20), "freeMemory": 0,
+                         "managedMemory": 0},
+            "host": reg.hostname or host, "pid": reg.pid, "dataAddress": reg.data_address,
+            "allocatedSlots": [{"index": s.index, "jobId": str(s.job_id) if s.job_id else None,
+                                "state": s.state, "resource": {"cpuCores": profile.cpu_cores,
+                                                               "taskHeapMemory": profile.memory_mb}}
+                               for s in entry.slots]}

@@ -1,0 +1,255 @@
+"""The REST API's answers, in Flink's JSON shapes (field names as Flink's REST API v1 has them),
+built from the messages the Dispatcher and the ResourceManager already give (pure functions: no
+I/O, unit-tested). Figures Flink's web UI reads from its metrics endpoints (records per second,
+busy / back-pressured / idle ms per second) are added to each vertex's ``metrics`` under names
+of their own, which Flink clients ignore."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from yarnflow.common.messages import (
+    CheckpointInfo,
+    ErrorInfo,
+    JobGraph,
+    JobStatusInfo,
+    TaskMetrics,
+    VertexStatus,
+)
+from yarnflow.common.states import ExecutionState, JobStatus
+
+#: back-pressure levels as Flink's web UI draws them (ratio of time back-pressured)
+LOW_BACKPRESSURE, HIGH_BACKPRESSURE = 0.10, 0.50
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _duration(start_ms: int, end_ms: int) -> int:
+    if start_ms <= 0:
+        return -1
+    return (end_ms if end_ms > 0 else now_ms()) - start_ms
+
+
+def task_counts(states: Iterable[tuple[ExecutionState, int]]) -> dict[str, int]:
+    """Flink's ``tasks`` object: a count per execution state (lower case), zeros included."""
+    counts = {s.name.lower(): 0 for s in ExecutionState}
+    for state, n in states:
+        counts[state.name.lower()] = counts.get(state.name.lower(), 0) + n
+    return counts
+
+
+def vertex_status(v: VertexStatus) -> ExecutionState:
+    """A vertex's state as Flink aggregates its subtasks': the furthest-behind state wins,
+    except that any failure (or cancellation) shows."""
+    counts = {s: n for s, n in v.state_counts.items() if n}
+    for state in (ExecutionState.FAILED, ExecutionState.CANCELING, ExecutionState.CANCELED):
+        if state in counts:
+            return state
+    order = [ExecutionState.CREATED, ExecutionState.SCHEDULED, ExecutionState.DEPLOYING,
+             ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED]
+    for state in order:
+        if state in counts:
+            return state
+    return ExecutionState.CREATED
+
+
+def backpressure_level(ratio: float) -> str:
+    if ratio >= HIGH_BACKPRESSURE:
+        return "high"
+    return "low" if ratio >= LOW_BACKPRESSURE else "ok"
+
+
+def io_metrics(metrics: Iterable[TaskMetrics]) -> dict[str, Any]:
+    """Flink's IOMetricsInfo summed over subtasks, plus the rates and time ratios (the
+    per-second times averaged over the subtasks)."""
+    ms = list(metrics)
+    n = max(1, len(ms))
+    out: dict[str, Any] = {
+        "read-bytes": sum(m.bytes_in for m in ms), "read-bytes-complete": True,
+        "write-bytes": sum(m.bytes_out for m in ms), "write-bytes-complete": True,
+        "read-records": sum(m.records_in for m in ms), "read-records-complete": True,
+        "write-records": sum(m.records_out for m in ms), "write-records-complete": True,
+        "read-records-per-second": round(sum(m.records_in_per_second for m in ms), 1),
+        "write-records-per-second": round(sum(m.records_out_per_second for m in ms), 1),
+        "read-bytes-per-second": round(sum(m.bytes_in_per_second for m in ms), 1),
+        "write-bytes-per-second": round(sum(m.bytes_out_per_second for m in ms), 1),
+        "busy-time-ms-per-second": round(sum(m.busy_ms_per_second for m in ms) / n, 1),
+        "backpressured-time-ms-per-second": round(sum(m.backpressured_ms_per_second for m in ms) / n, 1),
+        "idle-time-ms-per-second": round(sum(m.idle_ms_per_second for m in ms) / n, 1),
+    }
+    out["backpressure-level"] = backpressure_level(out["backpressured-time-ms-per-second"] / 1000.0)
+    return out
+
+
+def _subtask_metrics(v: VertexStatus) -> list[TaskMetrics]:
+    return list(v.subtask_metrics)
+
+
+def job_overview(info: JobStatusInfo) -> dict[str, Any]:
+    """One entry of ``/jobs/overview`` (Flink's JobDetails)."""
+    counts = task_counts((s, n) for v in info.vertices for s, n in v.state_counts.items())
+    counts["total"] = sum(v.parallelism for v in info.vertices)
+    return {"jid": str(info.job_id), "name": info.name, "state": info.status.name,
+            "start-time": info.start_time_ms, "end-time": info.end_time_ms or -1,
+            "duration": _duration(info.start_time_ms, info.end_time_ms),
+            "last-modification": info.end_time_ms or info.start_time_ms, "tasks": counts}
+
+
+def vertex_details(info: JobStatusInfo, v: VertexStatus, max_parallelism: int) -> dict[str, Any]:
+    counts = task_counts(v.state_counts.items())
+    return {"id": str(v.vertex_id), "name": v.name, "parallelism": v.parallelism, "maxParallelism": max_parallelism,
+            "status": vertex_status(v).name, "start-time": info.start_time_ms, "end-time": info.end_time_ms or -1,
+            "duration": _duration(info.start_time_ms, info.end_time_ms), "tasks": counts,
+            "metrics": io_metrics(_subtask_metrics(v))}
+
+
+def job_details(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
+    """``/jobs/:jobid`` (Flink's JobDetailsInfo)."""
+    max_par = {str(jv.vertex_id): jv.max_parallelism for jv in graph.vertices} if graph else {}
+    vertices = [vertex_details(info, v, max_par.get(str(v.vertex_id), -1)) for v in info.vertices]
+    status_counts = task_counts((vertex_status(v), 1) for v in info.vertices)
+    timestamps = {s.name: 0 for s in JobStatus}
+    timestamps[JobStatus.CREATED.name] = info.start_time_ms
+    if info.all_running_time_ms:
+        timestamps[JobStatus.RUNNING.name] = info.all_running_time_ms
+    if info.end_time_ms:
+        timestamps[info.status.name] = info.end_time_ms
+    return {"jid": str(info.job_id), "name": info.name, "isStoppable": False, "state": info.status.name,
+            "job-type": graph.runtime_mode if graph else "STREAMING",
+            "start-time": info.start_time_ms, "end-time": info.end_time_ms or -1,
+            "duration": _duration(info.start_time_ms, info.end_time_ms), "now": now_ms(),
+            "maxParallelism": max(max_par.values(), default=-1), "timestamps": timestamps,
+            "vertices": vertices, "status-counts": status_counts,
+            "plan": plan(info, graph)["plan"], "num-restarts": info.num_restarts}
+
+
+def plan(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
+    """``/jobs/:jobid/plan`` (Flink's JobPlanInfo): the nodes with their inputs."""
+    nodes = []
+    names = {str(v.vertex_id): v for v in info.vertices}
+    for jv in (graph.vertices if graph else []):
+        inputs = [{"num": e.input_index, "id": str(e.source_vertex_id), "ship_strategy": e.partitioner.name,
+                   "exchange": e.exchange_mode.name.lower()}
+                  for e in graph.edges if e.target_vertex_id == jv.vertex_id] if graph else []
+        v = names.get(str(jv.vertex_id))
+        nodes.append({"id": str(jv.vertex_id), "parallelism": jv.parallelism, "operator": "",
+                      "operator_strategy": "", "description": " -> ".join(jv.operator_names) or jv.name,
+                      "optimizer_properties": {}, "inputs": inputs,
+                      "name": v.name if v else jv.name})
+    return {"plan": {"jid": str(info.job_id), "name": info.name,
+                     "type": graph.runtime_mode if graph else "STREAMING", "nodes": nodes}}
+
+
+def subtasks(info: JobStatusInfo, v: VertexStatus) -> dict[str, Any]:
+    """``/jobs/:jobid/vertices/:vertexid`` (Flink's JobVertexDetailsInfo): one entry per subtask."""
+    metrics = _subtask_metrics(v)
+    rows = []
+    for i in range(v.parallelism):
+        state = v.subtask_states[i] if i < len(v.subtask_states) else ExecutionState.CREATED
+        where = v.subtask_locations[i] if i < len(v.subtask_locations) else ""
+        rows.append({"subtask": i, "status": state.name,
+                     "attempt": v.subtask_attempts[i] if i < len(v.subtask_attempts) else 0,
+                     "endpoint": where or "(unassigned)", "taskmanager-id": where or "(unassigned)",
+                     "start-time": info.start_time_ms, "end-time": -1, "duration": -1,
+                     "metrics": io_metrics(metrics[i:i + 1])})
+    return {"id": str(v.vertex_id), "name": v.name, "parallelism": v.parallelism, "now": now_ms(),
+            "subtasks": rows}
+
+
+def backpressure(v: VertexStatus) -> dict[str, Any]:
+    """``/jobs/:jobid/vertices/:vertexid/backpressure`` (Flink's JobVertexBackPressureInfo)."""
+    rows: list[dict[str, Any]] = []
+    worst = 0.0
+    for i, m in enumerate(_subtask_metrics(v)):
+        ratio = m.backpressured_ms_per_second / 1000.0
+        worst = max(worst, ratio)
+        rows.append({"subtask": i, "backpressure-level": backpressure_level(ratio), "ratio": round(ratio, 3),
+                     "idleRatio": round(m.idle_ms_per_second / 1000.0, 3),
+                     "busyRatio": round(m.busy_ms_per_second / 1000.0, 3)})
+    return {"status": "ok", "backpressure-level": backpressure_level(worst), "end-timestamp": now_ms(),
+            "subtasks": rows}
+
+
+def _error_entry(error: ErrorInfo, timestamp: int, task: str) -> dict[str, Any]:
+    location = error.location or ""
+    return {"exceptionName": error.error_class, "stacktrace": error.traceback or error.describe(),
+            "timestamp": timestamp, "taskName": task or None, "endpoint": location or None,
+            "taskManagerId": None, "failureLabels": {}, "concurrentExceptions": []}
+
+
+def exceptions(info: JobStatusInfo) -> dict[str, Any]:
+    """``/jobs/:jobid/exceptions`` (Flink's JobExceptionsInfoWithHistory), newest first."""
+    entries = [_error_entry(f.error, f.timestamp_ms, f.task) for f in reversed(info.failure_history)]
+    root = info.failure_cause
+    out: dict[str, Any] = {
+        "root-exception": (root.traceback or root.describe()) if root else None,
+        "timestamp": (info.end_time_ms or now_ms()) if root else None,
+        "all-exceptions": [{"exception": e["stacktrace"], "task": e["taskName"], "location": e["endpoint"],
+                            "timestamp": e["timestamp"], "taskManagerId": None} for e in entries],
+        "truncated": False,
+        "exceptionHistory": {"entries": entries, "truncated": False},
+    }
+    return out
+
+
+def _checkpoint_entry(c: CheckpointInfo) -> dict[str, Any]:
+    status = {"COMPLETED": "COMPLETED", "ABORTED": "FAILED"}.get(c.status, "IN_PROGRESS")
+    return {"className": ".CompletedCheckpointStatistics" if status == "COMPLETED" else
+            ".FailedCheckpointStatistics" if status == "FAILED" else ".PendingCheckpointStatistics",
+            "id": c.checkpoint_id, "status": status, "is_savepoint": False, "checkpoint_type": "CHECKPOINT",
+            "trigger_timestamp": c.trigger_time_ms,
+            "latest_ack_timestamp": c.trigger_time_ms + c.duration_ms if c.duration_ms else -1,
+            "state_size": c.size_bytes, "checkpointed_size": c.size_bytes, "end_to_end_duration": c.duration_ms,
+            "alignment_buffered": 0, "processed_data": 0, "persisted_data": 0,
+            "failure_message": c.failure or None}
+
+
+def _stats(values: list[int]) -> dict[str, Any]:
+    if not values:
+        return {"min": 0, "max": 0, "avg": 0, "p50": 0, "p90": 0, "p95": 0, "p99": 0, "p999": 0}
+    ordered = sorted(values)
+
+    def pct(p: float) -> int:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+    return {"min": ordered[0], "max": ordered[-1], "avg": sum(ordered) // len(ordered), "p50": pct(0.5),
+            "p90": pct(0.9), "p95": pct(0.95), "p99": pct(0.99), "p999": pct(0.999)}
+
+
+def checkpoints(info: JobStatusInfo) -> dict[str, Any]:
+    """``/jobs/:jobid/checkpoints`` (Flink's CheckpointingStatistics)."""
+    history = [_checkpoint_entry(c) for c in reversed(info.checkpoints)]
+    completed = [c for c in info.checkpoints if c.status == "COMPLETED"]
+    failed = [h for h in history if h["status"] == "FAILED"]
+    counts = info.checkpoint_counts
+    latest_completed = _checkpoint_entry(completed[-1]) if completed else None
+    if latest_completed is not None:
+        latest_completed["external_path"] = None
+    return {
+        "counts": {"restored": 0, "total": counts.completed + counts.failed + counts.in_progress,
+                   "in_progress": counts.in_progress, "completed": counts.completed, "failed": counts.failed},
+        "summary": {"state_size": _stats([c.size_bytes for c in completed]),
+                    "checkpointed_size": _stats([c.size_bytes for c in completed]),
+                    "end_to_end_duration": _stats([c.duration_ms for c in completed]),
+                    "alignment_buffered": _stats([]), "processed_data": _stats([]), "persisted_data": _stats([])},
+        "latest": {"completed": latest_completed, "savepoint": None, "failed": failed[0] if failed else None,
+                   "restored": None},
+        "history": history,
+    }
+
+
+def overview_counts(jobs: Iterable[JobStatusInfo]) -> dict[str, int]:
+    counts = {"jobs-running": 0, "jobs-finished": 0, "jobs-cancelled": 0, "jobs-failed": 0}
+    for j in jobs:
+        if j.status == JobStatus.FINISHED:
+            counts["jobs-finished"] += 1
+        elif j.status == JobStatus.CANCELED:
+            counts["jobs-cancelled"] += 1
+        elif j.status == JobStatus.FAILED:
+            counts["jobs-failed"] += 1
+        elif j.status != JobStatus.SUSPENDED:
+            counts["jobs-running"] += 1
+    return counts

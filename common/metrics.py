@@ -1,0 +1,121 @@
+"""What the AppMaster and the TaskExecutors share for metrics: binding a server to the first
+free port of a configured range, and the Prometheus endpoint (prometheus-client) each process
+serves when ``metrics.reporters`` is ``prom``.
+
+Metric names follow Flink's Prometheus reporter: the scope joined by ``_`` and the metric's
+Flink name (``yarnflow_taskmanager_job_task_operator_numRecordsIn``), with the scope's variables
+as labels (``job_id``, ``task_name``, ``subtask_index``, ``operator_name``, ``tm_id``). Like
+Flink's, every figure is exported as a gauge (no ``_total`` suffix), so a dashboard made for
+Flink needs only the ``flink_`` prefix changed.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from yarnflow.common.config import Configuration, Options
+
+log = logging.getLogger(__name__)
+S = TypeVar("S")
+
+PREFIX = "yarnflow"
+
+
+def bind_first_free(ports: tuple[int, int], bind: Callable[[int], S], what: str) -> tuple[S, int]:
+    """``bind(port)`` for each port of the range until one is free; when none is, any free port
+    (port 0), logged. Returns the server and the port asked for (0: an ephemeral one). Errors
+    other than "address in use" are raised."""
+    low, high = ports
+    for port in range(low, high + 1) if low else ():
+        try:
+            return bind(port), port
+        except OSError as exc:
+            if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                raise
+    if low:
+        log.warning("%s: every port of %d-%d is taken: using any free port", what, low, high)
+    return bind(0), 0
+
+
+def free_port_range(size: int, start: int = 20000) -> tuple[int, int]:
+    """``size`` consecutive loopback ports that are free now, from ``start`` on (for a range
+    setting that must not meet other processes: benchmarks and tests)."""
+    import socket
+
+    for low in range(start, 65535 - size, size):
+        socks: list[socket.socket] = []
+        try:
+            for port in range(low, low + size):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return low, low + size - 1
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise OSError(errno.EADDRINUSE, f"no {size} consecutive free ports")
+
+
+class _Collector:
+    """Calls ``collect`` at each scrape: the figures are read live, never copied in advance."""
+
+    def __init__(self, collect: Callable[[], Iterable[Any]]) -> None:
+        self._collect = collect
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            yield from self._collect()
+        except Exception:  # noqa: BLE001 - a failed read must not break the endpoint
+            log.warning("reading metrics failed", exc_info=True)
+
+    def describe(self) -> list[Any]:
+        return []  # no eager collect at registration
+
+
+class PrometheusEndpoint:
+    """A prometheus-client HTTP server of this process, on the first free port of
+    ``metrics.reporter.prom.port``."""
+
+    def __init__(self, server: Any, thread: Any, host: str, port: int) -> None:
+        self._server = server
+        self._thread = thread
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def start_prometheus(config: Configuration, collect: Callable[[], Iterable[Any]], what: str
+                     ) -> PrometheusEndpoint | None:
+    """The Prometheus endpoint of this process (None when ``metrics.reporters`` has no
+    ``prom``). ``collect()`` yields prometheus-client metric families at each scrape."""
+    if config[Options.METRICS_REPORTERS] != "prom":
+        return None
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(collect))
+    host = str(config[Options.PROM_HOST]) or "127.0.0.1"
+    (server, thread), _ = bind_first_free(config[Options.PROM_PORT],
+                                          lambda port: start_http_server(port, host, registry), what)
+    endpoint = PrometheusEndpoint(server, thread, host, server.server_address[1])
+    log.info("%s: Prometheus metrics at %s", what, endpoint.url)
+    return endpoint
+
+
+def gauge(name: str, doc: str, labels: Iterable[str]) -> Any:
+    """A gauge family named after Flink's scope and metric name."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))

@@ -1,0 +1,127 @@
+"""The web UI in headless Chromium (Debian's chromium and chromium-driver, which
+.ci/install-test-deps installs: these tests fail, not skip, without them). Against a real local
+cluster running a STREAMING job: every page loads without console errors, the job graph shows
+the job's vertices with their figures, and the cancel button cancels the job. Screenshots of each
+page are saved under the test's tmp_path (``ui-*.png``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.harness import wait_until
+from tests.integration.test_rest_api import cluster  # noqa: F401 - the fixture
+from tests.rest import generator_job, get, submit, wait_flowing
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    for path in (CHROMIUM, CHROMEDRIVER):
+        assert shutil.which(path), f"{path} is missing: run .ci/install-test-deps (Debian chromium, chromium-driver)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def console_errors(driver: webdriver.Chrome) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 20) -> Any:
+    return WebDriverWait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, css) or None)
+
+
+def read(driver: webdriver.Chrome, css: str, what: str = "textContent") -> list[str]:
+    """``what`` of every element matching ``css``, read at once (the page redraws every 2 s, which
+    makes element handles stale)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => arguments[1].startsWith('data-') ? "
+        "e.getAttribute(arguments[1]) : e[arguments[1]])", css, what)
+
+
+def click(driver: webdriver.Chrome, css: str, timeout: float = 20) -> None:
+    """Click the first element matching ``css`` as a user would, again if a redraw replaced it."""
+    def clicked() -> bool:
+        try:
+            wait_for(driver, css, timeout)[0].click()
+            return True
+        except StaleElementReferenceException:
+            return False
+    wait_until(clicked, timeout, f"could not click {css}", interval_s=0.05)
+
+
+def test_pages_graph_and_cancel_in_chromium(cluster: Any, browser: webdriver.Chrome,  # noqa: F811
+                                            tmp_path: Path) -> None:
+    web = cluster.web
+    job_id = submit(cluster, generator_job(str(tmp_path / "out")), "ui job",
+                    {"execution.checkpointing.interval": "300 ms"})
+    details = wait_flowing(web, job_id)
+
+    browser.get(f"{web}/")
+    wait_for(browser, "#card-taskmanagers")
+    cards = dict(zip(read(browser, ".card", "id"), read(browser, ".card .num")))
+    assert {k: cards[k] for k in ("card-taskmanagers", "card-slots-total", "card-slots-available",
+                                  "card-jobs-running")} == {"card-taskmanagers": "2", "card-slots-total": "4",
+                                                            "card-slots-available": "2", "card-jobs-running": "1"}
+    assert "ui job" in read(browser, "#jobs-table")[0]
+    browser.save_screenshot(str(tmp_path / "ui-overview.png"))
+
+    click(browser, "#jobs-table tr.link")  # to the job's page
+    wait_for(browser, "#job-graph g.vertex")
+    assert read(browser, "#job-graph g.vertex", "data-vertex-id") == [v["id"] for v in details["vertices"]]
+    assert read(browser, "#job-graph g.vertex", "data-status") == ["RUNNING", "RUNNING"]
+    texts = read(browser, "#job-graph g.vertex")
+    assert "generator -> identity" in texts[0] and "parallelism 2" in texts[0]
+    assert "sum(v) -> parquet_sink" in texts[1]
+    assert "back-pressure ok" in texts[0]
+    wait_until(lambda: "in 0/s" not in read(browser, "#job-graph g.vertex .vertex-rates")[1], 20,
+               "the graph never showed records flowing into the sink")
+    assert len(read(browser, "#job-graph path.edge")) == 1
+    wait_for(browser, "#subtasks-table tbody tr")
+    assert len(read(browser, "#subtasks-table tbody tr")) == 4
+    browser.save_screenshot(str(tmp_path / "ui-job.png"))
+
+    click(browser, "#tab-checkpoints")
+    wait_for(browser, "#checkpoints-table")
+    click(browser, "#tab-exceptions")
+    wait_for(browser, "#no-exceptions")
+    browser.get(f"{web}/#/taskmanagers")
+    wait_for(browser, "#taskmanagers-table tbody tr")
+    assert len(read(browser, "#taskmanagers-table tbody tr")) == 2
+    click(browser, "#taskmanagers-table tbody tr")
+    wait_for(browser, "#slots-table tbody tr")
+    assert len(read(browser, "#slots-table tbody tr")) == 2
+    browser.save_screenshot(str(tmp_path / "ui-taskexecutor.png"))
+
+    browser.get(f"{web}/#/jobs/{job_id}")
+    click(browser, "#cancel-job")
+    wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "CANCELED", 30, "the UI's cancel did not cancel")
+    # (a consumer may fail on its producer's cancelled partition before its own cancel reaches it)
+    wait_until(lambda: read(browser, "h2 + .state") == ["CANCELED"] and set(read(
+        browser, "#job-graph g.vertex", "data-status")) <= {"CANCELED", "FAILED"}, 20,
+        lambda: f"the page does not show the job cancelled: {read(browser, '#view')}")
+    assert not read(browser, "#cancel-job")
+    browser.save_screenshot(str(tmp_path / "ui-cancelled.png"))
+    assert console_errors(browser) == []
+    assert read(browser, "#error", "hidden") == [True]

@@ -1,0 +1,156 @@
+"""A TaskExecutor's task metrics (Flink's TaskIOMetricGroup and its meters).
+
+The counters live where the records cross a task's boundaries, so the per-row code never sees
+them: the ``StreamTask`` counts records (and bytes) taken from its input gate and the records
+each operator of the chain hands on (``ChainOutput``), each ``RecordWriter`` counts the bytes it
+sends and the time it waited for room in a full subpartition (back-pressure), and the
+``InputGate`` the time its task waited for input (idle). A ``TaskMetricGroup`` reads them
+when asked (a JobMaster heartbeat, a Prometheus scrape) and derives the rates from the samples
+it took over the last ``RATE_WINDOW_S`` seconds (Flink's MeterView), so no thread of its own is
+needed: busy time is what is left of each second after idle and back-pressured time.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from yarnflow.common.messages import TaskMetrics
+
+if TYPE_CHECKING:
+    from yarnflow.worker.runtime.stream_task import StreamTask
+
+#: rates are averaged over about this many seconds
+RATE_WINDOW_S = 5.0
+
+
+@dataclass(frozen=True)
+class _Sample:
+    at: float
+    records_in: int
+    records_out: int
+    bytes_in: int
+    bytes_out: int
+    idle_ns: int
+    backpressured_ns: int
+    operators_in: tuple[int, ...] = ()
+    operators_out: tuple[int, ...] = ()
+
+
+class TaskMetricGroup:
+    """One subtask attempt's figures, read from its StreamTask."""
+
+    def __init__(self, task_name: str, subtask_index: int, job_id: str, operator_names: Iterable[str],
+                 clock: Any = time.monotonic) -> None:
+        self.task_name = task_name
+        self.subtask_index = subtask_index
+        self.job_id = job_id
+        self.operator_names = list(operator_names)
+        self._clock = clock
+        self._task: StreamTask | None = None
+        self._samples: collections.deque[_Sample] = collections.deque()
+        self._lock = threading.Lock()
+        #: per operator of the chain, as of the last ``snapshot``
+        self.operator_rates_in: list[float] = []
+        self.operator_rates_out: list[float] = []
+
+    def attach(self, task: StreamTask) -> None:
+        """The task's StreamTask was built: its counters are read from now on."""
+        self._task = task
+
+    def _sample(self) -> _Sample:
+        st = self._task
+        now = self._clock()
+        if st is None:
+            return _Sample(now, 0, 0, 0, 0, 0, 0)
+        gate = st.gate
+        operators_in, operators_out = st.operator_records()
+        return _Sample(now, st.records_in, st.tail.records_out, st.bytes_in,
+                       sum(w.bytes_out for w in st.writers), gate.idle_ns if gate is not None else 0,
+                       sum(w.backpressured_ns for w in st.writers), tuple(operators_in), tuple(operators_out))
+
+    def snapshot(self) -> TaskMetrics:
+        """The totals so far and the rates over the last ``RATE_WINDOW_S`` seconds (since the
+        first sample when younger). Safe from any thread."""
+        with self._lock:
+            now = self._sample()
+            samples = self._samples
+            while len(samples) > 1 and now.at - samples[1].at >= RATE_WINDOW_S:
+                samples.popleft()
+            first = samples[0] if samples else now
+            samples.append(now)
+        span = now.at - first.at
+
+        def rate(a: int, b: int) -> float:
+            return (b - a) / span if span > 0 else 0.0
+
+        def rates(a: tuple[int, ...], b: tuple[int, ...]) -> list[float]:
+            return [rate(x, y) for x, y in zip(a, b)] if len(a) == len(b) else [0.0] * len(b)
+
+        self.operator_rates_in = rates(first.operators_in, now.operators_in)
+        self.operator_rates_out = rates(first.operators_out, now.operators_out)
+
+        idle = min(1000.0, rate(first.idle_ns, now.idle_ns) / 1e6)
+        backpressured = min(1000.0 - idle, rate(first.backpressured_ns, now.backpressured_ns) / 1e6)
+        busy = max(0.0, 1000.0 - idle - backpressured) if span > 0 else 0.0
+        return TaskMetrics(now.records_in, now.records_out, now.bytes_in, now.bytes_out,
+                           rate(first.records_in, now.records_in), rate(first.records_out, now.records_out),
+                           rate(first.bytes_in, now.bytes_in), rate(first.bytes_out, now.bytes_out),
+                           round(busy, 1), round(backpressured, 1), round(idle, 1),
+                           list(now.operators_in), list(now.operators_out))
+
+
+# ---- Prometheus ------------------------------------------------------------------------------
+
+_TASK = ("tm_id", "job_id", "task_name", "subtask_index")
+_OPERATOR = (*_TASK, "operator_name")
+
+
+def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup]) -> Iterator[Any]:
+    """The metric families of a TaskExecutor's running tasks, under Flink's names."""
+    from yarnflow.common.metrics import gauge
+
+    task_gauges = {
+        "numRecordsIn": ("records_in", "records the task read from its inputs"),
+        "numRecordsOut": ("records_out", "records the task emitted to its outputs"),
+        "numBytesIn": ("bytes_in", "bytes the task read from its inputs"),
+        "numBytesOut": ("bytes_out", "bytes the task sent to its outputs"),
+        "numRecordsInPerSecond": ("records_in_per_second", "records read per second"),
+        "numRecordsOutPerSecond": ("records_out_per_second", "records emitted per second"),
+        "numBytesInPerSecond": ("bytes_in_per_second", "bytes read per second"),
+        "numBytesOutPerSecond": ("bytes_out_per_second", "bytes sent per second"),
+        "busyTimeMsPerSecond": ("busy_ms_per_second", "ms per second the task was neither idle nor back-pressured"),
+        "backPressuredTimeMsPerSecond": ("backpressured_ms_per_second",
+                                         "ms per second the task waited for room in its outputs"),
+        "idleTimeMsPerSecond": ("idle_ms_per_second", "ms per second the task waited for input"),
+    }
+    families = {name: gauge(f"taskmanager_job_task_{name}", doc, _TASK) for name, (_, doc) in task_gauges.items()}
+    op_families = {name: gauge(f"taskmanager_job_task_operator_{name}", f"per operator: {doc}", _OPERATOR)
+                   for name, doc in (("numRecordsIn", "records in"), ("numRecordsOut", "records out"),
+                                     ("numRecordsInPerSecond", "records in per second"),
+                                     ("numRecordsOutPerSecond", "records out per second"))}
+    for group in list(tasks):
+        m = group.snapshot()
+        labels = [tm_id, group.job_id, group.task_name, str(group.subtask_index)]
+        for name, (attr, _) in task_gauges.items():
+            families[name].add_metric(labels, float(getattr(m, attr)))
+        for i, op in enumerate(group.operator_names):
+            op_labels = [*labels, op]
+            for name, values in (("numRecordsIn", m.operator_records_in), ("numRecordsOut", m.operator_records_out),
+                                 ("numRecordsInPerSecond", group.operator_rates_in),
+                                 ("numRecordsOutPerSecond", group.operator_rates_out)):
+                if i < len(values):
+                    op_families[name].add_metric(op_labels, float(values[i]))
+    yield from families.values()
+    yield from op_families.values()
+
+
+def start_task_executor_metrics(te: Any) -> Any:
+    """The TaskExecutor's Prometheus endpoint over its running tasks (None: no reporter)."""
+    from yarnflow.common.metrics import start_prometheus
+
+    return start_prometheus(te.config, lambda: task_executor_families(
+        str(te.resource_id), [t.metrics for t in list(te.tasks.values())]), f"TaskExecutor {te.resource_id}")
