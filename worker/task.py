@@ -37,6 +37,7 @@ from yarnflow.common.states import ExchangeMode
 from yarnflow.worker.runtime.partition import BlockingResultPartition, ResultPartitionManager
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
+from yarnflow.worker.state.localdir import release_attempt
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class Task:
             if self._gate is not None:
                 self._gate.cancel()
                 self._gate.join(2.0)
+            release_attempt(tdd.config, str(tdd.execution_attempt_id))  # RocksDB working files
 
     def _build(self) -> StreamTask:
         tdd = self.tdd

@@ -21,6 +21,11 @@ new subtask ``i % parallelism``; ``none`` (a per-subtask position in a collectio
 cannot be redistributed, and such a restore is refused. The split enumerator's unassigned
 splits do not depend on the parallelism.
 
+A RocksDB backend's checkpoint holds its native snapshot (a manifest of SST files, some in the
+job's shared folder): the savepoint holds its canonical tables instead (``keyed_state``,
+``timers``, the same as the heap backend's), made here by reading the SST files, so a savepoint
+is the same whichever backend took it, and restores on either.
+
 Every function here does I/O: the JobMaster shell calls them off its main thread."""
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ import pyarrow.ipc as ipc
 from yarnflow.am.checkpoint.storage import METADATA
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.keygroups import REDISTRIBUTE_KEY, key_group_range
-from yarnflow.common.messages import JobGraph, JobVertex
+from yarnflow.common.messages import SHARED_STATE_FILE, JobGraph, JobVertex
 
 VERSION = 1
+#: the state file of a RocksDB backend's native snapshot (``worker/state/rocksdb_files.py``)
+NATIVE_STATE = "rocksdb"
 
 
 class SavepointError(YarnflowError):
@@ -64,6 +71,12 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
                 op["subtasks"][index] = {"finished": bool(entry["finished"]), "files": []}
             for f in entry["files"]:
                 uid = v["operator_uids"][int(f["operator_index"])]
+                if f["name"] == SHARED_STATE_FILE:
+                    continue  # an SST file the RocksDB manifest references: converted below
+                if f["name"] == NATIVE_STATE:
+                    operators[uid]["subtasks"][index]["files"] += _write_canonical(fs, folder, f"{uid}/{index}",
+                                                                                   f["path"])
+                    continue
                 rel = f"{uid}/{index}/{f['name']}.arrow"
                 dest = posixpath.join(folder, rel)
                 fs.makedirs(posixpath.dirname(dest), exist_ok=True)
@@ -85,6 +98,30 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
     except (OSError, KeyError, IndexError, ValueError, pa.ArrowException) as exc:
         raise SavepointError(f"writing the savepoint to {target_dir} failed: {type(exc).__name__}: {exc}") from exc
     return str(fs.unstrip_protocol(folder))
+
+
+def _write_canonical(fs: Any, folder: str, rel_dir: str, manifest_url: str) -> list[dict[str, Any]]:
+    """Write the canonical tables of a RocksDB backend's native snapshot (its manifest at
+    ``manifest_url``) under ``rel_dir``: a savepoint never references the checkpoints' files."""
+    from yarnflow.worker.state.rocksdb_files import native_to_canonical
+
+    with fsspec.open(manifest_url, "rb") as fh:
+        manifest = ipc.open_file(pa.PythonFile(fh, mode="r")).read_all()
+    try:
+        tables = native_to_canonical(manifest)
+    except ValueError as exc:  # StateRestoreError: a file missing or corrupt
+        raise SavepointError(f"cannot convert the RocksDB state of {manifest_url}: {exc}") from exc
+    out = []
+    for name, table in sorted(tables.items()):
+        rel = f"{rel_dir}/{name}.arrow"
+        dest = posixpath.join(folder, rel)
+        fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+        with fs.open(dest, "wb") as dst:
+            with ipc.new_file(dst, table.schema) as writer:
+                writer.write_table(table)
+            size = dst.tell()
+        out.append({"name": name, "path": rel, "size_bytes": size, "redistribute": _redistribution(table.schema)})
+    return out
 
 
 def _redistribution(schema: pa.Schema) -> str:
