@@ -60,6 +60,7 @@ setup(
         "venv-pack>=0.2",  # yarn.ship-venv
         "pandas>=1.5,<3",  # pyspark does not support pandas 3 yet
         "pyspark>=3.5",  # Spark stages (stream.spark, env.spark_sql) run on the TaskExecutors
+        "rocksdict>=0.3.29,<0.4",  # state.backend.type: rocksdb (Checkpoint, column families, raw mode)
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",
