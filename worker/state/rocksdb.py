@@ -123,7 +123,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     def _open(self) -> None:
         self._db = Rdict(self._db_path, db_options())
         wo = WriteOptions()
-        wo.disable_wal = True
+        wo.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
         self._db.set_write_options(wo)
         self._cfs = {}
 
