@@ -43,10 +43,9 @@ from yarnflow.am.checkpoint.storage import METADATA
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.keygroups import REDISTRIBUTE_KEY, key_group_range
 from yarnflow.common.messages import SHARED_STATE_FILE, JobGraph, JobVertex
+from yarnflow.common.rocksdb_snapshot import NATIVE_TABLE, CorruptStateFileError, native_to_canonical
 
 VERSION = 1
-#: the state file of a RocksDB backend's native snapshot (``worker/state/rocksdb_files.py``)
-NATIVE_STATE = "rocksdb"
 
 
 class SavepointError(YarnflowError):
@@ -73,7 +72,7 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
                 uid = v["operator_uids"][int(f["operator_index"])]
                 if f["name"] == SHARED_STATE_FILE:
                     continue  # an SST file the RocksDB manifest references: converted below
-                if f["name"] == NATIVE_STATE:
+                if f["name"] == NATIVE_TABLE:
                     operators[uid]["subtasks"][index]["files"] += _write_canonical(fs, folder, f"{uid}/{index}",
                                                                                    f["path"])
                     continue
@@ -103,13 +102,11 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
 def _write_canonical(fs: Any, folder: str, rel_dir: str, manifest_url: str) -> list[dict[str, Any]]:
     """Write the canonical tables of a RocksDB backend's native snapshot (its manifest at
     ``manifest_url``) under ``rel_dir``: a savepoint never references the checkpoints' files."""
-    from yarnflow.worker.state.rocksdb_files import native_to_canonical
-
     with fsspec.open(manifest_url, "rb") as fh:
         manifest = ipc.open_file(pa.PythonFile(fh, mode="r")).read_all()
     try:
         tables = native_to_canonical(manifest)
-    except ValueError as exc:  # StateRestoreError: a file missing or corrupt
+    except CorruptStateFileError as exc:
         raise SavepointError(f"cannot convert the RocksDB state of {manifest_url}: {exc}") from exc
     out = []
     for name, table in sorted(tables.items()):

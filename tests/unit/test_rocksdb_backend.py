@@ -25,6 +25,8 @@ from yarnflow.common.api import (
 )
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.messages import SHARED_STATE_FILE, OperatorStateFile
+from yarnflow.common.rocksdb_snapshot import CorruptStateFileError, native_to_canonical
+from yarnflow.common.state_format import decode, encode
 from yarnflow.worker.operators.keyed import KeyedReduce
 from yarnflow.worker.operators.process import KeyedProcessOperator
 from yarnflow.worker.runtime.elements import MAX_WATERMARK
@@ -33,8 +35,7 @@ from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
 from yarnflow.worker.state.localdir import attempt_dir, new_rocksdb_backend, release_attempt
 from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
-from yarnflow.worker.state.rocksdb_files import NativeSnapshot, native_to_canonical
-from yarnflow.worker.state.serde import decode, encode
+from yarnflow.worker.state.rocksdb_files import NativeSnapshot
 from yarnflow.worker.state.tables import loads, materialize
 
 from tests.harness import OperatorHarness
@@ -274,7 +275,7 @@ def test_a_corrupt_or_missing_shared_file_fails_the_restore_naming_it(tmp_path: 
     Path(victim).write_bytes(bytes(data))
     with pytest.raises(StateRestoreError, match=f"{victim}.*corrupt"):
         rocks(tmp_path, name="r").restore(tables)
-    with pytest.raises(StateRestoreError, match="corrupt"):
+    with pytest.raises(CorruptStateFileError, match="corrupt"):
         native_to_canonical(tables["rocksdb"])
     os.remove(victim)
     with pytest.raises(StateRestoreError, match=victim):

@@ -50,6 +50,7 @@ from typing import Any
 import pyarrow as pa
 
 from yarnflow.common.api.state import StateDescriptor, StateDescriptorError
+from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA
 from yarnflow.worker.state.columnar import AggregateTable, NamespacedTables
 from yarnflow.worker.state.errors import KeyGroupOutOfRangeError, NoCurrentKeyError, StateRestoreError
 from yarnflow.worker.state.objects import (
@@ -84,14 +85,7 @@ _TOMBSTONE: Any = _Marker("TOMBSTONE")   # an entry removed since the layers bel
 Entries = dict[Any, Any]
 Layer = dict[str, dict[int, Entries]]    # state name -> key group -> (key, namespace) -> value
 
-KEYED_STATE_SCHEMA = pa.schema([("key_group", pa.int32()), ("state", pa.string()), ("kind", pa.string()),
-                                ("key", pa.binary()), ("namespace", pa.binary()), ("value", pa.binary())])
-TIMERS_SCHEMA = pa.schema([("key_group", pa.int32()), ("service", pa.string()), ("domain", pa.string()),
-                           ("timestamp", pa.int64()), ("key", pa.binary()), ("namespace", pa.binary()),
-                           ("seq", pa.int64())])
 RESERVED_TABLES = ("keyed_state", "timers")
-#: schema metadata of every table the backend writes: key groups only mean something for one max parallelism
-MAX_PARALLELISM_KEY = b"yarnflow.max_parallelism"
 _KINDS = {"value": "ValueState", "list": "ListState", "map": "MapState", "reducing": "ReducingState",
           "internal": "internal state", "timer": "timers"}
 

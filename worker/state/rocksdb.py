@@ -7,7 +7,7 @@ columnar states are the heap's), so operators run unchanged on either; only the 
 
 - one RocksDB column family per state; the RocksDB key of an entry is its key group (2 bytes,
   big-endian) followed by the entry (``(key, namespace)``, or ``(key, namespace, timestamp)``
-  for a timer) in the compact binary format of ``serde.py``; the value is ``serde``-encoded too
+  for a timer) in the compact binary format of ``common/state_format.py``; the value is encoded so too
   (pickle only for types it does not know). The entries of a key-group range are therefore one
   contiguous scan, which is how a restore at another parallelism takes its part.
 - reads decode a fresh object per call. A mutable value handed out to be changed in place (a
@@ -44,59 +44,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from rocksdict import AccessType, Checkpoint, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
 
-from yarnflow.worker.state.errors import StateRestoreError
-from yarnflow.worker.state.heap import (
-    IMMUTABLE,
-    KEYED_STATE_SCHEMA,
-    MAX_PARALLELISM_KEY,
-    RESERVED_TABLES,
-    TIMERS_SCHEMA,
-    HeapKeyedStateBackend,
+from yarnflow.common.rocksdb_snapshot import (
+    KINDS_KEY,
+    NATIVE_TABLE,
+    TIMERS_KEY,
+    db_options,
+    kg_prefix,
+    scan,
 )
+from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA, decode, encode
+from yarnflow.worker.state.errors import StateRestoreError
+from yarnflow.worker.state.heap import IMMUTABLE, RESERVED_TABLES, HeapKeyedStateBackend
 from yarnflow.worker.state.objects import ABSENT, STATE_CLASSES
-from yarnflow.worker.state.serde import decode, encode
 from yarnflow.worker.state.tables import loads, owned_rows, require_columns
 
-__all__ = ["NATIVE_TABLE", "RocksDBKeyedStateBackend", "db_options", "kg_prefix"]
-
-#: the table of a native snapshot (see ``rocksdb_files``)
-NATIVE_TABLE = "rocksdb"
-_KINDS_KEY = b"yarnflow.rocksdb.kinds"
-_TIMERS_KEY = b"yarnflow.rocksdb.timers"
-_WRITE_BUFFER = 16 << 20
-
-
-def kg_prefix(kg: int) -> bytes:
-    return kg.to_bytes(2, "big")
-
-
-def db_options() -> Options:
-    opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    opts.set_write_buffer_size(_WRITE_BUFFER)
-    opts.set_max_write_buffer_number(2)
-    opts.set_max_open_files(256)
-    return opts
-
-
-def open_read_only(path: str) -> Rdict:
-    return Rdict(path, db_options(), access_type=AccessType.read_only())
-
-
-def scan(cf: Rdict, key_group_range: range) -> Iterator[tuple[int, bytes, bytes]]:
-    """(key group, entry bytes, value bytes) of ``cf`` in ``key_group_range``: one range scan."""
-    it = cf.iter()
-    it.seek(kg_prefix(key_group_range.start))
-    stop = kg_prefix(key_group_range.stop) if key_group_range.stop < 1 << 16 else None
-    while it.valid():
-        key = it.key()
-        if stop is not None and key >= stop:
-            break
-        yield int.from_bytes(key[:2], "big"), key[2:], it.value()
-        it.next()
+__all__ = ["RocksDBKeyedStateBackend"]
 
 
 class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
@@ -260,8 +224,8 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         """What a snapshot records about the states: their kinds, the timer services."""
         kinds = {n: k for n, k in self._kinds.items() if n not in self._columnar}
         return {MAX_PARALLELISM_KEY: str(self.max_parallelism).encode(),
-                _KINDS_KEY: json.dumps(kinds, sort_keys=True).encode(),
-                _TIMERS_KEY: json.dumps(self._timer_names, sort_keys=True).encode()}
+                KINDS_KEY: json.dumps(kinds, sort_keys=True).encode(),
+                TIMERS_KEY: json.dumps(self._timer_names, sort_keys=True).encode()}
 
     # ---- restore
 
@@ -360,43 +324,6 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     def _rebuild_timers(self) -> None:
         for service in self._timer_services.values():
             service.rebuild()
-
-
-def canonical_tables(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range) -> dict[str, pa.Table]:
-    """The heap backend's ``keyed_state`` and ``timers`` tables of the entries of ``db`` (a
-    snapshot's database; ``metadata`` from ``schema_metadata``) in ``key_group_range``."""
-    from yarnflow.worker.state.tables import dumps
-
-    kinds: dict[str, str] = json.loads(metadata[_KINDS_KEY])
-    timer_names: dict[str, list[str]] = json.loads(metadata[_TIMERS_KEY])
-    state_cols: dict[str, list[Any]] = {name: [] for name in KEYED_STATE_SCHEMA.names}
-    timer_cols: dict[str, list[Any]] = {name: [] for name in TIMERS_SCHEMA.names}
-    present = set(Rdict.list_cf(db.path(), db_options()))
-    for name in sorted(kinds):
-        if name not in present:
-            continue
-        kind = kinds[name]
-        for kg, raw_entry, raw_value in scan(db.get_column_family(name), key_group_range):
-            entry, value = decode(raw_entry), decode(raw_value)
-            if kind == "timer":
-                service, domain = timer_names[name]
-                key, namespace, ts = entry
-                for col, v in zip(TIMERS_SCHEMA.names, (kg, service, domain, ts, dumps(key),
-                                                        None if namespace is None else dumps(namespace), value)):
-                    timer_cols[col].append(v)
-            else:
-                key, namespace = entry
-                for col, v in zip(KEYED_STATE_SCHEMA.names, (kg, name, kind, dumps(key),
-                                                             None if namespace is None else dumps(namespace),
-                                                             dumps(value))):
-                    state_cols[col].append(v)
-    meta = {MAX_PARALLELISM_KEY: metadata[MAX_PARALLELISM_KEY]}
-    out = {}
-    if state_cols["key_group"]:
-        out["keyed_state"] = pa.table(state_cols, schema=KEYED_STATE_SCHEMA).replace_schema_metadata(meta)
-    if timer_cols["key_group"]:
-        out["timers"] = pa.table(timer_cols, schema=TIMERS_SCHEMA).replace_schema_metadata(meta)
-    return out
 
 
 def new_backend_dir(base: str, name: str) -> str:

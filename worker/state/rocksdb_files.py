@@ -25,10 +25,9 @@ opens the database.
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -37,30 +36,29 @@ import fsspec
 import pyarrow as pa
 
 from yarnflow.common.messages import SHARED_STATE_FILE
+from yarnflow.common.rocksdb_snapshot import (
+    KINDS_KEY,
+    MANIFEST_SCHEMA,
+    NATIVE_TABLE,
+    TIMERS_KEY,
+    CorruptStateFileError,
+    canonical_tables,
+    download,
+    open_read_only,
+    sha256_of,
+    snapshots,
+)
+from yarnflow.common.state_format import MAX_PARALLELISM_KEY
 from yarnflow.worker.state.errors import StateRestoreError
-from yarnflow.worker.state.heap import MAX_PARALLELISM_KEY
-from yarnflow.worker.state.rocksdb import NATIVE_TABLE, canonical_tables, open_read_only
-from yarnflow.worker.state.tables import AsyncSnapshot, require_columns
+from yarnflow.worker.state.tables import AsyncSnapshot
 
 if TYPE_CHECKING:
     from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
 
-__all__ = ["NATIVE_TABLE", "SHARED_FILE", "NativeSnapshot", "native_to_canonical", "restore_native"]
+__all__ = ["NATIVE_TABLE", "SHARED_FILE", "NativeSnapshot", "restore_native"]
 
 #: the name under which a task reports a shared file its checkpoint references
 SHARED_FILE = SHARED_STATE_FILE
-MANIFEST_SCHEMA = pa.schema([("file", pa.string()), ("path", pa.string()), ("size", pa.int64()),
-                             ("sha256", pa.string()), ("data", pa.binary()), ("snapshot", pa.string()),
-                             ("kg_start", pa.int32()), ("kg_stop", pa.int32())])
-_CHUNK = 1 << 22
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _upload(local: str, url: str) -> None:
@@ -129,7 +127,7 @@ class NativeSnapshot(AsyncSnapshot):
                 if known is not None:
                     url, size, digest = known
                 else:
-                    digest = _sha256(local)
+                    digest = sha256_of(local)
                     url = (f"{shared_dir.rstrip('/')}/{digest}.sst" if use_shared and shared_dir
                            else f"{private_dir.rstrip('/')}/rocksdb-{name}")
                     _upload(local, url)
@@ -148,47 +146,23 @@ class NativeSnapshot(AsyncSnapshot):
         return {NATIVE_TABLE: manifest, **self._columnar_tables()}, shared
 
 
-def _download(manifest: pa.Table, into: str) -> None:
-    """Fetch the files of one snapshot's manifest rows into ``into``, checking each SST."""
-    os.makedirs(into, exist_ok=True)
-    for row in manifest.to_pylist():
-        local = os.path.join(into, row["file"])
-        if row["path"] is None:
-            with open(local, "wb") as fh:
-                fh.write(row["data"] or b"")
-            continue
-        try:
-            fs, path = fsspec.core.url_to_fs(row["path"])
-            fs.get_file(path, local)
-        except Exception as exc:  # noqa: BLE001 - any failure names the file
-            raise StateRestoreError(f"cannot read the RocksDB state file {row['path']}: "
-                                    f"{type(exc).__name__}: {exc}") from exc
-        if row["sha256"] and _sha256(local) != row["sha256"]:
-            raise StateRestoreError(f"the RocksDB state file {row['path']} is corrupt (its content does not "
-                                    f"match the checksum recorded at the checkpoint)")
-
-
-def _snapshots(manifest: pa.Table) -> list[pa.Table]:
-    require_columns(manifest, NATIVE_TABLE, MANIFEST_SCHEMA.names)
-    ids = manifest.column("snapshot").to_pylist()
-    return [manifest.filter(pa.array([i == sid for i in ids])) for sid in dict.fromkeys(ids)]
-
-
 def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> None:
     """Restore ``backend`` from the native snapshots listed in ``manifest`` (see ``RocksDBKeyedStateBackend``)."""
-    import json
-
-    from yarnflow.worker.state.rocksdb import _KINDS_KEY, _TIMERS_KEY
-
     meta = manifest.schema.metadata or {}
-    if _KINDS_KEY not in meta:
+    if KINDS_KEY not in meta:
         raise StateRestoreError("the RocksDB snapshot has no record of its states: not a snapshot of this backend")
-    parts = _snapshots(manifest)
-    backend.adopt(json.loads(meta[_KINDS_KEY]), json.loads(meta[_TIMERS_KEY]))
+    try:
+        parts = snapshots(manifest)
+    except CorruptStateFileError as exc:
+        raise StateRestoreError(str(exc)) from None
+    backend.adopt(json.loads(meta[KINDS_KEY]), json.loads(meta[TIMERS_KEY]))
     own = backend.key_group_range
     for i, part in enumerate(parts):
         folder = os.path.join(backend.local_dir, f"restore-{i}")
-        _download(part, folder)
+        try:
+            download(part, folder)
+        except CorruptStateFileError as exc:
+            raise StateRestoreError(str(exc)) from None
         start, stop = part.column("kg_start")[0].as_py(), part.column("kg_stop")[0].as_py()
         if len(parts) == 1 and (start, stop) == (own.start, own.stop) and not backend.key_groups_with_state():
             backend.replace_db(folder)
@@ -203,22 +177,3 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
         finally:
             source.close()
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def native_to_canonical(manifest: pa.Table, work_dir: str | None = None) -> dict[str, pa.Table]:
-    """The canonical ``keyed_state`` / ``timers`` tables of the native snapshot(s) ``manifest``
-    (what a savepoint holds); raises StateRestoreError when a file is missing or corrupt."""
-    meta = manifest.schema.metadata or {}
-    out: dict[str, list[pa.Table]] = {}
-    with tempfile.TemporaryDirectory(prefix="yarnflow-rocksdb-", dir=work_dir) as tmp:
-        for i, part in enumerate(_snapshots(manifest)):
-            folder = os.path.join(tmp, f"snapshot-{i}")
-            _download(part, folder)
-            start, stop = part.column("kg_start")[0].as_py(), part.column("kg_stop")[0].as_py()
-            db = open_read_only(folder)
-            try:
-                for name, table in canonical_tables(db, meta, range(start, stop)).items():
-                    out.setdefault(name, []).append(table)
-            finally:
-                db.close()
-    return {name: pa.concat_tables(tables) for name, tables in out.items()}

@@ -1,4 +1,11 @@
-"""A compact binary format for the keys and values of the RocksDB state backend.
+"""The formats of keyed state in snapshots, shared by the TaskExecutor (which writes and reads
+them) and the AppMaster (which turns a RocksDB snapshot into a savepoint's tables).
+
+- the canonical tables of keyed state (``KEYED_STATE_SCHEMA``, ``TIMERS_SCHEMA``; see
+  ``worker/state/heap.py``) with the max parallelism in their schema metadata
+  (``MAX_PARALLELISM_KEY``), and ``dumps``/``loads``: one pickled cell per value there;
+- ``encode``/``decode``: a compact binary format for the keys and values of the RocksDB state
+  backend, described below.
 
 Values of known types are written as a tag byte and a fixed or length-prefixed body: ``None``,
 ``bool``, ``int`` (8 bytes when it fits, else its decimal digits), ``float`` (8 bytes), ``str``
@@ -12,12 +19,34 @@ give equal bytes: the backend uses the bytes as RocksDB keys.
 
 from __future__ import annotations
 
+import pickle
 import struct
 from typing import Any
 
-from yarnflow.worker.state.tables import dumps, loads
+import cloudpickle
+import pyarrow as pa
 
-__all__ = ["decode", "encode"]
+__all__ = ["KEYED_STATE_SCHEMA", "MAX_PARALLELISM_KEY", "TIMERS_SCHEMA", "decode", "dumps", "encode", "loads"]
+
+KEYED_STATE_SCHEMA = pa.schema([("key_group", pa.int32()), ("state", pa.string()), ("kind", pa.string()),
+                                ("key", pa.binary()), ("namespace", pa.binary()), ("value", pa.binary())])
+TIMERS_SCHEMA = pa.schema([("key_group", pa.int32()), ("service", pa.string()), ("domain", pa.string()),
+                           ("timestamp", pa.int64()), ("key", pa.binary()), ("namespace", pa.binary()),
+                           ("seq", pa.int64())])
+#: schema metadata of every table a keyed backend writes: key groups only mean something for one max parallelism
+MAX_PARALLELISM_KEY = b"yarnflow.max_parallelism"
+
+
+def dumps(value: Any) -> bytes:
+    """``value`` as bytes (plain pickle when it can, else cloudpickle: lambdas, local classes)."""
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - anything plain pickle refuses, cloudpickle may take
+        return cloudpickle.dumps(value)  # type: ignore[no-any-return]
+
+
+def loads(data: bytes) -> Any:
+    return pickle.loads(data)
 
 _NONE, _FALSE, _TRUE, _INT, _BIGINT, _FLOAT, _STR, _BYTES, _TUPLE, _LIST, _DICT, _PICKLE = range(12)
 _Q = struct.Struct(">q")
