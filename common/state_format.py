@@ -52,10 +52,13 @@ _NONE, _FALSE, _TRUE, _INT, _BIGINT, _FLOAT, _STR, _BYTES, _TUPLE, _LIST, _DICT,
 _Q = struct.Struct(">q")
 _D = struct.Struct(">d")
 _I = struct.Struct(">I")
+_INT_TAG = bytes([_INT])
 
 
 def encode(value: Any) -> bytes:
     """``value`` as bytes (see the module docstring)."""
+    if type(value) is int and -(1 << 63) <= value < (1 << 63):  # the commonest value: a count
+        return _INT_TAG + _Q.pack(value)
     out = bytearray()
     _write(out, value)
     return bytes(out)

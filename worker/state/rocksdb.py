@@ -79,6 +79,9 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self._cfs: dict[str, Rdict] = {}
         self._cache: dict[tuple[str, bytes], Any] = {}   # write-back: (state, db key) -> live value
         self._cache_key: tuple[Any, ...] | None = None
+        self._last_entry: Any = None
+        self._last_kg = -1
+        self._last_dbkey = b""
         self._snapshots = 0
         #: SST file name -> (URL, size, sha256) of the copy a checkpoint of this database uploaded
         self.uploaded: dict[str, tuple[str, int, str]] = {}
@@ -142,8 +145,17 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
 
     # ---- entries
 
-    def lookup(self, name: str, kg: int, entry: Any, missing: Any = None) -> Any:
+    def _dbkey(self, kg: int, entry: Any) -> bytes:
+        """The RocksDB key of ``entry`` in key group ``kg`` (the last one is remembered: a read
+        and a write of the same entry follow each other)."""
+        if entry == self._last_entry and kg == self._last_kg:
+            return self._last_dbkey
         dbkey = kg_prefix(kg) + encode(entry)
+        self._last_entry, self._last_kg, self._last_dbkey = entry, kg, dbkey
+        return dbkey
+
+    def lookup(self, name: str, kg: int, entry: Any, missing: Any = None) -> Any:
+        dbkey = self._dbkey(kg, entry)
         if self._cache:
             value = self._cache.get((name, dbkey), ABSENT)
             if value is not ABSENT:
@@ -152,7 +164,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         return missing if data is None else decode(data)
 
     def put(self, name: str, kg: int, entry: Any, value: Any) -> None:
-        dbkey = kg_prefix(kg) + encode(entry)
+        dbkey = self._dbkey(kg, entry)
         if isinstance(value, IMMUTABLE):
             self._cache.pop((name, dbkey), None)
             self._cf(name)[dbkey] = encode(value)
@@ -161,12 +173,12 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             self._cache[(name, dbkey)] = value
 
     def remove(self, name: str, kg: int, entry: Any) -> None:
-        dbkey = kg_prefix(kg) + encode(entry)
+        dbkey = self._dbkey(kg, entry)
         self._cache.pop((name, dbkey), None)
         self._cf(name).delete(dbkey)
 
     def for_update(self, name: str, kg: int, entry: Any, copy_fn: Any) -> Any:
-        dbkey = kg_prefix(kg) + encode(entry)
+        dbkey = self._dbkey(kg, entry)
         value = self._cache.get((name, dbkey), ABSENT)
         if value is not ABSENT:
             return value
@@ -315,7 +327,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             self._put_new(name, kg, entry, seq)
 
     def _put_new(self, name: str, kg: int, entry: Any, value: Any) -> None:
-        dbkey = kg_prefix(kg) + encode(entry)
+        dbkey = self._dbkey(kg, entry)
         cf = self._cf(name)
         if cf.get(dbkey) is not None:
             raise StateRestoreError(f"state {name!r} of {entry!r} (key group {kg}) restored twice")
