@@ -377,3 +377,27 @@ def test_shared_files_are_deleted_only_when_no_retained_checkpoint_references_th
     assert reg.unregister(2) == ("/s/b.sst",)
     assert reg.unregister(9) == ()
     assert reg.unregister(3) == ("/s/c.sst", "/s/d.sst") and len(reg) == 0
+
+
+def test_columnar_state_of_a_vectorised_sum_is_checkpointed_with_the_native_snapshot(tmp_path: Path) -> None:
+    from yarnflow.worker.operators.keyed import KeyedAggregate
+
+    config = {"state.backend.type": "rocksdb", "state.backend.rocksdb.localdir": str(tmp_path),
+              "execution.checkpointing.incremental": "true"}
+    op = KeyedAggregate(["k"], [("n", "sum")])
+    h = OperatorHarness(op, config=config, attempt_id="sum-1")
+    h.batch(pa.RecordBatch.from_pydict({"k": ["a", "b", "a"], "n": [1, 2, 3]}))
+    snap = op.snapshot_state(1)
+    assert isinstance(snap, NativeSnapshot)
+    tables, _ = snap.write_native(str(tmp_path / "shared"), str(tmp_path / "chk-1"))
+    snap.release()
+    assert {"rocksdb", "aggregates"} <= set(tables)
+    h.batch(pa.RecordBatch.from_pydict({"k": ["a"], "n": [100]}))  # after the snapshot: not in it
+    again = KeyedAggregate(["k"], [("n", "sum")])
+    h2 = OperatorHarness(again, config=config, attempt_id="sum-2", open=False)
+    again.initialize_state(tables)
+    again.open()
+    h2.batch(pa.RecordBatch.from_pydict({"k": ["a", "b"], "n": [10, 10]}))
+    assert sorted(map(tuple, (r.values() for r in h2.rows()))) == [("a", 14), ("b", 12)]
+    release_attempt(config, "sum-1")
+    release_attempt(config, "sum-2")
