@@ -29,7 +29,8 @@ from rocksdict import AccessType, Options, Rdict
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA, decode, dumps
 
-__all__ = ["KINDS_KEY", "MANIFEST_SCHEMA", "NATIVE_TABLE", "TIMERS_KEY", "CorruptStateFileError", "canonical_tables",
+__all__ = ["KINDS_KEY", "MANIFEST_SCHEMA", "NATIVE_TABLE", "TIMERS_KEY", "CorruptStateFileError", "canonical_batches",
+           "canonical_tables",
            "db_options", "download", "kg_prefix", "native_to_canonical", "open_read_only", "scan", "sha256_of",
            "snapshots"]
 
@@ -120,46 +121,55 @@ def snapshots(manifest: pa.Table) -> list[pa.Table]:
     return [manifest.filter(pa.array([i == sid for i in ids])) for sid in dict.fromkeys(ids)]
 
 
-def canonical_tables(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range) -> dict[str, pa.Table]:
-    """The heap backend's ``keyed_state`` and ``timers`` tables of the entries of ``db`` (a
-    snapshot's database; ``metadata`` from ``schema_metadata``) in ``key_group_range``."""
+def canonical_batches(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range,
+                      batch_rows: int = 65_536) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of the heap backend's ``keyed_state`` and ``timers`` tables for the entries of
+    ``db`` (a snapshot's database; ``metadata`` from the manifest) in ``key_group_range``, as
+    (table name, record batch of at most ``batch_rows`` rows): a large state is never in memory
+    as a whole. The batches' schemas carry the max parallelism."""
     kinds: dict[str, str] = json.loads(metadata[KINDS_KEY])
     timer_names: dict[str, list[str]] = json.loads(metadata[TIMERS_KEY])
-    state_cols: dict[str, list[Any]] = {name: [] for name in KEYED_STATE_SCHEMA.names}
-    timer_cols: dict[str, list[Any]] = {name: [] for name in TIMERS_SCHEMA.names}
+    meta = {MAX_PARALLELISM_KEY: metadata[MAX_PARALLELISM_KEY]}
+    schemas = {"keyed_state": KEYED_STATE_SCHEMA.with_metadata(meta), "timers": TIMERS_SCHEMA.with_metadata(meta)}
     present = set(Rdict.list_cf(db.path(), db_options()))
     for name in sorted(kinds):
         if name not in present:
             continue
         kind = kinds[name]
+        table = "timers" if kind == "timer" else "keyed_state"
+        cols: list[list[Any]] = [[] for _ in schemas[table].names]
         for kg, raw_entry, raw_value in scan(db.get_column_family(name), key_group_range):
             entry, value = decode(raw_entry), decode(raw_value)
             if kind == "timer":
                 service, domain = timer_names[name]
                 key, namespace, ts = entry
-                for col, v in zip(TIMERS_SCHEMA.names, (kg, service, domain, ts, dumps(key),
-                                                        None if namespace is None else dumps(namespace), value)):
-                    timer_cols[col].append(v)
+                row: tuple[Any, ...] = (kg, service, domain, ts, dumps(key), None if namespace is None else dumps(namespace), value)
             else:
                 key, namespace = entry
-                for col, v in zip(KEYED_STATE_SCHEMA.names, (kg, name, kind, dumps(key),
-                                                             None if namespace is None else dumps(namespace),
-                                                             dumps(value))):
-                    state_cols[col].append(v)
-    meta = {MAX_PARALLELISM_KEY: metadata[MAX_PARALLELISM_KEY]}
-    out = {}
-    if state_cols["key_group"]:
-        out["keyed_state"] = pa.table(state_cols, schema=KEYED_STATE_SCHEMA).replace_schema_metadata(meta)
-    if timer_cols["key_group"]:
-        out["timers"] = pa.table(timer_cols, schema=TIMERS_SCHEMA).replace_schema_metadata(meta)
-    return out
+                row = (kg, name, kind, dumps(key), None if namespace is None else dumps(namespace), dumps(value))
+            for col, v in zip(cols, row):
+                col.append(v)
+            if len(cols[0]) >= batch_rows:
+                yield table, pa.record_batch(cols, schema=schemas[table])
+                cols = [[] for _ in schemas[table].names]
+        if cols[0]:
+            yield table, pa.record_batch(cols, schema=schemas[table])
 
 
-def native_to_canonical(manifest: pa.Table, work_dir: str | None = None) -> dict[str, pa.Table]:
-    """The canonical ``keyed_state`` / ``timers`` tables of the native snapshot(s) ``manifest``
-    (what a savepoint holds); raises CorruptStateFileError when a file is missing or corrupt."""
+def canonical_tables(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range) -> dict[str, pa.Table]:
+    """``canonical_batches`` as tables."""
+    batches: dict[str, list[pa.RecordBatch]] = {}
+    for name, batch in canonical_batches(db, metadata, key_group_range):
+        batches.setdefault(name, []).append(batch)
+    return {name: pa.Table.from_batches(parts) for name, parts in batches.items()}
+
+
+def native_to_canonical(manifest: pa.Table, work_dir: str | None = None) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The canonical ``keyed_state`` / ``timers`` rows of the native snapshot(s) ``manifest``
+    (what a savepoint holds), batch by batch (see ``canonical_batches``); its files are fetched
+    into a temporary folder, removed when the iteration ends. Raises CorruptStateFileError when
+    a file is missing or corrupt."""
     meta = manifest.schema.metadata or {}
-    out: dict[str, list[pa.Table]] = {}
     with tempfile.TemporaryDirectory(prefix="yarnflow-rocksdb-", dir=work_dir) as tmp:
         for i, part in enumerate(snapshots(manifest)):
             folder = os.path.join(tmp, f"snapshot-{i}")
@@ -167,8 +177,6 @@ def native_to_canonical(manifest: pa.Table, work_dir: str | None = None) -> dict
             start, stop = part.column("kg_start")[0].as_py(), part.column("kg_stop")[0].as_py()
             db = open_read_only(folder)
             try:
-                for name, table in canonical_tables(db, meta, range(start, stop)).items():
-                    out.setdefault(name, []).append(table)
+                yield from canonical_batches(db, meta, range(start, stop))
             finally:
                 db.close()
-    return {name: pa.concat_tables(tables) for name, tables in out.items()}

@@ -101,23 +101,28 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
 
 def _write_canonical(fs: Any, folder: str, rel_dir: str, manifest_url: str) -> list[dict[str, Any]]:
     """Write the canonical tables of a RocksDB backend's native snapshot (its manifest at
-    ``manifest_url``) under ``rel_dir``: a savepoint never references the checkpoints' files."""
+    ``manifest_url``) under ``rel_dir``, a batch at a time: a savepoint never references the
+    checkpoints' files."""
     with fsspec.open(manifest_url, "rb") as fh:
         manifest = ipc.open_file(pa.PythonFile(fh, mode="r")).read_all()
+    files: dict[str, tuple[Any, Any, pa.Schema]] = {}
+    out = []
     try:
-        tables = native_to_canonical(manifest)
+        for name, batch in native_to_canonical(manifest):
+            if name not in files:
+                dest = posixpath.join(folder, f"{rel_dir}/{name}.arrow")
+                fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+                handle = fs.open(dest, "wb")
+                files[name] = (handle, ipc.new_file(handle, batch.schema), batch.schema)
+            files[name][1].write_batch(batch)
     except CorruptStateFileError as exc:
         raise SavepointError(f"cannot convert the RocksDB state of {manifest_url}: {exc}") from exc
-    out = []
-    for name, table in sorted(tables.items()):
-        rel = f"{rel_dir}/{name}.arrow"
-        dest = posixpath.join(folder, rel)
-        fs.makedirs(posixpath.dirname(dest), exist_ok=True)
-        with fs.open(dest, "wb") as dst:
-            with ipc.new_file(dst, table.schema) as writer:
-                writer.write_table(table)
-            size = dst.tell()
-        out.append({"name": name, "path": rel, "size_bytes": size, "redistribute": _redistribution(table.schema)})
+    finally:
+        for name, (handle, writer, schema) in sorted(files.items()):
+            writer.close()
+            out.append({"name": name, "path": f"{rel_dir}/{name}.arrow", "size_bytes": handle.tell(),
+                        "redistribute": _redistribution(schema)})
+            handle.close()
     return out
 
 

@@ -276,7 +276,7 @@ def test_a_corrupt_or_missing_shared_file_fails_the_restore_naming_it(tmp_path: 
     with pytest.raises(StateRestoreError, match=f"{victim}.*corrupt"):
         rocks(tmp_path, name="r").restore(tables)
     with pytest.raises(CorruptStateFileError, match="corrupt"):
-        native_to_canonical(tables["rocksdb"])
+        list(native_to_canonical(tables["rocksdb"]))
     os.remove(victim)
     with pytest.raises(StateRestoreError, match=victim):
         rocks(tmp_path, name="r2").restore(tables)
@@ -401,3 +401,38 @@ def test_columnar_state_of_a_vectorised_sum_is_checkpointed_with_the_native_snap
     assert sorted(map(tuple, (r.values() for r in h2.rows()))) == [("a", 14), ("b", 12)]
     release_attempt(config, "sum-1")
     release_attempt(config, "sum-2")
+
+
+def test_a_savepoint_of_a_rocksdb_checkpoint_holds_the_canonical_tables_written_in_batches(tmp_path: Path) -> None:
+    from yarnflow.am.checkpoint.savepoints import read_savepoint, write_savepoint
+    from yarnflow.common.rocksdb_snapshot import canonical_batches, open_read_only
+
+    b = rocks(tmp_path)
+    drive(b, seed=9, keys=300, steps=3000)
+    expected = canon(materialize(b.snapshot()))
+    snap = b.snapshot()
+    db = open_read_only(snap.folder)
+    batches = list(canonical_batches(db, snap.metadata, range(MAX_PAR), batch_rows=50))
+    db.close()
+    assert len(batches) > 4 and max(batch.num_rows for _, batch in batches) == 50
+    tables, shared = snap.write_native(str(tmp_path / "shared"), str(tmp_path / "chk-3" / "v-0-0"))
+    snap.release()
+    (tmp_path / "chk-3" / "v-0-0").mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, table in tables.items():
+        path = tmp_path / "chk-3" / "v-0-0" / f"op0-{name}.arrow"
+        with pa.OSFile(str(path), "wb") as fh, pa.ipc.new_file(fh, table.schema) as writer:
+            writer.write_table(table)
+        files.append({"operator_index": 0, "name": name, "path": str(path), "size_bytes": path.stat().st_size})
+    files += [{"operator_index": 0, "name": SHARED_STATE_FILE, "path": url, "size_bytes": size} for url, size in shared]
+    metadata = {"checkpoint_id": 3, "subtasks": {"v#0": {"finished": False, "files": files}},
+                "vertices": {"v": {"name": "count", "parallelism": 1, "max_parallelism": MAX_PAR,
+                                   "operator_uids": ["count"]}}}
+    folder = write_savepoint(str(tmp_path / "savepoints"), "job123456", metadata).removeprefix("file://")
+    saved = read_savepoint(folder)["operators"]["count"]["subtasks"]["0"]["files"]
+    assert sorted(f["name"] for f in saved) == ["keyed_state", "timers"]
+    assert all(f["redistribute"] == "keyed" for f in saved)
+    got = {f["name"]: pa.ipc.open_file(os.path.join(folder, f["path"])).read_all() for f in saved}
+    assert canon(got) == expected
+    assert "shared" not in Path(folder, "_metadata").read_text()
+    b.close()
