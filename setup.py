@@ -62,6 +62,7 @@ setup(
         "pyspark>=3.5",  # Spark stages (stream.spark, env.spark_sql) run on the TaskExecutors
         "Flask>=3.0",  # the AppMaster's REST API and web UI
         "prometheus-client>=0.17",  # metrics.reporters: prom
+        "rocksdict>=0.3.29,<0.4",  # state.backend.type: rocksdb (Checkpoint, column families, raw mode)
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",

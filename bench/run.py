@@ -100,6 +100,12 @@ def _yarn_submit(args: argparse.Namespace) -> dict[str, Any]:
     return run_yarn_submit(args.runs, args.words)
 
 
+def _state(args: argparse.Namespace) -> dict[str, Any]:
+    from state_bench import run_state
+
+    return run_state(args.backend, args.keys, args.work_dir)
+
+
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
     from chaos import run_chaos
 
@@ -136,6 +142,12 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "checkpoint-size": ("keyed state of N keys: task pause to snapshot it, then background write speed",
                         lambda p: (p.add_argument("--keys", type=int, default=5_000_000),
                                    p.add_argument("--process-keys", type=int, default=1_000_000)), _checkpoint_size),
+    "state": ("keyed state of N keys on the hashmap or rocksdb backend: update speed, full and incremental "
+              "checkpoint (1% of the keys changed) size and time, restore time, peak memory",
+              lambda p: (p.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap"),
+                         p.add_argument("--keys", type=int, default=5_000_000),
+                         p.add_argument("--work-dir", default=None, help="where checkpoints and RocksDB files go "
+                                        "(default: the temp dir)")), _state),
     "am-failover": ("session with a standby AppMaster (ZooKeeper HA): SIGKILL of the leader under a checkpointed "
                     "job -> every task RUNNING again; rows lost / duplicated",
                     lambda p: (p.add_argument("--rows", type=int, default=200_000),

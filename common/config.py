@@ -191,6 +191,14 @@ class Options:
                                    "completed checkpoints kept", minimum=1)
     CHECKPOINT_DIR = _opt("execution.checkpointing.dir", _parse_str,
                           "fsspec URL of the checkpoints (empty: <storage dir>/checkpoints)")
+    CHECKPOINT_INCREMENTAL = _opt("execution.checkpointing.incremental", _parse_bool,
+                                  "rocksdb state backend: checkpoints upload only new SST files and reference "
+                                  "the unchanged ones in <checkpoint dir>/shared")
+    STATE_BACKEND = _opt("state.backend.type", _parse_str, "where keyed state lives: hashmap (in memory) or "
+                         "rocksdb (on local disk)", choices=("hashmap", "rocksdb"))
+    ROCKSDB_LOCALDIR = _opt("state.backend.rocksdb.localdir", _parse_str,
+                            "working folder of the rocksdb state backend (empty: the TaskExecutor's work dir); "
+                            "a task's files are removed when it ends")
     SAVEPOINT_PATH = _opt("execution.savepoint.path", _parse_str,
                           "savepoint the job starts from (yarnflow run -s PATH)")
     SAVEPOINT_IGNORE_UNCLAIMED = _opt("execution.savepoint.ignore-unclaimed-state", _parse_bool,

@@ -425,6 +425,11 @@ class OperatorStateFile(Message):
     size_bytes: int = 0
 
 
+#: ``OperatorStateFile.name`` of a file in the job's shared checkpoint folder that a checkpoint
+#: references (a RocksDB SST file of an incremental checkpoint; not an Arrow file)
+SHARED_STATE_FILE = "@shared"
+
+
 @dataclass(frozen=True)
 class TaskStateSnapshot(Message):
     """What a task acknowledges for a checkpoint."""

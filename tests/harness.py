@@ -17,8 +17,10 @@ test can check what one input caused. Events are tuples: ``("data", batch)``,
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -232,3 +234,19 @@ def assert_upsert_counts(out: Any, expected: Mapping[str, int]) -> None:
         assert len(totals) == len(set(totals)), f"{k}: a running total was committed twice"
         assert max(totals) == expected[k], f"{k}: {max(totals)} counted, {expected[k]} expected"
     assert set(per_key) == set(expected)
+
+
+@contextlib.contextmanager
+def frozen_then_one_killed(processes: Sequence[Any]) -> Iterator[None]:
+    """SIGSTOP every process (no task can acknowledge a checkpoint: the latest completed one
+    stays the latest while the body runs), then resume all but the first and SIGKILL it, so the
+    job restores from a checkpoint the body may have tampered with."""
+    for p in processes:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        for p in processes[1:]:
+            p.send_signal(signal.SIGCONT)
+        processes[0].send_signal(signal.SIGKILL)

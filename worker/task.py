@@ -39,6 +39,7 @@ from yarnflow.worker.runtime.partition import BlockingResultPartition, ResultPar
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
 from yarnflow.worker.metrics import TaskMetricGroup
+from yarnflow.worker.state.localdir import release_attempt
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class Task:
                 self._gate.cancel()
                 self._gate.join(2.0)
             logs.unbind_job()
+            release_attempt(tdd.config, str(tdd.execution_attempt_id))  # RocksDB working files
 
     def _build(self) -> StreamTask:
         tdd = self.tdd

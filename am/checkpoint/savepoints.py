@@ -21,6 +21,11 @@ new subtask ``i % parallelism``; ``none`` (a per-subtask position in a collectio
 cannot be redistributed, and such a restore is refused. The split enumerator's unassigned
 splits do not depend on the parallelism.
 
+A RocksDB backend's checkpoint holds its native snapshot (a manifest of SST files, some in the
+job's shared folder): the savepoint holds its canonical tables instead (``keyed_state``,
+``timers``, the same as the heap backend's), made here by reading the SST files, so a savepoint
+is the same whichever backend took it, and restores on either.
+
 Every function here does I/O: the JobMaster shell calls them off its main thread."""
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ import pyarrow.ipc as ipc
 from yarnflow.am.checkpoint.storage import METADATA
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.keygroups import REDISTRIBUTE_KEY, key_group_range
-from yarnflow.common.messages import JobGraph, JobVertex
+from yarnflow.common.messages import SHARED_STATE_FILE, JobGraph, JobVertex
+from yarnflow.common.rocksdb_snapshot import NATIVE_TABLE, CorruptStateFileError, native_to_canonical
 
 VERSION = 1
 
@@ -64,6 +70,12 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
                 op["subtasks"][index] = {"finished": bool(entry["finished"]), "files": []}
             for f in entry["files"]:
                 uid = v["operator_uids"][int(f["operator_index"])]
+                if f["name"] == SHARED_STATE_FILE:
+                    continue  # an SST file the RocksDB manifest references: converted below
+                if f["name"] == NATIVE_TABLE:
+                    operators[uid]["subtasks"][index]["files"] += _write_canonical(fs, folder, f"{uid}/{index}",
+                                                                                   f["path"])
+                    continue
                 rel = f"{uid}/{index}/{f['name']}.arrow"
                 dest = posixpath.join(folder, rel)
                 fs.makedirs(posixpath.dirname(dest), exist_ok=True)
@@ -85,6 +97,33 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
     except (OSError, KeyError, IndexError, ValueError, pa.ArrowException) as exc:
         raise SavepointError(f"writing the savepoint to {target_dir} failed: {type(exc).__name__}: {exc}") from exc
     return str(fs.unstrip_protocol(folder))
+
+
+def _write_canonical(fs: Any, folder: str, rel_dir: str, manifest_url: str) -> list[dict[str, Any]]:
+    """Write the canonical tables of a RocksDB backend's native snapshot (its manifest at
+    ``manifest_url``) under ``rel_dir``, a batch at a time: a savepoint never references the
+    checkpoints' files."""
+    with fsspec.open(manifest_url, "rb") as fh:
+        manifest = ipc.open_file(pa.PythonFile(fh, mode="r")).read_all()
+    files: dict[str, tuple[Any, Any, pa.Schema]] = {}
+    out = []
+    try:
+        for name, batch in native_to_canonical(manifest):
+            if name not in files:
+                dest = posixpath.join(folder, f"{rel_dir}/{name}.arrow")
+                fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+                handle = fs.open(dest, "wb")
+                files[name] = (handle, ipc.new_file(handle, batch.schema), batch.schema)
+            files[name][1].write_batch(batch)
+    except CorruptStateFileError as exc:
+        raise SavepointError(f"cannot convert the RocksDB state of {manifest_url}: {exc}") from exc
+    finally:
+        for name, (handle, writer, schema) in sorted(files.items()):
+            writer.close()
+            out.append({"name": name, "path": f"{rel_dir}/{name}.arrow", "size_bytes": handle.tell(),
+                        "redistribute": _redistribution(schema)})
+            handle.close()
+    return out
 
 
 def _redistribution(schema: pa.Schema) -> str:

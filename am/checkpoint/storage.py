@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from yarnflow.common.errors import YarnflowError
-from yarnflow.common.messages import TaskRestore
+from yarnflow.common.messages import SHARED_STATE_FILE, TaskRestore
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,18 @@ def check_state_files(metadata: dict[str, Any]) -> None:
     Arrow IPC."""
     for subtask in metadata.get("subtasks", {}).values():
         for f in subtask.get("files", ()):
-            _check_file(metadata.get("checkpoint_id", 0), f["path"])
+            _check_file(metadata.get("checkpoint_id", 0), f["path"], f.get("name") == SHARED_STATE_FILE)
 
 
-def _check_file(checkpoint_id: int, url: str) -> None:
+def _check_file(checkpoint_id: int, url: str, shared: bool = False) -> None:
+    """``shared``: a file of the shared folder (not Arrow): it must exist; its content is checked
+    by the task that reads it."""
     try:
         fs, path = fsspec.core.url_to_fs(url)
+        if shared:
+            if not fs.exists(path):
+                raise FileNotFoundError(f"shared state file {url} is missing")
+            return
         with fs.open(path, "rb") as fh:
             ipc.open_file(pa.PythonFile(fh, mode="r")).schema  # noqa: B018 - reads the footer
     except (OSError, pa.ArrowInvalid, ValueError) as exc:
@@ -99,7 +105,7 @@ class CheckpointStorage:
         file of ``restore`` can be opened as Arrow IPC."""
         self.read_metadata(restore.checkpoint_id)
         for f in restore.files:
-            _check_file(restore.checkpoint_id, f.path)
+            _check_file(restore.checkpoint_id, f.path, f.name == SHARED_STATE_FILE)
 
     def discard(self, checkpoint_id: int) -> None:
         path = self._path(checkpoint_id)

@@ -119,9 +119,11 @@ class WriteCheckpointMetadata:
 
 @dataclass(frozen=True)
 class DiscardCheckpointFiles:
-    """Delete ``chk-<n>/`` (a checkpoint aborted, or no longer retained)."""
+    """Delete ``chk-<n>/`` (a checkpoint aborted, or no longer retained), and the files of the
+    shared folder that no retained checkpoint references any more."""
 
     checkpoint_id: int
+    shared_files: tuple[str, ...] = ()
 
 
 CheckpointIO = Union[TriggerTaskCheckpoint, NotifyTaskCheckpoint, WriteCheckpointMetadata, DiscardCheckpointFiles]

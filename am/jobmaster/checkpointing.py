@@ -39,6 +39,7 @@ from yarnflow.am.checkpoint.coordinator import (
     TimerService,
     TriggerCheckpoint,
 )
+from yarnflow.am.checkpoint.shared import SharedStateRegistry
 from yarnflow.am.jobmaster.actions import (
     Action,
     DiscardCheckpointFiles,
@@ -95,6 +96,8 @@ class JobCheckpoints:
         self._finished_at: dict[int, frozenset[SubtaskId]] = {}
         self._states: dict[int, dict[SubtaskId, SubtaskState]] = {}   # completed (and finalizing) ones
         self.unreadable: set[int] = set()
+        #: which retained checkpoints reference each file of the shared folder (incremental ones)
+        self.shared = SharedStateRegistry()
         self.ever_completed = False
         #: set by the core: fails the job (too many failed checkpoints)
         self.on_fail_job: Callable[[str], None] = lambda reason: None
@@ -184,6 +187,7 @@ class JobCheckpoints:
             for sid in self._finished_at.get(action.checkpoint_id, frozenset()):
                 states[sid] = SubtaskState((), True)
             self._states[action.checkpoint_id] = states
+            self.shared.register(action.checkpoint_id, (f for st in states.values() for f in st.files))
             return [WriteCheckpointMetadata(action.checkpoint_id, self._metadata(action.checkpoint_id, states))]
         if isinstance(action, (NotifyCheckpointComplete, NotifyCheckpointAborted)):
             completed = isinstance(action, NotifyCheckpointComplete)
@@ -199,7 +203,7 @@ class JobCheckpoints:
         if isinstance(action, DiscardCheckpoint):
             self._states.pop(action.checkpoint_id, None)
             self._finished_at.pop(action.checkpoint_id, None)
-            return [DiscardCheckpointFiles(action.checkpoint_id)]
+            return [DiscardCheckpointFiles(action.checkpoint_id, self.shared.unregister(action.checkpoint_id))]
         if isinstance(action, FailJobOnCheckpoints):
             self.on_fail_job(action.reason)
             return []
@@ -236,6 +240,7 @@ class JobCheckpoints:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"checkpoint {checkpoint_id}: not a checkpoint's metadata ({exc!r})") from None
         self._states[checkpoint_id] = states
+        self.shared.register(checkpoint_id, (f for st in states.values() for f in st.files))
         self.coordinator.add_recovered(checkpoint_id, state_size=sum(f.size_bytes for st in states.values()
                                                                     for f in st.files))
         self.ever_completed = True

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
+from yarnflow.am.checkpoint.shared import delete_shared_files
 from yarnflow.am.checkpoint.storage import (
     CheckpointNotReadableError,
     CheckpointStorage,
@@ -389,7 +390,7 @@ class JobMaster:
                         **action.metadata, "split_enumerator": self.splits.snapshot(action.checkpoint_id)})
                 self._io.submit(self._write_metadata, action)
             elif isinstance(action, DiscardCheckpointFiles):
-                self._io.submit(self._discard_checkpoint, action.checkpoint_id)
+                self._io.submit(self._discard_checkpoint, action.checkpoint_id, action.shared_files)
             elif isinstance(action, JobReachedTerminalState):
                 self._terminated(action.status)
             else:  # pragma: no cover - a new action kind must be carried out here
@@ -452,8 +453,9 @@ class JobMaster:
         else:
             self._execute(self.core.checkpoint_metadata_written, action.checkpoint_id)
 
-    def _discard_checkpoint(self, checkpoint_id: int) -> None:
-        """Forget the pointer, then delete the files (a leader only)."""
+    def _discard_checkpoint(self, checkpoint_id: int, shared_files: tuple[str, ...] = ()) -> None:
+        """Forget the pointer, then delete the files, and the shared files no retained
+        checkpoint references any more (a leader only)."""
         if not self._is_leader():
             return
         try:
@@ -461,6 +463,7 @@ class JobMaster:
         except NotLeaderError:
             return
         self._checkpoints.discard(checkpoint_id)
+        delete_shared_files(shared_files)
 
     def _lost_leadership(self, what: str) -> None:
         log.warning("job %s: this AppMaster no longer leads: %s", self.job_id, what)

@@ -2,7 +2,8 @@
 a keyed aggregation, event-time windows and a keyed process function with event-time timers,
 reading text files, is savepointed while its sources are in the middle of their files, cancelled
 after more output was committed, and run again from the savepoint at another parallelism
-(2 -> 3 and 3 -> 1) into the same output folders. The committed output must be what an
+(2 -> 3 and 3 -> 1; and 2 -> 3 with keyed state in RocksDB on both sides) into the same output
+folders. The committed output must be what an
 unchanged run commits: each key's running totals once each ending at its count, and each
 (key, window) and (key, bucket) result once with its exact count."""
 
@@ -88,9 +89,9 @@ def setup(cli: Cli, local_cluster: Any, tmp_path: Path) -> tuple[Cli, str, Path,
     return cli, cluster.address, tmp_path, events
 
 
-def _start(cli: Cli, address: str, tmp_path: Path, parallelism: int) -> str:
+def _start(cli: Cli, address: str, tmp_path: Path, parallelism: int, *flags: str) -> str:
     """Run the job detached; its id once it runs with a completed checkpoint."""
-    cli.run("run", "-a", address, "--detached", *CHECKPOINTS, "job.py", str(tmp_path / "in"),
+    cli.run("run", "-a", address, "--detached", *CHECKPOINTS, *flags, "job.py", str(tmp_path / "in"),
             str(tmp_path / "out"), str(parallelism), check=True)
 
     def running_with_checkpoint() -> str | None:
@@ -102,8 +103,8 @@ def _start(cli: Cli, address: str, tmp_path: Path, parallelism: int) -> str:
                           interval_s=0.2))
 
 
-def _savepoint_mid_file(cli: Cli, address: str, tmp_path: Path, parallelism: int) -> tuple[str, str]:
-    job = _start(cli, address, tmp_path, parallelism)
+def _savepoint_mid_file(cli: Cli, address: str, tmp_path: Path, parallelism: int, *flags: str) -> tuple[str, str]:
+    job = _start(cli, address, tmp_path, parallelism, *flags)
     [path] = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True).stdout.split()
     return job, path
 
@@ -127,17 +128,21 @@ def _check(out: Path, events: list[tuple[str, int]]) -> None:
         assert {(k, start): n for k, start, n in results} == dict(expected), folder
 
 
-@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 1)])
+ROCKSDB = ["-D", "state.backend.type=rocksdb", "-D", "execution.checkpointing.incremental=true"]
+
+
+@pytest.mark.parametrize(("before", "after", "flags"), [(2, 3, []), (3, 1, []), (2, 3, ROCKSDB)],
+                         ids=["2to3", "3to1", "2to3-rocksdb"])
 def test_a_job_restored_at_another_parallelism_commits_what_an_unchanged_run_does(setup: Any, before: int,
-                                                                                   after: int) -> None:
+                                                                                   after: int, flags: list[str]) -> None:
     cli, address, tmp_path, events = setup
-    job, path = _savepoint_mid_file(cli, address, tmp_path, before)
+    job, path = _savepoint_mid_file(cli, address, tmp_path, before, *flags)
     held = _held_splits(path)
     assert any(0 < offset < PER_FILE for _, offset in held), f"no source was mid-file: {held}"
     wait_until(lambda: list((tmp_path / "out" / "sum").glob("part-*")), 30, "nothing was committed")
     cli.run("cancel", "-a", address, job, check=True)  # later checkpoints committed more output meanwhile
     wait_until(lambda: "CANCELED" in cli.run("info", "-a", address, job).stdout, 30, "not cancelled")
-    restored = cli.run("run", "-a", address, "--no-progress", "-s", path, *CHECKPOINTS, "job.py",
+    restored = cli.run("run", "-a", address, "--no-progress", "-s", path, *CHECKPOINTS, *flags, "job.py",
                        str(tmp_path / "in"), str(tmp_path / "out"), str(after), timeout=150)
     assert restored.returncode == 0, restored.stderr
     assert "FINISHED" in restored.stderr

@@ -18,7 +18,7 @@ from contextlib import closing
 import pyarrow.dataset as pads
 import pytest
 
-from tests.harness import assert_upsert_counts, wait_until
+from tests.harness import assert_upsert_counts, frozen_then_one_killed, wait_until
 from tests.integration.test_batch_exactly_once import _run_in_thread
 from tests.integration.test_cluster_failures import _resource_id, _te_processes
 from yarnflow.common.states import JobStatus
@@ -144,11 +144,7 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(local_cluste
     thread, outcome = _run_in_thread(cluster, _build(src, out, False), "corrupt", conf, 2)
     info = wait_until(lambda: (j := _job(gw, "corrupt")) is not None and j.latest_completed_checkpoint_id >= 2 and j,
                       60, "two checkpoints never completed", interval_s=0.01)
-    frozen = [p for p in _te_processes(cluster)]
-    for p in frozen:  # no task can acknowledge now: the latest checkpoint stays the latest
-        p.send_signal(signal.SIGSTOP)
-    try:
-        time.sleep(0.5)
+    with frozen_then_one_killed(_te_processes(cluster)):
         info = _job(gw, "corrupt")
         latest = info.latest_completed_checkpoint_id
         files = [os.path.join(d, f) for d, _, fs in os.walk(ckpt / info.job_id / f"chk-{latest}")
@@ -157,10 +153,6 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(local_cluste
         for path in files:
             with open(path, "wb") as fh:
                 fh.write(b"not arrow at all")
-    finally:
-        for p in frozen[1:]:
-            p.send_signal(signal.SIGCONT)
-        frozen[0].send_signal(signal.SIGKILL)
     thread.join(200)
     assert "error" not in outcome, outcome.get("error")
     info = _job(gw, "corrupt")

@@ -43,9 +43,23 @@ def key_tuples(batch: pa.RecordBatch, keys: Sequence[str]) -> Iterator[tuple[Any
 
 
 def keyed_backend(ctx: RuntimeContext) -> HeapKeyedStateBackend:
-    """The keyed state backend of an operator running as ``ctx``'s subtask."""
-    return HeapKeyedStateBackend(ctx.max_parallelism,
-                                 key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index))
+    """The keyed state backend of an operator running as ``ctx``'s subtask: in memory, or in
+    RocksDB when the job sets ``state.backend.type: rocksdb`` (BATCH jobs keep theirs in memory:
+    they take no checkpoints)."""
+    kg_range = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
+    from yarnflow.common.config import Options
+
+    try:
+        kind = Options.STATE_BACKEND.convert(ctx.config.get(Options.STATE_BACKEND.key) or "hashmap")
+        incremental = Options.CHECKPOINT_INCREMENTAL.convert(ctx.config.get(Options.CHECKPOINT_INCREMENTAL.key) or "false")
+    except ValueError as exc:
+        raise JobDefinitionError(f"operator '{ctx.task_name}': bad state backend setting: {exc}") from None
+    if kind != "rocksdb" or ctx.is_batch:
+        return HeapKeyedStateBackend(ctx.max_parallelism, kg_range)
+    from yarnflow.worker.state.localdir import new_rocksdb_backend
+
+    return new_rocksdb_backend(ctx.config, ctx.attempt_id, ctx.task_name, ctx.max_parallelism, kg_range,
+                               bool(incremental))
 
 
 def _copy_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -41,11 +41,11 @@ from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, Aggregate
 from yarnflow.common.api.state import StateDescriptor
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
-from yarnflow.worker.operators.keyed import key_tuples
+from yarnflow.worker.operators.keyed import key_tuples, keyed_backend
 from yarnflow.worker.operators.rows import RowBuffer, gc_paused, row_dicts
 from yarnflow.worker.operators.timestamps import MissingEventTimeError, event_times_ms
 from yarnflow.worker.runtime.elements import Watermark
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.runtime.keygroups import key_groups
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
 from yarnflow.worker.state.tables import Snapshot
 
@@ -150,8 +150,7 @@ class _KeyedOperator(Operator):
 
     def setup(self, ctx: RuntimeContext, output: Output) -> None:
         super().setup(ctx, output)
-        self._backend = HeapKeyedStateBackend(
-            ctx.max_parallelism, key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index))
+        self._backend = keyed_backend(ctx)
         self._main = RowBuffer(self.name)
         self._sides: dict[str, RowBuffer] = {}
 

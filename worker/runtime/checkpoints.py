@@ -9,7 +9,10 @@ of its state on restore.
   ``AsyncSnapshot`` is built there: the task only froze its state) and writes each as an Arrow
   IPC file under ``<checkpoint dir>/chk-<n>/<vertex>-<subtask>-<attempt>/op<i>-<name>.arrow``
   (any fsspec URL), then acknowledges the checkpoint to the JobMaster; any error declines it
-  instead. Snapshots are made and written in the order they were taken.
+  instead. Snapshots are made and written in the order they were taken. A RocksDB backend's
+  snapshot (``NativeSnapshot``) uploads its SST files itself, into ``<checkpoint dir>/shared/``
+  when checkpoints are incremental; each shared file it references is acknowledged as a state
+  file named ``SHARED_FILE`` (the JobMaster counts references to it).
 - ``read_task_state``: the tables of a ``TaskRestore``, per operator index; a file that cannot
   be read raises ``StateRestoreError`` naming it. A subtask restored at another parallelism may
   get one table of a name from several old subtasks: they are concatenated (keyed operators
@@ -32,6 +35,7 @@ import pyarrow.ipc as ipc
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.messages import OperatorStateFile, TaskRestore, TaskStateSnapshot
+from yarnflow.worker.state.rocksdb_files import SHARED_FILE, NativeSnapshot
 from yarnflow.worker.state.tables import AsyncSnapshot, Snapshot
 
 log = logging.getLogger(__name__)
@@ -175,18 +179,27 @@ class SnapshotWriter:
     def write_files(self, checkpoint_id: int, snapshots: list[Snapshot]) -> list[OperatorStateFile]:
         """Make the tables of ``snapshots`` (releasing each AsyncSnapshot once made) and write
         them; returns the files."""
+        folder = state_dir(self._dir, checkpoint_id, self._vertex_id, self._subtask_index, self._attempt_number)
+        files = []
         try:
-            made = [_tables(s) for s in snapshots]
+            made = []
+            for index, s in enumerate(snapshots):
+                if isinstance(s, NativeSnapshot):  # a RocksDB backend's files (see rocksdb_files.py)
+                    if not self._dir:
+                        raise YarnflowError("the task has state to write but no checkpoint dir")
+                    tables, shared = s.write_native(f"{self._dir.rstrip('/')}/shared", folder)
+                    files += [OperatorStateFile(index, SHARED_FILE, url, size) for url, size in shared]
+                    made.append(check_tables(s, tables))
+                else:
+                    made.append(_tables(s))
         finally:
             release_all(snapshots)
         if not any(made):
-            return []
+            return files
         if not self._dir:
             raise YarnflowError("the task has state to write but no checkpoint dir")
-        folder = state_dir(self._dir, checkpoint_id, self._vertex_id, self._subtask_index, self._attempt_number)
         fs, root = fsspec.core.url_to_fs(folder)
         fs.makedirs(root, exist_ok=True)
-        files = []
         for index, tables in enumerate(made):
             for name, table in tables.items():
                 url = f"{folder}/op{index}-{name}.arrow"
@@ -241,6 +254,8 @@ def read_task_state(restore: TaskRestore, num_operators: int) -> list[dict[str, 
     """The tables of each operator of the chain (head first; ``{}`` for those without files)."""
     parts: list[dict[str, list[pa.Table]]] = [{} for _ in range(num_operators)]
     for f in restore.files:
+        if f.name == SHARED_FILE:
+            continue  # an SST file a RocksDB snapshot's manifest references: read by the backend
         if not 0 <= f.operator_index < num_operators:
             raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: state file {f.path} belongs to operator "
                                     f"{f.operator_index}, but the chain has {num_operators} operators")

@@ -9,5 +9,9 @@
   ``NamespacedTables`` (immutable Arrow tables per namespace), for vectorised operators.
 - ``tables``: ``AsyncSnapshot`` and the helpers operators use to write and read their state as
   Arrow tables.
+- ``rocksdb``: ``RocksDBKeyedStateBackend`` (``state.backend.type: rocksdb``), the same
+  interface with the per-key entries and timers in RocksDB; ``rocksdb_files``: its snapshots'
+  upload (incremental: shared SST files) and restore; ``localdir``: its working folders, per
+  task attempt, removed when the task ends.
 - ``errors``: the runtime's StateErrors.
 """

@@ -50,6 +50,7 @@ from typing import Any
 import pyarrow as pa
 
 from yarnflow.common.api.state import StateDescriptor, StateDescriptorError
+from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA
 from yarnflow.worker.state.columnar import AggregateTable, NamespacedTables
 from yarnflow.worker.state.errors import KeyGroupOutOfRangeError, NoCurrentKeyError, StateRestoreError
 from yarnflow.worker.state.objects import (
@@ -84,14 +85,7 @@ _TOMBSTONE: Any = _Marker("TOMBSTONE")   # an entry removed since the layers bel
 Entries = dict[Any, Any]
 Layer = dict[str, dict[int, Entries]]    # state name -> key group -> (key, namespace) -> value
 
-KEYED_STATE_SCHEMA = pa.schema([("key_group", pa.int32()), ("state", pa.string()), ("kind", pa.string()),
-                                ("key", pa.binary()), ("namespace", pa.binary()), ("value", pa.binary())])
-TIMERS_SCHEMA = pa.schema([("key_group", pa.int32()), ("service", pa.string()), ("domain", pa.string()),
-                           ("timestamp", pa.int64()), ("key", pa.binary()), ("namespace", pa.binary()),
-                           ("seq", pa.int64())])
 RESERVED_TABLES = ("keyed_state", "timers")
-#: schema metadata of every table the backend writes: key groups only mean something for one max parallelism
-MAX_PARALLELISM_KEY = b"yarnflow.max_parallelism"
 _KINDS = {"value": "ValueState", "list": "ListState", "map": "MapState", "reducing": "ReducingState",
           "internal": "internal state", "timer": "timers"}
 
@@ -430,6 +424,16 @@ class HeapKeyedStateBackend:
         entry is restored twice, or a table belongs to no state of this operator."""
         if len(self._layers) != 1:
             raise StateRestoreError("state can only be restored before the first snapshot")
+        self.check_restorable(tables, set(RESERVED_TABLES))
+        if "keyed_state" in tables:
+            self._restore_entries(tables["keyed_state"])
+        if "timers" in tables:
+            self._restore_timers(tables["timers"])
+        self.restore_columnar(tables)
+
+    def check_restorable(self, tables: dict[str, pa.Table], reserved: set[str]) -> None:
+        """Refuse tables of another max parallelism, and tables that are neither ``reserved``
+        nor the columnar state of a state this operator registered."""
         for table in tables.values():
             taken = (table.schema.metadata or {}).get(MAX_PARALLELISM_KEY)
             if taken is not None and int(taken) != self.max_parallelism:
@@ -437,14 +441,13 @@ class HeapKeyedStateBackend:
                     f"the snapshot was taken with max parallelism {int(taken)}, this operator has "
                     f"{self.max_parallelism}: key groups differ, so the state cannot be restored (keep "
                     f"pipeline.max-parallelism as it was)")
-        unknown = sorted(set(tables) - set(RESERVED_TABLES) - set(self._columnar))
+        unknown = sorted(set(tables) - reserved - set(self._columnar))
         if unknown:
             raise StateRestoreError(f"the snapshot has state {unknown} that this operator does not have "
                                     f"(it has {sorted(self._columnar) or 'no columnar state'})")
-        if "keyed_state" in tables:
-            self._restore_entries(tables["keyed_state"])
-        if "timers" in tables:
-            self._restore_timers(tables["timers"])
+
+    def restore_columnar(self, tables: dict[str, pa.Table]) -> None:
+        """Restore the columnar states' rows of this backend's key groups."""
         for name, state in self._columnar.items():
             if name in tables:
                 require_columns(tables[name], name, ["key_group"])

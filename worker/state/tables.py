@@ -13,14 +13,13 @@ pauses for the freeze, not for the serialisation.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Callable, Iterable, Union
 
-import cloudpickle
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from yarnflow.common.keygroups import REDISTRIBUTE_KEY
+from yarnflow.common.state_format import dumps, loads
 from yarnflow.worker.state.errors import StateRestoreError
 
 __all__ = ["REDISTRIBUTE_KEY", "AsyncSnapshot", "Snapshot", "dumps", "loads", "materialize", "not_redistributable",
@@ -64,18 +63,6 @@ def materialize(snapshot: Snapshot) -> dict[str, pa.Table]:
         finally:
             snapshot.release()
     return snapshot
-
-
-def dumps(value: Any) -> bytes:
-    """``value`` as bytes (plain pickle when it can, else cloudpickle: lambdas, local classes)."""
-    try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - anything plain pickle refuses, cloudpickle may take
-        return cloudpickle.dumps(value)  # type: ignore[no-any-return]
-
-
-def loads(data: bytes) -> Any:
-    return pickle.loads(data)
 
 
 def require_columns(table: pa.Table, what: str, columns: Iterable[str]) -> None:

@@ -37,15 +37,8 @@ from typing import Any
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
-from yarnflow.common.errors import (
-    FencingTokenError,
-    NotFoundError,
-    RefusedError,
-    RpcConnectionError,
-    RpcError,
-    RpcTimeoutError,
-    UnavailableError,
-)
+from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcConnectionError, RpcError,
+                                    RpcTimeoutError, UnavailableError)
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
 from yarnflow.common.messages import (
     AllocatedSlotReport,
@@ -70,6 +63,7 @@ from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.metrics import start_task_executor_metrics
 from yarnflow.worker.network.flight import DataClient, DataServer
 from yarnflow.worker.runtime.partition import ResultPartitionManager
+from yarnflow.worker.state.localdir import set_default_base
 from yarnflow.worker.task import Task
 from yarnflow.worker.taskexecutor.job_table import JobMasterConnection, JobTable, slots_to_free
 from yarnflow.worker.taskexecutor.slot_table import SlotState, SlotTable
@@ -104,6 +98,7 @@ class TaskExecutor:
         self._data_server = DataServer(host, self.partitions)
         self._data_client = DataClient()
         self._artifacts = ArtifactCache(os.path.join(work_dir, "artifacts"))
+        set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
         self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorHandler(self).processor()},
                               name=f"taskexecutor-{resource_id}")
         self._rm: RemoteResourceManagerGateway | None = (RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
