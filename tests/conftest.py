@@ -77,6 +77,12 @@ class Cli:
             raise AssertionError(f"yarnflow {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
         return proc
 
+    def job_status(self, *args: str) -> str:
+        """The job's own status (RUNNING, FINISHED, ...) from ``yarnflow info ARGS``: the first
+        line's, not a vertex's (a finished source's vertex says FINISHED while its job runs)."""
+        first = self.run("info", *args).stdout.partition("\n")[0]
+        return first.rpartition(": ")[2].strip() if first.startswith("job ") else ""
+
     def start(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([sys.executable, "-m", "yarnflow", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.cwd,

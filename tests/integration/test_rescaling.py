@@ -141,7 +141,7 @@ def test_a_job_restored_at_another_parallelism_commits_what_an_unchanged_run_doe
     assert any(0 < offset < PER_FILE for _, offset in held), f"no source was mid-file: {held}"
     wait_until(lambda: list((tmp_path / "out" / "sum").glob("part-*")), 30, "nothing was committed")
     cli.run("cancel", "-a", address, job, check=True)  # later checkpoints committed more output meanwhile
-    wait_until(lambda: "CANCELED" in cli.run("info", "-a", address, job).stdout, 30, "not cancelled")
+    wait_until(lambda: cli.job_status("-a", address, job) == "CANCELED", 30, "not cancelled")
     restored = cli.run("run", "-a", address, "--no-progress", "-s", path, *CHECKPOINTS, *flags, "job.py",
                        str(tmp_path / "in"), str(tmp_path / "out"), str(after), timeout=150)
     assert restored.returncode == 0, restored.stderr

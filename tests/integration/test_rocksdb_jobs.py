@@ -256,7 +256,7 @@ def test_a_savepoint_taken_on_rocksdb_restores_on_hashmap_and_back(cli: Cli, loc
         time.sleep(1.0)  # more rows counted after the restore
         [path] = cli.run("savepoint", "-a", cluster.address, job, str(tmp_path / name), check=True).stdout.split()
         cli.run("cancel", "-a", cluster.address, job, check=True)
-        wait_until(lambda: "CANCELED" in cli.run("info", "-a", cluster.address, job).stdout, 30, "not cancelled")
+        wait_until(lambda: cli.job_status("-a", cluster.address, job) == "CANCELED", 30, "not cancelled")
         return Path(path.removeprefix("file://"))
 
     on_rocksdb = savepoint_and_cancel(rocksdb, [], "sp1")

@@ -95,7 +95,7 @@ def test_a_job_restored_from_a_moved_savepoint_counts_every_row_once(setup: Any)
     job, path = _savepoint_midway(cli, address, tmp_path)
     wait_until(lambda: len(list((tmp_path / "out").glob("part-*"))) > 0, 30, "nothing was committed")
     cli.run("cancel", "-a", address, job, check=True)  # later checkpoints committed more output meanwhile
-    wait_until(lambda: "CANCELED" in cli.run("info", "-a", address, job).stdout, 30, "not cancelled")
+    wait_until(lambda: cli.job_status("-a", address, job) == "CANCELED", 30, "not cancelled")
     moved = tmp_path / "elsewhere" / "sp"
     shutil.move(path.removeprefix("file://"), moved)  # self-contained: relative paths only
     restored = cli.run("run", "-a", address, "--no-progress", "-s", str(moved), *CHECKPOINTS, "job.py",
@@ -111,7 +111,7 @@ def test_a_sink_that_writes_elsewhere_now_commits_the_savepoints_rows_where_they
     slow = ["-D", "execution.checkpointing.interval=2 s", "-D", "execution.batch-size=50"]
     job, path = _savepoint_midway(cli, address, tmp_path, slow)
     cli.run("cancel", "-a", address, job, check=True)
-    wait_until(lambda: "CANCELED" in cli.run("info", "-a", address, job).stdout, 30, "not cancelled")
+    wait_until(lambda: cli.job_status("-a", address, job) == "CANCELED", 30, "not cancelled")
     restored = cli.run("run", "-a", address, "--no-progress", "-s", path, *CHECKPOINTS, "job.py",
                        str(tmp_path / "in"), str(tmp_path / "out2"), timeout=120)
     assert restored.returncode == 0, restored.stderr

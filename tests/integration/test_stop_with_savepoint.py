@@ -35,7 +35,7 @@ def test_a_stopped_job_resumes_from_its_savepoint_as_if_never_stopped(setup: Any
     assert stopped.returncode == 0, stopped.stderr
     [path] = stopped.stdout.split()
     assert path.startswith(f"file://{tmp_path}/savepoints/savepoint-{job[:6]}-")
-    assert "FINISHED" in cli.run("info", "-a", address, job, check=True).stdout
+    assert cli.job_status("-a", address, job) == "FINISHED"
     held = _held_splits(path)
     assert any(0 < offset < PER_FILE for _, offset in held), f"no source was mid-file: {held}"
     # not drained: the windows still open at the stop were not emitted (they are in the savepoint)
@@ -53,7 +53,7 @@ def test_drain_fires_every_window_and_timer_before_the_savepoint(setup: Any) -> 
     job = _start(cli, address, tmp_path, 2)
     stopped = cli.run("stop", "-a", address, "-p", str(tmp_path / "savepoints"), "--drain", job, timeout=120)
     assert stopped.returncode == 0, stopped.stderr
-    assert "FINISHED" in cli.run("info", "-a", address, job, check=True).stdout
+    assert cli.job_status("-a", address, job) == "FINISHED"
     sums = collections.defaultdict(list)
     for r in _rows(tmp_path / "out" / "sum"):
         sums[r["k"]].append(r["n"])
@@ -93,5 +93,5 @@ def test_a_stop_whose_savepoint_fails_leaves_the_job_running_and_exact(setup: An
     assert "writing the savepoint to" in line
     # the savepoint was aborted: the stopped tasks went on (this job has no restarts) and it
     # runs to its end, every row once
-    wait_until(lambda: "FINISHED" in cli.run("info", "-a", address, job).stdout, 120, "the job did not finish")
+    wait_until(lambda: cli.job_status("-a", address, job) == "FINISHED", 120, "the job did not finish")
     _check(tmp_path / "out", events)
