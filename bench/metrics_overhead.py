@@ -6,7 +6,7 @@ watcher that, like a dashboard and a Prometheus server, reads /jobs/overview, ea
 details and every Prometheus endpoint every ``watch_interval_s``. Off: ``rest.enabled: false``, ``metrics.reporters: ""``,
 ``metrics.task-io.enabled: false`` (records in/out per task are counted either way: the
 JobMaster has always had them). After one warm-up run the three variants take turns ``rounds``
-times. Wall-clock throughput on a shared machine varies more between runs than metrics cost,
+times, the order rotating every round (a run's place in a series changes its speed). Wall-clock throughput on a shared machine varies more between runs than metrics cost,
 so the benchmark also reports the CPU seconds the cluster's processes (AppMaster and
 TaskExecutors, read with psutil) spent per million records during the job, and the median of
 the per-round ratios, which drift less (target: on costs < 2%)."""
@@ -159,8 +159,8 @@ def run_metrics_overhead(records: int = 20_000_000, parallelism: int = 2, rounds
     try:
         workloads.generate_w1(folder, records)
         workloads.run_w1(records, parallelism, folder, mode=mode)  # warm-up, not counted
-        for _ in range(rounds):
-            for variant in variants:
+        for r in range(rounds):
+            for variant in variants[r % 3:] + variants[:r % 3]:  # each variant takes each place in turn
                 ports = free_port_range(6, 31000)
                 conf = OFF if variant == "off" else {"rest.port": "0",
                                                      "metrics.reporter.prom.port": f"{ports[0]}-{ports[1]}"}
