@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,7 @@ from yarnflow.worker.runtime.keygroups import key_groups
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.tables import require_columns
 
-__all__ = ["AggregateTable", "NamespacedTables"]
+__all__ = ["AggregateState", "AggregateTable", "NamespacedTables"]
 
 _FUNCS = ("sum", "min", "max")
 _CHUNK_BITS = 16  # copy-on-write granularity of the value columns: 65,536 rows
@@ -160,6 +160,25 @@ class _FrozenValues:
         with self._lock:
             self._pending.clear()
             self._copies.clear()
+
+
+class AggregateState(Protocol):
+    """What a vectorised keyed aggregation needs of its state: this module's ``AggregateTable``
+    (in memory) or ``rocksdb_columnar.RocksDBAggregateTable`` (in RocksDB)."""
+
+    name: str
+    keys: list[str]
+    value_names: list[str]
+
+    def __len__(self) -> int: ...
+
+    def upsert(self, partial: pa.Table) -> pa.Table: ...
+
+    def snapshot_builder(self) -> tuple[Callable[[], pa.Table], Callable[[], None]]: ...
+
+    def restore(self, table: pa.Table) -> None: ...
+
+    def rows(self) -> pa.Table: ...
 
 
 class AggregateTable:

@@ -46,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
 
+from yarnflow.common.rocksdb_columnar import AGGREGATE_KIND, COLUMNAR_KEY
 from yarnflow.common.rocksdb_snapshot import (
     KINDS_KEY,
     NATIVE_TABLE,
@@ -55,9 +56,11 @@ from yarnflow.common.rocksdb_snapshot import (
     scan,
 )
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA, decode, encode
+from yarnflow.worker.state.columnar import AggregateState
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import IMMUTABLE, RESERVED_TABLES, HeapKeyedStateBackend
 from yarnflow.worker.state.objects import ABSENT, STATE_CLASSES
+from yarnflow.worker.state.rocksdb_columnar import RocksDBAggregateTable
 from yarnflow.worker.state.tables import loads, owned_rows, require_columns
 
 __all__ = ["RocksDBKeyedStateBackend"]
@@ -109,6 +112,21 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                 cf = self.db.create_column_family(name, db_options())
             self._cfs[name] = cf
         return cf
+
+    def column_family(self, name: str) -> Rdict:
+        """The column family of state ``name`` (created when missing)."""
+        return self._cf(name)
+
+    def aggregate_table(self, name: str, keys: list[str], values: list[tuple[str, str]]) -> AggregateState:
+        """A columnar state in RocksDB: one row of aggregates per key, in a column family of its
+        own (see ``rocksdb_columnar.RocksDBAggregateTable``)."""
+        self._register(name, AGGREGATE_KIND)
+        table = self._columnar[name] = RocksDBAggregateTable(self, name, keys, values)
+        return table
+
+    def on_disk_columnar(self) -> dict[str, RocksDBAggregateTable]:
+        """The columnar states kept in the database (their families are in its checkpoints)."""
+        return {n: t for n, t in self._columnar.items() if isinstance(t, RocksDBAggregateTable)}
 
     def close(self) -> None:
         """Close the database and remove its working files."""
@@ -229,15 +247,18 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         folder = os.path.join(self.local_dir, f"snapshot-{self._snapshots}")
         shutil.rmtree(folder, ignore_errors=True)
         Checkpoint(self.db).create_checkpoint(folder)
-        columnar = {name: state.snapshot_builder() for name, state in self._columnar.items()}
+        columnar = {name: state.snapshot_builder() for name, state in self._columnar.items()
+                    if name not in self.on_disk_columnar()}  # the checkpoint has the others' families
         return NativeSnapshot(self, folder, columnar, self.schema_metadata())
 
     def schema_metadata(self) -> dict[bytes, bytes]:
-        """What a snapshot records about the states: their kinds, the timer services."""
+        """What a snapshot records about the states: their kinds, the timer services, the
+        columnar states in the database."""
         kinds = {n: k for n, k in self._kinds.items() if n not in self._columnar}
         return {MAX_PARALLELISM_KEY: str(self.max_parallelism).encode(),
                 KINDS_KEY: json.dumps(kinds, sort_keys=True).encode(),
-                TIMERS_KEY: json.dumps(self._timer_names, sort_keys=True).encode()}
+                TIMERS_KEY: json.dumps(self._timer_names, sort_keys=True).encode(),
+                COLUMNAR_KEY: json.dumps({n: AGGREGATE_KIND for n in self.on_disk_columnar()}, sort_keys=True).encode()}
 
     # ---- restore
 

@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import fsspec
 import pyarrow as pa
+from rocksdict import Rdict
 
 from yarnflow.common.messages import SHARED_STATE_FILE
+from yarnflow.common.rocksdb_columnar import columnar_states
 from yarnflow.common.rocksdb_snapshot import (
     KINDS_KEY,
     MANIFEST_SCHEMA,
@@ -43,6 +45,7 @@ from yarnflow.common.rocksdb_snapshot import (
     TIMERS_KEY,
     CorruptStateFileError,
     canonical_tables,
+    db_options,
     download,
     open_read_only,
     sha256_of,
@@ -156,6 +159,11 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
     except CorruptStateFileError as exc:
         raise StateRestoreError(str(exc)) from None
     backend.adopt(json.loads(meta[KINDS_KEY]), json.loads(meta[TIMERS_KEY]))
+    columnar = backend.on_disk_columnar()
+    unknown = sorted(set(columnar_states(meta)) - set(columnar))
+    if unknown:
+        raise StateRestoreError(f"the snapshot has state {unknown} that this operator does not have "
+                                f"(it has {sorted(columnar) or 'no columnar state'})")
     own = backend.key_group_range
     for i, part in enumerate(parts):
         folder = os.path.join(backend.local_dir, f"restore-{i}")
@@ -166,6 +174,8 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
         start, stop = part.column("kg_start")[0].as_py(), part.column("kg_stop")[0].as_py()
         if len(parts) == 1 and (start, stop) == (own.start, own.stop) and not backend.key_groups_with_state():
             backend.replace_db(folder)
+            for table in columnar.values():
+                table.adopt_types()
             # the downloaded SSTs are the shared copies: the next checkpoint references them
             for row in part.to_pylist():
                 if row["path"] is not None and row["path"].endswith(f"/{row['sha256']}.sst"):
@@ -174,6 +184,10 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
         source = open_read_only(folder)
         try:
             backend.copy_range(source)
+            present = set(Rdict.list_cf(folder, db_options()))
+            for name, table in columnar.items():
+                if name in present:
+                    table.adopt_types(source)
         finally:
             source.close()
             shutil.rmtree(folder, ignore_errors=True)
