@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -25,6 +23,8 @@ from yarnflow.worker.state.heap import HeapKeyedStateBackend
 from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
 from yarnflow.worker.state.rocksdb_columnar import RocksDBAggregateTable
 from yarnflow.worker.state.tables import materialize
+
+from tests.unit.test_state_backend import random_value
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 
@@ -47,30 +47,13 @@ def ordered(table: pa.Table, keys: list[str]) -> pa.Table:
 def batches(types: dict[str, pa.DataType], seed: int, n: int = 12, keys: int = 40) -> list[pa.Table]:
     """Partial aggregates (one row per key) of random values, about one in five null."""
     rnd = random.Random(seed)
-
-    def value(t: pa.DataType) -> Any:
-        if rnd.random() < 0.2:
-            return None
-        v = rnd.randint(-50, 50)
-        if pa.types.is_string(t):
-            return f"v{v:+03d}"
-        if pa.types.is_timestamp(t):
-            return dt.datetime(2024, 1, 1) + dt.timedelta(microseconds=v * 1001)
-        if pa.types.is_date32(t):
-            return dt.date(2024, 1, 1) + dt.timedelta(days=v)
-        if pa.types.is_boolean(t):
-            return v > 0
-        if pa.types.is_decimal(t):
-            return Decimal(v) / 4
-        return float(v) / 4 if pa.types.is_floating(t) else v
-
     schema = pa.schema(list(types.items()))
     out = []
     for _ in range(n):
         rows = []
         for k in rnd.sample(range(keys), 15):
             key = {"k": f"key{k}" if pa.types.is_string(types["k"]) else k, "j": k % 3}
-            rows.append({**key, **{name: value(types[name]) for name, _ in FUNCS}})
+            rows.append({**key, **{name: random_value(rnd, types[name]) for name, _ in FUNCS}})
         out.append(pa.Table.from_pylist(rows, schema=schema))
     return out
 
