@@ -51,10 +51,13 @@ def _add_failing_once(marker: str, acc: dict[str, Any], row: dict[str, Any]) -> 
 
 
 def _build(src: Path, out: Path, fn: Any = _add) -> Any:
+    """The job counting each key's rows with ``reduce(fn)``, or with the vectorised ``sum("n")``
+    when ``fn`` is None."""
     def build(env: Any) -> None:
         env.set_runtime_mode("STREAMING")
-        (env.read_text(str(src)).map_batches(_slow_parse, name="parse")
-            .key_by("k").reduce(fn, name="count").sink_to_parquet(str(out)))
+        keyed = env.read_text(str(src)).map_batches(_slow_parse, name="parse").key_by("k")
+        counted = keyed.sum("n", name="count") if fn is None else keyed.reduce(fn, name="count")
+        counted.sink_to_parquet(str(out))
     return build
 
 
@@ -102,14 +105,6 @@ def test_a_sigkilled_taskexecutor_on_rocksdb_loses_and_repeats_nothing(local_clu
     assert list((tmp_path / "checkpoints" / info.job_id / "shared").glob("*.sst")), "no incremental checkpoint"
 
 
-def _build_sum(src: Path, out: Path) -> Any:
-    def build(env: Any) -> None:
-        env.set_runtime_mode("STREAMING")
-        (env.read_text(str(src)).map_batches(_slow_parse, name="parse")
-            .key_by("k").sum("n", name="count").sink_to_parquet(str(out)))
-    return build
-
-
 @pytest.mark.timeout(240)
 def test_a_vectorised_sum_keeps_its_table_in_rocksdb_and_survives_a_sigkilled_taskexecutor(
         local_cluster: Any, tmp_path: Path) -> None:
@@ -124,7 +119,7 @@ def test_a_vectorised_sum_keeps_its_table_in_rocksdb_and_survives_a_sigkilled_ta
     src, out = tmp_path / "in", tmp_path / "out"
     rows = _write(src)
     cluster = local_cluster(taskexecutors=2, slots=2)
-    info = run_killing_one_taskexecutor(cluster, _build_sum(src, out), "rocksdb-sum-kill", _rocksdb(tmp_path),
+    info = run_killing_one_taskexecutor(cluster, _build(src, out, None), "rocksdb-sum-kill", _rocksdb(tmp_path),
                                         random.Random(5), (0.0, 1.0))
     assert_upsert_counts(out, _counts(rows))
     # the sum's table is a column family in the RocksDB checkpoints, not an Arrow table of its own
