@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from yarnflow.common.api.state import StateDescriptor, StateDescriptorError
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA
-from yarnflow.worker.state.columnar import AggregateState, AggregateTable, NamespacedTables
+from yarnflow.worker.state.columnar import AggregateState, AggregateTable, NamespacedState, NamespacedTables
 from yarnflow.worker.state.errors import KeyGroupOutOfRangeError, NoCurrentKeyError, StateRestoreError
 from yarnflow.worker.state.objects import (
     ABSENT,
@@ -109,7 +109,7 @@ class HeapKeyedStateBackend:
         self._states: dict[str, _KeyedState] = {}
         self._timer_names: dict[str, tuple[str, str]] = {}   # state name -> (service, domain)
         self._timer_services: dict[str, Any] = {}
-        self._columnar: dict[str, AggregateState | NamespacedTables] = {}
+        self._columnar: dict[str, AggregateState | NamespacedState] = {}
         self._key: tuple[Any, ...] | None = None
         self._key_group: int | None = None
 
@@ -197,7 +197,7 @@ class HeapKeyedStateBackend:
         table = self._columnar[name] = AggregateTable(name, keys, values, self.max_parallelism)
         return table
 
-    def namespaced_tables(self, name: str, key_columns: list[str]) -> NamespacedTables:
+    def namespaced_tables(self, name: str, key_columns: list[str]) -> NamespacedState:
         """A columnar state: Arrow tables per namespace (see ``columnar.NamespacedTables``)."""
         self._register(name, "namespaced_tables")
         tables = self._columnar[name] = NamespacedTables(name, key_columns, self.max_parallelism)

@@ -46,7 +46,7 @@ from typing import Any
 import pyarrow as pa
 from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
 
-from yarnflow.common.rocksdb_columnar import AGGREGATE_KIND, COLUMNAR_KEY
+from yarnflow.common.rocksdb_columnar import AGGREGATE_KIND, COLUMNAR_KEY, NAMESPACED_KIND
 from yarnflow.common.rocksdb_snapshot import (
     KINDS_KEY,
     NATIVE_TABLE,
@@ -56,11 +56,11 @@ from yarnflow.common.rocksdb_snapshot import (
     scan,
 )
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA, decode, encode
-from yarnflow.worker.state.columnar import AggregateState
+from yarnflow.worker.state.columnar import AggregateState, NamespacedState
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import IMMUTABLE, RESERVED_TABLES, HeapKeyedStateBackend
 from yarnflow.worker.state.objects import ABSENT, STATE_CLASSES
-from yarnflow.worker.state.rocksdb_columnar import RocksDBAggregateTable
+from yarnflow.worker.state.rocksdb_columnar import RocksDBAggregateTable, RocksDBNamespacedTables
 from yarnflow.worker.state.tables import loads, owned_rows, require_columns
 
 __all__ = ["RocksDBKeyedStateBackend"]
@@ -124,9 +124,16 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         table = self._columnar[name] = RocksDBAggregateTable(self, name, keys, values)
         return table
 
-    def on_disk_columnar(self) -> dict[str, RocksDBAggregateTable]:
+    def namespaced_tables(self, name: str, key_columns: list[str]) -> NamespacedState:
+        """A columnar state in RocksDB: Arrow tables per namespace, in a column family of its own
+        (see ``rocksdb_columnar.RocksDBNamespacedTables``)."""
+        self._register(name, NAMESPACED_KIND)
+        tables = self._columnar[name] = RocksDBNamespacedTables(self, name, key_columns)
+        return tables
+
+    def on_disk_columnar(self) -> dict[str, RocksDBAggregateTable | RocksDBNamespacedTables]:
         """The columnar states kept in the database (their families are in its checkpoints)."""
-        return {n: t for n, t in self._columnar.items() if isinstance(t, RocksDBAggregateTable)}
+        return {n: t for n, t in self._columnar.items() if isinstance(t, (RocksDBAggregateTable, RocksDBNamespacedTables))}
 
     def close(self) -> None:
         """Close the database and remove its working files."""
@@ -258,7 +265,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         return {MAX_PARALLELISM_KEY: str(self.max_parallelism).encode(),
                 KINDS_KEY: json.dumps(kinds, sort_keys=True).encode(),
                 TIMERS_KEY: json.dumps(self._timer_names, sort_keys=True).encode(),
-                COLUMNAR_KEY: json.dumps({n: AGGREGATE_KIND for n in self.on_disk_columnar()}, sort_keys=True).encode()}
+                COLUMNAR_KEY: json.dumps({n: self._kinds[n] for n in self.on_disk_columnar()}, sort_keys=True).encode()}
 
     # ---- restore
 

@@ -16,7 +16,7 @@ incremental checkpoints share its SST files), so ``snapshot()`` of the backend n
 (``COLUMNAR_KEY``), and the canonical table is made from the checkpoint's files. The table's
 own ``snapshot_builder`` makes a RocksDB checkpoint too, for callers that want this state
 alone. Restores: from a canonical table (a savepoint's, of either backend) through ``restore``;
-from a native snapshot the backend copies or adopts the family and calls ``adopt_types``.
+from a native snapshot the backend copies or adopts the family and calls ``adopt``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import shutil
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,22 +35,27 @@ from rocksdict import Checkpoint, Rdict, WriteBatch
 from yarnflow.common.rocksdb_columnar import (
     TYPES_KEY,
     aggregate_batches,
+    from_ipc,
     from_storage,
+    namespaced_batches,
+    namespaced_entry,
+    read_namespaced,
     read_types,
+    to_ipc,
     to_storage,
     types_entry,
 )
 from yarnflow.common.rocksdb_snapshot import open_read_only, scan
 from yarnflow.common.state_format import decode, encode
 from yarnflow.worker.runtime.keygroups import key_groups
-from yarnflow.worker.state.columnar import _FUNCS, _Values
+from yarnflow.worker.state.columnar import _FUNCS, _Values, restore_namespaced
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.tables import require_columns
 
 if TYPE_CHECKING:
     from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
 
-__all__ = ["RocksDBAggregateTable"]
+__all__ = ["RocksDBAggregateTable", "RocksDBNamespacedTables"]
 
 _RESTORE_ROWS = 65_536
 
@@ -74,7 +79,6 @@ class RocksDBAggregateTable:
         self._helpers: list[_Values | None] = [None for _ in values]
         self._prefixes = [kg.to_bytes(2, "big") for kg in range(backend.max_parallelism)]
         self._n: int | None = 0  # None: not counted since a native restore
-        self._snapshots = 0
         backend.column_family(name)  # the family exists from the start: every checkpoint has it
 
     # ---- types
@@ -100,7 +104,7 @@ class RocksDBAggregateTable:
         return types_entry(self.keys, [t or pa.null() for t in self._key_types], self.value_names,
                            [t or pa.null() for t in self.value_types])
 
-    def adopt_types(self, source: Rdict | None = None) -> None:
+    def adopt(self, source: Rdict | None = None) -> None:
         """After the backend restored a native snapshot: take the types recorded in the family
         of ``source`` (a restored database the rows were copied from; None: this backend's own
         database, adopted whole), record them in this family, and count the rows again."""
@@ -167,32 +171,14 @@ class RocksDBAggregateTable:
         return table.drop_columns(["key_group"]) if table.num_rows else pa.table({})
 
     def _table(self, cf: Rdict) -> pa.Table:
-        batches = list(aggregate_batches(cf, self._backend.key_group_range))
-        if not batches or not sum(b.num_rows for b in batches):
-            return pa.table({"key_group": pa.array([], pa.int32())})
-        return pa.Table.from_batches(batches)
+        return _whole(aggregate_batches(cf, self._backend.key_group_range))
 
     # ---- snapshots and restore
 
     def snapshot_builder(self) -> tuple[Callable[[], pa.Table], Callable[[], None]]:
         """A RocksDB checkpoint of the database now (the rows written later are not in it);
         returns the function that makes the snapshot table from it and the one that removes it."""
-        self._snapshots += 1
-        folder = os.path.join(self._backend.local_dir, f"{self.name}-snapshot-{self._snapshots}-{uuid.uuid4().hex[:6]}")
-        Checkpoint(self._backend.db).create_checkpoint(folder)
-
-        def discard() -> None:
-            shutil.rmtree(folder, ignore_errors=True)
-
-        def build() -> pa.Table:
-            db = open_read_only(folder)
-            try:
-                return self._table(db.get_column_family(self.name))
-            finally:
-                db.close()
-                discard()
-
-        return build, discard
+        return _checkpoint_builder(self._backend, self.name, self._table)
 
     def restore(self, table: pa.Table) -> None:
         """Add the rows of ``table`` (a snapshot table, already limited to this subtask's key
@@ -219,6 +205,33 @@ class RocksDBAggregateTable:
                 self._n += batch.num_rows
 
 
+def _checkpoint_builder(backend: RocksDBKeyedStateBackend, name: str,
+                        make: Callable[[Rdict], pa.Table]) -> tuple[Callable[[], pa.Table], Callable[[], None]]:
+    """A RocksDB checkpoint of ``backend``'s database now; returns the function that makes the
+    snapshot table of the family ``name`` from it (``make``) and the one that removes it."""
+    folder = os.path.join(backend.local_dir, f"{name}-snapshot-{uuid.uuid4().hex[:12]}")
+    Checkpoint(backend.db).create_checkpoint(folder)
+
+    def discard() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def build() -> pa.Table:
+        db = open_read_only(folder)
+        try:
+            return make(db.get_column_family(name))
+        finally:
+            db.close()
+            discard()
+
+    return build, discard
+
+
+def _whole(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """A snapshot table of ``batches`` (just a ``key_group`` column when there are no rows)."""
+    parts = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(parts) if parts else pa.table({"key_group": pa.array([], pa.int32())})
+
+
 def _multi_get(cf: Rdict, dbkeys: list[bytes]) -> list[bytes | None]:
     """The stored values of ``dbkeys`` (None where absent): one multi-get."""
     return cf.get(dbkeys) if dbkeys else []  # type: ignore[arg-type,return-value]
@@ -227,3 +240,169 @@ def _multi_get(cf: Rdict, dbkeys: list[bytes]) -> list[bytes | None]:
 def _stored_column(rows: list[Any], j: int, t: pa.DataType) -> pa.Array:
     """Column ``j`` of the decoded value tuples ``rows`` (None: no row), as an array of ``t``."""
     return from_storage([r[j] if r is not None else None for r in rows], t)
+
+
+class RocksDBNamespacedTables:
+    """Arrow tables per namespace (a window start), and a flag per namespace, in the column
+    family ``name`` of ``backend``'s database (format: ``common/rocksdb_columnar.py``). In memory
+    only an index: namespace -> addition -> the key groups of its pieces, and the flags. A
+    table added is cut by key group, one entry per piece; ``get`` reads a namespace's pieces
+    with one multi-get and gives one table per addition, as the in-memory ``NamespacedTables``
+    (rows of an addition in key-group order). Empty tables are kept in memory (snapshots leave
+    them out on both backends)."""
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, name: str, key_columns: list[str]) -> None:
+        self._backend = backend
+        self.name = name
+        self.key_columns = list(key_columns)
+        self._index: dict[int, dict[int, list[int]]] = {}
+        self._empty: dict[tuple[int, int], pa.Table] = {}
+        self._flagged: set[int] = set()
+        self._schema: pa.Schema | None = None
+        self._seq = 0
+        self._prefixes = [kg.to_bytes(2, "big") for kg in range(backend.max_parallelism)]
+        backend.column_family(name)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, namespace: int) -> bool:
+        return namespace in self._index
+
+    def namespaces(self) -> list[int]:
+        return sorted(self._index)
+
+    def count(self, namespace: int) -> int:
+        return len(self._index.get(namespace, ()))
+
+    def is_flagged(self, namespace: int) -> bool:
+        return namespace in self._flagged
+
+    def _key(self, kg: int, namespace: int, seq: int) -> bytes:
+        return self._prefixes[kg] + encode((namespace, seq))
+
+    def get(self, namespace: int) -> list[pa.Table]:
+        additions = sorted(self._index.get(namespace, {}).items())
+        keys = [self._key(kg, namespace, seq) for seq, groups in additions for kg in groups]
+        blobs = iter(_multi_get(self._backend.column_family(self.name), keys))
+        out = []
+        for seq, groups in additions:
+            if not groups:
+                out.append(self._empty[(namespace, seq)])
+                continue
+            pieces = []
+            for kg in groups:
+                blob = next(blobs)
+                if blob is None:
+                    raise StateRestoreError(f"state {self.name!r}: the rows of window {namespace} in key group "
+                                            f"{kg} are missing from the database")
+                pieces.append(from_ipc(blob))
+            out.append(pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="permissive"))
+        return out
+
+    def _write_meta(self, batch: WriteBatch) -> None:
+        batch.put(TYPES_KEY, namespaced_entry(self._schema, self._flagged),
+                  self._backend.db.get_column_family_handle(self.name))
+
+    def add(self, namespace: int, table: pa.Table) -> None:
+        seq, self._seq = self._seq, self._seq + 1
+        additions = self._index.setdefault(namespace, {})
+        if not table.num_rows:
+            additions[seq] = []
+            self._empty[(namespace, seq)] = table
+            return
+        groups = key_groups(table, self.key_columns, self._backend.max_parallelism)
+        order = np.argsort(groups, kind="stable")
+        groups = groups[order]
+        if not (order[1:] > order[:-1]).all():
+            table = table.take(pa.array(order))
+        cuts = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(groups)]
+        batch = WriteBatch(raw_mode=True)
+        handle = self._backend.db.get_column_family_handle(self.name)
+        kgs = []
+        for a, b in zip(cuts, cuts[1:]):
+            kg = int(groups[a])
+            kgs.append(kg)
+            batch.put(self._key(kg, namespace, seq), to_ipc(table.slice(a, b - a)), handle)
+        additions[seq] = kgs
+        if self._schema is None or not table.schema.equals(self._schema):
+            schema = table.schema if self._schema is None else \
+                pa.unify_schemas([self._schema, table.schema], promote_options="permissive")
+            if self._schema is None or not schema.equals(self._schema):
+                self._schema = schema
+                self._write_meta(batch)
+        self._backend.db.write(batch)
+
+    def _delete_rows(self, namespace: int) -> None:
+        additions = self._index.get(namespace)
+        if not additions:
+            return
+        batch = WriteBatch(raw_mode=True)
+        handle = self._backend.db.get_column_family_handle(self.name)
+        for seq, groups in additions.items():
+            self._empty.pop((namespace, seq), None)
+            for kg in groups:
+                batch.delete(self._key(kg, namespace, seq), handle)
+        self._backend.db.write(batch)
+        self._index[namespace] = {}
+
+    def replace(self, namespace: int, tables: list[pa.Table]) -> None:
+        self._delete_rows(namespace)
+        self._index[namespace] = {}
+        for table in tables:
+            self.add(namespace, table)
+
+    def _set_flags(self, flagged: set[int]) -> None:
+        if flagged != self._flagged:
+            self._flagged = flagged
+            batch = WriteBatch(raw_mode=True)
+            self._write_meta(batch)
+            self._backend.db.write(batch)
+
+    def drop(self, namespace: int) -> None:
+        self._delete_rows(namespace)
+        self._index.pop(namespace, None)
+        self._set_flags(self._flagged - {namespace})
+
+    def flag(self, namespace: int) -> None:
+        self._set_flags(self._flagged | {namespace})
+
+    def clear(self) -> None:
+        for namespace in list(self._index):
+            self._delete_rows(namespace)
+        self._index.clear()
+        self._set_flags(set())
+
+    def _table(self, cf: Rdict) -> pa.Table:
+        return _whole(namespaced_batches(cf, self._backend.key_group_range))
+
+    def snapshot_builder(self) -> tuple[Callable[[], pa.Table], Callable[[], None]]:
+        """As ``RocksDBAggregateTable.snapshot_builder``."""
+        return _checkpoint_builder(self._backend, self.name, self._table)
+
+    def restore(self, table: pa.Table) -> None:
+        """Add the rows of ``table`` (a snapshot table limited to this subtask's key groups)."""
+        restore_namespaced(self, table)
+
+    def adopt(self, source: Rdict | None = None) -> None:
+        """After the backend restored a native snapshot (see ``RocksDBAggregateTable.adopt``):
+        take the schema and the flags recorded in ``source``'s family (those of namespaces
+        with rows here), and index the pieces now in this family."""
+        own = self._backend.column_family(self.name)
+        found = read_namespaced(own if source is None else source.get_column_family(self.name))
+        self._index.clear()
+        self._empty.clear()
+        for kg, key, _ in scan(own, self._backend.key_group_range):
+            namespace, seq = decode(key)
+            self._index.setdefault(namespace, {}).setdefault(seq, []).append(kg)
+            self._seq = max(self._seq, seq + 1)
+        if found is not None:
+            schema, flagged = found
+            if len(schema):
+                self._schema = schema if self._schema is None else \
+                    pa.unify_schemas([self._schema, schema], promote_options="permissive")
+            self._flagged |= flagged
+        self._flagged &= set(self._index)
+        batch = WriteBatch(raw_mode=True)
+        self._write_meta(batch)
+        self._backend.db.write(batch)

@@ -175,7 +175,7 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
         if len(parts) == 1 and (start, stop) == (own.start, own.stop) and not backend.key_groups_with_state():
             backend.replace_db(folder)
             for table in columnar.values():
-                table.adopt_types()
+                table.adopt()
             # the downloaded SSTs are the shared copies: the next checkpoint references them
             for row in part.to_pylist():
                 if row["path"] is not None and row["path"].endswith(f"/{row['sha256']}.sst"):
@@ -187,7 +187,7 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
             present = set(Rdict.list_cf(folder, db_options()))
             for name, table in columnar.items():
                 if name in present:
-                    table.adopt_types(source)
+                    table.adopt(source)
         finally:
             source.close()
             shutil.rmtree(folder, ignore_errors=True)
