@@ -1,15 +1,20 @@
 """The RocksDB keyed state backend (Flink's EmbeddedRocksDBStateBackend), on rocksdict.
 
 ``state.backend.type: rocksdb`` (see ``worker/operators/keyed.py: keyed_backend``). The same
-interface as ``HeapKeyedStateBackend`` (it is a subclass: registration, the current key and the
-columnar states are the heap's), so operators run unchanged on either; only the per-key entries
-(value, list, map, reducing and internal states, and timers) live on disk:
+interface as ``HeapKeyedStateBackend`` (it is a subclass: registration and the current key are
+the heap's), so operators run unchanged on either; the per-key entries (value, list, map,
+reducing and internal states, and timers) and the columnar states of the vectorised operators
+live on disk:
 
 - one RocksDB column family per state; the RocksDB key of an entry is its key group (2 bytes,
   big-endian) followed by the entry (``(key, namespace)``, or ``(key, namespace, timestamp)``
   for a timer) in the compact binary format of ``common/state_format.py``; the value is encoded so too
   (pickle only for types it does not know). The entries of a key-group range are therefore one
   contiguous scan, which is how a restore at another parallelism takes its part.
+- the columnar states (``aggregate_table``: a STREAMING ``key_by().sum()``; ``namespaced_tables``:
+  the vectorised windows and window joins) take a column family each too, with entries keyed
+  by key group the same way (see ``rocksdb_columnar.py`` and ``common/rocksdb_columnar.py``);
+  only small indexes of them stay in memory.
 - reads decode a fresh object per call. A mutable value handed out to be changed in place (a
   list being appended to, a dict, a user's object) is kept in a small write-back cache and
   written when the current key changes, at a snapshot, or before a scan: a change made in place
@@ -24,8 +29,9 @@ is the consistent view, taken in the time of a memtable flush, while the task go
 The rest happens on the snapshot writer's thread, see ``rocksdb_files.NativeSnapshot``: the
 native format (the SST files, uploaded once into the checkpoint's shared folder and referenced
 from then on when checkpoints are incremental) or the canonical Arrow tables of the heap backend
-(``build()``; what savepoints hold). Columnar states (``AggregateTable``, ``NamespacedTables``)
-stay in memory, as on the heap backend, and are written as their Arrow tables either way.
+(``build()``; what savepoints hold). The checkpoint covers the columnar states' families
+too, so they are in the native format (and its incremental uploads) like the rest; the
+manifest names them in its metadata, and their canonical tables are made from the files.
 
 ``restore(tables)`` takes canonical tables (a savepoint's, from either backend) or a native
 snapshot (``rocksdb`` table: a checkpoint's): one native snapshot of exactly this key-group range
@@ -245,7 +251,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     # ---- snapshots
 
     def snapshot(self) -> Any:
-        """A RocksDB checkpoint of the entries now plus the columnar states' views, as a
+        """A RocksDB checkpoint of every state now (the columnar ones' families too), as a
         ``NativeSnapshot`` (see the module docstring)."""
         from yarnflow.worker.state.rocksdb_files import NativeSnapshot
 
@@ -254,9 +260,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         folder = os.path.join(self.local_dir, f"snapshot-{self._snapshots}")
         shutil.rmtree(folder, ignore_errors=True)
         Checkpoint(self.db).create_checkpoint(folder)
-        columnar = {name: state.snapshot_builder() for name, state in self._columnar.items()
-                    if name not in self.on_disk_columnar()}  # the checkpoint has the others' families
-        return NativeSnapshot(self, folder, columnar, self.schema_metadata())
+        return NativeSnapshot(self, folder, self.schema_metadata())
 
     def schema_metadata(self) -> dict[bytes, bytes]:
         """What a snapshot records about the states: their kinds, the timer services, the

@@ -7,7 +7,7 @@ name in the database folder), ``path`` (the URL of its copy; null for the small 
 ``sha256`` (of the content) and ``data`` (the content of the small files: CURRENT, MANIFEST,
 OPTIONS, an empty log); plus ``snapshot`` (an id: one restore may read several) and
 ``kg_start``/``kg_stop`` (the key groups it holds). Its schema metadata records the states'
-kinds and the max parallelism.
+kinds, the columnar states in the database and the max parallelism.
 
 SST files are immutable, and are uploaded as they are:
 
@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import fsspec
@@ -51,7 +50,6 @@ from yarnflow.common.rocksdb_snapshot import (
     sha256_of,
     snapshots,
 )
-from yarnflow.common.state_format import MAX_PARALLELISM_KEY
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.tables import AsyncSnapshot
 
@@ -74,46 +72,31 @@ def _upload(local: str, url: str) -> None:
 
 
 class NativeSnapshot(AsyncSnapshot):
-    """A RocksDB backend's snapshot: its checkpoint folder (removed on release) and the views of
-    its columnar states. ``build()`` makes the canonical tables; ``write_native`` uploads the
-    files (see the module docstring)."""
+    """A RocksDB backend's snapshot: its checkpoint folder (removed on release), which holds
+    every state, the columnar ones too. ``build()`` makes the canonical tables; ``write_native``
+    uploads the files (see the module docstring)."""
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, folder: str,
-                 columnar: dict[str, tuple[Callable[[], pa.Table], Callable[[], None]]],
-                 metadata: dict[bytes, bytes]) -> None:
+    def __init__(self, backend: RocksDBKeyedStateBackend, folder: str, metadata: dict[bytes, bytes]) -> None:
         super().__init__(self._canonical, self._discard)
         self.backend = backend
         self.folder = folder
-        self.columnar = columnar
         self.metadata = metadata
         self.incremental = backend.incremental
-
-    def _columnar_tables(self) -> dict[str, pa.Table]:
-        tables = {}
-        for name, (make, _) in self.columnar.items():
-            table = make()
-            if table.num_rows:
-                meta = {**(table.schema.metadata or {}), MAX_PARALLELISM_KEY: self.metadata[MAX_PARALLELISM_KEY]}
-                tables[name] = table.replace_schema_metadata(meta)
-        return tables
 
     def _canonical(self) -> dict[str, pa.Table]:
         db = open_read_only(self.folder)
         try:
-            tables = canonical_tables(db, self.metadata, self.backend.key_group_range)
+            return canonical_tables(db, self.metadata, self.backend.key_group_range)
         finally:
             db.close()
-        return {**tables, **self._columnar_tables()}
 
     def _discard(self) -> None:
-        for _, discard in self.columnar.values():
-            discard()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def write_native(self, shared_dir: str | None, private_dir: str) -> tuple[dict[str, pa.Table], list[tuple[str, int]]]:
         """Upload the checkpoint's SST files (to ``shared_dir`` when incremental and given, once
-        per file; else to ``private_dir``); returns the tables to write (the manifest and the
-        columnar states) and the (URL, size) of each shared file the manifest references."""
+        per file; else to ``private_dir``); returns the tables to write (the manifest) and the
+        (URL, size) of each shared file the manifest references."""
         rows: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
         shared: list[tuple[str, int]] = []
         snapshot_id = uuid.uuid4().hex
@@ -146,7 +129,7 @@ class NativeSnapshot(AsyncSnapshot):
                                                           self.backend.key_group_range.stop)):
                 rows[col].append(value)
         manifest = pa.table(rows, schema=MANIFEST_SCHEMA).replace_schema_metadata(self.metadata)
-        return {NATIVE_TABLE: manifest, **self._columnar_tables()}, shared
+        return {NATIVE_TABLE: manifest}, shared
 
 
 def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> None:
