@@ -5,7 +5,8 @@ output still holds every window result exactly once, with every input row counte
 Input: text files whose lines carry a key and an event time (file f covers [1000 f, 1000 f + 1000)
 ms); 500 ms tumbling windows per key; the watermark trails by 5 s, so windows fire while the
 job runs and several are open at every checkpoint. Two pipelines: the vectorised engine (a sum)
-and the row-by-row one (a user AggregateFunction, with per-key timers)."""
+and the row-by-row one (a user AggregateFunction, with per-key timers); the vectorised one on the
+RocksDB backend too, whose open windows are then a column family of its checkpoints."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import json
 import random
 import time
 
+import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
 from tests.integration.test_streaming_exactly_once import CHECKPOINTS, run_killing_one_taskexecutor
 from yarnflow.common.api import AggregateFunction
+from yarnflow.common.rocksdb_columnar import columnar_states
 
 pytestmark = [pytest.mark.integration]
 
@@ -80,13 +83,16 @@ def _build(src, out, engine: str):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("engine", "seed"), [("vector", 5), ("rows", 6)])
-def test_windows_survive_a_sigkill_with_every_result_committed_once(local_cluster, tmp_path, engine, seed):
+@pytest.mark.parametrize(("engine", "seed", "backend"), [("vector", 5, "hashmap"), ("rows", 6, "hashmap"),
+                                                         ("vector", 7, "rocksdb")])
+def test_windows_survive_a_sigkill_with_every_result_committed_once(local_cluster, tmp_path, engine, seed, backend):
     rng = random.Random(seed)
     src, out = tmp_path / "in", tmp_path / "out"
     events = _write(src)
     cluster = local_cluster(taskexecutors=2, slots=2)
-    conf = {**CHECKPOINTS, "execution.checkpointing.dir": str(tmp_path / "checkpoints")}
+    conf = {**CHECKPOINTS, "execution.checkpointing.dir": str(tmp_path / "checkpoints"), "state.backend.type": backend}
+    if backend == "rocksdb":
+        conf.update({"execution.checkpointing.incremental": "true", "state.backend.rocksdb.localdir": str(tmp_path / "local")})
     info = run_killing_one_taskexecutor(cluster, _build(src, out, engine), f"windows-{engine}", conf, rng, (0.5, 1.5))
     expected = collections.Counter((k, ts - ts % WINDOW_MS) for k, ts in events)
     table = pads.dataset(str(out), format="parquet").to_table()
@@ -101,3 +107,10 @@ def test_windows_survive_a_sigkill_with_every_result_committed_once(local_cluste
     metadata = json.loads((tmp_path / "checkpoints" / info.job_id / f"chk-{latest}" / "_metadata").read_text())
     [source] = [v.vertex_id for v in info.vertices if v.name.startswith("read_text")]
     assert source in metadata["split_enumerator"]
+    if backend == "rocksdb":  # the open windows are a column family of the RocksDB checkpoints
+        names = collections.Counter(f["name"] for st in metadata["subtasks"].values() for f in st["files"])
+        assert names["rocksdb"] >= 2 and "__window_partials__" not in names, names
+        manifests = [pa.ipc.open_file(f["path"].removeprefix("file://")).read_all()
+                     for st in metadata["subtasks"].values() for f in st["files"] if f["name"] == "rocksdb"]
+        assert all(columnar_states(m.schema.metadata) == {"__window_partials__": "namespaced_tables"}
+                   for m in manifests)
