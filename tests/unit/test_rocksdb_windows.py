@@ -33,6 +33,7 @@ from yarnflow.worker.state.heap import HeapKeyedStateBackend
 from yarnflow.worker.state.localdir import release_attempt
 from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
 from yarnflow.worker.state.rocksdb_columnar import RocksDBNamespacedTables
+from yarnflow.worker.state.rocksdb_files import NativeSnapshot
 from yarnflow.worker.state.tables import materialize
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(180)]
@@ -180,5 +181,10 @@ def test_a_vectorised_window_keeps_its_open_windows_in_rocksdb(rocksdb: dict[str
     wins = op._backend._columnar["__window_partials__"]
     assert isinstance(wins, RocksDBNamespacedTables) and len(wins)
     snap = op.snapshot_state(1)
-    tables = materialize(snap)
-    assert canonical_rows(tables["__window_partials__"])  # made from the checkpoint's files
+    assert isinstance(snap, NativeSnapshot)  # also with the operator's own table (its input's schema)
+    tables, _ = snap.write_native(None, str(tmp_path / "chk-1"))
+    assert set(tables) == {"rocksdb", "input_schema"}
+    assert columnar_states(tables["rocksdb"].schema.metadata) == {"__window_partials__": "namespaced_tables"}
+    canonical = dict(native_to_canonical(tables["rocksdb"]))
+    assert canonical["__window_partials__"].num_rows  # the open windows, from the checkpoint's files
+    assert canonical_rows(materialize(snap)["__window_partials__"])  # its canonical form too

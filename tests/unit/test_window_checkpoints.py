@@ -88,7 +88,8 @@ def written(snapshot: Any, native: Path | None) -> dict[str, pa.Table]:
     """The tables of ``snapshot`` as a restarted task reads them: Arrow IPC files; with
     ``native`` (a folder), a RocksDB backend's snapshot is written in its native format there
     (the manifest and SST files of a checkpoint), else as its canonical tables (a savepoint's)."""
-    if native is not None and isinstance(snapshot, NativeSnapshot):
+    if native is not None:
+        assert isinstance(snapshot, NativeSnapshot), f"not a RocksDB backend's native snapshot: {snapshot!r}"
         try:
             tables, _ = snapshot.write_native(None, str(native / uuid.uuid4().hex))
         finally:

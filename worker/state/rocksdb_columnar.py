@@ -1,4 +1,5 @@
-"""The aggregate table of a vectorised keyed operator on the RocksDB state backend.
+"""The columnar states of vectorised operators on the RocksDB state backend: the aggregate
+table of a STREAMING ``key_by().sum()`` and the namespaced tables of the vectorised windows.
 
 ``RocksDBAggregateTable`` has the interface of the in-memory ``columnar.AggregateTable`` (one row
 of aggregates per key: ``upsert``, ``snapshot_builder``, ``restore``, ``rows``, ``len``) but
@@ -17,6 +18,10 @@ incremental checkpoints share its SST files), so ``snapshot()`` of the backend n
 own ``snapshot_builder`` makes a RocksDB checkpoint too, for callers that want this state
 alone. Restores: from a canonical table (a savepoint's, of either backend) through ``restore``;
 from a native snapshot the backend copies or adopts the family and calls ``adopt``.
+
+``RocksDBNamespacedTables`` has the interface of ``columnar.NamespacedTables``, its rows in a
+column family cut by key group; only an index of namespaces and the fired flags are in
+memory (see the class).
 """
 
 from __future__ import annotations

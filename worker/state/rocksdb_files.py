@@ -82,11 +82,18 @@ class NativeSnapshot(AsyncSnapshot):
         self.folder = folder
         self.metadata = metadata
         self.incremental = backend.incremental
+        self.extra: dict[str, pa.Table] = {}  # an operator's own small tables, written as they are
+
+    def with_tables(self, tables: dict[str, pa.Table]) -> NativeSnapshot:
+        """This snapshot plus ``tables`` (already made), still native: its checkpoint's files
+        are uploaded and the tables written beside the manifest."""
+        self.extra = {**self.extra, **tables}
+        return self
 
     def _canonical(self) -> dict[str, pa.Table]:
         db = open_read_only(self.folder)
         try:
-            return canonical_tables(db, self.metadata, self.backend.key_group_range)
+            return {**self.extra, **canonical_tables(db, self.metadata, self.backend.key_group_range)}
         finally:
             db.close()
 
@@ -95,8 +102,8 @@ class NativeSnapshot(AsyncSnapshot):
 
     def write_native(self, shared_dir: str | None, private_dir: str) -> tuple[dict[str, pa.Table], list[tuple[str, int]]]:
         """Upload the checkpoint's SST files (to ``shared_dir`` when incremental and given, once
-        per file; else to ``private_dir``); returns the tables to write (the manifest) and the
-        (URL, size) of each shared file the manifest references."""
+        per file; else to ``private_dir``); returns the tables to write (the manifest, and those
+        of ``with_tables``) and the (URL, size) of each shared file the manifest references."""
         rows: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
         shared: list[tuple[str, int]] = []
         snapshot_id = uuid.uuid4().hex
@@ -129,7 +136,7 @@ class NativeSnapshot(AsyncSnapshot):
                                                           self.backend.key_group_range.stop)):
                 rows[col].append(value)
         manifest = pa.table(rows, schema=MANIFEST_SCHEMA).replace_schema_metadata(self.metadata)
-        return {NATIVE_TABLE: manifest}, shared
+        return {**self.extra, NATIVE_TABLE: manifest}, shared
 
 
 def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> None:
