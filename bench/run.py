@@ -103,7 +103,7 @@ def _yarn_submit(args: argparse.Namespace) -> dict[str, Any]:
 def _state(args: argparse.Namespace) -> dict[str, Any]:
     from state_bench import run_state
 
-    return run_state(args.backend, args.keys, args.work_dir)
+    return run_state(args.backend, args.keys, args.work_dir, args.vectorised)
 
 
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
@@ -147,7 +147,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
               lambda p: (p.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap"),
                          p.add_argument("--keys", type=int, default=5_000_000),
                          p.add_argument("--work-dir", default=None, help="where checkpoints and RocksDB files go "
-                                        "(default: the temp dir)")), _state),
+                                        "(default: the temp dir)"),
+                         p.add_argument("--vectorised", action="store_true", help="the state of a STREAMING "
+                                        "key_by().sum() (an aggregate table) instead of a ValueState per key")), _state),
     "am-failover": ("session with a standby AppMaster (ZooKeeper HA): SIGKILL of the leader under a checkpointed "
                     "job -> every task RUNNING again; rows lost / duplicated",
                     lambda p: (p.add_argument("--rows", type=int, default=200_000),

@@ -2,12 +2,13 @@
 1% of the keys changed in between, then restored.
 
 One process, no cluster: the benchmark drives what a keyed task does with its state (a
-KeyedProcessFunction's ValueState per key: ``set_current_key``, ``value()``, ``update()``),
-takes snapshots with the real ``SnapshotWriter`` into a local checkpoint dir, and restores a new
+KeyedProcessFunction's ValueState per key: ``set_current_key``, ``value()``, ``update()``; or,
+with ``--vectorised``, a STREAMING ``key_by("k").sum("n")``'s aggregate table: ``upsert`` of
+100,000-key partial aggregates, as the operator does per batch), takes snapshots with the real ``SnapshotWriter`` into a local checkpoint dir, and restores a new
 backend from the written files with ``read_task_state`` as a restarted task does. Figures:
 
 - ``records_per_s``: state updates per second while loading the N keys (one read and one write
-  per record);
+  per record; vectorised: per key of the partial aggregates);
 - ``full_checkpoint_mb``: the bytes written by the first checkpoint (all the state);
 - ``incremental_checkpoint_mb``: the bytes written by the second one, after 1% of the keys
   changed (the hashmap backend has no incremental checkpoints: it writes everything again);
@@ -61,23 +62,71 @@ def _checkpoint(writer: Any, backend: Any, checkpoint_id: int) -> tuple[float, l
     return seconds, files
 
 
-def run_state(backend_kind: str, keys: int, work_dir: str | None = None) -> dict[str, Any]:
-    from yarnflow.common.api import ValueStateDescriptor
+class _ValueStates:
+    """A KeyedProcessFunction's ValueState per key: key i holds i (+1 when bumped)."""
+
+    def __init__(self, backend: Any) -> None:
+        from yarnflow.common.api import ValueStateDescriptor
+
+        self.backend = backend
+        self.state = backend.get_state(ValueStateDescriptor("count", default=0))
+
+    def add(self, keys: list[int] | range, amount: Any) -> None:
+        backend, state = self.backend, self.state
+        for i in keys:
+            backend.set_current_key((i,), i % MAX_PAR)
+            state.update(state.value() + amount(i))
+
+    def values(self, keys: list[int]) -> list[Any]:
+        out = []
+        for i in keys:
+            self.backend.set_current_key((i,), i % MAX_PAR)
+            out.append(self.state.value())
+        return out
+
+
+class _AggregateTable:
+    """A STREAMING ``key_by("k").sum("n")``'s table, upserted 100,000 keys at a time."""
+
+    batch = 100_000
+
+    def __init__(self, backend: Any) -> None:
+        self.table = backend.aggregate_table("aggregates", ["k"], [("n", "sum")])
+
+    def add(self, keys: list[int] | range, amount: Any) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        for start in range(0, len(keys), self.batch):
+            part = np.asarray(keys[start:start + self.batch], dtype=np.int64)
+            n = part if amount is _identity else np.full(len(part), amount(0), dtype=np.int64)
+            self.table.upsert(pa.table({"k": part, "n": n}))
+
+    def values(self, keys: list[int]) -> list[Any]:
+        import pyarrow as pa
+
+        out = self.table.upsert(pa.table({"k": pa.array(keys, pa.int64()), "n": pa.array([0] * len(keys), pa.int64())}))
+        return out.column("n").to_pylist()  # type: ignore[no-any-return]
+
+
+def _identity(i: int) -> int:
+    return i
+
+
+def run_state(backend_kind: str, keys: int, work_dir: str | None = None, vectorised: bool = False) -> dict[str, Any]:
     from yarnflow.common.messages import SHARED_STATE_FILE, TaskRestore
     from yarnflow.worker.runtime.checkpoints import SnapshotWriter, read_task_state
 
+    workload = _AggregateTable if vectorised else _ValueStates
     root = tempfile.mkdtemp(prefix="yarnflow-state-bench-", dir=work_dir)
     try:
         checkpoints, local = os.path.join(root, "checkpoints"), os.path.join(root, "local")
         writer = SnapshotWriter(checkpoints, "v", 0, 0, _Responder(), "state-bench")
         backend = _backend(backend_kind, local)
-        descriptor = ValueStateDescriptor("count", default=0)
-        state = backend.get_state(descriptor)
+        state = workload(backend)
 
         started = time.perf_counter()
-        for i in range(keys):
-            backend.set_current_key((i,), i % MAX_PAR)
-            state.update(state.value() + i)
+        state.add(range(keys), _identity)
         load_s = time.perf_counter() - started
 
         def written(files: list[Any], before: set[str]) -> int:
@@ -87,10 +136,8 @@ def run_state(backend_kind: str, keys: int, work_dir: str | None = None) -> dict
         full_s, files1 = _checkpoint(writer, backend, 1)
         full_bytes = written(files1, set())
         rnd = random.Random(1)
-        changed = rnd.sample(range(keys), max(1, keys // 100))
-        for i in changed:
-            backend.set_current_key((i,), i % MAX_PAR)
-            state.update(state.value() + 1)
+        changed = sorted(rnd.sample(range(keys), max(1, keys // 100)))
+        state.add(changed, lambda i: 1)
         incr_s, files2 = _checkpoint(writer, backend, 2)
         incr_bytes = written(files2, {f.path for f in files1 if f.name == SHARED_STATE_FILE})
         if hasattr(backend, "close"):
@@ -99,22 +146,19 @@ def run_state(backend_kind: str, keys: int, work_dir: str | None = None) -> dict
 
         started = time.perf_counter()
         restored = _backend(backend_kind, local)
-        restored_state = restored.get_state(descriptor)
+        restored_state = workload(restored)
         [tables] = read_task_state(TaskRestore(2, files2, False), 1)
         restored.restore(tables)
         restore_s = time.perf_counter() - started
 
         bumped = set(changed)
         sample = rnd.sample(range(keys), min(keys, 10_000))
-        ok = True
-        for i in sample:
-            restored.set_current_key((i,), i % MAX_PAR)
-            ok = ok and restored_state.value() == i + (1 if i in bumped else 0)
+        ok = restored_state.values(sample) == [i + (1 if i in bumped else 0) for i in sample]
         if hasattr(restored, "close"):
             restored.close()
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return {"name": "state", "backend": backend_kind, "keys": keys,
-                "records_per_s": round(keys / load_s),
+        return {"name": "state", "backend": backend_kind, "state": "aggregate_table" if vectorised else "value_state",
+                "keys": keys, "records_per_s": round(keys / load_s),
                 "full_checkpoint_mb": round(full_bytes / 1e6, 2),
                 "incremental_checkpoint_mb": round(incr_bytes / 1e6, 2),
                 "incremental_share": round(incr_bytes / full_bytes, 4) if full_bytes else None,

@@ -10,7 +10,8 @@ the database folder), ``path`` (the URL of its copy; null for the small files), 
 ``sha256`` (of the content), ``data`` (the content of the small files: CURRENT, MANIFEST,
 OPTIONS), ``snapshot`` (an id: one restore may read several) and ``kg_start``/``kg_stop`` (the
 key groups it holds). Its schema metadata records the states' kinds (``KINDS_KEY``), the timer
-services' states (``TIMERS_KEY``) and the max parallelism.
+services' states (``TIMERS_KEY``), the columnar states of vectorised operators, each a column
+family of its own (``rocksdb_columnar.COLUMNAR_KEY``), and the max parallelism.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def snapshots(manifest: pa.Table) -> list[pa.Table]:
 def canonical_batches(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range,
                       batch_rows: int = 65_536) -> Iterator[tuple[str, pa.RecordBatch]]:
     """The rows of the heap backend's ``keyed_state`` and ``timers`` tables for the entries of
-    ``db`` (a snapshot's database; ``metadata`` from the manifest) in ``key_group_range``, as
+    ``db`` (a snapshot's database; ``metadata`` from the manifest) in ``key_group_range``, and
+    the tables of its columnar states (named as the states, see ``rocksdb_columnar``), as
     (table name, record batch of at most ``batch_rows`` rows): a large state is never in memory
     as a whole. The batches' schemas carry the max parallelism."""
     kinds: dict[str, str] = json.loads(metadata[KINDS_KEY])
@@ -154,6 +156,20 @@ def canonical_batches(db: Rdict, metadata: dict[bytes, bytes], key_group_range: 
                 cols = [[] for _ in schemas[table].names]
         if cols[0]:
             yield table, pa.record_batch(cols, schema=schemas[table])
+    yield from _columnar_batches(db, metadata, key_group_range, present, batch_rows)
+
+
+def _columnar_batches(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range, present: set[str],
+                       batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The canonical tables of the columnar states in ``db`` (see ``rocksdb_columnar``)."""
+    from yarnflow.common.rocksdb_columnar import AGGREGATE_KIND, NAMESPACED_KIND, columnar_batches, columnar_states
+
+    for name, kind in sorted(columnar_states(metadata).items()):
+        if kind not in (AGGREGATE_KIND, NAMESPACED_KIND):
+            raise CorruptStateFileError(f"the RocksDB snapshot has columnar state {name!r} of unknown kind {kind!r}")
+        if name in present:
+            for batch in columnar_batches(kind, db.get_column_family(name), key_group_range, metadata, batch_rows):
+                yield name, batch
 
 
 def canonical_tables(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range) -> dict[str, pa.Table]:
@@ -165,7 +181,7 @@ def canonical_tables(db: Rdict, metadata: dict[bytes, bytes], key_group_range: r
 
 
 def native_to_canonical(manifest: pa.Table, work_dir: str | None = None) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The canonical ``keyed_state`` / ``timers`` rows of the native snapshot(s) ``manifest``
+    """The canonical ``keyed_state`` / ``timers`` / aggregate rows of the native snapshot(s) ``manifest``
     (what a savepoint holds), batch by batch (see ``canonical_batches``); its files are fetched
     into a temporary folder, removed when the iteration ends. Raises CorruptStateFileError when
     a file is missing or corrupt."""

@@ -6,8 +6,9 @@ shared file of the latest checkpoint falls back to the previous one; the working
 removed when the tasks end, also after a failure; and a savepoint taken on rocksdb restores on
 hashmap and back, counting every row once.
 
-The keyed operator is ``key_by().reduce()``: its per-key state is an entry of the backend (in
-RocksDB here), unlike ``sum()``'s columnar table."""
+The keyed operator is mostly ``key_by().reduce()``: its per-key state is an entry of the backend
+(in RocksDB here); one test runs a vectorised ``key_by().sum()``, whose table is a column family
+of its own, and checks that the checkpoints hold it."""
 
 from __future__ import annotations
 
@@ -50,10 +51,13 @@ def _add_failing_once(marker: str, acc: dict[str, Any], row: dict[str, Any]) -> 
 
 
 def _build(src: Path, out: Path, fn: Any = _add) -> Any:
+    """The job counting each key's rows with ``reduce(fn)``, or with the vectorised ``sum("n")``
+    when ``fn`` is None."""
     def build(env: Any) -> None:
         env.set_runtime_mode("STREAMING")
-        (env.read_text(str(src)).map_batches(_slow_parse, name="parse")
-            .key_by("k").reduce(fn, name="count").sink_to_parquet(str(out)))
+        keyed = env.read_text(str(src)).map_batches(_slow_parse, name="parse").key_by("k")
+        counted = keyed.sum("n", name="count") if fn is None else keyed.reduce(fn, name="count")
+        counted.sink_to_parquet(str(out))
     return build
 
 
@@ -99,6 +103,49 @@ def test_a_sigkilled_taskexecutor_on_rocksdb_loses_and_repeats_nothing(local_clu
                                         random.Random(4), (0.0, 1.0))
     assert_upsert_counts(out, _counts(rows))
     assert list((tmp_path / "checkpoints" / info.job_id / "shared").glob("*.sst")), "no incremental checkpoint"
+
+
+@pytest.mark.timeout(240)
+def test_a_vectorised_sum_keeps_its_table_in_rocksdb_and_survives_a_sigkilled_taskexecutor(
+        local_cluster: Any, tmp_path: Path) -> None:
+    import random
+
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    from yarnflow.common.rocksdb_columnar import columnar_states
+    from yarnflow.common.rocksdb_snapshot import native_to_canonical
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    rows = _write(src)
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    info = run_killing_one_taskexecutor(cluster, _build(src, out, None), "rocksdb-sum-kill", _rocksdb(tmp_path),
+                                        random.Random(5), (0.0, 1.0))
+    assert_upsert_counts(out, _counts(rows))
+    # the sum's table is a column family in the RocksDB checkpoints, not an Arrow table of its own
+    job_dir = tmp_path / "checkpoints" / info.job_id
+    latest = max(job_dir.glob("chk-*/_metadata"), key=lambda p: int(p.parent.name.split("-")[1]))
+    doc = json.loads(latest.read_text())
+    names = collections.Counter(f["name"] for st in doc["subtasks"].values() for f in st["files"])
+    assert "aggregates" not in names and names["rocksdb"] >= 2 and names["@shared"] >= 2, names
+    committed = pads.dataset(str(out), format="parquet").to_table()
+    totals = collections.defaultdict(set)
+    for k, n in zip(committed["k"].to_pylist(), committed["n"].to_pylist()):
+        totals[k].add(n)
+    in_checkpoint = 0
+    for st in doc["subtasks"].values():
+        for f in st["files"]:
+            if f["name"] != "rocksdb":
+                continue
+            manifest = pa.ipc.open_file(f["path"].removeprefix("file://")).read_all()
+            if "aggregates" not in columnar_states(manifest.schema.metadata):
+                continue
+            for name, batch in native_to_canonical(manifest):
+                assert name == "aggregates"
+                for k, n in zip(batch["k"].to_pylist(), batch["n"].to_pylist()):
+                    assert n in totals[k], f"{k}: {n} in the checkpoint was never committed"
+                    in_checkpoint += 1
+    assert in_checkpoint, "no key's total was in the RocksDB checkpoint"
 
 
 @pytest.mark.timeout(240)

@@ -197,6 +197,24 @@ def upsert_reference(model: dict[Any, list[Any]], rows: list[dict[str, Any]], fu
                 current[i] = a + b if fn == "sum" else min(a, b) if fn == "min" else max(a, b)
 
 
+def random_value(rnd: random.Random, t: pa.DataType) -> Any:
+    """A random value of Arrow type ``t`` (one in five None)."""
+    if rnd.random() < 0.2:
+        return None
+    n = rnd.randint(-50, 50)
+    if pa.types.is_string(t):
+        return f"v{n:+03d}"
+    if pa.types.is_timestamp(t):
+        return dt.datetime(2024, 1, 1) + dt.timedelta(microseconds=n * 1001)
+    if pa.types.is_date32(t):
+        return dt.date(2024, 1, 1) + dt.timedelta(days=n)
+    if pa.types.is_boolean(t):
+        return n > 0
+    if pa.types.is_decimal(t):
+        return Decimal(n) / 4
+    return float(n) / 4 if pa.types.is_floating(t) else n
+
+
 @pytest.mark.parametrize("types", [
     {"k": pa.int64(), "s": pa.int64(), "lo": pa.float64(), "hi": pa.int32()},
     {"k": pa.string(), "s": pa.float64(), "lo": pa.string(), "hi": pa.timestamp("us")},
@@ -207,20 +225,7 @@ def test_aggregate_table_upserts_like_a_dict_of_rows_with_nulls_and_types(types:
     rnd = random.Random(len(str(types)))
 
     def value(t: pa.DataType) -> Any:
-        if rnd.random() < 0.2:
-            return None
-        n = rnd.randint(-50, 50)
-        if pa.types.is_string(t):
-            return f"v{n:+03d}"
-        if pa.types.is_timestamp(t):
-            return dt.datetime(2024, 1, 1) + dt.timedelta(microseconds=n * 1001)
-        if pa.types.is_date32(t):
-            return dt.date(2024, 1, 1) + dt.timedelta(days=n)
-        if pa.types.is_boolean(t):
-            return n > 0
-        if pa.types.is_decimal(t):
-            return Decimal(n) / 4
-        return float(n) / 4 if pa.types.is_floating(t) else n
+        return random_value(rnd, t)
 
     b = backend()
     table = b.aggregate_table("aggs", ["k"], funcs)

@@ -8,6 +8,8 @@ each keeps only its key groups and together they emit the same."""
 from __future__ import annotations
 
 import random
+import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -32,6 +34,7 @@ from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.windows import WindowAggregateOperator, WindowJoinOperator
 from yarnflow.worker.runtime.elements import MAX_WATERMARK
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.state.rocksdb_files import NativeSnapshot
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 
@@ -81,19 +84,36 @@ def last_watermark(steps: list[Step]) -> int:
     return max([arg for kind, arg in steps if kind == "wm"], default=MIN_WM)
 
 
+def written(snapshot: Any, native: Path | None) -> dict[str, pa.Table]:
+    """The tables of ``snapshot`` as a restarted task reads them: Arrow IPC files; with
+    ``native`` (a folder), a RocksDB backend's snapshot is written in its native format there
+    (the manifest and SST files of a checkpoint), else as its canonical tables (a savepoint's)."""
+    if native is not None:
+        assert isinstance(snapshot, NativeSnapshot), f"not a RocksDB backend's native snapshot: {snapshot!r}"
+        try:
+            tables, _ = snapshot.write_native(None, str(native / uuid.uuid4().hex))
+        finally:
+            snapshot.release()
+        return through_ipc(tables)
+    return through_ipc(snapshot)
+
+
 def check_restores_exactly(make: Callable[[], Operator], steps: list[Step], points: list[int],
-                           parallelism: int = 1) -> None:
+                           parallelism: int = 1, context: dict[str, Any] | None = None,
+                           native: Path | None = None) -> None:
     """For each point: snapshot after ``steps[:at]`` (made after one more step ran), restore
     into ``parallelism`` subtasks, feed each the rest (its own keys only), compare with an
-    uninterrupted run."""
-    full = OperatorHarness(make(), schema=SCHEMA)
+    uninterrupted run. ``context``: fields of the operators' RuntimeContext (the state backend's
+    configuration); ``native``: see ``written``."""
+    context = context or {}
+    full = OperatorHarness(make(), schema=SCHEMA, **context)
     feed(full, steps)
     for at in points:
-        first = OperatorHarness(make(), schema=SCHEMA)
+        first = OperatorHarness(make(), schema=SCHEMA, **context)
         feed(first, steps[:at])
         snapshot = first.op.snapshot_state(at)
         feed(first, steps[at:at + 1])  # the operator goes on before the snapshot is made
-        state = through_ipc(snapshot)
+        state = written(snapshot, native)
         expected = normalise(full.steps[at:])
         got: list[list[Any]] = [[] for _ in expected]
         for index in range(parallelism):
@@ -105,7 +125,7 @@ def check_restores_exactly(make: Callable[[], Operator], steps: list[Step], poin
 
             op = make()
             restored = OperatorHarness(op, open=False, schema=SCHEMA, now=first.now if at else 0,
-                                       subtask_index=index, parallelism=parallelism)
+                                       subtask_index=index, parallelism=parallelism, **context)
             op.initialize_state(state)
             op.open()
             wm = last_watermark(steps[:at])
@@ -186,7 +206,15 @@ def test_a_restored_window_operator_fires_with_the_types_of_its_first_results() 
 @pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(20), SlidingEventTimeWindows.of(30, 10)])
 @pytest.mark.parametrize("join_fn", [None, pair_fn])
 def test_window_join_restores_exactly(assigner: Any, join_fn: Any) -> None:
+    check_join_restores_exactly(assigner, join_fn)
+
+
+def check_join_restores_exactly(assigner: Any, join_fn: Any, context: dict[str, Any] | None = None,
+                                native: Path | None = None) -> None:
+    """A window join snapshotted at several points and restored (see ``check_restores_exactly``)
+    emits what the uninterrupted one does from there on."""
     stream = join_stream(11)
+    context = context or {}
 
     def run(h: OperatorHarness, part: list[tuple[int, list[dict[str, Any]], int]]) -> None:
         for side, rows, wm in part:
@@ -201,18 +229,18 @@ def test_window_join_restores_exactly(assigner: Any, join_fn: Any) -> None:
     def make() -> WindowJoinOperator:
         return WindowJoinOperator(["k"], ["id"], assigner, "ts", "ts", join_fn=join_fn)
 
-    full = OperatorHarness(make())
+    full = OperatorHarness(make(), **context)
     run(full, stream)
     end(full)
     for at in (3, 17, 40):
-        first = OperatorHarness(make())
+        first = OperatorHarness(make(), **context)
         run(first, stream[:at])
         before = len(first.rows())
         snapshot = first.op.snapshot_state(1)
         run(first, stream[at:at + 2])
         op = make()
-        restored = OperatorHarness(op, open=False)
-        op.initialize_state(through_ipc(snapshot))
+        restored = OperatorHarness(op, open=False, **context)
+        op.initialize_state(written(snapshot, native))
         op.open()
         for side in (0, 1):  # the inputs' watermarks come again
             wms = [wm for s, _, wm in stream[:at] if s == side]

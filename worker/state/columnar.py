@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,7 @@ from yarnflow.worker.runtime.keygroups import key_groups
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.tables import require_columns
 
-__all__ = ["AggregateTable", "NamespacedTables"]
+__all__ = ["AggregateState", "AggregateTable", "NamespacedState", "NamespacedTables", "restore_namespaced"]
 
 _FUNCS = ("sum", "min", "max")
 _CHUNK_BITS = 16  # copy-on-write granularity of the value columns: 65,536 rows
@@ -160,6 +160,75 @@ class _FrozenValues:
         with self._lock:
             self._pending.clear()
             self._copies.clear()
+
+
+class AggregateState(Protocol):
+    """What a vectorised keyed aggregation needs of its state: this module's ``AggregateTable``
+    (in memory) or ``rocksdb_columnar.RocksDBAggregateTable`` (in RocksDB)."""
+
+    name: str
+    keys: list[str]
+    value_names: list[str]
+
+    def __len__(self) -> int: ...
+
+    def upsert(self, partial: pa.Table) -> pa.Table: ...
+
+    def snapshot_builder(self) -> tuple[Callable[[], pa.Table], Callable[[], None]]: ...
+
+    def restore(self, table: pa.Table) -> None: ...
+
+    def rows(self) -> pa.Table: ...
+
+
+class NamespacedState(Protocol):
+    """What the vectorised windows need of their state: this module's ``NamespacedTables`` (in
+    memory) or ``rocksdb_columnar.RocksDBNamespacedTables`` (in RocksDB)."""
+
+    name: str
+    key_columns: list[str]
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, namespace: int) -> bool: ...
+
+    def namespaces(self) -> list[int]: ...
+
+    def get(self, namespace: int) -> list[pa.Table]: ...
+
+    def count(self, namespace: int) -> int: ...
+
+    def add(self, namespace: int, table: pa.Table) -> None: ...
+
+    def replace(self, namespace: int, tables: list[pa.Table]) -> None: ...
+
+    def drop(self, namespace: int) -> None: ...
+
+    def flag(self, namespace: int) -> None: ...
+
+    def is_flagged(self, namespace: int) -> bool: ...
+
+    def clear(self) -> None: ...
+
+    def snapshot_builder(self) -> tuple[Callable[[], pa.Table], Callable[[], None]]: ...
+
+    def restore(self, table: pa.Table) -> None: ...
+
+
+def restore_namespaced(state: NamespacedState, table: pa.Table) -> None:
+    """Add the rows of ``table`` (a ``NamespacedTables`` snapshot table limited to the subtask's
+    key groups) to ``state``, either backend's."""
+    require_columns(table, state.name, ["namespace", "flagged", *state.key_columns])
+    if not table.num_rows:
+        return
+    namespaces = np.asarray(table.column("namespace").to_numpy(), dtype=np.int64)
+    flagged = np.asarray(table.column("flagged").to_numpy(zero_copy_only=False), dtype=bool)
+    rows = table.drop_columns([c for c in ("key_group", "namespace", "flagged") if c in table.column_names])
+    for ns in np.unique(namespaces).tolist():
+        mask = namespaces == ns
+        state.add(int(ns), rows.filter(pa.array(mask)))
+        if flagged[mask].any():
+            state.flag(int(ns))
 
 
 class AggregateTable:
@@ -344,6 +413,10 @@ class NamespacedTables:
     def get(self, namespace: int) -> list[pa.Table]:
         return self._tables.get(namespace, [])
 
+    def count(self, namespace: int) -> int:
+        """How many tables ``namespace`` holds (``len(get(namespace))``)."""
+        return len(self._tables.get(namespace, []))
+
     def add(self, namespace: int, table: pa.Table) -> None:
         self._tables.setdefault(namespace, []).append(table)
 
@@ -389,15 +462,4 @@ class NamespacedTables:
 
     def restore(self, table: pa.Table) -> None:
         """Add the rows of ``table`` (a snapshot table limited to this subtask's key groups)."""
-        require_columns(table, self.name, ["namespace", "flagged", *self.key_columns])
-        if not table.num_rows:
-            return
-        namespaces = np.asarray(table.column("namespace").to_numpy(), dtype=np.int64)
-        flagged = np.asarray(table.column("flagged").to_numpy(zero_copy_only=False), dtype=bool)
-        rows = table.drop_columns(["key_group", "namespace", "flagged"])
-        for ns in np.unique(namespaces).tolist():
-            mask = namespaces == ns
-            self.add(int(ns), rows.filter(pa.array(mask)))
-            if flagged[mask].any():
-                self._flagged.add(int(ns))
-
+        restore_namespaced(self, table)

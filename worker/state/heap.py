@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from yarnflow.common.api.state import StateDescriptor, StateDescriptorError
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA
-from yarnflow.worker.state.columnar import AggregateTable, NamespacedTables
+from yarnflow.worker.state.columnar import AggregateState, AggregateTable, NamespacedState, NamespacedTables
 from yarnflow.worker.state.errors import KeyGroupOutOfRangeError, NoCurrentKeyError, StateRestoreError
 from yarnflow.worker.state.objects import (
     ABSENT,
@@ -109,7 +109,7 @@ class HeapKeyedStateBackend:
         self._states: dict[str, _KeyedState] = {}
         self._timer_names: dict[str, tuple[str, str]] = {}   # state name -> (service, domain)
         self._timer_services: dict[str, Any] = {}
-        self._columnar: dict[str, AggregateTable | NamespacedTables] = {}
+        self._columnar: dict[str, AggregateState | NamespacedState] = {}
         self._key: tuple[Any, ...] | None = None
         self._key_group: int | None = None
 
@@ -191,13 +191,13 @@ class HeapKeyedStateBackend:
         self._register(state_name, "timer")
         self._timer_names[state_name] = (service, domain)
 
-    def aggregate_table(self, name: str, keys: list[str], values: list[tuple[str, str]]) -> AggregateTable:
+    def aggregate_table(self, name: str, keys: list[str], values: list[tuple[str, str]]) -> AggregateState:
         """A columnar state: one row of aggregates per key (see ``columnar.AggregateTable``)."""
         self._register(name, "aggregate_table")
         table = self._columnar[name] = AggregateTable(name, keys, values, self.max_parallelism)
         return table
 
-    def namespaced_tables(self, name: str, key_columns: list[str]) -> NamespacedTables:
+    def namespaced_tables(self, name: str, key_columns: list[str]) -> NamespacedState:
         """A columnar state: Arrow tables per namespace (see ``columnar.NamespacedTables``)."""
         self._register(name, "namespaced_tables")
         tables = self._columnar[name] = NamespacedTables(name, key_columns, self.max_parallelism)

@@ -1,15 +1,20 @@
 """The RocksDB keyed state backend (Flink's EmbeddedRocksDBStateBackend), on rocksdict.
 
 ``state.backend.type: rocksdb`` (see ``worker/operators/keyed.py: keyed_backend``). The same
-interface as ``HeapKeyedStateBackend`` (it is a subclass: registration, the current key and the
-columnar states are the heap's), so operators run unchanged on either; only the per-key entries
-(value, list, map, reducing and internal states, and timers) live on disk:
+interface as ``HeapKeyedStateBackend`` (it is a subclass: registration and the current key are
+the heap's), so operators run unchanged on either; the per-key entries (value, list, map,
+reducing and internal states, and timers) and the columnar states of the vectorised operators
+live on disk:
 
 - one RocksDB column family per state; the RocksDB key of an entry is its key group (2 bytes,
   big-endian) followed by the entry (``(key, namespace)``, or ``(key, namespace, timestamp)``
   for a timer) in the compact binary format of ``common/state_format.py``; the value is encoded so too
   (pickle only for types it does not know). The entries of a key-group range are therefore one
   contiguous scan, which is how a restore at another parallelism takes its part.
+- the columnar states (``aggregate_table``: a STREAMING ``key_by().sum()``; ``namespaced_tables``:
+  the vectorised windows and window joins) take a column family each too, with entries keyed
+  by key group the same way (see ``rocksdb_columnar.py`` and ``common/rocksdb_columnar.py``);
+  only small indexes of them stay in memory.
 - reads decode a fresh object per call. A mutable value handed out to be changed in place (a
   list being appended to, a dict, a user's object) is kept in a small write-back cache and
   written when the current key changes, at a snapshot, or before a scan: a change made in place
@@ -24,8 +29,9 @@ is the consistent view, taken in the time of a memtable flush, while the task go
 The rest happens on the snapshot writer's thread, see ``rocksdb_files.NativeSnapshot``: the
 native format (the SST files, uploaded once into the checkpoint's shared folder and referenced
 from then on when checkpoints are incremental) or the canonical Arrow tables of the heap backend
-(``build()``; what savepoints hold). Columnar states (``AggregateTable``, ``NamespacedTables``)
-stay in memory, as on the heap backend, and are written as their Arrow tables either way.
+(``build()``; what savepoints hold). The checkpoint covers the columnar states' families
+too, so they are in the native format (and its incremental uploads) like the rest; the
+manifest names them in its metadata, and their canonical tables are made from the files.
 
 ``restore(tables)`` takes canonical tables (a savepoint's, from either backend) or a native
 snapshot (``rocksdb`` table: a checkpoint's): one native snapshot of exactly this key-group range
@@ -46,6 +52,7 @@ from typing import Any
 import pyarrow as pa
 from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
 
+from yarnflow.common.rocksdb_columnar import AGGREGATE_KIND, COLUMNAR_KEY, NAMESPACED_KIND
 from yarnflow.common.rocksdb_snapshot import (
     KINDS_KEY,
     NATIVE_TABLE,
@@ -55,9 +62,11 @@ from yarnflow.common.rocksdb_snapshot import (
     scan,
 )
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA, decode, encode
+from yarnflow.worker.state.columnar import AggregateState, NamespacedState
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import IMMUTABLE, RESERVED_TABLES, HeapKeyedStateBackend
 from yarnflow.worker.state.objects import ABSENT, STATE_CLASSES
+from yarnflow.worker.state.rocksdb_columnar import RocksDBAggregateTable, RocksDBNamespacedTables
 from yarnflow.worker.state.tables import loads, owned_rows, require_columns
 
 __all__ = ["RocksDBKeyedStateBackend"]
@@ -109,6 +118,28 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                 cf = self.db.create_column_family(name, db_options())
             self._cfs[name] = cf
         return cf
+
+    def column_family(self, name: str) -> Rdict:
+        """The column family of state ``name`` (created when missing)."""
+        return self._cf(name)
+
+    def aggregate_table(self, name: str, keys: list[str], values: list[tuple[str, str]]) -> AggregateState:
+        """A columnar state in RocksDB: one row of aggregates per key, in a column family of its
+        own (see ``rocksdb_columnar.RocksDBAggregateTable``)."""
+        self._register(name, AGGREGATE_KIND)
+        table = self._columnar[name] = RocksDBAggregateTable(self, name, keys, values)
+        return table
+
+    def namespaced_tables(self, name: str, key_columns: list[str]) -> NamespacedState:
+        """A columnar state in RocksDB: Arrow tables per namespace, in a column family of its own
+        (see ``rocksdb_columnar.RocksDBNamespacedTables``)."""
+        self._register(name, NAMESPACED_KIND)
+        tables = self._columnar[name] = RocksDBNamespacedTables(self, name, key_columns)
+        return tables
+
+    def on_disk_columnar(self) -> dict[str, RocksDBAggregateTable | RocksDBNamespacedTables]:
+        """The columnar states kept in the database (their families are in its checkpoints)."""
+        return {n: t for n, t in self._columnar.items() if isinstance(t, (RocksDBAggregateTable, RocksDBNamespacedTables))}
 
     def close(self) -> None:
         """Close the database and remove its working files."""
@@ -220,7 +251,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     # ---- snapshots
 
     def snapshot(self) -> Any:
-        """A RocksDB checkpoint of the entries now plus the columnar states' views, as a
+        """A RocksDB checkpoint of every state now (the columnar ones' families too), as a
         ``NativeSnapshot`` (see the module docstring)."""
         from yarnflow.worker.state.rocksdb_files import NativeSnapshot
 
@@ -229,15 +260,16 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         folder = os.path.join(self.local_dir, f"snapshot-{self._snapshots}")
         shutil.rmtree(folder, ignore_errors=True)
         Checkpoint(self.db).create_checkpoint(folder)
-        columnar = {name: state.snapshot_builder() for name, state in self._columnar.items()}
-        return NativeSnapshot(self, folder, columnar, self.schema_metadata())
+        return NativeSnapshot(self, folder, self.schema_metadata())
 
     def schema_metadata(self) -> dict[bytes, bytes]:
-        """What a snapshot records about the states: their kinds, the timer services."""
+        """What a snapshot records about the states: their kinds, the timer services, the
+        columnar states in the database."""
         kinds = {n: k for n, k in self._kinds.items() if n not in self._columnar}
         return {MAX_PARALLELISM_KEY: str(self.max_parallelism).encode(),
                 KINDS_KEY: json.dumps(kinds, sort_keys=True).encode(),
-                TIMERS_KEY: json.dumps(self._timer_names, sort_keys=True).encode()}
+                TIMERS_KEY: json.dumps(self._timer_names, sort_keys=True).encode(),
+                COLUMNAR_KEY: json.dumps({n: self._kinds[n] for n in self.on_disk_columnar()}, sort_keys=True).encode()}
 
     # ---- restore
 

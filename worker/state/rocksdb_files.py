@@ -7,7 +7,7 @@ name in the database folder), ``path`` (the URL of its copy; null for the small 
 ``sha256`` (of the content) and ``data`` (the content of the small files: CURRENT, MANIFEST,
 OPTIONS, an empty log); plus ``snapshot`` (an id: one restore may read several) and
 ``kg_start``/``kg_stop`` (the key groups it holds). Its schema metadata records the states'
-kinds and the max parallelism.
+kinds, the columnar states in the database and the max parallelism.
 
 SST files are immutable, and are uploaded as they are:
 
@@ -29,13 +29,14 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import fsspec
 import pyarrow as pa
+from rocksdict import Rdict
 
 from yarnflow.common.messages import SHARED_STATE_FILE
+from yarnflow.common.rocksdb_columnar import columnar_states
 from yarnflow.common.rocksdb_snapshot import (
     KINDS_KEY,
     MANIFEST_SCHEMA,
@@ -43,12 +44,12 @@ from yarnflow.common.rocksdb_snapshot import (
     TIMERS_KEY,
     CorruptStateFileError,
     canonical_tables,
+    db_options,
     download,
     open_read_only,
     sha256_of,
     snapshots,
 )
-from yarnflow.common.state_format import MAX_PARALLELISM_KEY
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.tables import AsyncSnapshot
 
@@ -71,46 +72,38 @@ def _upload(local: str, url: str) -> None:
 
 
 class NativeSnapshot(AsyncSnapshot):
-    """A RocksDB backend's snapshot: its checkpoint folder (removed on release) and the views of
-    its columnar states. ``build()`` makes the canonical tables; ``write_native`` uploads the
-    files (see the module docstring)."""
+    """A RocksDB backend's snapshot: its checkpoint folder (removed on release), which holds
+    every state, the columnar ones too. ``build()`` makes the canonical tables; ``write_native``
+    uploads the files (see the module docstring)."""
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, folder: str,
-                 columnar: dict[str, tuple[Callable[[], pa.Table], Callable[[], None]]],
-                 metadata: dict[bytes, bytes]) -> None:
+    def __init__(self, backend: RocksDBKeyedStateBackend, folder: str, metadata: dict[bytes, bytes]) -> None:
         super().__init__(self._canonical, self._discard)
         self.backend = backend
         self.folder = folder
-        self.columnar = columnar
         self.metadata = metadata
         self.incremental = backend.incremental
+        self.extra: dict[str, pa.Table] = {}  # an operator's own small tables, written as they are
 
-    def _columnar_tables(self) -> dict[str, pa.Table]:
-        tables = {}
-        for name, (make, _) in self.columnar.items():
-            table = make()
-            if table.num_rows:
-                meta = {**(table.schema.metadata or {}), MAX_PARALLELISM_KEY: self.metadata[MAX_PARALLELISM_KEY]}
-                tables[name] = table.replace_schema_metadata(meta)
-        return tables
+    def with_tables(self, tables: dict[str, pa.Table]) -> NativeSnapshot:
+        """This snapshot plus ``tables`` (already made), still native: its checkpoint's files
+        are uploaded and the tables written beside the manifest."""
+        self.extra = {**self.extra, **tables}
+        return self
 
     def _canonical(self) -> dict[str, pa.Table]:
         db = open_read_only(self.folder)
         try:
-            tables = canonical_tables(db, self.metadata, self.backend.key_group_range)
+            return {**self.extra, **canonical_tables(db, self.metadata, self.backend.key_group_range)}
         finally:
             db.close()
-        return {**tables, **self._columnar_tables()}
 
     def _discard(self) -> None:
-        for _, discard in self.columnar.values():
-            discard()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def write_native(self, shared_dir: str | None, private_dir: str) -> tuple[dict[str, pa.Table], list[tuple[str, int]]]:
         """Upload the checkpoint's SST files (to ``shared_dir`` when incremental and given, once
-        per file; else to ``private_dir``); returns the tables to write (the manifest and the
-        columnar states) and the (URL, size) of each shared file the manifest references."""
+        per file; else to ``private_dir``); returns the tables to write (the manifest, and those
+        of ``with_tables``) and the (URL, size) of each shared file the manifest references."""
         rows: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
         shared: list[tuple[str, int]] = []
         snapshot_id = uuid.uuid4().hex
@@ -143,7 +136,7 @@ class NativeSnapshot(AsyncSnapshot):
                                                           self.backend.key_group_range.stop)):
                 rows[col].append(value)
         manifest = pa.table(rows, schema=MANIFEST_SCHEMA).replace_schema_metadata(self.metadata)
-        return {NATIVE_TABLE: manifest, **self._columnar_tables()}, shared
+        return {**self.extra, NATIVE_TABLE: manifest}, shared
 
 
 def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> None:
@@ -156,6 +149,11 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
     except CorruptStateFileError as exc:
         raise StateRestoreError(str(exc)) from None
     backend.adopt(json.loads(meta[KINDS_KEY]), json.loads(meta[TIMERS_KEY]))
+    columnar = backend.on_disk_columnar()
+    unknown = sorted(set(columnar_states(meta)) - set(columnar))
+    if unknown:
+        raise StateRestoreError(f"the snapshot has state {unknown} that this operator does not have "
+                                f"(it has {sorted(columnar) or 'no columnar state'})")
     own = backend.key_group_range
     for i, part in enumerate(parts):
         folder = os.path.join(backend.local_dir, f"restore-{i}")
@@ -166,6 +164,8 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
         start, stop = part.column("kg_start")[0].as_py(), part.column("kg_stop")[0].as_py()
         if len(parts) == 1 and (start, stop) == (own.start, own.stop) and not backend.key_groups_with_state():
             backend.replace_db(folder)
+            for table in columnar.values():
+                table.adopt()
             # the downloaded SSTs are the shared copies: the next checkpoint references them
             for row in part.to_pylist():
                 if row["path"] is not None and row["path"].endswith(f"/{row['sha256']}.sst"):
@@ -174,6 +174,10 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
         source = open_read_only(folder)
         try:
             backend.copy_range(source)
+            present = set(Rdict.list_cf(folder, db_options()))
+            for name, table in columnar.items():
+                if name in present:
+                    table.adopt(source)
         finally:
             source.close()
             shutil.rmtree(folder, ignore_errors=True)

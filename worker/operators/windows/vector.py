@@ -93,7 +93,7 @@ class VectorWindows:
             self.wins.add(start, part)
             if wm is not None and start + size - 1 <= wm:  # allowed lateness: fire again at once
                 self._refire(start, part)
-            elif len(self.wins.get(start)) > _COMPACT_PARTIALS:
+            elif self.wins.count(start) > _COMPACT_PARTIALS:
                 self.wins.replace(start, [self._combine(self.wins.get(start))])
 
     def _combine(self, partials: list[pa.Table], force: bool = False) -> pa.Table:
