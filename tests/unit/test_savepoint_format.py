@@ -76,6 +76,36 @@ def test_a_savepoint_is_self_contained_and_maps_by_uid_into_another_graph(tmp_pa
                    for s in op["subtasks"].values() for f in s["files"])
 
 
+def test_a_savepoint_copied_to_another_filesystem_restores_from_there(tmp_path: Path) -> None:
+    import fsspec
+
+    from yarnflow.common.messages import OperatorStateFile, TaskRestore
+    from yarnflow.worker.runtime.checkpoints import read_task_state
+
+    old = _graph(chained=False)
+    url = write_savepoint(str(tmp_path / "sps"), str(old.job_id), _checkpoint(tmp_path, old))
+    local = Path(url.removeprefix("file://"))
+    expected = {p.relative_to(local): ipc.open_file(str(p)).read_all() for p in local.rglob("*.arrow")}
+    memory = fsspec.filesystem("memory")
+    target = f"/sp-{old.job_id}"
+    memory.put(str(local), target, recursive=True)
+    shutil.rmtree(local)
+    shutil.rmtree(tmp_path / "chk-7")  # nothing left on the local disk
+    try:
+        doc = read_savepoint(f"memory://{target}")
+        meta = restore_metadata(doc, _graph(chained=False), allow_non_restored=False)
+        read = 0
+        for sub in meta["subtasks"].values():
+            assert all(f["path"].startswith(f"memory://{target}/") for f in sub["files"]), sub["files"]
+            restore = TaskRestore(7, [OperatorStateFile(f["operator_index"], f["name"], f["path"]) for f in sub["files"]])
+            for f, tables in zip(sub["files"], [t for op in read_task_state(restore, 1) for t in op.values()]):
+                assert tables.equals(expected[Path(f["path"].removeprefix(f"memory://{target}/"))])
+                read += 1
+        assert read == len(expected) == 4
+    finally:
+        memory.rm(target, recursive=True)
+
+
 def test_unclaimed_state_is_refused_unless_allowed(tmp_path: Path) -> None:
     old = _graph(chained=False)
     doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id), _checkpoint(tmp_path, old)))
