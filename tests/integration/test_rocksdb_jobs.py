@@ -127,7 +127,8 @@ def test_a_vectorised_sum_keeps_its_table_in_rocksdb_and_survives_a_sigkilled_ta
     latest = max(job_dir.glob("chk-*/_metadata"), key=lambda p: int(p.parent.name.split("-")[1]))
     doc = json.loads(latest.read_text())
     names = collections.Counter(f["name"] for st in doc["subtasks"].values() for f in st["files"])
-    assert "aggregates" not in names and names["rocksdb"] >= 2 and names["@shared"] >= 2, names
+    # (a sum subtask that had finished before the latest checkpoint has no files in it: FLIP-147)
+    assert "aggregates" not in names and names["rocksdb"] >= 1 and names["@shared"] >= 1, names
     committed = pads.dataset(str(out), format="parquet").to_table()
     totals = collections.defaultdict(set)
     for k, n in zip(committed["k"].to_pylist(), committed["n"].to_pylist()):
