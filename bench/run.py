@@ -32,7 +32,8 @@ def _w(name: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
 
         fn = workloads.run_w1 if name == "w1" else workloads.run_w2
         mode = args.mode or ("BATCH" if name == "w1" else "STREAMING")
-        return fn(records=args.records, parallelism=args.parallelism, input_dir=args.input, mode=mode)
+        conf = dict(kv.split("=", 1) for kv in args.conf) or None
+        return fn(records=args.records, parallelism=args.parallelism, input_dir=args.input, mode=mode, conf=conf)
 
     return run
 
@@ -40,6 +41,8 @@ def _w(name: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
 def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
     from rowpath import run_rowpath
 
+    if args.conf:
+        raise SystemExit("rowpath: -D is not supported (only w1 and w2 take configuration)")
     return run_rowpath(records=args.records, parallelism=args.parallelism, input_dir=args.input,
                        mode=args.mode or "BATCH")
 
@@ -50,6 +53,8 @@ def _w_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", default=None, help="a folder of Parquet files with the workload's columns")
     p.add_argument("--mode", choices=["STREAMING", "BATCH"], default=None,
                    help="runtime mode (default: BATCH for w1, STREAMING for w2)")
+    p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="configuration of the job's cluster, e.g. -D state.backend.type=rocksdb (w1, w2)")
 
 
 def _scheduling(args: argparse.Namespace) -> dict[str, Any]:
