@@ -103,6 +103,7 @@ def test_a_sigkilled_taskexecutor_on_rocksdb_loses_and_repeats_nothing(local_clu
                                         random.Random(4), (0.0, 1.0))
     assert_upsert_counts(out, _counts(rows))
     assert list((tmp_path / "checkpoints" / info.job_id / "shared").glob("*.sst")), "no incremental checkpoint"
+    _removed_soon(tmp_path)  # the killed TaskExecutor's too: the restarted tasks removed them
 
 
 @pytest.mark.timeout(240)

@@ -34,7 +34,7 @@ from yarnflow.worker.runtime.elements import MAX_WATERMARK
 from yarnflow.worker.runtime.keygroups import key_group_range
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
-from yarnflow.worker.state.localdir import attempt_dir, new_rocksdb_backend, release_attempt
+from yarnflow.worker.state.localdir import attempt_dir, new_rocksdb_backend, release_attempt, remove_orphans
 from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
 from yarnflow.worker.state.rocksdb_files import NativeSnapshot
 from yarnflow.worker.state.tables import loads, materialize
@@ -337,9 +337,34 @@ def test_operators_run_unchanged_on_rocksdb_and_the_working_files_go_with_the_ta
         results.append((h.rows(), hr.rows()))
     assert results[0] == results[1]
     folder = attempt_dir(config, "attempt-1")
-    assert len(os.listdir(folder)) == 2  # one folder per backend, under the attempt's
+    assert len([f for f in os.scandir(folder) if f.is_dir()]) == 2  # one folder per backend, under the attempt's
     release_attempt(config, "attempt-1")
     assert not os.path.exists(folder)
+
+
+def test_working_files_of_a_dead_taskexecutor_are_removed_by_the_next_process_that_uses_the_folder(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    base = tmp_path / "shared"
+    config = {"state.backend.rocksdb.localdir": str(base)}
+    # a process that made a backend and died without releasing it (a SIGKILLed TaskExecutor)
+    code = ("import os, signal; from yarnflow.worker.state.localdir import new_rocksdb_backend; "
+            f"new_rocksdb_backend({config!r}, 'dead-attempt', 'op', 128, range(128), False); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    subprocess.run([sys.executable, "-c", code], timeout=60)
+    dead = attempt_dir(config, "dead-attempt")
+    assert os.path.isdir(dead), "the killed process left no working files: the test proves nothing"
+    stray = base / "yarnflow-rocksdb" / "not-an-attempt"  # no owner file: not ours to remove
+    stray.mkdir()
+    live = new_rocksdb_backend(config, "live-attempt", "op", MAX_PAR, range(MAX_PAR), False)
+    try:
+        assert not os.path.exists(dead)
+        assert stray.is_dir() and os.path.isdir(live.local_dir)
+        assert remove_orphans(str(base / "yarnflow-rocksdb")) == []  # this process is alive: its folder stays
+    finally:
+        release_attempt(config, "live-attempt")
 
 
 def test_working_files_are_removed_when_the_backend_is_released_after_a_failure(tmp_path: Path) -> None:
