@@ -32,19 +32,21 @@ def _w(name: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
 
         fn = workloads.run_w1 if name == "w1" else workloads.run_w2
         mode = args.mode or ("BATCH" if name == "w1" else "STREAMING")
-        conf = dict(kv.split("=", 1) for kv in args.conf) or None
-        return fn(records=args.records, parallelism=args.parallelism, input_dir=args.input, mode=mode, conf=conf)
+        return fn(records=args.records, parallelism=args.parallelism, input_dir=args.input, mode=mode,
+                  conf=_conf(args))
 
     return run
+
+
+def _conf(args: argparse.Namespace) -> dict[str, str] | None:
+    return dict(kv.split("=", 1) for kv in args.conf) or None
 
 
 def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
     from rowpath import run_rowpath
 
-    if args.conf:
-        raise SystemExit("rowpath: -D is not supported (only w1 and w2 take configuration)")
     return run_rowpath(records=args.records, parallelism=args.parallelism, input_dir=args.input,
-                       mode=args.mode or "BATCH")
+                       mode=args.mode or "BATCH", conf=_conf(args))
 
 
 def _w_args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +56,7 @@ def _w_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["STREAMING", "BATCH"], default=None,
                    help="runtime mode (default: BATCH for w1, STREAMING for w2)")
     p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="configuration of the job's cluster, e.g. -D state.backend.type=rocksdb (w1, w2)")
+                   help="configuration of the job's cluster, e.g. -D state.backend.type=rocksdb")
 
 
 def _scheduling(args: argparse.Namespace) -> dict[str, Any]:

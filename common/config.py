@@ -261,6 +261,9 @@ class Options:
                                 "fetches it")
     TMP_DIRS = _opt("io.tmp.dirs", _parse_str, "local working directory")
     JM_MEMORY = _opt("jobmanager.memory.process.size", parse_size_bytes, "AppMaster container memory (YARN)")
+    PYTHON_VECTORIZE = _opt("python.row-functions.vectorize", _parse_bool,
+                            "run per-row map/filter functions that are plain column expressions (lookups, "
+                            "constants, arithmetic, comparisons) as Arrow compute on whole batches")
     PYTHON_EXECUTABLE = _opt("python.executable", _parse_str,
                              "Python of YARN containers (empty: the shipped venv's, else the client's)")
     YARN_APP_NAME = _opt("yarn.application.name", _parse_str, "YARN application name (empty: yarnflow + job)")

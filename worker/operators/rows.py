@@ -128,6 +128,16 @@ class RowBuffer:
                 f"operator '{self.op_name}' emitted rows on its {self.what} that do not match the schema "
                 f"fixed by its first rows ({self.schema}): {exc}") from None
 
+    def adopt(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """``batch``, made without rows (a lifted function), if it fits this stream's schema (fixing
+        it if not yet fixed); None if not (the rows then decide, with the usual errors)."""
+        if self.schema is None:
+            if self.head or self.tail or any(pa.types.is_null(f.type) for f in batch.schema):
+                return None
+            self.schema = batch.schema
+            return batch
+        return batch if batch.schema.equals(self.schema) else None
+
     def _columnar(self, rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch | None:
         """The fast path of ``to_batch``: rows that are plain dicts with exactly the schema's
         columns, values of its types; None for anything else (the general path decides)."""

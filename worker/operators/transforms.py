@@ -3,20 +3,27 @@
 Per-row functions take a row as a dict of column -> value. ``map`` returns a dict (or a
 scalar, put in column 'value'), ``filter`` a truth value, ``flat_map`` an iterable of such.
 The first output batch fixes the operator's output schema; a later row that does not fit it
-is an error naming the operator.
+is an error naming the operator. A ``map`` or ``filter`` function simple enough to read as column
+expressions (``lifting``) runs as Arrow compute on whole batches instead, unless the job sets
+``python.row-functions.vectorize: false``.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
+from yarnflow.common.config import Options
 from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.lifting import LiftedFunction, lift
 from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError, gc_paused, row_dicts
 
 __all__ = ["MapBatches", "RowFilter", "RowFlatMap", "RowMap", "SchemaMismatchError", "to_batches"]
+
+log = logging.getLogger(__name__)
 
 
 def to_batches(value: Any, op_name: str) -> list[pa.RecordBatch]:
@@ -63,6 +70,17 @@ def apply_rows(op: Operator, fn: Callable[[Any], Any], rows: list[dict[str, Any]
     return results
 
 
+def _lifted(op: Operator, fn: Callable[..., Any]) -> LiftedFunction | None:
+    option = Options.PYTHON_VECTORIZE
+    if not option.convert(op.ctx.config.get(option.key) or "true"):
+        return None
+    lifted = lift(fn, op.kind)
+    if lifted is not None:
+        log.info("%s '%s': its function %s runs as Arrow compute on whole batches (%s: false to call "
+                 "it per row)", op.kind, op.name, getattr(fn, "__qualname__", fn), option.key)
+    return lifted
+
+
 class _RowOperator(Operator):
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         super().__init__(name)
@@ -78,8 +96,20 @@ class _RowOperator(Operator):
 
 class RowMap(_RowOperator):
     kind = "map"
+    _lift: LiftedFunction | None = None
+
+    def open(self) -> None:
+        super().open()
+        self._lift = _lifted(self, self.fn)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if self._lift is not None:
+            out = self._lift.map_batch(batch)
+            if out is not None:
+                out = self._rows.adopt(out)
+            if out is not None:
+                self.output.collect(out)
+                return
         with gc_paused():
             self._emit_rows(apply_rows(self, self.fn, row_dicts(batch)))
 
@@ -90,16 +120,25 @@ def _truth_values(results: list[Any]) -> list[bool]:
 
 class RowFilter(Operator):
     kind = "filter"
+    _lift: LiftedFunction | None = None
 
     def __init__(self, fn: Callable[[dict[str, Any]], Any], name: str | None = None) -> None:
         super().__init__(name)
         self.fn = fn
 
+    def open(self) -> None:
+        super().open()
+        self._lift = _lifted(self, self.fn)
+
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-        with gc_paused():
-            # a result without a truth value raises as it is, before a later row's error would
-            mask = _truth_values(apply_rows(self, self.fn, row_dicts(batch), on_error=_truth_values))
-        out = batch.filter(pa.array(mask, pa.bool_()))
+        lifted_mask = self._lift.filter_mask(batch) if self._lift is not None else None
+        if lifted_mask is not None:
+            out = batch.filter(lifted_mask)
+        else:
+            with gc_paused():
+                # a result without a truth value raises as it is, before a later row's error would
+                mask = _truth_values(apply_rows(self, self.fn, row_dicts(batch), on_error=_truth_values))
+            out = batch.filter(pa.array(mask, pa.bool_()))
         if out.num_rows:
             self.output.collect(out)
 

@@ -1,0 +1,373 @@
+"""Simple per-row functions run as Arrow compute on whole batches.
+
+A per-row ``map`` or ``filter`` costs a Python dict per input row, a call per row and a value per
+output cell; most of that is gone when the function is simple enough to be read as an expression
+over columns. ``lift(fn, kind)`` reads the function's bytecode (straight-line code only) and
+returns an expression tree when every instruction is one of:
+
+- the row argument subscripted by a string constant (``r["word"]``), constants, module globals
+  and closure variables holding ``int`` / ``float`` / ``str`` / ``bool`` (read again for every
+  batch), local variables assigned from those;
+- ``+ - * /`` and unary minus on numbers, ``+`` on strings, the comparisons ``< <= == != > >=``,
+  ``is None`` / ``is not None``;
+- for ``map``: a dict with string-constant keys of such values, or one such value (the column
+  ``value``); for ``filter``: one value.
+
+Anything else (a call, an attribute, a branch, ``and`` / ``or``, a loop, a mutable global)
+leaves the function per row: that choice is made once per operator. The expression has no side
+effects by construction, so evaluating it instead of calling the function changes nothing a
+user can see, as long as it gives the same values. The evaluator refuses a batch (``None``: the
+operator then calls the function per row, which gives the function's own result or error)
+whenever Arrow and Python could differ:
+
+- a column of a type other than int64, double, string, bool (binary and date32 only passed
+  through): ``to_pylist`` would change it (int32 -> int) and Python's rules apply to the values;
+- nulls in a column used by arithmetic or a comparison (Python raises ``TypeError`` on ``None``);
+- integer overflow (Python's ints are unbounded: the per-row path raises when it converts),
+  a zero divisor (``ZeroDivisionError``), integers beyond 2**53 meeting floats (Python converts
+  them exactly; Arrow's casts refuse them);
+- operand types Python would reject (``1 + "a"``) or treat differently (``True + 1``,
+  ``1 == "1"``);
+- for ``filter``: a result that is not bool (truthiness of numbers and strings stays per row).
+
+``python.row-functions.vectorize: false`` turns this off for a job.
+"""
+
+from __future__ import annotations
+
+import dis
+import logging
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["LiftedFunction", "lift"]
+
+log = logging.getLogger(__name__)
+
+_SUPPORTED_PYTHON = ((3, 11), (3, 12), (3, 13))
+_ARITH = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked", "/": "divide"}
+_COMPARE = {"<": "less", "<=": "less_equal", "==": "equal", "!=": "not_equal", ">": "greater",
+            ">=": "greater_equal"}
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+_COMPUTED_TYPES = (pa.int64(), pa.float64(), pa.string(), pa.bool_())
+_PASSED_TYPES = (*_COMPUTED_TYPES, pa.binary(), pa.date32())
+
+
+# -- the expression tree -------------------------------------------------------------------------
+
+class _Row:
+    """The function's argument: only ever subscripted."""
+
+
+@dataclass(frozen=True)
+class _Column:
+    name: str
+
+
+@dataclass(frozen=True)
+class _Const:
+    value: Any
+
+
+@dataclass(frozen=True)
+class _Free:
+    """A module global or closure variable, read again for each batch."""
+    name: str
+    cell: int  # index into the closure, -1 for a global
+
+
+@dataclass(frozen=True)
+class _Binary:
+    op: str  # a key of _ARITH or _COMPARE
+    left: _Expr
+    right: _Expr
+
+
+@dataclass(frozen=True)
+class _Negate:
+    operand: _Expr
+
+
+@dataclass(frozen=True)
+class _IsNone:
+    operand: _Expr
+    negated: bool
+
+
+_Expr = Union[_Column, _Const, _Free, _Binary, _Negate, _IsNone]
+_EXPR_TYPES = (_Column, _Const, _Free, _Binary, _Negate, _IsNone)
+
+
+class _Refused(Exception):
+    """This batch goes per row."""
+
+
+# -- reading the bytecode ------------------------------------------------------------------------
+
+def _read(fn: types.FunctionType) -> Any:
+    """The value ``fn`` returns, as an expression tree (or dict of them); None if not liftable."""
+    code = fn.__code__
+    if (code.co_argcount != 1 or code.co_kwonlyargcount or code.co_posonlyargcount > 1
+            or code.co_flags & (0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200) or code.co_cellvars):
+        return None  # *args, **kwargs, generators, coroutines, or cells of its own
+    names: dict[str, Any] = {code.co_varnames[0]: _Row()}
+    stack: list[Any] = []
+
+    def pop() -> Any:
+        if not stack:
+            raise _Refused
+        return stack.pop()
+
+    try:
+        for ins in dis.get_instructions(code):
+            op = ins.opname
+            if op in ("RESUME", "NOP", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "NOT_TAKEN"):
+                continue
+            if op in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"):
+                if ins.argval not in names:
+                    return None
+                stack.append(names[ins.argval])
+            elif op in ("LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"):
+                for name in ins.argval:
+                    if name not in names:
+                        return None
+                    stack.append(names[name])
+            elif op == "STORE_FAST":
+                names[ins.argval] = pop()
+            elif op == "LOAD_CONST":
+                stack.append(_Const(ins.argval))
+            elif op == "RETURN_CONST":
+                return _Const(ins.argval)
+            elif op == "LOAD_GLOBAL":
+                if "NULL" in ins.argrepr:  # the start of a call
+                    return None
+                stack.append(_Free(ins.argval, -1))
+            elif op == "LOAD_DEREF":
+                if ins.argval not in code.co_freevars:
+                    return None
+                stack.append(_Free(ins.argval, code.co_freevars.index(ins.argval)))
+            elif op == "BINARY_SUBSCR":
+                key, obj = pop(), pop()
+                if not (isinstance(obj, _Row) and isinstance(key, _Const) and type(key.value) is str):
+                    return None
+                stack.append(_Column(key.value))
+            elif op in ("BINARY_OP", "COMPARE_OP"):
+                symbol = ins.argrepr
+                if symbol not in _ARITH and symbol not in _COMPARE:
+                    return None
+                right, left = pop(), pop()
+                stack.append(_Binary(symbol, _value(left), _value(right)))
+            elif op == "UNARY_NEGATIVE":
+                stack.append(_Negate(_value(pop())))
+            elif op == "IS_OP":
+                right, left = pop(), pop()
+                if isinstance(right, _Const) and right.value is None:
+                    operand = left
+                elif isinstance(left, _Const) and left.value is None:
+                    operand = right
+                else:
+                    return None
+                stack.append(_IsNone(_value(operand), negated=bool(ins.arg)))
+            elif op == "BUILD_CONST_KEY_MAP":
+                keys = pop()
+                values = [pop() for _ in range(ins.arg)][::-1]
+                if not isinstance(keys, _Const):
+                    return None
+                stack.append(_build_dict(list(keys.value), values))
+            elif op == "BUILD_MAP":
+                flat = [pop() for _ in range(2 * ins.arg)][::-1]
+                keys = []
+                for key in flat[0::2]:
+                    if not isinstance(key, _Const):
+                        return None
+                    keys.append(key.value)
+                stack.append(_build_dict(keys, flat[1::2]))
+            elif op == "RETURN_VALUE":
+                return pop()
+            else:
+                return None
+    except _Refused:
+        return None
+    return None
+
+
+def _value(item: Any) -> _Expr:
+    if not isinstance(item, _EXPR_TYPES):
+        raise _Refused  # the row itself, a dict, or a tuple constant inside an expression
+    return item
+
+
+def _build_dict(keys: list[Any], values: list[Any]) -> dict[str, _Expr]:
+    if any(type(k) is not str for k in keys) or len(keys) != len(values):
+        raise _Refused
+    out: dict[str, _Expr] = {}
+    for key, value in zip(keys, values):
+        out[key] = _value(value)  # a repeated key keeps its first place and last value, as Python
+    return out
+
+
+# -- evaluating it on a batch --------------------------------------------------------------------
+
+class LiftedFunction:
+    """A per-row function read as column expressions; ``map_batch`` / ``filter_mask`` return
+    None for a batch that must go per row."""
+
+    def __init__(self, fn: types.FunctionType, kind: str, result: Any) -> None:
+        self.fn = fn
+        self.kind = kind
+        self.outputs: dict[str, _Expr] = result if isinstance(result, dict) else {"value": result}
+        self._refused_schemas: set[pa.Schema] = set()
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        arrays = self._evaluate(batch)
+        if arrays is None:
+            return None
+        return pa.RecordBatch.from_arrays(arrays, names=list(self.outputs))
+
+    def filter_mask(self, batch: pa.RecordBatch) -> pa.Array | None:
+        arrays = self._evaluate(batch)
+        if arrays is None or arrays[0].type != pa.bool_():
+            return None
+        return arrays[0]
+
+    def _evaluate(self, batch: pa.RecordBatch) -> list[pa.Array] | None:
+        if batch.schema in self._refused_schemas:
+            return None
+        try:
+            return [self._output(expr, batch) for expr in self.outputs.values()]
+        except _Refused:
+            return None
+        except _TypeRefused:
+            self._refused_schemas.add(batch.schema)  # the same for every batch of this schema
+            return None
+        except (pa.ArrowException, ArithmeticError):  # an overflow, or a case not foreseen
+            return None
+
+    def _output(self, expr: _Expr, batch: pa.RecordBatch) -> pa.Array:
+        if isinstance(expr, _Column):
+            column = _column(batch, expr.name)
+            if column.type not in _PASSED_TYPES:
+                raise _TypeRefused
+            return column
+        value = self._eval(expr, batch)
+        if isinstance(value, pa.Scalar):
+            if not value.is_valid:
+                raise _TypeRefused  # a None column: its type is decided per row, later
+            return pa.repeat(value, batch.num_rows)
+        return value
+
+    def _eval(self, expr: _Expr, batch: pa.RecordBatch) -> pa.Array | pa.Scalar:
+        if isinstance(expr, _Column):
+            column = _column(batch, expr.name)
+            if column.type not in _COMPUTED_TYPES:
+                raise _TypeRefused
+            return column
+        if isinstance(expr, _Const):
+            return _scalar(expr.value)
+        if isinstance(expr, _Free):
+            return _scalar(self._free_value(expr))
+        if isinstance(expr, _IsNone):
+            operand = self._eval(expr.operand, batch)
+            if isinstance(operand, pa.Scalar):
+                return pa.scalar(operand.is_valid == expr.negated)
+            return pc.is_valid(operand) if expr.negated else pc.is_null(operand)
+        if isinstance(expr, _Negate):
+            operand = _no_nulls(self._eval(expr.operand, batch))
+            if operand.type not in (pa.int64(), pa.float64()):
+                raise _TypeRefused
+            return pc.negate_checked(operand)
+        left = _no_nulls(self._eval(expr.left, batch))
+        right = _no_nulls(self._eval(expr.right, batch))
+        return _binary(expr.op, left, right)
+
+    def _free_value(self, expr: _Free) -> Any:
+        if expr.cell >= 0:
+            try:
+                value = self.fn.__closure__[expr.cell].cell_contents  # type: ignore[index]
+            except (TypeError, IndexError, ValueError):  # an empty cell: per row raises NameError
+                raise _Refused from None
+        else:
+            if expr.name not in self.fn.__globals__:  # a builtin, or a NameError per row
+                raise _Refused
+            value = self.fn.__globals__[expr.name]
+        if type(value) not in (int, float, str, bool):
+            raise _Refused
+        return value
+
+
+class _TypeRefused(_Refused):
+    """Refused because of the batch's schema: every later batch of that schema is refused too."""
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    index = batch.schema.get_field_index(name)  # -1 when missing or repeated
+    if index < 0:
+        raise _TypeRefused  # per row: KeyError, or the last of the repeated columns
+    return batch.column(index)
+
+
+def _scalar(value: Any) -> pa.Scalar:
+    if value is None:
+        return pa.scalar(None, pa.null())
+    if type(value) is bool:
+        return pa.scalar(value, pa.bool_())
+    if type(value) is int:
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise _Refused
+        return pa.scalar(value, pa.int64())
+    if type(value) is float:
+        return pa.scalar(value, pa.float64())
+    if type(value) is str:
+        return pa.scalar(value, pa.string())
+    raise _TypeRefused  # bytes, tuples...
+
+
+def _no_nulls(value: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    if isinstance(value, pa.Scalar) and not value.is_valid:
+        raise _TypeRefused  # None in arithmetic or a comparison
+    if isinstance(value, pa.Array) and value.null_count:
+        raise _Refused
+    return value
+
+
+def _binary(op: str, left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    lt, rt = left.type, right.type
+    numeric = (pa.int64(), pa.float64())
+    if op in _COMPARE:
+        if not (lt in numeric and rt in numeric) and not (lt == rt and lt in (pa.string(), pa.bool_())):
+            raise _TypeRefused  # 1 == "1" is False per row, an error in Arrow: per row decides
+        return getattr(pc, _COMPARE[op])(left, right)
+    if op == "+" and lt == rt == pa.string():
+        return pc.binary_join_element_wise(left, right, "")
+    if lt not in numeric or rt not in numeric:
+        raise _TypeRefused  # bools count as ints in Python; strings only add to strings
+    if op == "/":
+        divisor = right
+        if (divisor.as_py() == 0 if isinstance(divisor, pa.Scalar)
+                else pc.any(pc.equal(divisor, 0)).as_py()):
+            raise _Refused  # ZeroDivisionError per row
+        return pc.divide(pc.cast(left, pa.float64()), pc.cast(right, pa.float64()))
+    return getattr(pc, _ARITH[op])(left, right)
+
+
+def lift(fn: Callable[..., Any], kind: str) -> LiftedFunction | None:
+    """``fn`` (the function of a ``map`` or ``filter``) as column expressions, or None."""
+    if sys.version_info[:2] not in _SUPPORTED_PYTHON or kind not in ("map", "filter"):
+        return None
+    if type(fn) is not types.FunctionType:  # bound methods, partials, callables, builtins
+        return None
+    result = _read(fn)
+    if result is None or isinstance(result, _Row):
+        return None
+    if isinstance(result, dict):
+        if kind != "map" or not result:
+            return None
+    elif not isinstance(result, _EXPR_TYPES):
+        return None
+    return LiftedFunction(fn, kind, result)
