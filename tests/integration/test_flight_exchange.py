@@ -350,3 +350,36 @@ def test_cancel_stops_a_reader_waiting_for_a_partition_to_appear(server, client)
     consumer.wait(5)
     assert time.monotonic() - started < SERVER_WAIT_S + 1.5
     assert consumer.error is None and consumer.elements == []
+
+
+def test_a_blocking_subpartition_is_served_a_batch_at_a_time_not_read_whole(manager, server):
+    """A consumer of a blocking partition holds a few batches in flight, never the whole file:
+    the server used to read the subpartition into memory before sending its first batch, so a
+    TaskExecutor's memory grew with the input of a BATCH job."""
+    import pyarrow.flight as flight
+
+    pid = ResultPartitionID.of("job", "producer", 0)
+    partition = manager.create_blocking(pid, 1)
+    batch = pa.record_batch({"v": np.arange(8192, dtype=np.int64)})  # 64 KiB
+    total = 400
+    for _ in range(total):
+        partition.add(0, batch)
+    partition.add(0, END_OF_PARTITION)
+    produced = 0
+    read = partition.read
+
+    def counting(index: int) -> Iterator[Any]:
+        nonlocal produced
+        for element in read(index):
+            produced += 1
+            yield element
+
+    partition.read = counting  # type: ignore[method-assign]
+    reader = flight.FlightClient(f"grpc://{server.address}").do_get(flight.Ticket(f"{pid}/0".encode()))
+    first = reader.read_chunk()
+    assert first.data.num_rows == 8192
+    time.sleep(0.5)  # let the server run as far ahead as gRPC's flow control lets it
+    ahead = produced
+    rows = first.data.num_rows + sum(chunk.data.num_rows for chunk in reader)
+    assert rows == total * 8192
+    assert ahead < total / 2, f"the server had read {ahead} of {total} batches for one sent"

@@ -12,6 +12,7 @@ and the client reopens it (the subpartition keeps its position).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -94,8 +95,8 @@ class DataServer(flight.FlightServerBase):
         schema = first.schema if isinstance(first, pa.RecordBatch) else _EMPTY_SCHEMA
         empty = pa.RecordBatch.from_pylist([], schema=schema)
 
-        def gen() -> Iterator[Any]:
-            for element in (first, *elements):
+        def gen() -> Iterator[Any]:  # one batch at a time: the file is never all in memory
+            for element in itertools.chain((first,), elements):
                 if isinstance(element, pa.RecordBatch):
                     yield element
                 else:
