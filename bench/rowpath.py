@@ -59,7 +59,7 @@ def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str |
         loop_rate = n / loop_s
         out: dict[str, Any] = {"name": "rowpath", "mode": mode, "records": n, "parallelism": parallelism,
                                "python_loop_records_per_s": round(loop_rate)}
-        for label, (rate, peak, ok) in runs.items():
+        for label, (rate, peak, _ok) in runs.items():
             out[f"{label}records_per_s"] = round(rate)
             out[f"{label}ratio_to_python_loop"] = round(rate / loop_rate, 2)
             out[f"{label}peak_rss_mb"] = round(peak / 2**20)

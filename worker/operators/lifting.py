@@ -176,12 +176,12 @@ def _read(fn: types.FunctionType) -> Any:
                 stack.append(_IsNone(_value(operand), negated=bool(ins.arg)))
             elif op == "BUILD_CONST_KEY_MAP":
                 keys = pop()
-                values = [pop() for _ in range(ins.arg)][::-1]
+                values = [pop() for _ in range(ins.arg or 0)][::-1]
                 if not isinstance(keys, _Const):
                     return None
                 stack.append(_build_dict(list(keys.value), values))
             elif op == "BUILD_MAP":
-                flat = [pop() for _ in range(2 * ins.arg)][::-1]
+                flat = [pop() for _ in range(2 * (ins.arg or 0))][::-1]
                 keys = []
                 for key in flat[0::2]:
                     if not isinstance(key, _Const):
