@@ -63,6 +63,7 @@ setup(
         "Flask>=3.0",  # the AppMaster's REST API and web UI
         "prometheus-client>=0.17",  # metrics.reporters: prom
         "rocksdict>=0.3.29,<0.4",  # state.backend.type: rocksdb (Checkpoint, column families, raw mode)
+        "wrapt>=1.14",  # post-import hooks (process.memory.defer-pandas-import)
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",

@@ -11,24 +11,28 @@ thread, each keeping what it freed) and pandas, which pyarrow imports the first 
   patterns and keep more);
 - glibc's malloc uses at most ``process.memory.malloc-arena-max`` arenas (0: glibc's default,
   8 per core) and gives freed memory at the top of the heap back above 128 KB;
-- with ``process.memory.defer-pandas-import`` (default on), pyarrow's pandas integration is
-  armed only when something imports pandas (user code, a pickled DataFrame): until then
-  ``pa.array`` does not load pandas. One thing pyarrow decides once and for all, at its first
-  conversion of Python objects, is whether pandas' ``NA`` / ``NaT`` scalars inside Python
-  values are nulls: in a process where pandas was deferred they are not recognised (a row
-  holding ``pd.NA`` fails to convert). A job that emits such values sets the option to false.
+- with ``process.memory.defer-pandas-import`` (default off, experimental), pyarrow does not
+  load pandas until something else imports it (user code, a pickled DataFrame); its Python-level
+  pandas support is switched on right after that import. Its C++ layer is not: pyarrow (26 read)
+  look pandas up once per process, at the first type inference of any Python value (even
+  ``import pyarrow.dataset`` makes one), and keep the answer. So in a deferring process that
+  later imports pandas, pandas scalars inside Python values convert as if pandas did not exist:
+  ``pd.NA`` and ``pd.NaT`` are not nulls with ``from_pandas=True`` (``Table.from_pandas`` of an
+  object column holding ``pd.NA`` fails), ``pd.DateOffset`` does not convert, and
+  ``pd.Timestamp`` / ``pd.Timedelta`` lose their nanoseconds. A process logs a warning when
+  this happens. Only jobs whose code never imports pandas should turn the option on.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
 import sys
-import threading
 from types import ModuleType
 from typing import Any, Sequence
 
@@ -79,14 +83,15 @@ def _configure_arrow_pool(name: str) -> None:
 def defer_pandas_import() -> None:
     """Keep pyarrow from importing pandas until something else does (see the module docstring).
 
-    pyarrow tries ``import pandas`` once, the first time it must tell whether a Python object is
-    a pandas Series; a failed try leaves pandas support off and a later explicit use retries.
-    So the first try is made now, with pandas hidden; a finder then waits for the first real
-    import of pandas and turns pyarrow's pandas support on right after it: pandas objects only
-    exist once pandas is imported, so pyarrow always recognises them."""
+    pyarrow's Cython layer tries ``import pandas`` once, the first time it must tell whether a
+    Python object is a pandas Series, and its C++ layer once, at its first type inference; a
+    failed try leaves pandas support off. Both tries are made now, with pandas hidden. A
+    post-import hook (wrapt's) turns the Cython layer's support on right after the first real
+    import of pandas, wherever it comes from."""
     if "pandas" in sys.modules or importlib.util.find_spec("pandas") is None:
         return
     import pyarrow.lib
+    import wrapt
 
     shim = getattr(pyarrow.lib, "_pandas_api", None)
     if shim is None:
@@ -98,7 +103,7 @@ def defer_pandas_import() -> None:
         pyarrow.lib.array([None, 1]).to_numpy(zero_copy_only=False)  # the C++ layer's (made once)
     finally:
         sys.meta_path.remove(hide)
-    sys.meta_path.insert(0, _ArmPyarrowOnPandasImport(shim))
+    wrapt.register_post_import_hook(functools.partial(_arm_pyarrow, shim), "pandas")
 
 
 class _HidePandas(importlib.abc.MetaPathFinder):
@@ -109,33 +114,15 @@ class _HidePandas(importlib.abc.MetaPathFinder):
         return None
 
 
-class _ArmPyarrowOnPandasImport(importlib.abc.MetaPathFinder):
-    """On the first ``import pandas``: let it load, then have pyarrow import it too."""
-
-    def __init__(self, shim: Any) -> None:
-        self._shim = shim
-        self._lock = threading.Lock()
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-                  ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "pandas":
-            return None
-        with self._lock:  # two task threads may import pandas at once: one arms pyarrow
-            if self not in sys.meta_path:
-                return None
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        loader = spec.loader if spec is not None else None
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        shim, exec_module = self._shim, loader.exec_module
-
-        def exec_then_arm(module: ModuleType) -> None:
-            exec_module(module)
-            try:
-                shim.pd  # noqa: B018 - pyarrow imports pandas now (found in sys.modules)
-            except ImportError:  # a pandas pyarrow does not support: it stays off, as without this
-                log.debug("pyarrow does not use this pandas", exc_info=True)
-
-        loader.exec_module = exec_then_arm  # type: ignore[method-assign]
-        return spec
+def _arm_pyarrow(shim: Any, pandas: ModuleType) -> None:
+    """pandas was just imported in a process that deferred it: pyarrow's Python-level support
+    goes on (pandas Series, DataFrames, ``to_pandas``), its C++ layer stays without it."""
+    del pandas
+    try:
+        shim.pd  # noqa: B018 - pyarrow imports pandas now (found in sys.modules)
+    except ImportError:  # a pandas pyarrow does not support: it stays off, as without deferral
+        log.debug("pyarrow does not use this pandas", exc_info=True)
+    log.warning("pandas was imported in a process started with process.memory.defer-pandas-import: "
+                "pyarrow converts pd.NA, pd.NaT, pd.DateOffset and the nanoseconds of pd.Timestamp / "
+                "pd.Timedelta inside Python values as if pandas were absent; set the option to false "
+                "for jobs that use pandas")

@@ -59,6 +59,26 @@ def test_a_pickled_dataframe_still_loads_and_converts():
     assert out == ["False", "1"]
 
 
+def test_looking_for_pandas_before_importing_it_still_arms_pyarrow():
+    """Key hashing looks pandas up (``find_spec``) without importing it; the user's later import
+    must still switch pyarrow's pandas support on (it stayed off: NaN in a Series was not null)."""
+    out = _run("""
+        import logging, sys
+        logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
+        import numpy as np
+        import pyarrow as pa
+        from yarnflow.common.memory import defer_pandas_import
+        defer_pandas_import()
+        from yarnflow.worker.runtime.keygroups import key_groups
+        key_groups(pa.table({"s": ["a"] * 100}), ["s"], 128)
+        print("pandas" in sys.modules)
+        import pandas as pd
+        print(pa.array(pd.Series([1.0, np.nan])).null_count)
+    """)
+    assert out[0] == "False" and out[-1] == "1"
+    assert "process.memory.defer-pandas-import" in " ".join(out)  # the warning names the option
+
+
 def test_without_deferral_pyarrow_loads_pandas_as_usual():
     out = _run("""
         import sys
