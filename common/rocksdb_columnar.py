@@ -39,12 +39,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from rocksdict import Rdict
 
 from yarnflow.common.state_format import MAX_PARALLELISM_KEY, decode
+
+if TYPE_CHECKING:  # rocksdict is loaded only by jobs on the rocksdb backend
+    from rocksdict import Rdict
 
 __all__ = ["AGGREGATE_KIND", "COLUMNAR_KEY", "NAMESPACED_KIND", "TYPES_KEY", "aggregate_batches", "columnar_batches",
            "columnar_states", "conform", "from_ipc", "from_storage", "namespaced_batches", "namespaced_entry", "read_namespaced",

@@ -21,14 +21,16 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import pyarrow as pa
-from rocksdict import AccessType, Options, Rdict
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA, decode, dumps
+
+if TYPE_CHECKING:  # rocksdict is loaded only where a RocksDB snapshot is read or written
+    from rocksdict import Options, Rdict
 
 __all__ = ["KINDS_KEY", "MANIFEST_SCHEMA", "NATIVE_TABLE", "TIMERS_KEY", "CorruptStateFileError", "canonical_batches",
            "canonical_tables",
@@ -53,6 +55,8 @@ def kg_prefix(kg: int) -> bytes:
 
 
 def db_options() -> Options:
+    from rocksdict import Options
+
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
@@ -63,6 +67,8 @@ def db_options() -> Options:
 
 
 def open_read_only(path: str) -> Rdict:
+    from rocksdict import AccessType, Rdict
+
     return Rdict(path, db_options(), access_type=AccessType.read_only())
 
 
@@ -133,7 +139,7 @@ def canonical_batches(db: Rdict, metadata: dict[bytes, bytes], key_group_range: 
     timer_names: dict[str, list[str]] = json.loads(metadata[TIMERS_KEY])
     meta = {MAX_PARALLELISM_KEY: metadata[MAX_PARALLELISM_KEY]}
     schemas = {"keyed_state": KEYED_STATE_SCHEMA.with_metadata(meta), "timers": TIMERS_SCHEMA.with_metadata(meta)}
-    present = set(Rdict.list_cf(db.path(), db_options()))
+    present = set(db.list_cf(db.path(), db_options()))
     for name in sorted(kinds):
         if name not in present:
             continue

@@ -125,3 +125,16 @@ def test_threads_importing_pandas_at_once_all_get_it():
         print(errors == [], done == [1] * 8)
     """)
     assert out == ["True", "True"]
+
+
+def test_processes_on_the_hashmap_backend_do_not_load_rocksdict():
+    """rocksdict (RocksDB) costs each process ~8 MB: only jobs on the rocksdb backend load it."""
+    out = _run("""
+        import sys
+        import yarnflow.am.appmaster, yarnflow.worker.taskexecutor.task_executor
+        print("rocksdict" in sys.modules)
+        from yarnflow.common.rocksdb_snapshot import db_options
+        db_options()
+        print("rocksdict" in sys.modules)
+    """)
+    assert out == ["False", "True"]

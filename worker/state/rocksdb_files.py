@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import fsspec
 import pyarrow as pa
-from rocksdict import Rdict
 
 from yarnflow.common.messages import SHARED_STATE_FILE
 from yarnflow.common.rocksdb_columnar import columnar_states
@@ -174,7 +173,7 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
         source = open_read_only(folder)
         try:
             backend.copy_range(source)
-            present = set(Rdict.list_cf(folder, db_options()))
+            present = set(source.list_cf(folder, db_options()))
             for name, table in columnar.items():
                 if name in present:
                     table.adopt(source)
