@@ -62,7 +62,8 @@ def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str |
         for label, (rate, peak, _ok) in runs.items():
             out[f"{label}records_per_s"] = round(rate)
             out[f"{label}ratio_to_python_loop"] = round(rate / loop_rate, 2)
-            out[f"{label}peak_rss_mb"] = round(peak / 2**20)
+            out[f"{label}peak_rss_mb"] = round(peak.peak_bytes / 2**20)
+            out[f"{label}peak_pss_mb"] = round(peak.peak_pss_bytes / 2**20)
         out["distinct_words"] = len(expected)
         out["verified"] = all(ok for _, _, ok in runs.values()) and loop_counts == expected
         return out

@@ -111,7 +111,8 @@ def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int
         return {"name": "w3", "engine": engine, "orders": n, "parallelism": parallelism,
                 "seconds": round(seconds, 3), "pyspark_seconds": round(p["seconds"], 3),
                 "pyspark_query_seconds": round(p["query_seconds"], 3),
-                "ratio_to_pyspark": round(seconds / p["seconds"], 3), "peak_rss_mb": round(peak / 2**20),
+                "ratio_to_pyspark": round(seconds / p["seconds"], 3), "peak_rss_mb": round(peak.peak_bytes / 2**20),
+                "peak_pss_mb": round(peak.peak_pss_bytes / 2**20),
                 "verified": _close(got, want) and _close(p["result"], want)}
     finally:
         if not input_dir:

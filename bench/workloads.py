@@ -2,7 +2,8 @@
 compare yarnflow with other engines on this machine. Data is generated as Parquet (or read
 from --input), the job runs on a local session cluster (2 TaskExecutors x 2 slots), and the
 throughput is measured from job submit to result in hand; the peak of the summed resident
-memory of the whole cluster and the client is sampled while the job runs."""
+memory (RSS) of the whole cluster and the client is sampled while the job runs, and beside it
+the peak of their summed proportional set size (PSS, shared library pages counted once)."""
 
 from __future__ import annotations
 
@@ -77,17 +78,22 @@ def reference_w2(folder: str) -> tuple[dict[tuple[int, int], float], float]:
 # ---- measurement -----------------------------------------------------------------------------
 
 class RssSampler:
-    """Peak of the summed RSS of the given root processes and all their descendants."""
+    """Peaks of the summed memory of the given root processes and all their descendants: RSS
+    (what the targets are stated in: each process counts every shared library page it touched,
+    so four processes count pyarrow's libraries four times) sampled every ``interval_s``, and PSS
+    (shared pages split between the processes that map them: the physical memory the cluster
+    takes) every other sample, as reading it costs ~1 ms a process."""
 
     def __init__(self, roots: list[int], interval_s: float = 0.05) -> None:
         self._roots = [psutil.Process(p) for p in roots]
         self._interval = interval_s
         self.peak_bytes = 0
+        self.peak_pss_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> int:
-        total = 0
+    def _sample(self, pss: bool) -> tuple[int, int]:
+        total = total_pss = 0
         seen: set[int] = set()
         for root in self._roots:
             try:
@@ -99,32 +105,43 @@ class RssSampler:
                     continue
                 seen.add(p.pid)
                 try:
-                    total += p.memory_info().rss
-                except psutil.NoSuchProcess:
+                    if pss:
+                        info = p.memory_full_info()
+                        total, total_pss = total + info.rss, total_pss + info.pss
+                    else:
+                        total += p.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
-        return total
+        return total, total_pss
+
+    def _record(self, pss: bool) -> None:
+        rss, pss_bytes = self._sample(pss)
+        self.peak_bytes = max(self.peak_bytes, rss)
+        self.peak_pss_bytes = max(self.peak_pss_bytes, pss_bytes)
 
     def _run(self) -> None:
+        tick = 0
         while not self._stop.is_set():
-            self.peak_bytes = max(self.peak_bytes, self._sample())
+            self._record(tick % 2 == 0)
+            tick += 1
             self._stop.wait(self._interval)
 
     def __enter__(self) -> RssSampler:
-        self.peak_bytes = self._sample()
+        self._record(True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak_bytes = max(self.peak_bytes, self._sample())
+        self._record(True)
 
 
 def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: str,
              conf: dict[str, str] | None = None,
-             watch: Callable[[Any], Callable[[], None]] | None = None) -> tuple[pa.Table, float, int]:
+             watch: Callable[[Any], Callable[[], None]] | None = None) -> tuple[pa.Table, float, RssSampler]:
     """Runs the pipeline ``build(env)`` on a fresh local session (configured with ``conf``);
-    returns (collected result, seconds from submit to result in hand, peak RSS bytes). The
+    returns (collected result, seconds from submit to result in hand, the memory peaks). The
     job's final status is left in ``LAST_JOB``. ``watch(cluster)``, when given, starts watching
     the cluster before the submit and returns what stops it."""
     import yarnflow
@@ -155,7 +172,7 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
             LAST_JOB[:] = [gw.get_job(job_id)]
         gw.close()
     assert table is not None
-    return table, seconds, rss.peak_bytes
+    return table, seconds, rss
 
 
 LAST_JOB: list[Any] = []
@@ -223,7 +240,8 @@ def run_w1(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None
         got = dict(zip(table["word"].to_pylist(), table["count"].to_pylist()))
         verified = got == expected and len(got) == table.num_rows
         return {"name": "w1", "mode": mode, "records": n, "parallelism": parallelism, "seconds": round(seconds, 3),
-                "records_per_s": round(n / seconds), "peak_rss_mb": round(peak / 2**20),
+                "records_per_s": round(n / seconds), "peak_rss_mb": round(peak.peak_bytes / 2**20),
+                "peak_pss_mb": round(peak.peak_pss_bytes / 2**20),
                 "pyarrow_records_per_s": round(n / ref_s), "distinct_words": len(got), "verified": verified}
     finally:
         if owned:
@@ -248,7 +266,8 @@ def run_w2(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None
         verified = len(got) == table.num_rows and got.keys() == expected.keys() and all(
             abs(got[k] - v) <= 1e-9 * max(1.0, abs(v)) for k, v in expected.items())
         return {"name": "w2", "mode": mode, "records": n, "parallelism": parallelism, "seconds": round(seconds, 3),
-                "records_per_s": round(n / seconds), "peak_rss_mb": round(peak / 2**20),
+                "records_per_s": round(n / seconds), "peak_rss_mb": round(peak.peak_bytes / 2**20),
+                "peak_pss_mb": round(peak.peak_pss_bytes / 2**20),
                 "pyarrow_records_per_s": round(n / ref_s), "windows": len(got), "verified": verified}
     finally:
         if owned:
