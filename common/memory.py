@@ -14,8 +14,8 @@ thread, each keeping what it freed) and pandas, which pyarrow imports the first 
 - with ``process.memory.defer-pandas-import`` (default off, experimental), pyarrow does not
   load pandas until something else imports it (user code, a pickled DataFrame); its Python-level
   pandas support is switched on right after that import. Its C++ layer is not: pyarrow (26 read)
-  look pandas up once per process, at the first type inference of any Python value (even
-  ``import pyarrow.dataset`` makes one), and keep the answer. So in a deferring process that
+  looks pandas up once per process, at the first type inference of any Python value (even
+  ``import pyarrow.dataset`` makes one), and keeps the answer. So in a deferring process that
   later imports pandas, pandas scalars inside Python values convert as if pandas did not exist:
   ``pd.NA`` and ``pd.NaT`` are not nulls with ``from_pandas=True`` (``Table.from_pandas`` of an
   object column holding ``pd.NA`` fails), ``pd.DateOffset`` does not convert, and
