@@ -353,33 +353,47 @@ def test_cancel_stops_a_reader_waiting_for_a_partition_to_appear(server, client)
 
 
 def test_a_blocking_subpartition_is_served_a_batch_at_a_time_not_read_whole(manager, server):
-    """A consumer of a blocking partition holds a few batches in flight, never the whole file:
-    the server used to read the subpartition into memory before sending its first batch, so a
-    TaskExecutor's memory grew with the input of a BATCH job."""
+    """A consumer of a blocking partition gets its first batch while the server has read only a
+    few: the server used to read the subpartition into memory before sending its first batch, so
+    a TaskExecutor's memory grew with the input of a BATCH job. The server's reader is held after
+    a few batches; a server that reads the whole file first never sends anything while held.
+    (Counting how far the server ran ahead in a fixed time depended on how far gRPC's window had
+    grown on the machine: it failed on CI.)"""
     import pyarrow.flight as flight
 
     pid = ResultPartitionID.of("job", "producer", 0)
     partition = manager.create_blocking(pid, 1)
     batch = pa.record_batch({"v": np.arange(8192, dtype=np.int64)})  # 64 KiB
-    total = 400
-    for _ in range(total):
-        partition.add(0, batch)
+    total, held_after = 400, 4
+    for i in range(total):
+        partition.add(0, batch.set_column(0, "v", pa.array(np.full(8192, i, dtype=np.int64))))
     partition.add(0, END_OF_PARTITION)
     produced = 0
+    release = threading.Event()
     read = partition.read
 
-    def counting(index: int) -> Iterator[Any]:
+    def held(index: int) -> Iterator[Any]:
         nonlocal produced
         for element in read(index):
+            if produced == held_after:
+                release.wait(30)
             produced += 1
             yield element
 
-    partition.read = counting  # type: ignore[method-assign]
+    partition.read = held  # type: ignore[method-assign]
     reader = flight.FlightClient(f"grpc://{server.address}").do_get(flight.Ticket(f"{pid}/0".encode()))
-    first = reader.read_chunk()
-    assert first.data.num_rows == 8192
-    time.sleep(0.5)  # let the server run as far ahead as gRPC's flow control lets it
-    ahead = produced
-    rows = first.data.num_rows + sum(chunk.data.num_rows for chunk in reader)
-    assert rows == total * 8192
-    assert ahead < total / 2, f"the server had read {ahead} of {total} batches for one sent"
+    first: list[Any] = []
+    got_first = threading.Thread(target=lambda: first.append(reader.read_chunk()), daemon=True)
+    got_first.start()
+    got_first.join(10)
+    try:
+        assert first, f"no batch reached the consumer while the server's reader was held after {held_after}"
+    except AssertionError:
+        reader.cancel()  # or the server's shutdown waits for a stream nobody reads
+        raise
+    finally:
+        release.set()
+    values = first[0].data.column(0).to_numpy().tolist() + [
+        v for chunk in reader for v in chunk.data.column(0).to_numpy().tolist()
+    ]
+    assert values == [i for i in range(total) for _ in range(8192)]
