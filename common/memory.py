@@ -32,6 +32,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
+import os
 import sys
 from types import ModuleType
 from typing import Any, Sequence
@@ -42,6 +43,7 @@ ALLOCATORS = ("system", "mimalloc", "jemalloc")
 _M_TRIM_THRESHOLD = -1
 _M_ARENA_MAX = -8
 _TRIM_THRESHOLD_BYTES = 128 * 1024
+_ARROW_POOL_VAR = "ARROW_DEFAULT_MEMORY_POOL"
 
 
 def configure_process_memory(arrow_allocator: str, malloc_arena_max: int, defer_pandas: bool) -> None:
@@ -67,17 +69,28 @@ def _configure_malloc(arena_max: int) -> None:
 
 
 def _configure_arrow_pool(name: str) -> None:
+    """Arrow's Python layer allocates from the pool ``pa.set_memory_pool`` names; its C++ layer
+    (Acero's group-by, Flight, the Parquet reader's internals) from the pool that
+    ``ARROW_DEFAULT_MEMORY_POOL`` named when pyarrow was loaded, which ``set_memory_pool`` does
+    not change. Both are set here: the variable while pyarrow is not loaded yet (an entry point
+    applies its settings before any import of pyarrow), the Python layer's pool always."""
+    if "pyarrow" not in sys.modules:
+        os.environ[_ARROW_POOL_VAR] = name
     import pyarrow as pa
 
+    internal = pa.default_memory_pool().backend_name  # the C++ layer's, unless set before
     makers = {"system": pa.system_memory_pool, "mimalloc": pa.mimalloc_memory_pool,
               "jemalloc": pa.jemalloc_memory_pool}
     try:
         pool = makers[name]()
     except (KeyError, NotImplementedError, pa.ArrowException) as exc:  # jemalloc is not in every build
-        log.warning("Arrow allocator %r is not available (%s); keeping %s", name, exc,
-                    pa.default_memory_pool().backend_name)
+        log.warning("Arrow allocator %r is not available (%s); keeping %s", name, exc, internal)
         return
     pa.set_memory_pool(pool)
+    if internal != name:
+        log.warning("pyarrow was loaded before process.memory.arrow-allocator was applied: Arrow's C++ "
+                    "layer (group-by, Flight, Parquet) keeps allocating from %s, its Python layer from %s",
+                    internal, name)
 
 
 def defer_pandas_import() -> None:
