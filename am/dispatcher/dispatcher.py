@@ -402,6 +402,9 @@ class Dispatcher:
             return list(self._running.values())
 
     def cancel_all(self, timeout_s: float) -> None:
+        """The cluster ends: every job is cancelled (waiting up to ``timeout_s`` for each)."""
+        if self._retention_timer is not None:
+            self._retention_timer.cancel()
         for jm in self.running_job_masters():
             jm.cancel()
         with self._lock:

@@ -55,7 +55,12 @@ class RpcServer:
         return f"{self.host}:{self.port}"
 
     def start(self) -> RpcServer:
-        self._listen.listen()
+        try:
+            self._listen.listen()
+        except OSError as exc:
+            self._listen.close()
+            raise OSError(exc.errno, f"{self._name} cannot listen on {self.host}:{self._listen.port}: "
+                                     f"{exc.strerror or exc}") from exc
         sock = self._listen.handle
         assert sock is not None
         self.port = sock.getsockname()[1]
