@@ -95,6 +95,7 @@ class AppMaster:
         self._followed_another = False
         self._term_lock = threading.RLock()
         self._stopped = threading.Event()
+        self._finished = threading.Event()  # shutdown() is over: threads joined, TaskExecutors stopped
         self._stop_lock = threading.Lock()
         # typed as what they forward to
         self.rm_proxy = cast(ResourceManager, _LeaderComponent(self, "rm"))
@@ -213,7 +214,12 @@ class AppMaster:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
+        """True once this AppMaster is shutting down (or stopped), False after ``timeout``."""
         return self._stopped.wait(timeout)
+
+    def wait_finished(self, timeout: float | None = None) -> bool:
+        """True once its shutdown is over: servers stopped, TaskExecutors stopped or kept."""
+        return self._finished.wait(timeout)
 
     def end_cluster(self) -> None:
         """Stop this AppMaster and end its cluster with it (a per-job application whose job
@@ -240,34 +246,38 @@ class AppMaster:
         with self._stop_lock:
             if self._stopped.is_set():
                 return
-            cluster_ends = self.ha.kind == "none" or self.ha.cluster_shut_down() or bool(self.shutdown_reason)
-            log.info("AppMaster shutting down (%s)", "the cluster ends" if cluster_ends
-                     else "high availability: its jobs go on under the next leader")
-            with self._term_lock:
-                dispatcher, rm = self.dispatcher, self.rm
-                if dispatcher is not None:
-                    dispatcher._accepting = False  # noqa: SLF001
-                    if cluster_ends:
-                        dispatcher.cancel_all(timeout_s=10)
-                    else:
-                        dispatcher.suspend_all("its AppMaster is shutting down")
-                if rm is not None:
-                    if cluster_ends:
-                        rm.stop()
-                    else:
-                        rm.suspend()
-                self.dispatcher = self.rm = None
+            try:
+                cluster_ends = self.ha.kind == "none" or self.ha.cluster_shut_down() or bool(self.shutdown_reason)
+                log.info("AppMaster shutting down (%s)", "the cluster ends" if cluster_ends
+                         else "high availability: its jobs go on under the next leader")
+                with self._term_lock:
+                    dispatcher, rm = self.dispatcher, self.rm
+                    if dispatcher is not None:
+                        dispatcher._accepting = False  # noqa: SLF001
+                        if cluster_ends:
+                            dispatcher.cancel_all(timeout_s=10)
+                        else:
+                            dispatcher.suspend_all("its AppMaster is shutting down")
+                    if rm is not None:
+                        if cluster_ends:
+                            rm.stop()
+                        else:
+                            rm.suspend()
+                    self.dispatcher = self.rm = None
+                    self._stopped.set()
+                self._quietly(self._election.stop)
+                self._quietly(self._retrieval.stop)
+                self._quietly(self.ha.close)
+                for listener in self.on_shutdown:
+                    self._quietly(lambda listener=listener: listener(cluster_ends, self.shutdown_reason))
+                self.server.stop()
+                for endpoint in (self.rest, self.metrics):
+                    if endpoint is not None:
+                        self._quietly(endpoint.stop)
+                log.info("AppMaster stopped")
+            finally:
                 self._stopped.set()
-            self._quietly(self._election.stop)
-            self._quietly(self._retrieval.stop)
-            self._quietly(self.ha.close)
-            for listener in self.on_shutdown:
-                self._quietly(lambda listener=listener: listener(cluster_ends, self.shutdown_reason))
-            self.server.stop()
-            for endpoint in (self.rest, self.metrics):
-                if endpoint is not None:
-                    self._quietly(endpoint.stop)
-            log.info("AppMaster stopped")
+                self._finished.set()
 
     @staticmethod
     def _quietly(fn: Any) -> None:

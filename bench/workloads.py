@@ -143,7 +143,9 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
     """Runs the pipeline ``build(env)`` on a fresh local session (configured with ``conf``);
     returns (collected result, seconds from submit to result in hand, the memory peaks). The
     job's final status is left in ``LAST_JOB``. ``watch(cluster)``, when given, starts watching
-    the cluster before the submit and returns what stops it."""
+    the cluster before the submit and returns what stops it. The AppMaster runs on this
+    process's threads, as under ``env.execute()``, except when watched (the watcher counts the
+    CPU of the cluster's processes by their pids) or with high availability."""
     import yarnflow
     from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
     from yarnflow.common.states import JobStatus
@@ -152,7 +154,11 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
     from yarnflow.packaging import upload_artifact
     from yarnflow.worker.operators.sinks import read_collected
 
-    with LocalCluster(2, 2, conf or {}) as cluster:
+    from yarnflow.common.config import Configuration
+    from yarnflow.common.ha import ha_enabled
+
+    in_process = watch is None and not ha_enabled(Configuration.load(conf or {}))
+    with LocalCluster(2, 2, conf or {}, appmaster_in_process=in_process) as cluster:
         gw = RemoteDispatcherGateway(cluster.address, 600_000)
         storage = gw.cluster_info().storage_dir
         env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism, runtime_mode=mode)

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import JobFailedError, RefusedError, RpcTimeoutError, UnavailableError
+from yarnflow.common.ha import ha_enabled
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo, VertexStatus
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
@@ -249,7 +250,10 @@ class LocalContext(ClusterContext):
         from yarnflow.local_cluster import LocalCluster
 
         compile_job(env, job_name)  # fail on a bad pipeline before starting any process
-        cluster = LocalCluster(self.taskexecutors, self.slots, self.conf)
+        # the AppMaster on this process's threads (one process fewer), unless it must be able to
+        # fail over (high availability): then it runs as a process of its own
+        in_process = not ha_enabled(Configuration.load(self.conf))
+        cluster = LocalCluster(self.taskexecutors, self.slots, self.conf, appmaster_in_process=in_process)
         self.cluster = cluster
         try:
             cluster.start(wait_for_taskexecutors=False)

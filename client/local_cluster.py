@@ -1,6 +1,10 @@
-"""An embedded local cluster: one AppMaster process that starts its TaskExecutors as local
-processes. No Hadoop. Used by ``yarnflow run`` without ``--address``, by
+"""An embedded local cluster: one AppMaster that starts its TaskExecutors as local processes.
+No Hadoop. Used by ``yarnflow run`` without ``--address``, by
 ``yarnflow session start --target local``, by tests and by benchmarks.
+
+The AppMaster runs in a process of its own, or with ``appmaster_in_process=True`` on threads of
+the calling process (``yarnflow.local_appmaster``: one process and ~90 MB fewer; what
+``yarnflow run`` and ``env.execute()`` use when high availability is off).
 
 With ZooKeeper high availability in its configuration, ``standby`` more AppMasters run beside
 the first (each with its own work dir under this cluster's); the one ZooKeeper elects leads, and
@@ -14,6 +18,7 @@ Every process it starts is stopped by ``stop()`` (and dies with this process oth
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -21,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 import psutil
 
@@ -30,7 +35,12 @@ from yarnflow.common.errors import UnavailableError, YarnflowError
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 
+if TYPE_CHECKING:
+    from yarnflow.local_appmaster import InProcessAppMaster
+
 CLUSTER_VAR = "YARNFLOW_LOCAL_CLUSTER"
+log = logging.getLogger(__name__)
+AppMasterHandle = Union[subprocess.Popen[bytes], "InProcessAppMaster"]
 
 
 class ClusterStartError(YarnflowError, RuntimeError):
@@ -40,7 +50,7 @@ class ClusterStartError(YarnflowError, RuntimeError):
 class LocalCluster:
     def __init__(self, taskexecutors: int = 2, slots: int = 2, conf: Mapping[str, str] | None = None,
                  work_dir: str | None = None, keep_work_dir: bool = False, die_with_parent: bool = True,
-                 standby: int = 0) -> None:
+                 standby: int = 0, appmaster_in_process: bool = False) -> None:
         self.taskexecutors = taskexecutors
         self.slots = slots
         self.conf = dict(conf or {})
@@ -51,12 +61,16 @@ class LocalCluster:
                                     "high-availability.type=zookeeper, high-availability.zookeeper.quorum and "
                                     "high-availability.storageDir")
         self.standby = standby
+        if appmaster_in_process and self.ha:
+            raise ClusterStartError("an AppMaster in the calling process is for clusters without high "
+                                    "availability: failing over needs AppMasters that can die apart from it")
+        self.appmaster_in_process = appmaster_in_process
         self._own_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="yarnflow-local-")
         self.keep_work_dir = keep_work_dir
         self._die_with_parent = die_with_parent
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.procs: list[subprocess.Popen[bytes]] = []  # every AppMaster, the first (proc) included
+        self.proc: AppMasterHandle | None = None
+        self.procs: list[AppMasterHandle] = []  # every AppMaster, the first (proc) included
         self.address = ""
         self.log_path = os.path.join(self.work_dir, "log", "appmaster.log")
 
@@ -92,10 +106,12 @@ class LocalCluster:
             self.wait_for_taskexecutors(self.taskexecutors, deadline - time.monotonic(), interrupted)
         return self
 
-    def _start_appmaster(self, work_dir: str, log_path: str, address_file: str) -> subprocess.Popen[bytes]:
+    def _start_appmaster(self, work_dir: str, log_path: str, address_file: str) -> AppMasterHandle:
         conf = {"taskmanager.numberOfTaskSlots": str(self.slots),
                 "slotmanager.number-of-slots.min": str(self.taskexecutors * self.slots),
                 **self.conf}
+        if self.appmaster_in_process:
+            return self._start_appmaster_in_process(conf, work_dir, log_path, address_file)
         cmd = [sys.executable, "-m", "yarnflow.am", "--cluster-id", os.path.basename(self.work_dir),
                "--work-dir", work_dir, "--address-file", address_file]
         if self._die_with_parent:
@@ -108,7 +124,24 @@ class LocalCluster:
         self.procs.append(proc)
         return proc
 
-    def appmasters(self) -> dict[str, subprocess.Popen[bytes]]:
+    def _start_appmaster_in_process(self, conf: Mapping[str, str], work_dir: str, log_path: str,
+                                    address_file: str) -> InProcessAppMaster:
+        from yarnflow.common.errors import ConfigurationError, CoordinationUnavailableError
+        from yarnflow.local_appmaster import InProcessAppMaster
+
+        try:
+            am = InProcessAppMaster(Configuration.load(conf), os.path.basename(self.work_dir), work_dir, log_path,
+                                    {CLUSTER_VAR: self.work_dir})
+        except (ConfigurationError, CoordinationUnavailableError, OSError) as exc:
+            raise ClusterStartError(f"the AppMaster did not start: {exc}") from exc
+        self.procs.append(am)
+        tmp = address_file + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(am.address)
+        os.replace(tmp, address_file)
+        return am
+
+    def appmasters(self) -> dict[str, AppMasterHandle]:
         """address -> process of every AppMaster serving (for tests)."""
         found = {}
         for i, proc in enumerate(self.procs):
@@ -177,8 +210,10 @@ class LocalCluster:
             return "(no log)"
 
     def pids(self) -> list[int]:
-        """The pids of the cluster's live processes: AppMasters first, then TaskExecutors."""
-        return [p.pid for p in self.procs if p.poll() is None] + [p.pid for p in self._descendants()]
+        """The pids of the cluster's live processes: AppMasters first (not this process, where
+        one runs on its threads), then TaskExecutors."""
+        return [p.pid for p in self.procs if isinstance(p, subprocess.Popen) and p.poll() is None] + \
+            [p.pid for p in self._descendants()]
 
     def kill(self) -> None:
         """SIGKILL the AppMasters (without high availability their TaskExecutors die with
@@ -224,7 +259,10 @@ class LocalCluster:
                     proc.wait(5)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-                    proc.wait(5)
+                    try:
+                        proc.wait(5)
+                    except subprocess.TimeoutExpired:  # an AppMaster on our threads, stuck: its TaskExecutors are gone
+                        log.warning("the AppMaster's shutdown did not end; leaving its threads")
         _wait_gone(others + self._descendants(), 5.0)  # orphaned TaskExecutors must not write into a removed dir
         if self._own_dir and not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -131,8 +131,11 @@ def test_map_failing_once_counts_every_row_once(run, tmp_path, strategy):
 
 
 @pytest.mark.timeout(180)
-def test_taskexecutor_killed_while_sources_run_counts_every_row_once(local_cluster, tmp_path):
-    cluster = local_cluster(taskexecutors=2, slots=2)
+@pytest.mark.parametrize("appmaster_in_process", [False, True], ids=["appmaster-process", "appmaster-in-process"])
+def test_taskexecutor_killed_while_sources_run_counts_every_row_once(local_cluster, tmp_path, appmaster_in_process):
+    cluster = local_cluster(taskexecutors=2, slots=2, appmaster_in_process=appmaster_in_process)
+    # in process (what `yarnflow run` starts), the TaskExecutors are the caller's own children
+    assert (cluster.proc.pid == os.getpid()) == appmaster_in_process
     src, out = tmp_path / "in", tmp_path / "out"
     expected = _write_files(src, files=12, rows=48_000)
 

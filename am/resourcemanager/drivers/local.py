@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import Mapping
 
 from yarnflow.am.resourcemanager.drivers.base import WorkerTerminated
 from yarnflow.common.config import Configuration
@@ -34,9 +35,11 @@ def describe_exit(code: int) -> str:
 
 
 class LocalProcessDriver:
-    def __init__(self, config: Configuration, work_dir: str) -> None:
+    def __init__(self, config: Configuration, work_dir: str, env: Mapping[str, str] | None = None) -> None:
         self._config = config
         self._work_dir = work_dir
+        #: set in every TaskExecutor's environment (beside this process's own)
+        self._env = dict(env or {})
         self._procs: dict[ResourceID, subprocess.Popen[bytes]] = {}
         self._stopping: set[ResourceID] = set()
         self._lock = threading.Lock()
@@ -67,7 +70,8 @@ class LocalProcessDriver:
             cmd += ["-D", f"{key}={value}"]
         log_file = open(os.path.join(log_dir, f"{resource_id}.log"), "ab")
         try:
-            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **self._env} if self._env else None)
         finally:
             log_file.close()
         with self._lock:
@@ -108,6 +112,14 @@ class LocalProcessDriver:
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             _terminate(proc)
+
+    def kill_workers(self) -> None:
+        """SIGKILL every worker now. Takes no lock: safe in a signal handler."""
+        for proc in list(self._procs.values()):
+            try:
+                proc.kill()
+            except OSError:  # gone already
+                pass
 
     def worker_pids(self) -> dict[ResourceID, int]:
         with self._lock:
