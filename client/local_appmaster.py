@@ -12,8 +12,9 @@ What changes for the calling process while the cluster runs:
 
 - the TaskExecutors are its children (they die with it, as they died with the AppMaster);
 - yarnflow's log records (the AppMaster's and the client's alike) are written to the cluster's
-  ``log/appmaster.log`` at ``YARNFLOW_LOG_LEVEL`` (default INFO), and reach the process's own
-  log handlers as before, at the levels its logging configuration lets through;
+  ``log/appmaster.log`` at ``YARNFLOW_LOG_LEVEL`` (default INFO); those of the client's and
+  the shared modules reach the process's own log handlers as before, at the levels its logging
+  configuration lets through, the AppMaster's own (``yarnflow.am``) do not, as from a process;
 - the AppMaster's process-wide settings (``process.memory.*``, signal handlers) are not applied:
   the process is the caller's.
 
@@ -32,11 +33,15 @@ from yarnflow.common import logs
 from yarnflow.common.config import Configuration
 
 _LOGGER = "yarnflow"
+_AM_LOGGER = "yarnflow.am"
 
 
 class _ToOwnHandlers(logging.Handler):
     """Hands a record on to the handlers it would have reached had the ``yarnflow`` logger kept
-    its own level and propagation: those of its ancestors, at their effective level."""
+    its own level and propagation: those of its ancestors, at their effective level. The
+    AppMaster's own records (``yarnflow.am``) are not handed on: as from an AppMaster process,
+    they go to the cluster's log only (its warnings, such as a TaskExecutor's slot taken again
+    after a retry, are about the cluster's insides, not about the user's job)."""
 
     def __init__(self, logger: logging.Logger, level: int) -> None:
         super().__init__()
@@ -44,7 +49,7 @@ class _ToOwnHandlers(logging.Handler):
         self._level = level  # the yarnflow logger's effective level before the cluster
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno < self._level:
+        if record.levelno < self._level or record.name == _AM_LOGGER or record.name.startswith(_AM_LOGGER + "."):
             return
         parent = self._logger.parent
         found = False

@@ -93,7 +93,7 @@ def test_env_execute_runs_on_an_in_process_appmaster_and_leaves_nothing_behind(p
 
 
 @pytest.mark.timeout(60)
-def test_appmaster_lines_go_to_the_cluster_log_and_to_the_callers_handlers_at_its_level(tmp_path):
+def test_log_lines_go_to_the_cluster_log_and_the_clients_also_to_the_callers_handlers(tmp_path):
     root = logging.getLogger()
     caught: list[logging.LogRecord] = []
     handler = logging.Handler(logging.NOTSET)
@@ -107,14 +107,20 @@ def test_appmaster_lines_go_to_the_cluster_log_and_to_the_callers_handlers_at_it
         cluster.start(wait_for_taskexecutors=False)
         logging.getLogger("yarnflow.am.test").info("an info line of the AppMaster")
         logging.getLogger("yarnflow.am.test").warning("a warning of the AppMaster")
+        logging.getLogger("yarnflow.executors").info("an info line of the client")
+        logging.getLogger("yarnflow.executors").warning("a warning of the client")
     finally:
         cluster.stop()
         root.removeHandler(handler)
         root.setLevel(old_level)
-    assert [r.getMessage() for r in caught if r.name == "yarnflow.am.test"] == ["a warning of the AppMaster"]
+    # the caller's handlers get what they got before: the client's warning, none of the
+    # AppMaster's lines (they went to its log file when it was a process of its own)
+    assert [r.getMessage() for r in caught if r.name.startswith("yarnflow")] == ["a warning of the client"]
     with open(cluster.log_path) as fh:
         text = fh.read()
-    assert "INFO" in text and "an info line of the AppMaster" in text and "a warning of the AppMaster" in text
+    for line in ("an info line of the AppMaster", "a warning of the AppMaster", "an info line of the client",
+                 "a warning of the client"):
+        assert line in text
     assert "AppMaster stopped" in text  # the file is closed only once the shutdown is over
     assert _yarnflow_logger_state() == before
     logging.getLogger("yarnflow.am.test").info("after the cluster")
