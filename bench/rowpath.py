@@ -1,30 +1,92 @@
-"""rowpath: the per-row W1 pipeline (the README's first example): a plain Python ``map`` that
-makes each row ``{"word": ..., "count": 1}``, then ``key_by("word").sum("count")``, on W1's
-Parquet data. In the same run it times a single-process plain-Python loop that reads the same
-files batch by batch, calls the same function on the same rows (dicts) and counts with a dict:
-the per-row Python ceiling of one core. Both results are checked against pyarrow's group_by.
+"""rowpath: per-row Python functions on W1's Parquet data (5M words, parallelism 2).
 
-The job runs twice: as users get it (``records_per_s``: the map's function is a plain column
-expression, so it runs as Arrow compute, ``python.row-functions.vectorize``) and with that
-option off (``per_row_records_per_s``: the function called once per row, as any function that
-is not such an expression is)."""
+``--function map`` (the default) is the README's first example: a plain Python ``map`` that
+makes each row ``{"word": ..., "count": 1}``, then ``key_by("word").sum("count")``. In the same
+run it times a single-process plain-Python loop that reads the same files batch by batch, calls
+the same function on the same rows (dicts) and counts with a dict: the per-row Python ceiling
+of one core. The job runs twice: as users get it (``records_per_s``: the map's function is a
+plain column expression, so it runs as Arrow compute, ``python.row-functions.vectorize``) and
+with that option off (``per_row_records_per_s``: the function called once per row, as any
+function that is not such an expression is).
+
+The other functions time the per-row path of each kind of user function (the option off, so
+every function is called once per row), each followed by the same vectorised keyed count:
+
+- ``filter``: ``filter(lambda r: not r["word"].endswith("7"))`` then ``key_by("word").count()``
+- ``flat_map``: ``flat_map(lambda r: [{"word": r["word"], "count": 1}])`` then the keyed sum
+- ``reduce``: a ``count`` column of ones (``map_batches``), then
+  ``key_by("word").reduce(lambda a, b: {"word": a["word"], "count": a["count"] + b["count"]})``
+- ``process``: ``key_by("word").process(WordCounter())``: a KeyedProcessFunction that keeps
+  each word's count in a ValueState and emits it from an event-time timer at the input's end
+- ``all``: each of the five in turn (``functions``: the figures of each).
+
+Every result is checked against pyarrow's group_by of the same files."""
 
 from __future__ import annotations
 
 import shutil
 import time
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from workloads import _prepare, _reference, _run_job, in_child
+
+from yarnflow.common.api.functions import KeyedProcessFunction
+from yarnflow.common.api.state import ValueStateDescriptor
+
+FUNCTIONS = ("map", "filter", "flat_map", "reduce", "process")
+END_OF_INPUT = 2**62  # an event-time timer there fires when a bounded input ends (its last watermark)
 
 
 def to_count(row: dict[str, Any]) -> dict[str, Any]:
     return {"word": row["word"], "count": 1}
 
 
+def keep(row: dict[str, Any]) -> bool:
+    return not row["word"].endswith("7")
+
+
+def one_count(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"word": row["word"], "count": 1}]
+
+
+def add_counts(acc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    return {"word": acc["word"], "count": acc["count"] + row["count"]}
+
+
+def with_ones(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch.append_column("count", pa.array(np.ones(batch.num_rows, np.int64)))
+
+
+class WordCounter(KeyedProcessFunction):
+    """Counts each word in keyed state; emits (word, count) once, when the input ends."""
+
+    def open(self, ctx: Any) -> None:
+        self.count = self.get_state(ValueStateDescriptor("count", 0))
+
+    def process_element(self, row: dict[str, Any], ctx: Any, out: Any) -> None:
+        n = self.count.value()
+        if n == 0:
+            ctx.timer_service().register_event_time_timer(END_OF_INPUT)
+        self.count.update(n + 1)
+
+    def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
+        out.collect({"word": ctx.current_key, "count": self.count.value()})
+
+
+PIPELINES: dict[str, Callable[[Any], Any]] = {
+    "map": lambda s: s.map(to_count).key_by("word").sum("count"),
+    "filter": lambda s: s.filter(keep).key_by("word").count(),
+    "flat_map": lambda s: s.flat_map(one_count).key_by("word").sum("count"),
+    "reduce": lambda s: s.map_batches(with_ones).key_by("word").reduce(add_counts),
+    "process": lambda s: s.key_by("word").process(WordCounter()),
+}
+
+
 def python_loop(folder: str) -> tuple[dict[str, int], float]:
-    """The plain-Python ceiling: one process, the same function on the same rows as dicts."""
+    """The plain-Python ceiling: one process, the map's function on the same rows as dicts."""
     t0 = time.perf_counter()
     counts: dict[str, int] = {}
     dataset = pq.ParquetDataset(folder)
@@ -36,36 +98,61 @@ def python_loop(folder: str) -> tuple[dict[str, int], float]:
     return counts, time.perf_counter() - t0
 
 
+def _expected(function: str, word_counts: dict[str, int]) -> dict[str, int]:
+    if function == "filter":
+        return {w: c for w, c in word_counts.items() if keep({"word": w})}
+    return word_counts
+
+
+def _time_job(function: str, folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
+              expected: dict[str, int]) -> tuple[float, Any, bool]:
+    def build(env: Any) -> None:
+        PIPELINES[function](env.read_parquet(folder, columns=["word"])).collect()
+
+    table, seconds, peak = _run_job(build, parallelism, f"rowpath-{function}", mode, conf)
+    if mode == "STREAMING":  # an upsert stream: the final count of a word is its largest
+        table = table.group_by("word").aggregate([("count", "max")]).rename_columns(["word", "count"])
+    got = dict(zip(table["word"].to_pylist(), table["count"].to_pylist()))
+    want = _expected(function, expected)
+    return n / seconds, peak, got == want and len(got) == table.num_rows
+
+
 def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None,
-                mode: str = "BATCH", conf: dict[str, str] | None = None) -> dict[str, Any]:
+                mode: str = "BATCH", conf: dict[str, str] | None = None, function: str = "map") -> dict[str, Any]:
+    if function not in (*FUNCTIONS, "all"):
+        raise ValueError(f"unknown function {function!r}: expected one of {FUNCTIONS} or 'all'")
     folder, owned, n = _prepare("w1", records, input_dir)
     try:
         loop_counts, loop_s = in_child(python_loop, folder)  # off the client's measured memory
-
-        def build(env: Any) -> None:
-            (env.read_parquet(folder, columns=["word"])
-                .map(lambda row: {"word": row["word"], "count": 1})
-                .key_by("word").sum("count").collect())
-
         expected, _ = _reference("w1", folder)
-        runs = {}
-        for label, vectorize in (("", "true"), ("per_row_", "false")):
-            table, seconds, peak = _run_job(build, parallelism, "rowpath", mode,
-                                            {**(conf or {}), "python.row-functions.vectorize": vectorize})
-            if mode == "STREAMING":  # an upsert stream: the final count of a word is its largest
-                table = table.group_by("word").aggregate([("count", "max")]).rename_columns(["word", "count"])
-            got = dict(zip(table["word"].to_pylist(), table["count"].to_pylist()))
-            runs[label] = (n / seconds, peak, got == expected and len(got) == table.num_rows)
         loop_rate = n / loop_s
-        out: dict[str, Any] = {"name": "rowpath", "mode": mode, "records": n, "parallelism": parallelism,
-                               "python_loop_records_per_s": round(loop_rate)}
-        for label, (rate, peak, _ok) in runs.items():
-            out[f"{label}records_per_s"] = round(rate)
-            out[f"{label}ratio_to_python_loop"] = round(rate / loop_rate, 2)
-            out[f"{label}peak_rss_mb"] = round(peak.peak_bytes / 2**20)
-            out[f"{label}peak_pss_mb"] = round(peak.peak_pss_bytes / 2**20)
+        out: dict[str, Any] = {"name": "rowpath", "function": function, "mode": mode, "records": n,
+                               "parallelism": parallelism, "python_loop_records_per_s": round(loop_rate)}
+        verified = loop_counts == expected
+        per_row = {**(conf or {}), "python.row-functions.vectorize": "false"}
+        if function == "map":
+            runs = {label: _time_job("map", folder, n, parallelism, mode, c, expected)
+                    for label, c in (("", {**(conf or {}), "python.row-functions.vectorize": "true"}),
+                                     ("per_row_", per_row))}
+            for label, (rate, peak, ok) in runs.items():
+                out[f"{label}records_per_s"] = round(rate)
+                out[f"{label}ratio_to_python_loop"] = round(rate / loop_rate, 2)
+                out[f"{label}peak_rss_mb"] = round(peak.peak_bytes / 2**20)
+                out[f"{label}peak_pss_mb"] = round(peak.peak_pss_bytes / 2**20)
+                verified = verified and ok
+        else:
+            figures = {}
+            for name in (FUNCTIONS if function == "all" else (function,)):
+                rate, peak, ok = _time_job(name, folder, n, parallelism, mode, per_row, expected)
+                figures[name] = {"records_per_s": round(rate), "ratio_to_python_loop": round(rate / loop_rate, 2),
+                                 "peak_rss_mb": round(peak.peak_bytes / 2**20), "verified": ok}
+                verified = verified and ok
+            if function == "all":
+                out["functions"] = figures
+            else:
+                out.update({k: v for k, v in figures[function].items() if k != "verified"})
         out["distinct_words"] = len(expected)
-        out["verified"] = all(ok for _, _, ok in runs.values()) and loop_counts == expected
+        out["verified"] = verified
         return out
     finally:
         if owned:

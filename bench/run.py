@@ -46,7 +46,13 @@ def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
     from rowpath import run_rowpath
 
     return run_rowpath(records=args.records, parallelism=args.parallelism, input_dir=args.input,
-                       mode=args.mode or "BATCH", conf=_conf(args))
+                       mode=args.mode or "BATCH", conf=_conf(args), function=args.function)
+
+
+def _rowpath_args(p: argparse.ArgumentParser) -> None:
+    _w_args(p)
+    p.add_argument("--function", choices=["map", "filter", "flat_map", "reduce", "process", "all"], default="map",
+                   help="the kind of per-row function timed (default: map, the README's first example)")
 
 
 def _w_args(p: argparse.ArgumentParser) -> None:
@@ -177,8 +183,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                     lambda p: (p.add_argument("--runs", type=int, default=5),
                                p.add_argument("--words", type=int, default=20_000)), _yarn_submit),
     "w1": ("word count: 5M (word, ts) records, keyed count per word, vs a pyarrow reference", _w_args, _w("w1")),
-    "rowpath": ("W1 with a per-row Python map before the keyed sum, vs a plain-Python loop on one core in the "
-                "same run", _w_args, _rowpath),
+    "rowpath": ("W1 with a per-row Python function (map, filter, flat_map, reduce or keyed process) before a "
+                "keyed count, vs a plain-Python loop on one core in the same run", _rowpath_args, _rowpath),
     "w2": ("1 s tumbling event-time windows: 5M (key, value, ts) records, sum per key and window",
            _w_args, _w("w2")),
 }
