@@ -13,8 +13,10 @@ aggregates as Arrow tables instead: no checkpoints are taken there.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,6 +42,39 @@ def check_columns(schema: pa.Schema, columns: Sequence[str], op_name: str) -> No
 def key_tuples(batch: pa.RecordBatch, keys: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     """The key of each row, as a tuple (one per key column)."""
     return zip(*[batch.column(k).to_pylist() for k in keys])
+
+
+def _groupable(t: pa.DataType) -> bool:
+    """Key types whose Arrow equality is Python's (not floats: -0.0 == 0.0 and NaN != NaN in
+    Python; not dictionary columns, whose dictionaries may repeat values)."""
+    return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_boolean(t)
+            or pa.types.is_date(t) or pa.types.is_timestamp(t))
+
+
+class DistinctKeys:
+    """The keys of a batch's rows for a one-column key, each distinct key made once: ``values``
+    (the key values, Python objects, in the order first seen), ``groups`` (the key group of
+    each) and ``indices`` (an Arrow array: for each row, the position of its key in
+    ``values``). ``of(batch)`` is None for keys it cannot group exactly as Python compares them
+    (several columns, floats, dictionary columns): the caller then takes the keys row by row."""
+
+    __slots__ = ("groups", "indices", "values")
+
+    def __init__(self, values: list[Any], groups: list[int], indices: pa.Array) -> None:
+        self.values, self.groups, self.indices = values, groups, indices
+
+    @staticmethod
+    def of(batch: pa.RecordBatch, keys: Sequence[str], max_parallelism: int) -> DistinctKeys | None:
+        if len(keys) != 1:
+            return None
+        column = batch.column(keys[0])
+        if not _groupable(column.type):
+            return None
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        distinct = pa.RecordBatch.from_arrays([encoded.dictionary], names=[keys[0]])
+        return DistinctKeys(encoded.dictionary.to_pylist(), key_groups(distinct, keys, max_parallelism).tolist(),
+                            encoded.indices)
 
 
 def keyed_backend(ctx: RuntimeContext) -> HeapKeyedStateBackend:
@@ -161,6 +196,25 @@ class KeyedAggregate(Operator):
             self._partials = []
 
 
+class _NotADictError(Exception):
+    """A reduce function returned something other than a dict (raised inside a fold)."""
+
+
+def _reduce_step(fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], key: str
+                 ) -> Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]:
+    """``fn`` as one step of a fold of one key's rows: its result must be a dict, and the key
+    column stays what it was."""
+
+    def step(acc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+        new = fn(acc, row)
+        if new.__class__ is not dict and not isinstance(new, dict):
+            raise _NotADictError
+        new[key] = row[key]
+        return new
+
+    return step
+
+
 class KeyedReduce(Operator):
     """``key_by(keys).reduce(fn)``: fn(accumulated_row, row) -> row, per key, row by row. The
     accumulated row of each key is an entry of the keyed state backend (``__reduced__``)."""
@@ -178,41 +232,75 @@ class KeyedReduce(Operator):
         super().setup(ctx, output)
         self._backend = keyed_backend(ctx)
         self._reduced = self._backend.internal_state("__reduced__", _copy_row)
+        self._step = _reduce_step(self.fn, self.keys[0]) if len(self.keys) == 1 else None
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if self._schema is None:
             check_columns(batch.schema, self.keys, self.name)
             self._schema = batch.schema
+        distinct = DistinctKeys.of(batch, self.keys, self.ctx.max_parallelism) if self._step is not None else None
+        with gc_paused():
+            updated = self._fold_by_key(batch, distinct) if distinct is not None else self._fold_rows(batch)
+        if not self.ctx.is_batch and updated:
+            self.output.collect(pa.RecordBatch.from_pylist(updated, schema=self._schema))
+
+    def _fold_by_key(self, batch: pa.RecordBatch, distinct: DistinctKeys) -> list[dict[str, Any]]:
+        """The batch's rows, sorted by key (stable: each key's rows stay in order), folded one
+        key at a time by ``functools.reduce`` (the loop in C); each key's accumulated row is read
+        from the state once and written back once. Returns the keys' new rows, in the order the
+        keys first appear."""
+        indices = distinct.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(indices, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(indices, minlength=len(distinct.values))))).tolist()
+        rows = row_dicts(batch.take(pa.array(order)))
+        backend, state, step = self._backend, self._reduced, self._step
+        assert step is not None  # DistinctKeys: one key column
+        updated = []
+        for value, kg, lo, hi in zip(distinct.values, distinct.groups, bounds, bounds[1:]):
+            backend.set_current_key((value,), kg)
+            acc = state.get_for_update()
+            if acc is ABSENT:
+                acc, lo = rows[lo], lo + 1
+            try:
+                new = functools.reduce(step, rows[lo:hi], acc)
+            except _NotADictError:
+                raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row") from None
+            except Exception as exc:
+                raise self.user_error(self.fn, exc) from exc
+            state.put(new)
+            updated.append(new)
+        return updated
+
+    def _fold_rows(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+        """The batch's rows folded in order, row by row (keys of several columns, or of a type
+        ``DistinctKeys`` does not group)."""
         groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
         backend, state, keys, fn = self._backend, self._reduced, self.keys, self.fn
         # the batch's keys: read from the state once, folded row by row in order, written back once
         updated: dict[tuple[Any, ...], dict[str, Any]] = {}
         key_group: dict[tuple[Any, ...], int] = {}
-        with gc_paused():
-            rows = row_dicts(batch)
-            for row, kg, key in zip(rows, groups, key_tuples(batch, keys)):
-                acc = updated.get(key, ABSENT)
-                if acc is ABSENT:
-                    backend.set_current_key(key, kg)
-                    acc = state.get_for_update()
-                    key_group[key] = kg
-                if acc is ABSENT:
-                    new = row
-                else:
-                    try:
-                        new = fn(acc, row)
-                    except Exception as exc:
-                        raise self.user_error(fn, exc) from exc
-                    if not isinstance(new, dict):
-                        raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row")
-                for k in keys:  # the key stays what it was
-                    new[k] = row[k]
-                updated[key] = new
-            for key, new in updated.items():
-                backend.set_current_key(key, key_group[key])
-                state.put(new)
-        if not self.ctx.is_batch and updated:
-            self.output.collect(pa.RecordBatch.from_pylist(list(updated.values()), schema=self._schema))
+        for row, kg, key in zip(row_dicts(batch), groups, key_tuples(batch, keys)):
+            acc = updated.get(key, ABSENT)
+            if acc is ABSENT:
+                backend.set_current_key(key, kg)
+                acc = state.get_for_update()
+                key_group[key] = kg
+            if acc is ABSENT:
+                new = row
+            else:
+                try:
+                    new = fn(acc, row)
+                except Exception as exc:
+                    raise self.user_error(fn, exc) from exc
+                if not isinstance(new, dict):
+                    raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row")
+            for k in keys:  # the key stays what it was
+                new[k] = row[k]
+            updated[key] = new
+        for key, new in updated.items():
+            backend.set_current_key(key, key_group[key])
+            state.put(new)
+        return list(updated.values())
 
     def snapshot_state(self, checkpoint_id: int) -> Snapshot:
         return self._backend.snapshot()

@@ -35,14 +35,15 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
 from yarnflow.common.api.state import StateDescriptor
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
-from yarnflow.worker.operators.keyed import key_tuples, keyed_backend
-from yarnflow.worker.operators.rows import RowBuffer, gc_paused, row_dicts
+from yarnflow.worker.operators.keyed import DistinctKeys, key_tuples, keyed_backend
+from yarnflow.worker.operators.rows import RowBuffer, column_lists, gc_paused, row_dicts
 from yarnflow.worker.operators.timestamps import MissingEventTimeError, event_times_ms
 from yarnflow.worker.runtime.elements import Watermark
 from yarnflow.worker.runtime.keygroups import key_groups
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 _MIN_WATERMARK = -(2**63)
+_MAX_KEY_RECORDS = 1 << 17  # keys whose tuples a keyed process operator keeps between batches
 
 
 # --------------------------------------------------------------------------- what user functions are given
@@ -220,6 +222,7 @@ class KeyedProcessOperator(_KeyedOperator):
         self.current_watermark = _MIN_WATERMARK
         self._context = ProcessContext(self)
         self._collector = Collector(self._main)
+        self._known_keys: dict[Any, tuple[tuple[Any, ...], tuple[Any, None], int, Any]] = {}
 
     def open(self) -> None:
         self.fn._yarnflow_state_backend = self._backend  # type: ignore[attr-defined]
@@ -231,17 +234,62 @@ class KeyedProcessOperator(_KeyedOperator):
         self._check_columns(batch.schema, [self.time_column] if self.time_column else [])
         times = event_times_ms(batch, self.time_column, self.name).tolist() if self.time_column else None
         backend, context, process, collector = self._backend, self._context, self.fn.process_element, self._collector
-        context.time_domain = None
+        context.time_domain = context.timestamp = None
         with gc_paused():
-            for i, row, kg, key in self._keyed_rows(batch):
-                backend.set_current_key(key, kg)
-                context.current_key = key[0] if len(key) == 1 else key
-                context.timestamp = times[i] if times is not None else None
-                try:
-                    process(row, context, collector)
-                except Exception as exc:
-                    raise self.user_error(process, exc) from exc
+            columns = column_lists(batch)
+            rows = row_dicts(batch, columns)
+            distinct = DistinctKeys.of(batch, self.keys, self.ctx.max_parallelism) if backend.entries_in_layers else None
+            if distinct is not None and backend.check_key_groups(distinct.groups):
+                # the heap backend: a row's key is switched to by setting three fields (see
+                # HeapKeyedStateBackend.check_key_groups), one key tuple and entry per key
+                records = self._key_records(distinct)
+                for row, (key, entry, kg, value), ts in zip(rows, records,
+                                                            times if times is not None else itertools.repeat(None)):
+                    backend._key = key
+                    backend._entry = entry
+                    backend._key_group = kg
+                    context.current_key = value
+                    context.timestamp = ts
+                    try:  # free unless raised (zero-cost exceptions)
+                        process(row, context, collector)
+                    except Exception as exc:
+                        raise self.user_error(process, exc) from exc
+            else:
+                groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
+                if len(self.keys) == 1:  # ctx.current_key is the key's value, the backend's key a 1-tuple
+                    values = columns[batch.schema.get_field_index(self.keys[0])]
+                    keys: Iterable[tuple[Any, ...]] = zip(values)
+                else:
+                    keys = list(key_tuples(batch, self.keys))
+                    values = keys  # type: ignore[assignment]
+                set_key = backend.set_current_key
+                for row, kg, key, value, ts in zip(rows, groups, keys, values,
+                                                   times if times is not None else itertools.repeat(None)):
+                    set_key(key, kg)
+                    context.current_key = value
+                    context.timestamp = ts
+                    try:
+                        process(row, context, collector)
+                    except Exception as exc:
+                        raise self.user_error(process, exc) from exc
             self._flush()
+
+    def _key_records(self, distinct: DistinctKeys) -> list[tuple[tuple[Any, ...], tuple[Any, None], int, Any]]:
+        """(key tuple, state entry, key group, key value) of each row: the tuples are made once
+        per key and kept (up to ``_MAX_KEY_RECORDS`` keys), so the state's dicts find their
+        entries by identity."""
+        known = self._known_keys
+        if len(known) > _MAX_KEY_RECORDS:
+            known.clear()
+        records = []
+        for value, kg in zip(distinct.values, distinct.groups):
+            record = known.get(value)
+            if record is None or record[2] != kg:
+                key = (value,)
+                record = known[value] = (key, (key, None), kg, value)
+            records.append(record)
+        by_row = np.fromiter(records, dtype=object, count=len(records))[distinct.indices.to_numpy(zero_copy_only=False)]
+        return by_row.tolist()  # type: ignore[no-any-return]
 
     def _fire(self, ts: int, kg: int, key: tuple[Any, ...], domain: str) -> None:
         self._backend.set_current_key(key, kg)

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
 
-__all__ = ["RowBuffer", "SchemaMismatchError", "gc_paused", "row_dicts"]
+__all__ = ["RowBuffer", "SchemaMismatchError", "column_lists", "gc_paused", "row_dicts"]
 
 _MAX_GENERATED_COLUMNS = 64
 
@@ -51,11 +51,17 @@ def _row_maker(names: tuple[str, ...]) -> Callable[..., list[dict[str, Any]]]:
     return namespace["make"]  # type: ignore[no-any-return]
 
 
-def row_dicts(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    """``batch.to_pylist()``: the same dicts, made a column at a time."""
+def column_lists(batch: pa.RecordBatch) -> list[list[Any]]:
+    """Each column of ``batch`` as a Python list (what ``row_dicts`` is made from)."""
+    return [column.to_pylist() for column in batch.columns]
+
+
+def row_dicts(batch: pa.RecordBatch, columns: list[list[Any]] | None = None) -> list[dict[str, Any]]:
+    """``batch.to_pylist()``: the same dicts, made a column at a time (from ``columns``, the
+    batch's ``column_lists``, when the caller has them already)."""
     if batch.num_columns == 0:
         return [{} for _ in range(batch.num_rows)]
-    return _row_maker(tuple(batch.schema.names))(*[column.to_pylist() for column in batch.columns])
+    return _row_maker(tuple(batch.schema.names))(*(column_lists(batch) if columns is None else columns))
 
 
 @contextmanager

@@ -59,12 +59,13 @@ from yarnflow.worker.state.objects import (
     STATE_CLASSES,
     InternalDescriptor,
     InternalState,
+    LayeredValueState,
     ListState,
     MapState,
     ReducingState,
     ValueState,
     _KeyedState,
-    _Marker,
+    _TOMBSTONE,
     deepcopy,
 )
 from yarnflow.worker.state.tables import AsyncSnapshot, dumps, loads, owned_rows, require_columns
@@ -80,7 +81,6 @@ __all__ = [
     "ValueState",
 ]
 
-_TOMBSTONE: Any = _Marker("TOMBSTONE")   # an entry removed since the layers below were frozen
 
 Entries = dict[Any, Any]
 Layer = dict[str, dict[int, Entries]]    # state name -> key group -> (key, namespace) -> value
@@ -97,11 +97,17 @@ class HeapKeyedStateBackend:
     """In-memory keyed state for the key groups in ``key_group_range`` (of ``max_parallelism``);
     see the module docstring."""
 
+    #: per-key entries are the layers' dicts (state objects may read and write them directly)
+    entries_in_layers = True
+    #: the class of each kind of state object (ValueState: the one that reads the layers itself)
+    state_classes: dict[str, type[_KeyedState]] = {**STATE_CLASSES, "value": LayeredValueState}
+
     def __init__(self, max_parallelism: int, key_group_range: range) -> None:
         if max_parallelism <= 0:
             raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
         self.max_parallelism = max_parallelism
         self.key_group_range = self._check_range(key_group_range)
+        self._kg_start, self._kg_stop = key_group_range.start, key_group_range.stop
         self._layers: list[Layer] = [{}]          # oldest first; the last one is written
         self._absorbed: tuple[Layer, ...] = ()    # frozen layers folded into the oldest (writer thread)
         self._fold_lock = threading.Lock()        # folding vs. iterating the oldest layer
@@ -112,6 +118,7 @@ class HeapKeyedStateBackend:
         self._columnar: dict[str, AggregateState | NamespacedState] = {}
         self._key: tuple[Any, ...] | None = None
         self._key_group: int | None = None
+        self._entry: tuple[Any, None] | None = None   # (current key, None): its entry without namespace
 
     def _check_range(self, key_group_range: range) -> range:
         if key_group_range.step != 1 or key_group_range.start < 0 or key_group_range.stop > self.max_parallelism:
@@ -125,13 +132,28 @@ class HeapKeyedStateBackend:
         """Scope every state object to ``key`` (a tuple) in ``key_group``.
 
         Raises KeyGroupOutOfRangeError when this backend does not own ``key_group``."""
-        if key_group not in self.key_group_range:
+        if not self._kg_start <= key_group < self._kg_stop:
             raise KeyGroupOutOfRangeError(
                 f"key {key!r} is in key group {key_group}, which is not in this backend's range "
                 f"{self.key_group_range.start}..{self.key_group_range.stop - 1} (max parallelism "
                 f"{self.max_parallelism}): the input is not partitioned by this operator's keys")
-        self._key = key if isinstance(key, tuple) else (key,)
+        self._key = key = key if key.__class__ is tuple or isinstance(key, tuple) else (key,)
+        self._entry = (key, None)
         self._key_group = key_group
+
+    def check_key_groups(self, groups: list[int]) -> bool:
+        """True when this backend owns every key group of ``groups`` (the key groups of the
+        rows of a batch); else raises KeyGroupOutOfRangeError, as ``set_current_key`` would.
+
+        An operator calling a function per row may then switch between those rows' keys by
+        setting ``_key`` (a tuple), ``_entry`` (``(_key, None)``) and ``_key_group`` itself, on a
+        backend whose ``entries_in_layers`` (switching keys does nothing else there): a call
+        per row is a good part of what a row costs. Reusing one ``_entry`` object per key makes
+        each state access cheaper too (a dict finds its own key object by identity)."""
+        if groups and not (self._kg_start <= min(groups) and max(groups) < self._kg_stop):
+            bad = next(kg for kg in groups if not self._kg_start <= kg < self._kg_stop)
+            self.set_current_key((), bad)
+        return True
 
     @property
     def current_key(self) -> tuple[Any, ...] | None:
@@ -168,7 +190,7 @@ class HeapKeyedStateBackend:
         self._register(descriptor.name, descriptor.kind)
         state = self._states.get(descriptor.name)
         if state is None or state.descriptor != descriptor:
-            state = self._states[descriptor.name] = STATE_CLASSES[descriptor.kind](self, descriptor)
+            state = self._states[descriptor.name] = self.state_classes[descriptor.kind](self, descriptor)
         return state
 
     def internal_state(self, name: str, copy_fn: Callable[[Any], Any] = deepcopy) -> InternalState:

@@ -15,7 +15,8 @@ from yarnflow.common.api.state import StateDescriptor
 if TYPE_CHECKING:
     from yarnflow.worker.state.heap import HeapKeyedStateBackend
 
-__all__ = ["ABSENT", "IMMUTABLE", "InternalState", "ListState", "MapState", "ReducingState", "ValueState"]
+__all__ = ["ABSENT", "IMMUTABLE", "InternalState", "LayeredValueState", "ListState", "MapState", "ReducingState",
+           "ValueState"]
 
 T = TypeVar("T")
 
@@ -32,6 +33,7 @@ class _Marker:
 
 
 ABSENT: Any = _Marker("ABSENT")  # no entry
+_TOMBSTONE: Any = _Marker("TOMBSTONE")   # an entry removed since the layers below were frozen (heap.py)
 
 
 def deepcopy(value: Any) -> Any:
@@ -51,7 +53,9 @@ class _KeyedState:
         self.namespace = namespace
 
     def _entry(self) -> tuple[Any, Any]:
-        return (self._backend._require_key(), self.namespace)
+        b = self._backend
+        key = b._require_key()
+        return b._entry if self.namespace is None else (key, self.namespace)  # type: ignore[return-value]
 
     def _get(self, missing: Any = None) -> Any:
         b = self._backend
@@ -79,12 +83,42 @@ class ValueState(_KeyedState, Generic[T]):
         """The current key's value, or the descriptor's default (a fresh copy when mutable).
         A mutable value may be changed in place: that change is the state's."""
         value: Any = self._for_update(deepcopy)
-        if value is ABSENT:
-            default = self.descriptor.default  # type: ignore[attr-defined]
-            value = default if isinstance(default, IMMUTABLE) else copy.deepcopy(default)
-        return value  # type: ignore[no-any-return]
+        return self._default() if value is ABSENT else value  # type: ignore[no-any-return]
+
+    def _default(self) -> T:
+        default = self.descriptor.default  # type: ignore[attr-defined]
+        return default if isinstance(default, IMMUTABLE) else copy.deepcopy(default)  # type: ignore[no-any-return,return-value]
 
     def update(self, value: T) -> None:
+        self._set(value)
+
+
+class LayeredValueState(ValueState[T]):
+    """The ValueState of a backend whose entries are its layers (the heap backend), for keyed
+    process functions, which call ``value()`` and ``update()`` once or twice per row: they look
+    in the newest layer themselves (the lookup of ``for_update``/``put`` without their calls)
+    with the backend's ``_entry`` of the current key, and take the general path otherwise
+    (no current key, a value in a frozen layer, a first write to a key group)."""
+
+    def value(self) -> T:
+        b = self._backend
+        groups = b._layers[-1].get(self.name)
+        if groups is not None:
+            entries = groups.get(b._key_group)  # type: ignore[arg-type]  # no current key: no entries of key group None
+            if entries is not None:
+                value = entries.get(b._entry, ABSENT)
+                if value is not ABSENT:
+                    return self._default() if value is _TOMBSTONE else value  # type: ignore[no-any-return]
+        return super().value()
+
+    def update(self, value: T) -> None:
+        b = self._backend
+        groups = b._layers[-1].get(self.name)
+        if groups is not None:
+            entries = groups.get(b._key_group)  # type: ignore[arg-type]
+            if entries is not None:
+                entries[b._entry] = value
+                return
         self._set(value)
 
 
@@ -190,22 +224,27 @@ class InternalState(_KeyedState):
         super().__init__(backend, descriptor)
         self.copy_fn = copy_fn
 
+    def _entry_in(self, namespace: Any) -> tuple[Any, Any]:
+        b = self._backend
+        key = b._require_key()
+        return b._entry if namespace is None else (key, namespace)  # type: ignore[return-value]
+
     def get(self, namespace: Any = None, missing: Any = None) -> Any:
         b = self._backend
-        return b.lookup(self.name, b._key_group, (b._require_key(), namespace), missing)  # type: ignore[arg-type]
+        return b.lookup(self.name, b._key_group, self._entry_in(namespace), missing)  # type: ignore[arg-type]
 
     def get_for_update(self, namespace: Any = None) -> Any:
         """The value to change in place, or ABSENT."""
         b = self._backend
-        return b.for_update(self.name, b._key_group, (b._require_key(), namespace), self.copy_fn)  # type: ignore[arg-type]
+        return b.for_update(self.name, b._key_group, self._entry_in(namespace), self.copy_fn)  # type: ignore[arg-type]
 
     def put(self, value: Any, namespace: Any = None) -> None:
         b = self._backend
-        b.put(self.name, b._key_group, (b._require_key(), namespace), value)  # type: ignore[arg-type]
+        b.put(self.name, b._key_group, self._entry_in(namespace), value)  # type: ignore[arg-type]
 
     def delete(self, namespace: Any = None) -> None:
         b = self._backend
-        b.remove(self.name, b._key_group, (b._require_key(), namespace))  # type: ignore[arg-type]
+        b.remove(self.name, b._key_group, self._entry_in(namespace))  # type: ignore[arg-type]
 
 
 class InternalDescriptor(StateDescriptor):

@@ -77,6 +77,9 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     ``local_dir`` (see the module docstring). ``incremental``: checkpoints reference the SST
     files earlier ones uploaded. Call ``close()`` when done (the task's end does)."""
 
+    entries_in_layers = False  # per-key entries are in the database
+    state_classes = STATE_CLASSES
+
     def __init__(self, max_parallelism: int, key_group_range: range, local_dir: str,
                  incremental: bool = False) -> None:
         super().__init__(max_parallelism, key_group_range)
