@@ -239,9 +239,10 @@ class KeyedProcessOperator(_KeyedOperator):
             columns = column_lists(batch)
             rows = row_dicts(batch, columns)
             distinct = DistinctKeys.of(batch, self.keys, self.ctx.max_parallelism) if backend.entries_in_layers else None
-            if distinct is not None and backend.check_key_groups(distinct.groups):
+            if distinct is not None:
                 # the heap backend: a row's key is switched to by setting three fields (see
                 # HeapKeyedStateBackend.check_key_groups), one key tuple and entry per key
+                backend.check_key_groups(distinct.groups)
                 records = self._key_records(distinct)
                 for row, (key, entry, kg, value), ts in zip(rows, records,
                                                             times if times is not None else itertools.repeat(None)):

@@ -141,9 +141,9 @@ class HeapKeyedStateBackend:
         self._entry = (key, None)
         self._key_group = key_group
 
-    def check_key_groups(self, groups: list[int]) -> bool:
-        """True when this backend owns every key group of ``groups`` (the key groups of the
-        rows of a batch); else raises KeyGroupOutOfRangeError, as ``set_current_key`` would.
+    def check_key_groups(self, groups: list[int]) -> None:
+        """Raises KeyGroupOutOfRangeError, as ``set_current_key`` would, unless this backend
+        owns every key group of ``groups`` (the key groups of the rows of a batch).
 
         An operator calling a function per row may then switch between those rows' keys by
         setting ``_key`` (a tuple), ``_entry`` (``(_key, None)``) and ``_key_group`` itself, on a
@@ -153,7 +153,6 @@ class HeapKeyedStateBackend:
         if groups and not (self._kg_start <= min(groups) and max(groups) < self._kg_stop):
             bad = next(kg for kg in groups if not self._kg_start <= kg < self._kg_stop)
             self.set_current_key((), bad)
-        return True
 
     @property
     def current_key(self) -> tuple[Any, ...] | None:
