@@ -194,3 +194,54 @@ def test_keyed_reduce_keeps_the_key_and_checks_every_step() -> None:
     h.batch(pa.record_batch({"k": ["a", "a", "a", "b", "b"], "v": [1, 2, 3, 4, 5]}))
     h.finish()
     assert seen == ["a", "a", "b"] and sorted((r["k"], r["v"]) for r in h.rows()) == [("a", 6), ("b", 9)]
+
+
+def add_in_place(acc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    acc["v"] = (acc["v"] * 3 + row["v"]) % 1_000_003  # the usual style: the accumulator changed in place
+    return acc
+
+
+def test_a_reduce_changing_its_accumulator_in_place_leaves_a_taken_snapshot_as_it_was() -> None:
+    """The snapshot's layer is frozen while later batches change the same keys' rows in place:
+    they must change copies (the state's copy-on-write), or the restored state would count
+    the later rows twice."""
+    data = batches(pa.string(), ["a", "b", "c", "dd"])
+    h = OperatorHarness(KeyedReduce(["k"], add_in_place), runtime_mode="STREAMING")
+    for b in data[:3]:
+        h.batch(b)
+    snapshot = h.op.snapshot_state(1)
+    for b in data[3:]:
+        h.batch(b)
+    assert {r["k"]: r["v"] for r in h.rows()} == folded(data)
+
+    again = OperatorHarness(KeyedReduce(["k"], add_in_place), runtime_mode="STREAMING", open=False)
+    again.op.initialize_state(materialize(snapshot))
+    again.op.open()
+    for b in data[3:]:
+        again.batch(b)
+    assert {r["k"]: r["v"] for r in again.rows()} == folded(data)
+
+
+def test_keyed_reduce_with_more_distinct_keys_in_a_batch_than_a_16_bit_sort_holds() -> None:
+    rows = 140_000
+    keys = [f"k{i % 70_000}" for i in range(rows)]  # 70,000 keys, two rows each, far apart
+    b = pa.record_batch({"k": keys, "v": list(range(rows))})
+    h = OperatorHarness(KeyedReduce(["k"], add), runtime_mode="BATCH", batch_size=rows)
+    h.batch(b)
+    h.finish()
+    assert {r["k"]: r["v"] for r in h.rows()} == folded([b])
+
+
+def test_streaming_reduce_upserts_read_rows_as_from_pylist_does() -> None:
+    """A column the function's row lacks is null in the upsert, a column the schema does not
+    have is dropped, and a value of another type fails the batch as Arrow's conversion does."""
+    def drop_and_add(acc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+        return {"k": acc["k"], "extra": 1} if row["v"] == 2 else {"k": acc["k"], "v": acc["v"] + row["v"]}
+
+    h = OperatorHarness(KeyedReduce(["k"], drop_and_add), runtime_mode="STREAMING")
+    [out] = [e[1] for e in h.batch(pa.record_batch({"k": ["a", "a", "b", "b"], "v": [1, 2, 3, 4]})) if e[0] == "data"]
+    assert out.schema.names == ["k", "v"] and out.to_pylist() == [{"k": "a", "v": None}, {"k": "b", "v": 7}]
+
+    bad = OperatorHarness(KeyedReduce(["k"], lambda acc, row: {"k": acc["k"], "v": "seven"}), runtime_mode="STREAMING")
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
+        bad.batch(pa.record_batch({"k": ["a", "a"], "v": [1, 2]}))

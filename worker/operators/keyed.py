@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -54,15 +55,16 @@ def _groupable(t: pa.DataType) -> bool:
 
 class DistinctKeys:
     """The keys of a batch's rows for a one-column key, each distinct key made once: ``values``
-    (the key values, Python objects, in the order first seen), ``groups`` (the key group of
-    each) and ``indices`` (an Arrow array: for each row, the position of its key in
-    ``values``). ``of(batch)`` is None for keys it cannot group exactly as Python compares them
-    (several columns, floats, dictionary columns): the caller then takes the keys row by row."""
+    (the key values, Python objects, in the order first seen; ``array``: the same as an Arrow
+    array of the column's type), ``groups`` (the key group of each) and ``indices`` (an Arrow
+    array: for each row, the position of its key in ``values``). ``of(batch)`` is None for keys
+    it cannot group exactly as Python compares them (several columns, floats, dictionary
+    columns): the caller then takes the keys row by row."""
 
-    __slots__ = ("groups", "indices", "values")
+    __slots__ = ("array", "groups", "indices", "values")
 
-    def __init__(self, values: list[Any], groups: list[int], indices: pa.Array) -> None:
-        self.values, self.groups, self.indices = values, groups, indices
+    def __init__(self, values: list[Any], groups: list[int], indices: pa.Array, array: pa.Array) -> None:
+        self.values, self.groups, self.indices, self.array = values, groups, indices, array
 
     @staticmethod
     def of(batch: pa.RecordBatch, keys: Sequence[str], max_parallelism: int) -> DistinctKeys | None:
@@ -74,7 +76,44 @@ class DistinctKeys:
         encoded = pc.dictionary_encode(column, null_encoding="encode")
         distinct = pa.RecordBatch.from_arrays([encoded.dictionary], names=[keys[0]])
         return DistinctKeys(encoded.dictionary.to_pylist(), key_groups(distinct, keys, max_parallelism).tolist(),
-                            encoded.indices)
+                            encoded.indices, encoded.dictionary)
+
+    def by_row(self, per_key: list[Any]) -> list[Any]:
+        """``per_key`` (one object per key of ``values``) repeated for each row: the rows' own
+        list, made in C (the same objects, not copies)."""
+        table = np.fromiter(per_key, dtype=object, count=len(per_key))
+        return table[self.indices.to_numpy(zero_copy_only=False)].tolist()  # type: ignore[no-any-return]
+
+
+#: (key tuple, state entry ``(key, None)``, key group, key value) of one key
+KeyRecord = tuple[tuple[Any, ...], tuple[Any, None], int, Any]
+
+
+class KeyRecords:
+    """The ``KeyRecord`` of each key an operator has seen, kept between batches (up to
+    ``limit`` keys; then it starts again), for operators that switch a heap backend's current
+    key themselves (see ``HeapKeyedStateBackend.check_key_groups``): a state dict then finds its
+    entry by identity, and no tuples are made per row or per batch."""
+
+    __slots__ = ("_known", "limit")
+
+    def __init__(self, limit: int = 1 << 17) -> None:
+        self._known: dict[Any, KeyRecord] = {}
+        self.limit = limit
+
+    def of(self, distinct: DistinctKeys) -> list[KeyRecord]:
+        """The record of each key of ``distinct.values``, in that order."""
+        known = self._known
+        if len(known) > self.limit:
+            known.clear()
+        records = []
+        for value, kg in zip(distinct.values, distinct.groups):
+            record = known.get(value)
+            if record is None or record[2] != kg:
+                key = (value,)
+                record = known[value] = (key, (key, None), kg, value)
+            records.append(record)
+        return records
 
 
 def keyed_backend(ctx: RuntimeContext) -> HeapKeyedStateBackend:
@@ -233,6 +272,7 @@ class KeyedReduce(Operator):
         self._backend = keyed_backend(ctx)
         self._reduced = self._backend.internal_state("__reduced__", _copy_row)
         self._step = _reduce_step(self.fn, self.keys[0]) if len(self.keys) == 1 else None
+        self._key_records = KeyRecords()
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if self._schema is None:
@@ -240,24 +280,48 @@ class KeyedReduce(Operator):
             self._schema = batch.schema
         distinct = DistinctKeys.of(batch, self.keys, self.ctx.max_parallelism) if self._step is not None else None
         with gc_paused():
-            updated = self._fold_by_key(batch, distinct) if distinct is not None else self._fold_rows(batch)
-        if not self.ctx.is_batch and updated:
-            self.output.collect(pa.RecordBatch.from_pylist(updated, schema=self._schema))
+            if distinct is None:
+                updated = self._fold_rows(batch)
+                if not self.ctx.is_batch and updated:
+                    self.output.collect(pa.RecordBatch.from_pylist(updated, schema=self._schema))
+                return
+            updated = self._fold_by_key(batch, distinct)
+            if not self.ctx.is_batch and updated:
+                self.output.collect(self._upserts(updated, distinct))
 
     def _fold_by_key(self, batch: pa.RecordBatch, distinct: DistinctKeys) -> list[dict[str, Any]]:
         """The batch's rows, sorted by key (stable: each key's rows stay in order), folded one
         key at a time by ``functools.reduce`` (the loop in C); each key's accumulated row is read
-        from the state once and written back once. Returns the keys' new rows, in the order the
-        keys first appear."""
+        from the state once and written back once. Returns the keys' new rows, in the order of
+        ``distinct.values``.
+
+        The rows' key column is made from ``distinct.values``: the rows of a key share its one
+        value object (no per-row conversion of the key)."""
         indices = distinct.indices.to_numpy(zero_copy_only=False)
-        order = np.argsort(indices, kind="stable")
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(indices, minlength=len(distinct.values))))).tolist()
-        rows = row_dicts(batch.take(pa.array(order)))
+        if len(distinct.values) <= 1 << 16:  # numpy sorts 16-bit integers stably by radix: 3x faster
+            order = pa.array(np.argsort(indices.astype(np.uint16), kind="stable"))
+        else:
+            order = pa.array(np.argsort(indices, kind="stable"))
+        counts = np.bincount(indices, minlength=len(distinct.values))
+        bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
+        key_index = batch.schema.get_field_index(self.keys[0])
+        values = np.fromiter(distinct.values, dtype=object, count=len(distinct.values))
+        rows = row_dicts(batch, [np.repeat(values, counts).tolist() if i == key_index else column.take(order).to_pylist()
+                                 for i, column in enumerate(batch.columns)])
         backend, state, step = self._backend, self._reduced, self._step
         assert step is not None  # DistinctKeys: one key column
+        records = self._key_records.of(distinct)
+        # the heap backend: the key is switched to by setting its three fields (see
+        # HeapKeyedStateBackend.check_key_groups), with one key tuple and entry per key
+        switch = backend.entries_in_layers
+        if switch:
+            backend.check_key_groups(distinct.groups)
         updated = []
-        for value, kg, lo, hi in zip(distinct.values, distinct.groups, bounds, bounds[1:]):
-            backend.set_current_key((value,), kg)
+        for (key, entry, kg, _), lo, hi in zip(records, bounds, bounds[1:]):
+            if switch:
+                backend._key, backend._entry, backend._key_group = key, entry, kg
+            else:
+                backend.set_current_key(key, kg)
             acc = state.get_for_update()
             if acc is ABSENT:
                 acc, lo = rows[lo], lo + 1
@@ -270,6 +334,17 @@ class KeyedReduce(Operator):
             state.put(new)
             updated.append(new)
         return updated
+
+    def _upserts(self, updated: list[dict[str, Any]], distinct: DistinctKeys) -> pa.RecordBatch:
+        """``RecordBatch.from_pylist(updated, schema)``, with the key column taken from
+        ``distinct`` (the rows' keys are its values, in its order)."""
+        schema = self._schema
+        assert schema is not None
+        key = self.keys[0]
+        return pa.RecordBatch.from_arrays(
+            [distinct.array if field.name == key
+             else pa.array(list(map(dict.get, updated, itertools.repeat(field.name))), type=field.type)
+             for field in schema], schema=schema)
 
     def _fold_rows(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
         """The batch's rows folded in order, row by row (keys of several columns, or of a type

@@ -35,14 +35,13 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Sequence
 
-import numpy as np
 import pyarrow as pa
 
 from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
 from yarnflow.common.api.state import StateDescriptor
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
-from yarnflow.worker.operators.keyed import DistinctKeys, key_tuples, keyed_backend
+from yarnflow.worker.operators.keyed import DistinctKeys, KeyRecords, key_tuples, keyed_backend
 from yarnflow.worker.operators.rows import RowBuffer, column_lists, gc_paused, row_dicts
 from yarnflow.worker.operators.timestamps import MissingEventTimeError, event_times_ms
 from yarnflow.worker.runtime.elements import Watermark
@@ -222,7 +221,7 @@ class KeyedProcessOperator(_KeyedOperator):
         self.current_watermark = _MIN_WATERMARK
         self._context = ProcessContext(self)
         self._collector = Collector(self._main)
-        self._known_keys: dict[Any, tuple[tuple[Any, ...], tuple[Any, None], int, Any]] = {}
+        self._key_records = KeyRecords(_MAX_KEY_RECORDS)
 
     def open(self) -> None:
         self.fn._yarnflow_state_backend = self._backend  # type: ignore[attr-defined]
@@ -236,14 +235,15 @@ class KeyedProcessOperator(_KeyedOperator):
         backend, context, process, collector = self._backend, self._context, self.fn.process_element, self._collector
         context.time_domain = context.timestamp = None
         with gc_paused():
-            columns = column_lists(batch)
-            rows = row_dicts(batch, columns)
             distinct = DistinctKeys.of(batch, self.keys, self.ctx.max_parallelism) if backend.entries_in_layers else None
             if distinct is not None:
                 # the heap backend: a row's key is switched to by setting three fields (see
                 # HeapKeyedStateBackend.check_key_groups), one key tuple and entry per key
                 backend.check_key_groups(distinct.groups)
-                records = self._key_records(distinct)
+                records = distinct.by_row(self._key_records.of(distinct))
+                key_index = batch.schema.get_field_index(self.keys[0])
+                rows = row_dicts(batch, [distinct.by_row(distinct.values) if i == key_index else column.to_pylist()
+                                         for i, column in enumerate(batch.columns)])
                 for row, (key, entry, kg, value), ts in zip(rows, records,
                                                             times if times is not None else itertools.repeat(None)):
                     backend._key = key
@@ -256,6 +256,8 @@ class KeyedProcessOperator(_KeyedOperator):
                     except Exception as exc:
                         raise self.user_error(process, exc) from exc
             else:
+                columns = column_lists(batch)
+                rows = row_dicts(batch, columns)
                 groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
                 if len(self.keys) == 1:  # ctx.current_key is the key's value, the backend's key a 1-tuple
                     values = columns[batch.schema.get_field_index(self.keys[0])]
@@ -274,23 +276,6 @@ class KeyedProcessOperator(_KeyedOperator):
                     except Exception as exc:
                         raise self.user_error(process, exc) from exc
             self._flush()
-
-    def _key_records(self, distinct: DistinctKeys) -> list[tuple[tuple[Any, ...], tuple[Any, None], int, Any]]:
-        """(key tuple, state entry, key group, key value) of each row: the tuples are made once
-        per key and kept (up to ``_MAX_KEY_RECORDS`` keys), so the state's dicts find their
-        entries by identity."""
-        known = self._known_keys
-        if len(known) > _MAX_KEY_RECORDS:
-            known.clear()
-        records = []
-        for value, kg in zip(distinct.values, distinct.groups):
-            record = known.get(value)
-            if record is None or record[2] != kg:
-                key = (value,)
-                record = known[value] = (key, (key, None), kg, value)
-            records.append(record)
-        by_row = np.fromiter(records, dtype=object, count=len(records))[distinct.indices.to_numpy(zero_copy_only=False)]
-        return by_row.tolist()  # type: ignore[no-any-return]
 
     def _fire(self, ts: int, kg: int, key: tuple[Any, ...], domain: str) -> None:
         self._backend.set_current_key(key, kg)

@@ -59,6 +59,7 @@ from yarnflow.worker.state.objects import (
     STATE_CLASSES,
     InternalDescriptor,
     InternalState,
+    LayeredInternalState,
     LayeredValueState,
     ListState,
     MapState,
@@ -101,6 +102,8 @@ class HeapKeyedStateBackend:
     entries_in_layers = True
     #: the class of each kind of state object (ValueState: the one that reads the layers itself)
     state_classes: dict[str, type[_KeyedState]] = {**STATE_CLASSES, "value": LayeredValueState}
+    #: the class of operators' internal states
+    internal_state_class: type[InternalState] = LayeredInternalState
 
     def __init__(self, max_parallelism: int, key_group_range: range) -> None:
         if max_parallelism <= 0:
@@ -195,7 +198,7 @@ class HeapKeyedStateBackend:
     def internal_state(self, name: str, copy_fn: Callable[[Any], Any] = deepcopy) -> InternalState:
         """An operator's own per-(key, namespace) state (see ``InternalState``)."""
         self._register(name, "internal")
-        state = InternalState(self, InternalDescriptor(name), copy_fn)
+        state = self.internal_state_class(self, InternalDescriptor(name), copy_fn)
         self._states[name] = state
         return state
 

@@ -15,7 +15,7 @@ from yarnflow.common.api.state import StateDescriptor
 if TYPE_CHECKING:
     from yarnflow.worker.state.heap import HeapKeyedStateBackend
 
-__all__ = ["ABSENT", "IMMUTABLE", "InternalState", "LayeredValueState", "ListState", "MapState", "ReducingState",
+__all__ = ["ABSENT", "IMMUTABLE", "InternalState", "LayeredInternalState", "LayeredValueState", "ListState", "MapState", "ReducingState",
            "ValueState"]
 
 T = TypeVar("T")
@@ -245,6 +245,36 @@ class InternalState(_KeyedState):
     def delete(self, namespace: Any = None) -> None:
         b = self._backend
         b.remove(self.name, b._key_group, self._entry_in(namespace))  # type: ignore[arg-type]
+
+
+class LayeredInternalState(InternalState):
+    """The InternalState of the heap backend, for operators that read and write the current
+    key's entry once per key and batch (a keyed reduce): without a namespace, it looks in the
+    newest layer itself, as ``LayeredValueState`` does, and takes the general path otherwise."""
+
+    __slots__ = ()
+
+    def _newest(self) -> dict[Any, Any] | None:
+        """This state's entries of the current key group in the newest layer, if any (no current
+        key: none, there are no entries of key group None)."""
+        b = self._backend
+        groups = b._layers[-1].get(self.name)
+        return None if groups is None else groups.get(b._key_group)  # type: ignore[arg-type]
+
+    def get_for_update(self, namespace: Any = None) -> Any:
+        entries = self._newest() if namespace is None else None
+        if entries is not None:
+            value = entries.get(self._backend._entry, ABSENT)
+            if value is not ABSENT:
+                return ABSENT if value is _TOMBSTONE else value
+        return super().get_for_update(namespace)
+
+    def put(self, value: Any, namespace: Any = None) -> None:
+        entries = self._newest() if namespace is None else None
+        if entries is not None:
+            entries[self._backend._entry] = value
+        else:
+            super().put(value, namespace)
 
 
 class InternalDescriptor(StateDescriptor):

@@ -65,7 +65,7 @@ from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY
 from yarnflow.worker.state.columnar import AggregateState, NamespacedState
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import IMMUTABLE, RESERVED_TABLES, HeapKeyedStateBackend
-from yarnflow.worker.state.objects import ABSENT, STATE_CLASSES
+from yarnflow.worker.state.objects import ABSENT, STATE_CLASSES, InternalState
 from yarnflow.worker.state.rocksdb_columnar import RocksDBAggregateTable, RocksDBNamespacedTables
 from yarnflow.worker.state.tables import loads, owned_rows, require_columns
 
@@ -79,6 +79,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
 
     entries_in_layers = False  # per-key entries are in the database
     state_classes = STATE_CLASSES
+    internal_state_class = InternalState
 
     def __init__(self, max_parallelism: int, key_group_range: range, local_dir: str,
                  incremental: bool = False) -> None:
