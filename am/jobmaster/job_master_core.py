@@ -14,14 +14,16 @@ restart strategy, failure history). Every state change goes through the transiti
 ``ExecutionState`` / ``JobStatus``; an illegal one raises ``IllegalStateTransition``, which the
 shell turns into a visible job failure.
 
+Its parts: ``SlotRequests`` (asking the ResourceManager for slots, their timeout, giving
+them back), ``JobTaskExecutors`` (where the job's TaskExecutors are, their heartbeats, the lost
+ones), ``JobCheckpoints`` (STREAMING jobs' checkpoints), ``job_metrics`` (the status report)
+and the ``TaskFailover`` mixin (a failed task's restart: cancel, backoff, new attempts).
+
 Timeouts (each measured from its own start):
-- ``slot.request.timeout``: a slot request not met in time fails the subtasks waiting for it
-  (through the restart strategy), unless a slot the job already holds could serve it once
-  freed (the request then waits on the job's own progress, like Flink's bulk checker);
+- ``slot.request.timeout`` and ``slot.idle.timeout``: see ``slot_requests.py``;
 - ``heartbeat.timeout``: a TaskExecutor holding the job's slots that has not heartbeated to
   this JobMaster for that long is lost to the job;
-- cancellation: a task that does not confirm its cancellation within ``CANCEL_TIMEOUT_MS`` is
-  counted as canceled.
+- cancellation: see ``task_failover.py``.
 """
 
 from __future__ import annotations
@@ -29,62 +31,50 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from typing import Protocol
 
 from yarnflow.am.jobmaster.actions import (
     Action,
     CancelSlotRequest,
     CancelTask,
     DeployTask,
-    FreeSlot,
     JobReachedTerminalState,
     ReleasePartitions,
-    RequestSlot,
     ReturnAllocation,
 )
-from yarnflow.am.checkpoint.coordinator import CheckpointIDCounter
+from yarnflow.am.checkpoint.coordinator import CheckpointIDCounter, TimerService
 from yarnflow.am.jobmaster.checkpointing import JobCheckpoints, checkpoint_settings
 from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, LogicalSlot
 from yarnflow.am.jobmaster.failure_handler import FailureHandler
-from yarnflow.am.jobmaster.slot_assignment import NewRequest, SlotAssignment
+from yarnflow.am.jobmaster.job_metrics import checkpoint_summary, vertex_statuses
+from yarnflow.am.jobmaster.slot_assignment import SlotAssignment
+from yarnflow.am.jobmaster.slot_requests import SlotRequests
 from yarnflow.am.jobmaster.slotpool.slot_pool import PoolSlotState
-from yarnflow.am.resourcemanager.slotmanager.slot_manager import SlotRequest
-from yarnflow.am.scheduler.failover import PartitionUnavailable, make_failover_strategy
+from yarnflow.am.jobmaster.task_executors import JobTaskExecutors
+from yarnflow.am.jobmaster.task_failover import TaskFailover
+from yarnflow.am.scheduler.failover import make_failover_strategy
 from yarnflow.am.scheduler.region_progress import RegionProgress
 from yarnflow.am.scheduler.regions import BlockingExchange, PipelinedRegion, SubtaskId, compute_pipelined_regions
 from yarnflow.am.scheduler.restart import make_restart_strategy
-from yarnflow.common.clock import Clock, TimerHandle
+from yarnflow.common.clock import Clock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID
-from yarnflow.am.jobmaster.job_metrics import count_checkpoints
 from yarnflow.common.messages import (
-    CheckpointCounts,
     ErrorInfo,
     JobGraph,
     JobStatusInfo,
     SlotOffer,
     TaskExecutionStateUpdate,
-    TaskMetrics,
     TaskStateSnapshot,
-    VertexStatus,
 )
 from yarnflow.common.states import ExecutionState, JobStatus
 
 log = logging.getLogger(__name__)
 
-CANCEL_TIMEOUT_MS = 15_000
 #: the error class of a deployment refused because the checkpoint it restores cannot be read
 CHECKPOINT_NOT_READABLE = "CheckpointNotReadableError"
-#: the error class of a task that could not read the state it was to restore
-STATE_RESTORE_ERROR = "StateRestoreError"
-_PARTITION_ERRORS = ("PartitionNotFoundError", "PartitionReleasedError", "RpcConnectionError")
 
 
-class TimerService(Protocol):
-    def schedule(self, delay_ms: int, fn: Callable[[], None]) -> TimerHandle: ...
-
-
-class JobMasterCore:
+class JobMasterCore(TaskFailover):
     def __init__(self, job_graph: JobGraph, config: Configuration, address: str, fencing_token: str,
                  storage_dir: str, clock: Clock, timers: TimerService, checkpoint_dir: str = "",
                  checkpoint_ids: CheckpointIDCounter | None = None) -> None:
@@ -103,14 +93,15 @@ class JobMasterCore:
         self._task_config = config.to_strings()
         self._address = address
         self._storage = storage_dir
-        self._slot_request_timeout: int = config[Options.SLOT_REQUEST_TIMEOUT]
-        self._idle_timeout: int = config[Options.SLOT_IDLE_TIMEOUT]
         self._heartbeat_interval: int = config[Options.HEARTBEAT_INTERVAL]
         self._heartbeat_timeout: int = config[Options.HEARTBEAT_TIMEOUT]
         self.regions = compute_pipelined_regions(job_graph)
         self._region_of = {s: r for r in self.regions for s in r.subtasks}
         self.progress = RegionProgress(self.regions)
         self.slots = SlotAssignment(job_graph, self.regions, streaming=job_graph.runtime_mode != "BATCH")
+        self.task_executors = JobTaskExecutors()
+        self.requests = SlotRequests(self.job_id, address, fencing_token, config, self.slots, self.task_executors,
+                                     clock, timers, self._emit, lambda: self.status, self._slot_request_timed_out)
         self.failures = FailureHandler(make_failover_strategy(config[Options.FAILOVER_STRATEGY], job_graph),
                                        make_restart_strategy(self._task_config), clock)
         # called with (old execution, its new attempt, the checkpoint id the new one restores or 0)
@@ -130,10 +121,6 @@ class JobMasterCore:
         self._waiting_groups: dict[int, set[Hashable]] = {}
         self._restart_pending: set[SubtaskId] = set()
         self._restart_scheduled = False
-        self._lost: set[ResourceID] = set()
-        self._te_address: dict[ResourceID, str] = {}   # every TaskExecutor the job used
-        self._te_last_seen: dict[ResourceID, int] = {}
-        self._missing_once: set[ExecutionAttemptID] = set()
         self._all_running: set[SubtaskId] = set()
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -147,7 +134,7 @@ class JobMasterCore:
     def _address_of(self, attempt_id: ExecutionAttemptID) -> tuple[ResourceID, str] | None:
         ex = self.graph.execution(attempt_id)
         if ex is None or not self.graph.is_current(ex) or ex.state.is_terminal or ex.slot is None \
-                or ex.slot.resource_id in self._lost:
+                or not self.task_executors.reachable(ex.slot.resource_id):
             return None
         return ex.slot.resource_id, ex.slot.rpc_address
 
@@ -192,11 +179,8 @@ class JobMasterCore:
         self._schedule()
         if self.checkpoints is not None:
             self.checkpoints.coordinator.start()
-        self._timers.schedule(self._idle_check_period(), self._check_idle_slots)
+        self.requests.start()
         self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
-
-    def _idle_check_period(self) -> int:
-        return max(1000, min(self._idle_timeout, 10_000))
 
     # -- scheduling -----------------------------------------------------------------------------
     def _schedule(self, candidates: Iterable[int] | None = None) -> None:
@@ -214,14 +198,8 @@ class JobMasterCore:
             for s in region.subtasks:
                 self._ev(s).current.transition(ExecutionState.SCHEDULED)
             for request in self.slots.acquire_for_region(region, self._now()):
-                self._request_slot(request)
+                self.requests.request(request)
             self._deploy_if_ready(region)
-
-    def _request_slot(self, request: NewRequest) -> None:
-        self._emit(RequestSlot(SlotRequest(self.job_id, request.allocation_id, request.profile, self._address,
-                                           self.fencing_token)))
-        allocation_id = request.allocation_id
-        self._timers.schedule(self._slot_request_timeout, lambda: self._slot_request_timed_out(allocation_id))
 
     def _deploy_if_ready(self, region: PipelinedRegion) -> None:
         rid = region.region_id
@@ -255,7 +233,7 @@ class JobMasterCore:
         slot = ex.slot
         assert slot is not None
         ex.transition(ExecutionState.DEPLOYING)
-        self._te_address[slot.resource_id] = slot.rpc_address
+        self.task_executors.used(slot.resource_id, slot.rpc_address)
         try:
             tdd = self.graph.deployment_descriptor(ex, self.job_graph.artifact_uri, self.job_graph.artifact_sha256,
                                                    self.fencing_token, self._task_config, self._storage,
@@ -274,7 +252,7 @@ class JobMasterCore:
         if error.error_class == CHECKPOINT_NOT_READABLE and ex.restore is not None and self.checkpoints is not None:
             self.checkpoints.mark_unreadable(ex.restore.checkpoint_id)
             self.failures.global_failure(error)
-        if ex.slot is not None and ex.slot.resource_id not in self._lost:
+        if ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
             self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
         if self.graph.is_current(ex) and not ex.state.is_terminal:
             self._task_failed(ex, error)
@@ -286,14 +264,13 @@ class JobMasterCore:
         ones accepted (the TaskExecutor frees the others)."""
         if self.status.is_globally_terminal or self.status in (JobStatus.FAILING, JobStatus.CANCELLING):
             return []
-        if resource_id in self._lost:
+        if resource_id in self.task_executors.lost:
             log.info("job %s: declining slots of %s, lost to this job", self.job_id, resource_id)
             return []
         accepted = [o for o in offers
                     if self.slots.pool.offer(o.allocation_id, resource_id, rpc_address, data_address, o.profile)]
         if accepted:
-            self._te_address[resource_id] = rpc_address
-            self._te_last_seen.setdefault(resource_id, self._now())
+            self.task_executors.offered_slots(resource_id, rpc_address, self._now())
         regions: set[int] = set()
         for o in accepted:
             regions |= self.slots.regions_of(o.allocation_id)
@@ -309,7 +286,7 @@ class JobMasterCore:
 
     def _release_region_slots(self, region: PipelinedRegion) -> None:
         remember = [(s, ex.slot.allocation_id) for s in region.subtasks
-                    if (ex := self._ev(s).current).slot is not None and ex.slot.resource_id not in self._lost]
+                    if (ex := self._ev(s).current).slot is not None and self.task_executors.reachable(ex.slot.resource_id)]
         for allocation_id in self.slots.release_region(region, self._now(), remember):
             self._emit(CancelSlotRequest(allocation_id))
         self._waiting_groups.pop(region.region_id, None)
@@ -318,46 +295,13 @@ class JobMasterCore:
             self._emit(CancelSlotRequest(allocation_id))
         self._deploy_ready_regions(moved)
 
-    def _slot_request_timed_out(self, allocation_id: AllocationID) -> None:
-        since = self.slots.requested_at(allocation_id)
-        if since is None or self.status != JobStatus.RUNNING:
-            return  # met, cancelled, or the job is no longer running
-        age = self._now() - since
-        if age < self._slot_request_timeout:
-            self._timers.schedule(self._slot_request_timeout - age, lambda: self._slot_request_timed_out(allocation_id))
-            return
-        if self.slots.could_be_served_by_held_slot(allocation_id):
-            log.debug("job %s: slot request %s waits on slots the job holds", self.job_id, allocation_id)
-            self._rearm_slot_request(allocation_id)
-            return
+    def _slot_request_timed_out(self, allocation_id: AllocationID, error: ErrorInfo) -> None:
+        """A slot request was not met in time: the first subtask waiting for it fails."""
         regions = self.slots.regions_of(allocation_id)
         waiting = [self._ev(s).current for rid in sorted(regions) for s in sorted(self.regions[rid].subtasks)
                    if self._ev(s).current.state == ExecutionState.SCHEDULED]
-        profile = self.slots.profile(self.slots.pool.owner_of(allocation_id))
-        error = ErrorInfo("NoResourceAvailableError",
-                          f"a slot ({profile.cpu_cores:g} cores, {profile.memory_mb} MB) did not come within "
-                          f"slot.request.timeout ({self._slot_request_timeout} ms)")
-        log.warning("job %s: slot request %s timed out after %d ms", self.job_id, allocation_id, age)
         if waiting:
             self._task_failed(waiting[0], error)
-        self._rearm_slot_request(allocation_id)
-
-    def _rearm_slot_request(self, allocation_id: AllocationID) -> None:
-        if self.slots.renew_request(allocation_id, self._now()):
-            self._timers.schedule(self._slot_request_timeout, lambda: self._slot_request_timed_out(allocation_id))
-
-    def _check_idle_slots(self) -> None:
-        if self.status.is_globally_terminal:
-            return
-        for slot in self.slots.pool.expired(self._now(), self._idle_timeout):
-            self._return_slot(slot.allocation_id, slot.resource_id, slot.rpc_address, "idle")
-        self._timers.schedule(self._idle_check_period(), self._check_idle_slots)
-
-    def _return_slot(self, allocation_id: AllocationID, resource_id: ResourceID | None, rpc_address: str,
-                     why: str) -> None:
-        self._emit(ReturnAllocation(allocation_id))
-        if resource_id is not None and resource_id not in self._lost:
-            self._emit(FreeSlot(allocation_id, resource_id, rpc_address, f"job {self.job_id}: {why}"))
 
     def allocation_failed(self, allocation_id: AllocationID, reason: str) -> None:
         """The ResourceManager cannot ever meet a request (no slot is that large)."""
@@ -365,11 +309,7 @@ class JobMasterCore:
 
     def resource_manager_changed(self) -> None:
         """A new ResourceManager leader knows nothing of this job's requests: repeat them."""
-        pending = self.slots.pending_requests()
-        log.info("job %s: the ResourceManager changed; asking again for %d slots", self.job_id, len(pending))
-        for allocation_id, profile in pending:
-            self._emit(RequestSlot(SlotRequest(self.job_id, allocation_id, profile, self._address,
-                                               self.fencing_token)))
+        self.requests.ask_again()
 
     # -- task states ----------------------------------------------------------------------------
     def deploy_succeeded(self, attempt_id: ExecutionAttemptID) -> None:
@@ -436,16 +376,16 @@ class JobMasterCore:
         by_te: dict[ResourceID, list[str]] = defaultdict(list)
         for s in exchange.producers:
             ex = self._ev(s).current
-            if ex.slot is not None and ex.slot.resource_id not in self._lost:
+            if ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
                 by_te[ex.slot.resource_id].append(str(ex.partition_id(exchange.edge_index)))
         for rid, pids in by_te.items():
-            if rid in self._te_address:
-                self._emit(ReleasePartitions(rid, self._te_address[rid], tuple(pids)))
+            if rid in self.task_executors.address:
+                self._emit(ReleasePartitions(rid, self.task_executors.address[rid], tuple(pids)))
 
     def _result_available(self, s: SubtaskId) -> bool:
         ex = self._ev(s).current
-        return ex.state == ExecutionState.FINISHED and ex.slot is not None and ex.slot.resource_id not in self._lost \
-            and self._region_of[s].region_id not in self.progress.released
+        return ex.state == ExecutionState.FINISHED and ex.slot is not None \
+            and self.task_executors.reachable(ex.slot.resource_id) and self._region_of[s].region_id not in self.progress.released
 
     # -- TaskExecutors --------------------------------------------------------------------------
     def task_executor_heartbeat(self, resource_id: ResourceID, executions: list[TaskExecutionStateUpdate],
@@ -455,30 +395,21 @@ class JobMasterCore:
         JobMaster believes runs there but that is missing from two reports in a row failed;
         an attempt that is no longer current is cancelled. Returns the slots the job holds on
         that TaskExecutor: the TaskExecutor frees the others."""
-        if resource_id in self._lost:
+        executors = self.task_executors
+        if resource_id in executors.lost:
             return []
-        self._te_last_seen[resource_id] = self._now()
+        executors.heard_from(resource_id, self._now())
         reported: set[ExecutionAttemptID] = set()
         for update in executions:
             reported.add(update.execution_attempt_id)
             ex = self.graph.execution(update.execution_attempt_id)
             if ex is not None and self.graph.is_current(ex) and not ex.state.is_terminal:
                 self.task_state_changed(update)
-            elif not update.state.is_terminal and resource_id in self._te_address:
+            elif not update.state.is_terminal and resource_id in executors.address:
                 log.info("job %s: %s still runs %s, an attempt this job gave up: cancelling it", self.job_id,
-                         resource_id,
-                         update.execution_attempt_id)
-                self._emit(CancelTask(update.execution_attempt_id, resource_id, self._te_address[resource_id]))
-        for ex in self.graph.current_executions():
-            if ex.slot is None or ex.slot.resource_id != resource_id or ex.attempt_id in reported:
-                self._missing_once.discard(ex.attempt_id)
-                continue
-            if ex.state not in (ExecutionState.INITIALIZING, ExecutionState.RUNNING):
-                continue  # a deployment may still be on its way
-            if ex.attempt_id not in self._missing_once:
-                self._missing_once.add(ex.attempt_id)
-                continue
-            self._missing_once.discard(ex.attempt_id)
+                         resource_id, update.execution_attempt_id)
+                self._emit(CancelTask(update.execution_attempt_id, resource_id, executors.address[resource_id]))
+        for ex in executors.missing_twice(resource_id, self.graph.current_executions(), reported):
             self._task_failed(ex, ErrorInfo("TaskLostError", f"{resource_id} no longer runs this task",
                                             location=f"TaskExecutor {resource_id}"))
         held = self.slots.slots_on(resource_id)
@@ -495,17 +426,14 @@ class JobMasterCore:
         holding = {s.resource_id for s in self.slots.pool.slots.values() if s.resource_id is not None}
         holding |= {ex.slot.resource_id for ex in self.graph.current_executions()
                     if ex.slot is not None and not ex.state.is_terminal}
-        for rid in sorted(holding - self._lost):
-            last = self._te_last_seen.setdefault(rid, now)
-            if now - last > self._heartbeat_timeout:
-                self.task_executor_lost(rid, f"no heartbeat for {now - last} ms (heartbeat.timeout "
-                                             f"{self._heartbeat_timeout} ms)")
+        for rid, silent_ms in self.task_executors.silent(holding, now, self._heartbeat_timeout):
+            self.task_executor_lost(rid, f"no heartbeat for {silent_ms} ms (heartbeat.timeout "
+                                         f"{self._heartbeat_timeout} ms)")
         self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
 
     def task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:
-        if resource_id in self._lost:
+        if not self.task_executors.mark_lost(resource_id):
             return
-        self._lost.add(resource_id)
         self.slots.task_executor_lost(resource_id)
         error = ErrorInfo("TaskExecutorLostError", f"TaskExecutor {resource_id} was lost: {reason}",
                           location=f"TaskExecutor {resource_id}")
@@ -528,135 +456,8 @@ class JobMasterCore:
                 continue
             self._waiting_groups.pop(rid, None)
             for request in self.slots.reacquire_missing(region, self._now()):
-                self._request_slot(request)
+                self.requests.request(request)
             self._deploy_if_ready(region)
-
-    # -- failover -------------------------------------------------------------------------------
-    def _cause_of(self, error: ErrorInfo) -> PartitionUnavailable | None:
-        """A consumer that could not read a blocking partition names it (a typed
-        ResultPartitionID in the error): that producer's result is then unavailable."""
-        partition = getattr(error, "unavailable_partition", None)
-        if not partition or error.error_class not in _PARTITION_ERRORS:
-            return None
-        parts = str(partition).split(".")  # <job id>.<producer attempt id>.<edge index>
-        producer = self.graph.execution(parts[1]) if len(parts) == 3 else None
-        if producer is None:
-            return None
-        return PartitionUnavailable(self._sid(producer), error.message)
-
-    def _task_failed(self, ex: Execution, error: ErrorInfo) -> None:
-        if ex.state.is_terminal:
-            return
-        was_canceling = ex.state == ExecutionState.CANCELING
-        ex.failure = error
-        ex.transition(ExecutionState.FAILED)
-        if error.error_class == STATE_RESTORE_ERROR and ex.restore is not None and self.checkpoints is not None:
-            self.checkpoints.mark_unreadable(ex.restore.checkpoint_id)  # the task could not read its state
-        sid = self._sid(ex)
-        if was_canceling or sid in self._restart_pending or self.status != JobStatus.RUNNING:
-            self._on_terminal_execution()  # a consequence of a failover or cancel under way
-            return
-        log.info("job %s: %s failed: %s", self.job_id, ex.vertex.name, error.describe())
-        if self.checkpoints is not None:
-            self.checkpoints.coordinator.task_failed()
-        cause = self._cause_of(error)
-        decision = self.failures.task_failed(
-            sid, ex.vertex.name, error, cause, lambda s: self._ev(s).current.state == ExecutionState.FINISHED,
-            lambda s: self._result_available(s) and not (cause is not None and cause.producer == s))
-        if not decision.can_restart:
-            self._fail(error)
-            return
-        log.info("job %s: restarting %d subtasks (%s)", self.job_id, len(decision.to_restart),
-                 self.failures.describe())
-        if len(decision.to_restart) == len(self._region_of):
-            self._set_status(JobStatus.RESTARTING)
-        self._restart_pending |= decision.to_restart
-        for s in decision.to_restart:
-            self._cancel_execution(self._ev(s).current)
-        self._maybe_restart()
-
-    def _on_terminal_execution(self) -> None:
-        if self._restart_pending:
-            self._maybe_restart()
-        self._check_job()
-
-    def _maybe_restart(self) -> None:
-        """Once every subtask to restart has stopped, restart them after the backoff (they
-        stay in ``_restart_pending``, out of scheduling, until then)."""
-        if not self._restart_pending or self._restart_scheduled:
-            return
-        if not all(self._ev(s).current.state.is_terminal for s in self._restart_pending):
-            return
-        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
-            return
-        self._restart_scheduled = True
-        pending = set(self._restart_pending)
-        self._timers.schedule(self.failures.restart.backoff_ms(), lambda: self._restart(pending))
-
-    def _restart(self, subtasks: set[SubtaskId]) -> None:
-        self._restart_scheduled = False
-        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
-            return
-        regions = {self._region_of[s].region_id: self._region_of[s] for s in subtasks}
-        for region in regions.values():
-            self._scheduled.discard(region.region_id)
-            self._deployed.discard(region.region_id)
-            self._release_region_slots(region)
-        self.progress.mark_unfinished(regions.values())
-        restore_id = 0
-        if self.checkpoints is not None:
-            if self.checkpoints.nothing_left_to_restore():
-                self._fail(ErrorInfo("CheckpointRestoreError", "no retained checkpoint can be read, so the job "
-                                     "cannot resume without losing or repeating data"))
-                return
-            point = self.checkpoints.restore_point()
-            restore_id = point.checkpoint_id if point is not None else 0
-        for s in subtasks:
-            ev = self._ev(s)
-            old = ev.current
-            new = self.graph.new_attempt(ev)
-            if restore_id and self.checkpoints is not None:
-                new.restore = self.checkpoints.restore_for(restore_id, s)
-            if self.on_attempt_replaced is not None:
-                self.on_attempt_replaced(old, new, restore_id)
-            self._all_running.discard(s)
-            self._restart_pending.discard(s)
-        self.failures.note_restore(restore_id)
-        if restore_id:
-            log.info("job %s: %d subtasks resume from checkpoint %d", self.job_id, len(subtasks), restore_id)
-        if self.status == JobStatus.RESTARTING:
-            self._set_status(JobStatus.RUNNING)
-        log.info("job %s: restarted %d subtasks", self.job_id, len(subtasks))
-        self._schedule(regions)
-        self._maybe_restart()  # failures that came during the backoff
-
-    def _cancel_execution(self, ex: Execution) -> None:
-        if ex.state.is_terminal:
-            return
-        if ex.state in (ExecutionState.CREATED, ExecutionState.SCHEDULED):
-            ex.transition(ExecutionState.CANCELED)
-            return
-        ex.transition(ExecutionState.CANCELING)
-        if ex.slot is None or ex.slot.resource_id in self._lost:
-            ex.transition(ExecutionState.CANCELED)  # nothing left to cancel there
-            return
-        self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
-        self._timers.schedule(CANCEL_TIMEOUT_MS, lambda: self._force_canceled(ex, "did not confirm its "
-                                                                                  "cancellation in time"))
-
-    def cancel_call_failed(self, attempt_id: ExecutionAttemptID, error: ErrorInfo) -> None:
-        """The cancel call could not reach the TaskExecutor: count the task as canceled (if it
-        still runs there, the TaskExecutor's next heartbeat shows it and it is cancelled again,
-        or the TaskExecutor is lost to the job)."""
-        ex = self.graph.execution(attempt_id)
-        if ex is not None:
-            self._force_canceled(ex, f"could not be reached to cancel ({error.describe()})")
-
-    def _force_canceled(self, ex: Execution, why: str) -> None:
-        if ex.state == ExecutionState.CANCELING and self.graph.is_current(ex):
-            log.warning("%s %s: counting it as canceled", ex.vertex.name, why)
-            ex.transition(ExecutionState.CANCELED)
-            self._on_terminal_execution()
 
     # -- job outcome ----------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -721,7 +522,7 @@ class JobMasterCore:
         log.error("job %s: failing it outright: %s", self.job_id, error.describe())
         self.failure_cause = error
         for ex in self.graph.current_executions():
-            if not ex.state.is_terminal and ex.slot is not None and ex.slot.resource_id not in self._lost:
+            if not ex.state.is_terminal and ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
                 self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
         self.status = JobStatus.FAILED
         self._end()
@@ -736,11 +537,11 @@ class JobMasterCore:
                 self._emit(CancelSlotRequest(slot.allocation_id))
                 self._emit(ReturnAllocation(slot.allocation_id))
             else:
-                self._return_slot(slot.allocation_id, slot.resource_id, slot.rpc_address, f"ended {self.status.name}")
+                self.requests.give_back(slot.allocation_id, slot.resource_id, slot.rpc_address,
+                                        f"ended {self.status.name}")
             pool.remove(slot.allocation_id)
-        for rid, address in self._te_address.items():
-            if rid not in self._lost:
-                self._emit(ReleasePartitions(rid, address, ()))
+        for rid, address in self.task_executors.reachable_addresses().items():
+            self._emit(ReleasePartitions(rid, address, ()))
         log.info("job %s (%s) ended %s after %.1f s%s", self.job_graph.name, self.job_id, self.status.name,
                  (self.end_time_ms - self.start_time_ms) / 1000,
                  f": {self.failure_cause.describe()}" if self.failure_cause else "")
@@ -748,26 +549,11 @@ class JobMasterCore:
 
     # -- queries --------------------------------------------------------------------------------
     def status_info(self) -> JobStatusInfo:
-        statuses = []
-        for vid, ejv in self.graph.vertices.items():
-            counts: dict[ExecutionState, int] = {}
-            for ev in ejv.subtasks:
-                counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
-            statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts,
-                                         [ev.current.attempt_number for ev in ejv.subtasks],
-                                         [str(ev.current.slot.resource_id) if ev.current.slot else ""
-                                          for ev in ejv.subtasks],
-                                         [ev.current.state for ev in ejv.subtasks],
-                                         [ev.current.metrics or TaskMetrics(ev.current.records_in,
-                                                                            ev.current.records_out)
-                                          for ev in ejv.subtasks]))
-        checkpoints = self.checkpoints.infos() if self.checkpoints is not None else []
-        latest = self.checkpoints.latest_completed_id() if self.checkpoints is not None else 0
-        checkpoint_counts = (count_checkpoints(self.checkpoints.coordinator.history) if self.checkpoints is not None
-                             else CheckpointCounts())
+        checkpoints, latest, counts = checkpoint_summary(self.checkpoints)
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
-                             statuses, self.failure_cause, self.all_running_time_ms, self.failures.history(),
-                             self.failures.describe(), checkpoints, latest, self.failures.restarts, checkpoint_counts)
+                             vertex_statuses(self.graph), self.failure_cause, self.all_running_time_ms,
+                             self.failures.history(), self.failures.describe(), checkpoints, latest,
+                             self.failures.restarts, counts)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def acknowledge_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,

@@ -1,12 +1,41 @@
-"""Job-level figures the JobMaster reports with its status (Flink's job metrics): the
-checkpoint counts. Task figures come from the TaskExecutors' heartbeats (``TaskMetrics``)."""
+"""What the JobMaster reports with the job's status (Flink's job metrics): each vertex's
+subtasks (state, attempt, TaskExecutor, figures) and the checkpoint counts. Task figures come
+from the TaskExecutors' heartbeats (``TaskMetrics``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from yarnflow.am.checkpoint.coordinator import CheckpointStats, CheckpointStatus
-from yarnflow.common.messages import CheckpointCounts
+from yarnflow.am.jobmaster.checkpointing import JobCheckpoints
+from yarnflow.am.jobmaster.execution_graph import ExecutionGraph
+from yarnflow.common.messages import CheckpointCounts, CheckpointInfo, TaskMetrics, VertexStatus
+from yarnflow.common.states import ExecutionState
+
+
+def vertex_statuses(graph: ExecutionGraph) -> list[VertexStatus]:
+    """Each vertex's subtasks, as their current attempts stand."""
+    statuses = []
+    for vid, ejv in graph.vertices.items():
+        counts: dict[ExecutionState, int] = {}
+        for ev in ejv.subtasks:
+            counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
+        statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts,
+                                     [ev.current.attempt_number for ev in ejv.subtasks],
+                                     [str(ev.current.slot.resource_id) if ev.current.slot else ""
+                                      for ev in ejv.subtasks],
+                                     [ev.current.state for ev in ejv.subtasks],
+                                     [ev.current.metrics or TaskMetrics(ev.current.records_in, ev.current.records_out)
+                                      for ev in ejv.subtasks]))
+    return statuses
+
+
+def checkpoint_summary(checkpoints: JobCheckpoints | None) -> tuple[list[CheckpointInfo], int, CheckpointCounts]:
+    """(the latest checkpoints, the id of the latest completed one or 0, the counts); nothing for
+    a job without checkpoints (BATCH)."""
+    if checkpoints is None:
+        return [], 0, CheckpointCounts()
+    return checkpoints.infos(), checkpoints.latest_completed_id(), count_checkpoints(checkpoints.coordinator.history)
 
 
 def count_checkpoints(history: Iterable[CheckpointStats]) -> CheckpointCounts:
