@@ -399,6 +399,56 @@ def test_a_pooled_slot_that_fits_is_reused_without_asking_the_resource_manager()
     assert second.tdd.allocation_id == first.tdd.allocation_id
 
 
+def test_a_slot_idle_for_slot_idle_timeout_goes_back_and_is_freed_unless_its_task_executor_is_lost() -> None:
+    small, big = vertex("small", 1, source=True, memory_mb=200), vertex("big", 1, memory_mb=900)
+    jg = JobGraph(JOB, "sizes", [small, big],
+                  [JobEdge(small.vertex_id, big.vertex_id, Partitioner.FORWARD, ExchangeMode.BLOCKING)],
+                  artifact_uri="file:///job.zip", runtime_mode="BATCH")
+    d = Driver(jg, slot_idle_timeout="2 s")
+    d.start()
+    (first,) = d.of(DeployTask, d.offer_all(te="te-a", profile=ResourceProfile(1.0, 512)))
+    d.report(first, S.FINISHED)              # its slot is too small for "big": idle in the pool
+    idle = first.tdd.allocation_id
+    assert not [a for a in d.advance(1_000) if getattr(a, "allocation_id", None) == idle]
+    back = [a for a in d.advance(1_500) if getattr(a, "allocation_id", None) == idle]
+    assert {type(a) for a in back} == {ReturnAllocation, FreeSlot}
+    assert next(a for a in back if isinstance(a, FreeSlot)).resource_id == ResourceID("te-a")
+
+    d2 = Driver(jg, slot_idle_timeout="2 s")
+    d2.start()
+    (first,) = d2.of(DeployTask, d2.offer_all(te="te-a", profile=ResourceProfile(1.0, 512)))
+    d2.report(first, S.FINISHED)
+    d2.core.task_executor_lost(ResourceID("te-a"), "its container exited")
+    d2.drain()
+    back = [a for a in d2.advance(3_000) if getattr(a, "allocation_id", None) == first.tdd.allocation_id]
+    assert not [a for a in back if isinstance(a, FreeSlot)], "nothing is sent to a lost TaskExecutor"
+
+
+def test_a_new_resource_manager_is_asked_again_for_every_open_request() -> None:
+    d = Driver(pipeline(2))
+    first = d.of(RequestSlot, d.start())
+    assert first
+    d.core.resource_manager_changed()
+    again = d.of(RequestSlot, d.drain())
+    assert sorted(str(a.request.allocation_id) for a in again) == sorted(str(a.request.allocation_id) for a in first)
+    d.offer_all()
+    d.core.resource_manager_changed()
+    assert not d.of(RequestSlot, d.drain())  # all met: nothing to ask for
+
+
+def test_tasks_missing_from_two_reports_fail_once_not_once_each() -> None:
+    """Both subtasks of a region run on one TaskExecutor and are missing from its reports: the
+    first fails, which cancels the second, and a canceling task is not missing: one failure."""
+    d, deploys = started(pipeline(1), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_delay="1 s")
+    assert len({x.resource_id for x in deploys}) == 1 and len(deploys) == 2
+    rid = deploys[0].resource_id
+    for _ in range(2):
+        d.core.task_executor_heartbeat(rid, [], [deploys[0].tdd.allocation_id])
+        d.drain()
+    assert [f.error.error_class for f in d.core.failures.history()] == ["TaskLostError"]
+    assert sorted(d.execution(x).state.name for x in deploys) == ["CANCELING", "FAILED"]
+
+
 # ---- job outcome and bookkeeping ----------------------------------------------------------------
 
 def test_a_batch_job_releases_read_partitions_and_returns_its_slots_when_it_finishes() -> None:
