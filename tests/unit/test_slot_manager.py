@@ -52,6 +52,13 @@ def report(*slots: tuple[int, str | None] | tuple[int, str | None, JobID]) -> Sl
     return SlotReport(out)
 
 
+def join(sm: SlotManager, reg: TaskExecutorRegistration, registration_id: str) -> list:  # type: ignore[type-arg]
+    """A TaskExecutor registers and sends its first slot report (all slots free) at once, as a
+    real one does: the actions of both."""
+    actions = sm.register(reg, registration_id)
+    return actions + (sm.heartbeat(registration_id, report(*[(i, None) for i in range(reg.num_slots)])) or [])
+
+
 def allocations(actions: list) -> list[AllocateSlot]:  # type: ignore[type-arg]
     return [a for a in actions if isinstance(a, AllocateSlot)]
 
@@ -72,9 +79,24 @@ def test_registration_adds_free_slots_and_asks_for_nothing() -> None:
     assert sm.by_registration("nope") is None
 
 
+def test_a_task_executors_slots_are_handed_out_only_after_its_first_slot_report() -> None:
+    """A slot request sent with the registration's answer could reach the TaskExecutor before
+    that answer (with the fencing token) does, be refused, and go elsewhere: its slots wait for
+    its first report, and count meanwhile as coming (no worker is started for the request)."""
+    sm, _ = manager(slots_per_worker=2)
+    r = request(1)
+    assert sm.request_slot(r) == [StartWorkers(1)]
+    assert sm.register(registration(TE_A), "reg-a") == []
+    assert sm.pending == {r.allocation_id: r} and sm.pending_workers == 0
+    assert sm.request_slot(request(2)) == []       # the free slots to come: no second worker
+    actions = sm.heartbeat("reg-a", report((0, None), (1, None)))
+    assert sorted(a.request.allocation_id for a in allocations(actions)) == [AllocationID("alloc-1"), AllocationID("alloc-2")]
+    assert not sm.pending
+
+
 def test_request_is_matched_to_a_free_slot() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     r = request(1)
     actions = sm.request_slot(r)
     assert actions == [AllocateSlot(TE_A, 0, r)]
@@ -88,8 +110,8 @@ def test_request_is_matched_to_a_free_slot() -> None:
 
 def test_requests_spread_over_task_executors() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 2), "reg-a")
-    sm.register(registration(TE_B, 2), "reg-b")
+    join(sm, registration(TE_A, 2), "reg-a")
+    join(sm, registration(TE_B, 2), "reg-b")
     placed = [allocations(sm.request_slot(request(i)))[0].resource_id for i in range(4)]
     assert sorted(placed) == [TE_A, TE_A, TE_B, TE_B]
     assert placed[0] != placed[1]  # the second request goes to the TaskExecutor left untouched
@@ -97,9 +119,9 @@ def test_requests_spread_over_task_executors() -> None:
 
 def test_the_task_executor_with_most_free_slots_is_chosen() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 1), "reg-a")
-    sm.register(registration(TE_B, 3), "reg-b")
-    sm.register(registration(TE_C, 2), "reg-c")
+    join(sm, registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_B, 3), "reg-b")
+    join(sm, registration(TE_C, 2), "reg-c")
     assert allocations(sm.request_slot(request(1)))[0].resource_id == TE_B  # 3 free
     # now B and C have 2 free each, A 1: A is never picked while others have more
     picks = [allocations(sm.request_slot(request(i)))[0].resource_id for i in range(2, 4)]
@@ -113,7 +135,7 @@ def test_pending_request_is_matched_when_a_task_executor_registers() -> None:
     r = request(1)
     assert sm.request_slot(r) == [StartWorkers(1)]
     assert sm.pending == {r.allocation_id: r} and sm.pending_workers == 1
-    actions = sm.register(registration(TE_A), "reg-a")
+    actions = join(sm, registration(TE_A), "reg-a")
     assert actions == [AllocateSlot(TE_A, 0, r)]
     assert not sm.pending and sm.pending_workers == 0
 
@@ -124,7 +146,7 @@ def test_duplicate_requests_are_ignored() -> None:
     assert sm.request_slot(r) == [StartWorkers(1)]
     assert sm.request_slot(r) == []  # still pending: not queued twice, no second worker
     assert len(sm.pending) == 1 and sm.pending_workers == 1
-    assert allocations(sm.register(registration(TE_A), "reg-a")) == [AllocateSlot(TE_A, 0, r)]
+    assert allocations(join(sm, registration(TE_A), "reg-a")) == [AllocateSlot(TE_A, 0, r)]
     assert sm.request_slot(r) == []  # already holds a slot: not given a second one
     assert sm.free_slot_count() == 1 and not sm.pending
 
@@ -135,14 +157,14 @@ def test_cancel_request_drops_a_pending_request() -> None:
     sm.request_slot(r)
     sm.cancel_request(r.allocation_id)
     assert not sm.pending
-    assert sm.register(registration(TE_A), "reg-a") == []
+    assert join(sm, registration(TE_A), "reg-a") == []
 
 
 # ---- asking for TaskExecutors ----------------------------------------------------------------
 
 def test_start_workers_for_requests_beyond_free_slots() -> None:
     sm, _ = manager(slots_per_worker=2)
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     assert allocations(sm.request_slot(request(0)))  # takes the only free slot
     started = []
     for i in range(1, 6):  # 5 pending requests: 3 workers of 2 slots
@@ -162,8 +184,8 @@ def test_start_workers_respects_max_slots() -> None:
     assert sum(a.count for a in actions if isinstance(a, StartWorkers)) == 2
     assert sm.pending_workers == 2
     assert sm.request_slot(request(9)) == []  # at the limit: never more than 4 slots
-    sm.register(registration(TE_A), "reg-a")
-    sm.register(registration(TE_B), "reg-b")
+    join(sm, registration(TE_A), "reg-a")
+    join(sm, registration(TE_B), "reg-b")
     assert sm.total_slots() == 4 and sm.pending_workers == 0 and len(sm.pending) == 2
     assert sm.request_slot(request(10)) == []
 
@@ -181,10 +203,10 @@ def test_min_slots_are_started_once() -> None:
     sm, _ = manager(slots_per_worker=2, min_slots=3)
     assert sm.ensure_min_resources() == [StartWorkers(2)]
     assert sm.ensure_min_resources() == []  # the coming workers count
-    assert sm.register(registration(TE_A), "reg-a") == []
+    assert join(sm, registration(TE_A), "reg-a") == []
     assert sm.pending_workers == 1
     assert sm.ensure_min_resources() == []
-    assert sm.register(registration(TE_B), "reg-b") == []
+    assert join(sm, registration(TE_B), "reg-b") == []
     assert sm.pending_workers == 0 and sm.total_slots() == 4
     assert sm.ensure_min_resources() == []
 
@@ -196,7 +218,7 @@ def test_a_new_leader_waits_for_the_previous_workers_before_starting_any() -> No
     r = request(1)
     assert sm.request_slot(r) == []  # no worker for it either: the old ones are coming back
     # one of the previous leader's TaskExecutors registers: the waiting request gets a slot
-    assert allocations(sm.register(registration(TE_A), "reg-a")) == [AllocateSlot(TE_A, 0, r)]
+    assert allocations(join(sm, registration(TE_A), "reg-a")) == [AllocateSlot(TE_A, 0, r)]
     clock.advance(4_999)
     assert sm.check_timeouts() == []
     clock.advance(1)
@@ -207,8 +229,8 @@ def test_previous_workers_that_come_back_in_time_need_no_replacement() -> None:
     sm, clock = manager(min_slots=4)
     sm.recover_previous_workers(5_000)
     assert sm.ensure_min_resources() == []
-    sm.register(registration(TE_A), "reg-a")
-    sm.register(registration(TE_B), "reg-b")
+    join(sm, registration(TE_A), "reg-a")
+    join(sm, registration(TE_B), "reg-b")
     clock.advance(5_000)
     assert [a for a in sm.check_timeouts() if isinstance(a, StartWorkers)] == []
 
@@ -216,7 +238,7 @@ def test_previous_workers_that_come_back_in_time_need_no_replacement() -> None:
 def test_min_slots_are_restored_when_a_task_executor_is_lost() -> None:
     sm, _ = manager(slots_per_worker=2, min_slots=2)
     assert sm.ensure_min_resources() == [StartWorkers(1)]
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     actions = sm.unregister(TE_A, "gone")
     assert actions == [TaskExecutorLost(TE_A, "gone", ()), StartWorkers(1)]
 
@@ -225,14 +247,14 @@ def test_min_slots_are_restored_when_a_task_executor_is_lost() -> None:
 
 def test_heartbeat_with_unknown_registration_returns_none() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     assert sm.heartbeat("reg-unknown", report()) is None
     assert sm.heartbeat("reg-a", report((0, None), (1, None))) == []
 
 
 def test_slot_report_confirms_and_frees_allocations() -> None:
     sm, clock = manager()
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     sm.request_slot(request(1))
     assert slot_state(sm, TE_A, 0) == SlotState.PENDING
     clock.advance(100)
@@ -248,7 +270,7 @@ def test_slot_report_confirms_and_frees_allocations() -> None:
 
 def test_slot_report_adopts_an_allocation_the_manager_did_not_know() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     sm.request_slot(request(0))  # slot 0 pending
     # after a ResourceManager failover a TaskExecutor reports what its slots hold
     sm.heartbeat("reg-a", report((0, "alloc-0"), (1, "alloc-x", OTHER_JOB)))
@@ -259,7 +281,7 @@ def test_slot_report_adopts_an_allocation_the_manager_did_not_know() -> None:
 
 def test_slot_report_of_a_queued_allocation_removes_it_from_the_queue() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     r = request(1)
     sm.request_slot(r)
     # the allocation call timed out, so it was put back in the queue; yet the TaskExecutor took it
@@ -273,7 +295,7 @@ def test_slot_report_of_a_queued_allocation_removes_it_from_the_queue() -> None:
 
 def test_slot_report_conflicting_with_a_pending_slot_is_ignored() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     sm.request_slot(request(1))
     sm.heartbeat("reg-a", report((0, "alloc-other")))
     slot = sm.task_executors[TE_A].slots[0]
@@ -282,7 +304,7 @@ def test_slot_report_conflicting_with_a_pending_slot_is_ignored() -> None:
 
 def test_pending_slot_reported_free_is_kept_until_the_pending_timeout() -> None:
     sm, clock = manager(pending_allocation_timeout_ms=5_000)
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     sm.request_slot(request(1))
     clock.advance(5_000)
     sm.heartbeat("reg-a", report((0, None)))  # the allocation call may still be on its way
@@ -294,7 +316,7 @@ def test_pending_slot_reported_free_is_kept_until_the_pending_timeout() -> None:
 
 def test_a_slot_freed_by_a_report_goes_to_a_queued_request() -> None:
     sm, _ = manager(slots_per_worker=1, max_slots=1)
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     sm.request_slot(request(0))
     sm.heartbeat("reg-a", report((0, "alloc-0")))
     r1 = request(1)
@@ -305,15 +327,15 @@ def test_a_slot_freed_by_a_report_goes_to_a_queued_request() -> None:
 
 def test_slot_report_with_unknown_slot_index_is_ignored() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     assert sm.heartbeat("reg-a", report((5, "alloc-9"), (-1, "alloc-8"))) == []
     assert sm.free_slot_count() == 1
 
 
 def test_heartbeat_timeout_loses_the_task_executor_with_its_allocations() -> None:
     sm, clock = manager(heartbeat_timeout_ms=10_000)
-    sm.register(registration(TE_A), "reg-a")
-    sm.register(registration(TE_B), "reg-b")
+    join(sm, registration(TE_A), "reg-a")
+    join(sm, registration(TE_B), "reg-b")
     a = allocations(sm.request_slot(request(1)))[0].resource_id
     b = allocations(sm.request_slot(request(2, job=OTHER_JOB)))[0].resource_id
     assert {a, b} == {TE_A, TE_B}
@@ -333,7 +355,7 @@ def test_heartbeat_timeout_loses_the_task_executor_with_its_allocations() -> Non
 
 def test_unregister_reports_the_allocations_and_forgets_the_task_executor() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     sm.request_slot(request(1))
     sm.request_slot(request(2))
     actions = sm.unregister(TE_A, "container exited")
@@ -346,9 +368,9 @@ def test_unregister_reports_the_allocations_and_forgets_the_task_executor() -> N
 def test_re_registration_starts_afresh_without_asking_for_a_worker() -> None:
     sm, _ = manager(slots_per_worker=2, min_slots=2)
     assert sm.ensure_min_resources() == [StartWorkers(1)]
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     sm.request_slot(request(1))
-    actions = sm.register(registration(TE_A), "reg-a2")
+    actions = join(sm, registration(TE_A), "reg-a2")
     # the same process is back: its old allocations are lost, but it must not be stopped
     assert actions == [TaskExecutorLost(TE_A, "re-registered", ((JOB, AllocationID("alloc-1")),), stop_worker=False)]
     assert sm.pending_workers == 0  # the same TaskExecutor came back: no new one is needed
@@ -360,8 +382,8 @@ def test_re_registration_starts_afresh_without_asking_for_a_worker() -> None:
 
 def test_allocation_failed_requeues_the_request_to_another_task_executor() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 2), "reg-a")
-    sm.register(registration(TE_B, 1), "reg-b")
+    join(sm, registration(TE_A, 2), "reg-a")
+    join(sm, registration(TE_B, 1), "reg-b")
     r = request(1)
     [first] = allocations(sm.request_slot(r))
     assert first.resource_id == TE_A
@@ -373,7 +395,7 @@ def test_allocation_failed_requeues_the_request_to_another_task_executor() -> No
 
 def test_allocation_failed_with_a_stale_allocation_leaves_the_slot_alone() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     r1, r2 = request(1), request(2)
     sm.request_slot(r1)
     sm.free_allocation(r1.allocation_id)
@@ -386,7 +408,7 @@ def test_allocation_failed_with_a_stale_allocation_leaves_the_slot_alone() -> No
 
 def test_allocation_failed_on_the_only_task_executor_waits_for_the_next_match() -> None:
     sm, _ = manager()
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     r = request(1)
     sm.request_slot(r)
     assert allocations(sm.allocation_failed(TE_A, 0, r.allocation_id, r)) == []
@@ -396,7 +418,7 @@ def test_allocation_failed_on_the_only_task_executor_waits_for_the_next_match() 
 
 def test_free_allocation_frees_the_slot_and_serves_the_queue() -> None:
     sm, _ = manager(slots_per_worker=1, max_slots=1)
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     r1, r2 = request(1), request(2)
     sm.request_slot(r1)
     sm.heartbeat("reg-a", report((0, "alloc-1")))
@@ -413,14 +435,14 @@ def test_free_allocation_of_a_queued_request_cancels_it() -> None:
     sm.request_slot(r)
     sm.free_allocation(r.allocation_id)
     assert not sm.pending
-    assert sm.register(registration(TE_A), "reg-a") == []
+    assert join(sm, registration(TE_A), "reg-a") == []
 
 
 # ---- idle TaskExecutors ----------------------------------------------------------------------
 
 def test_idle_task_executor_is_released_after_the_idle_timeout() -> None:
     sm, clock = manager(idle_timeout_ms=3_000, heartbeat_timeout_ms=60_000)
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     clock.advance(2_999)
     assert sm.check_timeouts() == []
     clock.advance(1)
@@ -431,7 +453,7 @@ def test_idle_task_executor_is_released_after_the_idle_timeout() -> None:
 
 def test_no_idle_release_without_idle_timeout() -> None:
     sm, clock = manager(heartbeat_timeout_ms=10**9)
-    sm.register(registration(TE_A), "reg-a")
+    join(sm, registration(TE_A), "reg-a")
     clock.advance(10**8)
     assert sm.check_timeouts() == []
     assert TE_A in sm.task_executors
@@ -439,8 +461,8 @@ def test_no_idle_release_without_idle_timeout() -> None:
 
 def test_busy_task_executor_is_not_released() -> None:
     sm, clock = manager(idle_timeout_ms=3_000, heartbeat_timeout_ms=60_000)
-    sm.register(registration(TE_A), "reg-a")
-    sm.register(registration(TE_B), "reg-b")
+    join(sm, registration(TE_A), "reg-a")
+    join(sm, registration(TE_B), "reg-b")
     busy = allocations(sm.request_slot(request(1)))[0].resource_id
     clock.advance(3_000)
     sm.heartbeat(sm.task_executors[busy].registration_id, report((0, "alloc-1")))
@@ -451,8 +473,8 @@ def test_busy_task_executor_is_not_released() -> None:
 
 def test_idle_release_keeps_min_slots() -> None:
     sm, clock = manager(slots_per_worker=2, min_slots=2, idle_timeout_ms=1_000, heartbeat_timeout_ms=60_000)
-    sm.register(registration(TE_A), "reg-a")
-    sm.register(registration(TE_B), "reg-b")
+    join(sm, registration(TE_A), "reg-a")
+    join(sm, registration(TE_B), "reg-b")
     clock.advance(1_000)
     releases = [a for a in sm.check_timeouts() if isinstance(a, ReleaseWorker)]
     assert len(releases) == 1
@@ -463,7 +485,7 @@ def test_idle_release_keeps_min_slots() -> None:
 
 def test_no_idle_release_while_requests_wait() -> None:
     sm, clock = manager(slots_per_worker=2, max_slots=2, idle_timeout_ms=1_000, heartbeat_timeout_ms=60_000)
-    sm.register(registration(TE_A, 1, ResourceProfile(1.0, 512)), "reg-a")
+    join(sm, registration(TE_A, 1, ResourceProfile(1.0, 512)), "reg-a")
     sm.request_slot(request(1, profile=ResourceProfile(4.0, 0)))  # fits nowhere yet
     clock.advance(5_000)
     assert sm.check_timeouts() == []
@@ -472,7 +494,7 @@ def test_no_idle_release_while_requests_wait() -> None:
 
 def test_idle_time_counts_from_when_the_last_slot_was_freed() -> None:
     sm, clock = manager(idle_timeout_ms=3_000, heartbeat_timeout_ms=60_000)
-    sm.register(registration(TE_A, 1), "reg-a")
+    join(sm, registration(TE_A, 1), "reg-a")
     r = request(1)
     sm.request_slot(r)
     sm.heartbeat("reg-a", report((0, "alloc-1")))
@@ -500,8 +522,8 @@ def test_resource_profile_fits_in() -> None:
 
 def test_requests_go_only_to_slots_they_fit_in() -> None:
     sm, _ = manager(slots_per_worker=1)
-    sm.register(registration(TE_A, 4, ResourceProfile(1.0, 512)), "reg-a")
-    sm.register(registration(TE_B, 1, ResourceProfile(4.0, 8192)), "reg-b")
+    join(sm, registration(TE_A, 4, ResourceProfile(1.0, 512)), "reg-a")
+    join(sm, registration(TE_B, 1, ResourceProfile(4.0, 8192)), "reg-b")
     big = request(1, profile=ResourceProfile(2.0, 4096))
     assert sm.request_slot(big) == [AllocateSlot(TE_B, 0, big)]  # though A has more free slots
     big2 = request(2, profile=ResourceProfile(2.0, 0))

@@ -222,6 +222,8 @@ class TaskExecutor:
                         raise RefusedError(resp.reason)
                     self._main.call(self._on_registered, resp.fencing_token, resp.registration_id)
                     log.info("registered at the ResourceManager %s", self._rm_address)
+                    self._last_rm_contact = time.monotonic()
+                    continue  # report the slots at once: the ResourceManager hands them out only after that
                 else:
                     report = self._main.call(self._slot_report)
                     rm.heartbeat_from_task_executor(self._rm_token, self._registration_id, report)

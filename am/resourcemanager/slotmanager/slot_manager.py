@@ -5,6 +5,11 @@ slots (spreading them over TaskExecutors, like Flink's evenly-spread-out-slots),
 TaskExecutors when requests cannot be met (up to ``max_slots``) and keeps at least
 ``min_slots``, and declares a TaskExecutor lost when its heartbeats stop.
 
+A TaskExecutor's slots are handed out only once its first slot report (heartbeat) has come,
+as in Flink: the TaskExecutor sends it as soon as it has the registration's answer, with the
+ResourceManager's fencing token. A slot request sent at registration could reach the
+TaskExecutor before that answer, be refused as fenced, and go to another TaskExecutor.
+
 Slot states (as the SlotManager sees them)::
 
     FREE --request matched--> PENDING --TaskExecutor confirms (slot report)--> ALLOCATED
@@ -59,6 +64,7 @@ class RegisteredTaskExecutor:
     slots: list[SlotInfo]
     last_heartbeat_ms: int
     idle_since_ms: int
+    reported: bool = False  # its first slot report came: its slots may be handed out
 
     @property
     def resource_id(self) -> ResourceID:
@@ -158,7 +164,7 @@ class SlotManager:
         self.task_executors[registration.resource_id] = RegisteredTaskExecutor(
             registration, registration_id, slots, now, now)
         log.info("TaskExecutor %s registered with %d slots", registration.resource_id, registration.num_slots)
-        return actions + self._match_pending()
+        return actions + self._check_resources()  # its slots count as coming; handed out after its first report
 
     def by_registration(self, registration_id: str) -> RegisteredTaskExecutor | None:
         for te in self.task_executors.values():
@@ -173,6 +179,7 @@ class SlotManager:
             return None
         now = self.clock.monotonic_ms()
         te.last_heartbeat_ms = now
+        te.reported = True
         for status in report.slots:
             if not 0 <= status.slot_index < len(te.slots):
                 continue
@@ -289,7 +296,8 @@ class SlotManager:
         now = self.clock.monotonic_ms()
         for allocation_id, request in list(self.pending.items()):
             candidates = [te for te in self.task_executors.values()
-                          if te.resource_id != exclude and any(request.profile.fits_in(s.profile) for s in te.free_slots())]
+                          if te.reported and te.resource_id != exclude
+                          and any(request.profile.fits_in(s.profile) for s in te.free_slots())]
             if not candidates:
                 continue
             te = max(candidates, key=lambda t: (len(t.free_slots()), -len(t.slots)))  # spread out
