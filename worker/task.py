@@ -189,7 +189,8 @@ class Task:
                                     runtime_mode=tdd.runtime_mode,
                                     job_storage_dir=tdd.job_storage_dir, config=dict(conf), batch_size=batch_size,
                                     checkpointing=tdd.checkpoint_dir != "",
-                                    restored_checkpoint_id=restore.checkpoint_id if restore is not None else 0)
+                                    restored_checkpoint_id=restore.checkpoint_id if restore is not None else 0,
+                                    cancelled=self._cancelled.is_set)
         head = chain[0]
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split

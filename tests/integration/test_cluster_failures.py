@@ -1,5 +1,6 @@
 """Failure paths of a real local cluster: a TaskExecutor killed with SIGKILL, garbage on the
-AppMaster's port, TaskExecutors whose AppMaster is gone."""
+AppMaster's port, TaskExecutors whose AppMaster is gone, cancelling user code that is stuck or
+merely slow."""
 
 from __future__ import annotations
 
@@ -193,22 +194,40 @@ def test_keyed_exchange_crosses_taskexecutor_processes(local_cluster, tmp_path):
         assert len({t.split("(")[0] for t in tasks}) == 2
 
 
+def _run_map_job(cluster, tmp_path, name: str, rows: int, map_fn: str):
+    """Runs a one-TaskExecutor STREAMING job ``from_collection(rows) -> map(map_fn) -> collect``
+    named ``name`` until all of it runs; returns (gateway, job thread, its outcome, job info,
+    the TaskExecutor's process)."""
+    gw = cluster.gateway()
+    job = tmp_path / f"{name}.py"
+    job.write_text(
+        "import time\nimport yarnflow\n"
+        "env = yarnflow.StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.set_parallelism(1)\nenv.set_runtime_mode('STREAMING')\n"
+        f"env.from_collection({{'x': list(range({rows}))}}).map({map_fn}).collect()\n"
+        f"env.execute({name!r})\n")
+    thread, outcome = _run_in_thread(cluster.address, str(job), {})
+    info = _wait_running(gw, name)
+    [te] = _te_processes(cluster)
+    return gw, thread, outcome, info, te
+
+
+def _te_logs(cluster) -> str:
+    log_dir = os.path.join(cluster.work_dir, "log")
+    logs = ""
+    for name in os.listdir(log_dir):
+        if name.startswith("te-"):
+            with open(os.path.join(log_dir, name)) as fh:
+                logs += fh.read()
+    return logs
+
+
 def test_a_task_stuck_after_its_cancel_ends_its_taskexecutor(local_cluster, tmp_path):
     """User code that ignores cancellation (a long sleep) cannot be interrupted; after
     task.cancellation.timeout the TaskExecutor ends its process, so the slot is really freed,
     the job ends CANCELED and the ResourceManager replaces the TaskExecutor."""
     cluster = local_cluster(taskexecutors=1, slots=2, **{"task__cancellation__timeout": "1 s"})
-    gw = cluster.gateway()
-    job = tmp_path / "stuck.py"
-    job.write_text(
-        "import time\nimport yarnflow\n"
-        "env = yarnflow.StreamExecutionEnvironment.get_execution_environment()\n"
-        "env.set_parallelism(1)\nenv.set_runtime_mode('STREAMING')\n"
-        "env.from_collection({'x': [1, 2]}).map(lambda r: time.sleep(3600) or r).collect()\n"
-        "env.execute('stuck')\n")
-    thread, outcome = _run_in_thread(cluster.address, str(job), {})
-    info = _wait_running(gw, "stuck")
-    [te] = _te_processes(cluster)
+    gw, thread, outcome, info, te = _run_map_job(cluster, tmp_path, "stuck", 2, "lambda r: time.sleep(3600) or r")
     gw.cancel_job(info.job_id)
     te.wait(30)  # the TaskExecutor ends itself
     thread.join(30)
@@ -217,13 +236,26 @@ def test_a_task_stuck_after_its_cancel_ends_its_taskexecutor(local_cluster, tmp_
     assert job_info.status == JobStatus.CANCELED
     wait_until(lambda: gw.cluster_info().registered_taskexecutors >= 1, 30, "the TaskExecutor was not replaced")
     assert gw.cluster_info().registered_taskexecutors == 1  # replaced
-    log_dir = os.path.join(cluster.work_dir, "log")
-    logs = ""
-    for name in os.listdir(log_dir):
-        if name.startswith("te-"):
-            with open(os.path.join(log_dir, name)) as fh:
-                logs += fh.read()
-    assert "did not stop within 1000 ms of its cancellation" in logs
+    assert "did not stop within 1000 ms of its cancellation" in _te_logs(cluster)
     with open(cluster.log_path) as fh:
         assert f"(pid {te.pid}): process exited with code 1" in fh.read()  # a failure exit, seen by the AM
+    gw.close()
+
+
+def test_a_slow_per_row_function_stops_within_its_batch_when_cancelled(local_cluster, tmp_path):
+    """A per-row function that is merely slow (5 ms a row: a batch of 20,000 rows would take
+    100 s) stops between two slices of its batch: the job ends CANCELED well within
+    task.cancellation.timeout and the TaskExecutor goes on living."""
+    cluster = local_cluster(taskexecutors=1, slots=2, **{"task__cancellation__timeout": "20 s"})
+    gw, thread, outcome, info, te = _run_map_job(cluster, tmp_path, "slow", 20_000, "lambda r: time.sleep(0.005) or r")
+    time.sleep(0.5)  # inside the batch
+    began = time.monotonic()
+    gw.cancel_job(info.job_id)
+    thread.join(30)
+    assert time.monotonic() - began < 10
+    assert isinstance(outcome.get("error"), JobFailedError) and "canceled" in str(outcome["error"])
+    [job_info] = [j for j in gw.list_jobs() if j.name == "slow"]
+    assert job_info.status == JobStatus.CANCELED
+    assert te.is_running() and te.status() != psutil.STATUS_ZOMBIE
+    assert "did not stop within" not in _te_logs(cluster)
     gw.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import pyarrow as pa
 
@@ -15,6 +15,15 @@ from yarnflow.worker.state.tables import Snapshot
 
 class UserFunctionError(YarnflowError):
     """A user function raised; the message names the operator, the cause is chained."""
+
+
+class TaskCancelledError(YarnflowError):
+    """Raised inside the task thread when the task was cancelled."""
+
+
+#: how long a slice of rows given to a per-row user function should take (``Operator.row_slices``)
+ROW_SLICE_SECONDS = 0.05
+_FIRST_SLICE_ROWS = 64
 
 
 @dataclass
@@ -42,6 +51,8 @@ class RuntimeContext:
     #: the attempt's ExecutionAttemptID: unique, also across JobMasters (attempt numbers start
     #: again at 0 when a new leader recovers a job)
     attempt_id: str = ""
+    #: the task was cancelled (operators calling a user function per row check it between slices)
+    cancelled: Callable[[], bool] = field(default=lambda: False)
 
     @property
     def is_batch(self) -> bool:
@@ -67,12 +78,32 @@ class Operator:
     kind = "operator"
     #: set to a period in ms to get ``on_processing_time`` calls from the task thread
     processing_time_interval_ms: int | None = None
+    _slice_rows = _FIRST_SLICE_ROWS  # rows per slice of ``row_slices``, as the function's pace says
 
     def __init__(self, name: str | None = None, uid: str | None = None) -> None:
         self.name = name or self.kind
         self.uid = uid or ""
         self.ctx: RuntimeContext
         self.output: Output
+
+    def row_slices(self, n: int) -> Iterator[tuple[int, int]]:
+        """``(start, stop)`` slices of ``range(n)`` (a batch's rows, or its keys) for a loop that
+        calls a user function per row: between two slices a cancelled task stops (raises
+        TaskCancelledError), so a slow function (a remote call per row) does not hold a cancel
+        back for a whole batch. A slice is sized to take about ``ROW_SLICE_SECONDS`` at the pace
+        the function has shown, so a fast one gets a whole batch at a time after its first one."""
+        start, size = 0, self._slice_rows
+        while start < n:
+            stop = min(n, start + size)
+            began = time.perf_counter()
+            yield start, stop
+            took = time.perf_counter() - began
+            if took > 0:
+                size = max(1, min(1 << 22, int((stop - start) / took * ROW_SLICE_SECONDS)))
+            self._slice_rows = size
+            if stop < n and self.ctx.cancelled():
+                raise TaskCancelledError(f"{self.name} was cancelled")
+            start = stop
 
     def setup(self, ctx: RuntimeContext, output: Output) -> None:
         self.ctx = ctx

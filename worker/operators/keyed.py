@@ -316,23 +316,33 @@ class KeyedReduce(Operator):
         switch = backend.entries_in_layers
         if switch:
             backend.check_key_groups(distinct.groups)
-        updated = []
-        for (key, entry, kg, _), lo, hi in zip(records, bounds, bounds[1:]):
-            if switch:
-                backend._key, backend._entry, backend._key_group = key, entry, kg
-            else:
-                backend.set_current_key(key, kg)
-            acc = state.get_for_update()
-            if acc is ABSENT:
-                acc, lo = rows[lo], lo + 1
-            try:
-                new = functools.reduce(step, rows[lo:hi], acc)
-            except _NotADictError:
-                raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row") from None
-            except Exception as exc:
-                raise self.user_error(self.fn, exc) from exc
-            state.put(new)
-            updated.append(new)
+        updated: list[dict[str, Any]] = []
+        k, pos = 0, 0  # the key being folded (its index in records) and the next row
+        acc: Any = None  # the key's row so far
+        for _, stop in self.row_slices(len(rows)):  # a key's rows may span slices: its fold goes on
+            while pos < stop:
+                lo, hi = bounds[k], bounds[k + 1]
+                if pos == lo:  # a new key: its row from the state, or its first row
+                    key, entry, kg, _ = records[k]
+                    if switch:
+                        backend._key, backend._entry, backend._key_group = key, entry, kg
+                    else:
+                        backend.set_current_key(key, kg)
+                    acc = state.get_for_update()
+                    if acc is ABSENT:
+                        acc, pos = rows[lo], lo + 1
+                end = hi if hi <= stop else stop
+                try:
+                    acc = functools.reduce(step, rows[pos:end], acc)
+                except _NotADictError:
+                    raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row") from None
+                except Exception as exc:
+                    raise self.user_error(self.fn, exc) from exc
+                pos = end
+                if pos == hi:
+                    state.put(acc)
+                    updated.append(acc)
+                    k += 1
         return updated
 
     def _upserts(self, updated: list[dict[str, Any]], distinct: DistinctKeys) -> pa.RecordBatch:
@@ -354,24 +364,26 @@ class KeyedReduce(Operator):
         # the batch's keys: read from the state once, folded row by row in order, written back once
         updated: dict[tuple[Any, ...], dict[str, Any]] = {}
         key_group: dict[tuple[Any, ...], int] = {}
-        for row, kg, key in zip(row_dicts(batch), groups, key_tuples(batch, keys)):
-            acc = updated.get(key, ABSENT)
-            if acc is ABSENT:
-                backend.set_current_key(key, kg)
-                acc = state.get_for_update()
-                key_group[key] = kg
-            if acc is ABSENT:
-                new = row
-            else:
-                try:
-                    new = fn(acc, row)
-                except Exception as exc:
-                    raise self.user_error(fn, exc) from exc
-                if not isinstance(new, dict):
-                    raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row")
-            for k in keys:  # the key stays what it was
-                new[k] = row[k]
-            updated[key] = new
+        rows, tuples = row_dicts(batch), list(key_tuples(batch, keys))
+        for lo, hi in self.row_slices(len(rows)):
+            for row, kg, key in zip(rows[lo:hi], groups[lo:hi], tuples[lo:hi]):
+                acc = updated.get(key, ABSENT)
+                if acc is ABSENT:
+                    backend.set_current_key(key, kg)
+                    acc = state.get_for_update()
+                    key_group[key] = kg
+                if acc is ABSENT:
+                    new = row
+                else:
+                    try:
+                        new = fn(acc, row)
+                    except Exception as exc:
+                        raise self.user_error(fn, exc) from exc
+                    if not isinstance(new, dict):
+                        raise JobDefinitionError(f"reduce function in operator '{self.name}' must return a dict row")
+                for k in keys:  # the key stays what it was
+                    new[k] = row[k]
+                updated[key] = new
         for key, new in updated.items():
             backend.set_current_key(key, key_group[key])
             state.put(new)

@@ -244,37 +244,39 @@ class KeyedProcessOperator(_KeyedOperator):
                 key_index = batch.schema.get_field_index(self.keys[0])
                 rows = row_dicts(batch, [distinct.by_row(distinct.values) if i == key_index else column.to_pylist()
                                          for i, column in enumerate(batch.columns)])
-                for row, (key, entry, kg, value), ts in zip(rows, records,
-                                                            times if times is not None else itertools.repeat(None)):
-                    backend._key = key
-                    backend._entry = entry
-                    backend._key_group = kg
-                    context.current_key = value
-                    context.timestamp = ts
-                    try:  # free unless raised (zero-cost exceptions)
-                        process(row, context, collector)
-                    except Exception as exc:
-                        raise self.user_error(process, exc) from exc
+                for lo, hi in self.row_slices(len(rows)):
+                    for row, (key, entry, kg, value), ts in zip(
+                            rows[lo:hi], records[lo:hi], times[lo:hi] if times is not None else itertools.repeat(None)):
+                        backend._key = key
+                        backend._entry = entry
+                        backend._key_group = kg
+                        context.current_key = value
+                        context.timestamp = ts
+                        try:  # free unless raised (zero-cost exceptions)
+                            process(row, context, collector)
+                        except Exception as exc:
+                            raise self.user_error(process, exc) from exc
             else:
                 columns = column_lists(batch)
                 rows = row_dicts(batch, columns)
                 groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
                 if len(self.keys) == 1:  # ctx.current_key is the key's value, the backend's key a 1-tuple
                     values = columns[batch.schema.get_field_index(self.keys[0])]
-                    keys: Iterable[tuple[Any, ...]] = zip(values)
+                    keys: list[tuple[Any, ...]] = list(zip(values))
                 else:
                     keys = list(key_tuples(batch, self.keys))
                     values = keys  # type: ignore[assignment]
                 set_key = backend.set_current_key
-                for row, kg, key, value, ts in zip(rows, groups, keys, values,
-                                                   times if times is not None else itertools.repeat(None)):
-                    set_key(key, kg)
-                    context.current_key = value
-                    context.timestamp = ts
-                    try:
-                        process(row, context, collector)
-                    except Exception as exc:
-                        raise self.user_error(process, exc) from exc
+                for lo, hi in self.row_slices(len(rows)):
+                    for row, kg, key, value, ts in zip(rows[lo:hi], groups[lo:hi], keys[lo:hi], values[lo:hi],
+                                                       times[lo:hi] if times is not None else itertools.repeat(None)):
+                        set_key(key, kg)
+                        context.current_key = value
+                        context.timestamp = ts
+                        try:
+                            process(row, context, collector)
+                        except Exception as exc:
+                            raise self.user_error(process, exc) from exc
             self._flush()
 
     def _fire(self, ts: int, kg: int, key: tuple[Any, ...], domain: str) -> None:

@@ -53,20 +53,22 @@ class MapBatches(Operator):
 
 def apply_rows(op: Operator, fn: Callable[[Any], Any], rows: list[dict[str, Any]],
                on_error: Callable[[list[Any]], object] | None = None) -> list[Any]:
-    """``[fn(row) for row in rows]``, the loop in C; an error is raised as ``op.call_user``
-    raises it, for the first row that failed. ``on_error(results so far)`` runs first."""
+    """``[fn(row) for row in rows]``, the loop in C (a slice of rows at a time: ``row_slices``);
+    an error is raised as ``op.call_user`` raises it, for the first row that failed.
+    ``on_error(results so far)`` runs first."""
     results: list[Any] = []
-    try:
-        results.extend(map(fn, rows))
-    except Exception as exc:
-        if on_error is not None:
-            on_error(results)
-        raise op.user_error(fn, exc) from exc
-    if len(results) < len(rows):  # fn raised StopIteration, which ends ``map`` as if the rows had
-        if on_error is not None:  # run out: run that row again to raise its error
-            on_error(results)
-        op.call_user(fn, rows[len(results)])
-        raise op.user_error(fn, StopIteration())
+    for start, stop in op.row_slices(len(rows)):
+        try:
+            results.extend(map(fn, rows[start:stop] if start or stop < len(rows) else rows))
+        except Exception as exc:
+            if on_error is not None:
+                on_error(results)
+            raise op.user_error(fn, exc) from exc
+        if len(results) < stop:  # fn raised StopIteration, which ends ``map`` as if the rows had
+            if on_error is not None:  # run out: run that row again to raise its error
+                on_error(results)
+            op.call_user(fn, rows[len(results)])
+            raise op.user_error(fn, StopIteration())
     return results
 
 
@@ -151,16 +153,18 @@ class RowFlatMap(_RowOperator):
         rows: list[Any] = []
         extend = rows.extend
         with gc_paused():
-            for row in row_dicts(batch):
-                try:
-                    produced: Iterable[Any] = fn(row)
-                except Exception as exc:
-                    raise self.user_error(fn, exc) from exc
-                if produced is None:
-                    continue
-                try:
-                    extend(produced)
-                except TypeError:
-                    raise SchemaMismatchError(f"flat_map function in operator '{self.name}' must return "
-                                              f"an iterable, got {type(produced).__name__}") from None
+            inputs = row_dicts(batch)
+            for start, stop in self.row_slices(len(inputs)):
+                for row in inputs[start:stop] if start or stop < len(inputs) else inputs:
+                    try:
+                        produced: Iterable[Any] = fn(row)
+                    except Exception as exc:
+                        raise self.user_error(fn, exc) from exc
+                    if produced is None:
+                        continue
+                    try:
+                        extend(produced)
+                    except TypeError:
+                        raise SchemaMismatchError(f"flat_map function in operator '{self.name}' must return "
+                                                  f"an iterable, got {type(produced).__name__}") from None
             self._emit_rows(rows)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Protocol, Sequence
 import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
-from yarnflow.worker.operators.base import Operator, SourceOperator
+from yarnflow.worker.operators.base import Operator, SourceOperator, TaskCancelledError
 from yarnflow.worker.runtime.barriers import AlignerAction, BarrierAligner, Decline, Snapshot
 from yarnflow.worker.runtime.checkpoints import (
     Mailbox,
@@ -59,10 +59,6 @@ log = logging.getLogger(__name__)
 class StopWithSavepointError(YarnflowError):
     """The savepoint of a stop-with-savepoint was aborted: the stopping task fails, so the job
     restarts from its latest checkpoint and runs on."""
-
-
-class TaskCancelledError(YarnflowError):
-    """Raised inside the task thread when the task was cancelled."""
 
 
 class WriterOutput:
