@@ -245,3 +245,25 @@ def test_streaming_reduce_upserts_read_rows_as_from_pylist_does() -> None:
     bad = OperatorHarness(KeyedReduce(["k"], lambda acc, row: {"k": acc["k"], "v": "seven"}), runtime_mode="STREAMING")
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
         bad.batch(pa.record_batch({"k": ["a", "a"], "v": [1, 2]}))
+
+
+def test_key_records_are_kept_per_key_across_batches_and_bounded() -> None:
+    """The same key gets the same tuples in every batch (the state's dicts then find its entry
+    by identity); past ``limit`` keys the records start again instead of growing."""
+    from yarnflow.worker.operators.keyed import KeyRecords
+
+    def distinct(values: list[str]) -> DistinctKeys:
+        d = DistinctKeys.of(pa.record_batch({"k": values}), ["k"], 128)
+        assert d is not None
+        return d
+
+    records = KeyRecords(limit=3)
+    first = records.of(distinct(["a", "b", "a"]))
+    assert [r[3] for r in first] == ["a", "b"] and [r[0] for r in first] == [("a",), ("b",)]
+    assert all(r[1] == (r[0], None) and r[1][0] is r[0] for r in first)
+    again = records.of(distinct(["b", "a"]))
+    assert again[0] is first[1] and again[1] is first[0]
+    records.of(distinct(["c", "d"]))                 # 4 keys known: over the limit
+    after = records.of(distinct(["a", "e"]))         # starts again: correct, not the old objects
+    assert [r[3] for r in after] == ["a", "e"] and after[0] is not first[0]
+    assert len(records._known) == 2

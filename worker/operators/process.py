@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 _MIN_WATERMARK = -(2**63)
-_MAX_KEY_RECORDS = 1 << 17  # keys whose tuples a keyed process operator keeps between batches
 
 
 # --------------------------------------------------------------------------- what user functions are given
@@ -221,7 +220,7 @@ class KeyedProcessOperator(_KeyedOperator):
         self.current_watermark = _MIN_WATERMARK
         self._context = ProcessContext(self)
         self._collector = Collector(self._main)
-        self._key_records = KeyRecords(_MAX_KEY_RECORDS)
+        self._key_records = KeyRecords()
 
     def open(self) -> None:
         self.fn._yarnflow_state_backend = self._backend  # type: ignore[attr-defined]
