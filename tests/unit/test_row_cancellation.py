@@ -11,11 +11,13 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 
-from yarnflow.common.api.functions import KeyedProcessFunction
+from yarnflow.common.api.functions import AggregateFunction, KeyedProcessFunction
+from yarnflow.common.api.windows import TumblingEventTimeWindows
 from yarnflow.worker.operators import base
 from yarnflow.worker.operators.base import Operator, TaskCancelledError
 from yarnflow.worker.operators.keyed import KeyedReduce
-from yarnflow.worker.operators.process import KeyedProcessOperator
+from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
+from yarnflow.worker.operators.windows.aggregate import WindowAggregateOperator
 from yarnflow.worker.operators.transforms import RowFilter, RowFlatMap, RowMap
 
 from tests.harness import OperatorHarness
@@ -52,6 +54,24 @@ class Echo(KeyedProcessFunction):
         out.collect(row)
 
 
+class Total(AggregateFunction):
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, row: dict[str, Any], acc: int) -> int:
+        self.calls.tick()
+        return acc + row["v"]
+
+    def get_result(self, acc: int) -> dict[str, Any]:
+        return {"v": acc}
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
 def operators(calls: Calls) -> dict[str, Callable[[], Operator]]:
     def fn(row: dict[str, Any]) -> Any:
         calls.tick()
@@ -77,6 +97,9 @@ def operators(calls: Calls) -> dict[str, Callable[[], Operator]]:
         "reduce (two key columns)": lambda: KeyedReduce(["k", "k2"], add),
         "process (keys grouped)": lambda: KeyedProcessOperator(["k"], Echo(calls)),
         "process (float keys)": lambda: KeyedProcessOperator(["f"], Echo(calls)),
+        "aggregate function": lambda: KeyedAggregateFunctionOperator(["k"], Total(calls)),
+        "window with an aggregate function": lambda: WindowAggregateOperator(
+            ["k"], TumblingEventTimeWindows.of(10**9), "ts", aggregate_function=Total(calls)),
     }
 
 
@@ -85,7 +108,8 @@ KEYS = 50  # 40 rows each, spread over the batch: a reduce calls its function fo
 
 def batch() -> pa.RecordBatch:
     keys = [i % KEYS for i in range(ROWS)]
-    return pa.record_batch({"k": keys, "k2": keys, "f": [float(k) for k in keys], "v": list(range(ROWS))})
+    return pa.record_batch({"k": keys, "k2": keys, "f": [float(k) for k in keys], "v": list(range(ROWS)),
+                            "ts": pa.array(list(range(ROWS)), pa.int64())})
 
 
 KINDS = list(operators(Calls(False)))
@@ -119,9 +143,11 @@ def test_an_uncancelled_slow_function_still_sees_every_row_once(kind: str) -> No
     h.batch(batch())
     expected = ROWS - KEYS if kind.startswith("reduce") else ROWS  # a reduce: not for a key's first row
     assert calls.n == expected
-    if kind.startswith("reduce"):
-        final = {r["k"]: r["v"] for r in h.rows()}  # the upserts' last row of each key
-        assert final == {k: sum(range(k, ROWS, KEYS)) for k in range(KEYS)}
+    totals = {k: sum(range(k, ROWS, KEYS)) for k in range(KEYS)}
+    if kind.startswith("window"):
+        h.finish()  # the input ends: the window fires
+    if kind.startswith(("reduce", "aggregate", "window")):
+        assert {r["k"]: r["v"] for r in h.rows()} == totals  # (upserts: each key's last row)
     else:
         assert sorted(r["v"] for r in h.rows()) == list(range(ROWS))
 

@@ -338,13 +338,15 @@ class KeyedAggregateFunctionOperator(_KeyedOperator):
         self._check_columns(batch.schema)
         agg, backend, acc_state = self.agg_fn, self._backend, self._acc
         touched: dict[tuple[Any, ...], int] = {}
-        for _, row, kg, key in self._keyed_rows(batch):
-            backend.set_current_key(key, kg)
-            acc = acc_state.get_for_update()
-            if acc is ABSENT:
-                acc = self.call_user(agg.create_accumulator)
-            acc_state.put(self.call_user(agg.add, row, acc))
-            touched.setdefault(key, kg)
+        rows = self._keyed_rows(batch)
+        for lo, hi in self.row_slices(batch.num_rows):
+            for _, row, kg, key in itertools.islice(rows, hi - lo):
+                backend.set_current_key(key, kg)
+                acc = acc_state.get_for_update()
+                if acc is ABSENT:
+                    acc = self.call_user(agg.create_accumulator)
+                acc_state.put(self.call_user(agg.add, row, acc))
+                touched.setdefault(key, kg)
         if not self.ctx.is_batch:
             for key, kg in touched.items():
                 backend.set_current_key(key, kg)

@@ -14,6 +14,7 @@ Everything lives in the keyed state backend, as Flink's WindowOperator keeps it:
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -76,13 +77,15 @@ class RowWindows:
         late: list[int] = []
         times = ts.tolist()
         merging = self.assigner.is_merging
-        for i, row in enumerate(batch.to_pylist()):
-            key = tuple(row[k] for k in keys)
-            self.backend.set_current_key(key, groups[i])
-            accepted = (self._add_session(key, groups[i], row, times[i], wm, due) if merging
-                        else self._add_windows(key, groups[i], row, times[i], wm, due))
-            if not accepted:
-                late.append(i)
+        rows = enumerate(batch.to_pylist())
+        for lo, hi in self.op.row_slices(batch.num_rows):  # the aggregate's add is user code: a cancel stops it
+            for i, row in itertools.islice(rows, hi - lo):
+                key = tuple(row[k] for k in keys)
+                self.backend.set_current_key(key, groups[i])
+                accepted = (self._add_session(key, groups[i], row, times[i], wm, due) if merging
+                            else self._add_windows(key, groups[i], row, times[i], wm, due))
+                if not accepted:
+                    late.append(i)
         if late:
             self.op._late(batch.take(pa.array(late, type=pa.int64())))
         for key, kg, win in sorted(due, key=lambda d: (d[2][1], d[2][0])):
