@@ -15,6 +15,7 @@ from yarnflow.common.api.functions import AggregateFunction, KeyedProcessFunctio
 from yarnflow.common.api.windows import TumblingEventTimeWindows
 from yarnflow.worker.operators import base
 from yarnflow.worker.operators.base import Operator, TaskCancelledError
+from yarnflow.worker.operators.joins import BatchHashJoin
 from yarnflow.worker.operators.keyed import KeyedReduce
 from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
 from yarnflow.worker.operators.windows.aggregate import WindowAggregateOperator
@@ -159,3 +160,41 @@ def test_a_fast_function_gets_whole_batches_once_its_pace_is_known() -> None:
     op.process_batch(batch())
     assert op._slice_rows >= ROWS  # after the first batch: one slice per batch
     assert base.ROW_SLICE_SECONDS * 1000 >= 10
+
+
+def test_a_cancelled_batch_join_stops_within_a_slice_of_its_slow_join_function() -> None:
+    """A batch join calls its join function on every joined row when its inputs end."""
+    calls = Calls(slow=True, cancel_after=10)
+
+    def join_fn(left: dict[str, Any], right: dict[str, Any] | None) -> dict[str, Any]:
+        calls.tick()
+        return {"k": left["k"], "v": left["v"] + (right["w"] if right else 0)}
+
+    op = BatchHashJoin(["k"], ["k"], "left_outer", join_fn=join_fn)
+    h = OperatorHarness(op, runtime_mode="BATCH", cancelled=calls.cancelled)
+    h.batch(batch(), input_index=0)
+    h.batch(pa.record_batch({"k": list(range(0, KEYS, 2)), "w": [1] * (KEYS // 2)}), input_index=1)
+    h.end_input(0)
+    h.end_input(1)
+    with pytest.raises(TaskCancelledError):
+        op.finish()
+    assert 10 <= calls.n <= 64
+
+
+def test_a_batch_join_with_unmatched_rows_and_small_slices_calls_its_function_once_a_row() -> None:
+    seen: list[tuple[int, bool]] = []
+
+    def join_fn(left: dict[str, Any], right: dict[str, Any] | None) -> dict[str, Any]:
+        seen.append((left["v"], right is not None))
+        return {"v": left["v"]}
+
+    op = BatchHashJoin(["k"], ["k"], "left_outer", join_fn=join_fn)
+    h = OperatorHarness(op, runtime_mode="BATCH")
+    op._slice_rows = 7
+    h.batch(batch(), input_index=0)
+    h.batch(pa.record_batch({"k": list(range(0, KEYS, 2)), "w": [1] * (KEYS // 2)}), input_index=1)
+    h.end_input(0)
+    h.end_input(1)
+    h.finish()
+    assert sorted(seen) == [(v, v % KEYS % 2 == 0) for v in range(ROWS)]
+    assert sorted(r["v"] for r in h.rows()) == list(range(ROWS))

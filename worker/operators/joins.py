@@ -81,16 +81,17 @@ class BatchHashJoin(TwoInputOperator):
         columns = joined.to_pydict()
         n = joined.num_rows
         out: list[dict[str, Any]] = []
-        for i in range(n):
-            lrow = {c: columns[c][i] for c in left_cols}
-            rrow = {c.removesuffix("_right") if c.endswith("_right") and c.removesuffix("_right") in lrow else c:
-                    columns[c][i] for c in right_cols}
-            for lk, rk in zip(self.left_keys, self.right_keys):
-                rrow[rk] = lrow[lk]
-            matched = bool(columns.get(_MATCHED, [False] * n)[i])
-            out.append(self.call_user(self.join_fn, lrow, rrow if matched else None))
-            if len(out) >= self.ctx.batch_size:
-                self.output.collect(pa.RecordBatch.from_pylist(out))
-                out = []
+        matched_rows = columns.get(_MATCHED) or [False] * n
+        for lo, hi in self.row_slices(n):  # the join function is user code: a cancel stops it between slices
+            for i in range(lo, hi):
+                lrow = {c: columns[c][i] for c in left_cols}
+                rrow = {c.removesuffix("_right") if c.endswith("_right") and c.removesuffix("_right") in lrow else c:
+                        columns[c][i] for c in right_cols}
+                for lk, rk in zip(self.left_keys, self.right_keys):
+                    rrow[rk] = lrow[lk]
+                out.append(self.call_user(self.join_fn, lrow, rrow if matched_rows[i] else None))
+                if len(out) >= self.ctx.batch_size:
+                    self.output.collect(pa.RecordBatch.from_pylist(out))
+                    out = []
         if out:
             self.output.collect(pa.RecordBatch.from_pylist(out))
