@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 #: the error class of a deployment refused because the checkpoint it restores cannot be read
 CHECKPOINT_NOT_READABLE = "CheckpointNotReadableError"
+#: the error class of a call whose peer could not be reached (common/errors.py RpcConnectionError)
+UNREACHABLE = "RpcConnectionError"
 
 
 class JobMasterCore(TaskFailover):
@@ -245,13 +247,21 @@ class JobMasterCore(TaskFailover):
 
     def deploy_failed(self, attempt_id: ExecutionAttemptID, error: ErrorInfo) -> None:
         """The submit call failed or timed out. The task may still have started on the
-        TaskExecutor (a timeout): it is cancelled there, whatever happens to the attempt."""
+        TaskExecutor (a timeout): it is cancelled there, whatever happens to the attempt.
+
+        A TaskExecutor that could not be reached at all (its process is gone: it had offered
+        its slots to this job) is lost to the job at once, as after a missed heartbeat: its slots
+        are not used again, or every restart until ``heartbeat.timeout`` would deploy there and
+        fail again, using up the restart strategy's attempts."""
         ex = self.graph.execution(attempt_id)
         if ex is None:
             return
         if error.error_class == CHECKPOINT_NOT_READABLE and ex.restore is not None and self.checkpoints is not None:
             self.checkpoints.mark_unreadable(ex.restore.checkpoint_id)
             self.failures.global_failure(error)
+        if error.error_class == UNREACHABLE and ex.slot is not None and self.graph.is_current(ex):
+            self.task_executor_lost(ex.slot.resource_id, f"it could not be reached to deploy {ex.vertex.name} "
+                                                         f"({error.message})")
         if ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
             self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
         if self.graph.is_current(ex) and not ex.state.is_terminal:

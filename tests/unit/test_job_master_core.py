@@ -273,6 +273,29 @@ def test_a_failed_deploy_call_cancels_the_attempt_on_its_task_executor() -> None
     assert d.core.status in (JobStatus.FAILING, JobStatus.FAILED)
 
 
+def test_a_task_executor_unreachable_for_a_deployment_is_lost_to_the_job_and_not_used_again() -> None:
+    """Its process is gone: every restart would otherwise deploy to its slots again until the
+    heartbeat timeout, and fail, using up the restart strategy's attempts."""
+    d = Driver(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_delay="100 ms",
+               restart_strategy_fixed_delay_attempts="2")
+    d.start()
+    deploys = d.of(DeployTask, d.offer_all(te="te-a"))
+    d.core.deploy_failed(deploys[0].attempt_id, ErrorInfo("RpcConnectionError", "cannot reach te-a:6000"))
+    d.drain()
+    [failure] = d.core.failures.history()
+    assert failure.error.error_class == "TaskExecutorLostError" and "could not be reached" in failure.error.message
+    assert all(d.execution(x).state.is_terminal for x in deploys)
+    assert not [a for a in d.of(CancelTask) if a.resource_id == ResourceID("te-a")]  # nothing sent there
+    d.advance(100)                                     # the restart asks for new slots
+    assert d.open_requests()
+    offer = d.open_requests()[0]
+    assert d.core.slots_offered(ResourceID("te-a"), "te-a:6000", "te-a:7000",
+                                [SlotOffer(offer.allocation_id, 0, ResourceProfile(1.0, 1024))]) == []
+    again = d.of(DeployTask, d.offer_all(te="te-b"))
+    assert again and {x.resource_id for x in again} == {ResourceID("te-b")}
+    assert d.core.status == JobStatus.RUNNING and len(d.core.failures.history()) == 1
+
+
 # ---- 5. transitions go through the tables ----------------------------------------------------------
 
 def test_a_global_failure_during_a_restart_backoff_fails_the_job() -> None:
