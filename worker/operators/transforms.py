@@ -59,7 +59,7 @@ def apply_rows(op: Operator, fn: Callable[[Any], Any], rows: list[dict[str, Any]
     results: list[Any] = []
     for start, stop in op.row_slices(len(rows)):
         try:
-            results.extend(map(fn, rows[start:stop] if start or stop < len(rows) else rows))
+            results.extend(map(fn, rows[start:stop]))
         except Exception as exc:
             if on_error is not None:
                 on_error(results)
@@ -155,7 +155,7 @@ class RowFlatMap(_RowOperator):
         with gc_paused():
             inputs = row_dicts(batch)
             for start, stop in self.row_slices(len(inputs)):
-                for row in inputs[start:stop] if start or stop < len(inputs) else inputs:
+                for row in inputs[start:stop]:
                     try:
                         produced: Iterable[Any] = fn(row)
                     except Exception as exc:
