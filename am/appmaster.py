@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 
 
 def default_work_dir(config: Configuration, cluster_id: str) -> str:
-    base = config[Options.TMP_DIRS] or tempfile.gettempdir()
-    return os.path.join(base, f"yarnflow-{cluster_id}")
+    dirs = [d.strip() for d in config[Options.TMP_DIRS].split(",") if d.strip()]
+    return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), f"yarnflow-{cluster_id}")
 
 
 class _LeaderComponent:

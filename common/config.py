@@ -68,6 +68,13 @@ def _parse_optional_duration_ms(value: Any) -> int:
     return parse_duration_ms(value)
 
 
+def _parse_optional_size(value: Any) -> int:
+    """Like ``parse_size_bytes``; empty (unset) is 0."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return 0
+    return parse_size_bytes(value)
+
+
 def _parse_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("expected an integer")
@@ -222,6 +229,15 @@ class Options:
     NUM_SLOTS = _opt("taskmanager.numberOfTaskSlots", _parse_int, "slots per TaskExecutor", minimum=1)
     TM_CPU = _opt("taskmanager.cpu.cores", _parse_float, "cores per TaskExecutor", minimum=0)
     TM_MEMORY = _opt("taskmanager.memory.process.size", parse_size_bytes, "TaskExecutor memory")
+    MANAGED_MEMORY_SIZE = _opt("taskmanager.memory.managed.size", _parse_optional_size,
+                               "managed memory of a TaskExecutor, split evenly between its slots: the working "
+                               "memory of batch joins, aggregations and sorts (empty: the fraction below)")
+    MANAGED_MEMORY_FRACTION = _opt("taskmanager.memory.managed.fraction", _parse_float,
+                                   "managed memory as a fraction of taskmanager.memory.process.size, when "
+                                   "taskmanager.memory.managed.size is empty", minimum=0)
+    JOIN_BROADCAST_THRESHOLD = _opt("table.optimizer.join.broadcast-threshold", parse_size_bytes,
+                                    "a BATCH join whose smaller input is estimated at most this large sends "
+                                    "that input to every subtask of the join (a broadcast join; 0: never)")
     TM_HOST = _opt("taskmanager.host", _parse_str, "address TaskExecutors bind to")
     TASK_CANCELLATION_TIMEOUT = _opt("task.cancellation.timeout", parse_duration_ms,
                                      "a task that does not stop this long after its cancel ends its TaskExecutor "
@@ -259,7 +275,8 @@ class Options:
     JOB_RESULT_RETENTION = _opt("job-result-store.retention", parse_duration_ms,
                                 "with high availability: keep a job's result this long when no client "
                                 "fetches it")
-    TMP_DIRS = _opt("io.tmp.dirs", _parse_str, "local working directory")
+    TMP_DIRS = _opt("io.tmp.dirs", _parse_str, "local working directories, comma-separated (the first holds the "
+                    "default storage dir; spill files go to each in turn)")
     JM_MEMORY = _opt("jobmanager.memory.process.size", parse_size_bytes, "AppMaster container memory (YARN)")
     PYTHON_VECTORIZE = _opt("python.row-functions.vectorize", _parse_bool,
                             "run per-row map/filter functions that are plain column expressions (lookups, "

@@ -236,6 +236,10 @@ class TaskMetrics(Message):
     idle_ms_per_second: float = 0.0
     operator_records_in: list[int] = field(default_factory=list)
     operator_records_out: list[int] = field(default_factory=list)
+    managed_memory_bytes: int = 0
+    managed_memory_used: int = 0
+    managed_memory_peak: int = 0
+    spilled_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,10 @@ struct TaskMetrics {
   11: double idle_ms_per_second,          // idleTimeMsPerSecond
   12: list<i64> operator_records_in,      // per operator of the chain, head first
   13: list<i64> operator_records_out,
+  14: i64 managed_memory_bytes,           // the task's operators' share of their slot's managed memory
+  15: i64 managed_memory_used,            // what they hold of it now
+  16: i64 managed_memory_peak,            // the most they held at once
+  17: i64 spilled_bytes,                  // spilledBytes: written to spill files by batch operators
 }
 
 struct CheckpointCounts {

@@ -16,7 +16,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from yarnflow.common.messages import TaskMetrics
 
@@ -56,6 +56,9 @@ class TaskMetricGroup:
         #: per operator of the chain, as of the last ``snapshot``
         self.operator_rates_in: list[float] = []
         self.operator_rates_out: list[float] = []
+        #: ``(budget, used, peak)`` bytes of the task's managed memory, and the bytes it spilled
+        self.managed_memory: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
+        self.spilled_bytes: Callable[[], int] = lambda: 0
 
     def attach(self, task: StreamTask) -> None:
         """The task's StreamTask was built: its counters are read from now on."""
@@ -96,11 +99,13 @@ class TaskMetricGroup:
         idle = min(1000.0, rate(first.idle_ns, now.idle_ns) / 1e6)
         backpressured = min(1000.0 - idle, rate(first.backpressured_ns, now.backpressured_ns) / 1e6)
         busy = max(0.0, 1000.0 - idle - backpressured) if span > 0 else 0.0
+        managed, used, peak = self.managed_memory()
         return TaskMetrics(now.records_in, now.records_out, now.bytes_in, now.bytes_out,
                            rate(first.records_in, now.records_in), rate(first.records_out, now.records_out),
                            rate(first.bytes_in, now.bytes_in), rate(first.bytes_out, now.bytes_out),
                            round(busy, 1), round(backpressured, 1), round(idle, 1),
-                           list(now.operators_in), list(now.operators_out))
+                           list(now.operators_in), list(now.operators_out),
+                           managed, used, peak, self.spilled_bytes())
 
 
 # ---- Prometheus ------------------------------------------------------------------------------
@@ -109,9 +114,18 @@ _TASK = ("tm_id", "job_id", "task_name", "subtask_index")
 _OPERATOR = (*_TASK, "operator_name")
 
 
-def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup]) -> Iterator[Any]:
-    """The metric families of a TaskExecutor's running tasks, under Flink's names."""
+def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
+                           managed_memory: tuple[int, int] | None = None) -> Iterator[Any]:
+    """The metric families of a TaskExecutor's running tasks, under Flink's names, and its
+    managed memory (``(total, used)`` bytes: Flink's Status.Flink.Memory.Managed.*)."""
     from yarnflow.common.metrics import gauge
+
+    if managed_memory is not None:
+        for name, value, doc in (("Total", managed_memory[0], "managed memory of the TaskExecutor"),
+                                 ("Used", managed_memory[1], "managed memory its tasks hold")):
+            family = gauge(f"taskmanager_Status_Flink_Memory_Managed_{name}", doc, ("tm_id",))
+            family.add_metric([tm_id], float(value))
+            yield family
 
     task_gauges = {
         "numRecordsIn": ("records_in", "records the task read from its inputs"),
@@ -126,6 +140,9 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup]) -> Iter
         "backPressuredTimeMsPerSecond": ("backpressured_ms_per_second",
                                          "ms per second the task waited for room in its outputs"),
         "idleTimeMsPerSecond": ("idle_ms_per_second", "ms per second the task waited for input"),
+        "managedMemoryBytes": ("managed_memory_bytes", "the task's share of its slot's managed memory"),
+        "managedMemoryUsed": ("managed_memory_used", "managed memory the task's operators hold"),
+        "spilledBytes": ("spilled_bytes", "bytes the task's batch operators wrote to spill files"),
     }
     families = {name: gauge(f"taskmanager_job_task_{name}", doc, _TASK) for name, (_, doc) in task_gauges.items()}
     op_families = {name: gauge(f"taskmanager_job_task_operator_{name}", f"per operator: {doc}", _OPERATOR)
@@ -153,4 +170,5 @@ def start_task_executor_metrics(te: Any) -> Any:
     from yarnflow.common.metrics import start_prometheus
 
     return start_prometheus(te.config, lambda: task_executor_families(
-        str(te.resource_id), [t.metrics for t in list(te.tasks.values())]), f"TaskExecutor {te.resource_id}")
+        str(te.resource_id), [t.metrics for t in list(te.tasks.values())],
+        (te.memory.total_bytes, te.memory.used_bytes)), f"TaskExecutor {te.resource_id}")

@@ -15,13 +15,15 @@ import logging
 import pickle
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from yarnflow.common import logs
 from yarnflow.common.config import Options, parse_duration_ms
 from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
 from yarnflow.common.states import ExecutionState
 from yarnflow.common.artifacts import ArtifactCache
+from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
+from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.runtime.checkpoints import (
@@ -49,9 +51,16 @@ class Task:
                  partitions: ResultPartitionManager, data_client: DataClient,
                  on_state: Callable[[TaskExecutionStateUpdate], object], location: str,
                  request_split: Callable[[int], SplitResponse] | None = None,
-                 checkpoints: CheckpointResponder | None = None) -> None:
+                 checkpoints: CheckpointResponder | None = None,
+                 memory: MemoryManager | None = None, slot_index: int = 0,
+                 spill_roots: Sequence[str] | None = None) -> None:
         """``request_split(last_checkpoint_id)`` asks the JobMaster for this source subtask's next
-        split; ``checkpoints`` receives its acknowledgements and declines."""
+        split; ``checkpoints`` receives its acknowledgements and declines. Operators that use
+        managed memory take their budgets from ``memory``'s slot ``slot_index``; spill files go
+        under ``spill_roots`` (one ``yarnflow-spill`` folder per tmp dir)."""
+        self._memory = memory
+        self._slot_index = slot_index
+        self.spill = SpillFiles(spill_roots, str(tdd.execution_attempt_id)) if spill_roots else SpillFiles()
         self._request_split = request_split
         self._responder = checkpoints
         #: checkpoint calls for the task thread
@@ -72,6 +81,10 @@ class Task:
         self._io_metrics = tdd.config.get(Options.TASK_IO_METRICS.key, "true").lower() != "false"
         #: the task's figures (Flink's TaskIOMetricGroup), read by heartbeats and Prometheus
         self.metrics = TaskMetricGroup(tdd.task_name, tdd.subtask_index, str(tdd.job_id), ())
+        self.metrics.spilled_bytes = lambda: self.spill.spilled_bytes
+        if memory is not None:
+            owner = str(tdd.execution_attempt_id)
+            self.metrics.managed_memory = lambda: memory.owner_usage(owner)
         self._thread = threading.Thread(target=self._run, name=f"task {tdd.display_name}", daemon=True)
 
     # -- control ----------------------------------------------------------------------------
@@ -143,6 +156,9 @@ class Task:
                 self._gate.join(2.0)
             logs.unbind_job()
             release_attempt(tdd.config, str(tdd.execution_attempt_id))  # RocksDB working files
+            self.spill.remove()
+            if self._memory is not None:
+                self._memory.release_owner(str(tdd.execution_attempt_id))
 
     def _build(self) -> StreamTask:
         tdd = self.tdd
@@ -194,13 +210,23 @@ class Task:
         head = chain[0]
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split
-        st.wire(lambda op: RuntimeContext(**base))
+        st.wire(lambda op: RuntimeContext(**base, memory=self._budget(op), spill=self.spill))
         if restore is not None and not restore.finished:
             log.info("%s restores checkpoint %d (%d state files)", tdd.display_name, restore.checkpoint_id,
                      len(restore.files))
             for op, tables in zip(chain, read_task_state(restore, len(chain))):
                 op.initialize_state(tables)
         return st
+
+    def _budget(self, op: Any) -> MemoryBudget:
+        """``op``'s managed memory: its fraction (set when the job was compiled) of the slot's, for
+        an operator that uses it; none for the others (run outside a TaskExecutor: unbounded)."""
+        if self._memory is None:
+            return MemoryBudget.unlimited()
+        if not getattr(op, "uses_managed_memory", False):
+            return MemoryBudget(0)
+        return self._memory.budget(self._slot_index, float(getattr(op, "memory_fraction", 1.0)),
+                                   str(self.attempt_id), f"{op.name} in {self.tdd.display_name}")
 
     # -- checkpoints ------------------------------------------------------------------------
     def trigger_checkpoint(self, checkpoint_id: int, timestamp_ms: int, exactly_once: bool, stop: str = "") -> None:

@@ -9,6 +9,8 @@ from typing import Any, Callable, Iterator, Protocol
 import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
+from yarnflow.worker.memory.manager import MemoryBudget
+from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.runtime.elements import Watermark
 from yarnflow.worker.state.tables import Snapshot
 
@@ -53,6 +55,11 @@ class RuntimeContext:
     attempt_id: str = ""
     #: the task was cancelled (operators calling a user function per row check it between slices)
     cancelled: Callable[[], bool] = field(default=lambda: False)
+    #: this operator's share of its slot's managed memory (joins, aggregations and sorts keep
+    #: their working data in it and spill the rest; unbounded outside a TaskExecutor)
+    memory: MemoryBudget = field(default_factory=MemoryBudget.unlimited)
+    #: the task attempt's spill files (removed when the task ends)
+    spill: SpillFiles = field(default_factory=SpillFiles)
 
     @property
     def is_batch(self) -> bool:
@@ -221,3 +228,8 @@ class SourceOperator(Operator):
     def enumerate_splits(self) -> list[tuple[str, Any]]:
         """``(split id, payload)`` pairs; payloads must pickle."""
         raise NotImplementedError
+
+    def estimated_bytes(self) -> int | None:
+        """About how much memory the source's rows take, for the compiler's choice of a join
+        strategy (None: unknown). Called in the client, at compile time."""
+        return None

@@ -60,6 +60,8 @@ from yarnflow.common.rpc.gateways import (
 )
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.artifacts import ArtifactCache
+from yarnflow.worker.memory.manager import MemoryManager, managed_memory_bytes
+from yarnflow.worker.memory.spill import remove_orphan_spills, spill_roots
 from yarnflow.worker.metrics import start_task_executor_metrics
 from yarnflow.worker.network.flight import DataClient, DataServer
 from yarnflow.worker.runtime.partition import ResultPartitionManager
@@ -99,6 +101,9 @@ class TaskExecutor:
         self._data_client = DataClient()
         self._artifacts = ArtifactCache(os.path.join(work_dir, "artifacts"))
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
+        self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
+        self.spill_roots = spill_roots(config[Options.TMP_DIRS], work_dir)
+        remove_orphan_spills(self.spill_roots)  # of TaskExecutors that were killed
         self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorHandler(self).processor()},
                               name=f"taskexecutor-{resource_id}")
         self._rm: RemoteResourceManagerGateway | None = (RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
@@ -123,8 +128,9 @@ class TaskExecutor:
         threading.Thread(target=self._heartbeat_loop, name="te-heartbeat", daemon=True).start()
         threading.Thread(target=self._jm_heartbeat_loop, name="te-jm-heartbeat", daemon=True).start()
         self.metrics_endpoint = start_task_executor_metrics(self)
-        log.info("TaskExecutor %s started: rpc %s, data %s, %d slots", self.resource_id, self._rpc.address,
-                 self._data_server.address, self._num_slots)
+        log.info("TaskExecutor %s started: rpc %s, data %s, %d slots, %.0f MB of managed memory (%.0f MB a slot), "
+                 "spill files in %s", self.resource_id, self._rpc.address, self._data_server.address, self._num_slots,
+                 self.memory.total_bytes / 2**20, self.memory.slot_bytes / 2**20, ", ".join(self.spill_roots))
         return self
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -319,7 +325,8 @@ class TaskExecutor:
                     request_split=lambda last_checkpoint_id: self._main.call(self._jm, address).request_split(
                         token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id,
                         last_checkpoint_id),
-                    checkpoints=_JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id))
+                    checkpoints=_JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id),
+                    memory=self.memory, slot_index=slot.index, spill_roots=self.spill_roots)
         self.tasks[tdd.execution_attempt_id] = task
         log.info("deploying %s (%s)", tdd.display_name, tdd.execution_attempt_id)
         task.start()

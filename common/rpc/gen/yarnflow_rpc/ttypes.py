@@ -908,11 +908,15 @@ class TaskMetrics(object):
      - idle_ms_per_second
      - operator_records_in
      - operator_records_out
+     - managed_memory_bytes
+     - managed_memory_used
+     - managed_memory_peak
+     - spilled_bytes
 
     """
 
 
-    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None,):
+    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None,):
         self.records_in = records_in
         self.records_out = records_out
         self.bytes_in = bytes_in
@@ -926,6 +930,10 @@ class TaskMetrics(object):
         self.idle_ms_per_second = idle_ms_per_second
         self.operator_records_in = operator_records_in
         self.operator_records_out = operator_records_out
+        self.managed_memory_bytes = managed_memory_bytes
+        self.managed_memory_used = managed_memory_used
+        self.managed_memory_peak = managed_memory_peak
+        self.spilled_bytes = spilled_bytes
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1011,6 +1019,26 @@ class TaskMetrics(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 14:
+                if ftype == TType.I64:
+                    self.managed_memory_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 15:
+                if ftype == TType.I64:
+                    self.managed_memory_used = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 16:
+                if ftype == TType.I64:
+                    self.managed_memory_peak = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 17:
+                if ftype == TType.I64:
+                    self.spilled_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1078,6 +1106,22 @@ class TaskMetrics(object):
             for iter57 in self.operator_records_out:
                 oprot.writeI64(iter57)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.managed_memory_bytes is not None:
+            oprot.writeFieldBegin('managed_memory_bytes', TType.I64, 14)
+            oprot.writeI64(self.managed_memory_bytes)
+            oprot.writeFieldEnd()
+        if self.managed_memory_used is not None:
+            oprot.writeFieldBegin('managed_memory_used', TType.I64, 15)
+            oprot.writeI64(self.managed_memory_used)
+            oprot.writeFieldEnd()
+        if self.managed_memory_peak is not None:
+            oprot.writeFieldBegin('managed_memory_peak', TType.I64, 16)
+            oprot.writeI64(self.managed_memory_peak)
+            oprot.writeFieldEnd()
+        if self.spilled_bytes is not None:
+            oprot.writeFieldBegin('spilled_bytes', TType.I64, 17)
+            oprot.writeI64(self.spilled_bytes)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -3911,6 +3955,10 @@ TaskMetrics.thrift_spec = (
     (11, TType.DOUBLE, 'idle_ms_per_second', None, None, ),  # 11
     (12, TType.LIST, 'operator_records_in', (TType.I64, None, False), None, ),  # 12
     (13, TType.LIST, 'operator_records_out', (TType.I64, None, False), None, ),  # 13
+    (14, TType.I64, 'managed_memory_bytes', None, None, ),  # 14
+    (15, TType.I64, 'managed_memory_used', None, None, ),  # 15
+    (16, TType.I64, 'managed_memory_peak', None, None, ),  # 16
+    (17, TType.I64, 'spilled_bytes', None, None, ),  # 17
 )
 all_structs.append(CheckpointCounts)
 CheckpointCounts.thrift_spec = (
