@@ -15,7 +15,7 @@ from yarnflow.common.api.functions import AggregateFunction, KeyedProcessFunctio
 from yarnflow.common.api.windows import TumblingEventTimeWindows
 from yarnflow.worker.operators import base
 from yarnflow.worker.operators.base import Operator, TaskCancelledError
-from yarnflow.worker.operators.joins import BatchHashJoin
+from yarnflow.worker.operators.batch.hash_join import HashJoin
 from yarnflow.worker.operators.keyed import KeyedReduce
 from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
 from yarnflow.worker.operators.windows.aggregate import WindowAggregateOperator
@@ -163,20 +163,21 @@ def test_a_fast_function_gets_whole_batches_once_its_pace_is_known() -> None:
 
 
 def test_a_cancelled_batch_join_stops_within_a_slice_of_its_slow_join_function() -> None:
-    """A batch join calls its join function on every joined row when its inputs end."""
+    """A batch join calls its join function on every joined row: here, as the build side ends
+    (the harness gave the probe rows first)."""
     calls = Calls(slow=True, cancel_after=10)
 
     def join_fn(left: dict[str, Any], right: dict[str, Any] | None) -> dict[str, Any]:
         calls.tick()
         return {"k": left["k"], "v": left["v"] + (right["w"] if right else 0)}
 
-    op = BatchHashJoin(["k"], ["k"], "left_outer", join_fn=join_fn)
+    op = HashJoin(["k"], ["k"], "left_outer", join_fn=join_fn)
     h = OperatorHarness(op, runtime_mode="BATCH", cancelled=calls.cancelled)
     h.batch(batch(), input_index=0)
     h.batch(pa.record_batch({"k": list(range(0, KEYS, 2)), "w": [1] * (KEYS // 2)}), input_index=1)
     h.end_input(0)
-    h.end_input(1)
     with pytest.raises(TaskCancelledError):
+        h.end_input(1)
         op.finish()
     assert 10 <= calls.n <= 64
 
@@ -188,7 +189,7 @@ def test_a_batch_join_with_unmatched_rows_and_small_slices_calls_its_function_on
         seen.append((left["v"], right is not None))
         return {"v": left["v"]}
 
-    op = BatchHashJoin(["k"], ["k"], "left_outer", join_fn=join_fn)
+    op = HashJoin(["k"], ["k"], "left_outer", join_fn=join_fn)
     h = OperatorHarness(op, runtime_mode="BATCH")
     op._slice_rows = 7
     h.batch(batch(), input_index=0)

@@ -22,6 +22,9 @@ from yarnflow.worker.state.errors import StateRestoreError
 log = logging.getLogger(__name__)
 
 FORMATS = ("parquet", "csv", "json", "text")
+#: Parquet rows take about this many times their file's size in memory (dictionary and run-length
+#: encoding, compression): a size estimate for the compiler
+PARQUET_EXPANSION = 3
 
 
 class SourceReadError(YarnflowError, IOError):
@@ -40,6 +43,9 @@ class CollectionSource(SourceOperator):
         super().__init__(name or "collection", uid)
         self.table = table
         self._emitted = 0
+
+    def estimated_bytes(self) -> int | None:
+        return int(self.table.nbytes)
 
     def run(self, cancelled: Callable[[], bool]) -> None:
         n, p, i = self.table.num_rows, self.ctx.parallelism, self.ctx.subtask_index
@@ -219,6 +225,17 @@ class FileSource(SourceOperator):
             else:
                 splits.append((file, (file, None)))
         return splits
+
+    def estimated_bytes(self) -> int | None:
+        """The files' sizes (Parquet's times ``PARQUET_EXPANSION``: its columns are encoded and
+        compressed); None when they cannot be listed from here."""
+        try:
+            fs, files = expand_paths(self.path)
+            total = sum(int(fs.size(f) or 0) for f in files)
+        except Exception:  # noqa: BLE001 - no estimate then: the compiler does without
+            log.debug("cannot estimate the size of %s", self.path, exc_info=True)
+            return None
+        return total * PARQUET_EXPANSION if self.fmt == "parquet" else total
 
     @staticmethod
     def split_id(payload: Any) -> str:

@@ -72,9 +72,10 @@ class InputGate:
             reader.start()
 
     # -- task side ----------------------------------------------------------------------------
-    def poll(self, timeout: float | None) -> tuple[int, Any] | None:
-        """The next ``(channel, element)``, round robin over the channels, or None after ``timeout``
-        (or as soon as ``wakeup`` was called)."""
+    def poll(self, timeout: float | None, channels: frozenset[int] | None = None) -> tuple[int, Any] | None:
+        """The next ``(channel, element)``, round robin over the channels (only ``channels``
+        when given: input selection, the others wait), or None after ``timeout`` (or as soon as
+        ``wakeup`` was called)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -83,7 +84,7 @@ class InputGate:
                     return None
                 for i in range(self.num_channels):
                     ch = (self._next + i) % self.num_channels
-                    if not self._buffers[ch]:
+                    if not self._buffers[ch] or (channels is not None and ch not in channels):
                         continue
                     element = self._buffers[ch].popleft()
                     if isinstance(element, pa.RecordBatch):

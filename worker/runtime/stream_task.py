@@ -10,6 +10,14 @@ all output so far; then the tables are written and acknowledged in the backgroun
 (``SnapshotWriter``). Elements held back on blocked channels are replayed, in order, before the
 gate is polled again.
 
+Input selection (BATCH jobs, Flink's ``InputSelectable``): a two-input head operator with an
+``input_selection()`` method names the input to read next (a hash join: its build side until it
+has ended); the task then polls only that input's channels, and the other input's wait in
+their partitions. Side inputs: an operator chained after the head may take inputs of the
+vertex's own (``vertex_inputs``: vertex input -> the operator's input; a broadcast join chained
+to its probe side's source); those are read to their end before the head runs, so the
+operator has its build side before the first probe row.
+
 Stop-with-savepoint (Flink's FLIP-34, with FLIP-147's final checkpoint): the JobMaster triggers
 the savepoint at the sources with a stop mode. A source takes its snapshot and stops reading;
 with "drain" it first ends its input (the maximum watermark fires every timer and window, and
@@ -103,17 +111,20 @@ class ChainOutput:
     def __init__(self, nxt: Operator, tail: WriterOutput) -> None:
         self._next = nxt
         self._tail = tail
+        #: which input of the next operator its predecessor feeds (0, but a two-input operator
+        #: chained onto one input's operators may take it as its input 1)
+        self._input = int(getattr(nxt, "chain_input", 0))
         self.records_out = 0
 
     def collect(self, batch: pa.RecordBatch) -> None:
         self.records_out += batch.num_rows
-        self._next.process_batch(batch, 0)
+        self._next.process_batch(batch, self._input)
 
     def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
         self._tail.collect_side(tag, batch)
 
     def emit_watermark(self, watermark: Watermark) -> None:
-        self._next.process_watermark(watermark, 0)
+        self._next.process_watermark(watermark, self._input)
 
     def emit_status(self, status: WatermarkStatus) -> None:
         self._tail.emit_status(status)
@@ -209,6 +220,9 @@ class StreamTask:
         #: the stop-with-savepoint this task took its snapshot for: (checkpoint id, "stop" | "drain")
         self._stop: tuple[int, str] | None = None
         self._stop_completed = False
+        #: vertex inputs that an operator after the head takes: input -> (operator, its input)
+        self._side_routes: dict[int, tuple[Operator, int]] = {
+            vin: (op, oin) for op in self.chain[1:] for vin, oin in getattr(op, "vertex_inputs", {}).items()}
 
     def wire(self, ctx_for: Callable[[Operator], Any]) -> None:
         self._chain_outputs = [ChainOutput(nxt, self.tail) for nxt in self.chain[1:]]
@@ -233,6 +247,8 @@ class StreamTask:
                 op.open()
                 opened.append(op)
             head = self.chain[0]
+            if self._side_routes:
+                self._read_side_inputs()
             if isinstance(head, SourceOperator):
                 head.run(self._source_tick)
                 while self._stop is not None and not self._await_stop():
@@ -480,15 +496,58 @@ class StreamTask:
     def _finish_chain(self) -> None:
         for i, op in enumerate(self.chain):
             if i > 0:
-                op.end_input(0)
+                op.end_input(int(getattr(op, "chain_input", 0)))
             op.finish()
+
+    def _read_side_inputs(self) -> None:
+        """Read the inputs that operators after the head take (``_side_routes``) to their end,
+        before the head runs (BATCH jobs: their exchanges are blocking, and no checkpoints are
+        taken)."""
+        gate = self.gate
+        assert gate is not None
+        channels = frozenset(ch for ch, inp in enumerate(self.channel_inputs) if inp in self._side_routes)
+        remaining = {i: sum(1 for inp in self.channel_inputs if inp == i) for i in self._side_routes}
+        while any(remaining.values()):
+            self._check_cancelled()
+            polled = gate.poll(0.5, channels)
+            if polled is None:
+                continue
+            ch, element = polled
+            inp = self.channel_inputs[ch]
+            op, op_input = self._side_routes[inp]
+            if isinstance(element, pa.RecordBatch):
+                self.records_in += element.num_rows
+                if self._io_metrics:
+                    self.bytes_in += element.nbytes
+                op.process_batch(element, op_input)
+            elif isinstance(element, EndOfPartition):
+                remaining[inp] -= 1
+                if remaining[inp] == 0:
+                    op.process_watermark(MAX_WATERMARK, op_input)
+                    op.end_input(op_input)
+            elif isinstance(element, ChannelError):
+                raise element.error
+            # watermarks, idleness: a bounded input's event time is complete at its end;
+            # barriers: BATCH jobs take no checkpoints
+
+    def _selected_channels(self, head: Operator, remaining: dict[int, int]) -> frozenset[int] | None:
+        """The channels of the input the head operator selects (None: any input)."""
+        select = getattr(head, "input_selection", None)
+        if select is None:
+            return None
+        wanted = select()
+        if wanted is None or not remaining.get(wanted):
+            return None
+        return self._input_channels[wanted]
 
     def _run_input_loop(self, head: Operator) -> None:
         gate, aligner = self.gate, self._aligner
         assert gate is not None and aligner is not None
-        inputs = sorted(set(self.channel_inputs))
-        valves = {i: WatermarkValve([ch for ch, inp in enumerate(self.channel_inputs) if inp == i]) for i in inputs}
-        remaining = {i: sum(1 for inp in self.channel_inputs if inp == i) for i in inputs}
+        inputs = sorted(set(self.channel_inputs) - set(self._side_routes))
+        self._input_channels = {i: frozenset(ch for ch, inp in enumerate(self.channel_inputs) if inp == i)
+                                for i in inputs}
+        valves = {i: WatermarkValve(sorted(self._input_channels[i])) for i in inputs}
+        remaining = {i: len(self._input_channels[i]) for i in inputs}
         timeout: float | None = None
         while any(remaining.values()) or self._replay:
             self._check_cancelled()
@@ -497,7 +556,9 @@ class StreamTask:
             if self._replay:
                 polled: tuple[int, Any] | None = self._replay.popleft()
             else:
-                polled = gate.poll(timeout if timeout is not None else 0.5)
+                selected = self._selected_channels(head, remaining)
+                wait = timeout if timeout is not None else 0.5
+                polled = gate.poll(wait) if selected is None else gate.poll(wait, selected)
             if polled is not None:
                 ch, element = polled
                 inp = self.channel_inputs[ch]
