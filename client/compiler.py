@@ -16,6 +16,7 @@ from yarnflow.common.ids import JobID, JobVertexID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex, ResourceProfile
 from yarnflow.common.states import ExchangeMode, Partitioner
 from yarnflow.datastream import Input, StreamExecutionEnvironment, Transformation
+from yarnflow.planner import assign_memory_fractions, plan_batch
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sinks import CollectSink, _StagedFileSink
 
@@ -94,11 +95,70 @@ def operator_uids(ts: list[Transformation], inputs: dict[int, list[Input]]) -> d
     return uids
 
 
+def _topological(vertices: list[JobVertex], edges: list[JobEdge]) -> list[JobVertex]:
+    """``vertices`` in an order where every edge's source comes before its target, else as
+    given (a chain with side inputs can come before the vertices that feed them)."""
+    pending = {v.vertex_id: sum(1 for e in edges if e.target_vertex_id == v.vertex_id) for v in vertices}
+    out: list[JobVertex] = []
+    left = list(vertices)
+    while left:
+        ready = next(v for v in left if pending[v.vertex_id] == 0)
+        left.remove(ready)
+        out.append(ready)
+        for e in edges:
+            if e.source_vertex_id == ready.vertex_id:
+                pending[e.target_vertex_id] -= 1
+    return out
+
+
+def _runtime_mode(env: StreamExecutionEnvironment, ts: list[Transformation]) -> str:
+    mode = env.runtime_mode
+    all_bounded = all(getattr(t.operator, "bounded", True) for t in ts if t.is_source)
+    if mode == "AUTOMATIC":
+        return "BATCH" if all_bounded else "STREAMING"
+    if mode == "BATCH" and not all_bounded:
+        raise JobDefinitionError("BATCH runtime mode needs every source to be bounded")
+    return mode
+
+
+def _broadcast_threshold() -> int:
+    from yarnflow import executors
+    from yarnflow.common.config import Options
+
+    conf = getattr(executors.current_context(), "conf", {}) or {}
+    raw = conf.get(Options.JOIN_BROADCAST_THRESHOLD.key)
+    if raw is None or raw == "":
+        from yarnflow.common.config import Configuration
+
+        return int(Configuration.load({})[Options.JOIN_BROADCAST_THRESHOLD])
+    try:
+        return int(Options.JOIN_BROADCAST_THRESHOLD.convert(raw))
+    except ValueError as exc:
+        raise JobDefinitionError(f"{Options.JOIN_BROADCAST_THRESHOLD.key}: {exc}") from None
+
+
 def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     ts = [t for t in env.transformations if not t.is_union]
     if not ts:
         raise JobDefinitionError("the pipeline is empty: add a source, transformations and a sink")
     inputs = {t.id: _expand(t.inputs) for t in ts}
+
+    def parallelism(t: Transformation) -> int:
+        return t.parallelism or env.parallelism
+
+    mode = _runtime_mode(env, ts)
+    for t in ts:
+        if getattr(t.operator, "batch_only", False) and mode != "BATCH":
+            assert t.operator is not None
+            what = "Spark stage" if t.operator.kind == "spark" else "join without a window"
+            why = ("the runtime mode is STREAMING" if env.runtime_mode == "STREAMING" else
+                   "a source is unbounded: " + ", ".join(repr(u.operator.name) for u in ts if u.operator is not None
+                                                         and u.is_source and not getattr(u.operator, "bounded", True)))
+            raise JobDefinitionError(f"{what} '{t.operator.name}' runs only in BATCH jobs (bounded inputs), and "
+                                     f"{why}; a STREAMING job cannot have one")
+    uids = operator_uids(ts, inputs)
+    if mode == "BATCH":
+        ts = plan_batch(ts, inputs, uids, parallelism, _broadcast_threshold())
     consumers: dict[int, list[tuple[Transformation, Input]]] = {t.id: [] for t in ts}
     for t in ts:
         for inp in inputs[t.id]:
@@ -106,8 +166,6 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     sinks = [t for t in ts if not consumers[t.id]]
     if not any(isinstance(t.operator, (_StagedFileSink, CollectSink)) for t in sinks):
         raise JobDefinitionError("the pipeline has no sink: end it with sink_to_parquet(), print() or collect()")
-    def parallelism(t: Transformation) -> int:
-        return t.parallelism or env.parallelism
 
     max_par = env.max_parallelism
     for t in ts:
@@ -123,44 +181,42 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
 
     head_of: dict[int, Transformation] = {}
     chains: dict[int, list[Transformation]] = {}
+    #: inputs of a chained operator that are not its chain predecessor (a broadcast join's build
+    #: side): they become inputs of the chain's vertex
+    side_inputs: dict[int, list[Input]] = {}
     for t in ts:  # transformations are created in topological order
         chainable = False
         ins = inputs[t.id]
-        if len(ins) == 1 and not t.is_source:
-            inp = ins[0]
+        main, sides = ins, []
+        if getattr(t.operator, "broadcast", False) and mode == "BATCH":
+            build = t.operator.build_input  # type: ignore[union-attr]
+            main = [i for i in ins if i.input_index != build]
+            sides = [i for i in ins if i.input_index == build]
+        if len(main) == 1 and not t.is_source:
+            inp = main[0]
             up = inp.upstream
             chainable = (edge_partitioner(up, t, inp.partitioner) == Partitioner.FORWARD and not inp.output_tag
                          and t.chaining and up.chaining and len(consumers[up.id]) == 1
                          and up.slot_sharing_group == t.slot_sharing_group)
         if chainable:
-            head = head_of[ins[0].upstream.id]
+            head = head_of[main[0].upstream.id]
             head_of[t.id] = head
             chains[head.id].append(t)
+            assert t.operator is not None
+            t.operator.chain_input = main[0].input_index  # type: ignore[attr-defined]
+            if sides:
+                side_inputs[t.id] = sides
         else:
             head_of[t.id] = t
             chains[t.id] = [t]
-
-    mode = env.runtime_mode
-    all_bounded = all(getattr(t.operator, "bounded", True) for t in ts if t.is_source)
-    if mode == "AUTOMATIC":
-        mode = "BATCH" if all_bounded else "STREAMING"
-    elif mode == "BATCH" and not all_bounded:
-        raise JobDefinitionError("BATCH runtime mode needs every source to be bounded")
     for t in ts:
-        if getattr(t.operator, "batch_only", False) and mode != "BATCH":
-            assert t.operator is not None
-            what = "Spark stage" if t.operator.kind == "spark" else "join without a window"
-            why = ("the runtime mode is STREAMING" if env.runtime_mode == "STREAMING" else
-                   "a source is unbounded: " + ", ".join(repr(u.operator.name) for u in ts if u.operator is not None
-                                                         and u.is_source and not getattr(u.operator, "bounded", True)))
-            raise JobDefinitionError(f"{what} '{t.operator.name}' runs only in BATCH jobs (bounded inputs), and "
-                                     f"{why}; a STREAMING job cannot have one")
         if t.operator is not None and t.operator.kind == "spark":  # one output file per downstream subtask
             t.operator.output_splits = max((parallelism(c) for c, _ in consumers[t.id]), default=1)  # type: ignore[attr-defined]
     # BATCH: every exchange between vertices is blocking, so regions run one after another
     exchange = ExchangeMode.BLOCKING if mode == "BATCH" else ExchangeMode.PIPELINED
+    assign_memory_fractions([[t.operator for t in chain if t.operator is not None] for chain in chains.values()],
+                            [chain[0].slot_sharing_group for chain in chains.values()], mode == "BATCH")
 
-    uids = operator_uids(ts, inputs)
     if mode == "STREAMING" and _restorable(env):
         unnamed = [t.operator.name for t in ts if t.operator is not None and _is_stateful(t.operator)
                    and not getattr(t.operator, "user_uid", False)]
@@ -179,11 +235,21 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
             vertex_ids[hid], " -> ".join(names), parallelism(head), head.max_parallelism or max_par, names,
             head.slot_sharing_group, resources, is_source=head.is_source, is_sink=not consumers[chain[-1].id],
             operator_uids=[uids[t.id] for t in chain if t.operator is not None]))
-        for inp in inputs[head.id]:
+        vertex_inputs = [(inp, inp.input_index) for inp in inputs[head.id]]
+        next_index = max((i for _, i in vertex_inputs), default=-1) + 1
+        for member in chain[1:]:
+            for inp in side_inputs.get(member.id, []):
+                assert member.operator is not None
+                routes = getattr(member.operator, "vertex_inputs", {})
+                routes[next_index] = inp.input_index
+                member.operator.vertex_inputs = routes  # type: ignore[attr-defined]
+                vertex_inputs.append((inp, next_index))
+                next_index += 1
+        for inp, index in vertex_inputs:
             part = edge_partitioner(inp.upstream, head, inp.partitioner)
             edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,
-                                 exchange, list(inp.keys), inp.input_index, inp.output_tag))
-    jg = JobGraph(job_id, job_name, vertices, edges, runtime_mode=mode)
+                                 exchange, list(inp.keys), index, inp.output_tag))
+    jg = JobGraph(job_id, job_name, _topological(vertices, edges), edges, runtime_mode=mode)
     jg.validate()
     collect = {t.operator.uid: t.operator for t in ts if isinstance(t.operator, CollectSink)}
     files = [t.operator.path for t in ts if isinstance(t.operator, _StagedFileSink)

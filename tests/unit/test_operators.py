@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from yarnflow.common.errors import JobDefinitionError
-from yarnflow.worker.operators import keyed
 from yarnflow.worker.operators.base import UserFunctionError
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.worker.operators.sinks import CollectSink, ParquetSink, read_collected
@@ -209,26 +208,6 @@ def test_keyed_count_counts_rows_of_the_null_key():
     h.batch(pa.record_batch({"k": pa.array([None, "a", None], pa.string())}))
     h.finish()
     assert sorted_rows(h.rows(), ["k"]) == [{"k": "a", "count": 1}, {"k": None, "count": 2}]
-
-
-def test_keyed_aggregate_compacts_partials_in_batch_mode(monkeypatch):
-    monkeypatch.setattr(keyed, "_COMPACT_ROWS", 100)
-    compactions = []
-    original = KeyedAggregate._compact
-
-    def counting(self: KeyedAggregate) -> None:
-        compactions.append(self._partial_rows)
-        original(self)
-
-    monkeypatch.setattr(KeyedAggregate, "_compact", counting)
-    batches = random_batches(2, 40, 200, 80)
-    h = OperatorHarness(KeyedAggregate(["k"], AGGS), runtime_mode="BATCH")
-    for b in batches:
-        h.batch(b)
-        assert h.op._partial_rows <= 100 + 81  # never more than the threshold plus one batch's keys
-    assert len(compactions) > 5
-    h.finish()
-    assert sorted_rows(h.rows(), ["k"]) == reference(batches)
 
 
 def test_keyed_aggregate_in_streaming_mode_emits_upserts_per_batch():

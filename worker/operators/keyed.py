@@ -23,14 +23,13 @@ import pyarrow.compute as pc
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
+from yarnflow.worker.operators.batch.aggregate import AGG_FUNCS, HashAggregation, PartialSchema, output_names
 from yarnflow.worker.operators.rows import gc_paused, row_dicts
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
 from yarnflow.worker.state.heap import ABSENT, IMMUTABLE, HeapKeyedStateBackend
 from yarnflow.worker.state.tables import Snapshot, owned_rows, require_columns
 
-AGG_FUNCS = ("sum", "min", "max", "count")
 _COMBINE = {"sum": "sum", "min": "min", "max": "max", "count": "sum"}
-_COMPACT_ROWS = 1 << 20
 
 
 def check_columns(schema: pa.Schema, columns: Sequence[str], op_name: str) -> None:
@@ -145,10 +144,16 @@ def _copy_row(row: dict[str, Any]) -> dict[str, Any]:
 class KeyedAggregate(Operator):
     """``key_by(keys).sum(col)`` and friends: aggregates (column, function) per key.
 
+    STREAMING: the aggregates live in the keyed state backend (an ``AggregateTable``), and each
+    batch emits the keys it changed. BATCH: a ``HashAggregation`` in the operator's managed
+    memory, spilling by key hash when the keys do not fit; its input is partial aggregates when
+    the compiler put a ``LocalKeyedAggregate`` before the exchange (``partial_input``).
+
     State (table ``aggregates``): ``key_group`` (int32), the key columns and one column per
     aggregate, typed as the output; one row per key."""
 
     kind = "keyed_aggregate"
+    uses_managed_memory = True
 
     def __init__(self, keys: Sequence[str], aggs: Sequence[tuple[str, str]], name: str | None = None) -> None:
         super().__init__(name)
@@ -157,8 +162,8 @@ class KeyedAggregate(Operator):
                 raise JobDefinitionError(f"unknown aggregate {fn!r}: expected one of {AGG_FUNCS}")
         self.keys = list(keys)
         self.aggs = list(aggs)
-        self._partials: list[pa.Table] = []
-        self._partial_rows = 0
+        #: BATCH: the input is partial aggregates (a LocalKeyedAggregate runs before the exchange)
+        self.partial_input = False
         self._checked = False
 
     def setup(self, ctx: RuntimeContext, output: Output) -> None:
@@ -166,56 +171,50 @@ class KeyedAggregate(Operator):
         self._backend = keyed_backend(ctx)
         self._table = self._backend.aggregate_table(
             "aggregates", self.keys, [(name, _COMBINE[fn]) for name, (_, fn) in zip(self._names(), self.aggs)])
+        self._partial_schema = PartialSchema(self.keys, self.aggs, self.name)
+        self._batch = HashAggregation(self._partial_schema, ctx.memory, ctx.spill, self.name) if ctx.is_batch else None
 
     def _names(self) -> list[str]:
-        """Output column per aggregate: the column's own name (``sum("count")`` stays "count"),
-        "count" for a count, and ``<col>_<fn>`` where two aggregates, or an aggregate and a key,
-        would share a name."""
-        plain = ["count" if fn == "count" else col for col, fn in self.aggs]
-        return [n if plain.count(n) == 1 and n not in self.keys else f"{col}_{fn}"
-                for n, (col, fn) in zip(plain, self.aggs)]
+        return output_names(self.keys, self.aggs)
 
-    def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
-        if combine:
-            specs: list[tuple[Any, ...]] = [(name, _COMBINE[fn]) for name, (_, fn) in zip(self._names(), self.aggs)]
-        else:  # a count counts rows, also those whose counted column (the key) is null
-            specs = [(c, f, pc.CountOptions(mode="all")) if f == "count" else (c, f) for c, f in self.aggs]
+    def _aggregate(self, table: pa.Table) -> pa.Table:
+        # a count counts rows, also those whose counted column (the key) is null
+        specs: list[tuple[Any, ...]] = [(c, f, pc.CountOptions(mode="all")) if f == "count" else (c, f)
+                                        for c, f in self.aggs]
         grouped = table.group_by(self.keys, use_threads=False).aggregate(specs)
         cols = [grouped.column(k) for k in self.keys] + [grouped.column(f"{s[0]}_{s[1]}") for s in specs]
         return pa.table(cols, names=self.keys + self._names())
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if self._batch is not None:
+            if self.partial_input:
+                if not self._checked:
+                    check_columns(batch.schema, self.keys + self._names(), self.name)
+                    self._checked = True
+                    self._partial_schema.schema = _nullable(batch.schema)
+                self._batch.add_partials(pa.Table.from_batches([batch]).cast(self._partial_schema.schema))
+            else:
+                self._batch.add_rows(batch)
+            return
         if not self._checked:
             check_columns(batch.schema, self.keys + [c for c, _ in self.aggs if c], self.name)
             self._checked = True
-        partial = self._aggregate(pa.Table.from_batches([batch]), combine=False)
-        if self.ctx.is_batch:
-            self._partials.append(partial)
-            self._partial_rows += partial.num_rows
-            if self._partial_rows > _COMPACT_ROWS:
-                self._compact()
-            return
-        updated = self._table.upsert(partial)
+        updated = self._table.upsert(self._aggregate(pa.Table.from_batches([batch])))
         for out in updated.to_batches():
             if out.num_rows:
                 self.output.collect(out)
 
-    def _compact(self) -> None:
-        merged = self._aggregate(pa.concat_tables(self._partials, promote_options="permissive"), combine=True)
-        self._partials, self._partial_rows = [merged], merged.num_rows
-
     def snapshot_state(self, checkpoint_id: int) -> Snapshot:
-        if self.ctx.is_batch:
-            if not self._partials:
-                return {}
-            self._compact()
-            table = self._partials[0]
-            groups = pa.array(key_groups(table, self.keys, self.ctx.max_parallelism), pa.int32())
-            return {"aggregates": table.add_column(0, "key_group", groups)}
-        return self._backend.snapshot()
+        if self._batch is None:
+            return self._backend.snapshot()
+        table = self._batch.snapshot()
+        if table is None:
+            return {}
+        groups = pa.array(key_groups(table, self.keys, self.ctx.max_parallelism), pa.int32())
+        return {"aggregates": table.add_column(0, "key_group", groups)}
 
     def initialize_state(self, state: dict[str, pa.Table]) -> None:
-        if not self.ctx.is_batch:
+        if self._batch is None:
             self._backend.restore(state)
             return
         table = state.get("aggregates")
@@ -224,15 +223,22 @@ class KeyedAggregate(Operator):
         require_columns(table, "aggregates", ["key_group", *self.keys, *self._names()])
         table = owned_rows(table, self._backend.key_group_range).select(self.keys + self._names())
         if table.num_rows:
-            self._partials, self._partial_rows = [table], table.num_rows
+            self._partial_schema.schema = _nullable(table.schema)
+            self._batch.add_partials(table)
 
     def finish(self) -> None:
-        if self.ctx.is_batch and self._partials:
-            self._compact()
-            for batch in self._partials[0].combine_chunks().to_batches(max_chunksize=self.ctx.batch_size):
+        if self._batch is not None:
+            for batch in self._batch.results(self.ctx.batch_size):
                 if batch.num_rows:
                     self.output.collect(batch)
-            self._partials = []
+
+    def close(self) -> None:
+        if self._batch is not None:
+            self._batch.abort()
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_nullable(True) for f in schema])
 
 
 class _NotADictError(Exception):

@@ -1,0 +1,163 @@
+"""The BATCH plan: how each join runs, where keyed aggregations pre-aggregate, and how much of
+its slot's managed memory each operator gets. Called by the compiler before it chains operators.
+
+Joins (``HashJoin``): a *broadcast* join when one input may be sent whole to every subtask of
+the join: its estimated size (from its sources' files, ``SourceOperator.estimated_bytes``) is at
+most ``table.optimizer.join.broadcast-threshold`` and the join type does not output its
+unmatched rows (an inner join either input; a left outer, semi or anti join the right one; a
+right outer join the left one). The broadcast input is the join's build side; the other input
+reaches it by a forward edge, so the join chains onto its probe side's operators and the big
+input is never shuffled. Otherwise both inputs are hash-partitioned (a *shuffled hash join*)
+and the smaller estimated input is built (the right one when sizes are unknown). A hint
+(``with_hint``) overrides the choice.
+
+Keyed aggregations (``key_by().sum()`` and min, max, count): a ``LocalKeyedAggregate`` is chained
+before the hash exchange when the input feeds nothing else, so only partial aggregates cross it.
+
+Managed memory: the operators that use it (``uses_managed_memory``) and may run at the same time
+in one slot share the slot's evenly (Flink's managed-memory fractions). In BATCH jobs every
+exchange is blocking, so a slot runs one chain at a time: the chain's users share it. In
+STREAMING jobs the whole slot-sharing group runs at once: its users share it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from yarnflow.common.errors import JobDefinitionError
+from yarnflow.common.states import Partitioner
+from yarnflow.datastream import Input, Transformation
+from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.batch.aggregate import LocalKeyedAggregate
+from yarnflow.worker.operators.batch.hash_join import HashJoin
+from yarnflow.worker.operators.keyed import KeyedAggregate
+
+log = logging.getLogger(__name__)
+
+__all__ = ["assign_memory_fractions", "plan_batch"]
+
+#: which input of a join may be broadcast (its unmatched rows are not output), by join type
+_BROADCASTABLE = {"inner": (0, 1), "left_outer": (1,), "right_outer": (0,), "full_outer": (),
+                  "left_semi": (1,), "left_anti": (1,)}
+
+
+class _Estimates:
+    """Estimated bytes of each transformation's output: its sources' estimates, summed."""
+
+    def __init__(self, inputs: dict[int, list[Input]]) -> None:
+        self._inputs = inputs
+        self._memo: dict[int, int | None] = {}
+
+    def of(self, t: Transformation) -> int | None:
+        if t.id not in self._memo:
+            if t.is_source:
+                self._memo[t.id] = t.operator.estimated_bytes()  # type: ignore[union-attr]
+            else:
+                parts = [self.of(i.upstream) for i in self._inputs.get(t.id, [])]
+                self._memo[t.id] = None if not parts or any(p is None for p in parts) else sum(
+                    p for p in parts if p is not None)
+        return self._memo[t.id]
+
+
+def _plan_join(t: Transformation, op: HashJoin, inputs: dict[int, list[Input]], estimates: _Estimates,
+               threshold: int, parallelism: Callable[[Transformation], int]) -> None:
+    ins = inputs[t.id]
+    sides = {i: [inp for inp in ins if inp.input_index == i] for i in (0, 1)}
+    est: dict[int, int | None] = {}
+    for i in (0, 1):
+        parts = [estimates.of(inp.upstream) for inp in sides[i]]
+        est[i] = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+    hint = getattr(op, "hint", None)
+
+    def smaller(candidates: tuple[int, ...]) -> int:
+        known = [i for i in candidates if est[i] is not None]
+        if len(known) == len(candidates) and known:
+            return min(known, key=lambda i: (est[i], -i))  # type: ignore[return-value]
+        return 1 if 1 in candidates else candidates[0]
+
+    allowed = _BROADCASTABLE[op.how]
+    broadcast: int | None = None
+    if hint == "broadcast":
+        if not allowed:
+            raise JobDefinitionError(f"join '{op.name}': a {op.how} join outputs the unmatched rows of both "
+                                     "inputs, so neither can be broadcast; use shuffle_hash or sort_merge")
+        broadcast = smaller(allowed)
+    elif hint is None and threshold > 0:
+        fits = tuple(i for i in allowed if est[i] is not None and est[i] <= threshold)  # type: ignore[operator]
+        if fits:
+            broadcast = smaller(fits)
+    if broadcast is None:
+        op.build_input = smaller((0, 1))
+        log.debug("join '%s': shuffled hash join building its %s input (estimates %s)", op.name,
+                  "left" if op.build_input == 0 else "right", est)
+        return
+    probe = 1 - broadcast
+    op.build_input = broadcast
+    op.broadcast = True  # type: ignore[attr-defined]
+    inputs[t.id] = ([Input(inp.upstream, Partitioner.FORWARD, (), inp.output_tag, probe) for inp in sides[probe]]
+                    + [Input(inp.upstream, Partitioner.BROADCAST, (), inp.output_tag, broadcast)
+                       for inp in sides[broadcast]])
+    if t.parallelism is None and len(sides[probe]) == 1:
+        t.parallelism = parallelism(sides[probe][0].upstream)  # chains onto its probe side
+    log.info("join '%s': broadcast join of its %s input (estimated %s bytes)", op.name,
+             "left" if broadcast == 0 else "right", est[broadcast])
+
+
+def _local_aggregates(ts: list[Transformation], inputs: dict[int, list[Input]], uids: dict[int, str],
+                      parallelism: Callable[[Transformation], int]) -> list[Transformation]:
+    consumers: dict[int, int] = {}
+    for t in ts:
+        for inp in inputs[t.id]:
+            consumers[inp.upstream.id] = consumers.get(inp.upstream.id, 0) + 1
+    out: list[Transformation] = []
+    for t in ts:
+        op = t.operator
+        ins = inputs[t.id]
+        if isinstance(op, KeyedAggregate) and ins and all(
+                inp.partitioner == Partitioner.HASH and not inp.output_tag and consumers[inp.upstream.id] == 1
+                and inp.upstream.chaining and t.chaining for inp in ins):
+            new_inputs = []
+            for n, inp in enumerate(ins):
+                up = inp.upstream
+                local = Transformation(LocalKeyedAggregate(op.keys, op.aggs, name=f"{op.name} (local)", of=op.name),
+                                       [Input(up, Partitioner.FORWARD)], parallelism=parallelism(up),
+                                       max_parallelism=up.max_parallelism, slot_sharing_group=up.slot_sharing_group,
+                                       event_time_column=up.event_time_column)
+                inputs[local.id] = list(local.inputs)
+                uids[local.id] = f"{uids[t.id]}-local-{n}"
+                local.operator.uid = uids[local.id]  # type: ignore[union-attr]
+                out.append(local)
+                new_inputs.append(Input(local, Partitioner.HASH, inp.keys, "", inp.input_index))
+            inputs[t.id] = new_inputs
+            op.partial_input = True
+        out.append(t)
+    return out
+
+
+def plan_batch(ts: list[Transformation], inputs: dict[int, list[Input]], uids: dict[int, str],
+               parallelism: Callable[[Transformation], int], broadcast_threshold: int) -> list[Transformation]:
+    """Plan a BATCH job (see the module docstring): changes ``inputs`` (and operators) in place;
+    returns the transformations, with the local aggregations added."""
+    estimates = _Estimates(inputs)
+    for t in ts:
+        if isinstance(t.operator, HashJoin):
+            _plan_join(t, t.operator, inputs, estimates, broadcast_threshold, parallelism)
+    return _local_aggregates(ts, inputs, uids, parallelism)
+
+
+def assign_memory_fractions(chains: list[list[Operator]], groups: list[str], batch: bool) -> None:
+    """Set ``memory_fraction`` on every operator that uses managed memory (see the module
+    docstring); ``groups[i]`` is chain i's slot-sharing group."""
+    if batch:
+        for chain in chains:
+            users = [op for op in chain if getattr(op, "uses_managed_memory", False)]
+            for op in users:
+                op.memory_fraction = 1.0 / len(users)  # type: ignore[attr-defined]
+        return
+    by_group: dict[str, list[Operator]] = {}
+    for chain, group in zip(chains, groups):
+        by_group.setdefault(group, []).extend(op for op in chain if getattr(op, "uses_managed_memory", False))
+    for users in by_group.values():
+        for op in users:
+            op.memory_fraction = 1.0 / len(users)  # type: ignore[attr-defined]
