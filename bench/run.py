@@ -104,7 +104,7 @@ def _checkpoint_size(args: argparse.Namespace) -> dict[str, Any]:
 def _w3(args: argparse.Namespace) -> dict[str, Any]:
     from w3 import run_w3
 
-    return run_w3(args.input, args.engine, args.parallelism)
+    return run_w3(args.input, args.engine, args.parallelism, args.orders, args.hint, _conf(args))
 
 
 def _yarn_submit(args: argparse.Namespace) -> dict[str, Any]:
@@ -173,11 +173,17 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                          p.add_argument("--rows", type=int, default=400_000),
                          p.add_argument("--interval", default="500 ms"),
                          p.add_argument("--seed", type=int, default=11)), _chaos),
-    "w3": ("revenue per region: 5M orders joined with 100k customers, in a Spark SQL stage or the native hash "
-           "join, against plain PySpark in the same run",
+    "w3": ("revenue per region: N orders (default 5M) joined with 100k customers, in a Spark SQL stage or "
+           "yarnflow's own join and sum, against plain PySpark in the same run",
            lambda p: (p.add_argument("--input", default=None, help="folder with orders.parquet and customers.parquet"),
+                      p.add_argument("--orders", type=int, default=5_000_000,
+                                     help="orders to generate (without --input)"),
                       p.add_argument("--engine", choices=["spark", "native"], default="spark"),
-                      p.add_argument("--parallelism", type=int, default=2)), _w3),
+                      p.add_argument("--hint", choices=["broadcast", "shuffle_hash", "sort_merge"], default=None,
+                                     help="native engine: the join strategy (default: the compiler's choice)"),
+                      p.add_argument("--parallelism", type=int, default=2),
+                      p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                                     help="configuration of the job's cluster")), _w3),
     "yarn-submit": ("yarnflow run --target yarn-per-job on the YARN sandbox: command start -> job FINISHED, and "
                     "the share spent starting containers",
                     lambda p: (p.add_argument("--runs", type=int, default=5),

@@ -1,23 +1,29 @@
-"""W3: revenue per region, orders ⨝ customers (5,000,000 orders of order_id, customer_id,
-amount; 100,000 customers of customer_id, region; ``orders.parquet`` and ``customers.parquet``
-in the input folder, generated unless given).
+"""W3: revenue per region, orders ⨝ customers (N orders of order_id, customer_id, amount,
+default 5,000,000; 100,000 customers of customer_id, region; ``orders.parquet`` and
+``customers.parquet`` in the input folder, generated unless given).
 
 ``--engine spark``: yarnflow reads both files natively and joins and sums in one Spark SQL stage
-(driven from a TaskExecutor slot, local[2]); ``--engine native``: yarnflow's hash join and keyed
-sum. In the same run plain PySpark does the same DataFrame join and aggregation in local[2] in a
-process of its own. Both timings include starting Spark (the TaskExecutor's SparkSession
-starts with the stage's first run; the plain run's with its process); ``pyspark_query_seconds``
-is the plain run without it. Results are checked against pyarrow's join and aggregation."""
+(driven from a TaskExecutor slot, local[2]); ``--engine native``: yarnflow's own join and keyed
+sum (the compiler picks the join strategy: a broadcast join of the customers, with a local
+pre-aggregation before the keyed exchange; ``--hint`` forces one). In the same run plain
+PySpark does the same DataFrame join and aggregation in local[2] in a process of its own. Both
+timings include starting Spark (the TaskExecutor's SparkSession starts with the stage's first
+run; the plain run's with its process); ``pyspark_query_seconds`` is the plain run without it.
+
+Data generation and the reference result (per-customer sums a row group at a time, then per
+region) run in child processes, so the client, whose memory the benchmark counts with the
+cluster's, holds none of the data. ``spilled_mb``: what the job's batch operators wrote to spill
+files (from the subtasks' ``spilledBytes``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from typing import Any
 
 import numpy as np
@@ -27,6 +33,7 @@ import pyarrow.parquet as pq
 SQL = ("SELECT c.region, SUM(o.amount) AS revenue FROM orders o JOIN customers c USING (customer_id) "
        "GROUP BY c.region")
 SPARK_CONF = {"spark.driver.memory": "1g"}  # the same for the stage and for plain PySpark
+_ROW_GROUP = 250_000
 
 PLAIN = textwrap.dedent("""\
     import json, sys, time
@@ -47,52 +54,82 @@ PLAIN = textwrap.dedent("""\
 
 
 def generate_w3(folder: str, orders: int = 5_000_000, customers: int = 100_000, seed: int = 3) -> None:
+    """Writes the two files, orders a row group at a time (200,000,000 orders are 5 GB)."""
     rng = np.random.default_rng(seed)
     os.makedirs(folder, exist_ok=True)
     regions = pa.array([f"region-{i:02d}" for i in range(25)])
     pq.write_table(pa.table({"customer_id": pa.array(np.arange(customers, dtype=np.int64)),
                              "region": regions.take(pa.array(rng.integers(0, 25, customers)))}),
                    os.path.join(folder, "customers.parquet"))
-    pq.write_table(pa.table({"order_id": pa.array(np.arange(orders, dtype=np.int64)),
-                             "customer_id": pa.array(rng.integers(0, customers, orders, dtype=np.int64)),
-                             "amount": pa.array(np.round(rng.random(orders) * 1000.0, 2))}),
-                   os.path.join(folder, "orders.parquet"), row_group_size=250_000)
+    schema = pa.schema([("order_id", pa.int64()), ("customer_id", pa.int64()), ("amount", pa.float64())])
+    with pq.ParquetWriter(os.path.join(folder, "orders.parquet"), schema) as writer:
+        for start in range(0, orders, _ROW_GROUP):
+            n = min(_ROW_GROUP, orders - start)
+            writer.write_table(pa.table({"order_id": pa.array(np.arange(start, start + n, dtype=np.int64)),
+                                         "customer_id": pa.array(rng.integers(0, customers, n, dtype=np.int64)),
+                                         "amount": pa.array(np.round(rng.random(n) * 1000.0, 2))}, schema=schema))
 
 
 def reference_w3(folder: str) -> dict[str, float]:
-    orders = pq.read_table(os.path.join(folder, "orders.parquet"), columns=["customer_id", "amount"])
-    joined = orders.join(pq.read_table(os.path.join(folder, "customers.parquet")), "customer_id")
-    agg = joined.group_by("region").aggregate([("amount", "sum")])
-    return dict(zip(agg["region"].to_pylist(), agg["amount_sum"].to_pylist()))
+    """Revenue per region, a row group at a time: per-customer sums, then per region."""
+    sums = np.zeros(0)
+    pf = pq.ParquetFile(os.path.join(folder, "orders.parquet"))
+    for g in range(pf.num_row_groups):
+        t = pf.read_row_group(g, columns=["customer_id", "amount"])
+        ids = t["customer_id"].to_numpy()
+        part = np.bincount(ids, weights=t["amount"].to_numpy())
+        if len(part) > len(sums):
+            sums = np.concatenate((sums, np.zeros(len(part) - len(sums))))
+        sums[:len(part)] += part
+    customers = pq.read_table(os.path.join(folder, "customers.parquet"))
+    ids = customers["customer_id"].to_numpy()
+    known = ids < len(sums)
+    revenue = pa.table({"region": customers["region"].filter(pa.array(known)),
+                        "revenue": pa.array(sums[ids[known]])}).group_by("region").aggregate([("revenue", "sum")])
+    return dict(zip(revenue["region"].to_pylist(), revenue["revenue_sum"].to_pylist()))
+
+
+def _prepare(input_dir: str | None, orders: int) -> tuple[str, int]:
+    folder = input_dir or tempfile.mkdtemp(prefix="yarnflow-w3-")
+    if not input_dir:
+        generate_w3(folder, orders)
+    return folder, pq.ParquetFile(os.path.join(folder, "orders.parquet")).metadata.num_rows
 
 
 def _close(got: dict[str, float], want: dict[str, float]) -> bool:
     return got.keys() == want.keys() and all(abs(got[k] - v) <= 1e-6 * max(1.0, abs(v)) for k, v in want.items())
 
 
-def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int = 2) -> dict[str, Any]:
-    from workloads import _run_job
+def spilled_mb(job: Any) -> float:
+    """MB the job's subtasks wrote to spill files."""
+    return round(sum(m.spilled_bytes for v in job.vertices for m in v.subtask_metrics) / 2**20, 1)
 
-    folder = input_dir or tempfile.mkdtemp(prefix="yarnflow-w3-")
+
+def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int = 2, orders: int = 5_000_000,
+           hint: str | None = None, conf: dict[str, str] | None = None) -> dict[str, Any]:
+    from workloads import LAST_JOB, _run_job, in_child
+
+    folder, n = in_child(_prepare, input_dir, orders)
     try:
-        if not input_dir:
-            generate_w3(folder)
-        want = reference_w3(folder)
         orders_path, customers_path = os.path.join(folder, "orders.parquet"), os.path.join(folder, "customers.parquet")
-        n = pq.ParquetFile(orders_path).metadata.num_rows
 
         def build(env: Any) -> None:
-            orders = env.read_parquet(orders_path, columns=["customer_id", "amount"], name="orders")
+            orders_ = env.read_parquet(orders_path, columns=["customer_id", "amount"], name="orders")
             customers = env.read_parquet(customers_path, name="customers")
             if engine == "spark":
-                env.spark_sql(SQL, orders=orders, customers=customers, name="join_sum").collect()
+                env.spark_sql(SQL, orders=orders_, customers=customers, name="join_sum").collect()
             else:
-                (orders.join(customers).where("customer_id").equal_to("customer_id").apply()
+                joined = orders_.join(customers).where("customer_id").equal_to("customer_id")
+                if hint:
+                    joined = joined.with_hint(hint)
+                (joined.apply()
                  .map_batches(lambda b: pa.record_batch({"region": b.column("region"),
                                                          "revenue": b.column("amount")}), name="project")
                  .key_by("region").sum("revenue").collect())
 
-        conf = {**SPARK_CONF, "taskmanager.memory.process.size": "3 gb"} if engine == "spark" else {}
+        conf = dict(conf or {})
+        if engine == "spark":
+            conf = {**SPARK_CONF, "taskmanager.memory.process.size": "3 gb", **conf}
         from yarnflow import executors
 
         executors.set_context(executors.ClusterContext("", conf, progress=False))
@@ -100,25 +137,20 @@ def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int
             table, seconds, peak = _run_job(build, parallelism, f"w3-{engine}", "BATCH", conf)
         finally:
             executors.set_context(None)
+        spilled = spilled_mb(LAST_JOB[0]) if LAST_JOB else 0.0
         got = dict(zip(table["region"].to_pylist(), table["revenue"].to_pylist()))
+        want = in_child(reference_w3, folder)
         plain = subprocess.run([sys.executable, "-c", PLAIN, folder, SQL], capture_output=True, text=True,
-                               timeout=900, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+                               timeout=3600, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
         if plain.returncode != 0:
             raise RuntimeError(f"plain PySpark failed:\n{plain.stderr[-3000:]}")
-        import json
-
         p = json.loads(plain.stdout.strip().splitlines()[-1])
-        return {"name": "w3", "engine": engine, "orders": n, "parallelism": parallelism,
+        return {"name": "w3", "engine": engine, "hint": hint or "", "orders": n, "parallelism": parallelism,
                 "seconds": round(seconds, 3), "pyspark_seconds": round(p["seconds"], 3),
                 "pyspark_query_seconds": round(p["query_seconds"], 3),
                 "ratio_to_pyspark": round(seconds / p["seconds"], 3), "peak_rss_mb": round(peak.peak_bytes / 2**20),
-                "peak_pss_mb": round(peak.peak_pss_bytes / 2**20),
+                "peak_pss_mb": round(peak.peak_pss_bytes / 2**20), "spilled_mb": spilled,
                 "verified": _close(got, want) and _close(p["result"], want)}
     finally:
         if not input_dir:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    t = time.time()
-    print(run_w3(engine=sys.argv[1] if len(sys.argv) > 1 else "spark"), time.time() - t)
