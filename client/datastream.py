@@ -56,6 +56,9 @@ class Transformation:
     event_time_column: str | None = None
     cpu_cores: float = 0.0
     memory_mb: int = 0
+    #: its rows come out in an order (a sort): what follows it by a forward edge keeps that
+    #: order, so it runs at parallelism 1 unless told otherwise
+    ordered: bool = False
     id: int = field(default_factory=lambda: next(_ids))
 
     @property
@@ -196,8 +199,10 @@ class DataStream:
 
     def _then(self, op: Operator, event_time_column: str | None = "") -> DataStream:
         up = self.transformation
+        ordered = up.ordered and self._partitioner == Partitioner.FORWARD and not self._tag
         t = Transformation(op, [Input(up, self._partitioner, self._keys, self._tag)],
-                           slot_sharing_group=up.slot_sharing_group,
+                           slot_sharing_group=up.slot_sharing_group, parallelism=1 if ordered else None,
+                           ordered=ordered,
                            event_time_column=up.event_time_column if event_time_column == "" else event_time_column)
         return DataStream(self.env, self.env._add(t))
 
@@ -295,6 +300,24 @@ class DataStream:
         side = DataStream(self.env, self.transformation)
         side._tag = tag
         return side
+
+    def sort_by(self, *columns: str, ascending: bool | Sequence[bool] = True, limit: int | None = None,
+                name: str = "sort") -> DataStream:
+        """The rows sorted by ``columns`` (BATCH jobs), nulls last; with ``limit``, the first
+        ``limit`` rows only (top-N: each upstream subtask keeps its own best ``limit`` rows, so
+        little crosses the exchange). The sort runs at parallelism 1 in managed memory, spilling
+        sorted runs to disk when its input does not fit; what follows it by a forward edge keeps
+        the order and runs at parallelism 1 too, unless given another parallelism."""
+        from yarnflow.worker.operators.batch.sort import SortOperator, sort_keys
+
+        op = SortOperator(sort_keys(columns, ascending), limit=limit, name=name)
+        up = self.transformation
+        t = Transformation(op, [Input(up, Partitioner.REBALANCE, (), self._tag)], parallelism=1, max_parallelism=1,
+                           slot_sharing_group=up.slot_sharing_group, ordered=True,
+                           event_time_column=up.event_time_column)
+        return DataStream(self.env, self.env._add(t))
+
+    order_by = sort_by
 
     def join(self, other: DataStream, how: str = "inner") -> JoinedStreams:
         """``a.join(b).where("k").equal_to("k").apply()``: without a window, a join of two bounded

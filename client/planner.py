@@ -9,10 +9,14 @@ right outer join the left one). The broadcast input is the join's build side; th
 reaches it by a forward edge, so the join chains onto its probe side's operators and the big
 input is never shuffled. Otherwise both inputs are hash-partitioned (a *shuffled hash join*)
 and the smaller estimated input is built (the right one when sizes are unknown). A hint
-(``with_hint``) overrides the choice.
+(``with_hint``) overrides the choice; ``sort_merge`` makes it a ``SortMergeJoin``.
 
 Keyed aggregations (``key_by().sum()`` and min, max, count): a ``LocalKeyedAggregate`` is chained
-before the hash exchange when the input feeds nothing else, so only partial aggregates cross it.
+before the hash exchange when the input feeds nothing else, so only partial aggregates cross it;
+likewise a sort with a ``limit`` gets a local top-N per upstream subtask.
+Other keyed operators (``reduce``, ``aggregate``, ``process``, event-time windows) get their input
+through a ``SpillingKeyedInput``, which runs them one partition of keys at a time when their
+input does not fit in managed memory.
 
 Managed memory: the operators that use it (``uses_managed_memory``) and may run at the same time
 in one slot share the slot's evenly (Flink's managed-memory fractions). In BATCH jobs every
@@ -31,6 +35,9 @@ from yarnflow.datastream import Input, Transformation
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.batch.aggregate import LocalKeyedAggregate
 from yarnflow.worker.operators.batch.hash_join import HashJoin
+from yarnflow.worker.operators.batch.keyed_input import SpillingKeyedInput, wants_spilling_input
+from yarnflow.worker.operators.batch.sort import SortOperator
+from yarnflow.worker.operators.batch.sort_merge_join import SortMergeJoin
 from yarnflow.worker.operators.keyed import KeyedAggregate
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,12 @@ def _plan_join(t: Transformation, op: HashJoin, inputs: dict[int, list[Input]], 
             return min(known, key=lambda i: (est[i], -i))  # type: ignore[return-value]
         return 1 if 1 in candidates else candidates[0]
 
+    if hint == "sort_merge":
+        smj = SortMergeJoin(op.left_keys, op.right_keys, op.how, join_fn=op.join_fn, name=op.name, uid=op.uid)
+        if getattr(op, "user_uid", False):
+            smj.user_uid = True  # type: ignore[attr-defined]
+        t.operator = smj
+        return
     allowed = _BROADCASTABLE[op.how]
     broadcast: int | None = None
     if hint == "broadcast":
@@ -104,6 +117,25 @@ def _plan_join(t: Transformation, op: HashJoin, inputs: dict[int, list[Input]], 
              "left" if broadcast == 0 else "right", est[broadcast])
 
 
+def _local_operator(op: Operator) -> Operator | None:
+    """The pre-aggregation (or top-N) to chain before ``t``'s exchange, if it has one."""
+    if isinstance(op, KeyedAggregate):
+        return LocalKeyedAggregate(op.keys, op.aggs, name=f"{op.name} (local)", of=op.name)
+    if isinstance(op, SortOperator) and op.limit is not None and not op.local:
+        return SortOperator(op.keys, op.limit, name=f"{op.name} (local top {op.limit})", local=True)
+    return None
+
+
+def _pre_aggregates(t: Transformation, op: Operator, inp: Input, consumers: dict[int, int],
+                    parallelism: Callable[[Transformation], int]) -> bool:
+    """Whether ``t``'s input ``inp`` can take a local pre-aggregation (or top-N) chained onto it."""
+    if inp.output_tag or consumers[inp.upstream.id] != 1 or not (inp.upstream.chaining and t.chaining):
+        return False
+    if isinstance(op, KeyedAggregate):
+        return inp.partitioner == Partitioner.HASH
+    return inp.partitioner == Partitioner.REBALANCE and parallelism(inp.upstream) > 1  # a top-N
+
+
 def _local_aggregates(ts: list[Transformation], inputs: dict[int, list[Input]], uids: dict[int, str],
                       parallelism: Callable[[Transformation], int]) -> list[Transformation]:
     consumers: dict[int, int] = {}
@@ -114,23 +146,23 @@ def _local_aggregates(ts: list[Transformation], inputs: dict[int, list[Input]], 
     for t in ts:
         op = t.operator
         ins = inputs[t.id]
-        if isinstance(op, KeyedAggregate) and ins and all(
-                inp.partitioner == Partitioner.HASH and not inp.output_tag and consumers[inp.upstream.id] == 1
-                and inp.upstream.chaining and t.chaining for inp in ins):
+        if op is not None and _local_operator(op) is not None and ins and all(
+                _pre_aggregates(t, op, inp, consumers, parallelism) for inp in ins):
             new_inputs = []
             for n, inp in enumerate(ins):
                 up = inp.upstream
-                local = Transformation(LocalKeyedAggregate(op.keys, op.aggs, name=f"{op.name} (local)", of=op.name),
-                                       [Input(up, Partitioner.FORWARD)], parallelism=parallelism(up),
+                local = Transformation(_local_operator(op), [Input(up, Partitioner.FORWARD)],
+                                       parallelism=parallelism(up),
                                        max_parallelism=up.max_parallelism, slot_sharing_group=up.slot_sharing_group,
                                        event_time_column=up.event_time_column)
                 inputs[local.id] = list(local.inputs)
                 uids[local.id] = f"{uids[t.id]}-local-{n}"
                 local.operator.uid = uids[local.id]  # type: ignore[union-attr]
                 out.append(local)
-                new_inputs.append(Input(local, Partitioner.HASH, inp.keys, "", inp.input_index))
+                new_inputs.append(Input(local, inp.partitioner, inp.keys, "", inp.input_index))
             inputs[t.id] = new_inputs
-            op.partial_input = True
+            if isinstance(op, KeyedAggregate):
+                op.partial_input = True
         out.append(t)
     return out
 
@@ -143,6 +175,9 @@ def plan_batch(ts: list[Transformation], inputs: dict[int, list[Input]], uids: d
     for t in ts:
         if isinstance(t.operator, HashJoin):
             _plan_join(t, t.operator, inputs, estimates, broadcast_threshold, parallelism)
+        elif t.operator is not None and wants_spilling_input(t.operator) and inputs[t.id] and all(
+                inp.partitioner == Partitioner.HASH for inp in inputs[t.id]):
+            t.operator = SpillingKeyedInput(t.operator)
     return _local_aggregates(ts, inputs, uids, parallelism)
 
 

@@ -138,3 +138,33 @@ def test_a_taskexecutor_killed_while_spilling_restarts_the_job_with_exact_result
     assert _committed(out) == _expected(orders, customers)
     assert _spill_files(spill_dir) == []
     assert not os.path.exists(dead_folder)  # the killed TaskExecutor's files, removed by an attempt after it
+
+
+@pytest.mark.timeout(180)
+def test_a_sort_merge_join_and_a_sort_larger_than_managed_memory_are_exact(local_cluster, tmp_path) -> None:
+    cluster, spill_dir, orders, customers, out = _setup(local_cluster, tmp_path, 300_000, 200_000)
+    top = str(tmp_path / "top")
+
+    def build(env):  # type: ignore[no-untyped-def]
+        env.set_runtime_mode("BATCH")
+        o = env.read_parquet(orders, name="orders")
+        c = env.read_parquet(customers, name="customers")
+        joined = o.join(c, how="left_outer").where("customer_id").equal_to("customer_id").with_hint("sort_merge").apply()
+        joined.sort_by("amount", "order_id", ascending=[False, True], name="by_amount").sink_to_parquet(out)
+        joined.sort_by("order_id", limit=1000, name="first").sink_to_parquet(top)
+
+    _run(cluster, build, "sorted", None, 2)
+    table = pads.dataset(out, format="parquet").to_table()
+    assert len(os.listdir(out)) == 1  # what follows the sort keeps its parallelism: one file, in order
+    o, c = pq.read_table(orders), pq.read_table(customers)
+    want = o.join(c, "customer_id", join_type="left outer").sort_by([("amount", "descending"), ("order_id", "ascending")])
+    assert table.num_rows == o.num_rows
+    assert table["order_id"].to_pylist() == want["order_id"].to_pylist()
+    assert table["region"].to_pylist() == want["region"].to_pylist()
+    assert pads.dataset(top, format="parquet").to_table()["order_id"].to_pylist() == list(range(1000))
+    gw = cluster.gateway()
+    info = _job(gw, "sorted")
+    gw.close()
+    spilled = {v.name: sum(m.spilled_bytes for m in v.subtask_metrics) for v in info.vertices}
+    assert spilled["join"] > 0 and spilled["by_amount -> parquet_sink"] > 0, spilled
+    assert _spill_files(spill_dir) == []

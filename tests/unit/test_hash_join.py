@@ -21,6 +21,7 @@ from yarnflow.worker.memory.manager import MemoryBudget
 from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.operators.batch.hash_join import HashJoin
 from yarnflow.worker.operators.batch.join_index import JoinIndex
+from yarnflow.worker.operators.batch.sort_merge_join import SortMergeJoin
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 
@@ -87,8 +88,10 @@ def canonical(rows_: list[dict]) -> list[tuple]:
 
 
 def run_join(left: list[dict], right: list[dict], how: str, build: int, keys: list[str], budget: MemoryBudget,
-             spill: SpillFiles, join_fn: Any = None, left_first: bool = True) -> tuple[HashJoin, OperatorHarness]:
-    op = HashJoin(keys, keys, how, build_input=build, join_fn=join_fn, name="j")
+             spill: SpillFiles, join_fn: Any = None, left_first: bool = True,
+             sort_merge: bool = False) -> tuple[HashJoin, OperatorHarness]:
+    op = SortMergeJoin(keys, keys, how, join_fn=join_fn, name="j") if sort_merge else \
+        HashJoin(keys, keys, how, build_input=build, join_fn=join_fn, name="j")
     h = OperatorHarness(op, batch_size=256, memory=budget, spill=spill, runtime_mode="BATCH")
     feeds = [(left, LEFT, 0, 400), (right, RIGHT, 1, 300)]
     if not left_first:
@@ -125,6 +128,24 @@ def test_every_join_type_matches_the_reference(how: str, build: int, memory: int
         if build == 0:  # the left side's skewed key cannot be split: it is joined block by block
             assert "does not split: joining it block by block" in caplog.text
             assert "at level 1: spilling partitions" in caplog.text
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("memory", [None, 40_000], ids=["unbounded", "spilling"])
+def test_the_sort_merge_join_matches_the_reference(how: str, memory: int | None, tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="yarnflow.worker.operators.batch")
+    budget = MemoryBudget(memory) if memory else MemoryBudget.unlimited()
+    spill = SpillFiles([str(tmp_path)], "attempt")
+    _, h = run_join(LEFT_ROWS, RIGHT_ROWS, how, 1, ["k"], budget, spill, sort_merge=True)
+    assert canonical(h.rows()) == canonical(reference(LEFT_ROWS, RIGHT_ROWS, ["k"], how))
+    assert budget.used == 0
+    assert all(not files for _, _, files in os.walk(tmp_path) if files != ["owner.json"])
+    if memory:
+        assert budget.peak <= memory
+        assert "sorting it in runs on disk" in caplog.text
+        assert "one key has more rows than a quarter" in caplog.text  # the skewed key, block by block
+    _, h2 = run_join(LEFT_ROWS[:900], RIGHT_ROWS[:700], how, 1, ["k", "s"], budget, spill, sort_merge=True)
+    assert canonical(h2.rows()) == canonical(reference(LEFT_ROWS[:900], RIGHT_ROWS[:700], ["k", "s"], how))
 
 
 @pytest.mark.parametrize("how", HOWS)

@@ -234,10 +234,10 @@ def test_keyed_aggregate_in_streaming_mode_emits_upserts_per_batch():
 @pytest.mark.parametrize("mode", ["BATCH", "STREAMING"])
 def test_keyed_aggregate_on_a_missing_column_is_a_job_definition_error(mode: str):
     h = OperatorHarness(KeyedAggregate(["key"], [("v", "sum")], name="agg"), runtime_mode=mode)
-    with pytest.raises(JobDefinitionError, match=r"'agg'.*\['key'\]"):
+    with pytest.raises(JobDefinitionError, match=r"'agg'.*'key'.* not exist"):
         h.batch(pa.record_batch({"k": ["a"], "v": [1]}))
     h2 = OperatorHarness(KeyedAggregate(["k"], [("value", "max")], name="agg2"), runtime_mode=mode)
-    with pytest.raises(JobDefinitionError, match=r"'agg2'.*\['value'\]"):
+    with pytest.raises(JobDefinitionError, match=r"'agg2'.*'value'.* not exist"):
         h2.batch(pa.record_batch({"k": ["a"], "v": [1]}))
     with pytest.raises(JobDefinitionError, match="'avg'"):
         KeyedAggregate(["k"], [("v", "avg")])

@@ -580,6 +580,26 @@ class HashJoin(TwoInputOperator):
             emitter.pairs(chunk, m.probe, build, m.build)
         return None
 
+    def join_chunk(self, probe: pa.Table | None, build: pa.Table | None) -> None:
+        """Join in-memory ``probe`` and ``build`` rows that no other rows share keys with (a
+        sort-merge join's range of keys): pairs, and the unmatched (or, for semi / anti joins,
+        matched) rows of either side that the join type outputs."""
+        if probe is not None and probe.num_rows:
+            matches = Matches(np.zeros(0, np.int64), np.zeros(0, np.int64))
+            if build is not None and build.num_rows:
+                types = self.compared_types(build.schema, probe.schema)
+                index = JoinIndex(cast_keys(build, self.build_keys, types), dense_bytes=0)
+                matches = index.probe(cast_keys(probe, self.probe_keys, types))
+            self.emit_probe_result(probe, build, matches)
+        else:
+            matches = Matches(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if build is not None and build.num_rows and (self.build_outer or self.build_semi_anti):
+            matched = np.zeros(build.num_rows, dtype=bool)
+            matched[matches.build] = True
+            rows = np.flatnonzero(matched if self.how == "left_semi" else ~matched)
+            if len(rows):
+                self.layout_emitter().pairs(None, None, build, rows)
+
     def emit_unmatched_probe(self, chunk: pa.Table, matched: np.ndarray) -> None:
         """After a nested loop: the probe rows its flags say the join type outputs."""
         how = self.how
