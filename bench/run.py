@@ -107,6 +107,12 @@ def _w3(args: argparse.Namespace) -> dict[str, Any]:
     return run_w3(args.input, args.engine, args.parallelism, args.orders, args.hint, _conf(args))
 
 
+def _batch_agg(args: argparse.Namespace) -> dict[str, Any]:
+    from batch_agg import run_batch_agg
+
+    return run_batch_agg(args.rows, args.keys, args.input, args.parallelism, _conf(args))
+
+
 def _yarn_submit(args: argparse.Namespace) -> dict[str, Any]:
     from yarn_submit import run_yarn_submit
 
@@ -184,6 +190,14 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                       p.add_argument("--parallelism", type=int, default=2),
                       p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                                      help="configuration of the job's cluster")), _w3),
+    "batch-agg": ("BATCH keyed sum of R rows (default 100M) with N distinct keys, spilling past managed memory, "
+                  "against PySpark's groupBy().sum() in the same run",
+                  lambda p: (p.add_argument("--rows", type=int, default=100_000_000),
+                             p.add_argument("--keys", type=int, default=50_000_000),
+                             p.add_argument("--input", default=None, help="a folder of Parquet files (key, value)"),
+                             p.add_argument("--parallelism", type=int, default=2),
+                             p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                                            help="configuration of the job's cluster")), _batch_agg),
     "yarn-submit": ("yarnflow run --target yarn-per-job on the YARN sandbox: command start -> job FINISHED, and "
                     "the share spent starting containers",
                     lambda p: (p.add_argument("--runs", type=int, default=5),

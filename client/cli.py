@@ -337,8 +337,14 @@ def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
     for v in j.vertices:
         states = ", ".join(f"{n} {s.name}" for s, n in sorted(v.state_counts.items()) if n)
         click.echo(f"  {v.name} (parallelism {v.parallelism}): {states}")
+        metrics = list(v.subtask_metrics) or [None] * v.parallelism
         for i, (attempt, where) in enumerate(zip(v.subtask_attempts, v.subtask_locations or [""] * v.parallelism)):
-            click.echo(f"    subtask {i + 1}: attempt {attempt}{' on ' + where if where else ''}")
+            m = metrics[i] if i < len(metrics) else None
+            memory = ""
+            if m is not None and m.managed_memory_bytes:
+                memory = (f", managed memory {_size(m.managed_memory_bytes)} (peak {_size(m.managed_memory_peak)})"
+                          + (f", spilled {_size(m.spilled_bytes)}" if m.spilled_bytes else ""))
+            click.echo(f"    subtask {i + 1}: attempt {attempt}{' on ' + where if where else ''}{memory}")
     if j.failure_history:
         click.echo(f"failure history ({len(j.failure_history)}):")
         for f in j.failure_history:

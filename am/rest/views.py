@@ -79,6 +79,11 @@ def io_metrics(metrics: Iterable[TaskMetrics]) -> dict[str, Any]:
         "busy-time-ms-per-second": round(sum(m.busy_ms_per_second for m in ms) / n, 1),
         "backpressured-time-ms-per-second": round(sum(m.backpressured_ms_per_second for m in ms) / n, 1),
         "idle-time-ms-per-second": round(sum(m.idle_ms_per_second for m in ms) / n, 1),
+        # yarnflow's: the managed memory of batch operators (their budgets, the most they held at
+        # once, summed over subtasks) and what they spilled to disk (spilledBytes)
+        "managed-memory-bytes": sum(m.managed_memory_bytes for m in ms),
+        "managed-memory-peak-bytes": sum(m.managed_memory_peak for m in ms),
+        "spilled-bytes": sum(m.spilled_bytes for m in ms),
     }
     out["backpressure-level"] = backpressure_level(out["backpressured-time-ms-per-second"] / 1000.0)
     return out

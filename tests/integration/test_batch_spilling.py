@@ -19,7 +19,11 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
+from click.testing import CliRunner
+
 from tests.harness import wait_until
+from tests.rest import get
+from yarnflow.cli import cli
 from tests.integration.test_failover_jobs import _job, _run
 from yarnflow.common.states import JobStatus
 
@@ -103,6 +107,14 @@ def test_a_shuffled_join_and_a_reduce_larger_than_managed_memory_are_exact(local
     peaks = [m.managed_memory_peak for v in info.vertices for m in v.subtask_metrics]
     assert max(peaks) <= 3 << 20
     assert _spill_files(spill_dir) == []
+    # what users see: the REST API's vertex metrics and yarnflow info
+    details = get(f"{cluster.web_url()}/jobs/{info.job_id}")
+    join = next(v for v in details["vertices"] if v["name"] == "join -> project")
+    assert join["metrics"]["spilled-bytes"] == spilled["join -> project"]
+    assert join["metrics"]["managed-memory-bytes"] == 2 * (3 << 20)
+    shown = CliRunner().invoke(cli, ["info", "--address", cluster.address, str(info.job_id)])
+    assert shown.exit_code == 0, shown.output
+    assert "managed memory 3.0 MiB (peak" in shown.output and "spilled " in shown.output
 
 
 @pytest.mark.timeout(240)

@@ -54,7 +54,7 @@ def result(rows: list[dict[str, Any]], keys: list[str]) -> dict[tuple, dict[str,
 
 
 @pytest.mark.parametrize("keys", [["k"], ["k", "g"]])
-@pytest.mark.parametrize("memory", [None, 30_000], ids=["unbounded", "spilling"])
+@pytest.mark.parametrize("memory", [None, 12_000], ids=["unbounded", "spilling"])
 def test_batch_keyed_aggregate_is_exact(keys: list[str], memory: int | None, tmp_path, caplog) -> None:
     caplog.set_level(logging.INFO, logger="yarnflow.worker.operators.batch.aggregate")
     batches = data(20_000, 4000, 1)

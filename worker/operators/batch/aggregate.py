@@ -6,8 +6,8 @@ the result (a row's own value for sum, min and max, 1 for a count). Partials of 
 (sum of sums, min of mins, sum of counts), so rows, compacted partials and partials from other
 subtasks are all aggregated alike: one Arrow group-by (``Table.group_by``) over what is held.
 
-``HashAggregation`` holds partials in its budget and compacts them (a group-by) when the budget
-is half used. When compacting does not bring them under a quarter of the budget (many distinct
+``HashAggregation`` holds partials in its budget and compacts them (a group-by) when they fill
+a third of it. When compacting does not bring them under a quarter of the budget (many distinct
 keys), the compacted partials are split into ``FANOUT`` partitions by key hash and written to
 spill files, and the budget is free again; at the end each partition is read back and aggregated
 on its own (a partition still too large for the budget is split again with the next bits of the
@@ -43,6 +43,14 @@ AGG_FUNCS = ("sum", "min", "max", "count")
 COMBINE = {"sum": "sum", "min": "min", "max": "max", "count": "sum"}
 #: levels of re-partitioning before a partition is aggregated whatever its size
 _MAX_LEVEL = 8
+#: partials are compacted (or spilled) when they hold a third of the budget: a group-by needs
+#: about twice its input again for its hash table and result
+_HOLD = 3
+#: a spilled partition is aggregated at once when it and twice as much again fit in the budget
+_MARGIN = 2.0
+#: the first compaction comes after this many rows (or a third of the budget, if sooner): a
+#: cheap trial that tells whether the keys repeat enough for compacting to pay
+_TRIAL_ROWS = 1 << 18
 
 
 def output_names(keys: Sequence[str], aggs: Sequence[tuple[str, str]]) -> list[str]:
@@ -124,6 +132,9 @@ class HashAggregation:
         self._held_bytes = 0
         self._reserved = 0
         self._writers: list[SpillWriter] | None = None
+        self._compacting = True
+        self._tried = False  # the first compaction comes early, to learn whether keys repeat
+        self._held_rows = 0
 
     def _reserve(self, nbytes: int) -> bool:
         if self.budget.try_reserve(nbytes):
@@ -142,31 +153,41 @@ class HashAggregation:
     def add_partials(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        if self._held_bytes + table.nbytes > self.budget.limit // 2 or not self._reserve(table.nbytes):
-            self._compact()
+        trial = not self._tried and self._held_rows >= _TRIAL_ROWS
+        if trial or self._held_bytes + table.nbytes > self.budget.limit // _HOLD or not self._reserve(table.nbytes):
+            self._tried = True
+            if self._compacting:
+                self._compact()
+            else:
+                self._spill_held()
             if not self._reserve(table.nbytes):
                 self._spill_held()
                 self._spill([table])
                 return
         self._held.append(table)
         self._held_bytes += table.nbytes
+        self._held_rows += table.num_rows
 
     def _compact(self) -> None:
-        """Aggregate what is held; spill it when that leaves more than a quarter of the budget."""
+        """Aggregate what is held; spill it when that leaves more than a quarter of the budget.
+        When aggregating does not shrink the rows (nearly every key distinct), later rounds
+        spill what is held as it is: the partitions are aggregated at the end anyway."""
         table = concat(self._held)
-        self._held, self._held_bytes = [], 0
+        self._held, self._held_bytes, self._held_rows = [], 0, 0
         self.release()
         if table is None:
             return
         combined = self.partials.combine(table)
+        if combined.num_rows > 0.8 * table.num_rows:
+            self._compacting = False
         del table
         if self._writers is None and combined.nbytes <= self.budget.limit // 4 and self._reserve(combined.nbytes):
-            self._held, self._held_bytes = [combined], combined.nbytes
+            self._held, self._held_bytes, self._held_rows = [combined], combined.nbytes, combined.num_rows
             return
         self._spill([combined])
 
     def _spill_held(self) -> None:
-        held, self._held, self._held_bytes = self._held, [], 0
+        held, self._held, self._held_bytes, self._held_rows = self._held, [], 0, 0
         self.release()
         if held:
             self._spill(held)
@@ -194,7 +215,7 @@ class HashAggregation:
         after the last input)."""
         if self._writers is None:
             table = concat(self._held)
-            self._held, self._held_bytes = [], 0
+            self._held, self._held_bytes, self._held_rows = [], 0, 0
             result = self.partials.combine(table) if table is not None else None
             del table
             self.release()
@@ -216,7 +237,7 @@ class HashAggregation:
         """One spilled partition's final aggregates: at once when it fits, else split again."""
         if not f.num_rows:
             return
-        if self.budget.fits(f.nbytes, margin=1.0) or self.level >= _MAX_LEVEL:
+        if self.budget.fits(f.nbytes, margin=_MARGIN) or self.level >= _MAX_LEVEL:
             self.budget.reserve(min(f.nbytes, self.budget.limit), "a spilled partition")
             try:
                 table = f.read_all()
@@ -236,7 +257,7 @@ class HashAggregation:
             child.abort()
 
     def abort(self) -> None:
-        self._held, self._held_bytes = [], 0
+        self._held, self._held_bytes, self._held_rows = [], 0, 0
         self.release()
         if self._writers is not None:
             for w in self._writers:
@@ -266,9 +287,10 @@ class LocalKeyedAggregate(Operator):
         self._held_rows = 0
         self._held_bytes = 0
         self._passthrough = False
-        #: compact when this much is held: the budget's half (the group-by needs about as much
-        #: again), at most 64 MB (beyond that a compaction takes long and gains nothing)
-        self._limit = min(ctx.memory.limit // 2, 64 << 20)
+        self._tried = False  # the first compaction comes early, to learn whether keys repeat
+        #: compact when this much is held: a third of the budget (the group-by needs about twice
+        #: as much again), at most 32 MB (beyond that a compaction takes long and gains nothing)
+        self._limit = min(ctx.memory.limit // _HOLD, 32 << 20)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if not batch.num_rows:
@@ -277,7 +299,9 @@ class LocalKeyedAggregate(Operator):
         if self._passthrough:
             self._emit(partial)
             return
-        if self._held and self._held_bytes + partial.nbytes > self._limit:
+        if self._held and (self._held_bytes + partial.nbytes > self._limit
+                           or (not self._tried and self._held_rows >= _TRIAL_ROWS)):
+            self._tried = True
             self._flush()
         if self._passthrough or not self.ctx.memory.try_reserve(partial.nbytes):
             self._emit(partial)

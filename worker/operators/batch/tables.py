@@ -15,8 +15,8 @@ from yarnflow.worker.runtime.keygroups import hash_keys
 __all__ = ["common_key_types", "concat", "cast_keys", "partition_ids", "split_by_partition", "slices"]
 
 #: how many spill partitions a level of a hybrid hash join or a spilling aggregation splits into
-FANOUT = 16
-_FANOUT_BITS = 4
+FANOUT = 32
+_FANOUT_BITS = 5
 
 
 def concat(parts: Sequence[pa.RecordBatch | pa.Table]) -> pa.Table | None:
