@@ -289,8 +289,8 @@ class LocalKeyedAggregate(Operator):
         self._passthrough = False
         self._tried = False  # the first compaction comes early, to learn whether keys repeat
         #: compact when this much is held: a third of the budget (the group-by needs about twice
-        #: as much again), at most 32 MB (beyond that a compaction takes long and gains nothing)
-        self._limit = min(ctx.memory.limit // _HOLD, 32 << 20)
+        #: as much again), at most 8 MB: its output goes on at once, more held gains little
+        self._limit = min(ctx.memory.limit // _HOLD, 8 << 20)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if not batch.num_rows:
