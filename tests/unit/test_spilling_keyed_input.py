@@ -23,7 +23,7 @@ from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.batch.keyed_input import SpillingKeyedInput, wants_spilling_input
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
-from yarnflow.worker.operators.windows import WindowAggregateOperator
+from yarnflow.worker.operators.windows import WindowAggregateOperator, WindowJoinOperator
 from yarnflow.worker.runtime.elements import MAX_WATERMARK
 from yarnflow.windows import TumblingEventTimeWindows, TumblingProcessingTimeWindows
 
@@ -118,9 +118,37 @@ def test_the_wrapper_takes_the_operators_name_and_keeps_its_pristine_copy_apart(
     inner = OPERATORS["reduce"]()
     inner.uid, inner.user_uid = "my-reduce", True  # type: ignore[attr-defined]
     wrapper = SpillingKeyedInput(inner)
-    assert (wrapper.name, wrapper.uid, wrapper.keys, getattr(wrapper, "user_uid", False)) == \
-        ("r", "my-reduce", ["k"], True)
+    assert (wrapper.name, wrapper.uid, wrapper.keys_of, getattr(wrapper, "user_uid", False)) == \
+        ("r", "my-reduce", {0: ["k"]}, True)
     copy.deepcopy(wrapper)  # it travels in the job artifact
+
+
+def test_a_spilled_window_join_gives_what_it_gives_on_both_whole_inputs(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="yarnflow.worker.operators.batch.keyed_input")
+    left, right = batches(3000, 300, 1), batches(2000, 300, 2)
+    right = [b.rename_columns(["key", "w", "t"]) for b in right]
+
+    def join() -> WindowJoinOperator:
+        return WindowJoinOperator(["k"], ["key"], TumblingEventTimeWindows.of(3000), "ts", "t", name="wj")
+
+    def feed(op: Operator, **context: Any) -> OperatorHarness:
+        h = OperatorHarness(op, runtime_mode="BATCH", **context)
+        for a, b in zip(left, right):
+            h.batch(a, input_index=0)
+            h.batch(b, input_index=1)
+        for i in (0, 1):
+            h.watermark(MAX_WATERMARK, input_index=i)
+            h.end_input(i)
+        h.finish()
+        h.close()
+        return h
+
+    plain = feed(join())
+    budget = MemoryBudget(15_000)
+    wrapped = feed(SpillingKeyedInput(join()), memory=budget)
+    assert "spilling it by key hash" in caplog.text
+    assert canonical(wrapped.rows()) == canonical(plain.rows()) and plain.rows()
+    assert budget.used == 0 and budget.peak <= 15_000
 
 
 def test_which_operators_hold_their_input() -> None:

@@ -1,8 +1,8 @@
 """BATCH jobs: a keyed operator's input held in managed memory, split by key hash into spill
 files when it does not fit, and the operator run on one partition of keys at a time.
 
-A keyed ``reduce``, ``aggregate`` (AggregateFunction), ``process`` (KeyedProcessFunction) or
-event-time window keeps state per key; with every key of a large input in memory at once, its
+A keyed ``reduce``, ``aggregate`` (AggregateFunction), ``process`` (KeyedProcessFunction),
+event-time window or window join keeps state per key; with every key of a large input in memory at once, its
 TaskExecutor would outgrow its container. In a BATCH job nothing is emitted before the input
 ends, so its input can wait: ``SpillingKeyedInput`` holds the input batches in its budget and
 hands them to the operator when the input has ended, in their order (the common case: they
@@ -11,8 +11,10 @@ the hash of its keys and written to spill files; at the end each partition is re
 through a fresh copy of the operator (its own keyed state, timers, ``open`` and ``close``), one
 partition after the other, so only one partition's keys are in memory at once. A key's rows all
 land in one partition, in their input order, so each key sees exactly what it would have seen
-(per-key order is all a keyed operator may rely on; the order between keys changes). A
-partition still larger than the budget is split again with the next bits of the hash.
+(per-key order is all a keyed operator may rely on; the order between keys changes; a window
+join gets a partition's left rows, then its right rows: its windows fire at the end of input,
+when both are in). A partition still larger than the budget is split again with the next bits
+of the hash.
 
 Between the batches it replays, the wrapper gives the operator its processing-time callbacks
 as the task would. Processing-time windows are not wrapped: they assign rows to windows by the
@@ -45,11 +47,11 @@ def wants_spilling_input(op: Operator) -> bool:
     """Whether ``op`` is a keyed operator whose input a BATCH job holds in managed memory."""
     from yarnflow.worker.operators.keyed import KeyedReduce
     from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
-    from yarnflow.worker.operators.windows import WindowAggregateOperator
+    from yarnflow.worker.operators.windows import WindowAggregateOperator, WindowJoinOperator
 
     if isinstance(op, WindowAggregateOperator):
         return op.assigner.is_event_time
-    return isinstance(op, (KeyedReduce, KeyedAggregateFunctionOperator, KeyedProcessOperator))
+    return isinstance(op, (KeyedReduce, KeyedAggregateFunctionOperator, KeyedProcessOperator, WindowJoinOperator))
 
 
 class SpillingKeyedInput(Operator):
@@ -61,7 +63,10 @@ class SpillingKeyedInput(Operator):
     def __init__(self, inner: Operator) -> None:
         super().__init__(inner.name, inner.uid)
         self.inner = inner
-        self.keys: list[str] = list(inner.keys)  # type: ignore[attr-defined]
+        keys = inner.keys  # type: ignore[attr-defined]
+        #: each input's key columns (a window join's two inputs have their own)
+        self.keys_of: dict[int, list[str]] = ({i: list(k) for i, k in enumerate(keys)} if isinstance(keys, tuple)
+                                              else {0: list(keys)})
         if getattr(inner, "user_uid", False):
             self.user_uid = True
 
@@ -69,9 +74,9 @@ class SpillingKeyedInput(Operator):
         super().setup(ctx, output)
         self._pristine = copy.deepcopy(self.inner)  # for a fresh copy per spilled partition
         self.inner.setup(ctx, output)
-        self._held: list[pa.RecordBatch] = []
+        self._held: list[tuple[int, pa.RecordBatch]] = []
         self._held_bytes = 0
-        self._writers: list[SpillWriter] | None = None
+        self._writers: dict[int, list[SpillWriter]] | None = None
         self._watermark: Watermark | None = None
         self._restored = False
         self._inner_closed = False
@@ -84,7 +89,7 @@ class SpillingKeyedInput(Operator):
         if not batch.num_rows:
             return
         if self._writers is None and (self.ctx.memory.try_reserve(batch.nbytes) or self._restored):
-            self._held.append(batch)
+            self._held.append((input_index, batch))
             self._held_bytes += batch.nbytes if not self._restored else 0
             return
         if self._writers is None:
@@ -94,16 +99,19 @@ class SpillingKeyedInput(Operator):
             held, self._held = self._held, []
             self.ctx.memory.release(self._held_bytes)
             self._held_bytes = 0
-            for b in held:
-                self._spill(b, self._writers, 0)
-        self._spill(batch, self._writers, 0)
+            for i, b in held:
+                self._spill(i, b, self._writers, 0)
+        self._spill(input_index, batch, self._writers, 0)
 
-    def _new_writers(self, level: int) -> list[SpillWriter]:
-        return [self.ctx.spill.writer(f"{self.name}-input-L{level}-p{p}") for p in range(FANOUT)]
+    def _new_writers(self, level: int) -> dict[int, list[SpillWriter]]:
+        return {i: [self.ctx.spill.writer(f"{self.name}-input{i}-L{level}-p{p}") for p in range(FANOUT)]
+                for i in self.keys_of}
 
-    def _spill(self, batch: pa.RecordBatch, writers: list[SpillWriter], level: int) -> None:
-        for p, rows in split_by_partition(batch, partition_ids([batch.column(k) for k in self.keys], level)):
-            writers[p].write(rows)
+    def _spill(self, input_index: int, batch: pa.RecordBatch, writers: dict[int, list[SpillWriter]],
+               level: int) -> None:
+        keys = [batch.column(k) for k in self.keys_of[input_index]]
+        for p, rows in split_by_partition(batch, partition_ids(keys, level)):
+            writers[input_index][p].write(rows)
 
     def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
         # a bounded input's only watermark is the last (blocking exchanges keep none): given
@@ -121,52 +129,61 @@ class SpillingKeyedInput(Operator):
                 self.ctx.memory.release(self._held_bytes)
                 self._held_bytes = 0
             return
-        files = [w.close() for w in self._writers]
+        files = {i: [w.close() for w in ws] for i, ws in self._writers.items()}
         self._writers = None
         self._close_inner()  # the copies run the partitions
         try:
-            for f in files:
-                self._partition(f, 1)
+            for p in range(FANOUT):
+                self._partition({i: fs[p] for i, fs in files.items()}, 1)
         finally:
-            for f in files:
-                f.delete()
+            for fs in files.values():
+                for f in fs:
+                    f.delete()
 
-    def _partition(self, f: SpillFile, level: int) -> None:
-        if not f.num_rows:
+    def _partition(self, files: dict[int, SpillFile], level: int) -> None:
+        """One partition (a spill file per input): through a fresh copy of the operator when it
+        fits, else split again with the next bits of the hash."""
+        size = sum(f.nbytes for f in files.values())
+        if not size:
             return
-        if self.ctx.memory.fits(f.nbytes, margin=1.0) or level >= _MAX_LEVEL:
+        if self.ctx.memory.fits(size, margin=1.0) or level >= _MAX_LEVEL:
             op = copy.deepcopy(self._pristine)
             op.setup(self.ctx, self.output)
             op.open()
-            try:
-                self._run(op, f.read())
+            try:  # a partition's inputs one after the other: at the end of input, order between them is moot
+                self._run(op, ((i, b) for i, f in sorted(files.items()) for b in f.read()))
             finally:
                 op.close()
             return
         writers = self._new_writers(level)
         try:
-            for batch in f.read():
-                self._spill(batch, writers, level)
-            f.delete()
-            files = [w.close() for w in writers]
-            for sub in files:
-                self._partition(sub, level + 1)
-                sub.delete()
+            for i, f in files.items():
+                for batch in f.read():
+                    self._spill(i, batch, writers, level)
+                f.delete()
+            subs = {i: [w.close() for w in ws] for i, ws in writers.items()}
+            for p in range(FANOUT):
+                self._partition({i: fs[p] for i, fs in subs.items()}, level + 1)
+                for fs in subs.values():
+                    fs[p].delete()
         finally:
-            for w in writers:
-                w.abort()
+            for ws in writers.values():
+                for w in ws:
+                    w.abort()
 
-    def _run(self, op: Operator, batches: Iterable[pa.RecordBatch]) -> None:
-        """``batches`` through ``op`` in order, then the end of its input."""
+    def _run(self, op: Operator, batches: Iterable[tuple[int, pa.RecordBatch]]) -> None:
+        """``batches`` (input, batch) through ``op`` in order, then the end of its inputs."""
         interval = (op.processing_time_interval_ms or 0) / 1000.0
         due = time.monotonic() + interval
-        for batch in batches:
-            op.process_batch(batch, 0)
+        for input_index, batch in batches:
+            op.process_batch(batch, input_index)
             if interval and time.monotonic() >= due:
                 op.on_processing_time(op.ctx.clock())
                 due = time.monotonic() + interval
-        op.process_watermark(self._watermark or MAX_WATERMARK, 0)
-        op.end_input(0)
+        for i in sorted(self.keys_of):
+            op.process_watermark(self._watermark or MAX_WATERMARK, i)
+        for i in sorted(self.keys_of):
+            op.end_input(i)
         op.finish()
 
     def _close_inner(self) -> None:
@@ -177,8 +194,9 @@ class SpillingKeyedInput(Operator):
     def close(self) -> None:
         self._close_inner()
         if self._writers is not None:
-            for w in self._writers:
-                w.abort()
+            for ws in self._writers.values():
+                for w in ws:
+                    w.abort()
             self._writers = None
         self.ctx.memory.release(self._held_bytes)
         self._held, self._held_bytes = [], 0
