@@ -101,3 +101,27 @@ def test_a_sort_runs_at_parallelism_one_behind_a_local_top_n_and_what_follows_ke
     by_ops = {tuple(v.operator_names): v for v in job.job_graph.vertices}
     assert by_ops[("rows", "m", "top (local top 5)")].parallelism == 3
     assert by_ops[("top", "after", "collect")].parallelism == 1
+
+
+def test_the_merge_holds_a_few_blocks_not_the_runs() -> None:
+    """Runs are stored in pieces of about 1 MB, so merging 20 MB of runs in a 2 MB budget holds
+    a few blocks at a time (before, each run was one batch, read back whole)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from yarnflow.worker.operators.batch.sort import ExternalSorter
+
+    sorter = ExternalSorter([("k", "ascending")], MemoryBudget(2 << 20), SpillFiles(), "sort")
+    rng = np.random.default_rng(1)
+    for _ in range(40):  # 40 x 0.5 MB
+        sorter.add(pa.record_batch({"k": pa.array(rng.integers(0, 10**9, 32_768)),
+                                    "v": pa.array(rng.random(32_768))}))
+    baseline = pa.total_allocated_bytes()
+    held, last, rows = 0, -1, 0
+    for batch in sorter.sorted(65_536):
+        held = max(held, pa.total_allocated_bytes() - baseline)
+        keys = batch.column("k").to_numpy()
+        assert keys[0] >= last and (np.diff(keys) >= 0).all()
+        last, rows = keys[-1], rows + batch.num_rows
+    assert rows == 40 * 32_768
+    assert held < 8 << 20, f"the merge held {held / 2**20:.1f} MB of Arrow memory"

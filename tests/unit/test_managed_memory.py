@@ -90,6 +90,18 @@ def test_a_spill_file_keeps_batches_of_changing_schemas_in_order(tmp_path) -> No
     assert os.listdir(f"{tmp_path}/a/yarnflow-spill") == [] and os.listdir(f"{tmp_path}/b/yarnflow-spill") == []
 
 
+def test_a_large_write_is_stored_in_pieces_read_back_one_at_a_time() -> None:
+    import numpy as np
+
+    from yarnflow.worker.memory.spill import SEGMENT_BYTES
+
+    table = pa.table({"x": pa.array(np.arange(1_000_000)), "y": pa.array(np.arange(1_000_000) * 2.0)})  # 16 MB
+    f = SpillFiles().write("big", table)
+    pieces = list(f.read())
+    assert len(pieces) >= 16 and max(b.nbytes for b in pieces) <= SEGMENT_BYTES
+    assert pa.Table.from_batches(pieces).equals(table)
+
+
 def test_spill_folders_of_a_dead_taskexecutor_are_removed(tmp_path) -> None:
     root = tmp_path / "yarnflow-spill"
     alive = SpillFiles([str(root)], "alive-attempt")

@@ -29,9 +29,12 @@ from yarnflow.worker import workdirs
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SpillFile", "SpillFiles", "SpillWriter", "remove_orphan_spills", "spill_roots"]
+__all__ = ["SEGMENT_BYTES", "SpillFile", "SpillFiles", "SpillWriter", "remove_orphan_spills", "spill_roots"]
 
 SPILL_FOLDER = "yarnflow-spill"
+#: the largest batch a spill file holds: a larger write is stored in pieces, so a reader that
+#: goes through a file a batch at a time holds about this much of it
+SEGMENT_BYTES = 1 << 20
 
 
 def spill_roots(tmp_dirs: str, default: str) -> list[str]:
@@ -102,7 +105,10 @@ class SpillWriter:
             self._paths.append(path)
             self._schema = batch.schema
             self._writer = pa.ipc.new_stream(self._sink, batch.schema)
-        if isinstance(batch, pa.Table):
+        if batch.nbytes > SEGMENT_BYTES:  # read back a piece at a time, never all of it at once
+            table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+            self._writer.write_table(table, max_chunksize=max(1, int(batch.num_rows * SEGMENT_BYTES / batch.nbytes)))
+        elif isinstance(batch, pa.Table):
             self._writer.write_table(batch)
         else:
             self._writer.write_batch(batch)

@@ -6,7 +6,8 @@ it sorts them (``pyarrow.compute.sort_indices``, stable) and writes them to a sp
 *sorted run*. At the end the runs are merged a block at a time: the rows of every run's current
 block are sorted together, and those up to the smallest of the blocks' last keys go out (every
 later row of every run is at least that key); the run whose block that was reads its next
-block. More runs than ``MAX_FAN_IN`` are first merged into fewer, longer runs. Nothing is ever
+block. More runs than ``MAX_FAN_IN`` (or than half the budget holds stored pieces of) are first
+merged into fewer, longer runs. Nothing is ever
 held beyond the budget, whatever the input's size.
 
 ``SortOperator`` sorts its whole input (a global sort runs at parallelism 1, behind a local
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.memory.manager import MemoryBudget
-from yarnflow.worker.memory.spill import SpillFile, SpillFiles
+from yarnflow.worker.memory.spill import SEGMENT_BYTES, SpillFile, SpillFiles
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
 from yarnflow.worker.operators.batch.tables import concat, slices
 
@@ -119,10 +120,13 @@ class ExternalSorter:
         self._spill_run()
         runs, self._runs = self._runs, []
         try:
-            while len(runs) > MAX_FAN_IN:  # merge passes until one merge takes them all
+            # a run being merged holds one stored piece of itself (about SEGMENT_BYTES): at most
+            # as many runs at once as half the budget holds pieces, and MAX_FAN_IN
+            fan_in = max(2, min(MAX_FAN_IN, self.budget.limit // (2 * SEGMENT_BYTES)))
+            while len(runs) > fan_in:  # merge passes until one merge takes them all
                 merged = []
-                for i in range(0, len(runs), MAX_FAN_IN):
-                    group = runs[i:i + MAX_FAN_IN]
+                for i in range(0, len(runs), fan_in):
+                    group = runs[i:i + fan_in]
                     merged.append(self.spill.write(f"{self.name}-run", self._merge(group, batch_size)))
                     for f in group:
                         f.delete()
@@ -200,19 +204,29 @@ class _RunReader:
         self._pending: pa.RecordBatch | None = None
 
     def fill(self) -> bool:
-        """Make sure a block with rows is loaded; False when the run is exhausted."""
-        if self.block is not None and self.block.num_rows:
+        """Top the block at hand up to about ``block_bytes`` (when less than half is left: a
+        round then outputs a good share of every run, not the few rows a run had left); False
+        when the run is exhausted."""
+        if self.block is not None and self.block.nbytes >= self._block_bytes // 2:
             return True
         parts: list[pa.RecordBatch] = []
         size = 0
+        if self.block is not None and self.block.num_rows:
+            parts.extend(self.block.to_batches())
+            size = self.block.nbytes
         while size < self._block_bytes:
             batch = self._pending if self._pending is not None else next(self._batches, None)
             self._pending = None
             if batch is None:
                 break
-            if batch.nbytes + size > self._block_bytes and parts:
-                self._pending = batch
-                break
+            if batch.nbytes + size > self._block_bytes:
+                if parts:
+                    self._pending = batch
+                    break
+                # a batch larger than a block: its first block's worth, the rest waits
+                rows = max(1, int(batch.num_rows * self._block_bytes / max(1, batch.nbytes)))
+                if rows < batch.num_rows:
+                    batch, self._pending = batch.slice(0, rows), batch.slice(rows)
             parts.append(batch)
             size += batch.nbytes
         table = concat(parts)
