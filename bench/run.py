@@ -104,7 +104,7 @@ def _checkpoint_size(args: argparse.Namespace) -> dict[str, Any]:
 def _w3(args: argparse.Namespace) -> dict[str, Any]:
     from w3 import run_w3
 
-    return run_w3(args.input, args.engine, args.parallelism, args.orders, args.hint, _conf(args))
+    return run_w3(args.input, args.engine, args.parallelism, args.orders, args.hint, _conf(args), args.prefilter)
 
 
 def _batch_agg(args: argparse.Namespace) -> dict[str, Any]:
@@ -188,6 +188,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                       p.add_argument("--hint", choices=["broadcast", "shuffle_hash", "sort_merge"], default=None,
                                      help="native engine: the join strategy (default: the compiler's choice)"),
                       p.add_argument("--parallelism", type=int, default=2),
+                      p.add_argument("--prefilter", action="store_true",
+                                     help="a native filter on the orders first (spark: its subtasks write Spark's input)"),
                       p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                                      help="configuration of the job's cluster")), _w3),
     "batch-agg": ("BATCH keyed sum of R rows (default 100M) with N distinct keys, spilling past managed memory, "

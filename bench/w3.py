@@ -2,8 +2,9 @@
 default 5,000,000; 100,000 customers of customer_id, region; ``orders.parquet`` and
 ``customers.parquet`` in the input folder, generated unless given).
 
-``--engine spark``: yarnflow reads both files natively and joins and sums in one Spark SQL stage
-(driven from a TaskExecutor slot, local[2]); ``--engine native``: yarnflow's own join and keyed
+``--engine spark``: the join and the sum in one Spark SQL stage driven from a TaskExecutor slot
+(local[2]); Spark reads both files itself (plain Parquet sources), or, with ``--prefilter``
+(a native filter on the orders first), the files the upstream subtasks write; ``--engine native``: yarnflow's own join and keyed
 sum (the compiler picks the join strategy: a broadcast join of the customers, with a local
 pre-aggregation before the keyed exchange; ``--hint`` forces one). In the same run plain
 PySpark does the same DataFrame join and aggregation in local[2] in a process of its own. Both
@@ -13,7 +14,8 @@ run; the plain run's with its process); ``pyspark_query_seconds`` is the plain r
 Data generation and the reference result (per-customer sums a row group at a time, then per
 region) run in child processes, so the client, whose memory the benchmark counts with the
 cluster's, holds none of the data. ``spilled_mb``: what the job's batch operators wrote to spill
-files (from the subtasks' ``spilledBytes``)."""
+files (from the subtasks' ``spilledBytes``); ``max_taskexecutor_rss_mb``: the highest peak of
+one TaskExecutor process by itself, without the Spark JVM it starts (the driver's memory)."""
 
 from __future__ import annotations
 
@@ -106,7 +108,7 @@ def spilled_mb(job: Any) -> float:
 
 
 def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int = 2, orders: int = 5_000_000,
-           hint: str | None = None, conf: dict[str, str] | None = None) -> dict[str, Any]:
+           hint: str | None = None, conf: dict[str, str] | None = None, prefilter: bool = False) -> dict[str, Any]:
     from workloads import LAST_JOB, _run_job, in_child
 
     folder, n = in_child(_prepare, input_dir, orders)
@@ -115,6 +117,8 @@ def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int
 
         def build(env: Any) -> None:
             orders_ = env.read_parquet(orders_path, columns=["customer_id", "amount"], name="orders")
+            if prefilter:  # a native step first: the orders reach Spark through files the subtasks write
+                orders_ = orders_.filter(lambda r: r["amount"] >= 0.0, name="prefilter")
             customers = env.read_parquet(customers_path, name="customers")
             if engine == "spark":
                 env.spark_sql(SQL, orders=orders_, customers=customers, name="join_sum").collect()
@@ -145,11 +149,13 @@ def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int
         if plain.returncode != 0:
             raise RuntimeError(f"plain PySpark failed:\n{plain.stderr[-3000:]}")
         p = json.loads(plain.stdout.strip().splitlines()[-1])
-        return {"name": "w3", "engine": engine, "hint": hint or "", "orders": n, "parallelism": parallelism,
+        return {"name": "w3", "engine": engine, "hint": hint or "", "prefilter": prefilter, "orders": n,
+                "parallelism": parallelism,
                 "seconds": round(seconds, 3), "pyspark_seconds": round(p["seconds"], 3),
                 "pyspark_query_seconds": round(p["query_seconds"], 3),
                 "ratio_to_pyspark": round(seconds / p["seconds"], 3), "peak_rss_mb": round(peak.peak_bytes / 2**20),
                 "peak_pss_mb": round(peak.peak_pss_bytes / 2**20), "spilled_mb": spilled,
+                "max_taskexecutor_rss_mb": round(peak.taskexecutor_peak_bytes() / 2**20),
                 "verified": _close(got, want) and _close(p["result"], want)}
     finally:
         if not input_dir:

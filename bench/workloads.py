@@ -92,6 +92,9 @@ class RssSampler:
         self._interval = interval_s
         self.peak_bytes = 0
         self.peak_pss_bytes = 0
+        #: each process's own peak RSS, by pid (TaskExecutors: without the Spark JVMs they start)
+        self.peak_by_pid: dict[int, int] = {}
+        self._kinds: dict[int, str] = {}
         self._procs: list[psutil.Process] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -103,6 +106,12 @@ class RssSampler:
                 procs.update((p.pid, p) for p in [root, *root.children(recursive=True)])
             except psutil.NoSuchProcess:
                 continue
+        for pid, p in procs.items():
+            if pid not in self._kinds:
+                try:
+                    self._kinds[pid] = "taskexecutor" if "yarnflow.worker" in " ".join(p.cmdline()) else "other"
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
         return list(procs.values())
 
     def _sample(self, pss: bool) -> tuple[int, int]:
@@ -114,8 +123,13 @@ class RssSampler:
                 if pss:
                     info = p.memory_full_info()
                     total, total_pss = total + info.rss, total_pss + info.pss
+                    if info.rss > self.peak_by_pid.get(p.pid, 0):
+                        self.peak_by_pid[p.pid] = info.rss
                 else:
-                    total += p.memory_info().rss
+                    rss = p.memory_info().rss
+                    total += rss
+                    if rss > self.peak_by_pid.get(p.pid, 0):
+                        self.peak_by_pid[p.pid] = rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         return total, total_pss
@@ -131,6 +145,10 @@ class RssSampler:
             self._record(tick % 10 == 0)
             tick += 1
             self._stop.wait(self._interval)
+
+    def taskexecutor_peak_bytes(self) -> int:
+        """The highest peak of a single TaskExecutor process, by itself (no child process)."""
+        return max((b for pid, b in self.peak_by_pid.items() if self._kinds.get(pid) == "taskexecutor"), default=0)
 
     def __enter__(self) -> RssSampler:
         self._record(True)

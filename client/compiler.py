@@ -19,6 +19,7 @@ from yarnflow.datastream import Input, StreamExecutionEnvironment, Transformatio
 from yarnflow.planner import assign_memory_fractions, plan_batch
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sinks import CollectSink, _StagedFileSink
+from yarnflow.worker.operators.spark import SparkStage
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,15 @@ def _topological(vertices: list[JobVertex], edges: list[JobEdge]) -> list[JobVer
             if e.source_vertex_id == ready.vertex_id:
                 pending[e.target_vertex_id] -= 1
     return out
+
+
+def _exchange(mode: ExchangeMode, up: Transformation, down: Transformation) -> ExchangeMode:
+    """A Spark stage's inputs (the names of its input files) and output (the names of its output
+    files) are stored in the job's storage dir with the files they name: losing the TaskExecutor
+    that produced them loses nothing (BATCH jobs)."""
+    if mode == ExchangeMode.BLOCKING and (isinstance(up.operator, SparkStage) or isinstance(down.operator, SparkStage)):
+        return ExchangeMode.BLOCKING_PERSISTENT
+    return mode
 
 
 def _runtime_mode(env: StreamExecutionEnvironment, ts: list[Transformation]) -> str:
@@ -248,7 +258,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         for inp, index in vertex_inputs:
             part = edge_partitioner(inp.upstream, head, inp.partitioner)
             edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,
-                                 exchange, list(inp.keys), index, inp.output_tag))
+                                 _exchange(exchange, inp.upstream, head), list(inp.keys), index, inp.output_tag))
     jg = JobGraph(job_id, job_name, _topological(vertices, edges), edges, runtime_mode=mode)
     jg.validate()
     collect = {t.operator.uid: t.operator for t in ts if isinstance(t.operator, CollectSink)}

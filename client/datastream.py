@@ -473,10 +473,11 @@ class WindowedStream:
 
 def _spark_stage(env: StreamExecutionEnvironment, inputs: dict[str, DataStream], fn: Callable[[Any], Any] | None,
                  query: str | None, name: str) -> DataStream:
-    """A Spark stage (parallelism 1, declaring the Spark driver's memory) and, after it, the
-    reader of its output files: the stream the pipeline continues from."""
+    """A Spark stage (parallelism 1, declaring the Spark driver's memory) fed by a writer of
+    Parquet files chained onto each input, and, after it, the reader of its output files: the
+    stream the pipeline continues from."""
     from yarnflow import executors
-    from yarnflow.worker.operators.spark import ParquetFilesReader, SparkStage
+    from yarnflow.worker.operators.spark import ParquetFilesReader, SparkStage, SparkStageInput
     from yarnflow.worker.spark import DEFAULTS, memory_mb
 
     for view, stream in inputs.items():
@@ -491,8 +492,13 @@ def _spark_stage(env: StreamExecutionEnvironment, inputs: dict[str, DataStream],
         raise JobDefinitionError(f"spark.driver.memory: {conf.get('spark.driver.memory')!r} is not a memory size "
                                  "(e.g. 512m, 2g)") from None
     stage = SparkStage(list(inputs), fn=fn, query=query, name=name)
-    t = Transformation(stage, [Input(s.transformation, Partitioner.REBALANCE, (), s._tag, i)
-                               for i, s in enumerate(inputs.values())],
+    writers = []
+    for view, stream in inputs.items():  # each upstream subtask writes its own share of the input
+        up = stream.transformation
+        writers.append(env._add(Transformation(
+            SparkStageInput(stage.uid, view, name=f"{view} -> {name}"),
+            [Input(up, stream._partitioner, stream._keys, stream._tag)], slot_sharing_group=up.slot_sharing_group)))
+    t = Transformation(stage, [Input(w, Partitioner.REBALANCE, (), "", i) for i, w in enumerate(writers)],
                        parallelism=1, max_parallelism=1, chaining=False, memory_mb=memory)
     env._add(t)
     reader = Transformation(ParquetFilesReader(name=f"{name} output"), [Input(t, Partitioner.REBALANCE)])

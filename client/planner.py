@@ -18,6 +18,9 @@ Other keyed operators (``reduce``, ``aggregate``, ``process``, event-time window
 through a ``SpillingKeyedInput``, which runs them one partition of keys at a time when their
 input does not fit in managed memory.
 
+Spark stages: an input that is a Parquet source nothing else reads is read by Spark from the
+source's files (no copy); any other input is written by its upstream subtasks as Parquet files.
+
 Managed memory: the operators that use it (``uses_managed_memory``) and may run at the same time
 in one slot share the slot's evenly (Flink's managed-memory fractions). In BATCH jobs every
 exchange is blocking, so a slot runs one chain at a time: the chain's users share it. In
@@ -39,6 +42,8 @@ from yarnflow.worker.operators.batch.keyed_input import SpillingKeyedInput, want
 from yarnflow.worker.operators.batch.sort import SortOperator
 from yarnflow.worker.operators.batch.sort_merge_join import SortMergeJoin
 from yarnflow.worker.operators.keyed import KeyedAggregate
+from yarnflow.worker.operators.sources import FileSource
+from yarnflow.worker.operators.spark import SparkStage, SparkStageInput
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +172,41 @@ def _local_aggregates(ts: list[Transformation], inputs: dict[int, list[Input]], 
     return out
 
 
+def _spark_direct_inputs(ts: list[Transformation], inputs: dict[int, list[Input]]) -> list[Transformation]:
+    """A Spark stage's input that is a Parquet source nothing else reads, unchanged, is read by
+    Spark from the source's files: the source and its ``SparkStageInput`` leave the job."""
+    consumers: dict[int, list[Transformation]] = {}
+    for t in ts:
+        for inp in inputs[t.id]:
+            consumers.setdefault(inp.upstream.id, []).append(t)
+    gone: set[int] = set()
+    for t in ts:
+        if not isinstance(t.operator, SparkStage):
+            continue
+        kept = []
+        for inp in inputs[t.id]:
+            writer = inp.upstream
+            [src_in] = inputs[writer.id]
+            src = src_in.upstream
+            if (isinstance(writer.operator, SparkStageInput) and isinstance(src.operator, FileSource)
+                    and src.operator.fmt == "parquet" and consumers.get(src.id) == [writer] and not src_in.output_tag
+                    and src_in.partitioner in (Partitioner.FORWARD, Partitioner.REBALANCE)):
+                t.operator.direct[writer.operator.view] = {"path": src.operator.path,
+                                                           "columns": src.operator.options.get("columns")}
+                gone |= {writer.id, src.id}
+                log.info("Spark stage '%s': Spark reads input %r from %s itself", t.operator.name,
+                         writer.operator.view, src.operator.path)
+            else:
+                kept.append(inp)
+        inputs[t.id] = kept
+    return [t for t in ts if t.id not in gone]
+
+
 def plan_batch(ts: list[Transformation], inputs: dict[int, list[Input]], uids: dict[int, str],
                parallelism: Callable[[Transformation], int], broadcast_threshold: int) -> list[Transformation]:
     """Plan a BATCH job (see the module docstring): changes ``inputs`` (and operators) in place;
     returns the transformations, with the local aggregations added."""
+    ts = _spark_direct_inputs(ts, inputs)
     estimates = _Estimates(inputs)
     for t in ts:
         if isinstance(t.operator, HashJoin):

@@ -483,6 +483,7 @@ class InputGateDescriptor(Message):
     input_index: int
     channels: list[InputChannelDescriptor]
     subpartition_index: int = 0
+    exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
 
 
 @dataclass(frozen=True)

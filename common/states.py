@@ -110,5 +110,16 @@ class Partitioner(enum.IntEnum):
 
 
 class ExchangeMode(enum.IntEnum):
+    """How a JobEdge's records reach its consumers: PIPELINED as they are produced; BLOCKING
+    written to the producer TaskExecutor's disk and read once the producer finished;
+    BLOCKING_PERSISTENT likewise, but written to the job's storage dir (fsspec), so the result
+    outlives the producer's TaskExecutor (a Spark stage's inputs and output: its files are in
+    storage already, and losing the driver's TaskExecutor must not re-run the upstream)."""
+
     PIPELINED = 0
     BLOCKING = 1
+    BLOCKING_PERSISTENT = 2
+
+    @property
+    def is_blocking(self) -> bool:
+        return self != ExchangeMode.PIPELINED

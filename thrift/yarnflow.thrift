@@ -38,7 +38,7 @@ enum JobStatus {
 }
 
 enum Partitioner { FORWARD = 0, HASH = 1, REBALANCE = 2, BROADCAST = 3 }
-enum ExchangeMode { PIPELINED = 0, BLOCKING = 1 }
+enum ExchangeMode { PIPELINED = 0, BLOCKING = 1, BLOCKING_PERSISTENT = 2 }  // persistent: in the job storage dir
 
 struct ResourceProfile {
   1: double cpu_cores,
@@ -363,6 +363,7 @@ struct InputGateDescriptor {
   1: i32 input_index,
   2: list<InputChannelDescriptor> channels,
   3: i32 subpartition_index,
+  4: ExchangeMode exchange_mode,   // BLOCKING_PERSISTENT: read from the job storage dir, not from the producer
 }
 
 struct ResultPartitionDescriptor {

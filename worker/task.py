@@ -37,7 +37,13 @@ from yarnflow.worker.runtime.checkpoints import (
 from yarnflow.worker.runtime.elements import EndOfPartition
 from yarnflow.worker.runtime.gate import ChannelReader, InputGate
 from yarnflow.common.states import ExchangeMode
-from yarnflow.worker.runtime.partition import BlockingResultPartition, ResultPartitionManager
+from yarnflow.worker.runtime.partition import (
+    BlockingResultPartition,
+    ResultPartitionManager,
+    StoredResultPartition,
+    read_stored,
+    stored_partition_url,
+)
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
 from yarnflow.worker.metrics import TaskMetricGroup
@@ -170,8 +176,12 @@ class Task:
         cancelled = self._cancelled.is_set
         writers = []
         for rpd in tdd.result_partitions:
-            if rpd.exchange_mode == ExchangeMode.BLOCKING:
-                partition: Any = self._partitions.create_blocking(rpd.partition_id, rpd.num_subpartitions)
+            if rpd.exchange_mode == ExchangeMode.BLOCKING_PERSISTENT:
+                partition: Any = self._partitions.create_stored(rpd.partition_id, rpd.num_subpartitions,
+                                                                stored_partition_url(tdd.job_storage_dir,
+                                                                                     rpd.partition_id))
+            elif rpd.exchange_mode == ExchangeMode.BLOCKING:
+                partition = self._partitions.create_blocking(rpd.partition_id, rpd.num_subpartitions)
             else:
                 partition = self._partitions.create(rpd.partition_id, rpd.num_subpartitions, capacity)
             writers.append(RecordWriter(partition, rpd.partitioner, rpd.key_columns, rpd.consumer_max_parallelism,
@@ -182,11 +192,11 @@ class Task:
         for g in tdd.input_gates:
             for ch in g.channels:
                 channel_inputs.append(g.input_index)
-                channels.append((ch, g.subpartition_index))
+                channels.append((ch, g.subpartition_index, g.exchange_mode))
         if channels:
             gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics)
-            for i, (ch, sub) in enumerate(channels):
-                gate.add_reader(self._reader(gate, i, ch, sub))
+            for i, (ch, sub, mode) in enumerate(channels):
+                gate.add_reader(self._reader(gate, i, ch, sub, mode))
             self._gate = gate
         restore = tdd.restore
         if self._responder is not None:
@@ -256,8 +266,18 @@ class Task:
             delay = min(delay * 2, 1.0)
         return None
 
-    def _reader(self, gate: InputGate, index: int, ch: Any, subpartition: int) -> ChannelReader:
+    def _reader(self, gate: InputGate, index: int, ch: Any, subpartition: int,
+                mode: ExchangeMode = ExchangeMode.PIPELINED) -> ChannelReader:
         name = f"{self.tdd.display_name} <- {ch.partition_id}/{subpartition}"
+        if mode == ExchangeMode.BLOCKING_PERSISTENT:  # from the job's storage dir, wherever the producer is
+            url = stored_partition_url(self.tdd.job_storage_dir, ch.partition_id)
+
+            def stored_source(push: Callable[[Any], bool]) -> None:
+                for element in read_stored(url, subpartition):
+                    if not push(element):
+                        return
+
+            return ChannelReader(gate, index, name, stored_source, lambda: None)
         if ch.producer_resource_id == self._resource_id:
             partitions = self._partitions
 
@@ -266,7 +286,7 @@ class Task:
                 if partition is None:
                     raise PartitionNotFoundError(f"local partition {ch.partition_id} was never produced",
                                                  partition_id=ch.partition_id)
-                if isinstance(partition, BlockingResultPartition):
+                if isinstance(partition, (BlockingResultPartition, StoredResultPartition)):
                     for element in partition.read(subpartition):
                         if not push(element):
                             return

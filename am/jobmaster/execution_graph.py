@@ -197,14 +197,15 @@ class ExecutionGraph:
         for idx, edge in self._in_edges[jv.vertex_id]:
             producers = self.vertices[edge.source_vertex_id].subtasks
             if edge.partitioner == Partitioner.FORWARD:
-                gates.append(InputGateDescriptor(edge.input_index, self._channels(ex, idx, [producers[i]]), 0))
+                gates.append(InputGateDescriptor(edge.input_index, self._channels(ex, idx, [producers[i]]), 0,
+                                                 edge.exchange_mode))
                 continue
             stamp = producers[0].stamp.value
             cached = self._channel_cache.get(idx)
             if cached is None or cached[0] != stamp:
                 cached = (stamp, self._channels(ex, idx, producers))
                 self._channel_cache[idx] = cached
-            gates.append(InputGateDescriptor(edge.input_index, cached[1], i))
+            gates.append(InputGateDescriptor(edge.input_index, cached[1], i, edge.exchange_mode))
         partitions = []
         for idx, edge in self._out_edges[jv.vertex_id]:
             target = jg.vertex(edge.target_vertex_id)

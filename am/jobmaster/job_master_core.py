@@ -66,7 +66,7 @@ from yarnflow.common.messages import (
     TaskExecutionStateUpdate,
     TaskStateSnapshot,
 )
-from yarnflow.common.states import ExecutionState, JobStatus
+from yarnflow.common.states import ExchangeMode, ExecutionState, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,13 @@ class JobMasterCore(TaskFailover):
         self._heartbeat_timeout: int = config[Options.HEARTBEAT_TIMEOUT]
         self.regions = compute_pipelined_regions(job_graph)
         self._region_of = {s: r for r in self.regions for s in r.subtasks}
+        #: vertices whose every output goes to the job's storage dir: their results outlive their
+        #: TaskExecutor
+        outputs: dict[str, list[ExchangeMode]] = defaultdict(list)
+        for e in job_graph.edges:
+            outputs[str(e.source_vertex_id)].append(e.exchange_mode)
+        self._persistent_output = {v for v, modes in outputs.items()
+                                   if all(m == ExchangeMode.BLOCKING_PERSISTENT for m in modes)}
         self.progress = RegionProgress(self.regions)
         self.slots = SlotAssignment(job_graph, self.regions, streaming=job_graph.runtime_mode != "BATCH")
         self.task_executors = JobTaskExecutors()
@@ -393,9 +400,14 @@ class JobMasterCore(TaskFailover):
                 self._emit(ReleasePartitions(rid, self.task_executors.address[rid], tuple(pids)))
 
     def _result_available(self, s: SubtaskId) -> bool:
+        """A finished subtask's output can still be read: its TaskExecutor is reachable and it
+        was not released, or it is all in the job's storage dir (BLOCKING_PERSISTENT)."""
         ex = self._ev(s).current
-        return ex.state == ExecutionState.FINISHED and ex.slot is not None \
-            and self.task_executors.reachable(ex.slot.resource_id) and self._region_of[s].region_id not in self.progress.released
+        if ex.state != ExecutionState.FINISHED or self._region_of[s].region_id in self.progress.released:
+            return False
+        if s.vertex_id in self._persistent_output:
+            return True
+        return ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id)
 
     # -- TaskExecutors --------------------------------------------------------------------------
     def task_executor_heartbeat(self, resource_id: ResourceID, executions: list[TaskExecutionStateUpdate],

@@ -209,7 +209,7 @@ def compute_pipelined_regions(job_graph: JobGraph) -> list[PipelinedRegion]:
                     uf.union(node(a, k), node(b, k))
 
     # 4. merge regions that depend on each other in a cycle through blocking edges.
-    blocking = [t for t in edges if t[1].exchange_mode == ExchangeMode.BLOCKING]
+    blocking = [t for t in edges if t[1].exchange_mode.is_blocking]
     _merge_cycles(blocking, par, whole, node, uf, n_nodes)
 
     # 5. regions, provisionally numbered by their first subtask in vertex order.

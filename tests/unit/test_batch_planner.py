@@ -164,3 +164,42 @@ def test_streaming_jobs_are_not_planned_so() -> None:
     finally:
         executors.set_context(None)
     assert not any(isinstance(op, LocalKeyedAggregate) for chain in job.chains.values() for op in chain)
+
+
+def test_a_spark_stage_reads_a_plain_parquet_source_itself_and_other_inputs_from_files_written_upstream(files) -> None:
+    from yarnflow.common.states import ExchangeMode
+    from yarnflow.worker.operators.spark import SparkStage
+
+    big, small = files
+
+    def build(env):  # type: ignore[no-untyped-def]
+        orders = env.read_parquet(big, columns=["customer_id", "amount"], name="orders").filter(
+            lambda r: r["amount"] > 0, name="positive")
+        customers = env.read_parquet(small, name="customers")
+        env.spark_sql("SELECT 1", orders=orders, customers=customers, name="stage").collect()
+
+    job = compiled(build)
+    names = {tuple(v.operator_names): v for v in job.job_graph.vertices}
+    assert set(names) == {("orders", "positive", "orders -> stage"), ("stage",), ("stage output", "collect")}
+    stage = job.chains[names[("stage",)].vertex_id][0]
+    assert isinstance(stage, SparkStage) and stage.direct == {"customers": {"path": small, "columns": None}}
+    modes = {(e.source_vertex_id, e.target_vertex_id): (e.partitioner, e.exchange_mode) for e in job.job_graph.edges}
+    assert modes == {  # the stage's inputs and output are file names stored beside the files
+        (names[("orders", "positive", "orders -> stage")].vertex_id, names[("stage",)].vertex_id):
+            (Partitioner.REBALANCE, ExchangeMode.BLOCKING_PERSISTENT),
+        (names[("stage",)].vertex_id, names[("stage output", "collect")].vertex_id):
+            (Partitioner.REBALANCE, ExchangeMode.BLOCKING_PERSISTENT)}
+
+
+def test_a_parquet_source_that_feeds_something_else_too_is_written_for_spark(files) -> None:
+    big, small = files
+
+    def build(env):  # type: ignore[no-untyped-def]
+        customers = env.read_parquet(small, name="customers")
+        customers.spark(lambda df: df, name="stage").collect()
+        customers.collect(name="also")
+
+    job = compiled(build)
+    stage = next(op for chain in job.chains.values() for op in chain if op.kind == "spark")
+    assert stage.direct == {}
+    assert any("input -> stage" in v.operator_names for v in job.job_graph.vertices)

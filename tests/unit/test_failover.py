@@ -108,6 +108,14 @@ def test_blocking_edges_split_regions_and_link_producers_to_consumers() -> None:
     assert_topological(regions)
 
 
+def test_a_persistent_blocking_edge_splits_regions_as_a_blocking_one() -> None:
+    g = graph({"a": 2, "b": 1}, [("a", "b", REB, ExchangeMode.BLOCKING_PERSISTENT)])
+    regions = compute_pipelined_regions(g)
+    assert region_sets(regions) == {subtasks("a0"), subtasks("a1"), subtasks("b0")}
+    assert regions_by_subtask(regions)[s("b", 0)].consumed_blocking_regions == {
+        regions_by_subtask(regions)[s("a", 0)], regions_by_subtask(regions)[s("a", 1)]}
+
+
 def test_forward_blocking_edge_links_subtask_i_to_subtask_i_only() -> None:
     g = graph({"a": 3, "b": 3}, [("a", "b", FWD, BLOCK)])
     regions = compute_pipelined_regions(g)

@@ -360,6 +360,31 @@ def test_partition_text_in_a_message_alone_restarts_only_the_consumer() -> None:
     assert d.core.graph.vertices[JobVertexID("v-src")].subtasks[0].current.attempt_number == 0
 
 
+def test_a_stored_result_outlives_its_lost_task_executor() -> None:
+    """src -BLOCKING_PERSISTENT-> sink (a Spark stage's inputs): the source finished on te-0,
+    which is then lost while the sink runs elsewhere; the sink's failure restarts the sink only,
+    since the source's result is in the job's storage dir. With a plain BLOCKING edge the lost
+    TaskExecutor's result goes with it, and the source runs again."""
+    for mode, source_runs_again in ((ExchangeMode.BLOCKING_PERSISTENT, False), (ExchangeMode.BLOCKING, True)):
+        src, sink = vertex("src", 1, source=True), vertex("sink", 1)
+        g = JobGraph(JOB, "stored", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH, mode, ["k"])],
+                     artifact_uri="file:///job.zip", runtime_mode="BATCH")
+        d, deploys = started(g, restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_delay="0 ms")
+        [first] = deploys
+        d.report(first, S.FINISHED)
+        d.offer_all()
+        sink_deploy = next(x for x in d.of(DeployTask) if x.tdd.task_name == "sink")
+        assert sink_deploy.tdd.input_gates[0].exchange_mode == mode  # the consumer knows where to read
+        d.report(sink_deploy, S.RUNNING)
+        producer_te = d.execution(first).slot.resource_id
+        d.core.task_executor_lost(producer_te, "its container was killed")
+        d.drain()
+        d.report(sink_deploy, S.FAILED, ErrorInfo("RuntimeError", "the driver died"))
+        d.advance(0)
+        attempts = d.core.graph.vertices[src.vertex_id].subtasks[0].current.attempt_number
+        assert attempts == (1 if source_runs_again else 0), mode
+
+
 # ---- 7. slot sharing across regions in STREAMING jobs -------------------------------------------
 
 def test_two_independent_streaming_pipelines_share_parallelism_many_slots() -> None:

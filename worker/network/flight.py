@@ -27,6 +27,7 @@ from yarnflow.worker.runtime.partition import (
     BlockingResultPartition,
     PartitionReleasedError,
     ResultPartitionManager,
+    StoredResultPartition,
 )
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class DataServer(flight.FlightServerBase):
         partition = self._partitions.wait_for(partition_id, self._wait_s)
         if partition is None or not index.isdigit() or int(index) >= len(partition.subpartitions):
             raise flight.FlightUnavailableError(f"partition {partition_id}/{index} not found")
-        if isinstance(partition, BlockingResultPartition):
+        if isinstance(partition, (BlockingResultPartition, StoredResultPartition)):
             return self._serve_blocking(partition, int(index))
         sub = partition.subpartitions[int(index)]
         pending: list[Any] = []
@@ -84,7 +85,8 @@ class DataServer(flight.FlightServerBase):
         schema = first_batch.schema if first_batch is not None else _EMPTY_SCHEMA
         return flight.GeneratorStream(schema, self._generate(context, sub, schema, pending))
 
-    def _serve_blocking(self, partition: BlockingResultPartition, index: int) -> flight.FlightDataStream:
+    def _serve_blocking(self, partition: BlockingResultPartition | StoredResultPartition,
+                        index: int) -> flight.FlightDataStream:
         if not partition.finished.wait(self._wait_s):
             raise flight.FlightUnavailableError(f"partition {partition.partition_id}/{index} not found (unfinished)")
         elements = partition.read(index)

@@ -1,16 +1,20 @@
 """Spark stages: a vertex of parallelism 1 whose subtask drives Spark from its TaskExecutor slot.
 
-``SparkStage`` receives its inputs (one per named input; BATCH jobs only, so every input is a
-finished blocking result) and writes each as Parquet under the job's intermediate folder
-(``<job storage>/intermediate/<stage uid>/<attempt>/in/<name>/``). At the end of its input it
-runs the user's function or SQL on the TaskExecutor's SparkSession (``worker/spark.py``) with
-``spark.read.parquet`` over those folders, writes the result as Parquet split into as many
-files as the downstream has subtasks into ``<attempt>/out``, and commits it by renaming that
-folder to ``<stage>/output`` (replacing what an earlier attempt committed: its downstream never
-read it, since a blocking result is consumed only once its producer finished). Then it emits
-the committed files' paths; ``ParquetFilesReader``, the head of the downstream vertex, reads
-them as splits. A retried stage therefore never duplicates rows. What Spark did (application
-id, jobs, stages, seconds) goes to ``<job storage>/spark/<uid>.json`` for ``yarnflow info``.
+A stage's inputs never pass through its driver subtask. Each named input is either written by
+its upstream subtasks themselves, in parallel (``SparkStageInput``, chained onto them: one
+Parquet file per subtask under ``<job storage>/intermediate/<stage uid>/in/<name>/``, renamed
+into place when the subtask finishes, after which it sends the driver the file's URL), or, when
+it is a Parquet source that nothing else reads, read by Spark straight from its files. At the
+end of its input the driver (``SparkStage``) runs the user's function or SQL on the
+TaskExecutor's SparkSession (``worker/spark.py``) over those files with all of Spark's
+parallelism, writes the result as Parquet (up to four files a downstream subtask) into
+``<attempt>/out``, and commits it by renaming that folder to ``<stage>/output``
+(replacing what an earlier attempt committed: its downstream never read it, since a blocking
+result is consumed only once its producer finished). Then it emits the committed files' paths;
+``ParquetFilesReader``, the head of the downstream vertex, reads them as splits. A retried
+stage reads the same input files again (its inputs are not rewritten) and never duplicates
+rows. What Spark did (application id, jobs, stages, seconds) goes to
+``<job storage>/spark/<uid>.json`` for ``yarnflow info``.
 
 Errors: bad SQL or a failing function fail the subtask with ``SparkStageError``, one line that
 names the stage and gives Spark's message (the JVM stack trace goes to the TaskExecutor's log)."""
@@ -42,10 +46,77 @@ class SparkStageError(YarnflowError):
     show_traceback = False
 
 
+class SparkStageInput(Operator):
+    """One upstream subtask's share of a Spark stage's input ``view``: its rows, written as one
+    Parquet file under ``<job storage>/intermediate/<stage uid>/in/<view>/`` while they come (a
+    hidden name, ``_part-<subtask>-<attempt>.parquet``), renamed to ``part-<subtask>.parquet``
+    when the subtask finishes (a retried subtask's file replaces the one its failed attempt may
+    have left). Then it sends the stage's driver subtask the file's URL and row count: all the
+    driver ever receives. So the stage's input is written in parallel, by as many subtasks as
+    its upstream has, and read by Spark with all its parallelism."""
+
+    kind = "spark_input"
+
+    def __init__(self, stage_uid: str, view: str, name: str | None = None) -> None:
+        super().__init__(name or f"{view} -> Spark")
+        self.stage_uid = stage_uid
+        self.view = view
+        self._writer: tuple[Any, Any, str, str] | None = None
+        self._rows = 0
+
+    def _folder(self) -> str:
+        return f"{self.ctx.job_storage_dir.rstrip('/')}/intermediate/{self.stage_uid}/in/{self.view}"
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if batch.num_rows == 0:
+            return
+        if self._writer is None:
+            fs, folder = fsspec.core.url_to_fs(self._folder())
+            fs.makedirs(folder, exist_ok=True)
+            index = self.ctx.subtask_index
+            staged = f"{folder}/_part-{index:05d}-{self.ctx.attempt_id or self.ctx.attempt_number}.parquet"
+            fh = fs.open(staged, "wb")
+            self._writer = (fh, pq.ParquetWriter(fh, batch.schema), staged, f"{folder}/part-{index:05d}.parquet")
+        self._writer[1].write_batch(batch)
+        self._rows += batch.num_rows
+
+    def finish(self) -> None:
+        if self._writer is None:
+            return  # no rows: no file (the driver reads the files that exist)
+        fh, writer, staged, final = self._writer
+        self._writer = None
+        writer.close()
+        fh.close()
+        fs, _ = fsspec.core.url_to_fs(self._folder())
+        if fs.exists(final):
+            fs.rm(final)
+        fs.mv(staged, final)
+        self.output.collect(pa.record_batch({"path": pa.array([str(fs.unstrip_protocol(final))], pa.string()),
+                                             "rows": pa.array([self._rows], pa.int64())}))
+
+    def close(self) -> None:
+        if self._writer is not None:  # failed or cancelled: the staged file goes
+            fh, writer, staged, _ = self._writer
+            self._writer = None
+            try:
+                writer.close()
+                fh.close()
+                fs, _ = fsspec.core.url_to_fs(self._folder())
+                fs.rm(staged)
+            except (OSError, pa.ArrowException):
+                log.debug("removing the staged Spark input %s", staged, exc_info=True)
+
+
 class SparkStage(Operator):
     """``fn(df) -> df`` over one input, or ``query`` over named inputs (temporary views).
-    ``inputs``: the names of the inputs in input-index order; ``output_splits``: the number of
-    Parquet files the output is split into (the downstream parallelism)."""
+    ``inputs``: the names of the inputs in input-index order. Each input arrives as the Parquet
+    files its upstream subtasks wrote (``SparkStageInput``: a URL and a row count per file), or
+    is read by Spark straight from its source files (``direct``: name -> path and columns, when
+    the input is a Parquet source the pipeline does nothing else with). The driver subtask holds
+    no rows. ``output_splits``: the downstream parallelism; the output is written as at most four
+    times as many files as that, each a split for the readers (as many as Spark's last stage
+    has partitions: adaptive execution sizes them from the data, so a small result may be fewer
+    files than readers)."""
 
     kind = "spark"
     batch_only = True
@@ -59,10 +130,12 @@ class SparkStage(Operator):
         self.fn = fn
         self.query = query
         self.output_splits = output_splits
+        #: inputs Spark reads straight from their source files: name -> {"path": ..., "columns": ...}
+        self.direct: dict[str, dict[str, Any]] = {}
         self._fs: Any = None
         self._root = ""
         self._attempt_dir = ""
-        self._writers: dict[int, tuple[Any, Any]] = {}
+        self._files: dict[int, list[str]] = {}
         self._rows = [0] * len(inputs)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -76,20 +149,11 @@ class SparkStage(Operator):
         self._fs.makedirs(self._attempt_dir, exist_ok=True)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-        if batch.num_rows == 0:
-            return
-        entry = self._writers.get(input_index)
-        if entry is None:
-            path = f"{self._input_dir(input_index)}/part-0.parquet"
-            self._fs.makedirs(self._input_dir(input_index), exist_ok=True)
-            fh = self._fs.open(path, "wb")
-            entry = (fh, pq.ParquetWriter(fh, batch.schema))
-            self._writers[input_index] = entry
-        entry[1].write_batch(batch)
-        self._rows[input_index] += batch.num_rows
+        for path, rows in zip(batch.column("path").to_pylist(), batch.column("rows").to_pylist()):
+            self._files.setdefault(input_index, []).append(path)
+            self._rows[input_index] += rows
 
     def finish(self) -> None:
-        self._close_writers()
         from yarnflow.worker import spark as spark_runtime
 
         started = time.time()
@@ -106,7 +170,9 @@ class SparkStage(Operator):
         try:
             frames = {name: self._read_input(session, i) for i, name in enumerate(self.inputs)}
             result = self._run(session, frames)
-            result.repartition(self.output_splits).write.mode("overwrite").parquet(self._url(out_dir))
+            # at most four files a downstream subtask (no shuffle: asking a DataFrame for its
+            # partitions would run the query once more, adaptive execution plans from the data)
+            result.coalesce(4 * self.output_splits).write.mode("overwrite").parquet(self._url(out_dir))
         except SparkStageError:
             raise
         except Exception as exc:
@@ -124,9 +190,6 @@ class SparkStage(Operator):
         self._report(session, group, time.time() - started, len(files))
         for path in files:  # one batch per file: the rebalancing exchange spreads them over the readers
             self.output.collect(pa.record_batch({"path": pa.array([self._url(path)], pa.string())}))
-
-    def close(self) -> None:
-        self._close_writers()
 
     # -- helpers -----------------------------------------------------------------------------
     def _run(self, session: Any, frames: dict[str, Any]) -> Any:
@@ -151,23 +214,22 @@ class SparkStage(Operator):
         return result
 
     def _read_input(self, session: Any, index: int) -> Any:
-        if self._rows[index] == 0:  # no rows, so no schema: an empty frame without columns
+        name = self.inputs[index]
+        direct = self.direct.get(name)
+        if direct is not None:
+            from yarnflow.worker.operators.sources import expand_paths
+
+            fs, files = expand_paths(direct["path"])
+            frame = session.read.parquet(*[str(fs.unstrip_protocol(f)) for f in files])
+            return frame.select(*direct["columns"]) if direct.get("columns") else frame
+        if not self._files.get(index):  # no rows, so no schema: an empty frame without columns
             from pyspark.sql.types import StructType
 
             return session.createDataFrame([], StructType([]))
-        return session.read.parquet(self._url(self._input_dir(index)))
-
-    def _input_dir(self, index: int) -> str:
-        return f"{self._attempt_dir}/in/{self.inputs[index]}"
+        return session.read.parquet(*self._files[index])
 
     def _url(self, path: str) -> str:
         return str(self._fs.unstrip_protocol(path))
-
-    def _close_writers(self) -> None:
-        writers, self._writers = self._writers, {}
-        for fh, writer in writers.values():
-            writer.close()
-            fh.close()
 
     def _report(self, session: Any, group: str, seconds: float, files: int) -> None:
         sc = session.sparkContext
@@ -176,7 +238,8 @@ class SparkStage(Operator):
         stages = sorted({s for j in jobs if (info := tracker.getJobInfo(j)) is not None for s in info.stageIds})
         report = {"stage": self.name, "uid": self.uid, "application_id": sc.applicationId, "master": sc.master,
                   "jobs": len(jobs), "stages": len(stages), "seconds": round(seconds, 3), "output_files": files,
-                  "input_rows": dict(zip(self.inputs, self._rows)), "attempt": self.ctx.attempt_number,
+                  "input_rows": {n: ("read by Spark from its source files" if n in self.direct else r)
+                               for n, r in zip(self.inputs, self._rows)}, "attempt": self.ctx.attempt_number,
                   "driver_pid": os.getpid()}
         base = self.ctx.job_storage_dir.rstrip("/")
         try:

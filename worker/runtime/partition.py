@@ -143,15 +143,28 @@ class ResultPartition:
             sp.release()
 
 
-class _BlockingSubpartition:
-    """The producer's handle on one subpartition of a blocking partition."""
+class _SubpartitionHandle:
+    """The producer's handle on one subpartition of a partition written to files (blocking or
+    stored), which takes each element by index."""
 
-    def __init__(self, partition: BlockingResultPartition, index: int) -> None:
+    def __init__(self, partition: BlockingResultPartition | StoredResultPartition, index: int) -> None:
         self._partition = partition
         self._index = index
 
     def add(self, element: Any, cancelled: Callable[[], bool] = lambda: False) -> None:
         self._partition.add(self._index, element)
+
+
+def _close_all(writers: list[Any], files: list[Any]) -> None:
+    """Close what a released partition still had open (errors do not matter any more)."""
+    for w, f in zip(writers, files):
+        try:
+            if w is not None:
+                w.close()
+            if f is not None:
+                f.close()
+        except (OSError, pa.ArrowException):
+            pass
 
 
 class BlockingResultPartition:
@@ -169,11 +182,18 @@ class BlockingResultPartition:
         self._done = [False] * num_subpartitions
         self.finished = threading.Event()
         self.released = False
-        self.subpartitions = [_BlockingSubpartition(self, i) for i in range(num_subpartitions)]
+        self.subpartitions = [_SubpartitionHandle(self, i) for i in range(num_subpartitions)]
         self.bytes_written = 0
 
     def _path(self, index: int) -> str:
         return os.path.join(self.directory, f"{index}.arrow")
+
+    def _open(self, index: int) -> Any:
+        """A new file for subpartition ``index``'s batches."""
+        return pa.OSFile(self._path(index), "wb")
+
+    def _ended(self, index: int) -> None:
+        """Subpartition ``index``'s file is complete (and closed)."""
 
     def add(self, index: int, element: Any) -> None:
         if self.released:
@@ -181,7 +201,7 @@ class BlockingResultPartition:
         if isinstance(element, pa.RecordBatch):
             writer = self._writers[index]
             if writer is None:
-                self._sinks[index] = pa.OSFile(self._path(index), "wb")
+                self._sinks[index] = self._open(index)
                 writer = self._writers[index] = pa.ipc.new_stream(self._sinks[index], element.schema)
             writer.write_batch(element)
             self.bytes_written += element.nbytes
@@ -189,6 +209,8 @@ class BlockingResultPartition:
             if self._writers[index] is not None:
                 self._writers[index].close()
                 self._sinks[index].close()
+                self._writers[index] = self._sinks[index] = None
+                self._ended(index)
             with self._lock:
                 self._done[index] = True
                 if all(self._done):
@@ -212,22 +234,73 @@ class BlockingResultPartition:
 
     def release(self) -> None:
         self.released = True
-        for w, sink in zip(self._writers, self._sinks):
-            try:
-                if w is not None:
-                    w.close()
-                if sink is not None:
-                    sink.close()
-            except (OSError, pa.ArrowException):
-                pass
+        _close_all(self._writers, self._sinks)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class StoredResultPartition(BlockingResultPartition):
+    """A BLOCKING_PERSISTENT result partition: each subpartition an Arrow IPC file in the job's
+    storage dir (``<job storage>/partitions/<partition id>/<i>.arrow``, any fsspec filesystem),
+    written under a temporary name and renamed when the subpartition ends. Consumers read the
+    files themselves (``read_stored``), after the producer finished, from any process: the
+    result outlives the producer's TaskExecutor. Released (deleted) when the JobMaster releases
+    it or the producer's attempt fails; a TaskExecutor that stops leaves it be."""
+
+    def __init__(self, partition_id: ResultPartitionID, num_subpartitions: int, url: str) -> None:
+        import fsspec
+
+        self.url = url.rstrip("/")
+        self._fs, self._root = fsspec.core.url_to_fs(self.url)
+        self._fs.makedirs(self._root, exist_ok=True)
+        super().__init__(partition_id, num_subpartitions, tempfile.gettempdir())  # no local folder is used
+        if not num_subpartitions:
+            self.finished.set()
+
+    def _open(self, index: int) -> Any:
+        return self._fs.open(f"{self._root}/_{index}.arrow.tmp", "wb")
+
+    def _ended(self, index: int) -> None:
+        self._fs.mv(f"{self._root}/_{index}.arrow.tmp", f"{self._root}/{index}.arrow")
+
+    def read(self, index: int) -> Iterator[Any]:
+        """Subpartition ``index``, as consumers read it (``read_stored``)."""
+        return read_stored(self.url, index)
+
+    def release(self, delete: bool = True) -> None:
+        self.released = True
+        _close_all(self._writers, self._sinks)
+        if delete:
+            try:
+                self._fs.rm(self._root, recursive=True)
+            except FileNotFoundError:
+                pass
+
+
+def stored_partition_url(job_storage_dir: str, partition_id: str) -> str:
+    """Where a BLOCKING_PERSISTENT partition is stored."""
+    return f"{job_storage_dir.rstrip('/')}/partitions/{partition_id}"
+
+
+def read_stored(url: str, index: int) -> Iterator[Any]:
+    """Subpartition ``index`` of the stored partition at ``url``: its batches, then its end (no
+    file: the producer sent it nothing)."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+    path = f"{root}/{index}.arrow"
+    if fs.exists(path):
+        with fs.open(path, "rb") as fh:
+            yield from pa.ipc.open_stream(fh)
+    elif not fs.exists(root):
+        raise PartitionReleasedError(f"stored partition {url} does not exist", url.rstrip("/").rsplit("/", 1)[-1])
+    yield END_OF_PARTITION
 
 
 class ResultPartitionManager:
     """The partitions a TaskExecutor currently serves, by id."""
 
     def __init__(self, directory: str | None = None) -> None:
-        self._partitions: dict[str, ResultPartition | BlockingResultPartition] = {}
+        self._partitions: dict[str, ResultPartition | BlockingResultPartition | StoredResultPartition] = {}
         self._cond = threading.Condition()
         self._closed = False
         self._own_directory = directory is None
@@ -236,6 +309,14 @@ class ResultPartitionManager:
     def create_blocking(self, partition_id: ResultPartitionID, num_subpartitions: int) -> BlockingResultPartition:
         partition = BlockingResultPartition(partition_id, num_subpartitions,
                                             os.path.join(self.directory, partition_id))
+        with self._cond:
+            self._partitions[partition_id] = partition
+            self._cond.notify_all()
+        return partition
+
+    def create_stored(self, partition_id: ResultPartitionID, num_subpartitions: int,
+                      url: str) -> StoredResultPartition:
+        partition = StoredResultPartition(partition_id, num_subpartitions, url)
         with self._cond:
             self._partitions[partition_id] = partition
             self._cond.notify_all()
@@ -260,7 +341,8 @@ class ResultPartitionManager:
         log.debug("partition %s fully consumed: releasing", partition.partition_id)
         self.release(partition.partition_id)
 
-    def wait_for(self, partition_id: str, timeout: float) -> ResultPartition | BlockingResultPartition | None:
+    def wait_for(self, partition_id: str, timeout: float
+                 ) -> ResultPartition | BlockingResultPartition | StoredResultPartition | None:
         deadline = time.monotonic() + timeout
         with self._cond:
             while partition_id not in self._partitions:
@@ -288,7 +370,13 @@ class ResultPartitionManager:
     def close(self) -> None:
         with self._cond:
             self._closed = True
+            stored = [pid for pid, p in self._partitions.items() if isinstance(p, StoredResultPartition)]
             self._cond.notify_all()
+        for pid in stored:  # they outlive this TaskExecutor: its consumers may not have read them yet
+            with self._cond:
+                partition = self._partitions.pop(pid, None)
+            if isinstance(partition, StoredResultPartition):
+                partition.release(delete=False)
         self.release_all()
         if self._own_directory:
             shutil.rmtree(self.directory, ignore_errors=True)

@@ -542,7 +542,9 @@ class StreamTask:
 
     def _run_input_loop(self, head: Operator) -> None:
         gate, aligner = self.gate, self._aligner
-        assert gate is not None and aligner is not None
+        if gate is None:  # an operator with no input of its own (a Spark stage reading only files)
+            return
+        assert aligner is not None
         inputs = sorted(set(self.channel_inputs) - set(self._side_routes))
         self._input_channels = {i: frozenset(ch for ch, inp in enumerate(self.channel_inputs) if inp == i)
                                 for i in inputs}

@@ -146,15 +146,18 @@ class Partitioner(object):
 class ExchangeMode(object):
     PIPELINED = 0
     BLOCKING = 1
+    BLOCKING_PERSISTENT = 2
 
     _VALUES_TO_NAMES = {
         0: "PIPELINED",
         1: "BLOCKING",
+        2: "BLOCKING_PERSISTENT",
     }
 
     _NAMES_TO_VALUES = {
         "PIPELINED": 0,
         "BLOCKING": 1,
+        "BLOCKING_PERSISTENT": 2,
     }
 
 
@@ -3385,14 +3388,16 @@ class InputGateDescriptor(object):
      - input_index
      - channels
      - subpartition_index
+     - exchange_mode
 
     """
 
 
-    def __init__(self, input_index=None, channels=None, subpartition_index=None,):
+    def __init__(self, input_index=None, channels=None, subpartition_index=None, exchange_mode=None,):
         self.input_index = input_index
         self.channels = channels
         self.subpartition_index = subpartition_index
+        self.exchange_mode = exchange_mode
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -3424,6 +3429,11 @@ class InputGateDescriptor(object):
                     self.subpartition_index = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.exchange_mode = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -3448,6 +3458,10 @@ class InputGateDescriptor(object):
         if self.subpartition_index is not None:
             oprot.writeFieldBegin('subpartition_index', TType.I32, 3)
             oprot.writeI32(self.subpartition_index)
+            oprot.writeFieldEnd()
+        if self.exchange_mode is not None:
+            oprot.writeFieldBegin('exchange_mode', TType.I32, 4)
+            oprot.writeI32(self.exchange_mode)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4153,6 +4167,7 @@ InputGateDescriptor.thrift_spec = (
     (1, TType.I32, 'input_index', None, None, ),  # 1
     (2, TType.LIST, 'channels', (TType.STRUCT, [InputChannelDescriptor, None], False), None, ),  # 2
     (3, TType.I32, 'subpartition_index', None, None, ),  # 3
+    (4, TType.I32, 'exchange_mode', None, None, ),  # 4
 )
 all_structs.append(ResultPartitionDescriptor)
 ResultPartitionDescriptor.thrift_spec = (
