@@ -62,6 +62,13 @@ def _restorable(env: StreamExecutionEnvironment) -> bool:
     return bool(conf.get("execution.checkpointing.interval") or conf.get("execution.savepoint.path"))
 
 
+def _checkpointing() -> bool:
+    from yarnflow import executors
+
+    conf = getattr(executors.current_context(), "conf", {}) or {}
+    return bool(conf.get("execution.checkpointing.interval"))
+
+
 def _is_stateful(op: Operator) -> bool:
     return type(op).snapshot_state is not Operator.snapshot_state
 
@@ -158,9 +165,13 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
 
     mode = _runtime_mode(env, ts)
     for t in ts:
+        if isinstance(t.operator, SparkStage) and mode != "BATCH" and not _checkpointing():
+            raise JobDefinitionError(f"Spark stage '{t.operator.name}' in a STREAMING job runs once per completed "
+                                     "checkpoint, over the rows that checkpoint covers: set "
+                                     "execution.checkpointing.interval (or run the job in BATCH mode)")
         if getattr(t.operator, "batch_only", False) and mode != "BATCH":
             assert t.operator is not None
-            what = "Spark stage" if t.operator.kind == "spark" else "join without a window"
+            what = "join without a window" if t.operator.kind == "join" else t.operator.kind.replace("_", " ")
             why = ("the runtime mode is STREAMING" if env.runtime_mode == "STREAMING" else
                    "a source is unbounded: " + ", ".join(repr(u.operator.name) for u in ts if u.operator is not None
                                                          and u.is_source and not getattr(u.operator, "bounded", True)))

@@ -170,7 +170,8 @@ class StreamExecutionEnvironment:
         """Run ``query`` on Spark with each named input as a temporary view:
         ``env.spark_sql("SELECT ... FROM orders JOIN customers USING (customer_id)",
         orders=orders, customers=customers)``. The result is a stream the pipeline continues
-        from. Spark stages run in BATCH jobs (bounded inputs)."""
+        from. In a STREAMING job (checkpoints on) the stage runs once per completed checkpoint
+        over the rows that checkpoint covers (a micro-batch), exactly once."""
         if not inputs:
             raise JobDefinitionError(f"spark_sql '{name}' needs its inputs as keyword arguments, e.g. "
                                      "orders=stream")
@@ -330,8 +331,9 @@ class DataStream:
 
     def spark(self, fn: Callable[[Any], Any], name: str = "spark") -> DataStream:
         """Run ``fn`` (a Spark DataFrame -> a Spark DataFrame) on Spark over this stream's rows;
-        the result is a stream the pipeline continues from. Spark stages run in BATCH jobs
-        (bounded inputs), driven from a TaskExecutor slot."""
+        the result is a stream the pipeline continues from. The stage is driven from a
+        TaskExecutor slot; in a STREAMING job (checkpoints on) it runs once per completed
+        checkpoint over the rows that checkpoint covers."""
         if not callable(fn):
             raise JobDefinitionError(f"spark '{name}': fn must be a function from a Spark DataFrame to one")
         return _spark_stage(self.env, {"input": self}, fn, None, name)

@@ -357,22 +357,94 @@ def test_the_session_is_the_taskexecutors_own_with_the_jobs_spark_keys(cluster: 
 
 
 @pytest.mark.parametrize("how", ["mode", "unbounded"])
-def test_a_streaming_job_with_a_spark_stage_is_refused(how: str) -> None:
+def test_a_streaming_spark_stage_without_checkpoints_is_refused(how: str) -> None:
     env = yarnflow.StreamExecutionEnvironment(parallelism=2)
     if how == "mode":
         env.set_runtime_mode("STREAMING")
         source = env.from_collection({"x": [1, 2]})
-        expected = "the runtime mode is STREAMING"
     else:
         source = env.from_generator(lambda start, n: {"x": list(range(start, start + n))}, name="ticks")
-        expected = "a source is unbounded: 'ticks'"
     source.spark(lambda df: df, name="stage").print()
     from yarnflow.compiler import compile_job
 
     with pytest.raises(JobDefinitionError) as info:
         compile_job(env, "streaming")
-    assert str(info.value) == (f"Spark stage 'stage' runs only in BATCH jobs (bounded inputs), and {expected}; a "
-                               "STREAMING job cannot have one")
+    assert str(info.value) == ("Spark stage 'stage' in a STREAMING job runs once per completed checkpoint, over the "
+                               "rows that checkpoint covers: set execution.checkpointing.interval (or run the job "
+                               "in BATCH mode)")
+
+
+@pytest.mark.timeout(300)
+def test_a_streaming_spark_stage_runs_per_checkpoint_exactly_once_through_a_taskexecutor_kill(
+        local_cluster: Any, tmp_path: Path) -> None:
+    """Issue 25: Spark SQL between native operators in a STREAMING job with checkpoints: the
+    stage runs once per completed checkpoint over that checkpoint's rows; the TaskExecutor that
+    drives it is SIGKILLed after some micro-batches; every input row is once in the output the
+    two-phase sink committed."""
+    import signal
+    import threading
+    import time
+
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    n_files, per_file = 16, 3_000
+    for f in range(n_files):
+        ids = list(range(f * per_file, (f + 1) * per_file))
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array([i % 97 for i in ids], pa.int64())}),
+                       src / f"part-{f:02d}.parquet", row_group_size=500)
+
+    def slow(row: dict) -> dict:
+        if row["id"] % 40 == 0:
+            time.sleep(0.02)  # ~12 s of work a subtask: checkpoints and micro-batches come and go
+        return {"id": row["id"], "v": row["v"] + 1}
+
+    def build(env: Any) -> None:
+        env.set_runtime_mode("STREAMING")
+        rows = env.read_parquet(str(src), name="rows").map(slow, name="plus_one")
+        doubled = env.spark_sql("SELECT id, v * 2 AS w FROM input", input=rows, name="double")
+        doubled.map_batches(lambda b: b, name="native_after").sink_to_parquet(str(out))
+
+    conf = {"execution.checkpointing.interval": "400 ms", "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": "3", "restart-strategy.fixed-delay.delay": "200 ms",
+            "execution.batch-size": "250"}
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = run(cluster, build, "streaming-spark", conf)
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    reports = Path(cluster.work_dir) / "storage" / "jobs"
+
+    def ran_micro_batches() -> dict[str, Any] | None:
+        assert not outcome, f"the job ended before the kill: {outcome}"
+        for path in reports.glob("*/spark/*.json"):
+            try:
+                report = json.loads(path.read_text())
+            except ValueError:
+                continue  # being written
+            if report.get("micro_batches", 0) >= 2:
+                return report
+        return None
+
+    report = wait_until(ran_micro_batches, 150, "the stage never ran two micro-batches", interval_s=0.1)
+    os.kill(report["driver_pid"], signal.SIGKILL)
+    thread.join(240)
+    assert "result" in outcome, outcome
+    table = pads.dataset(str(out), format="parquet").to_table()
+    ids = table["id"].to_pylist()
+    assert sorted(ids) == list(range(n_files * per_file)), "a row was lost or committed twice"
+    assert all(w == 2 * (i % 97 + 1) for i, w in zip(ids, table["w"].to_pylist()))
+    gw = cluster.gateway()
+    info = next(j for j in gw.list_jobs() if j.name == "streaming-spark")
+    gw.close()
+    assert info.failure_history, "the kill restarted nothing"
+    [final] = [json.loads(p.read_text()) for p in reports.glob("*/spark/*.json")]
+    assert final["micro_batches"] >= 1 and final["attempt"] >= 1  # the restored driver ran micro-batches
 
 
 def test_a_taskexecutor_killed_while_it_drives_spark_retries_the_stage_with_its_inputs_kept(

@@ -138,6 +138,11 @@ class Operator:
         pass
 
     # -- checkpoints -------------------------------------------------------------------------
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        """Called on the task thread when checkpoint ``checkpoint_id`` is taken, before any
+        operator's ``snapshot_state`` and before the barrier goes downstream (Flink's
+        prepareSnapshotPreBarrier): what it emits now is in that checkpoint's span."""
+
     def snapshot_state(self, checkpoint_id: int) -> Snapshot:
         """The operator's state at a checkpoint barrier, as named Arrow tables (written as
         Arrow IPC files under ``chk-<n>/``). Called on the task thread between two elements,

@@ -388,6 +388,8 @@ class StreamTask:
         started = time.monotonic()
         snapshots: list[StateSnapshot] = []
         failed = False
+        for op in self.chain:  # head first: what one emits reaches the next before its snapshot
+            op.prepare_snapshot_pre_barrier(checkpoint_id)
         for op in self.chain:
             try:
                 snapshots.append(check_snapshot(op, op.snapshot_state(checkpoint_id)))
