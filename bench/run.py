@@ -104,7 +104,8 @@ def _checkpoint_size(args: argparse.Namespace) -> dict[str, Any]:
 def _w3(args: argparse.Namespace) -> dict[str, Any]:
     from w3 import run_w3
 
-    return run_w3(args.input, args.engine, args.parallelism, args.orders, args.hint, _conf(args), args.prefilter)
+    return run_w3(args.input, args.engine, args.parallelism, args.orders, args.hint, _conf(args), args.prefilter,
+                  args.target)
 
 
 def _batch_agg(args: argparse.Namespace) -> dict[str, Any]:
@@ -188,6 +189,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                       p.add_argument("--hint", choices=["broadcast", "shuffle_hash", "sort_merge"], default=None,
                                      help="native engine: the join strategy (default: the compiler's choice)"),
                       p.add_argument("--parallelism", type=int, default=2),
+                      p.add_argument("--target", choices=["local", "yarn-sandbox"], default="local",
+                                     help="yarn-sandbox: a YARN per-job application on the sandbox (Spark stages "
+                                          "on executors in containers of the application)"),
                       p.add_argument("--prefilter", action="store_true",
                                      help="a native filter on the orders first (spark: its subtasks write Spark's input)"),
                       p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from typing import Any
 
 import numpy as np
@@ -107,11 +108,76 @@ def spilled_mb(job: Any) -> float:
     return round(sum(m.spilled_bytes for v in job.vertices for m in v.subtask_metrics) / 2**20, 1)
 
 
+#: the YARN sandbox run's containers: small TaskExecutors (one slot each), Spark executors of 512 MB
+SANDBOX_CONF = {"jobmanager.memory.process.size": "512 mb", "taskmanager.memory.process.size": "1 gb",
+                "taskmanager.numberOfTaskSlots": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m",
+                "spark.executor.instances": "2"}
+
+
+def run_w3_sandbox(folder: str, n: int, engine: str, conf: dict[str, str]) -> dict[str, Any]:
+    """W3 as a YARN per-job application on the sandbox (``examples/revenue_by_region.py``,
+    submitted by ``yarnflow run --target yarn-per-job``): the Spark stage runs on executors in
+    containers of the application (their count from the stage's report and the sandbox's
+    containers); the result is checked against the reference."""
+    import pyarrow.dataset as pads
+    import skein
+    import skein.core
+
+    from workloads import in_child
+
+    work = tempfile.mkdtemp(prefix="yarnflow-w3-sandbox-")
+    config_dir = os.path.join(work, "skein")
+    os.environ["SKEIN_CONFIG"] = config_dir
+    skein.core.properties = skein.properties = skein.core.Properties()  # read SKEIN_CONFIG again
+    from yarnflow.sandbox import Sandbox
+
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                           "revenue_by_region.py")
+    out, storage = os.path.join(work, "out"), os.path.join(work, "storage")
+    settings = {**SANDBOX_CONF, **conf, "high-availability.storageDir": f"file://{storage}"}
+    try:
+        with Sandbox(config_dir, work_dir=os.path.join(work, "sandbox"), max_memory_mb=4096, max_vcores=2) as sandbox:
+            args = [sys.executable, "-m", "yarnflow", "run", "--target", "yarn-per-job", "--no-progress",
+                    *[a for k, v in settings.items() for a in ("-D", f"{k}={v}")], example, "--engine", engine,
+                    "--input", folder, "--output", out]
+            t0 = time.perf_counter()
+            proc = subprocess.run(args, capture_output=True, text=True, cwd=work, timeout=3600,
+                                  env=dict(os.environ, SKEIN_CONFIG=config_dir))
+            seconds = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"the YARN application failed:\n{proc.stderr[-3000:]}")
+            app_id = next(p for p in os.listdir(os.path.join(sandbox.work_dir, "logs")))
+            logs = os.path.join(sandbox.work_dir, "logs", app_id)
+            containers = os.listdir(logs)
+            workers = [c for c in containers if any("Starting Spark worker" in open(os.path.join(logs, c, f),
+                                                                                     errors="replace").read()
+                                                    for f in os.listdir(os.path.join(logs, c)))]
+        reports = [json.load(open(os.path.join(d, f))) for d, _, fs in os.walk(storage) for f in fs
+                   if f.endswith(".json") and os.path.basename(d) == "spark"]
+        table = pads.dataset(out, format="parquet").to_table()
+        got = dict(zip(table["region"].to_pylist(), table["revenue"].to_pylist()))
+        want = in_child(reference_w3, folder)
+        return {"name": "w3", "engine": engine, "target": "yarn-sandbox", "orders": n, "seconds": round(seconds, 3),
+                "containers": len(containers), "spark_master": reports[0]["master"] if reports else "",
+                "spark_executors": reports[0]["executors"] if reports else 0,
+                "executor_containers": len(workers),  # Spark workers, an executor each
+                "verified": _close(got, want)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def run_w3(input_dir: str | None = None, engine: str = "spark", parallelism: int = 2, orders: int = 5_000_000,
-           hint: str | None = None, conf: dict[str, str] | None = None, prefilter: bool = False) -> dict[str, Any]:
+           hint: str | None = None, conf: dict[str, str] | None = None, prefilter: bool = False,
+           target: str = "local") -> dict[str, Any]:
     from workloads import LAST_JOB, _run_job, in_child
 
     folder, n = in_child(_prepare, input_dir, orders)
+    if target == "yarn-sandbox":
+        try:
+            return run_w3_sandbox(folder, n, engine, dict(conf or {}))
+        finally:
+            if not input_dir:
+                shutil.rmtree(folder, ignore_errors=True)
     try:
         orders_path, customers_path = os.path.join(folder, "orders.parquet"), os.path.join(folder, "customers.parquet")
 

@@ -18,6 +18,7 @@ from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.cli_savepoints import savepoint, stop
 from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options, parse_dynamic_properties
+from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.errors import (
     ConfigurationError,
     JobDefinitionError,
@@ -362,35 +363,21 @@ def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
             line = (f"  {c.checkpoint_id:<3} {c.status:<11} {when:<10} {c.duration_ms:>6} ms "
                     f"{_size(c.size_bytes):>10} {c.alignment_ms:>6} ms")
             click.echo(line + (f"  {c.failure}" if c.failure else ""))
-    spark = _spark_reports(storage_dir, str(j.job_id))
+    spark = read_spark_reports(storage_dir, str(j.job_id))
     if spark:
         click.echo("spark stages:")
         for r in spark:
-            click.echo(f"  {r.get('stage')}: application {r.get('application_id')} ({r.get('master')}), "
+            executors = r.get("executors", -1)
+            click.echo(f"  {r.get('stage')}: application {r.get('application_id')} ({r.get('master')}"
+                       f"{f', {executors} executors' if executors and executors > 0 else ''}), "
                        f"{r.get('jobs')} jobs, {r.get('stages')} stages, {r.get('seconds')} s, "
-                       f"{r.get('output_files')} output files (attempt {r.get('attempt')})")
+                       f"{r.get('output_files')} output files (attempt {r.get('attempt')})"
+                       + (f", {r['micro_batches']} micro-batches (last: checkpoint {r.get('epoch')})"
+                          if r.get("micro_batches") else ""))
     if j.failure_cause:
         click.echo(f"failure cause: {j.failure_cause.describe()}")
         if j.failure_cause.traceback:
             click.echo(j.failure_cause.traceback)
-
-
-def _spark_reports(storage_dir: str, job_id: str) -> list[dict[str, Any]]:
-    """What the job's Spark stages wrote about their runs (``<job storage>/spark/*.json``); none
-    when the storage is out of the client's reach."""
-    import json
-
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(f"{storage_dir.rstrip('/')}/jobs/{job_id}/spark")
-        out = []
-        for name in sorted(fs.glob(f"{path}/*.json")):
-            with fs.open(name, "r") as fh:
-                out.append(json.load(fh))
-        return out
-    except (OSError, ValueError, ImportError):
-        return []
 
 
 # ---- session ---------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ __all__ = ["ApplicationLocator", "Submission", "application_spec", "skein_client
 log = logging.getLogger(__name__)
 
 TASKEXECUTOR_SERVICE = "taskexecutor"  # the SkeinDriver's service
+SPARK_MASTER_SERVICE, SPARK_WORKER_SERVICE = "spark-master", "spark-worker"  # and Spark's daemons
+_SPARK_DAEMON_MB = 256  # SPARK_DAEMON_MEMORY of the standalone master's and workers' own JVMs
 CONF_FILE = "yarnflow.yaml"  # in the container's working directory, which is YARNFLOW_CONF_DIR
 VENV_DIR = "environment"
 JOB_GRAPH_FILE = "jobgraph.bin"
@@ -158,6 +160,38 @@ def _script(config: Configuration, command: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _spark_services(config: Configuration, files: dict[str, Any]) -> tuple[Any, Any]:
+    """The services of the Spark standalone master and workers that the AppMaster starts for
+    Spark stages (no instances until a stage asks; see am/resourcemanager/spark_cluster.py). A
+    worker's container holds the worker's JVM and one executor of ``spark.executor.memory``
+    (with Spark's executor overhead: 10%, at least 384 MB)."""
+    import skein
+
+    executor_mb = _spark_memory_mb(config.to_strings().get("spark.executor.memory") or "1g")
+    cores = int(config.to_strings().get("spark.executor.cores") or 1)
+    worker_mb = executor_mb + max(384, executor_mb // 10) + _SPARK_DAEMON_MB + 128
+    master_args = ["-m", "yarnflow.worker.spark_daemon", "master", "--host", '"$YARNFLOW_HOST"',
+                   "--report-key", '"$YARNFLOW_SPARK_KEY"']
+    worker_args = ["-m", "yarnflow.worker.spark_daemon", "worker", "--host", '"$YARNFLOW_HOST"',
+                   "--master", '"$YARNFLOW_SPARK_MASTER"', "--memory", '"$YARNFLOW_SPARK_MEMORY"',
+                   "--cores", '"$YARNFLOW_SPARK_CORES"', "--work-dir", '"$PWD/spark-work"']
+    common = dict(instances=0, max_restarts=0, allow_failures=True, files=files)
+    master = skein.Service(resources=skein.Resources(memory=_SPARK_DAEMON_MB + 256, vcores=1),
+                           script=_script(config, master_args), **common)
+    worker = skein.Service(resources=skein.Resources(memory=worker_mb, vcores=max(1, cores)),
+                           script=_script(config, worker_args), **common)
+    return master, worker
+
+
+def _spark_memory_mb(value: str) -> int:
+    from yarnflow.am.resourcemanager.spark_cluster import executor_memory_mb
+
+    try:
+        return executor_memory_mb(value)
+    except ValueError:
+        raise ConfigurationError(f"spark.executor.memory: {value!r} is not a memory size (e.g. 512m, 2g)") from None
+
+
 @dataclass
 class Submission:
     """What a yarnflow application ships: a per-job application's JobGraph and artifact (as
@@ -212,11 +246,13 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
             resources=skein.Resources(memory=_mib(config[Options.TM_MEMORY]),
                                       vcores=max(1, math.ceil(config[Options.TM_CPU]))),
             files=files, script=_script(config, te_args))
+        spark_master, spark_worker = _spark_services(config, files)
         spec = skein.ApplicationSpec(
             name=config[Options.YARN_APP_NAME] or f"yarnflow {submission.name}",
             queue=config[Options.YARN_QUEUE] or "default", tags=sorted(tags),
             max_attempts=config[Options.YARN_ATTEMPTS], master=master,
-            services={TASKEXECUTOR_SERVICE: taskexecutor})
+            services={TASKEXECUTOR_SERVICE: taskexecutor, SPARK_MASTER_SERVICE: spark_master,
+                      SPARK_WORKER_SERVICE: spark_worker})
         spec._validate()
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"the YARN application spec is not valid: {exc}") from None

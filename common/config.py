@@ -300,6 +300,15 @@ class Options:
     YARN_STAGING_DIR = _opt("yarn.staging-directory", _parse_str,
                             "shared fsspec URL for job artifacts when high-availability.storageDir is unset")
     SPARK_MASTER = _opt("spark.master", _parse_str, "Spark master URL")
+    SPARK_EXECUTORS = _opt("spark-stages.executors", _parse_str,
+                           "where Spark stages run Spark when spark.master is empty: taskexecutor (local[N] in the "
+                           "TaskExecutor), cluster (a Spark standalone master and workers the AppMaster starts: YARN "
+                           "containers of the application, or local processes) or auto (cluster on YARN, else "
+                           "taskexecutor)", choices=("auto", "taskexecutor", "cluster"))
+    SPARK_IDLE_TIMEOUT = _opt("spark-stages.idle-timeout", parse_duration_ms,
+                              "the AppMaster stops its Spark master and workers after this long without a stage")
+    SPARK_START_TIMEOUT = _opt("spark-stages.start-timeout", parse_duration_ms,
+                               "a Spark stage fails when the Spark master it asked for is not up within this time")
     REST_ADDRESS = _opt("rest.address", _parse_str, "address the AppMaster's REST API and web UI bind to")
     REST_PORT = _opt("rest.port", parse_port_range, "port (or range: the first free one) of the REST API "
                      "and web UI; 0: any free port")

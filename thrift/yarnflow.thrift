@@ -255,6 +255,9 @@ service ResourceManagerService {
                                  3: SlotReport slot_report) throws (1: RpcError err),
   void disconnectTaskExecutor(1: string fencing_token, 2: string resource_id,
                               3: string reason) throws (1: RpcError err),
+  // A Spark stage's driver wants Spark: the master's spark:// URL, "local" (run Spark inside
+  // the TaskExecutor), or "" while the AppMaster's Spark master starts (ask again).
+  string requestSparkMaster(1: string fencing_token, 2: map<string, string> settings) throws (1: RpcError err),
 }
 
 // ---- JobMaster ---------------------------------------------------------------------------

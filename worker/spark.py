@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -39,37 +40,73 @@ def default_master(config: Mapping[str, str]) -> str:
     return f"local[{max(1, n)}]"
 
 
-def spark_settings(config: Mapping[str, str]) -> dict[str, str]:
-    """The Spark configuration of a job: its ``spark.*`` keys over yarnflow's defaults."""
+class MasterProvider(Protocol):
+    """Where a stage's Spark runs when its job names no ``spark.master``: the TaskExecutor asks
+    the AppMaster (``TaskExecutor.spark_masters``). ``acquire`` returns the URL of the
+    AppMaster's Spark master (kept from its idle timeout until ``release``), or ``"local"``
+    for ``local[N]`` in this TaskExecutor."""
+
+    def acquire(self, settings: dict[str, str]) -> str: ...
+
+    def release(self) -> None: ...
+
+
+def spark_settings(config: Mapping[str, str], master: str = "") -> dict[str, str]:
+    """The Spark configuration of a job: its ``spark.*`` keys over yarnflow's defaults, with
+    ``master`` (the AppMaster's answer) when the job names none."""
     settings = dict(DEFAULTS)
     settings.update({k: v for k, v in config.items() if k.startswith("spark.") and v != ""})
     if not settings.get("spark.master"):
-        settings["spark.master"] = default_master(config)
-    if settings["spark.master"].startswith("local"):
+        settings["spark.master"] = master if master and master != "local" else default_master(config)
+    url = settings["spark.master"]
+    # executors run Python functions (UDFs) with this TaskExecutor's Python unless told otherwise
+    settings.setdefault("spark.pyspark.python", sys.executable)
+    if url.startswith("local") or url.startswith(("spark://127.0.0.1:", "spark://localhost:")):
         settings.setdefault("spark.driver.host", "127.0.0.1")
         settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
     return settings
 
 
-def stage_session(config: Mapping[str, str]) -> Any:
+def resolve_master(config: Mapping[str, str], provider: MasterProvider | None) -> str:
+    """Where a stage's Spark runs: the job's ``spark.master`` if it names one, else what the
+    AppMaster answers (its standalone cluster, or ``"local"``; a cluster is then held until
+    the stage calls ``provider.release()``)."""
+    if config.get("spark.master") or provider is None:
+        return ""
+    asked = {k: v for k, v in config.items() if k.startswith(("spark.", "spark-stages."))}
+    return provider.acquire(asked)
+
+
+def stage_session(config: Mapping[str, str], master: str = "") -> Any:
     """A session of its own for one Spark stage (``newSession``: the TaskExecutor's SparkContext,
     but its own temporary views and SQL settings), with the job's ``spark.sql.*`` keys set:
-    two stages running at once in one TaskExecutor cannot see each other's views or settings."""
-    session = get_session(config).newSession()
+    two stages running at once in one TaskExecutor cannot see each other's views or settings.
+    ``master``: the AppMaster's answer (``resolve_master``) when the job names no master."""
+    session = get_session(config, master).newSession()
     for key, value in spark_settings(config).items():
         if key.startswith("spark.sql."):
             session.conf.set(key, value)
     return session
 
 
-def get_session(config: Mapping[str, str]) -> Any:
-    """This process's SparkSession, created on first use from ``config``. A later job with
-    other ``spark.*`` settings gets the same SparkContext (a JVM has one): its static settings
-    (master, memory) are those of the first; a warning says which differ. SQL settings are
-    per stage (``stage_session``)."""
+def get_session(config: Mapping[str, str], master: str = "") -> Any:
+    """This process's SparkSession, created on first use from ``config`` (and ``master``, the
+    AppMaster's answer). A later job with other ``spark.*`` settings gets the same SparkContext
+    (a JVM has one): its static settings (memory) are those of the first; a warning says which
+    differ. A session whose master is gone (the AppMaster stopped an idle Spark cluster and
+    started another) is stopped and made anew. SQL settings are per stage (``stage_session``)."""
     global _session
     with _lock:
-        settings = spark_settings(config)
+        settings = spark_settings(config, master)
+        if _session is not None and master.startswith("spark://") \
+                and _session.sparkContext.master != settings["spark.master"]:
+            log.info("the Spark master is now %s (was %s): starting a new SparkSession", settings["spark.master"],
+                     _session.sparkContext.master)
+            try:
+                _session.stop()
+            except Exception:  # noqa: BLE001 - its master is gone
+                log.debug("stopping the old SparkSession", exc_info=True)
+            _session = None
         if _session is not None:
             current = dict(_session.sparkContext.getConf().getAll())
             differ = sorted(k for k, v in settings.items() if k in current and current[k] != v

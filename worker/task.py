@@ -24,6 +24,7 @@ from yarnflow.common.states import ExecutionState
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
 from yarnflow.worker.memory.spill import SpillFiles
+from yarnflow.worker.spark import MasterProvider
 from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.runtime.checkpoints import (
@@ -59,13 +60,15 @@ class Task:
                  request_split: Callable[[int], SplitResponse] | None = None,
                  checkpoints: CheckpointResponder | None = None,
                  memory: MemoryManager | None = None, slot_index: int = 0,
-                 spill_roots: Sequence[str] | None = None) -> None:
+                 spill_roots: Sequence[str] | None = None,
+                 spark_master: MasterProvider | None = None) -> None:
         """``request_split(last_checkpoint_id)`` asks the JobMaster for this source subtask's next
         split; ``checkpoints`` receives its acknowledgements and declines. Operators that use
         managed memory take their budgets from ``memory``'s slot ``slot_index``; spill files go
         under ``spill_roots`` (one ``yarnflow-spill`` folder per tmp dir)."""
         self._memory = memory
         self._slot_index = slot_index
+        self._spark_master = spark_master
         self.spill = SpillFiles(spill_roots, str(tdd.execution_attempt_id)) if spill_roots else SpillFiles()
         self._request_split = request_split
         self._responder = checkpoints
@@ -220,7 +223,8 @@ class Task:
         head = chain[0]
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split
-        st.wire(lambda op: RuntimeContext(**base, memory=self._budget(op), spill=self.spill))
+        st.wire(lambda op: RuntimeContext(**base, memory=self._budget(op), spill=self.spill,
+                                          spark_master=self._spark_master))
         if restore is not None and not restore.finished:
             log.info("%s restores checkpoint %d (%d state files)", tdd.display_name, restore.checkpoint_id,
                      len(restore.files))

@@ -17,6 +17,7 @@ from typing import Callable
 
 from yarnflow.am.resourcemanager.drivers.base import ResourceDriver
 from yarnflow.am.resourcemanager.gateway import JobMasterListener
+from yarnflow.am.resourcemanager.spark_cluster import LOCAL, SparkCluster
 from yarnflow.am.resourcemanager.slotmanager.slot_manager import (
     Action,
     AllocateSlot,
@@ -75,6 +76,11 @@ class ResourceManager:
         self._gateways: dict[ResourceID, RemoteTaskExecutorGateway] = {}
         self._listeners: dict[JobID, JobMasterListener] = {}
         self._started = False
+        #: Spark's standalone master and workers for Spark stages, when the driver can run them
+        self.spark: SparkCluster | None = None
+        if hasattr(driver, "start_spark_master"):
+            defaults = {k: v for k, v in config.to_strings().items() if k.startswith("spark.")}
+            self.spark = SparkCluster(driver, SystemClock(), defaults, config[Options.SPARK_IDLE_TIMEOUT])  # type: ignore[arg-type]
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, rpc_address: str, recover_previous_workers: bool = False) -> None:
@@ -108,6 +114,11 @@ class ResourceManager:
             self._main.call(self._disconnect_all, timeout=10)
         except Exception:  # noqa: BLE001
             log.debug("disconnecting TaskExecutors", exc_info=True)
+        if self.spark is not None:
+            try:
+                self._main.call(self.spark.stop, timeout=10)
+            except Exception:  # noqa: BLE001 - the driver's stop ends what it started anyway
+                log.debug("stopping the Spark daemons", exc_info=True)
         self._driver.stop()
         self._main.stop()
         self._io.shutdown(wait=False, cancel_futures=True)
@@ -214,6 +225,24 @@ class ResourceManager:
             raise FencingTokenError("disconnect with a stale ResourceManager token")
         self._apply(self.slot_manager.unregister(resource_id, f"TaskExecutor disconnected: {reason}"))
 
+    def request_spark_master(self, token: str, settings: dict[str, str]) -> str:
+        return self._main.call(self._request_spark_master, token, settings)
+
+    def _request_spark_master(self, token: str, settings: dict[str, str]) -> str:
+        """See ``spark_cluster``: the master's URL, ``LOCAL`` or ``""`` (ask again)."""
+        if token != self.fencing_token:
+            raise FencingTokenError("requestSparkMaster with a stale ResourceManager token")
+        mode = settings.get(Options.SPARK_EXECUTORS.key) or self._config[Options.SPARK_EXECUTORS]
+        if mode == "taskexecutor" or (mode == "auto" and not getattr(self._driver, "spark_in_containers", False)):
+            return LOCAL
+        if self.spark is None:
+            raise RefusedError("this AppMaster's resource driver cannot start Spark daemons: set "
+                               "spark-stages.executors to taskexecutor, or spark.master to a Spark master")
+        try:
+            return self.spark.request({k: v for k, v in settings.items() if k.startswith("spark.")})
+        except ValueError as exc:
+            raise RefusedError(str(exc)) from None
+
     # -- driver callbacks -------------------------------------------------------------------
     def _on_worker_terminated(self, resource_id: ResourceID, reason: str) -> None:
         def handle() -> None:
@@ -226,6 +255,8 @@ class ResourceManager:
 
     def _check_timeouts(self) -> None:
         self._apply(self.slot_manager.check_timeouts())
+        if self.spark is not None:
+            self.spark.check()
         self._main.schedule(self._heartbeat_ms, self._check_timeouts)
 
     # -- actions ----------------------------------------------------------------------------

@@ -78,6 +78,10 @@ _SCHEMAS: dict[str, Any] = {
         "exceptionHistory": _obj(["entries", "truncated"], truncated=_BOOL, entries={"type": "array", "items": _obj(
             ["exceptionName", "stacktrace", "timestamp"], exceptionName=_STR, stacktrace=_STR, timestamp=_INT,
             taskName=_NULLABLE_STR, endpoint=_NULLABLE_STR)})}),
+    "SparkStages": _obj(["stages"], stages={"type": "array", "items": _obj(["stage", "application_id", "master"], **{
+        "stage": _STR, "uid": _STR, "application_id": _STR, "master": _STR, "executors": _INT, "jobs": _INT,
+        "stages": _INT, "seconds": _NUM, "output_files": _INT, "attempt": _INT, "driver_pid": _INT,
+        "epoch": _INT, "micro_batches": _INT})}),
     "Checkpoints": _obj(["counts", "summary", "latest", "history"], counts=_obj(
         ["total", "in_progress", "completed", "failed"], restored=_INT, total=_INT, in_progress=_INT,
         completed=_INT, failed=_INT), summary={"type": "object"}, latest={"type": "object"},
@@ -136,6 +140,7 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/plan": _get("The job's dataflow plan", "Plan", 400, 404, params=job),
             "/jobs/{jobid}/exceptions": _get("Root cause and failure history", "Exceptions", 400, 404, params=job),
             "/jobs/{jobid}/checkpoints": _get("Checkpoint statistics", "Checkpoints", 400, 404, params=job),
+            "/jobs/{jobid}/spark": _get("The job's Spark stages (yarnflow's own)", "SparkStages", 400, 404, params=job),
             "/jobs/{jobid}/vertices/{vertexid}": _get("The vertex's subtasks", "Subtasks", 400, 404,
                                                        params=[_JOB, _VERTEX]),
             "/jobs/{jobid}/vertices/{vertexid}/backpressure": _get("The vertex's back-pressure", "BackPressure",

@@ -41,6 +41,7 @@ from yarnflow.common.errors import (
     UnavailableError,
 )
 from yarnflow.common.ids import JobID
+from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
 from yarnflow.common.version import __version__
 
@@ -191,6 +192,7 @@ class RestServer:
                 ("/jobs/<jobid>/plan", self.plan, ("GET",)),
                 ("/jobs/<jobid>/exceptions", self.exceptions, ("GET",)),
                 ("/jobs/<jobid>/checkpoints", self.checkpoints, ("GET",)),
+                ("/jobs/<jobid>/spark", self.spark, ("GET",)),
                 ("/jobs/<jobid>/vertices/<vertexid>", self.vertex, ("GET",)),
                 ("/jobs/<jobid>/vertices/<vertexid>/backpressure", self.backpressure, ("GET",)),
                 ("/jobs/<jobid>/savepoints", self.trigger_savepoint, ("POST",)),
@@ -259,6 +261,12 @@ class RestServer:
         if not self._checkpointing(self._graph(info.job_id)):
             raise ApiError(404, f"job {jobid} takes no checkpoints (execution.checkpointing.interval is not set)")
         return jsonify(views.checkpoints(info))
+
+    def spark(self, jobid: str) -> Response:
+        """The job's Spark stages: application, master, executors, Spark jobs and stages of the
+        last run (yarnflow's own endpoint; Flink has no Spark)."""
+        info = self._job(jobid)
+        return jsonify({"stages": read_spark_reports(self._am.storage_dir, str(info.job_id))})
 
     def vertex(self, jobid: str, vertexid: str) -> Response:
         info, v = self._vertex(jobid, vertexid)

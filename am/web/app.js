@@ -93,7 +93,7 @@ async function job(view, jid, tab) {
   const j = await api(`/jobs/${jid}`);
   const running = !["FINISHED", "FAILED", "CANCELED", "SUSPENDED"].includes(j.state);
   tab = tab || "subtasks";
-  const tabs = ["subtasks", "exceptions", "checkpoints"].map((t) =>
+  const tabs = ["subtasks", "exceptions", "checkpoints", "spark"].map((t) =>
     `<a href="#/jobs/${esc(jid)}/${t}" class="${t === tab ? "active" : ""}" id="tab-${t}">${t[0].toUpperCase() + t.slice(1)}</a>`);
   view.innerHTML = `<div class="toolbar"><h2>${esc(j.name)}</h2>${state(j.state)}
       <span class="muted">${esc(j.jid)} · started ${fmtTime(j["start-time"])} · ${fmtDuration(j.duration)}
@@ -114,6 +114,7 @@ async function job(view, jid, tab) {
   const content = document.getElementById("tab-content");
   if (tab === "exceptions") content.innerHTML = await exceptionsTab(jid);
   else if (tab === "checkpoints") content.innerHTML = await checkpointsTab(jid, j.checkpointing);
+  else if (tab === "spark") content.innerHTML = await sparkTab(jid);
   else content.innerHTML = await subtasksTab(jid, j.vertices);
 }
 
@@ -205,6 +206,17 @@ async function checkpointsTab(jid, enabled) {
       ${card("In progress", counts.in_progress, "ck-in-progress")}</div><h3>History</h3>
       <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Triggered</th><th>Duration</th><th>Size</th>
       <th>Failure</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+}
+
+async function sparkTab(jid) {
+  const s = await api(`/jobs/${jid}/spark`);
+  if (!s.stages.length) return `<p class="muted" id="no-spark">This job has no Spark stage that ran.</p>`;
+  const rows = s.stages.map((r) => `<tr><td>${esc(r.stage)}</td><td>${esc(r.application_id)}</td><td>${esc(r.master)}</td>
+      <td>${r.executors > 0 ? r.executors : "-"}</td><td>${r.jobs}</td><td>${r.stages}</td><td>${r.seconds} s</td>
+      <td>${r.output_files}</td><td>${r.attempt}</td><td>${r.micro_batches ?? "-"}</td></tr>`);
+  return `<table id="spark-table"><thead><tr><th>Stage</th><th>Spark application</th><th>Master</th><th>Executors</th>
+      <th>Spark jobs</th><th>Spark stages</th><th>Last run</th><th>Output files</th><th>Attempt</th>
+      <th>Micro-batches</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 async function taskmanagers(view, id) {

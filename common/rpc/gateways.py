@@ -126,6 +126,9 @@ class RemoteResourceManagerGateway:
     def disconnect_task_executor(self, token: str, resource_id: str, reason: str) -> None:
         self._c.call("disconnectTaskExecutor", token, str(resource_id), reason)
 
+    def request_spark_master(self, token: str, settings: dict[str, str]) -> str:
+        return str(self._c.call("requestSparkMaster", token, dict(settings)))
+
     def close(self) -> None:
         self._c.close()
 
@@ -291,6 +294,7 @@ class ResourceManagerImpl(Protocol):
     def register_task_executor(self, registration: TaskExecutorRegistration) -> RegistrationResponse: ...
     def heartbeat_from_task_executor(self, token: str, registration_id: str, report: SlotReport) -> None: ...
     def disconnect_task_executor(self, token: str, resource_id: ids.ResourceID, reason: str) -> None: ...
+    def request_spark_master(self, token: str, settings: dict[str, str]) -> str: ...
 
 
 class ResourceManagerHandler:
@@ -308,6 +312,10 @@ class ResourceManagerHandler:
     @_translated
     def disconnectTaskExecutor(self, token: str, resource_id: str, reason: str) -> None:  # noqa: N802
         self._i.disconnect_task_executor(token, ids.ResourceID(resource_id), reason)
+
+    @_translated
+    def requestSparkMaster(self, token: str, settings: dict[str, str]) -> str:  # noqa: N802
+        return self._i.request_spark_master(token, dict(settings or {}))
 
     def processor(self) -> Any:
         return ResourceManagerService.Processor(self)

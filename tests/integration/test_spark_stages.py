@@ -277,6 +277,11 @@ def test_info_shows_the_spark_application_and_its_counts(cluster: Any, data: Pat
     assert "spark stages:" in proc.stdout
     line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("count_regions:"))
     assert "application local-" in line and " jobs, " in line and " stages, " in line
+    from tests.rest import get
+
+    [stage] = get(f"{cluster.web_url()}/jobs/{result.job_id}/spark")["stages"]  # what the web UI's Spark tab shows
+    assert stage["stage"] == "count_regions" and stage["application_id"].startswith("local-") and stage["jobs"] >= 1
+    assert get(f"{cluster.web_url()}/jobs/{'0' * 32}/spark", expect=404)
 
 
 def test_the_example_runs_with_both_engines(cluster: Any, data: Path, tmp_path: Path) -> None:
@@ -502,3 +507,35 @@ def test_a_taskexecutor_killed_while_it_drives_spark_retries_the_stage_with_its_
     attempts = {v.name: sum(v.subtask_attempts) for v in info.vertices}
     assert attempts["by_customer"] >= 1 and attempts["orders -> all -> input -> by_customer"] == 0, attempts
     assert {p.name: p.stat().st_mtime_ns for p in inputs.iterdir()} == written  # the inputs were kept
+
+
+def test_spark_stages_can_run_on_a_standalone_cluster_of_local_processes_that_goes_when_idle(
+        local_cluster: Any, data: Path, tmp_path: Path) -> None:
+    """``spark-stages.executors: cluster`` off YARN: the AppMaster starts Spark's standalone
+    master and two workers as processes of its own for the stage, and stops them once no stage
+    has asked for ``spark-stages.idle-timeout``."""
+    cluster = local_cluster(taskexecutors=2, slots=2, **{"spark-stages.executors": "cluster",
+                                                         "spark-stages.idle-timeout": "3 s",
+                                                         "spark.executor.memory": "512m"})
+    out = tmp_path / "out"
+
+    def build(env: Any) -> None:
+        orders = env.read_parquet(str(data / "orders.parquet"), name="orders")
+        customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+        env.spark_sql(SQL, orders=orders, customers=customers, name="join_sum").sink_to_parquet(str(out))
+
+    result = run(cluster, build, "standalone")
+    assert_close(committed(out), reference(data))
+    [report] = spark_reports(cluster, str(result.job_id))
+    assert report["master"].startswith("spark://127.0.0.1:") and report["executors"] == 2, report
+
+    def daemons() -> list[str]:
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if "org.apache.spark.deploy." in cmd and str(cluster.work_dir) in cmd:
+                found.append(cmd)
+        return found
+
+    assert len(daemons()) == 2  # the two workers, found by their work dirs under the cluster's
+    wait_until(lambda: not daemons(), 30, "the idle Spark cluster was not stopped")

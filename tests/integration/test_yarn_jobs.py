@@ -17,6 +17,7 @@ import json
 import re
 import signal
 import subprocess
+import time
 import sys
 import textwrap
 import zipfile
@@ -474,3 +475,116 @@ def test_no_container_process_outlives_a_killed_application(yarn_cli: Cli, sandb
     assert wait_final(app_id).state == "KILLED"
     wait_until(lambda: not container_processes(app_id, "yarnflow.worker")
                and not container_processes(app_id, "yarnflow.am"), 20, "container processes outlived the kill")
+
+
+# ---- Spark stages on executors in containers of the application (issue 25) --------------------
+
+SPARK_JOB = textwrap.dedent("""\
+    import sys
+
+    import yarnflow
+
+    src, out, sleep_s = sys.argv[1:4]
+
+    def count(df):
+        import time
+
+        from pyspark.sql import functions as F, types as T
+
+        def slow(k):
+            time.sleep(float(sleep_s))
+            return k
+
+        slowly = F.udf(slow, T.StringType())
+        return (df.select(slowly(F.col("k")).alias("k"), "v").groupBy("k")
+                .agg(F.count("*").alias("n"), F.sum("v").alias("s")))
+
+    env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.read_parquet(src, name="rows").spark(count, name="count").sink_to_parquet(out)
+    env.execute("spark-on-yarn")
+""")
+SPARK_CONF = {**YARN_CONF, "spark.executor.memory": "512m", "spark.executor.instances": "2",
+              "spark.driver.memory": "512m", "taskmanager.memory.process.size": "1 gb"}
+
+
+def spark_input(folder: Path, files: int = 8, rows: int = 4000) -> dict[str, tuple[int, int]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    expected: dict[str, tuple[int, int]] = {}
+    for f in range(files):
+        ks = [f"k{(f * rows + r) % KEYS}" for r in range(rows // files)]
+        vs = list(range(f * rows, f * rows + rows // files))
+        pq.write_table(pa.table({"k": ks, "v": vs}), folder / f"part-{f}.parquet")
+        for k, v in zip(ks, vs):
+            n, s = expected.get(k, (0, 0))
+            expected[k] = (n + 1, s + v)
+    return expected
+
+
+def spark_counts(out: Path) -> dict[str, tuple[int, int]]:
+    table = pads.dataset(str(out), format="parquet").to_table()
+    keys = table["k"].to_pylist()
+    assert len(keys) == len(set(keys)), "a key was committed twice"
+    return dict(zip(keys, zip(table["n"].to_pylist(), table["s"].to_pylist())))
+
+
+def spark_reports(storage: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(storage.glob("jobs/*/spark/*.json"))]
+
+
+@pytest.mark.timeout(240)
+def test_a_spark_stage_runs_on_executors_in_containers_of_the_application(yarn_cli: Cli, sandbox: Sandbox,
+                                                                         tmp_path: Path) -> None:
+    expected = spark_input(tmp_path / "in")
+    out, storage = tmp_path / "out", tmp_path / "storage"
+    (tmp_path / "spark_job.py").write_text(SPARK_JOB)
+    proc = yarn_cli.run("run", "--target", "yarn-per-job", *dconf(SPARK_CONF), "-D",
+                        f"high-availability.storageDir=file://{storage}", "spark_job.py", str(tmp_path / "in"),
+                        str(out), "0", timeout=200)
+    assert proc.returncode == 0, proc.stderr
+    assert spark_counts(out) == expected
+    [report_] = spark_reports(storage)
+    assert report_["master"].startswith("spark://") and report_["executors"] == 2, report_
+    app_id = app_id_of(proc.stderr)
+    # the AppMaster, two TaskExecutors, and the Spark master and its two workers
+    assert len(containers_started(sandbox, app_id)) == 6, containers_started(sandbox, app_id)
+    assert report(app_id).final_status == "SUCCEEDED"
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_spark_executor_container_is_retried_by_spark_and_the_result_stays_exact(
+        yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    expected = spark_input(tmp_path / "in", files=8, rows=4000)
+    out, storage = tmp_path / "out", tmp_path / "storage"
+    (tmp_path / "spark_job.py").write_text(SPARK_JOB)
+    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf(SPARK_CONF), "-D",
+                          f"high-availability.storageDir=file://{storage}", "spark_job.py", str(tmp_path / "in"),
+                          str(out), "0.004")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+
+    def runs_an_executor(worker: psutil.Process) -> bool:
+        try:
+            return any("CoarseGrainedExecutorBackend" in " ".join(c.cmdline()) for c in worker.children(recursive=True))
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            return False
+
+    def busy_executor() -> list[psutil.Process]:
+        return [w for w in container_processes(app_id, "yarnflow.worker.spark_daemon") if runs_an_executor(w)]
+
+    [victim, *_] = wait_until(busy_executor, 150, "no Spark executor ever ran in a worker container", interval_s=0.2)
+    time.sleep(1.0)  # its tasks are under way
+    killed = victim.environ()["CONTAINER_ID"]
+    for p in [*victim.children(recursive=True), victim]:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    _, stderr = proc.communicate(timeout=200)
+    assert proc.returncode == 0, stderr
+    assert spark_counts(out) == expected
+    started = containers_started(sandbox, app_id)
+    assert killed in started and len(started) >= 7, started  # and a worker that replaced it
+    assert report(app_id).final_status == "SUCCEEDED"

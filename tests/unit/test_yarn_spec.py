@@ -144,3 +144,19 @@ def test_application_config():
     kept = application_config(Configuration.load({"high-availability.cluster-id": "etl",
                                                   "high-availability.storageDir": "file:///data/ha"}), "application_1_7")
     assert kept[Options.HA_CLUSTER_ID] == "etl" and kept[Options.HA_STORAGE_DIR] == "file:///data/ha"
+
+
+def test_the_spark_daemons_services_are_sized_from_spark_executor_keys(tmp_path):
+    from yarnflow.yarn import SPARK_MASTER_SERVICE, SPARK_WORKER_SERVICE
+
+    spec = skein.ApplicationSpec.from_yaml(spec_of(tmp_path, {"spark.executor.memory": "2g",
+                                                              "spark.executor.cores": "2"}).to_yaml())
+    master, worker = spec.services[SPARK_MASTER_SERVICE], spec.services[SPARK_WORKER_SERVICE]
+    # none until a Spark stage asks; the AppMaster replaces a lost worker itself
+    assert master.instances == worker.instances == 0 and worker.allow_failures and worker.max_restarts == 0
+    # a worker's container: its own JVM (256 MB), one executor of 2 GB and Spark's overhead (10%, >= 384 MB)
+    assert (worker.resources.memory, worker.resources.vcores) == (2048 + 384 + 256 + 128, 2)
+    assert "-m yarnflow.worker.spark_daemon worker" in worker.script and '"$YARNFLOW_SPARK_MASTER"' in worker.script
+    assert '--report-key "$YARNFLOW_SPARK_KEY"' in master.script
+    with pytest.raises(ConfigurationError, match="spark.executor.memory: 'lots' is not a memory size"):
+        spec_of(tmp_path, {"spark.executor.memory": "lots"})

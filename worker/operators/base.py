@@ -11,6 +11,7 @@ import pyarrow as pa
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.memory.manager import MemoryBudget
 from yarnflow.worker.memory.spill import SpillFiles
+from yarnflow.worker.spark import MasterProvider
 from yarnflow.worker.runtime.elements import Watermark
 from yarnflow.worker.state.tables import Snapshot
 
@@ -60,6 +61,9 @@ class RuntimeContext:
     memory: MemoryBudget = field(default_factory=MemoryBudget.unlimited)
     #: the task attempt's spill files (removed when the task ends)
     spill: SpillFiles = field(default_factory=SpillFiles)
+    #: asks the AppMaster where a Spark stage's Spark runs (its Spark master's URL, or "local");
+    #: None outside a TaskExecutor
+    spark_master: MasterProvider | None = None
 
     @property
     def is_batch(self) -> bool:

@@ -174,6 +174,7 @@ class SparkStage(Operator):
         self._ran: list[tuple[int, list[str]]] = []  # (last snapshot before the run, files to delete)
         self._last_snapshot = 0
         self._micro_batches = 0
+        self._holding = False  # the AppMaster's Spark cluster is held for this stage
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -203,7 +204,10 @@ class SparkStage(Operator):
             return
         session, group, started = self._session()
         out_dir = f"{self._attempt_dir}/out"
-        self._write(session, self._files, out_dir)
+        try:
+            self._write(session, self._files, out_dir)
+        finally:
+            self._done()
         committed = f"{self._root}/output"
         if self._fs.exists(committed):
             self._fs.rm(committed, recursive=True)
@@ -263,7 +267,10 @@ class SparkStage(Operator):
                 continue
             session, group, started = self._session()
             out_dir = f"{self._root}/out/epoch-{epoch}"
-            self._write(session, files, out_dir)
+            try:
+                self._write(session, files, out_dir)
+            finally:
+                self._done()
             emitted = self._emit(out_dir)
             self._report(session, group, time.time() - started, len(emitted), epoch)
             inputs = [fsspec.core.url_to_fs(p)[1] for ps in files.values() for p in ps]
@@ -271,18 +278,29 @@ class SparkStage(Operator):
 
     # -- running Spark ----------------------------------------------------------------------------
     def _session(self) -> tuple[Any, str, float]:
+        """The stage's SparkSession, and its job group and start time. When the AppMaster's
+        Spark cluster runs it, the cluster is held until ``_done`` (call it whatever happens)."""
         from yarnflow.worker import spark as spark_runtime
 
         started = time.time()
         try:
-            session = spark_runtime.stage_session(self.ctx.config)
+            master = spark_runtime.resolve_master(self.ctx.config, self.ctx.spark_master)
+            self._holding = master.startswith("spark://")
+            session = spark_runtime.stage_session(self.ctx.config, master)
         except Exception as exc:
+            self._done()
             log.exception("Spark stage '%s': the SparkSession could not start", self.name)
             raise SparkStageError(f"Spark stage '{self.name}': the SparkSession could not start: "
                                   f"{spark_runtime.error_line(exc)}") from None
         group = f"yarnflow-{self.ctx.job_id}-{self.uid}-{self.ctx.attempt_number}"
         session.sparkContext.setJobGroup(group, f"yarnflow {self.name}")
         return session, group, started
+
+    def _done(self) -> None:
+        """Spark's work for now is done: let the AppMaster's Spark cluster go idle."""
+        if self._holding and self.ctx.spark_master is not None:
+            self._holding = False
+            self.ctx.spark_master.release()
 
     def _write(self, session: Any, files: dict[int, list[str]], out_dir: str) -> None:
         """Run the stage over ``files`` (by input) and write its result as Parquet to ``out_dir``."""
@@ -310,6 +328,9 @@ class SparkStage(Operator):
         for path in files:
             self.output.collect(pa.record_batch({"path": pa.array([self._url(path)], pa.string())}))
         return files
+
+    def close(self) -> None:
+        self._done()
 
     # -- helpers -----------------------------------------------------------------------------
     def _run(self, session: Any, frames: dict[str, Any]) -> Any:
@@ -363,7 +384,12 @@ class SparkStage(Operator):
         tracker = sc.statusTracker()
         jobs = list(tracker.getJobIdsForGroup(group))
         stages = sorted({s for j in jobs if (info := tracker.getJobInfo(j)) is not None for s in info.stageIds})
+        try:  # the executors the application holds (the driver is listed too, locally it is all there is)
+            executors = max(0, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+        except Exception:  # noqa: BLE001 - a report without it
+            executors = -1
         report = {"stage": self.name, "uid": self.uid, "application_id": sc.applicationId, "master": sc.master,
+                  "executors": executors,
                   "jobs": len(jobs), "stages": len(stages), "seconds": round(seconds, 3), "output_files": files,
                   "input_rows": {n: ("read by Spark from its source files" if n in self.direct else r)
                                for n, r in zip(self.inputs, self._rows)}, "attempt": self.ctx.attempt_number,

@@ -35,6 +35,9 @@ def describe_exit(code: int) -> str:
 
 
 class LocalProcessDriver:
+    #: Spark stages run Spark inside their TaskExecutor unless spark-stages.executors says cluster
+    spark_in_containers = False
+
     def __init__(self, config: Configuration, work_dir: str, env: Mapping[str, str] | None = None) -> None:
         self._config = config
         self._work_dir = work_dir
@@ -47,6 +50,7 @@ class LocalProcessDriver:
         self._on_terminated: WorkerTerminated | None = None
         self._closed = False
         self._counter = 0
+        self._spark: dict[str, tuple[subprocess.Popen[bytes], str]] = {}  # handle -> (process, url file)
 
     def start(self, rm_address: str, on_terminated: WorkerTerminated) -> None:
         self._rm_address = rm_address
@@ -106,12 +110,75 @@ class LocalProcessDriver:
     def stop(self) -> None:
         with self._lock:
             self._closed = True
-            procs = list(self._procs.values())
+            procs = list(self._procs.values()) + [p for p, _ in self._spark.values()]
+            self._spark.clear()
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             _terminate(proc)
+
+    # -- Spark's standalone daemons (see am/resourcemanager/spark_cluster.py) -----------------
+    def _spark_process(self, role: str, args: list[str]) -> tuple[str, str]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("driver stopped")
+            self._counter += 1
+            handle = f"spark-{role}-{self._counter}"
+        folder = os.path.join(self._work_dir, "spark", handle)
+        log_dir = os.path.join(self._work_dir, "log")
+        os.makedirs(folder, exist_ok=True)
+        os.makedirs(log_dir, exist_ok=True)
+        url_file = os.path.join(folder, "master.url")
+        cmd = [sys.executable, "-m", "yarnflow.worker.spark_daemon", role, "--parent-pid", str(os.getpid()), *args]
+        if role == "master":
+            cmd += ["--report-file", url_file]
+        else:
+            cmd += ["--work-dir", os.path.join(folder, "work")]
+        log_file = open(os.path.join(log_dir, f"{handle}.log"), "ab")
+        try:
+            # a group of its own: the launcher and Spark's JVM (and a worker's executors) go together
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **self._env} if self._env else None, start_new_session=True)
+        finally:
+            log_file.close()
+        with self._lock:
+            self._spark[handle] = (proc, url_file)
+        log.info("started %s (pid %d), log %s", handle, proc.pid, os.path.join(log_dir, f"{handle}.log"))
+        return handle, url_file
+
+    def start_spark_master(self) -> str:
+        return self._spark_process("master", ["--host", "127.0.0.1"])[0]
+
+    def spark_master_url(self, handle: str) -> str | None:
+        with self._lock:
+            entry = self._spark.get(handle)
+        if entry is None:
+            return None
+        try:
+            with open(entry[1]) as fh:
+                return fh.read().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def start_spark_worker(self, master_url: str, memory_mb: int, cores: int) -> str:
+        return self._spark_process("worker", ["--host", "127.0.0.1", "--master", master_url, "--cores", str(cores),
+                                              "--memory", f"{memory_mb}m"])[0]
+
+    def spark_daemon_alive(self, handle: str) -> bool:
+        with self._lock:
+            entry = self._spark.get(handle)
+        return entry is not None and entry[0].poll() is None
+
+    def stop_spark_daemon(self, handle: str) -> None:
+        with self._lock:
+            entry = self._spark.pop(handle, None)
+        if entry is not None:
+            _terminate(entry[0])
+
+    def spark_pids(self) -> dict[str, int]:
+        with self._lock:
+            return {h: p.pid for h, (p, _) in self._spark.items() if p.poll() is None}
 
     def kill_workers(self) -> None:
         """SIGKILL every worker now. Takes no lock: safe in a signal handler."""
@@ -119,6 +186,11 @@ class LocalProcessDriver:
             try:
                 proc.kill()
             except OSError:  # gone already
+                pass
+        for proc, _ in list(self._spark.values()):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
                 pass
 
     def worker_pids(self) -> dict[ResourceID, int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -25,12 +26,19 @@ from yarnflow.am.resourcemanager.drivers.base import WorkerTerminated
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ids import ResourceID
 
-__all__ = ["RM_ADDRESS_VAR", "SERVICE", "SkeinDriver"]
+__all__ = ["RM_ADDRESS_VAR", "SERVICE", "SPARK_MASTER_SERVICE", "SPARK_WORKER_SERVICE", "SkeinDriver"]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "taskexecutor"
 RM_ADDRESS_VAR = "YARNFLOW_RM_ADDRESS"
+#: the services of Spark's standalone daemons (declared with no instances, see ``yarnflow.yarn``)
+SPARK_MASTER_SERVICE, SPARK_WORKER_SERVICE = "spark-master", "spark-worker"
+#: in a Spark master's container: the key-value store key it reports its URL under
+SPARK_KEY_VAR = "YARNFLOW_SPARK_KEY"
+#: in a Spark worker's container: its master's URL and what it offers executors
+SPARK_MASTER_VAR, SPARK_MEMORY_VAR, SPARK_CORES_VAR = ("YARNFLOW_SPARK_MASTER", "YARNFLOW_SPARK_MEMORY",
+                                                        "YARNFLOW_SPARK_CORES")
 _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
 
 
@@ -41,6 +49,8 @@ class SkeinDriver:
     #: YARN ends an attempt's containers with it (skein keeps none across attempts), so a new
     #: attempt's ResourceManager waits for no previous TaskExecutor and starts its own at once
     workers_outlive_leader = False
+    #: Spark stages run Spark on a standalone master and workers in containers of their own
+    spark_in_containers = True
 
     def __init__(self, config: Configuration, app: Any = None, on_fatal: Callable[[str], None] | None = None,
                  poll_s: float = 1.0) -> None:
@@ -61,6 +71,7 @@ class SkeinDriver:
         self.failed = 0
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._spark_keys: dict[str, str] = {}  # Spark master container -> its URL's key
 
     def start(self, rm_address: str, on_terminated: WorkerTerminated) -> None:
         with self._lock:
@@ -107,6 +118,50 @@ class SkeinDriver:
                 self._app.kill_container(skein_id)
             except Exception:  # noqa: BLE001 - ended meanwhile
                 log.debug("killing %s", skein_id, exc_info=True)
+
+    # -- Spark's standalone daemons (see am/resourcemanager/spark_cluster.py) -----------------
+    def start_spark_master(self) -> str:
+        key = f"yarnflow.spark.master.{uuid.uuid4().hex[:12]}"
+        container = self._app.add_container(SPARK_MASTER_SERVICE, env={SPARK_KEY_VAR: key})
+        with self._lock:
+            self._spark_keys[container.id] = key
+        log.info("requested Spark master container %s", container.id)
+        return str(container.id)
+
+    def spark_master_url(self, handle: str) -> str | None:
+        with self._lock:
+            key = self._spark_keys.get(handle)
+        if key is None:
+            return None
+        try:
+            value = self._app.kv.get(key)
+        except Exception:  # noqa: BLE001 - the store is going away: not up
+            return None
+        return value.decode() if value else None
+
+    def start_spark_worker(self, master_url: str, memory_mb: int, cores: int) -> str:
+        container = self._app.add_container(SPARK_WORKER_SERVICE, env={
+            SPARK_MASTER_VAR: master_url, SPARK_MEMORY_VAR: f"{memory_mb}m", SPARK_CORES_VAR: str(cores)})
+        log.info("requested Spark worker container %s (%d MB, %d cores for executors)", container.id, memory_mb, cores)
+        return str(container.id)
+
+    def spark_daemon_alive(self, handle: str) -> bool:
+        try:
+            [c] = [c for c in self._app.get_containers(services=[handle.rsplit("_", 1)[0]],
+                                                        states=["WAITING", "REQUESTED", "RUNNING"]) if c.id == handle]
+        except ValueError:
+            return False
+        except Exception:  # noqa: BLE001 - cannot tell: count it as alive, the next look decides
+            return True
+        return c is not None
+
+    def stop_spark_daemon(self, handle: str) -> None:
+        with self._lock:
+            self._spark_keys.pop(handle, None)
+        try:
+            self._app.kill_container(handle)
+        except Exception as exc:  # noqa: BLE001 - gone already
+            log.info("releasing Spark container %s: %s", handle, exc)
 
     def worker_pids(self) -> dict[ResourceID, int]:
         """The containers this driver asked for and that have not ended (no pids: they may run

@@ -1571,10 +1571,10 @@ class releasePartitions_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype235, _size232) = iprot.readListBegin()
-                    for _i236 in range(_size232):
-                        _elem237 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem237)
+                    (_etype244, _size241) = iprot.readListBegin()
+                    for _i245 in range(_size241):
+                        _elem246 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem246)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1599,8 +1599,8 @@ class releasePartitions_args(object):
         if self.partition_ids is not None:
             oprot.writeFieldBegin('partition_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter238 in self.partition_ids:
-                oprot.writeString(iter238.encode('utf-8') if sys.version_info[0] == 2 else iter238)
+            for iter247 in self.partition_ids:
+                oprot.writeString(iter247.encode('utf-8') if sys.version_info[0] == 2 else iter247)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
