@@ -94,12 +94,15 @@ def get_session(config: Mapping[str, str], master: str = "") -> Any:
     AppMaster's answer). A later job with other ``spark.*`` settings gets the same SparkContext
     (a JVM has one): its static settings (memory) are those of the first; a warning says which
     differ. A session whose master is gone (the AppMaster stopped an idle Spark cluster and
-    started another) is stopped and made anew. SQL settings are per stage (``stage_session``)."""
+    started another), or is not the one a job names, is stopped and made anew (a stage of
+    another job still running on it then fails and is retried). SQL settings are per stage
+    (``stage_session``)."""
     global _session
     with _lock:
         settings = spark_settings(config, master)
-        if _session is not None and master.startswith("spark://") \
-                and _session.sparkContext.master != settings["spark.master"]:
+        wanted, current_master = settings["spark.master"], _session.sparkContext.master if _session else ""
+        if _session is not None and wanted != current_master \
+                and not (wanted.startswith("local") and current_master.startswith("local")):
             log.info("the Spark master is now %s (was %s): starting a new SparkSession", settings["spark.master"],
                      _session.sparkContext.master)
             try:

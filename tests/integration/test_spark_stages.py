@@ -539,3 +539,53 @@ def test_spark_stages_can_run_on_a_standalone_cluster_of_local_processes_that_go
 
     assert len(daemons()) == 2  # the two workers, found by their work dirs under the cluster's
     wait_until(lambda: not daemons(), 30, "the idle Spark cluster was not stopped")
+
+
+def test_a_jobs_spark_master_may_name_a_standalone_master_of_the_users(
+        cluster: Any, data: Path, tmp_path: Path) -> None:
+    """``-D spark.master=spark://...``: the stage's Spark runs on the user's own standalone
+    master and its worker (started here as a user would, with the daemons pyspark ships), even
+    when the TaskExecutor already has a local SparkSession from an earlier job."""
+    tag = os.environ.get(TAG_VAR) or uuid.uuid4().hex
+    env = {**os.environ, TAG_VAR: tag, "SPARK_DAEMON_MEMORY": "256m"}
+    url_file = tmp_path / "master-url"
+    daemons = [subprocess.Popen([sys.executable, "-m", "yarnflow.worker.spark_daemon", "master",
+                                 "--report-file", str(url_file)], env=env, start_new_session=True)]
+    try:
+        wait_until(url_file.exists, 60, "the Spark master did not start")
+        url = url_file.read_text()
+        daemons.append(subprocess.Popen([sys.executable, "-m", "yarnflow.worker.spark_daemon", "worker",
+                                         "--master", url, "--cores", "1", "--memory", "768m",
+                                         "--work-dir", str(tmp_path / "work")], env=env, start_new_session=True))
+        out = tmp_path / "out"
+
+        def build(env: Any) -> None:
+            orders = env.read_parquet(str(data / "orders.parquet"), name="orders")
+            customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+            env.spark_sql(SQL, orders=orders, customers=customers, name="join_sum").sink_to_parquet(str(out))
+
+        result = run(cluster, build, "users-master", {"spark.master": url, "spark.executor.memory": "512m"})
+        assert_close(committed(out), reference(data))
+        [report] = spark_reports(cluster, str(result.job_id))
+        assert report["master"] == url and report["executors"] == 1, report
+        # the next job naming no master is back on the TaskExecutor's local Spark
+        again = tmp_path / "again"
+
+        def local_build(env: Any) -> None:
+            orders = env.read_parquet(str(data / "orders.parquet"), name="orders")
+            customers = env.read_parquet(str(data / "customers.parquet"), name="customers")
+            env.spark_sql(SQL, orders=orders, customers=customers, name="join_sum").sink_to_parquet(str(again))
+
+        result = run(cluster, local_build, "local-again")
+        assert_close(committed(again), reference(data))
+        [report] = spark_reports(cluster, str(result.job_id))
+        assert report["master"].startswith("local"), report
+    finally:
+        for proc in reversed(daemons):
+            os.killpg(proc.pid, 15)
+        for proc in daemons:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
