@@ -19,6 +19,7 @@ one TaskExecutor process by itself, without the Spark JVM it starts (the driver'
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -114,6 +115,17 @@ SANDBOX_CONF = {"jobmanager.memory.process.size": "512 mb", "taskmanager.memory.
                 "spark.executor.instances": "2"}
 
 
+def _container_role(log_dir: str) -> str:
+    """What ran in a sandbox container, from its logs: a Spark master or worker, the
+    AppMaster, or a TaskExecutor."""
+    text = "".join(open(os.path.join(log_dir, f), errors="replace").read() for f in os.listdir(log_dir))
+    for marker, role in (("Starting Spark master", "spark-master"), ("Starting Spark worker", "spark-worker"),
+                         ("yarnflow.am.", "appmaster"), ("yarnflow.worker.", "taskexecutor")):
+        if marker in text:
+            return role
+    return "other"
+
+
 def run_w3_sandbox(folder: str, n: int, engine: str, conf: dict[str, str]) -> dict[str, Any]:
     """W3 as a YARN per-job application on the sandbox (``examples/revenue_by_region.py``,
     submitted by ``yarnflow run --target yarn-per-job``): the Spark stage runs on executors in
@@ -149,18 +161,17 @@ def run_w3_sandbox(folder: str, n: int, engine: str, conf: dict[str, str]) -> di
             app_id = next(p for p in os.listdir(os.path.join(sandbox.work_dir, "logs")))
             logs = os.path.join(sandbox.work_dir, "logs", app_id)
             containers = os.listdir(logs)
-            workers = [c for c in containers if any("Starting Spark worker" in open(os.path.join(logs, c, f),
-                                                                                     errors="replace").read()
-                                                    for f in os.listdir(os.path.join(logs, c)))]
+            roles = [_container_role(os.path.join(logs, c)) for c in containers]
         reports = [json.load(open(os.path.join(d, f))) for d, _, fs in os.walk(storage) for f in fs
                    if f.endswith(".json") and os.path.basename(d) == "spark"]
         table = pads.dataset(out, format="parquet").to_table()
         got = dict(zip(table["region"].to_pylist(), table["revenue"].to_pylist()))
         want = in_child(reference_w3, folder)
         return {"name": "w3", "engine": engine, "target": "yarn-sandbox", "orders": n, "seconds": round(seconds, 3),
-                "containers": len(containers), "spark_master": reports[0]["master"] if reports else "",
+                "containers": len(containers), "containers_by_role": dict(sorted(collections.Counter(roles).items())),
+                "spark_master": reports[0]["master"] if reports else "",
                 "spark_executors": reports[0]["executors"] if reports else 0,
-                "executor_containers": len(workers),  # Spark workers, an executor each
+                "executor_containers": roles.count("spark-worker"),  # Spark workers, an executor each
                 "verified": _close(got, want)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
