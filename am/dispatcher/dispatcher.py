@@ -7,7 +7,8 @@ FencingTokenError when it is another one (a client still talking to a deposed le
 
 High availability (``common/ha``): a submitted job's JobGraph goes into the JobGraphStore before
 its JobMaster starts. When a job reaches a globally terminal state its result goes into the
-JobResultStore, then its JobGraph, checkpoint pointers and checkpoint id counter are removed; the
+JobResultStore, then its JobGraph, checkpoint pointers and checkpoint id counter are removed, and
+its intermediate data (stored result partitions, Spark stages' files) deleted; the
 result entry goes once a client fetched it, or after ``job-result-store.retention``. A new leader
 calls ``recover_jobs``: jobs with a result are not run again (their leftovers are cleaned up),
 every other stored job gets a JobMaster that resumes it from its latest checkpoint. On losing the
@@ -61,6 +62,26 @@ log = logging.getLogger(__name__)
 
 def job_storage_dir(storage_dir: str, job_id: str) -> str:
     return f"{storage_dir.rstrip('/')}/jobs/{job_id}"
+
+
+#: what an ended job's storage dir holds that nobody reads any more: the stored (BLOCKING_PERSISTENT)
+#: result partitions and the Spark stages' input and output files. Its collected rows, Spark
+#: reports and checkpoints (by their retention) stay.
+INTERMEDIATE_DIRS = ("partitions", "intermediate")
+
+
+def delete_intermediate_data(job_dir: str) -> None:
+    """Delete an ended job's intermediate data (``INTERMEDIATE_DIRS`` under its storage dir, on
+    any fsspec filesystem); a failure is logged, never raised."""
+    for name in INTERMEDIATE_DIRS:
+        url = f"{job_dir.rstrip('/')}/{name}"
+        try:
+            fs, path = fsspec.core.url_to_fs(url)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+                log.info("deleted the ended job's %s", url)
+        except Exception:  # noqa: BLE001 - any filesystem's error; the data is only garbage now
+            log.warning("could not delete %s", url, exc_info=True)
 
 
 class Dispatcher:
@@ -230,13 +251,17 @@ class Dispatcher:
             jm.suspend(reason)
 
     def _clean_up(self, job_id: JobID) -> None:
-        """Forget the HA data of an ended job (its result stays in the JobResultStore)."""
+        """Forget the HA data of an ended job (its result stays in the JobResultStore) and delete
+        its intermediate data in the job's storage dir (in the background)."""
         try:
             self._ha.job_graph_store().remove(job_id)
             self._ha.checkpoint_store(job_id).clear()
             self._ha.checkpoint_id_counter(job_id).remove()
         except NotLeaderError as exc:
             log.warning("job %s: its JobGraph and checkpoint pointers stay for the next leader: %s", job_id, exc)
+            return
+        threading.Thread(target=delete_intermediate_data, args=(job_storage_dir(self._storage_dir, job_id),),
+                         name=f"clean-up-{job_id}", daemon=True).start()
 
     def _schedule_retention(self) -> None:
         if not self._retention_ms:

@@ -81,7 +81,8 @@ _SCHEMAS: dict[str, Any] = {
     "SparkStages": _obj(["stages"], stages={"type": "array", "items": _obj(["stage", "application_id", "master"], **{
         "stage": _STR, "uid": _STR, "application_id": _STR, "master": _STR, "executors": _INT, "jobs": _INT,
         "stages": _INT, "seconds": _NUM, "output_files": _INT, "attempt": _INT, "driver_pid": _INT,
-        "epoch": _INT, "micro_batches": _INT})}),
+        "epoch": _INT, "micro_batches": _INT, "input_rows": {"type": "object"},
+        "input_files": {"type": "object", "additionalProperties": _INT}})}),
     "Checkpoints": _obj(["counts", "summary", "latest", "history"], counts=_obj(
         ["total", "in_progress", "completed", "failed"], restored=_INT, total=_INT, in_progress=_INT,
         completed=_INT, failed=_INT), summary={"type": "object"}, latest={"type": "object"},

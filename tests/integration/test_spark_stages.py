@@ -197,8 +197,10 @@ def test_a_failing_spark_stage_is_retried_without_duplicating_rows(cluster: Any,
                                                                    agg["amount_count"].to_pylist())})
     [report] = spark_reports(cluster, str(result.job_id))
     assert report["attempt"] == 1  # the second attempt of the stage committed
-    storage = Path(cluster.work_dir) / "storage" / "jobs" / str(result.job_id) / "intermediate"
-    assert [p.name for p in storage.glob("*/*")] == ["output"]  # no attempt folder is left
+    job_dir = Path(cluster.work_dir) / "storage" / "jobs" / str(result.job_id)
+    # nothing of either attempt is left once the job ended, but the stage's report
+    wait_until(lambda: sorted(p.name for p in job_dir.iterdir()) == ["spark"], 30,
+               f"files left: {sorted(str(p) for p in job_dir.rglob('*'))}")
 
 
 def test_inputs_are_written_in_parallel_by_the_upstream_subtasks_and_the_driver_holds_none(
@@ -228,12 +230,15 @@ def test_inputs_are_written_in_parallel_by_the_upstream_subtasks_and_the_driver_
     stage = vertices["join_sum"]
     assert sum(m.records_in for m in stage.subtask_metrics) == 3  # one file name from each writer
     assert next(v for n, v in vertices.items() if n.startswith("join_sum output")).parallelism == 2
-    folder = Path(cluster.work_dir) / "storage" / "jobs" / str(result.job_id) / "intermediate"
-    parts = sorted(p.name for p in folder.glob("*/in/orders/*"))
-    assert parts == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # nothing staged is left
     [report] = spark_reports(cluster, str(result.job_id))
+    assert report["input_files"] == {"orders": 3}  # one file a writer
     assert 1 <= report["output_files"] <= 8
     assert report["input_rows"]["customers"] == "read by Spark from its source files"
+    # the job ended: its intermediate data (the stage's input and output files) is deleted,
+    # its Spark report stays for `yarnflow info`
+    folder = Path(cluster.work_dir) / "storage" / "jobs" / str(result.job_id)
+    wait_until(lambda: not (folder / "intermediate").exists(), 30, "the ended job's intermediate data is left")
+    assert spark_reports(cluster, str(result.job_id)) == [report]
 
 
 def test_bad_sql_fails_the_job_with_one_line_naming_the_stage(cluster: Any, data: Path, tmp_path: Path) -> None:
@@ -464,12 +469,16 @@ def test_a_taskexecutor_killed_while_it_drives_spark_retries_the_stage_with_its_
     cluster = local_cluster(taskexecutors=2, slots=2)
     out, started = tmp_path / "out", tmp_path / "driver-started"
 
+    seen = tmp_path / "retry-read"
+
     def slow(df: Any) -> Any:
         from pyspark.sql import functions as F
 
         if not started.exists():
             started.write_text(str(os.getpid()))  # the driver's TaskExecutor
             time.sleep(60)  # killed meanwhile
+        files = [f.split("://", 1)[-1] for f in df.inputFiles()]  # what the retry reads, and when it was written
+        seen.write_text(json.dumps({os.path.basename(f): os.stat(f).st_mtime_ns for f in files}))
         return df.groupBy("customer_id").agg(F.sum("amount").alias("revenue"), F.count("*").alias("orders")) \
             .withColumnRenamed("customer_id", "region")
 
@@ -506,7 +515,7 @@ def test_a_taskexecutor_killed_while_it_drives_spark_retries_the_stage_with_its_
     gw.close()
     attempts = {v.name: sum(v.subtask_attempts) for v in info.vertices}
     assert attempts["by_customer"] >= 1 and attempts["orders -> all -> input -> by_customer"] == 0, attempts
-    assert {p.name: p.stat().st_mtime_ns for p in inputs.iterdir()} == written  # the inputs were kept
+    assert json.loads(seen.read_text()) == written  # the retry read the very files written before the kill
 
 
 def test_spark_stages_can_run_on_a_standalone_cluster_of_local_processes_that_goes_when_idle(

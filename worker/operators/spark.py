@@ -214,7 +214,7 @@ class SparkStage(Operator):
         self._fs.mv(out_dir, committed, recursive=True)
         self._fs.rm(self._attempt_dir, recursive=True)
         files = self._emit(committed)
-        self._report(session, group, time.time() - started, len(files))
+        self._report(session, group, time.time() - started, len(files), inputs=self._files)
 
     # -- STREAMING: micro-batches ---------------------------------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> Snapshot:
@@ -272,7 +272,7 @@ class SparkStage(Operator):
             finally:
                 self._done()
             emitted = self._emit(out_dir)
-            self._report(session, group, time.time() - started, len(emitted), epoch)
+            self._report(session, group, time.time() - started, len(emitted), epoch, inputs=files)
             inputs = [fsspec.core.url_to_fs(p)[1] for ps in files.values() for p in ps]
             self._ran.append((self._last_snapshot, [*inputs, out_dir]))
 
@@ -379,7 +379,8 @@ class SparkStage(Operator):
     def _url(self, path: str) -> str:
         return str(self._fs.unstrip_protocol(path))
 
-    def _report(self, session: Any, group: str, seconds: float, files: int, epoch: int | None = None) -> None:
+    def _report(self, session: Any, group: str, seconds: float, files: int, epoch: int | None = None,
+                inputs: dict[int, list[str]] | None = None) -> None:
         sc = session.sparkContext
         tracker = sc.statusTracker()
         jobs = list(tracker.getJobIdsForGroup(group))
@@ -392,7 +393,11 @@ class SparkStage(Operator):
                   "executors": executors,
                   "jobs": len(jobs), "stages": len(stages), "seconds": round(seconds, 3), "output_files": files,
                   "input_rows": {n: ("read by Spark from its source files" if n in self.direct else r)
-                               for n, r in zip(self.inputs, self._rows)}, "attempt": self.ctx.attempt_number,
+                               for n, r in zip(self.inputs, self._rows)},
+                  # the files the upstream subtasks wrote for this run, per input (one a writer)
+                  "input_files": {n: len((inputs or {}).get(i, [])) for i, n in enumerate(self.inputs)
+                                  if n not in self.direct},
+                  "attempt": self.ctx.attempt_number,
                   "driver_pid": os.getpid()}
         if epoch is not None:  # STREAMING: the latest micro-batch, and how many ran so far
             self._micro_batches += 1

@@ -1,0 +1,59 @@
+"""An ended job's intermediate data is deleted from its storage dir (stored result partitions,
+Spark stages' files); what users still read (collected rows, Spark reports, checkpoints) stays."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from yarnflow.am.dispatcher.dispatcher import delete_intermediate_data
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _job_dir(root: Path) -> Path:
+    job = root / "jobs" / "j1"
+    for sub in ("partitions/p1/0.arrow", "intermediate/stage/in/orders/part-00000.parquet",
+                "intermediate/stage/output/part-0.parquet", "collect/collect-1/rows.arrow",
+                "spark/stage.json", "checkpoints/chk-3/_metadata"):
+        (job / sub).parent.mkdir(parents=True, exist_ok=True)
+        (job / sub).write_bytes(b"x" * 10)
+    return job
+
+
+def test_partitions_and_spark_files_go_the_rest_stays(tmp_path: Path) -> None:
+    job = _job_dir(tmp_path)
+    delete_intermediate_data(str(job))
+    assert sorted(str(p.relative_to(job)) for p in job.rglob("*") if p.is_file()) == [
+        "checkpoints/chk-3/_metadata", "collect/collect-1/rows.arrow", "spark/stage.json"]
+
+
+def test_a_job_without_intermediate_data_and_other_filesystems(tmp_path: Path) -> None:
+    delete_intermediate_data(str(tmp_path / "never-written"))  # nothing there: nothing to do
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/store/jobs/j2/partitions/p/0.arrow", b"x")
+    fs.pipe("/store/jobs/j2/spark/s.json", b"{}")
+    delete_intermediate_data("memory://store/jobs/j2")
+    assert not fs.exists("/store/jobs/j2/partitions") and fs.exists("/store/jobs/j2/spark/s.json")
+
+
+def test_a_filesystem_error_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsspec.implementations.local import LocalFileSystem
+
+    job = _job_dir(tmp_path)
+    real_rm = LocalFileSystem.rm
+
+    def rm(self: LocalFileSystem, path: str, recursive: bool = False, **kw: object) -> None:
+        if str(path).endswith("partitions"):
+            raise PermissionError(13, "Permission denied", path)
+        real_rm(self, path, recursive=recursive, **kw)
+
+    monkeypatch.setattr(LocalFileSystem, "rm", rm)
+    with caplog.at_level(logging.WARNING):
+        delete_intermediate_data(str(job))
+    assert f"could not delete {job}/partitions" in caplog.text
+    assert (job / "partitions").exists() and not (job / "intermediate").exists()  # the next one still went
