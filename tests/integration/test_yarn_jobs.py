@@ -565,23 +565,39 @@ def test_a_killed_spark_executor_container_is_retried_by_spark_and_the_result_st
                           str(out), "0.004")
     app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
 
-    def runs_an_executor(worker: psutil.Process) -> bool:
-        try:
-            return any("CoarseGrainedExecutorBackend" in " ".join(c.cmdline()) for c in worker.children(recursive=True))
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            return False
+    prefix = "container_" + app_id[len("application_"):]
 
-    def busy_executor() -> list[psutil.Process]:
-        return [w for w in container_processes(app_id, "yarnflow.worker.spark_daemon") if runs_an_executor(w)]
+    def in_containers(marker: str) -> list[tuple[psutil.Process, str]]:
+        """Live processes whose command line has ``marker``, in the application's containers,
+        with their container's id (inherited down the process tree, to the executors)."""
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if marker in " ".join(p.info["cmdline"] or []):
+                    container = p.environ().get("CONTAINER_ID", "")
+                    if container.startswith(prefix):
+                        found.append((p, container))
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                continue
+        return found
 
-    [victim, *_] = wait_until(busy_executor, 150, "no Spark executor ever ran in a worker container", interval_s=0.2)
+    def busy_executor() -> list[tuple[psutil.Process, str]]:
+        if proc.poll() is not None:  # the job ended before an executor was seen: say how
+            raise AssertionError(f"the job ended (exit {proc.returncode}) before a Spark executor was seen: "
+                                 f"{proc.communicate()[1][-3000:]}")
+        return in_containers("CoarseGrainedExecutorBackend")
+
+    [(_, killed), *_] = wait_until(
+        busy_executor, 150, lambda: f"no Spark executor ever ran in a worker container; Spark processes in "
+                                    f"the containers: {[(c, p.name()) for p, c in in_containers('spark')]}",
+        interval_s=0.2)
     time.sleep(1.0)  # its tasks are under way
-    killed = victim.environ()["CONTAINER_ID"]
-    for p in [*victim.children(recursive=True), victim]:
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
+    for p, container in in_containers(""):  # the whole container: its daemon, worker JVM and executor
+        if container == killed:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
     _, stderr = proc.communicate(timeout=200)
     assert proc.returncode == 0, stderr
     assert spark_counts(out) == expected
