@@ -253,7 +253,14 @@ class Options:
     DEFER_PANDAS = _opt("process.memory.defer-pandas-import", _parse_bool,
                         "pyarrow in AppMaster / TaskExecutor processes imports pandas only once user code does")
     BUFFERS_PER_CHANNEL = _opt("taskmanager.network.buffers-per-channel", _parse_int,
-                               "batches buffered per channel", minimum=1)
+                               "batches a producer queues per subpartition before its writes wait "
+                               "(back-pressure)", minimum=1)
+    EXCLUSIVE_BUFFERS = _opt("taskmanager.network.memory.buffers-per-channel", _parse_int,
+                             "exclusive network buffers (credit) of each remote input channel", minimum=1)
+    FLOATING_BUFFERS = _opt("taskmanager.network.memory.floating-buffers-per-gate", _parse_int,
+                            "network buffers an input gate lends to its channels with a backlog", minimum=0)
+    SEGMENT_SIZE = _opt("taskmanager.memory.segment-size", parse_size_bytes,
+                        "size of a network buffer: a batch takes one credit per segment started", minimum=1024)
     HA_TYPE = _opt("high-availability.type", _parse_str, "none or zookeeper",
                    choices=("none", "zookeeper"))
     HA_STORAGE_DIR = _opt("high-availability.storageDir", _parse_str, "fsspec URL for job data")

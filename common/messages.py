@@ -240,6 +240,7 @@ class TaskMetrics(Message):
     managed_memory_used: int = 0
     managed_memory_peak: int = 0
     spilled_bytes: int = 0
+    inflight_bytes_peak: int = 0
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ struct TaskMetrics {
   15: i64 managed_memory_used,            // what they hold of it now
   16: i64 managed_memory_peak,            // the most they held at once
   17: i64 spilled_bytes,                  // spilledBytes: written to spill files by batch operators
+  18: i64 inflight_bytes_peak,            // the most bytes one remote input channel held (<= its credit x segment size)
 }
 
 struct CheckpointCounts {

@@ -105,7 +105,12 @@ class TaskMetricGroup:
                            rate(first.bytes_in, now.bytes_in), rate(first.bytes_out, now.bytes_out),
                            round(busy, 1), round(backpressured, 1), round(idle, 1),
                            list(now.operators_in), list(now.operators_out),
-                           managed, used, peak, self.spilled_bytes())
+                           managed, used, peak, self.spilled_bytes(), self._inflight_peak())
+
+    def _inflight_peak(self) -> int:
+        st = self._task
+        gate = st.gate if st is not None else None
+        return gate.inflight_bytes_peak() if gate is not None else 0
 
 
 # ---- Prometheus ------------------------------------------------------------------------------
@@ -143,6 +148,8 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
         "managedMemoryBytes": ("managed_memory_bytes", "the task's share of its slot's managed memory"),
         "managedMemoryUsed": ("managed_memory_used", "managed memory the task's operators hold"),
         "spilledBytes": ("spilled_bytes", "bytes the task's batch operators wrote to spill files"),
+        "inflightBytesPeak": ("inflight_bytes_peak", "the most bytes one remote input channel of the task held "
+                                                     "(bounded by its credit times the segment size)"),
     }
     families = {name: gauge(f"taskmanager_job_task_{name}", doc, _TASK) for name, (_, doc) in task_gauges.items()}
     op_families = {name: gauge(f"taskmanager_job_task_operator_{name}", f"per operator: {doc}", _OPERATOR)

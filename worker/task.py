@@ -25,7 +25,7 @@ from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
 from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.spark import MasterProvider
-from yarnflow.worker.network.flight import DataClient, PartitionNotFoundError
+from yarnflow.worker.network.flight import DataClient
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.runtime.checkpoints import (
     CheckpointResponder,
@@ -35,16 +35,9 @@ from yarnflow.worker.runtime.checkpoints import (
     TriggerCheckpoint,
     read_task_state,
 )
-from yarnflow.worker.runtime.elements import EndOfPartition
-from yarnflow.worker.runtime.gate import ChannelReader, InputGate
+from yarnflow.worker.runtime.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel
 from yarnflow.common.states import ExchangeMode
-from yarnflow.worker.runtime.partition import (
-    BlockingResultPartition,
-    ResultPartitionManager,
-    StoredResultPartition,
-    read_stored,
-    stored_partition_url,
-)
+from yarnflow.worker.runtime.partition import ResultPartitionManager, read_stored, stored_partition_url
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
 from yarnflow.worker.metrics import TaskMetricGroup
@@ -162,7 +155,6 @@ class Task:
                 self._snapshot_writer.close(wait=False)
             if self._gate is not None:
                 self._gate.cancel()
-                self._gate.join(2.0)
             logs.unbind_job()
             release_attempt(tdd.config, str(tdd.execution_attempt_id))  # RocksDB working files
             self.spill.remove()
@@ -197,9 +189,11 @@ class Task:
                 channel_inputs.append(g.input_index)
                 channels.append((ch, g.subpartition_index, g.exchange_mode))
         if channels:
-            gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics)
+            gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics,
+                             floating_buffers=int(conf.get(Options.FLOATING_BUFFERS.key, "8")))
+            exclusive = int(conf.get(Options.EXCLUSIVE_BUFFERS.key, "2"))
             for i, (ch, sub, mode) in enumerate(channels):
-                gate.add_reader(self._reader(gate, i, ch, sub, mode))
+                gate.set_channel(i, self._channel(gate, ch, sub, mode, exclusive))
             self._gate = gate
         restore = tdd.restore
         if self._responder is not None:
@@ -270,40 +264,13 @@ class Task:
             delay = min(delay * 2, 1.0)
         return None
 
-    def _reader(self, gate: InputGate, index: int, ch: Any, subpartition: int,
-                mode: ExchangeMode = ExchangeMode.PIPELINED) -> ChannelReader:
-        name = f"{self.tdd.display_name} <- {ch.partition_id}/{subpartition}"
+    def _channel(self, gate: InputGate, ch: Any, subpartition: int, mode: ExchangeMode,
+                 exclusive_buffers: int) -> InputChannel:
         if mode == ExchangeMode.BLOCKING_PERSISTENT:  # from the job's storage dir, wherever the producer is
             url = stored_partition_url(self.tdd.job_storage_dir, ch.partition_id)
-
-            def stored_source(push: Callable[[Any], bool]) -> None:
-                for element in read_stored(url, subpartition):
-                    if not push(element):
-                        return
-
-            return ChannelReader(gate, index, name, stored_source, lambda: None)
+            return IteratorChannel(lambda: read_stored(url, subpartition))
         if ch.producer_resource_id == self._resource_id:
-            partitions = self._partitions
-
-            def local_source(push: Callable[[Any], bool]) -> None:
-                partition = partitions.wait_for(ch.partition_id, 30.0)
-                if partition is None:
-                    raise PartitionNotFoundError(f"local partition {ch.partition_id} was never produced",
-                                                 partition_id=ch.partition_id)
-                if isinstance(partition, (BlockingResultPartition, StoredResultPartition)):
-                    for element in partition.read(subpartition):
-                        if not push(element):
-                            return
-                    return
-                sub = partition.subpartitions[subpartition]
-                while not gate.cancelled:
-                    element = sub.take(0.5)
-                    if element is None:
-                        continue
-                    if not push(element) or isinstance(element, EndOfPartition):
-                        return
-
-            return ChannelReader(gate, index, name, local_source, lambda: None)
-        stream = self._data_client.open(ch.producer_data_address, ch.partition_id, subpartition,
-                                       ch.producer_resource_id)
-        return ChannelReader(gate, index, name, stream.run, stream.cancel)
+            return LocalInputChannel(self._partitions, ch.partition_id, subpartition)
+        return self._data_client.channel(ch.producer_data_address, ch.partition_id, subpartition,
+                                         ch.producer_resource_id, exclusive_buffers=exclusive_buffers,
+                                         pool=gate.pool, lock=gate.credit_lock)

@@ -44,7 +44,7 @@ _SCHEMAS: dict[str, Any] = {
         "write-records-complete": _BOOL, "read-records-per-second": _NUM, "write-records-per-second": _NUM,
         "read-bytes-per-second": _NUM, "write-bytes-per-second": _NUM, "busy-time-ms-per-second": _NUM,
         "backpressured-time-ms-per-second": _NUM, "idle-time-ms-per-second": _NUM,
-        "managed-memory-bytes": _INT, "managed-memory-peak-bytes": _INT, "spilled-bytes": _INT,
+        "managed-memory-bytes": _INT, "managed-memory-peak-bytes": _INT, "spilled-bytes": _INT, "inflight-bytes-peak": _INT,
         "backpressure-level": {"type": "string", "enum": ["ok", "low", "high"]}}),
     "Vertex": _obj(["id", "name", "parallelism", "status", "tasks", "metrics"], **{
         "id": _STR, "name": _STR, "parallelism": _INT, "maxParallelism": _INT, "status": _STR,

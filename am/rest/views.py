@@ -84,6 +84,8 @@ def io_metrics(metrics: Iterable[TaskMetrics]) -> dict[str, Any]:
         "managed-memory-bytes": sum(m.managed_memory_bytes for m in ms),
         "managed-memory-peak-bytes": sum(m.managed_memory_peak for m in ms),
         "spilled-bytes": sum(m.spilled_bytes for m in ms),
+        # the most bytes one remote input channel of a subtask held (credit-based flow control)
+        "inflight-bytes-peak": max((m.inflight_bytes_peak for m in ms), default=0),
     }
     out["backpressure-level"] = backpressure_level(out["backpressured-time-ms-per-second"] / 1000.0)
     return out

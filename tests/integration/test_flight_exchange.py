@@ -1,9 +1,11 @@
-"""Arrow Flight data exchange (worker/network/flight.py) over real loopback gRPC: a DataServer
-serving a ResultPartitionManager, read by DataClient streams, one stream per subpartition.
+"""The data exchange (worker/network/flight.py) over real loopback Flight: a DataServer serving a
+ResultPartitionManager, read by DataClient channels, all multiplexed on one connection per
+pair of processes, with credit-based flow control.
 
-The back-pressure test is the point of the design: two subpartitions of one producer partition
-are read over one shared gRPC connection (DataClient keeps one FlightClient per address); one
-consumer stalls, and only the producer's writes into that consumer's channel stop."""
+The back-pressure tests are the point of the design: two subpartitions of one producer
+partition are read over the one connection; one consumer stalls, the other's channel keeps
+flowing, only the producer's writes into the stalled channel stop, and the bytes that channel
+holds stay within its credit."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from tests.conftest import TAG_VAR
 from tests.harness import wait_until
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.ids import ResultPartitionID
-from yarnflow.worker.network.flight import DataClient, DataServer, PartitionNotFoundError
+from yarnflow.worker.network.credit import FloatingBufferPool
+from yarnflow.worker.network.flight import DEFAULT_SEGMENT_SIZE, DataClient, DataServer, PartitionNotFoundError
 from yarnflow.worker.runtime.elements import ACTIVE, END_OF_PARTITION, IDLE, Watermark
 from yarnflow.worker.runtime.partition import PartitionReleasedError, ResultPartitionManager
 
@@ -155,7 +158,7 @@ def test_a_stream_of_events_only(manager, server, client):
     assert consumer.error is None and consumer.elements == sent
 
 
-def test_a_schema_change_mid_stream_resumes_the_stream(manager, server, client):
+def test_a_schema_change_mid_stream_is_carried_in_order(manager, server, client):
     partition = manager.create(ResultPartitionID("job.schema"), 1, capacity=3)
     other = pa.record_batch({"a": pa.array([None, None]), "b": pa.array([1.5, 2.5])})
     sent = [rows(0, 5), rows(5, 5), Watermark(7), other, other, Watermark(8), rows(10, 5), END_OF_PARTITION]
@@ -236,8 +239,9 @@ def test_a_stalled_consumer_back_pressures_only_its_own_channel(manager, server,
         assert len(b.batches) == N_BATCHES and all(x.equals(MIB_BATCH) for x in b.batches)
         assert b.elements[-1] == END_OF_PARTITION
         assert finished[1].wait(5) and added[1] == N_BATCHES
-        # ... and both streams went over one connection
-        assert len(client._clients) == 1
+        # ... and both channels went over one connection, read by one thread
+        assert len(client._connections) == 1
+        assert sum(1 for t in threading.enumerate() if t.name.startswith("data-client")) == 2  # in, out
         # A's producer stops once A's subpartition is full, and stays stopped
         last, still_since = added[0], time.monotonic()
         while time.monotonic() - still_since < 0.75:
@@ -247,6 +251,10 @@ def test_a_stalled_consumer_back_pressures_only_its_own_channel(manager, server,
         assert len(a.elements) == 1 and not a.done.is_set()
         assert added[0] < N_BATCHES - 2 * CAPACITY, "the producer never felt the stalled consumer"
         assert partition.subpartitions[0].backlog() == CAPACITY
+        # what reached A's channel and waits there is bounded by its credit: its exclusive
+        # buffers plus the floating ones it may borrow (none here: no gate lends it any)
+        assert 0 < a.stream.peak_bytes <= a.stream.credit.owned * DEFAULT_SEGMENT_SIZE
+        assert a.stream.credit.owned == 2 and a.stream.backlog() <= 2
         assert producers[0].is_alive() and not finished[0].is_set()
         # A reads again: everything flows, in order, to its end
         resume_a.set()
@@ -352,15 +360,11 @@ def test_cancel_stops_a_reader_waiting_for_a_partition_to_appear(server, client)
     assert consumer.error is None and consumer.elements == []
 
 
-def test_a_blocking_subpartition_is_served_a_batch_at_a_time_not_read_whole(manager, server):
+def test_a_blocking_subpartition_is_served_a_batch_at_a_time_not_read_whole(manager, server, client):
     """A consumer of a blocking partition gets its first batch while the server has read only a
     few: the server used to read the subpartition into memory before sending its first batch, so
     a TaskExecutor's memory grew with the input of a BATCH job. The server's reader is held after
-    a few batches; a server that reads the whole file first never sends anything while held.
-    (Counting how far the server ran ahead in a fixed time depended on how far gRPC's window had
-    grown on the machine: it failed on CI.)"""
-    import pyarrow.flight as flight
-
+    a few batches; a server that reads the whole file first never sends anything while held."""
     pid = ResultPartitionID.of("job", "producer", 0)
     partition = manager.create_blocking(pid, 1)
     batch = pa.record_batch({"v": np.arange(8192, dtype=np.int64)})  # 64 KiB
@@ -381,19 +385,88 @@ def test_a_blocking_subpartition_is_served_a_batch_at_a_time_not_read_whole(mana
             yield element
 
     partition.read = held  # type: ignore[method-assign]
-    reader = flight.FlightClient(f"grpc://{server.address}").do_get(flight.Ticket(f"{pid}/0".encode()))
-    first: list[Any] = []
-    got_first = threading.Thread(target=lambda: first.append(reader.read_chunk()), daemon=True)
-    got_first.start()
-    got_first.join(10)
+    got_first = threading.Event()
+    consumer = Consumer(client.open(server.address, str(pid), 0), lambda _: got_first.set())
     try:
-        assert first, f"no batch reached the consumer while the server's reader was held after {held_after}"
-    except AssertionError:
-        reader.cancel()  # or the server's shutdown waits for a stream nobody reads
-        raise
+        assert got_first.wait(10), f"no batch reached the consumer while the server's reader was held after {held_after}"
     finally:
         release.set()
-    values = first[0].data.column(0).to_numpy().tolist() + [
-        v for chunk in reader for v in chunk.data.column(0).to_numpy().tolist()
-    ]
+    consumer.wait(30)
+    assert consumer.error is None
+    values = [v for b in consumer.batches for v in b.column(0).to_numpy().tolist()]
     assert values == [i for i in range(total) for _ in range(8192)]
+
+
+# -- credit-based flow control ------------------------------------------------------------------
+
+def test_many_channels_share_one_connection_and_a_stalled_one_stalls_no_other(manager, server, client):
+    """Sixteen channels from one producer TaskExecutor (an all-to-all edge's share): one
+    connection, one receiving thread, no thread per channel. Eight consumers stop reading; the
+    other eight read everything while the stalled ones hold no more than their credit, and the
+    stalled ones then read everything too, in order."""
+    n, per_channel = 16, 24
+    partition = manager.create(ResultPartitionID("job.many"), n, capacity=2)
+    pool = FloatingBufferPool(4)
+    lock = threading.Lock()
+    channels = [client.channel(server.address, "job.many", i, "te-1", exclusive_buffers=2, pool=pool, lock=lock)
+                for i in range(n)]
+    threads_before = threading.active_count()
+    for ch in channels:
+        ch.start()
+    stop = threading.Event()
+    producers = [produce(partition.subpartitions[i], [MIB_BATCH] * per_channel + [END_OF_PARTITION], stop.is_set)
+                 for i in range(n)]
+    got = [0] * n
+    ended = [False] * n
+
+    def drain(i: int) -> None:
+        while (element := channels[i].poll()) is not None:
+            if isinstance(element, pa.RecordBatch):
+                assert element.equals(MIB_BATCH)
+                got[i] += 1
+            elif element == END_OF_PARTITION:
+                ended[i] = True
+            else:
+                raise AssertionError(f"channel {i} got {element!r}")
+
+    try:
+        deadline = time.monotonic() + 30
+        while not all(ended[1::2]) and time.monotonic() < deadline:
+            for i in range(1, n, 2):  # only the odd channels are read
+                drain(i)
+            time.sleep(0.002)
+        assert all(ended[1::2]) and all(got[i] == per_channel for i in range(1, n, 2))
+        # the new threads: the producers', the connection's receiver, nothing per channel
+        assert threading.active_count() - threads_before <= n + 1
+        assert len(client._connections) == 1
+        for i in range(0, n, 2):  # the stalled ones hold at most their credit: exclusive + borrowed
+            assert channels[i].queued_bytes <= channels[i].credit.owned * DEFAULT_SEGMENT_SIZE
+            assert channels[i].credit.owned <= 2 + pool.size
+        held = sum(channels[i].credit.borrowed for i in range(n))
+        assert held + pool.available == pool.size
+        while not all(ended) and time.monotonic() < deadline:
+            for i in range(0, n, 2):
+                drain(i)
+            time.sleep(0.002)
+        assert all(ended) and got == [per_channel] * n
+        assert all(ch.peak_bytes <= (2 + pool.size) * DEFAULT_SEGMENT_SIZE for ch in channels)
+    finally:
+        stop.set()
+        for ch in channels:
+            ch.cancel()
+        for t in producers:
+            t.join(5)
+
+
+def test_batches_larger_than_a_channels_credit_arrive_whole_in_slices(manager, server, client):
+    """A 5 MiB batch on a channel with two 1 MiB buffers goes as slices no larger than the
+    channel's credit; every row arrives once, in order."""
+    partition = manager.create(ResultPartitionID("job.big"), 1, capacity=2)
+    big = pa.record_batch({"x": np.arange(5 * 128 * 1024, dtype=np.int64)})
+    produce(partition.subpartitions[0], [big, Watermark(9), END_OF_PARTITION])
+    consumer = Consumer(client.open(server.address, "job.big", 0, exclusive_buffers=2)).wait()
+    assert consumer.error is None
+    assert len(consumer.batches) >= 3
+    assert all(b.nbytes <= 2 * DEFAULT_SEGMENT_SIZE for b in consumer.batches)
+    assert pa.Table.from_batches(consumer.batches).column("x").to_numpy().tolist() == list(range(5 * 128 * 1024))
+    assert consumer.elements[-2:] == [Watermark(9), END_OF_PARTITION]

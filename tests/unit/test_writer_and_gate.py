@@ -17,7 +17,7 @@ from yarnflow.common.ids import ResultPartitionID
 from yarnflow.common.states import Partitioner
 from yarnflow.worker.runtime import writer as writer_module
 from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, EndOfPartition, Watermark
-from yarnflow.worker.runtime.gate import ChannelError, ChannelReader, InputGate
+from yarnflow.worker.runtime.gate import ChannelError, InputGate, IteratorChannel, LocalInputChannel
 from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
 from yarnflow.worker.runtime.partition import (
     PartitionReleasedError,
@@ -386,19 +386,52 @@ def test_gate_is_finished_when_every_channel_delivered_its_end():
     assert gate.poll(0) == (1, END_OF_PARTITION) and gate.finished
 
 
-def test_a_failed_channel_reader_hands_its_error_to_the_task():
+def test_a_failed_channel_hands_its_error_to_the_task():
     gate = InputGate(2, capacity=4)
 
-    def source(push: Callable[[Any], bool]) -> None:
-        push(batch_of(0, 1))
+    def source() -> Any:
+        yield batch_of(0, 1)
         raise ConnectionResetError("producer went away")
 
-    gate.add_reader(ChannelReader(gate, 1, "reader", source, lambda: None))
-    gate.start()
-    gate.join(2.0)
+    gate.set_channel(1, IteratorChannel(source))
     assert isinstance(gate.poll(1.0)[1], pa.RecordBatch)
     ch, element = gate.poll(1.0)
     assert ch == 1 and isinstance(element, ChannelError) and isinstance(element.error, ConnectionResetError)
+    assert gate.poll(0.05) is None  # a failed channel gives nothing more
+
+
+def test_a_local_channel_takes_the_producers_subpartition_and_is_woken_by_its_writes(tmp_path):
+    """No thread moves a local channel's elements: the task takes them from the producer's
+    subpartition, and a write wakes a task waiting in poll."""
+    manager = ResultPartitionManager(str(tmp_path))
+    try:
+        gate = InputGate(1)
+        gate.set_channel(0, LocalInputChannel(manager, "job.local", 0))
+        waiter = Waiter(lambda: gate.poll(10.0))
+        assert waiter.blocked()  # the partition does not exist yet: the channel asks again
+        partition = manager.create(ResultPartitionID("job.local"), 1, capacity=2)
+        assert waiter.blocked(0.2)
+        started = time.monotonic()
+        partition.subpartitions[0].add(batch_of(7, 1))
+        ch, element = waiter.finish(within_s=1.0)
+        assert ch == 0 and element.column("i")[0].as_py() == 7 and time.monotonic() - started < 0.5
+        partition.subpartitions[0].add(END_OF_PARTITION)
+        assert gate.poll(1.0) == (0, END_OF_PARTITION) and gate.finished
+        assert manager.peek("job.local") is None  # consumed: released
+    finally:
+        manager.close()
+
+
+def test_a_local_partition_never_produced_is_a_channel_error(tmp_path):
+    manager = ResultPartitionManager(str(tmp_path))
+    try:
+        gate = InputGate(1)
+        gate.set_channel(0, LocalInputChannel(manager, "job.never", 0, wait_for_partition_s=0.2))
+        polled = gate.poll(3.0)
+        assert polled is not None and isinstance(polled[1], ChannelError)
+        assert "job.never" in str(polled[1].error)
+    finally:
+        manager.close()
 
 
 # -- watermark valve -----------------------------------------------------------------------------

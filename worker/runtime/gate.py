@@ -1,108 +1,290 @@
 """The consumer side: an ``InputGate`` gathers the channels of one logical input.
 
-Each channel has a reader (local: the producer's subpartition in this process; remote: an
-Arrow Flight stream from the producer's TaskExecutor) that moves elements into the channel's
-own bounded buffer. A full buffer stops only that reader, so a slow consumer back-pressures
-only its own channels. The task thread polls the gate, which hands out elements round-robin.
+The task thread polls the gate, which asks its channels in turn (round robin) for their next
+element; no channel has a thread of its own:
+
+- ``LocalInputChannel``: the producer's subpartition in this TaskExecutor, taken directly (the
+  producer's bounded subpartition is the channel's only buffer, so a slow consumer stops only
+  the producer's writes into it); a blocking partition's file is read a batch at a time;
+- ``RemoteInputChannel`` (``network/flight.py``): what the connection to the producer's
+  TaskExecutor received for it, against the credit the channel announced: its exclusive
+  buffers plus the floating buffers it borrowed from the gate's ``FloatingBufferPool``;
+- ``IteratorChannel``: elements read on demand (a stored partition's files).
+
+A channel that has something new wakes the gate (``notify``); a channel that fails hands the
+task a ``ChannelError`` in place of its next element.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Protocol
 
-import pyarrow as pa
 
+from yarnflow.worker.network.credit import FloatingBufferPool
 from yarnflow.worker.runtime.elements import EndOfPartition
+from yarnflow.worker.runtime.partition import (
+    BlockingResultPartition,
+    PartitionReleasedError,
+    ResultPartitionManager,
+    StoredResultPartition,
+    Subpartition,
+)
 
 log = logging.getLogger(__name__)
 
+#: how often the gate looks again at a channel whose partition is not there yet (its creation
+#: wakes the gate too: this only bounds the wait for the channel's deadline)
+_RETRY_S = 0.5
+
 
 class ChannelError:
-    """Put in a channel when its reader failed; the task raises ``error`` when it gets there."""
+    """A channel's next element when it failed; the task raises ``error`` when it gets there."""
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
 
+class InputChannel(Protocol):
+    #: True while the channel must be asked again without being woken (waits for its partition)
+    pending: bool
+    listener: Callable[[], None]
+
+    def start(self) -> None: ...
+
+    def poll(self) -> Any | None: ...
+
+    def backlog(self) -> int: ...
+
+    def cancel(self) -> None: ...
+
+
+class LocalInputChannel:
+    """Reads a subpartition of this TaskExecutor (``partitions``), or, without ``partitions``, an
+    in-process queue of its own (``push``) of ``capacity`` batches."""
+
+    def __init__(self, partitions: ResultPartitionManager | None = None, partition_id: str = "",
+                 index: int = 0, capacity: int = 8, wait_for_partition_s: float = 30.0) -> None:
+        self._partitions = partitions
+        self.partition_id = partition_id
+        self._index = index
+        self._deadline = time.monotonic() + wait_for_partition_s
+        self._sub: Subpartition | None = None
+        self._elements: Iterator[Any] | None = None
+        self._own = partitions is None
+        self._failed = False
+        self.listener: Callable[[], None] = lambda: None
+        if self._own:
+            self._sub = Subpartition(capacity)
+        self.pending = not self._own
+
+    def start(self) -> None:
+        if self._sub is not None:
+            self._sub.set_listener(self.listener)
+
+    def _resolve(self) -> Any | None:
+        assert self._partitions is not None
+        partition = self._partitions.peek(self.partition_id, self.listener)
+        if partition is None:
+            if time.monotonic() < self._deadline:
+                return None
+            from yarnflow.worker.network.flight import PartitionNotFoundError
+
+            self.pending = False
+            self._failed = True
+            return ChannelError(PartitionNotFoundError(f"local partition {self.partition_id} was never produced",
+                                                       partition_id=self.partition_id))
+        self.pending = False
+        if isinstance(partition, (BlockingResultPartition, StoredResultPartition)):
+            self._elements = partition.read(self._index)
+        else:
+            self._sub = partition.subpartitions[self._index]
+            self._sub.set_listener(self.listener)
+        return None
+
+    def poll(self) -> Any | None:
+        if self._failed:
+            return None
+        try:
+            if self._sub is None and self._elements is None:
+                failed = self._resolve()
+                if failed is not None:
+                    return failed
+            if self._elements is not None:
+                return next(self._elements, None)
+            if self._sub is not None:
+                return self._sub.take(0)
+        except Exception as exc:  # noqa: BLE001 - released, or a file that cannot be read
+            self._failed = True
+            return ChannelError(exc)
+        return None
+
+    def push(self, element: Any, cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """Add ``element`` to the channel's own queue, waiting for room; False once cancelled."""
+        assert self._own and self._sub is not None, "only a channel with a queue of its own takes elements"
+        try:
+            self._sub.add(element, cancelled)
+            return True
+        except PartitionReleasedError:
+            return False
+
+    def backlog(self) -> int:
+        return self._sub.backlog() if self._sub is not None else 0
+
+    def cancel(self) -> None:
+        if self._sub is not None:
+            self._sub.set_listener(None)
+            if self._own:
+                self._sub.release()
+
+
+class IteratorChannel:
+    """Elements read on demand from ``source()`` (called at the first poll)."""
+
+    def __init__(self, source: Callable[[], Iterator[Any]]) -> None:
+        self._source = source
+        self._elements: Iterator[Any] | None = None
+        self._failed = False
+        self.pending = False
+        self.listener: Callable[[], None] = lambda: None
+
+    def start(self) -> None:
+        pass
+
+    def poll(self) -> Any | None:
+        if self._failed:
+            return None
+        try:
+            if self._elements is None:
+                self._elements = self._source()
+            return next(self._elements, None)
+        except Exception as exc:  # noqa: BLE001 - handed to the task
+            self._failed = True
+            return ChannelError(exc)
+
+    def backlog(self) -> int:
+        return 0
+
+    def cancel(self) -> None:
+        elements, self._elements = self._elements, None
+        close = getattr(elements, "close", None)
+        if close is not None:
+            close()
+
+
 class InputGate:
-    def __init__(self, num_channels: int, capacity: int, input_index: int = 0, io_metrics: bool = True) -> None:
+    """``num_channels`` channels (``set_channel``; until then each an in-process queue of
+    ``capacity`` batches, fed by ``push``). ``floating_buffers``: the pool its remote channels
+    borrow from; ``credit_lock`` guards their credit accounting (one per gate)."""
+
+    def __init__(self, num_channels: int, capacity: int = 8, input_index: int = 0, io_metrics: bool = True,
+                 floating_buffers: int = 8) -> None:
         self.input_index = input_index
         #: time the task spent waiting in ``poll`` for input (its idle time), when ``io_metrics``
         self.idle_ns = 0
         self._io_metrics = io_metrics
         self.num_channels = num_channels
-        self._buffers: list[collections.deque[Any]] = [collections.deque() for _ in range(num_channels)]
-        self._batches = [0] * num_channels
-        self._capacity = capacity
+        self.pool = FloatingBufferPool(floating_buffers)
+        self.credit_lock = threading.Lock()
+        self._channels: list[Any] = []
+        for _ in range(num_channels):
+            ch = LocalInputChannel(capacity=capacity)
+            ch.listener = self.notify
+            self._channels.append(ch)
         self._cond = threading.Condition()
+        self._signals = 0
+        self._waiting = False  # the task waits in ``poll``: ``notify`` must wake it
         self._cancelled = False
         self._next = 0
         self._finished = [False] * num_channels
         self._woken = False
-        self._readers: list[ChannelReader] = []
+        self._started = False
 
-    # -- reader side --------------------------------------------------------------------------
+    def set_channel(self, index: int, channel: Any) -> None:
+        channel.listener = self.notify
+        self._channels[index] = channel
+
+    @property
+    def channels(self) -> list[Any]:
+        return list(self._channels)
+
+    def start(self) -> None:
+        self._started = True
+        for ch in self._channels:
+            ch.start()
+
+    # -- producer side (in-process channels) ----------------------------------------------------
     def push(self, channel: int, element: Any) -> bool:
-        """Add ``element`` to ``channel``'s buffer, waiting for room; False once cancelled."""
-        is_batch = isinstance(element, pa.RecordBatch)
-        with self._cond:
-            while is_batch and self._batches[channel] >= self._capacity and not self._cancelled:
-                self._cond.wait(0.5)
-            if self._cancelled:
-                return False
-            self._buffers[channel].append(element)
-            if is_batch:
-                self._batches[channel] += 1
-            self._cond.notify_all()
-            return True
+        """Add ``element`` to in-process channel ``channel``, waiting for room; False once
+        cancelled."""
+        if not self._started:
+            self.start()
+        return bool(self._channels[channel].push(element, lambda: self._cancelled)) and not self._cancelled
+
+    def notify(self) -> None:
+        """A channel has something new. (The count is read by ``poll`` before it asks the
+        channels and again, under the lock, before it waits: a change in between is seen.)"""
+        self._signals += 1
+        if self._waiting:
+            with self._cond:
+                self._cond.notify_all()
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
-
-    def add_reader(self, reader: ChannelReader) -> None:
-        self._readers.append(reader)
-
-    def start(self) -> None:
-        for reader in self._readers:
-            reader.start()
 
     # -- task side ----------------------------------------------------------------------------
     def poll(self, timeout: float | None, channels: frozenset[int] | None = None) -> tuple[int, Any] | None:
         """The next ``(channel, element)``, round robin over the channels (only ``channels``
         when given: input selection, the others wait), or None after ``timeout`` (or as soon as
         ``wakeup`` was called)."""
+        if not self._started:
+            self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if self._woken:
+        n = self.num_channels
+        while True:
+            if self._woken:
+                with self._cond:
                     self._woken = False
-                    return None
-                for i in range(self.num_channels):
-                    ch = (self._next + i) % self.num_channels
-                    if not self._buffers[ch] or (channels is not None and ch not in channels):
-                        continue
-                    element = self._buffers[ch].popleft()
-                    if isinstance(element, pa.RecordBatch):
-                        self._batches[ch] -= 1
-                        self._cond.notify_all()
-                    elif isinstance(element, EndOfPartition):
-                        self._finished[ch] = True
-                    self._next = ch + 1
-                    return ch, element
+                return None
+            if self._cancelled:
+                return None
+            seen = self._signals
+            pending = False
+            for i in range(n):
+                ch = (self._next + i) % n
+                if self._finished[ch] or (channels is not None and ch not in channels):
+                    continue
+                channel = self._channels[ch]
+                element = channel.poll()
+                if element is None:
+                    pending = pending or channel.pending
+                    continue
+                if isinstance(element, EndOfPartition):
+                    self._finished[ch] = True
+                self._next = ch + 1
+                return ch, element
+            with self._cond:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if self._cancelled or (remaining is not None and remaining <= 0):
                     return None
+                if self._signals != seen or self._woken:
+                    continue
+                if pending:
+                    remaining = _RETRY_S if remaining is None else min(remaining, _RETRY_S)
+                self._waiting = True
+                if self._signals != seen:  # a notify came while the flag was not yet set
+                    self._waiting = False
+                    continue
                 if self._io_metrics:
                     started = time.perf_counter_ns()
                     self._cond.wait(remaining)
                     self.idle_ns += time.perf_counter_ns() - started
                 else:
                     self._cond.wait(remaining)
+                self._waiting = False
 
     def wakeup(self) -> None:
         """Make the task's current (or next) ``poll`` return at once: it has other work (mail)."""
@@ -115,49 +297,20 @@ class InputGate:
         return all(self._finished)
 
     def backlog(self) -> list[int]:
-        with self._cond:
-            return list(self._batches)
+        """Batches waiting in each channel."""
+        return [ch.backlog() for ch in self._channels]
+
+    def inflight_bytes_peak(self) -> int:
+        """The most bytes any remote channel of the gate held at once (0: none is remote)."""
+        return max((int(getattr(ch, "peak_bytes", 0)) for ch in self._channels), default=0)
 
     def cancel(self) -> None:
         with self._cond:
             self._cancelled = True
             self._cond.notify_all()
-        for reader in self._readers:
-            reader.cancel()
+        for ch in self._channels:
+            try:
+                ch.cancel()
+            except Exception:  # noqa: BLE001
+                log.debug("cancelling a channel failed", exc_info=True)
 
-    def join(self, timeout: float = 5.0) -> None:
-        for reader in self._readers:
-            reader.join(timeout)
-
-
-class ChannelReader:
-    """Moves one channel's elements into its gate on a thread of its own."""
-
-    def __init__(self, gate: InputGate, channel: int, name: str,
-                 source: Callable[[Callable[[Any], bool]], None], cancel: Callable[[], None]) -> None:
-        self._gate = gate
-        self._channel = channel
-        self._source = source
-        self._cancel = cancel
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._source(lambda el: self._gate.push(self._channel, el))
-        except BaseException as exc:  # noqa: BLE001 - handed to the task thread
-            if not self._gate.cancelled:
-                log.debug("channel %s failed", self._thread.name, exc_info=True)
-                self._gate.push(self._channel, ChannelError(exc))
-
-    def cancel(self) -> None:
-        try:
-            self._cancel()
-        except Exception:  # noqa: BLE001
-            log.debug("cancelling %s", self._thread.name, exc_info=True)
-
-    def join(self, timeout: float) -> None:
-        if self._thread.is_alive():
-            self._thread.join(timeout)

@@ -48,11 +48,23 @@ class Subpartition:
         self._items: collections.deque[Any] = collections.deque()
         self._batches = 0
         self._capacity = capacity
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._released = False
         self._consumed = False
         self._on_consumed = on_consumed
+        self._listener: Callable[[], None] | None = None
+        self._queued_bytes = 0
         self.bytes_added = 0
+
+    def set_listener(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener`` (without the subpartition's lock) whenever an element is added or
+        the subpartition is released: its consumer's gate, or the connection serving it."""
+        self._listener = listener
+
+    def _notify(self) -> None:
+        listener = self._listener
+        if listener is not None:
+            listener()
 
     def add(self, element: Any, cancelled: Callable[[], bool] = lambda: False) -> None:
         is_batch = isinstance(element, pa.RecordBatch)
@@ -66,8 +78,10 @@ class Subpartition:
             self._items.append(element)
             if is_batch:
                 self._batches += 1
+                self._queued_bytes += element.nbytes
                 self.bytes_added += element.nbytes
             self._cond.notify_all()
+        self._notify()
 
     @property
     def full(self) -> bool:
@@ -77,6 +91,8 @@ class Subpartition:
 
     def take(self, timeout: float | None) -> Any | None:
         """The next element, waiting up to ``timeout`` seconds; None when none came."""
+        if timeout == 0 and not self._items and not self._released:
+            return None  # (read without the lock: the consumer's poll of an empty channel)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._items:
@@ -89,6 +105,7 @@ class Subpartition:
             element = self._items.popleft()
             if isinstance(element, pa.RecordBatch):
                 self._batches -= 1
+                self._queued_bytes -= element.nbytes
             self._cond.notify_all()
         if isinstance(element, EndOfPartition) and not self._consumed:
             self._consumed = True
@@ -96,13 +113,22 @@ class Subpartition:
                 self._on_consumed()
         return element
 
+    def peek(self) -> Any | None:
+        """The next element, left in place (None: there is none)."""
+        with self._cond:
+            if self._released:
+                raise PartitionReleasedError("subpartition released")
+            return self._items[0] if self._items else None
+
     def push_back(self, element: Any) -> None:
         """Return an element just taken to the head of the queue (its consumer could not send it)."""
         with self._cond:
             self._items.appendleft(element)
             if isinstance(element, pa.RecordBatch):
                 self._batches += 1
+                self._queued_bytes += element.nbytes
             self._cond.notify_all()
+        self._notify()
 
     @property
     def consumed(self) -> bool:
@@ -112,12 +138,20 @@ class Subpartition:
         with self._cond:
             return self._batches
 
+    def backlog_buffers(self, segment_size: int) -> int:
+        """The buffers of ``segment_size`` bytes the queued batches take (credit-based flow
+        control's backlog)."""
+        with self._cond:
+            return -(-self._queued_bytes // segment_size) if self._batches else 0
+
     def release(self) -> None:
         with self._cond:
             self._released = True
             self._items.clear()
             self._batches = 0
+            self._queued_bytes = 0
             self._cond.notify_all()
+        self._notify()
 
 
 class ResultPartition:
@@ -305,21 +339,27 @@ class ResultPartitionManager:
         self._closed = False
         self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="yarnflow-partitions-")
+        #: called once when the partition of that id is created (``peek``'s ``on_created``)
+        self._waiters: dict[str, list[Callable[[], None]]] = {}
+
+    def _add(self, partition_id: str, partition: Any) -> None:
+        with self._cond:
+            self._partitions[partition_id] = partition
+            waiters = self._waiters.pop(partition_id, [])
+            self._cond.notify_all()
+        for waiter in waiters:
+            waiter()
 
     def create_blocking(self, partition_id: ResultPartitionID, num_subpartitions: int) -> BlockingResultPartition:
         partition = BlockingResultPartition(partition_id, num_subpartitions,
                                             os.path.join(self.directory, partition_id))
-        with self._cond:
-            self._partitions[partition_id] = partition
-            self._cond.notify_all()
+        self._add(partition_id, partition)
         return partition
 
     def create_stored(self, partition_id: ResultPartitionID, num_subpartitions: int,
                       url: str) -> StoredResultPartition:
         partition = StoredResultPartition(partition_id, num_subpartitions, url)
-        with self._cond:
-            self._partitions[partition_id] = partition
-            self._cond.notify_all()
+        self._add(partition_id, partition)
         return partition
 
     def partition_ids(self, predicate: Callable[[str], bool] = lambda _: True) -> list[str]:
@@ -332,14 +372,25 @@ class ResultPartitionManager:
 
     def create(self, partition_id: ResultPartitionID, num_subpartitions: int, capacity: int) -> ResultPartition:
         partition = ResultPartition(partition_id, num_subpartitions, capacity, self._consumed)
-        with self._cond:
-            self._partitions[partition_id] = partition
-            self._cond.notify_all()
+        self._add(partition_id, partition)
         return partition
 
     def _consumed(self, partition: ResultPartition) -> None:
         log.debug("partition %s fully consumed: releasing", partition.partition_id)
         self.release(partition.partition_id)
+
+    def peek(self, partition_id: str, on_created: Callable[[], None] | None = None
+             ) -> ResultPartition | BlockingResultPartition | StoredResultPartition | None:
+        """The partition if it is here now; if not, ``on_created`` is called once it is."""
+        with self._cond:
+            if self._closed:
+                raise UnavailableError("TaskExecutor is shutting down")
+            partition = self._partitions.get(partition_id)
+            if partition is None and on_created is not None:
+                waiters = self._waiters.setdefault(partition_id, [])
+                if on_created not in waiters:
+                    waiters.append(on_created)
+            return partition
 
     def wait_for(self, partition_id: str, timeout: float
                  ) -> ResultPartition | BlockingResultPartition | StoredResultPartition | None:
@@ -364,6 +415,8 @@ class ResultPartitionManager:
         with self._cond:
             ids = [pid for pid, p in self._partitions.items()
                    if predicate(pid) and (blocking or not isinstance(p, BlockingResultPartition))]
+            for pid in [pid for pid in self._waiters if predicate(pid)]:  # readers of a job that ended
+                del self._waiters[pid]
         for pid in ids:
             self.release(pid)
 

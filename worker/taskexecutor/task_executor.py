@@ -97,7 +97,7 @@ class TaskExecutor:
         self._io = ThreadPoolExecutor(4, thread_name_prefix="te-io")
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="te-updates")  # keeps per-task order
         self.partitions = ResultPartitionManager(os.path.join(work_dir, "partitions"))
-        self._data_server = DataServer(host, self.partitions)
+        self._data_server = DataServer(host, self.partitions, segment_size=config[Options.SEGMENT_SIZE])
         self._data_client = DataClient()
         self._artifacts = ArtifactCache(os.path.join(work_dir, "artifacts"))
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir

@@ -915,11 +915,12 @@ class TaskMetrics(object):
      - managed_memory_used
      - managed_memory_peak
      - spilled_bytes
+     - inflight_bytes_peak
 
     """
 
 
-    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None,):
+    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None,):
         self.records_in = records_in
         self.records_out = records_out
         self.bytes_in = bytes_in
@@ -937,6 +938,7 @@ class TaskMetrics(object):
         self.managed_memory_used = managed_memory_used
         self.managed_memory_peak = managed_memory_peak
         self.spilled_bytes = spilled_bytes
+        self.inflight_bytes_peak = inflight_bytes_peak
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1042,6 +1044,11 @@ class TaskMetrics(object):
                     self.spilled_bytes = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 18:
+                if ftype == TType.I64:
+                    self.inflight_bytes_peak = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1125,6 +1132,10 @@ class TaskMetrics(object):
         if self.spilled_bytes is not None:
             oprot.writeFieldBegin('spilled_bytes', TType.I64, 17)
             oprot.writeI64(self.spilled_bytes)
+            oprot.writeFieldEnd()
+        if self.inflight_bytes_peak is not None:
+            oprot.writeFieldBegin('inflight_bytes_peak', TType.I64, 18)
+            oprot.writeI64(self.inflight_bytes_peak)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -3973,6 +3984,7 @@ TaskMetrics.thrift_spec = (
     (15, TType.I64, 'managed_memory_used', None, None, ),  # 15
     (16, TType.I64, 'managed_memory_peak', None, None, ),  # 16
     (17, TType.I64, 'spilled_bytes', None, None, ),  # 17
+    (18, TType.I64, 'inflight_bytes_peak', None, None, ),  # 18
 )
 all_structs.append(CheckpointCounts)
 CheckpointCounts.thrift_spec = (
