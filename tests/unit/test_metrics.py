@@ -23,7 +23,8 @@ class FakeTask:
         self.records_in = self.bytes_in = 0
         self.tail = SimpleNamespace(records_out=0)
         self.writers = [SimpleNamespace(bytes_out=0, backpressured_ns=0)]
-        self.gate = SimpleNamespace(idle_ns=0)
+        self.gate = SimpleNamespace(idle_ns=0, inflight_bytes_peak=lambda: self.inflight_peak)
+        self.inflight_peak = 0
         self.ops = ([0, 0], [0, 0])
 
     def operator_records(self) -> tuple[list[int], list[int]]:
@@ -42,8 +43,10 @@ def test_rates_over_the_window_and_busy_time() -> None:
     task.gate.idle_ns = int(0.5e9)  # 0.5 s of 2 s waiting for input: 250 ms/s
     task.writers[0].backpressured_ns = int(1.0e9)  # 1 s of 2 s waiting for room: 500 ms/s
     task.ops = ([4000, 1000], [1000, 0])
+    task.inflight_peak = 3 << 20  # the most one remote channel held
     m = group.snapshot()
     assert (m.records_in, m.records_out, m.bytes_in) == (4000, 1000, 64_000)
+    assert m.inflight_bytes_peak == 3 << 20
     assert (m.records_in_per_second, m.records_out_per_second, m.bytes_in_per_second) == (2000, 500, 32_000)
     assert (m.idle_ms_per_second, m.backpressured_ms_per_second, m.busy_ms_per_second) == (250, 500, 250)
     assert (m.operator_records_in, m.operator_records_out) == ([4000, 1000], [1000, 0])
