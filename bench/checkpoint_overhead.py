@@ -11,13 +11,13 @@ from typing import Any
 
 
 def run_checkpoint_overhead(records: int = 5_000_000, parallelism: int = 2, interval: str = "1 s",
-                            rounds: int = 3) -> dict[str, Any]:
+                            rounds: int = 3, unaligned: bool = False) -> dict[str, Any]:
     import statistics
 
     import workloads
 
     out: dict[str, Any] = {"name": "checkpoint-overhead", "records": records, "parallelism": parallelism,
-                           "interval": interval}
+                           "interval": interval, "unaligned": unaligned}
     verified = True
     for name, run, gen in (("w1", workloads.run_w1, workloads.generate_w1),
                            ("w2", workloads.run_w2, workloads.generate_w2)):
@@ -31,7 +31,8 @@ def run_checkpoint_overhead(records: int = 5_000_000, parallelism: int = 2, inte
                 plain_runs.append(run(records, parallelism, folder, mode="STREAMING"))
                 try:
                     checked_runs.append(run(records, parallelism, folder, mode="STREAMING",
-                                            conf={"execution.checkpointing.interval": interval}))
+                                            conf={"execution.checkpointing.interval": interval,
+                                                  "execution.checkpointing.unaligned.enabled": str(unaligned).lower()}))
                 except RuntimeError as exc:
                     error = str(exc)[:300]
                     break

@@ -80,7 +80,13 @@ def _recovery(args: argparse.Namespace) -> dict[str, Any]:
 def _checkpoint_overhead(args: argparse.Namespace) -> dict[str, Any]:
     from checkpoint_overhead import run_checkpoint_overhead
 
-    return run_checkpoint_overhead(args.records, args.parallelism, args.interval, args.rounds)
+    return run_checkpoint_overhead(args.records, args.parallelism, args.interval, args.rounds, args.unaligned)
+
+
+def _backpressure(args: argparse.Namespace) -> dict[str, Any]:
+    from backpressure import run_backpressure
+
+    return run_backpressure(args.records, args.parallelism, args.interval)
 
 
 def _metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
@@ -149,7 +155,15 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                             lambda p: (p.add_argument("--records", type=int, default=5_000_000),
                                        p.add_argument("--parallelism", type=int, default=2),
                                        p.add_argument("--interval", default="1 s"),
-                                       p.add_argument("--rounds", type=int, default=3)), _checkpoint_overhead),
+                                       p.add_argument("--rounds", type=int, default=3),
+                                       p.add_argument("--unaligned", action="store_true",
+                                                      help="unaligned checkpoints")), _checkpoint_overhead),
+    "backpressure": ("source -> keyed per-row map ~10x slower than the source -> sink, checkpoints every "
+                     "interval, aligned against unaligned in the same run (targets: unaligned p99 <= 1 s while "
+                     "aligned p99 > 5 s; in-flight bytes per channel <= credit x segment size)",
+                     lambda p: (p.add_argument("--records", type=int, default=2_000_000),
+                                p.add_argument("--parallelism", type=int, default=2),
+                                p.add_argument("--interval", default="1 s")), _backpressure),
     "metrics-overhead": ("W1 with the REST API, Prometheus endpoints, task I/O meters and a watcher reading them "
                          "every second, against every metric off, same run (target: < 2%)",
                          lambda p: (p.add_argument("--records", type=int, default=20_000_000),

@@ -357,11 +357,12 @@ def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
             click.echo(f"  {when} {f.task or '(job)'}: {f.error.describe()} -> {action}")
     if j.checkpoints:
         click.echo(f"checkpoints (latest completed: {j.latest_completed_checkpoint_id or 'none'}):")
-        click.echo("  id  status      triggered  duration    size       alignment")
+        click.echo("  id  status      type       triggered  duration    size       alignment  in-flight data")
         for c in j.checkpoints:
             when = datetime.datetime.fromtimestamp(c.trigger_time_ms / 1000).strftime("%H:%M:%S")
-            line = (f"  {c.checkpoint_id:<3} {c.status:<11} {when:<10} {c.duration_ms:>6} ms "
-                    f"{_size(c.size_bytes):>10} {c.alignment_ms:>6} ms")
+            line = (f"  {c.checkpoint_id:<3} {c.status:<11} {'unaligned' if c.unaligned else 'aligned':<10} "
+                    f"{when:<10} {c.duration_ms:>6} ms {_size(c.size_bytes):>10} {c.alignment_ms:>6} ms "
+                    f"{_size(c.inflight_bytes) if c.unaligned else '-':>10}")
             click.echo(line + (f"  {c.failure}" if c.failure else ""))
     spark = read_spark_reports(storage_dir, str(j.job_id))
     if spark:

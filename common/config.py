@@ -186,6 +186,12 @@ class Options:
                                "checkpoint period of STREAMING jobs (empty: no checkpoints)")
     CHECKPOINT_MODE = _opt("execution.checkpointing.mode", _parse_str, "EXACTLY_ONCE or AT_LEAST_ONCE",
                            choices=("EXACTLY_ONCE", "AT_LEAST_ONCE"))
+    CHECKPOINT_UNALIGNED = _opt("execution.checkpointing.unaligned.enabled", _parse_bool,
+                                "barriers overtake buffered data, which is stored with the checkpoint "
+                                "(exactly-once only; savepoints stay aligned)")
+    ALIGNED_CHECKPOINT_TIMEOUT = _opt("execution.checkpointing.aligned-checkpoint-timeout", parse_duration_ms,
+                                      "with unaligned checkpoints: start aligned, go unaligned once a checkpoint "
+                                      "is this old (0: unaligned from the start)")
     CHECKPOINT_TIMEOUT = _opt("execution.checkpointing.timeout", parse_duration_ms,
                               "a checkpoint not complete after this long is aborted")
     CHECKPOINT_MIN_PAUSE = _opt("execution.checkpointing.min-pause", parse_duration_ms,

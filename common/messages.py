@@ -284,6 +284,8 @@ class CheckpointInfo(Message):
     size_bytes: int = 0
     alignment_ms: int = 0
     failure: str = ""
+    unaligned: bool = False
+    inflight_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -444,6 +446,8 @@ class TaskStateSnapshot(Message):
     alignment_ms: int = 0
     sync_ms: int = 0
     async_ms: int = 0
+    unaligned: bool = False
+    inflight_bytes: int = 0
 
     @property
     def size_bytes(self) -> int:

@@ -151,6 +151,8 @@ struct CheckpointInfo {
   5: i64 size_bytes,
   6: i64 alignment_ms,             // longest barrier alignment of any task
   7: string failure,               // why it was aborted ("" otherwise)
+  8: bool unaligned,               // some task took it unaligned
+  9: i64 inflight_bytes,           // in-flight data persisted by its tasks (unaligned)
 }
 
 struct JobStatusInfo {
@@ -319,6 +321,8 @@ struct TaskStateSnapshot {
   2: i64 alignment_ms,             // from the first barrier to the last (exactly-once)
   3: i64 sync_ms,                  // how long the task paused to take a consistent copy
   4: i64 async_ms,                 // writing the files, in the background
+  5: bool unaligned,               // taken before every barrier came (unaligned checkpoint)
+  6: i64 inflight_bytes,           // bytes of in-flight data it persisted (unaligned)
 }
 
 // The state a task starts from: the files of its subtask in a completed checkpoint.
@@ -426,7 +430,7 @@ service TaskExecutorService {
   // (the sources stop after it; with "drain" they end their input first).
   void triggerCheckpoint(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
                          3: i64 checkpoint_id, 4: i64 timestamp_ms, 5: bool exactly_once,
-                         6: string stop_mode) throws (1: RpcError err),
+                         6: string stop_mode, 7: i64 aligned_timeout_ms) throws (1: RpcError err),
   void notifyCheckpointComplete(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
                                 3: i64 checkpoint_id) throws (1: RpcError err),
   void notifyCheckpointAborted(1: string jobmaster_fencing_token, 2: string execution_attempt_id,

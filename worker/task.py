@@ -33,6 +33,7 @@ from yarnflow.worker.runtime.checkpoints import (
     NotifyCheckpoint,
     SnapshotWriter,
     TriggerCheckpoint,
+    read_channel_state,
     read_task_state,
 )
 from yarnflow.worker.runtime.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel
@@ -199,9 +200,18 @@ class Task:
         if self._responder is not None:
             self._snapshot_writer = SnapshotWriter(tdd.checkpoint_dir, str(tdd.vertex_id), tdd.subtask_index,
                                                    tdd.attempt_number, self._responder, tdd.display_name)
+        restored_inputs, restored_outputs = (read_channel_state(restore) if restore is not None and not restore.finished
+                                             else ({}, {}))
+        if restored_inputs or restored_outputs:
+            log.info("%s replays the in-flight data of unaligned checkpoint %d (%d input channels, %d outputs)",
+                     tdd.display_name, restore.checkpoint_id if restore else 0, len(restored_inputs),
+                     len(restored_outputs))
+        unaligned = conf.get(Options.CHECKPOINT_UNALIGNED.key, "false").lower() in ("true", "1", "yes", "on")
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name,
                         mailbox=self.mailbox, snapshots=self._snapshot_writer,
-                        restored_finished=restore is not None and restore.finished, io_metrics=self._io_metrics)
+                        restored_finished=restore is not None and restore.finished, io_metrics=self._io_metrics,
+                        slicing=unaligned and tdd.checkpoint_dir != "", restored_inputs=restored_inputs,
+                        restored_outputs=restored_outputs)
         self.metrics.operator_names = [op.name for op in chain]
         self.metrics.attach(st)
         # splits taken before the first new barrier are in no checkpoint after the restored one
@@ -237,8 +247,9 @@ class Task:
                                    str(self.attempt_id), f"{op.name} in {self.tdd.display_name}")
 
     # -- checkpoints ------------------------------------------------------------------------
-    def trigger_checkpoint(self, checkpoint_id: int, timestamp_ms: int, exactly_once: bool, stop: str = "") -> None:
-        self.mailbox.put(TriggerCheckpoint(checkpoint_id, timestamp_ms, exactly_once, stop))
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp_ms: int, exactly_once: bool, stop: str = "",
+                           aligned_timeout_ms: int = -1) -> None:
+        self.mailbox.put(TriggerCheckpoint(checkpoint_id, timestamp_ms, exactly_once, stop, aligned_timeout_ms))
 
     def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         self.mailbox.put(NotifyCheckpoint(checkpoint_id, complete))

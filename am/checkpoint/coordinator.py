@@ -69,6 +69,8 @@ class CheckpointSettings:
     tolerable_failures: int = 0
     num_retained: int = 1
     exactly_once: bool = True
+    unaligned: bool = False
+    aligned_timeout_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class CheckpointStats:
     end_time_ms: int = 0
     state_size: int = 0
     alignment_ms: int = 0
+    unaligned: bool = False
+    inflight_bytes: int = 0
     failure: CheckpointFailureReason | None = None
     failure_detail: str = ""
     acknowledged: dict[ExecutionAttemptID, object] = field(default_factory=dict)
@@ -106,6 +110,8 @@ class TriggerCheckpoint:
     tasks: tuple[ExecutionAttemptID, ...]
     exactly_once: bool
     stop: str = ""  # "stop" / "drain": the savepoint of stop-with-savepoint
+    #: -1: aligned (savepoints, unaligned off), 0: unaligned, else after this many ms
+    aligned_timeout_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -266,12 +272,15 @@ class CheckpointCoordinator:
             self.stopping = (checkpoint_id, stop)
         log.info("triggering checkpoint %d (%d tasks to acknowledge)%s", checkpoint_id, len(plan.acknowledge),
                  f", the savepoint of stop-with-savepoint ({stop})" if stop else "")
-        self._out.append(TriggerCheckpoint(checkpoint_id, now, plan.trigger, self.settings.exactly_once, stop))
+        s = self.settings
+        aligned_timeout_ms = s.aligned_timeout_ms if s.unaligned and s.exactly_once and not savepoint and not stop else -1
+        self._out.append(TriggerCheckpoint(checkpoint_id, now, plan.trigger, s.exactly_once, stop, aligned_timeout_ms))
         return checkpoint_id
 
     # -- acknowledgements --------------------------------------------------------------------------
     def acknowledge(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, state_handle: object,
-                    state_size: int = 0, alignment_ms: int = 0) -> bool:
+                    state_size: int = 0, alignment_ms: int = 0, unaligned: bool = False,
+                    inflight_bytes: int = 0) -> bool:
         """A task's snapshot for the checkpoint is written. False for a stale or duplicate one
         (the caller discards the handle's files when the checkpoint is unknown)."""
         stats = self.pending.get(checkpoint_id)
@@ -286,6 +295,8 @@ class CheckpointCoordinator:
         stats.acknowledged[attempt_id] = state_handle
         stats.state_size += state_size
         stats.alignment_ms = max(stats.alignment_ms, alignment_ms)
+        stats.unaligned = stats.unaligned or unaligned
+        stats.inflight_bytes += inflight_bytes
         if not awaiting:
             stats.status = CheckpointStatus.FINALIZING
             self._out.append(FinalizeCheckpoint(checkpoint_id, dict(stats.acknowledged)))

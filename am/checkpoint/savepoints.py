@@ -69,6 +69,11 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
                                                 "max_parallelism": v["max_parallelism"], "subtasks": {}})
                 op["subtasks"][index] = {"finished": bool(entry["finished"]), "files": []}
             for f in entry["files"]:
+                if str(f["name"]).startswith(("@in-", "@out-")):
+                    raise SavepointError(
+                        f"checkpoint {metadata['checkpoint_id']} was taken unaligned: it holds the in-flight data of "
+                        "its channels, which belongs to the parallelism it ran at, so it cannot become a savepoint "
+                        "(savepoints are taken aligned)")
                 uid = v["operator_uids"][int(f["operator_index"])]
                 if f["name"] == SHARED_STATE_FILE:
                     continue  # an SST file the RocksDB manifest references: converted below

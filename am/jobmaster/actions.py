@@ -95,6 +95,7 @@ class TriggerTaskCheckpoint:
     timestamp_ms: int
     exactly_once: bool
     stop: str = ""  # "stop" / "drain": the savepoint of stop-with-savepoint
+    aligned_timeout_ms: int = -1  # unaligned checkpoints (see CheckpointBarrier)
 
 
 @dataclass(frozen=True)

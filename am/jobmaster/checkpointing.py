@@ -78,7 +78,9 @@ def checkpoint_settings(config: Configuration) -> CheckpointSettings | None:
         max_concurrent=int(config[Options.CHECKPOINT_MAX_CONCURRENT]),
         tolerable_failures=int(config[Options.CHECKPOINT_TOLERABLE_FAILURES]),
         num_retained=int(config[Options.CHECKPOINT_NUM_RETAINED]),
-        exactly_once=str(config[Options.CHECKPOINT_MODE]) == "EXACTLY_ONCE")
+        exactly_once=str(config[Options.CHECKPOINT_MODE]) == "EXACTLY_ONCE",
+        unaligned=bool(config[Options.CHECKPOINT_UNALIGNED]),
+        aligned_timeout_ms=int(config[Options.ALIGNED_CHECKPOINT_TIMEOUT]))
 
 
 class JobCheckpoints:
@@ -129,7 +131,8 @@ class JobCheckpoints:
     # -- events ----------------------------------------------------------------------------------
     def acknowledge(self, ex: Execution, checkpoint_id: int, snapshot: TaskStateSnapshot) -> bool:
         return self.coordinator.acknowledge(checkpoint_id, ex.attempt_id, (self._sid_of(ex), tuple(snapshot.files)),
-                                            snapshot.size_bytes, snapshot.alignment_ms)
+                                            snapshot.size_bytes, snapshot.alignment_ms, snapshot.unaligned,
+                                            snapshot.inflight_bytes)
 
     def task_finished(self, ex: Execution) -> None:
         """A task reached FINISHED: pending checkpoints waiting for it count it as finished.
@@ -177,7 +180,7 @@ class JobCheckpoints:
                 if where is not None:
                     out.append(TriggerTaskCheckpoint(attempt, where[0], where[1],  # type: ignore[arg-type]
                                                      action.checkpoint_id, action.timestamp_ms, action.exactly_once,
-                                                     action.stop))
+                                                     action.stop, action.aligned_timeout_ms))
             return out
         if isinstance(action, FinalizeCheckpoint):
             states: dict[SubtaskId, SubtaskState] = {}
@@ -276,7 +279,8 @@ class JobCheckpoints:
             elif stats.checkpoint_id in self.unreadable:
                 failure = "unreadable at restore"
             out.append(CheckpointInfo(stats.checkpoint_id, stats.status.value, stats.trigger_time_ms,
-                                      stats.duration_ms, stats.state_size, stats.alignment_ms, failure))
+                                      stats.duration_ms, stats.state_size, stats.alignment_ms, failure,
+                                      stats.unaligned, stats.inflight_bytes))
         return out
 
     def latest_completed_id(self) -> int:

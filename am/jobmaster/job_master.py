@@ -100,7 +100,7 @@ class TaskExecutorGateway(Protocol):
     def release_partitions(self, token: str, job_id: str, partition_ids: list[str]) -> None: ...
 
     def trigger_checkpoint(self, token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,
-                           exactly_once: bool, stop: str = "") -> None: ...
+                           exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None: ...
 
     def notify_checkpoint_complete(self, token: str, attempt_id: str, checkpoint_id: int) -> None: ...
 
@@ -417,7 +417,7 @@ class JobMaster:
     def _trigger_checkpoint(self, gw: TaskExecutorGateway, action: TriggerTaskCheckpoint) -> None:
         try:
             gw.trigger_checkpoint(self.fencing_token, action.attempt_id, action.checkpoint_id, action.timestamp_ms,
-                                  action.exactly_once, action.stop)
+                                  action.exactly_once, action.stop, action.aligned_timeout_ms)
         except RpcError as exc:
             self._execute(self.core.checkpoint_trigger_failed, action.attempt_id, action.checkpoint_id,
                           ErrorInfo.from_exception(exc))

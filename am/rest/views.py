@@ -206,12 +206,15 @@ def _checkpoint_entry(c: CheckpointInfo) -> dict[str, Any]:
     status = {"COMPLETED": "COMPLETED", "ABORTED": "FAILED"}.get(c.status, "IN_PROGRESS")
     return {"className": ".CompletedCheckpointStatistics" if status == "COMPLETED" else
             ".FailedCheckpointStatistics" if status == "FAILED" else ".PendingCheckpointStatistics",
-            "id": c.checkpoint_id, "status": status, "is_savepoint": False, "checkpoint_type": "CHECKPOINT",
+            "id": c.checkpoint_id, "status": status, "is_savepoint": False,
+            "checkpoint_type": "UNALIGNED_CHECKPOINT" if c.unaligned else "CHECKPOINT", "unaligned": c.unaligned,
             "trigger_timestamp": c.trigger_time_ms,
             "latest_ack_timestamp": c.trigger_time_ms + c.duration_ms if c.duration_ms else -1,
             "state_size": c.size_bytes, "checkpointed_size": c.size_bytes, "end_to_end_duration": c.duration_ms,
-            "alignment_buffered": 0, "processed_data": 0, "persisted_data": 0,
-            "failure_message": c.failure or None}
+            # persisted_data: the in-flight data an unaligned checkpoint stored; alignment_duration
+            # (yarnflow's): the longest a task waited for its barriers (or, unaligned, for them to come)
+            "alignment_buffered": 0, "processed_data": 0, "persisted_data": c.inflight_bytes,
+            "alignment_duration": c.alignment_ms, "failure_message": c.failure or None}
 
 
 def _stats(values: list[int]) -> dict[str, Any]:
@@ -241,7 +244,9 @@ def checkpoints(info: JobStatusInfo) -> dict[str, Any]:
         "summary": {"state_size": _stats([c.size_bytes for c in completed]),
                     "checkpointed_size": _stats([c.size_bytes for c in completed]),
                     "end_to_end_duration": _stats([c.duration_ms for c in completed]),
-                    "alignment_buffered": _stats([]), "processed_data": _stats([]), "persisted_data": _stats([])},
+                    "alignment_buffered": _stats([]), "processed_data": _stats([]),
+                    "persisted_data": _stats([c.inflight_bytes for c in completed]),
+                    "alignment_duration": _stats([c.alignment_ms for c in completed])},
         "latest": {"completed": latest_completed, "savepoint": None, "failed": failed[0] if failed else None,
                    "restored": None},
         "history": history,

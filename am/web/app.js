@@ -200,12 +200,13 @@ async function checkpointsTab(jid, enabled) {
   if (!enabled) return `<p class="muted">This job takes no checkpoints.</p>`;
   const c = await api(`/jobs/${jid}/checkpoints`);
   const counts = c.counts;
-  const rows = c.history.map((h) => `<tr><td>${h.id}</td><td>${esc(h.status)}</td><td>${fmtTime(h.trigger_timestamp)}</td>
-      <td>${h.end_to_end_duration} ms</td><td>${fmtBytes(h.state_size)}</td><td>${esc(h.failure_message || "")}</td></tr>`);
+  const rows = c.history.map((h) => `<tr><td>${h.id}</td><td>${esc(h.status)}</td><td>${h.unaligned ? "unaligned" : "aligned"}</td>
+      <td>${fmtTime(h.trigger_timestamp)}</td><td>${h.end_to_end_duration} ms</td><td>${fmtBytes(h.state_size)}</td>
+      <td>${h.alignment_duration} ms</td><td>${fmtBytes(h.persisted_data)}</td><td>${esc(h.failure_message || "")}</td></tr>`);
   return `<div class="cards">${card("Completed", counts.completed, "ck-completed")}${card("Failed", counts.failed, "ck-failed")}
       ${card("In progress", counts.in_progress, "ck-in-progress")}</div><h3>History</h3>
-      <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Triggered</th><th>Duration</th><th>Size</th>
-      <th>Failure</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+      <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Type</th><th>Triggered</th><th>Duration</th>
+      <th>Size</th><th>Alignment</th><th>In-flight data</th><th>Failure</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 async function sparkTab(jid) {

@@ -197,9 +197,9 @@ class RemoteTaskExecutorGateway:
         self._c.call("releasePartitions", jm_token, str(job_id), [str(p) for p in partition_ids])
 
     def trigger_checkpoint(self, jm_token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,
-                           exactly_once: bool, stop: str = "") -> None:
+                           exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None:
         self._c.call("triggerCheckpoint", jm_token, str(attempt_id), checkpoint_id, timestamp_ms, exactly_once,
-                     stop)
+                     stop, aligned_timeout_ms)
 
     def notify_checkpoint_complete(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:
         self._c.call("notifyCheckpointComplete", jm_token, str(attempt_id), checkpoint_id)
@@ -387,7 +387,8 @@ class TaskExecutorImpl(Protocol):
     def disconnect_resource_manager(self, rm_token: str, reason: str) -> None: ...
     def release_partitions(self, jm_token: str, job_id: ids.JobID, partition_ids: list[str]) -> None: ...
     def trigger_checkpoint(self, jm_token: str, attempt_id: ids.ExecutionAttemptID, checkpoint_id: int,
-                           timestamp_ms: int, exactly_once: bool, stop: str = "") -> None: ...
+                           timestamp_ms: int, exactly_once: bool, stop: str = "",
+                           aligned_timeout_ms: int = -1) -> None: ...
     def notify_checkpoint_complete(self, jm_token: str, attempt_id: ids.ExecutionAttemptID,
                                    checkpoint_id: int) -> None: ...
     def notify_checkpoint_aborted(self, jm_token: str, attempt_id: ids.ExecutionAttemptID,
@@ -426,9 +427,9 @@ class TaskExecutorHandler:
 
     @_translated
     def triggerCheckpoint(self, jm_token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,  # noqa: N802
-                          exactly_once: bool, stop: str | None = None) -> None:
+                          exactly_once: bool, stop: str | None = None, aligned_timeout_ms: int | None = None) -> None:
         self._i.trigger_checkpoint(jm_token, ids.ExecutionAttemptID(attempt_id), checkpoint_id, timestamp_ms,
-                                   bool(exactly_once), stop or "")
+                                   bool(exactly_once), stop or "", -1 if aligned_timeout_ms is None else aligned_timeout_ms)
 
     @_translated
     def notifyCheckpointComplete(self, jm_token: str, attempt_id: str, checkpoint_id: int) -> None:  # noqa: N802

@@ -67,6 +67,12 @@ class ScriptedGate:
     def wakeup(self) -> None:
         pass
 
+    def has_priority(self) -> bool:
+        return False
+
+    def overtaken_by(self, channel: int, checkpoint_id: int) -> list[Any]:
+        return []
+
 
 class RecordingWriter:
     output_tag = ""

@@ -116,6 +116,19 @@ def test_checkpoint_statistics_in_flinks_shape() -> None:
     assert out["summary"]["state_size"]["max"] == 300 and out["summary"]["end_to_end_duration"]["min"] == 5
 
 
+def test_an_unaligned_checkpoint_shows_its_type_in_flight_data_and_alignment() -> None:
+    cps = [CheckpointInfo(1, "COMPLETED", 10, 5, 100, alignment_ms=3000),
+           CheckpointInfo(2, "COMPLETED", 20, 9, 100, alignment_ms=40, unaligned=True, inflight_bytes=5 << 20)]
+    info = JobStatusInfo("a" * 32, "job", JobStatus.RUNNING, 1, checkpoints=cps, latest_completed_checkpoint_id=2,
+                         checkpoint_counts=CheckpointCounts(2, 0, 0))
+    out = views.checkpoints(info)
+    unaligned, aligned = out["history"]
+    assert (unaligned["checkpoint_type"], unaligned["unaligned"], unaligned["persisted_data"],
+            unaligned["alignment_duration"]) == ("UNALIGNED_CHECKPOINT", True, 5 << 20, 40)
+    assert (aligned["checkpoint_type"], aligned["unaligned"], aligned["persisted_data"]) == ("CHECKPOINT", False, 0)
+    assert out["summary"]["persisted_data"]["max"] == 5 << 20 and out["summary"]["alignment_duration"]["max"] == 3000
+
+
 def test_overview_counts_jobs_by_state() -> None:
     jobs = [JobStatusInfo(str(i) * 32, "j", s, 1) for i, s in enumerate(
         [JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED])]

@@ -172,3 +172,17 @@ def test_what_is_not_a_savepoint(tmp_path: Path) -> None:
     (tmp_path / "chk" / "_metadata").write_text('{"kind": "savepoint", "operators": {}, "version": 99}')
     with pytest.raises(SavepointError, match="format version 99"):
         read_savepoint(str(tmp_path / "chk"))
+
+
+def test_an_unaligned_checkpoint_with_in_flight_data_does_not_become_a_savepoint(tmp_path: Path) -> None:
+    """In-flight data belongs to the channels of the parallelism it ran at: it cannot be
+    redistributed, so a restore at another parallelism is refused with the reason (savepoints
+    are always taken aligned, so this is what guards a checkpoint copied by hand)."""
+    old = _graph(chained=False)
+    metadata = _checkpoint(tmp_path, old)
+    sum_key = next(k for k in metadata["subtasks"] if k.startswith(str(old.vertices[1].vertex_id)))
+    metadata["subtasks"][sum_key]["files"].append(
+        {"operator_index": 0, "name": "@in-1", "size_bytes": 5,
+         "path": _state_file(tmp_path / "chk-7" / "sum-0" / "@in-1.arrow", 1)})
+    with pytest.raises(SavepointError, match="checkpoint 7 was taken unaligned: it holds the in-flight data"):
+        write_savepoint(str(tmp_path / "sps"), str(old.job_id), metadata)

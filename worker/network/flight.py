@@ -35,7 +35,7 @@ import pyarrow.flight as flight
 
 from yarnflow.common.errors import RpcConnectionError, UnavailableError
 from yarnflow.worker.network.credit import FloatingBufferPool, ReceiverCredit, SenderCredit, buffers_for
-from yarnflow.worker.runtime.elements import EndOfPartition, decode_event, encode_event
+from yarnflow.worker.runtime.elements import CheckpointBarrier, EndOfPartition, decode_event, encode_event
 from yarnflow.worker.runtime.partition import (
     BlockingResultPartition,
     PartitionReleasedError,
@@ -540,6 +540,10 @@ class RemoteInputChannel:
         self._arrived = threading.Condition(self._lock)
         self._queue: collections.deque[tuple[Any, int]] = collections.deque()
         self.pending = False  # (a gate need not ask again unwoken: arrivals wake it)
+        #: an unaligned checkpoint's barrier waits at the head of the queue
+        self.priority = False
+        self._prioritized: set[int] = set()  # checkpoints whose barrier overtakes when it comes
+        self._overtaken: dict[int, list[Any]] = {}
         self.credit = ReceiverCredit(exclusive_buffers, pool)
         self.credit.on_lent = lambda _, n: self._announce(n)
         self._conn: _ClientConnection | None = None
@@ -593,7 +597,11 @@ class RemoteInputChannel:
         with self._lock:
             if self._done:
                 return
-            self._queue.append((event, 0))
+            if isinstance(event, CheckpointBarrier) and (
+                    event.aligned_timeout_ms == 0 or event.checkpoint_id in self._prioritized):
+                self._overtake(event)
+            else:
+                self._queue.append((event, 0))
             if isinstance(event, EndOfPartition):
                 self._end(tell=False)
             self._arrived.notify_all()
@@ -630,6 +638,35 @@ class RemoteInputChannel:
             self._arrived.notify_all()
         self.listener()
 
+    def _overtake(self, barrier: CheckpointBarrier) -> None:
+        """(Under the lock.) Put ``barrier`` at the head; keep what it overtook for the task."""
+        self._overtaken[barrier.checkpoint_id] = [e for e, _ in self._queue if not isinstance(e, CheckpointBarrier)]
+        self._queue.appendleft((barrier, 0))
+        self.priority = True
+
+    def overtake(self, checkpoint_id: int) -> list[Any] | None:
+        """The task switched checkpoint ``checkpoint_id`` to unaligned: take its barrier out of
+        the queue and return what was ahead of it (None: it has not come; it will overtake)."""
+        with self._lock:
+            for k, (e, _) in enumerate(self._queue):
+                if isinstance(e, CheckpointBarrier) and e.checkpoint_id == checkpoint_id:
+                    if checkpoint_id in self._overtaken:  # it came first, overtaking: what it overtook
+                        ahead = self._overtaken.pop(checkpoint_id)
+                        self.priority = False
+                    else:
+                        ahead = [x for x, _ in itertools.islice(self._queue, k)
+                                 if not isinstance(x, CheckpointBarrier)]
+                    del self._queue[k]
+                    return ahead
+            self._prioritized.add(checkpoint_id)
+            return None
+
+    def overtaken_by(self, checkpoint_id: int) -> list[Any]:
+        """What the (priority) barrier of ``checkpoint_id`` overtook here: arrived, not taken."""
+        with self._lock:
+            self._prioritized.discard(checkpoint_id)
+            return self._overtaken.pop(checkpoint_id, [])
+
     def _end(self, tell: bool) -> None:
         """(Under the lock.) Nothing more comes on this channel."""
         self._done = True
@@ -655,6 +692,7 @@ class RemoteInputChannel:
                 return None
             element, buffers = self._queue.popleft()
             if not buffers:
+                self.priority = False
                 return element
             self.queued_bytes -= element.nbytes
             announce = self.credit.on_taken(buffers) if not self._done else 0

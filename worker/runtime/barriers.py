@@ -17,6 +17,13 @@ every upstream task had already finished, from a trigger the JobMaster sends it 
   ``Decline`` of the older one, then the newer one is aligned. Barriers of checkpoints already
   taken or superseded are ignored.
 
+- **unaligned** (Flink's FLIP-76; a barrier whose ``unaligned_at`` holds when it comes, or a
+  pending aligned checkpoint older than its ``aligned_timeout_ms``: ``on_timeout``): ``Snapshot``
+  (``unaligned``) at once; nothing is blocked. The channels whose barrier has not come yet are
+  *recording* (``is_recording``): what the task takes from them until it comes is in-flight
+  data of the checkpoint. ``InflightComplete`` once every live channel delivered the barrier
+  (or ended).
+
 One checkpoint is pending at a time: each event costs O(1) plus, when a checkpoint completes,
 O(channels) to check them all.
 """
@@ -39,6 +46,17 @@ class Snapshot:
 
     barrier: CheckpointBarrier
     alignment_ms: int
+    #: taken before every barrier came: the channels still recording hold in-flight data
+    unaligned: bool = False
+
+
+@dataclass(frozen=True)
+class InflightComplete:
+    """Every live channel delivered the unaligned checkpoint's barrier: its in-flight data is
+    complete (``alignment_ms``: from the snapshot to the last barrier)."""
+
+    checkpoint_id: int
+    alignment_ms: int
 
 
 @dataclass(frozen=True)
@@ -49,13 +67,18 @@ class Decline:
     reason: str
 
 
-AlignerAction = Union[Snapshot, Decline]
+AlignerAction = Union[Snapshot, InflightComplete, Decline]
 
 
 class BarrierAligner:
-    def __init__(self, num_channels: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, num_channels: int, clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], float] = lambda: time.time() * 1000) -> None:
         self._n = num_channels
         self._clock = clock
+        self._wall_ms = wall_ms
+        #: the pending checkpoint was taken unaligned (its snapshot is taken)
+        self.unaligned = False
+        self._unaligned_at = 0.0
         self._ended: set[int] = set()
         self._pending: CheckpointBarrier | None = None
         self._arrived: set[int] = set()
@@ -70,13 +93,44 @@ class BarrierAligner:
     def is_blocked(self, channel: int) -> bool:
         """True while ``channel`` delivered the pending exactly-once barrier and others have not."""
         p = self._pending
-        return p is not None and p.exactly_once and channel in self._arrived
+        return p is not None and p.exactly_once and not self.unaligned and channel in self._arrived
+
+    def is_recording(self, channel: int) -> bool:
+        """True while what ``channel`` delivers is in-flight data of the pending unaligned
+        checkpoint (its barrier has not come yet)."""
+        return self.unaligned and channel not in self._arrived and channel not in self._ended
+
+    def timeout_in(self) -> float | None:
+        """Seconds until the pending aligned checkpoint turns unaligned (None: it does not)."""
+        p = self._pending
+        if p is None or self.unaligned or p.aligned_timeout_ms <= 0 or not p.exactly_once:
+            return None
+        return max(0.0, (p.timestamp_ms + p.aligned_timeout_ms - self._wall_ms()) / 1000.0)
+
+    def on_timeout(self) -> list[AlignerAction]:
+        """Turn the pending aligned checkpoint unaligned if it is older than its timeout: the
+        snapshot now, the channels not aligned yet record their in-flight data."""
+        wait = self.timeout_in()
+        if wait is None or wait > 0:
+            return []
+        return self._go_unaligned()
+
+    def _go_unaligned(self) -> list[AlignerAction]:
+        p = self._pending
+        assert p is not None
+        self.unaligned = True
+        self._unaligned_at = self._clock()
+        alignment_ms = int(round((self._clock() - self._started) * 1000))
+        return [Snapshot(p, alignment_ms, unaligned=True), *self._check_aligned()]
 
     def on_barrier(self, channel: int, barrier: CheckpointBarrier) -> list[AlignerAction]:
         actions = self._begin(barrier)
         if self._pending is None or barrier.checkpoint_id != self._pending.checkpoint_id:
             log.debug("stale barrier %d on channel %d ignored", barrier.checkpoint_id, channel)
             return actions
+        if not self.unaligned and barrier.unaligned_at(self._wall_ms()):
+            self._arrived.add(channel)
+            return actions + self._go_unaligned()
         self._arrived.add(channel)
         return actions + self._check_aligned()
 
@@ -87,6 +141,14 @@ class BarrierAligner:
         if self._pending is None or barrier.checkpoint_id != self._pending.checkpoint_id:
             return actions
         return actions + self._check_aligned()
+
+    def on_overtaken(self, channel: int) -> list[AlignerAction]:
+        """The pending unaligned checkpoint's barrier was taken out of ``channel``'s queue
+        (it came in order, before the task went unaligned): the channel has delivered it."""
+        if self._pending is None:
+            return []
+        self._arrived.add(channel)
+        return self._check_aligned()
 
     def on_end_of_partition(self, channel: int) -> list[AlignerAction]:
         self._ended.add(channel)
@@ -107,6 +169,7 @@ class BarrierAligner:
             self.last_handled = p.checkpoint_id
         self._pending = barrier
         self._arrived = set()
+        self.unaligned = False
         self._started = self._clock()
         return actions
 
@@ -114,8 +177,11 @@ class BarrierAligner:
         p = self._pending
         if p is None or len(self._arrived | self._ended) < self._n:
             return []
-        alignment_ms = int(round((self._clock() - self._started) * 1000))
         self._pending = None
         self._arrived = set()
         self.last_handled = p.checkpoint_id
+        if self.unaligned:
+            self.unaligned = False
+            return [InflightComplete(p.checkpoint_id, int(round((self._clock() - self._unaligned_at) * 1000)))]
+        alignment_ms = int(round((self._clock() - self._started) * 1000))
         return [Snapshot(p, alignment_ms)]

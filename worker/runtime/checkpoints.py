@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Protocol, Union
+from typing import Any, Callable, Protocol, Union
 
 import fsspec
 import pyarrow as pa
@@ -53,6 +53,7 @@ class TriggerCheckpoint:
     timestamp_ms: int
     exactly_once: bool
     stop: str = ""  # "stop" / "drain": the savepoint of stop-with-savepoint (see stream_task)
+    aligned_timeout_ms: int = -1  # unaligned checkpoints (see CheckpointBarrier)
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,13 @@ class SnapshotWriter:
         self._closed = False
 
     def submit(self, checkpoint_id: int, snapshots: list[Snapshot], alignment_ms: int,
-               sync_ms: int) -> None:
-        """Write ``snapshots`` (one per operator of the chain, head first) and acknowledge."""
+               sync_ms: int, channel_state: dict[str, list[Any]] | None = None) -> None:
+        """Write ``snapshots`` (one per operator of the chain, head first) and, for an
+        unaligned checkpoint, the in-flight data (``channel_state``), and acknowledge."""
         if self._closed:
             release_all(snapshots)
         else:
-            self._background().submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms)
+            self._background().submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms, channel_state)
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
         """Decline ``checkpoint_id`` (in the background, after the answers before it)."""
@@ -158,16 +160,20 @@ class SnapshotWriter:
             self._pool.shutdown(wait=wait)
 
     def _write(self, checkpoint_id: int, snapshots: list[Snapshot], alignment_ms: int,
-               sync_ms: int) -> None:
+               sync_ms: int, channel_state: dict[str, list[Any]] | None = None) -> None:
         started = time.monotonic()
+        inflight_bytes = 0
         try:
             files = self.write_files(checkpoint_id, snapshots)
+            if channel_state is not None:
+                channel_files, inflight_bytes = self._write_channel_state(checkpoint_id, channel_state)
+                files += channel_files
         except Exception as exc:  # noqa: BLE001 - any failure declines the checkpoint
             log.debug("%s: writing checkpoint %d failed", self._name, checkpoint_id, exc_info=True)
             self._decline_now(checkpoint_id, f"writing the state of {self._name} failed: {type(exc).__name__}: {exc}")
             return
         async_ms = int(round((time.monotonic() - started) * 1000))
-        snapshot = TaskStateSnapshot(files, alignment_ms, sync_ms, async_ms)
+        snapshot = TaskStateSnapshot(files, alignment_ms, sync_ms, async_ms, channel_state is not None, inflight_bytes)
         try:
             self._responder.acknowledge(checkpoint_id, snapshot)
         except Exception as exc:  # noqa: BLE001 - never fails the task
@@ -209,6 +215,90 @@ class SnapshotWriter:
                     size = fh.tell()
                 files.append(OperatorStateFile(index, name, url, size))
         return files
+
+
+    def _write_channel_state(self, checkpoint_id: int, state: dict[str, list[Any]]
+                             ) -> tuple[list[OperatorStateFile], int]:
+        """One file per channel with in-flight data (``@in-<channel>``, ``@out-<writer>-<i>``):
+        a row per element, in order; returns the files and the bytes of their batches."""
+        if not state:
+            return [], 0
+        if not self._dir:
+            raise YarnflowError("the task has in-flight data to write but no checkpoint dir")
+        folder = state_dir(self._dir, checkpoint_id, self._vertex_id, self._subtask_index, self._attempt_number)
+        fs, root = fsspec.core.url_to_fs(folder)
+        fs.makedirs(root, exist_ok=True)
+        files, total = [], 0
+        for name, elements in state.items():
+            table, nbytes = encode_channel_state(elements)
+            total += nbytes
+            with fs.open(f"{root}/{name}.arrow", "wb") as fh:
+                with ipc.new_file(fh, table.schema) as writer:
+                    writer.write_table(table)
+                size = fh.tell()
+            files.append(OperatorStateFile(0, name, f"{folder}/{name}.arrow", size))
+        return files, total
+
+
+#: a channel's in-flight data: a row per element (``kind`` "b": a record batch as an Arrow IPC
+#: stream, "e": an event as the exchange encodes it)
+CHANNEL_STATE_SCHEMA = pa.schema([("kind", pa.string()), ("payload", pa.binary())])
+
+
+def is_channel_state(name: str) -> bool:
+    return name.startswith("@in-") or name.startswith("@out-")
+
+
+def encode_channel_state(elements: list[Any]) -> tuple[pa.Table, int]:
+    from yarnflow.worker.runtime.elements import encode_event
+
+    kinds, payloads, nbytes = [], [], 0
+    for element in elements:
+        if isinstance(element, pa.RecordBatch):
+            sink = pa.BufferOutputStream()
+            with ipc.new_stream(sink, element.schema) as writer:
+                writer.write_batch(element)
+            kinds.append("b")
+            payloads.append(sink.getvalue().to_pybytes())
+            nbytes += element.nbytes
+        else:
+            kinds.append("e")
+            payloads.append(encode_event(element))
+    return pa.table({"kind": kinds, "payload": payloads}, schema=CHANNEL_STATE_SCHEMA), nbytes
+
+
+def decode_channel_state(table: pa.Table) -> list[Any]:
+    from yarnflow.worker.runtime.elements import decode_event
+
+    out: list[Any] = []
+    for kind, payload in zip(table.column("kind").to_pylist(), table.column("payload").to_pylist()):
+        if kind == "b":
+            out.extend(ipc.open_stream(pa.py_buffer(payload)))
+        else:
+            out.append(decode_event(payload))
+    return out
+
+
+def read_channel_state(restore: TaskRestore) -> tuple[dict[int, list[Any]], dict[tuple[int, int], list[Any]]]:
+    """The in-flight data a restored unaligned checkpoint holds: per input channel, and per
+    ``(writer, subpartition)``."""
+    inputs: dict[int, list[Any]] = {}
+    outputs: dict[tuple[int, int], list[Any]] = {}
+    for f in restore.files:
+        if not is_channel_state(f.name):
+            continue
+        try:
+            with fsspec.open(f.path, "rb") as fh:
+                elements = decode_channel_state(ipc.open_file(pa.PythonFile(fh, mode="r")).read_all())
+            if f.name.startswith("@in-"):
+                inputs[int(f.name[4:])] = elements
+            else:
+                w, i = f.name[5:].split("-")
+                outputs[(int(w), int(i))] = elements
+        except Exception as exc:  # noqa: BLE001 - any failure names the file
+            raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: cannot read in-flight data {f.path}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+    return inputs, outputs
 
 
 def release_all(snapshots: list[Snapshot]) -> None:
@@ -254,8 +344,8 @@ def read_task_state(restore: TaskRestore, num_operators: int) -> list[dict[str, 
     """The tables of each operator of the chain (head first; ``{}`` for those without files)."""
     parts: list[dict[str, list[pa.Table]]] = [{} for _ in range(num_operators)]
     for f in restore.files:
-        if f.name == SHARED_FILE:
-            continue  # an SST file a RocksDB snapshot's manifest references: read by the backend
+        if f.name == SHARED_FILE or is_channel_state(f.name):
+            continue  # an SST file a RocksDB snapshot's manifest references (read by the backend), in-flight data
         if not 0 <= f.operator_index < num_operators:
             raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: state file {f.path} belongs to operator "
                                     f"{f.operator_index}, but the chain has {num_operators} operators")

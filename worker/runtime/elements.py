@@ -41,6 +41,14 @@ class CheckpointBarrier:
     #: "stop" / "drain": the savepoint of stop-with-savepoint: nothing but the end of the
     #: partition follows it (with "drain", the producer finished its operators before it)
     stop: str = ""
+    #: unaligned checkpoints: -1 never (aligned: savepoints, or unaligned checkpoints off), 0
+    #: from the start, else once the checkpoint is this old (``aligned-checkpoint-timeout``)
+    aligned_timeout_ms: int = -1
+
+    def unaligned_at(self, now_ms: float) -> bool:
+        """Whether a task that sees this barrier at ``now_ms`` (wall clock) takes it unaligned."""
+        t = self.aligned_timeout_ms
+        return self.exactly_once and (t == 0 or (t > 0 and now_ms - self.timestamp_ms >= t))
 
 
 END_OF_PARTITION = EndOfPartition()
@@ -55,8 +63,8 @@ def encode_event(event: object) -> bytes:
     if isinstance(event, WatermarkStatus):
         return b"I" if event.idle else b"A"
     if isinstance(event, CheckpointBarrier):
-        return b"B%d:%d:%d:%s" % (event.checkpoint_id, event.timestamp_ms, 1 if event.exactly_once else 0,
-                                  event.stop.encode())
+        return b"B%d:%d:%d:%s:%d" % (event.checkpoint_id, event.timestamp_ms, 1 if event.exactly_once else 0,
+                                     event.stop.encode(), event.aligned_timeout_ms)
     raise TypeError(f"not a channel event: {event!r}")
 
 
@@ -71,10 +79,11 @@ def decode_event(data: bytes) -> object:
         return ACTIVE
     if data[:1] == b"B":
         try:
-            checkpoint_id, timestamp_ms, exactly_once, stop = data[1:].split(b":")
+            checkpoint_id, timestamp_ms, exactly_once, stop, timeout = data[1:].split(b":")
             if stop not in (b"", b"stop", b"drain"):
                 raise ValueError(stop)
-            return CheckpointBarrier(int(checkpoint_id), int(timestamp_ms), exactly_once == b"1", stop.decode())
+            return CheckpointBarrier(int(checkpoint_id), int(timestamp_ms), exactly_once == b"1", stop.decode(),
+                                     int(timeout))
         except ValueError:
             raise ValueError(f"malformed checkpoint barrier {data[:64]!r}") from None
     raise ValueError(f"unknown channel event {data[:16]!r}")

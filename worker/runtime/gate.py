@@ -52,6 +52,15 @@ class InputChannel(Protocol):
     pending: bool
     listener: Callable[[], None]
 
+    @property
+    def priority(self) -> bool:
+        """An unaligned checkpoint's barrier is the next element."""
+        ...
+
+    def overtake(self, checkpoint_id: int) -> list[Any] | None: ...
+
+    def overtaken_by(self, checkpoint_id: int) -> list[Any]: ...
+
     def start(self) -> None: ...
 
     def poll(self) -> Any | None: ...
@@ -133,6 +142,18 @@ class LocalInputChannel:
     def backlog(self) -> int:
         return self._sub.backlog() if self._sub is not None else 0
 
+    @property
+    def priority(self) -> bool:
+        """The producer put an unaligned checkpoint's barrier at the subpartition's head."""
+        return self._sub is not None and self._sub.priority_head
+
+    def overtake(self, checkpoint_id: int) -> list[Any] | None:
+        """(A local channel buffers nothing of its own: an aligned barrier comes in order.)"""
+        return None
+
+    def overtaken_by(self, checkpoint_id: int) -> list[Any]:
+        return []
+
     def cancel(self) -> None:
         if self._sub is not None:
             self._sub.set_listener(None)
@@ -148,10 +169,17 @@ class IteratorChannel:
         self._elements: Iterator[Any] | None = None
         self._failed = False
         self.pending = False
+        self.priority = False
         self.listener: Callable[[], None] = lambda: None
 
     def start(self) -> None:
         pass
+
+    def overtake(self, checkpoint_id: int) -> list[Any] | None:
+        return None
+
+    def overtaken_by(self, checkpoint_id: int) -> list[Any]:
+        return []
 
     def poll(self) -> Any | None:
         if self._failed:
@@ -253,6 +281,11 @@ class InputGate:
                 return None
             seen = self._signals
             pending = False
+            for ch in range(n):  # an unaligned checkpoint's barrier goes first
+                if self._channels[ch].priority and not self._finished[ch]:
+                    element = self._channels[ch].poll()
+                    if element is not None:
+                        return ch, element
             for i in range(n):
                 ch = (self._next + i) % n
                 if self._finished[ch] or (channels is not None and ch not in channels):
@@ -299,6 +332,17 @@ class InputGate:
     def backlog(self) -> list[int]:
         """Batches waiting in each channel."""
         return [ch.backlog() for ch in self._channels]
+
+    def has_priority(self) -> bool:
+        """A channel has an unaligned checkpoint's barrier waiting (a task checks between the
+        slices of a batch)."""
+        return any(ch.priority for ch in self._channels)
+
+    def overtake(self, channel: int, checkpoint_id: int) -> list[Any] | None:
+        return self._channels[channel].overtake(checkpoint_id)
+
+    def overtaken_by(self, channel: int, checkpoint_id: int) -> list[Any]:
+        return self._channels[channel].overtaken_by(checkpoint_id)
 
     def inflight_bytes_peak(self) -> int:
         """The most bytes any remote channel of the gate held at once (0: none is remote)."""

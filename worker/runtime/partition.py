@@ -54,6 +54,8 @@ class Subpartition:
         self._on_consumed = on_consumed
         self._listener: Callable[[], None] | None = None
         self._queued_bytes = 0
+        #: an unaligned checkpoint's barrier is at the head (``add_priority``): the next take
+        self.priority_head = False
         self.bytes_added = 0
 
     def set_listener(self, listener: Callable[[], None] | None) -> None:
@@ -66,10 +68,13 @@ class Subpartition:
         if listener is not None:
             listener()
 
-    def add(self, element: Any, cancelled: Callable[[], bool] = lambda: False) -> None:
+    def add(self, element: Any, cancelled: Callable[[], bool] = lambda: False, block: bool = True) -> None:
+        """Queue ``element``; a batch waits for room unless ``block`` is False (a task that
+        waits for room before it processes an element, ``wait_for_room``, never blocks in the
+        middle of one: it may go past the capacity by what one element makes)."""
         is_batch = isinstance(element, pa.RecordBatch)
         with self._cond:
-            while is_batch and self._batches >= self._capacity and not self._released:
+            while block and is_batch and self._batches >= self._capacity and not self._released:
                 if cancelled():
                     raise PartitionReleasedError("task cancelled while waiting for buffer space")
                 self._cond.wait(0.2)
@@ -103,6 +108,7 @@ class Subpartition:
                     return None
                 self._cond.wait(remaining if remaining is not None else 0.5)
             element = self._items.popleft()
+            self.priority_head = False
             if isinstance(element, pa.RecordBatch):
                 self._batches -= 1
                 self._queued_bytes -= element.nbytes
@@ -112,6 +118,28 @@ class Subpartition:
             if self._on_consumed:
                 self._on_consumed()
         return element
+
+    def add_priority(self, event: Any) -> list[Any]:
+        """Put ``event`` (an unaligned checkpoint's barrier) ahead of everything queued; returns
+        what it overtook (the producer's in-flight output, without older barriers)."""
+        from yarnflow.worker.runtime.elements import CheckpointBarrier
+
+        with self._cond:
+            if self._released:
+                raise PartitionReleasedError("subpartition released")
+            overtaken = [e for e in self._items if not isinstance(e, CheckpointBarrier)]
+            self._items.appendleft(event)
+            self.priority_head = True
+            self._cond.notify_all()
+        self._notify()
+        return overtaken
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until a batch could be added without waiting."""
+        with self._cond:
+            if self._batches >= self._capacity and not self._released:
+                self._cond.wait(timeout)
+            return self._batches < self._capacity or self._released
 
     def peek(self) -> Any | None:
         """The next element, left in place (None: there is none)."""
@@ -185,7 +213,7 @@ class _SubpartitionHandle:
         self._partition = partition
         self._index = index
 
-    def add(self, element: Any, cancelled: Callable[[], bool] = lambda: False) -> None:
+    def add(self, element: Any, cancelled: Callable[[], bool] = lambda: False, block: bool = True) -> None:
         self._partition.add(self._index, element)
 
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import Operator, SourceOperator, TaskCancelledError
-from yarnflow.worker.runtime.barriers import AlignerAction, BarrierAligner, Decline, Snapshot
+from yarnflow.worker.runtime.barriers import AlignerAction, BarrierAligner, Decline, InflightComplete, Snapshot
 from yarnflow.worker.runtime.checkpoints import (
     Mailbox,
     NotifyCheckpoint,
@@ -174,17 +174,55 @@ class SnapshotSink(Protocol):
     """Takes a task's snapshots (``SnapshotWriter``: writes them and acknowledges)."""
 
     def submit(self, checkpoint_id: int, snapshots: list[StateSnapshot], alignment_ms: int,
-               sync_ms: int) -> None: ...
+               sync_ms: int, channel_state: dict[str, list[Any]] | None = None) -> None: ...
 
     def decline(self, checkpoint_id: int, reason: str) -> None: ...
+
+
+#: a batch whose processing would take longer than this is processed in slices, between which
+#: the task looks for an unaligned checkpoint's barrier and for mail
+SLICE_TARGET_S = 0.02
+
+
+class _Inflight:
+    """An unaligned checkpoint whose snapshot is taken and whose in-flight input is still
+    being recorded: per input channel, what was ahead of its barrier and not processed at the
+    snapshot; per output subpartition, what the barrier overtook."""
+
+    def __init__(self, barrier: CheckpointBarrier, snapshots: list[StateSnapshot], alignment_ms: int,
+                 sync_ms: int, outputs: dict[tuple[int, int], list[Any]]) -> None:
+        self.barrier = barrier
+        self.snapshots = snapshots
+        self.alignment_ms = alignment_ms
+        self.sync_ms = sync_ms
+        self.outputs = outputs
+        self.inputs: dict[int, list[Any]] = {}
+
+    def channel_state(self) -> dict[str, list[Any]]:
+        state = {f"@in-{ch}": elements for ch, elements in sorted(self.inputs.items()) if elements}
+        state.update({f"@out-{w}-{i}": elements for (w, i), elements in sorted(self.outputs.items()) if elements})
+        return state
 
 
 class StreamTask:
     def __init__(self, chain: Sequence[Operator], gate: InputGate | None, channel_inputs: Sequence[int],
                  writers: Sequence[RecordWriter], cancelled: Callable[[], bool], name: str,
                  mailbox: Mailbox | None = None, snapshots: SnapshotSink | None = None,
-                 restored_finished: bool = False, io_metrics: bool = True) -> None:
+                 restored_finished: bool = False, io_metrics: bool = True, slicing: bool = False,
+                 restored_inputs: dict[int, list[Any]] | None = None,
+                 restored_outputs: dict[tuple[int, int], list[Any]] | None = None) -> None:
         self.chain = list(chain)
+        #: unaligned checkpoints: slow batches are processed in slices (``SLICE_TARGET_S``)
+        self._slicing = slicing
+        self._slice_rows: int | None = None
+        if slicing:  # the task waits for room in its outputs between elements, never inside one
+            for w in writers:
+                w.blocking = False
+        self._inflight: _Inflight | None = None
+        self._failed_unaligned = False
+        #: in-flight data of the unaligned checkpoint restored: replayed, in order, first
+        self._restored_inputs = restored_inputs or {}
+        self._restored_outputs = restored_outputs or {}
         self._io_metrics = io_metrics
         self.bytes_in = 0
         self._chain_outputs: list[ChainOutput] = []
@@ -246,6 +284,10 @@ class StreamTask:
             for op in reversed(self.chain):
                 op.open()
                 opened.append(op)
+            for (writer, index), elements in sorted(self._restored_outputs.items()):
+                # the in-flight output of the restored unaligned checkpoint goes out first
+                for element in elements:
+                    self.writers[writer].send_restored(index, element)
             head = self.chain[0]
             if self._side_routes:
                 self._read_side_inputs()
@@ -283,9 +325,24 @@ class StreamTask:
             for mail in self.mailbox.drain():
                 log.debug("%s: %s after the task's work ended ignored", self.name, mail)
 
+    def _await_room(self) -> None:
+        """(Unaligned checkpoints.) Wait until every output can take a batch, taking mail
+        meanwhile: a back-pressured task takes a checkpoint between two elements instead of
+        waiting inside one for its consumers (Flink's output availability)."""
+        if not self._slicing:
+            return
+        while not self.cancelled():
+            full = next((w for w in self.writers if not w.has_room()), None)
+            if full is None or (self.gate is not None and self.gate.has_priority()):
+                return  # (a barrier that overtakes is taken at once: it sends nothing but itself)
+            if self.mailbox:
+                self.process_mail()
+            full.wait_for_room(0.01)
+
     def _source_tick(self) -> bool:
         """Called by a source between batches: take mail (checkpoints), flush due output, fire
         processing time; True when the task was cancelled and the source should stop."""
+        self._await_room()
         if not self.cancelled():
             if self.mailbox:
                 self.process_mail()
@@ -305,13 +362,14 @@ class StreamTask:
                 self._notify(mail)
 
     def _on_trigger(self, mail: TriggerCheckpoint) -> None:
-        barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once, mail.stop)
+        barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp_ms, mail.exactly_once, mail.stop,
+                                    mail.aligned_timeout_ms)
         if self._aligner is None:
             if barrier.checkpoint_id > self.last_barrier_id:
                 if self._input_ended and not self._chain_finished:
                     self._deferred.append((barrier, 0))  # taken once the chain has finished
                 else:
-                    self._take_checkpoint(barrier, 0)
+                    self._take_checkpoint(barrier, 0, unaligned=barrier.unaligned_at(time.time() * 1000))
         else:
             self._direct.add(barrier.checkpoint_id)
             self._apply(self._aligner.on_trigger(barrier))
@@ -361,9 +419,15 @@ class StreamTask:
         self._finish_chain()
         self._chain_finished = True
 
-    def _apply(self, actions: list[AlignerAction]) -> None:
+    def _apply(self, actions: list[AlignerAction], channel: int | None = None) -> None:
+        """``channel``: the one whose barrier caused ``actions`` (an unaligned snapshot's first)."""
         for action in actions:
-            if isinstance(action, Snapshot) and action.barrier.checkpoint_id in self._direct \
+            if isinstance(action, InflightComplete):
+                self._complete_unaligned(action)
+                continue
+            if isinstance(action, Snapshot) and action.unaligned:
+                self._take_checkpoint(action.barrier, action.alignment_ms, unaligned=True, channel=channel)
+            elif isinstance(action, Snapshot) and action.barrier.checkpoint_id in self._direct \
                     and not self._chain_finished:
                 # a direct trigger completes when every input has ended: its snapshot is taken
                 # once the chain has finished too (after ``finish`` emitted the last results), so
@@ -372,14 +436,23 @@ class StreamTask:
             elif isinstance(action, Snapshot):
                 self._take_checkpoint(action.barrier, action.alignment_ms)
             elif isinstance(action, Decline):
+                inflight = self._inflight
+                if inflight is not None and inflight.barrier.checkpoint_id == action.checkpoint_id:
+                    self._inflight = None  # superseded before its in-flight data was complete
+                    release_all(inflight.snapshots)
                 self._decline(action.checkpoint_id, action.reason)
             # either way, the blocked channels go on, oldest element first
             self._held.extend(self._replay)
             self._replay, self._held = self._held, collections.deque()
 
-    def _take_checkpoint(self, barrier: CheckpointBarrier, alignment_ms: int) -> None:
+    def _take_checkpoint(self, barrier: CheckpointBarrier, alignment_ms: int, unaligned: bool = False,
+                         channel: int | None = None) -> None:
         """Snapshot the chain, forward the barrier, hand the snapshot to the writer. A failed
-        snapshot declines the checkpoint; the barrier still goes on so consumers do not wait."""
+        snapshot declines the checkpoint; the barrier still goes on so consumers do not wait.
+
+        ``unaligned``: the barrier overtakes the queued output, which is kept as the task's
+        in-flight output; a task with inputs then records its in-flight input (``_Inflight``)
+        until every barrier came, and hands the snapshot over then (``_complete_unaligned``)."""
         checkpoint_id = barrier.checkpoint_id
         if barrier.stop and self._stop is None:
             self._stop = (checkpoint_id, barrier.stop)
@@ -401,12 +474,74 @@ class StreamTask:
                 failed = True
                 break
         sync_ms = int(round((time.monotonic() - started) * 1000))
+        if unaligned:
+            outputs = {(w, i): overtaken for w, writer in enumerate(self.writers)
+                       for i, overtaken in enumerate(writer.broadcast_priority(barrier)) if overtaken}
+            self.last_barrier_id = max(self.last_barrier_id, checkpoint_id)
+            if failed:
+                release_all(snapshots)
+            self._inflight = _Inflight(barrier, [] if failed else snapshots, alignment_ms, sync_ms, outputs)
+            self._failed_unaligned = failed
+            if self._aligner is None or not self._aligner.unaligned:  # no input (left) to record
+                if channel is not None and self.gate is not None:
+                    self._inflight.inputs[channel] = self._ahead_of_barrier(
+                        channel, self.gate.overtaken_by(channel, checkpoint_id))
+                self._complete_unaligned(InflightComplete(checkpoint_id, 0))
+            else:  # completes with the aligner's InflightComplete (maybe the next action)
+                self._overtake_all(channel)
+            return
         self.tail.broadcast_barrier(barrier)
         self.last_barrier_id = max(self.last_barrier_id, checkpoint_id)
         if not failed and self._snapshots is not None:
             self._snapshots.submit(checkpoint_id, snapshots, alignment_ms, sync_ms)
         else:
             release_all(snapshots)
+
+    def _overtake_all(self, first: int | None) -> None:
+        """The unaligned snapshot is taken: the barrier on ``first`` (if it came on a channel)
+        overtook what that channel held; the other channels' barriers are pulled ahead of what
+        they queued if they are there, or overtake when they come."""
+        inflight, aligner, gate = self._inflight, self._aligner, self.gate
+        assert inflight is not None and aligner is not None and gate is not None
+        checkpoint_id = inflight.barrier.checkpoint_id
+        if first is not None:
+            inflight.inputs[first] = self._ahead_of_barrier(first, gate.overtaken_by(first, checkpoint_id))
+        for ch in range(len(self.channel_inputs)):
+            if self._inflight is None or not aligner.is_recording(ch):
+                continue
+            ahead = gate.overtake(ch, checkpoint_id)
+            if ahead is not None:
+                self._barrier_came(ch, ahead)
+                self._apply(aligner.on_overtaken(ch))
+
+    def _ahead_of_barrier(self, channel: int, overtaken: list[Any]) -> list[Any]:
+        """A channel's in-flight input when its barrier comes: what it recorded, what the task
+        took from it but has not processed yet (``_replay``), then what the barrier overtook."""
+        inflight = self._inflight
+        assert inflight is not None
+        return (inflight.inputs.get(channel, []) + [e for ch, e in self._replay if ch == channel]
+                + [e for e in overtaken if isinstance(e, (pa.RecordBatch, Watermark, WatermarkStatus))])
+
+    def _barrier_came(self, channel: int, overtaken: list[Any]) -> None:
+        if self._inflight is not None:
+            self._inflight.inputs[channel] = self._ahead_of_barrier(channel, overtaken)
+
+    def _record(self, channel: int, element: Any) -> None:
+        """Keep ``element`` of ``channel`` as in-flight input of the pending unaligned checkpoint
+        when its barrier has not come on that channel yet."""
+        if self._inflight is not None and self._aligner is not None and self._aligner.is_recording(channel):
+            self._inflight.inputs.setdefault(channel, []).append(element)
+
+    def _complete_unaligned(self, action: InflightComplete) -> None:
+        inflight, self._inflight = self._inflight, None
+        if inflight is None or inflight.barrier.checkpoint_id != action.checkpoint_id:
+            return
+        if self._failed_unaligned or self._snapshots is None:
+            release_all(inflight.snapshots)
+            return
+        self._snapshots.submit(inflight.barrier.checkpoint_id, inflight.snapshots,
+                               inflight.alignment_ms + action.alignment_ms, inflight.sync_ms,
+                               channel_state=inflight.channel_state())
 
     def _take_deferred(self) -> int:
         """Take the snapshots deferred until the chain finished; the id of the first (0: none)."""
@@ -553,11 +688,16 @@ class StreamTask:
         valves = {i: WatermarkValve(sorted(self._input_channels[i])) for i in inputs}
         remaining = {i: len(self._input_channels[i]) for i in inputs}
         timeout: float | None = None
+        for ch, elements in sorted(self._restored_inputs.items()):  # a restored unaligned checkpoint's
+            self._replay.extend((ch, e) for e in elements)  # in-flight input, before anything new
         while any(remaining.values()) or self._replay:
             self._check_cancelled()
             if self.mailbox:
                 self.process_mail()
-            if self._replay:
+            if aligner.timeout_in() == 0:
+                self._apply(aligner.on_timeout())
+            self._await_room()
+            if self._replay and not gate.has_priority():
                 polled: tuple[int, Any] | None = self._replay.popleft()
             else:
                 selected = self._selected_channels(head, remaining)
@@ -574,21 +714,24 @@ class StreamTask:
                     # savepoint failed and the sources read on, before this task heard of it
                     pass
                 elif isinstance(element, pa.RecordBatch):
-                    self.records_in += element.num_rows
-                    if self._io_metrics:
-                        self.bytes_in += element.nbytes
-                    head.process_batch(element, inp)
+                    self._process_batch(head, ch, inp, element)
                 elif isinstance(element, Watermark):
+                    self._record(ch, element)
                     wm = valves[inp].on_watermark(ch, element.timestamp)
                     if wm is not None:
                         head.process_watermark(Watermark(wm), inp)
                 elif isinstance(element, WatermarkStatus):
+                    self._record(ch, element)
                     wm = valves[inp].on_status(ch, element.idle)
                     if wm is not None:
                         head.process_watermark(Watermark(wm), inp)
                     self._propagate_idleness(valves)
                 elif isinstance(element, CheckpointBarrier):
-                    self._apply(aligner.on_barrier(ch, element))
+                    pending = aligner.pending
+                    if (self._inflight is not None and pending is not None and aligner.is_recording(ch)
+                            and element.checkpoint_id == pending.checkpoint_id):
+                        self._barrier_came(ch, gate.overtaken_by(ch, element.checkpoint_id))
+                    self._apply(aligner.on_barrier(ch, element), ch)
                 elif isinstance(element, EndOfPartition) and self._stop is not None:
                     remaining[inp] -= 1  # no watermark, no end of input: the savepoint holds the rest
                     self._apply(aligner.on_end_of_partition(ch))
@@ -612,6 +755,33 @@ class StreamTask:
                 due = w.flush_if_due()
                 if due is not None:
                     timeout = due if timeout is None else min(timeout, due)
+            switch = aligner.timeout_in()
+            if switch is not None:
+                timeout = switch if timeout is None else min(timeout, switch)
+
+    def _process_batch(self, head: Operator, channel: int, inp: int, batch: pa.RecordBatch) -> None:
+        """Hand ``batch`` to the head operator; with slicing, a slice at a time, and when an
+        unaligned checkpoint's barrier or mail waits, the rest goes back to be processed after."""
+        rows = batch.num_rows
+        size = self._slice_rows if self._slicing else None
+        offset = 0
+        while offset < rows:
+            n = rows - offset if size is None else min(size, rows - offset)
+            part = batch if n == rows else batch.slice(offset, n)
+            self._record(channel, part)
+            self.records_in += n
+            if self._io_metrics:
+                self.bytes_in += part.nbytes
+            started = time.perf_counter()
+            head.process_batch(part, inp)
+            if self._slicing:
+                per_row = (time.perf_counter() - started) / n
+                self._slice_rows = max(16, int(SLICE_TARGET_S / per_row)) if per_row * rows > SLICE_TARGET_S else None
+                size = self._slice_rows
+            offset += n
+            if offset < rows and (self.mailbox or (self.gate is not None and self.gate.has_priority())):
+                self._replay.appendleft((channel, batch.slice(offset)))
+                return
 
     def _propagate_idleness(self, valves: dict[int, WatermarkValve]) -> None:
         idle = all(v.all_idle for v in valves.values())

@@ -43,6 +43,9 @@ class RecordWriter:
             next(self._rr)  # type: ignore[arg-type]
         self.records_out = 0
         self.backpressured_ns = 0
+        #: False: sends never wait for room; the task waits before each element instead
+        #: (``wait_for_room``), between elements, where it can take a checkpoint
+        self.blocking = True
         # pipelined subpartitions measure what they take in already: their sum is bytes_out
         self._subs_count_bytes = all(hasattr(sub, "bytes_added") for sub in self._subs)
         self._bytes_out = 0
@@ -119,6 +122,11 @@ class RecordWriter:
 
     def _send(self, i: int, batch: pa.RecordBatch) -> None:
         sub = self._subs[i]
+        if not self.blocking:
+            if self._io_metrics and not self._subs_count_bytes:
+                self._bytes_out += batch.nbytes
+            sub.add(batch, self._cancelled, block=False)
+            return
         if self._io_metrics:
             if not self._subs_count_bytes:
                 self._bytes_out += batch.nbytes
@@ -161,6 +169,37 @@ class RecordWriter:
         self.flush_all()
         for sub in self._subs:
             sub.add(event, self._cancelled)
+
+    def has_room(self) -> bool:
+        """Every subpartition can take a batch without waiting (a hint, read without locks)."""
+        return not any(getattr(sub, "full", False) for sub in self._subs)
+
+    def wait_for_room(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for room in a full subpartition (counted as back-pressure)."""
+        started = time.perf_counter_ns()
+        for sub in self._subs:
+            if getattr(sub, "full", False):
+                sub.wait_for_room(timeout)
+                break
+        self.backpressured_ns += time.perf_counter_ns() - started
+
+    def send_restored(self, index: int, element: Any) -> None:
+        """Send an element of the restored in-flight output of subpartition ``index``."""
+        self._subs[index].add(element, self._cancelled)
+
+    def broadcast_priority(self, barrier: Any) -> list[list[Any]]:
+        """Send an unaligned checkpoint's ``barrier`` ahead of every subpartition's queued
+        output; returns, per subpartition, what it overtook: the queued elements, then the
+        batches not flushed yet (they follow the barrier: the task's in-flight output)."""
+        overtaken = []
+        for i, sub in enumerate(self._subs):
+            if hasattr(sub, "add_priority"):
+                queued = sub.add_priority(barrier)
+            else:  # a blocking partition has no consumer yet: the barrier goes in order
+                sub.add(barrier, self._cancelled)
+                queued = []
+            overtaken.append(queued + list(self._pending[i]))
+        return overtaken
 
     def emit_watermark(self, watermark: Watermark) -> None:
         self.broadcast_event(watermark)

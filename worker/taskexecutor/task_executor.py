@@ -434,11 +434,11 @@ class TaskExecutor:
             self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."), blocking=False)
 
     def trigger_checkpoint(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           timestamp_ms: int, exactly_once: bool, stop: str = "") -> None:
+                           timestamp_ms: int, exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None:
         """Hand checkpoint ``checkpoint_id`` to the task (its mailbox). FencingTokenError for a
         token that is not the task's JobMaster's; NotFoundError when the attempt is not running here."""
         task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id, f"triggerCheckpoint {checkpoint_id}")
-        task.trigger_checkpoint(checkpoint_id, timestamp_ms, exactly_once, stop)
+        task.trigger_checkpoint(checkpoint_id, timestamp_ms, exactly_once, stop, aligned_timeout_ms)
 
     def notify_checkpoint_complete(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
         task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id,

@@ -81,7 +81,7 @@ class Iface(object):
         """
         pass
 
-    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode):
+    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode, aligned_timeout_ms):
         """
         Parameters:
          - jobmaster_fencing_token
@@ -90,6 +90,7 @@ class Iface(object):
          - timestamp_ms
          - exactly_once
          - stop_mode
+         - aligned_timeout_ms
 
         """
         pass
@@ -343,7 +344,7 @@ class Client(Iface):
             raise result.err
         return
 
-    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode):
+    def triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode, aligned_timeout_ms):
         """
         Parameters:
          - jobmaster_fencing_token
@@ -352,12 +353,13 @@ class Client(Iface):
          - timestamp_ms
          - exactly_once
          - stop_mode
+         - aligned_timeout_ms
 
         """
-        self.send_triggerCheckpoint(jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode)
+        self.send_triggerCheckpoint(jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode, aligned_timeout_ms)
         self.recv_triggerCheckpoint()
 
-    def send_triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode):
+    def send_triggerCheckpoint(self, jobmaster_fencing_token, execution_attempt_id, checkpoint_id, timestamp_ms, exactly_once, stop_mode, aligned_timeout_ms):
         self._oprot.writeMessageBegin('triggerCheckpoint', TMessageType.CALL, self._seqid)
         args = triggerCheckpoint_args()
         args.jobmaster_fencing_token = jobmaster_fencing_token
@@ -366,6 +368,7 @@ class Client(Iface):
         args.timestamp_ms = timestamp_ms
         args.exactly_once = exactly_once
         args.stop_mode = stop_mode
+        args.aligned_timeout_ms = aligned_timeout_ms
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -682,7 +685,7 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         result = triggerCheckpoint_result()
         try:
-            self._handler.triggerCheckpoint(args.jobmaster_fencing_token, args.execution_attempt_id, args.checkpoint_id, args.timestamp_ms, args.exactly_once, args.stop_mode)
+            self._handler.triggerCheckpoint(args.jobmaster_fencing_token, args.execution_attempt_id, args.checkpoint_id, args.timestamp_ms, args.exactly_once, args.stop_mode, args.aligned_timeout_ms)
             msg_type = TMessageType.REPLY
         except TTransport.TTransportException:
             raise
@@ -1699,17 +1702,19 @@ class triggerCheckpoint_args(object):
      - timestamp_ms
      - exactly_once
      - stop_mode
+     - aligned_timeout_ms
 
     """
 
 
-    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None, timestamp_ms=None, exactly_once=None, stop_mode=None,):
+    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None, timestamp_ms=None, exactly_once=None, stop_mode=None, aligned_timeout_ms=None,):
         self.jobmaster_fencing_token = jobmaster_fencing_token
         self.execution_attempt_id = execution_attempt_id
         self.checkpoint_id = checkpoint_id
         self.timestamp_ms = timestamp_ms
         self.exactly_once = exactly_once
         self.stop_mode = stop_mode
+        self.aligned_timeout_ms = aligned_timeout_ms
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1750,6 +1755,11 @@ class triggerCheckpoint_args(object):
                     self.stop_mode = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I64:
+                    self.aligned_timeout_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1784,6 +1794,10 @@ class triggerCheckpoint_args(object):
             oprot.writeFieldBegin('stop_mode', TType.STRING, 6)
             oprot.writeString(self.stop_mode.encode('utf-8') if sys.version_info[0] == 2 else self.stop_mode)
             oprot.writeFieldEnd()
+        if self.aligned_timeout_ms is not None:
+            oprot.writeFieldBegin('aligned_timeout_ms', TType.I64, 7)
+            oprot.writeI64(self.aligned_timeout_ms)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1809,6 +1823,7 @@ triggerCheckpoint_args.thrift_spec = (
     (4, TType.I64, 'timestamp_ms', None, None, ),  # 4
     (5, TType.BOOL, 'exactly_once', None, None, ),  # 5
     (6, TType.STRING, 'stop_mode', 'UTF8', None, ),  # 6
+    (7, TType.I64, 'aligned_timeout_ms', None, None, ),  # 7
 )
 
 

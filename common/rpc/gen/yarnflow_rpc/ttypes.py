@@ -1523,11 +1523,13 @@ class CheckpointInfo(object):
      - size_bytes
      - alignment_ms
      - failure
+     - unaligned
+     - inflight_bytes
 
     """
 
 
-    def __init__(self, checkpoint_id=None, status=None, trigger_time_ms=None, duration_ms=None, size_bytes=None, alignment_ms=None, failure=None,):
+    def __init__(self, checkpoint_id=None, status=None, trigger_time_ms=None, duration_ms=None, size_bytes=None, alignment_ms=None, failure=None, unaligned=None, inflight_bytes=None,):
         self.checkpoint_id = checkpoint_id
         self.status = status
         self.trigger_time_ms = trigger_time_ms
@@ -1535,6 +1537,8 @@ class CheckpointInfo(object):
         self.size_bytes = size_bytes
         self.alignment_ms = alignment_ms
         self.failure = failure
+        self.unaligned = unaligned
+        self.inflight_bytes = inflight_bytes
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1580,6 +1584,16 @@ class CheckpointInfo(object):
                     self.failure = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.BOOL:
+                    self.unaligned = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.I64:
+                    self.inflight_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1617,6 +1631,14 @@ class CheckpointInfo(object):
         if self.failure is not None:
             oprot.writeFieldBegin('failure', TType.STRING, 7)
             oprot.writeString(self.failure.encode('utf-8') if sys.version_info[0] == 2 else self.failure)
+            oprot.writeFieldEnd()
+        if self.unaligned is not None:
+            oprot.writeFieldBegin('unaligned', TType.BOOL, 8)
+            oprot.writeBool(self.unaligned)
+            oprot.writeFieldEnd()
+        if self.inflight_bytes is not None:
+            oprot.writeFieldBegin('inflight_bytes', TType.I64, 9)
+            oprot.writeI64(self.inflight_bytes)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -3134,15 +3156,19 @@ class TaskStateSnapshot(object):
      - alignment_ms
      - sync_ms
      - async_ms
+     - unaligned
+     - inflight_bytes
 
     """
 
 
-    def __init__(self, files=None, alignment_ms=None, sync_ms=None, async_ms=None,):
+    def __init__(self, files=None, alignment_ms=None, sync_ms=None, async_ms=None, unaligned=None, inflight_bytes=None,):
         self.files = files
         self.alignment_ms = alignment_ms
         self.sync_ms = sync_ms
         self.async_ms = async_ms
+        self.unaligned = unaligned
+        self.inflight_bytes = inflight_bytes
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -3179,6 +3205,16 @@ class TaskStateSnapshot(object):
                     self.async_ms = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.BOOL:
+                    self.unaligned = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.inflight_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -3207,6 +3243,14 @@ class TaskStateSnapshot(object):
         if self.async_ms is not None:
             oprot.writeFieldBegin('async_ms', TType.I64, 4)
             oprot.writeI64(self.async_ms)
+            oprot.writeFieldEnd()
+        if self.unaligned is not None:
+            oprot.writeFieldBegin('unaligned', TType.BOOL, 5)
+            oprot.writeBool(self.unaligned)
+            oprot.writeFieldEnd()
+        if self.inflight_bytes is not None:
+            oprot.writeFieldBegin('inflight_bytes', TType.I64, 6)
+            oprot.writeI64(self.inflight_bytes)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4024,6 +4068,8 @@ CheckpointInfo.thrift_spec = (
     (5, TType.I64, 'size_bytes', None, None, ),  # 5
     (6, TType.I64, 'alignment_ms', None, None, ),  # 6
     (7, TType.STRING, 'failure', 'UTF8', None, ),  # 7
+    (8, TType.BOOL, 'unaligned', None, None, ),  # 8
+    (9, TType.I64, 'inflight_bytes', None, None, ),  # 9
 )
 all_structs.append(JobStatusInfo)
 JobStatusInfo.thrift_spec = (
@@ -4157,6 +4203,8 @@ TaskStateSnapshot.thrift_spec = (
     (2, TType.I64, 'alignment_ms', None, None, ),  # 2
     (3, TType.I64, 'sync_ms', None, None, ),  # 3
     (4, TType.I64, 'async_ms', None, None, ),  # 4
+    (5, TType.BOOL, 'unaligned', None, None, ),  # 5
+    (6, TType.I64, 'inflight_bytes', None, None, ),  # 6
 )
 all_structs.append(TaskRestore)
 TaskRestore.thrift_spec = (
