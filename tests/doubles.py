@@ -119,7 +119,7 @@ class TestingTaskExecutorGateway:
         self.released.append(list(partition_ids))
 
     def trigger_checkpoint(self, token: str, attempt_id: Any, checkpoint_id: int, timestamp_ms: int,
-                           exactly_once: bool, stop: str = "") -> None:
+                           exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None:
         self.triggered.append((str(attempt_id), checkpoint_id))
         if self.on_trigger is not None:
             self.on_trigger(str(attempt_id), checkpoint_id)
