@@ -318,3 +318,36 @@ def test_in_flight_data_round_trips_through_its_encoding():
     back = decode_channel_state(table)
     assert len(back) == 5 and back[1] == Watermark(7) and back[3] == IDLE
     assert back[0].equals(b(1, 2)) and back[2].equals(other) and back[2].schema.equals(other.schema)
+
+
+def test_a_task_switches_an_aligned_checkpoint_to_unaligned_after_the_timeout():
+    """Channel 0's barrier comes in order (aligned, timeout 300 ms): the task blocks channel 0
+    and holds what follows it (20, 21). Channel 1's barrier does not come; after the timeout
+    the task snapshots, releases channel 0 and records channel 1 until its barrier: 10, 11.
+    The held 20, 21 come after channel 0's barrier: they are in no in-flight data."""
+    import time as _time
+
+    gate = InputGate(2, capacity=16)
+    keep, sink = Keep(), Sink()
+    task = StreamTask([keep], gate, [0, 0], [], lambda: False, "t", snapshots=sink)
+    now_ms = int(_time.time() * 1000)
+    barrier = unaligned(1, timestamp_ms=now_ms, timeout_ms=300)
+    for e in (b(1), barrier, b(20), b(21)):
+        gate.push(0, e)
+    gate.push(1, b(2))
+
+    def later() -> None:
+        _time.sleep(0.6)  # past the timeout: the task went unaligned without channel 1's barrier
+        for e in (b(10), b(11), barrier, END_OF_PARTITION):
+            gate.push(1, e)
+        gate.push(0, END_OF_PARTITION)
+
+    threading.Thread(target=later, daemon=True).start()
+    started = _time.monotonic()
+    run(task)
+    seen_at_snapshot, inflight = sink.taken[1]
+    assert sorted(seen_at_snapshot) == [1, 2]  # taken at the switch, before 10, 11 came
+    assert values(inflight.get("@in-1", [])) == [10, 11]
+    assert "@in-0" not in inflight  # channel 0 was aligned: nothing of it is in flight
+    assert sorted(keep.seen) == [1, 2, 10, 11, 20, 21]
+    assert _time.monotonic() - started >= 0.5
