@@ -25,7 +25,7 @@ from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
 from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.spark import MasterProvider
-from yarnflow.worker.network.flight import DataClient
+from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.runtime.checkpoints import (
     CheckpointResponder,
@@ -207,6 +207,8 @@ class Task:
                      tdd.display_name, restore.checkpoint_id if restore else 0, len(restored_inputs),
                      len(restored_outputs))
         unaligned = conf.get(Options.CHECKPOINT_UNALIGNED.key, "false").lower() in ("true", "1", "yes", "on")
+        if self._gate is not None:
+            self._gate.watch_priority = unaligned
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name,
                         mailbox=self.mailbox, snapshots=self._snapshot_writer,
                         restored_finished=restore is not None and restore.finished, io_metrics=self._io_metrics,

@@ -25,7 +25,8 @@ from tests.harness import wait_until
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.worker.network.credit import FloatingBufferPool
-from yarnflow.worker.network.flight import DEFAULT_SEGMENT_SIZE, DataClient, DataServer, PartitionNotFoundError
+from yarnflow.worker.network.client import DataClient
+from yarnflow.worker.network.flight import DEFAULT_SEGMENT_SIZE, DataServer, PartitionNotFoundError
 from yarnflow.worker.runtime.elements import ACTIVE, END_OF_PARTITION, IDLE, Watermark
 from yarnflow.worker.runtime.partition import PartitionReleasedError, ResultPartitionManager
 
@@ -470,3 +471,26 @@ def test_batches_larger_than_a_channels_credit_arrive_whole_in_slices(manager, s
     assert all(b.nbytes <= 2 * DEFAULT_SEGMENT_SIZE for b in consumer.batches)
     assert pa.Table.from_batches(consumer.batches).column("x").to_numpy().tolist() == list(range(5 * 128 * 1024))
     assert consumer.elements[-2:] == [Watermark(9), END_OF_PARTITION]
+
+
+def test_a_producer_shutting_down_ends_its_consumers_channels_with_a_connection_error(tmp_path, client):
+    """A TaskExecutor that stops while a consumer still reads from it tells the consumer to
+    end the call (its shutdown does not wait for the consumer's TaskExecutor to stop, and the
+    call is not freed under the thread still reading it): the channel fails, naming the
+    producer, and the producer's shutdown returns at once."""
+    manager = ResultPartitionManager(str(tmp_path / "partitions"))
+    server = DataServer("127.0.0.1", manager)
+    try:
+        partition = manager.create(ResultPartitionID("job.stop"), 1, capacity=2)
+        partition.subpartitions[0].add(rows(0, 3))
+        consumer = Consumer(client.open(server.address, "job.stop", 0, producer="te-stop"))
+        wait_until(lambda: consumer.elements, 10, "the consumer got nothing", interval_s=0.01)
+        started = time.monotonic()
+        server.shutdown()
+        assert time.monotonic() - started < 5.0
+        consumer.wait(10)
+        assert isinstance(consumer.error, RpcConnectionError)
+        assert f"TaskExecutor te-stop at {server.address}" in str(consumer.error)
+        assert len(consumer.batches) == 1
+    finally:
+        manager.close()

@@ -32,7 +32,8 @@ from yarnflow.common.messages import (
     TaskStateSnapshot,
 )
 from yarnflow.common.states import ExecutionState
-from yarnflow.worker.network.flight import DataClient, DataServer
+from yarnflow.worker.network.client import DataClient
+from yarnflow.worker.network.flight import DataServer
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sources import GeneratorSource
 from yarnflow.worker.runtime.elements import END_OF_PARTITION, CheckpointBarrier, Watermark

@@ -14,7 +14,7 @@ import pytest
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.common.states import Partitioner
 from yarnflow.worker.network.credit import FloatingBufferPool
-from yarnflow.worker.network.flight import RemoteInputChannel
+from yarnflow.worker.network.client import RemoteInputChannel
 from yarnflow.worker.operators.base import Operator, RuntimeContext
 from yarnflow.worker.runtime.barriers import BarrierAligner, Decline, InflightComplete, Snapshot
 from yarnflow.worker.runtime.checkpoints import decode_channel_state, encode_channel_state

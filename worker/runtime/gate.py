@@ -6,7 +6,7 @@ element; no channel has a thread of its own:
 - ``LocalInputChannel``: the producer's subpartition in this TaskExecutor, taken directly (the
   producer's bounded subpartition is the channel's only buffer, so a slow consumer stops only
   the producer's writes into it); a blocking partition's file is read a batch at a time;
-- ``RemoteInputChannel`` (``network/flight.py``): what the connection to the producer's
+- ``RemoteInputChannel`` (``network/client.py``): what the connection to the producer's
   TaskExecutor received for it, against the credit the channel announced: its exclusive
   buffers plus the floating buffers it borrowed from the gate's ``FloatingBufferPool``;
 - ``IteratorChannel``: elements read on demand (a stored partition's files).
@@ -229,14 +229,13 @@ class InputGate:
         self._finished = [False] * num_channels
         self._woken = False
         self._started = False
+        #: barriers of unaligned checkpoints may come (the task looks for them first); off, the
+        #: task's polls skip the look (a job without unaligned checkpoints)
+        self.watch_priority = True
 
     def set_channel(self, index: int, channel: Any) -> None:
         channel.listener = self.notify
         self._channels[index] = channel
-
-    @property
-    def channels(self) -> list[Any]:
-        return list(self._channels)
 
     def start(self) -> None:
         self._started = True
@@ -281,11 +280,12 @@ class InputGate:
                 return None
             seen = self._signals
             pending = False
-            for ch in range(n):  # an unaligned checkpoint's barrier goes first
-                if self._channels[ch].priority and not self._finished[ch]:
-                    element = self._channels[ch].poll()
-                    if element is not None:
-                        return ch, element
+            if self.watch_priority:
+                for ch in range(n):  # an unaligned checkpoint's barrier goes first
+                    if self._channels[ch].priority and not self._finished[ch]:
+                        element = self._channels[ch].poll()
+                        if element is not None:
+                            return ch, element
             for i in range(n):
                 ch = (self._next + i) % n
                 if self._finished[ch] or (channels is not None and ch not in channels):
@@ -336,7 +336,7 @@ class InputGate:
     def has_priority(self) -> bool:
         """A channel has an unaligned checkpoint's barrier waiting (a task checks between the
         slices of a batch)."""
-        return any(ch.priority for ch in self._channels)
+        return self.watch_priority and any(ch.priority for ch in self._channels)
 
     def overtake(self, channel: int, checkpoint_id: int) -> list[Any] | None:
         return self._channels[channel].overtake(checkpoint_id)

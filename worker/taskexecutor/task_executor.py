@@ -63,7 +63,8 @@ from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryManager, managed_memory_bytes
 from yarnflow.worker.memory.spill import remove_orphan_spills, spill_roots
 from yarnflow.worker.metrics import start_task_executor_metrics
-from yarnflow.worker.network.flight import DataClient, DataServer
+from yarnflow.worker.network.client import DataClient
+from yarnflow.worker.network.flight import DataServer
 from yarnflow.worker.runtime.partition import ResultPartitionManager
 from yarnflow.worker.state.localdir import set_default_base
 from yarnflow.worker.task import Task
