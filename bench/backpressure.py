@@ -64,7 +64,7 @@ def _pct(values: list[int], p: float) -> int:
 
 
 def _run(folder: str, records: int, parallelism: int, interval: str, unaligned: bool,
-         expected: tuple[int, float]) -> dict[str, Any]:
+         expected: tuple[int, float], debloat: bool = False) -> dict[str, Any]:
     import workloads
 
     seen: dict[int, Any] = {}
@@ -74,7 +74,8 @@ def _run(folder: str, records: int, parallelism: int, interval: str, unaligned: 
         env.read_parquet(folder, columns=["key", "value"]).key_by("key").map(_slow_row, name="slow").collect()
 
     conf = {"execution.checkpointing.interval": interval,
-            "execution.checkpointing.unaligned.enabled": "true" if unaligned else "false"}
+            "execution.checkpointing.unaligned.enabled": "true" if unaligned else "false",
+            "taskmanager.network.memory.buffer-debloat.enabled": "true" if debloat else "false"}
     table, seconds, _ = workloads._run_job(build, parallelism, "backpressure", "STREAMING", conf,
                                            _watcher(seen, inflight))
     info = workloads.LAST_JOB[0]
@@ -93,12 +94,16 @@ def _run(folder: str, records: int, parallelism: int, interval: str, unaligned: 
             "unaligned_checkpoints": sum(1 for c in seen.values() if c.unaligned),
             "alignment_p99_ms": _pct([c.alignment_ms for c in seen.values()], 0.99),
             "persisted_inflight_bytes_max": max((c.inflight_bytes for c in seen.values()), default=0),
+            "persisted_inflight_bytes_p50": _pct([c.inflight_bytes for c in seen.values() if c.unaligned], 0.5),
             "inflight_bytes_per_channel_max": inflight[0],
             "verified": table.num_rows == expected[0]
             and abs(sum(table["value"].to_pylist()) - expected[1]) <= 1e-6 * max(1.0, abs(expected[1]))}
 
 
-def run_backpressure(records: int = 2_000_000, parallelism: int = 2, interval: str = "1 s") -> dict[str, Any]:
+def run_backpressure(records: int = 2_000_000, parallelism: int = 2, interval: str = "1 s",
+                     debloat: bool = False) -> dict[str, Any]:
+    """``debloat``: also both runs with buffer debloating on (``aligned_debloat``,
+    ``unaligned_debloat``)."""
     import pyarrow.dataset as pads
 
     import workloads
@@ -121,6 +126,11 @@ def run_backpressure(records: int = 2_000_000, parallelism: int = 2, interval: s
         out["throughput_unaligned_vs_aligned"] = round(u["records_per_s"] / max(1, a["records_per_s"]), 3)
         out["verified"] = a["verified"] and u["verified"] and u["checkpoints_completed"] > 0 \
             and u["unaligned_checkpoints"] > 0
+        if debloat:
+            out["aligned_debloat"] = _run(folder, records, parallelism, interval, False, expected, debloat=True)
+            out["unaligned_debloat"] = _run(folder, records, parallelism, interval, True, expected, debloat=True)
+            out["verified"] = out["verified"] and out["aligned_debloat"]["verified"] \
+                and out["unaligned_debloat"]["verified"]
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)

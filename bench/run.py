@@ -86,7 +86,7 @@ def _checkpoint_overhead(args: argparse.Namespace) -> dict[str, Any]:
 def _backpressure(args: argparse.Namespace) -> dict[str, Any]:
     from backpressure import run_backpressure
 
-    return run_backpressure(args.records, args.parallelism, args.interval)
+    return run_backpressure(args.records, args.parallelism, args.interval, args.debloat)
 
 
 def _metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
@@ -163,7 +163,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                      "aligned p99 > 5 s; in-flight bytes per channel <= credit x segment size)",
                      lambda p: (p.add_argument("--records", type=int, default=2_000_000),
                                 p.add_argument("--parallelism", type=int, default=2),
-                                p.add_argument("--interval", default="1 s")), _backpressure),
+                                p.add_argument("--interval", default="1 s"),
+                                p.add_argument("--debloat", action="store_true",
+                                               help="also both with buffer debloating on")), _backpressure),
     "metrics-overhead": ("W1 with the REST API, Prometheus endpoints, task I/O meters and a watcher reading them "
                          "every second, against every metric off, same run (target: < 2%)",
                          lambda p: (p.add_argument("--records", type=int, default=20_000_000),

@@ -267,6 +267,20 @@ class Options:
                             "network buffers an input gate lends to its channels with a backlog", minimum=0)
     SEGMENT_SIZE = _opt("taskmanager.memory.segment-size", parse_size_bytes,
                         "size of a network buffer: a batch takes one credit per segment started", minimum=1024)
+    DEBLOAT_ENABLED = _opt("taskmanager.network.memory.buffer-debloat.enabled", _parse_bool,
+                           "size the in-flight data of each input gate to what its task processes in the target "
+                           "time (buffer debloating)")
+    DEBLOAT_TARGET = _opt("taskmanager.network.memory.buffer-debloat.target", parse_duration_ms,
+                          "buffer debloating: the time the in-flight data in front of a task should take it")
+    DEBLOAT_PERIOD = _opt("taskmanager.network.memory.buffer-debloat.period", parse_duration_ms,
+                          "buffer debloating: how often a task measures its throughput", minimum=10)
+    DEBLOAT_SAMPLES = _opt("taskmanager.network.memory.buffer-debloat.samples", _parse_int,
+                           "buffer debloating: periods the measured throughput is averaged over", minimum=1)
+    DEBLOAT_THRESHOLD = _opt("taskmanager.network.memory.buffer-debloat.threshold-percentages", _parse_int,
+                             "buffer debloating: announce a new buffer size only when it differs from the last by "
+                             "more than this", minimum=0)
+    MIN_SEGMENT_SIZE = _opt("taskmanager.network.memory.min-segment-size", parse_size_bytes,
+                            "buffer debloating: the smallest buffer size it sets", minimum=256)
     HA_TYPE = _opt("high-availability.type", _parse_str, "none or zookeeper",
                    choices=("none", "zookeeper"))
     HA_STORAGE_DIR = _opt("high-availability.storageDir", _parse_str, "fsspec URL for job data")

@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from yarnflow.common import logs
-from yarnflow.common.config import Options, parse_duration_ms
+from yarnflow.common.config import Options, parse_duration_ms, parse_size_bytes
 from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
 from yarnflow.common.states import ExecutionState
 from yarnflow.common.artifacts import ArtifactCache
@@ -26,6 +26,7 @@ from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
 from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.spark import MasterProvider
 from yarnflow.worker.network.client import DataClient
+from yarnflow.worker.network.debloat import BufferDebloater
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.runtime.checkpoints import (
     CheckpointResponder,
@@ -189,8 +190,9 @@ class Task:
             for ch in g.channels:
                 channel_inputs.append(g.input_index)
                 channels.append((ch, g.subpartition_index, g.exchange_mode))
+        debloat = Options.DEBLOAT_ENABLED.convert(conf.get(Options.DEBLOAT_ENABLED.key, "false"))
         if channels:
-            gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics,
+            gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics or debloat,
                              floating_buffers=int(conf.get(Options.FLOATING_BUFFERS.key, "8")))
             exclusive = int(conf.get(Options.EXCLUSIVE_BUFFERS.key, "2"))
             for i, (ch, sub, mode) in enumerate(channels):
@@ -206,14 +208,24 @@ class Task:
             log.info("%s replays the in-flight data of unaligned checkpoint %d (%d input channels, %d outputs)",
                      tdd.display_name, restore.checkpoint_id if restore else 0, len(restored_inputs),
                      len(restored_outputs))
-        unaligned = conf.get(Options.CHECKPOINT_UNALIGNED.key, "false").lower() in ("true", "1", "yes", "on")
+        unaligned = Options.CHECKPOINT_UNALIGNED.convert(conf.get(Options.CHECKPOINT_UNALIGNED.key, "false"))
+        debloater = None
         if self._gate is not None:
             self._gate.watch_priority = unaligned
+            if debloat:
+                segment = parse_size_bytes(conf.get(Options.SEGMENT_SIZE.key, "1 mb"))
+                debloater = BufferDebloater(
+                    parse_duration_ms(conf.get(Options.DEBLOAT_TARGET.key, "1 s")) / 1000.0,
+                    self._gate.network_buffers(), segment,
+                    min(segment, parse_size_bytes(conf.get(Options.MIN_SEGMENT_SIZE.key, "16 kb"))),
+                    int(conf.get(Options.DEBLOAT_THRESHOLD.key, "25")) / 100.0,
+                    int(conf.get(Options.DEBLOAT_SAMPLES.key, "20")))
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name,
                         mailbox=self.mailbox, snapshots=self._snapshot_writer,
                         restored_finished=restore is not None and restore.finished, io_metrics=self._io_metrics,
                         slicing=unaligned and tdd.checkpoint_dir != "", restored_inputs=restored_inputs,
-                        restored_outputs=restored_outputs)
+                        restored_outputs=restored_outputs, debloater=debloater,
+                        debloat_period_s=parse_duration_ms(conf.get(Options.DEBLOAT_PERIOD.key, "200 ms")) / 1000.0)
         self.metrics.operator_names = [op.name for op in chain]
         self.metrics.attach(st)
         # splits taken before the first new barrier are in no checkpoint after the restored one

@@ -494,3 +494,62 @@ def test_a_producer_shutting_down_ends_its_consumers_channels_with_a_connection_
         assert len(consumer.batches) == 1
     finally:
         manager.close()
+
+
+def test_a_debloated_buffer_size_cuts_what_is_sent_and_holds_the_producers_queue_to_it(manager, server, client):
+    """Buffer debloating: the consumer asks for 64 KiB buffers. The producer then sends slices
+    no larger than the channel's credit in such buffers, the bytes waiting in the stalled
+    channel stay within that credit, and the producer's subpartition holds its capacity in
+    such buffers, not in whole batches; every row still arrives once, in order."""
+    size = 64 * 1024
+    partition = manager.create(ResultPartitionID("job.debloat"), 1, capacity=4)
+    sub = partition.subpartitions[0]
+    batch = pa.record_batch({"x": np.arange(32 * 1024, dtype=np.int64)})  # 256 KiB
+    stop = threading.Event()
+    stream = client.channel(server.address, "job.debloat", 0, exclusive_buffers=2)
+    stream.set_buffer_size(size)  # asked before the channel opens: sent with the open
+    stream.start()
+    producer = produce(sub, [batch] * 40 + [END_OF_PARTITION], stop.is_set)
+    got: list[Any] = []
+
+    def read(until: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        while not until() and time.monotonic() < deadline:
+            e = stream.poll()
+            if e is None:
+                time.sleep(0.001)
+            else:
+                got.append(e)
+
+    try:
+        # (the producer may fill the queue with whole batches before the channel opens: read past them)
+        read(lambda: sum(e.num_rows for e in got if isinstance(e, pa.RecordBatch)) >= 6 * 32 * 1024)
+        wait_until(lambda: sub.full and stream.backlog() > 0, 10, "the channel never filled")
+        time.sleep(0.3)  # the stalled channel holds what its credit lets through, no more
+        assert stream.peak_bytes <= 2 * size
+        assert sub.backlog() <= 2  # 4 x 64 KiB hold one 256 KiB batch (and maybe part of one), not 4 batches
+        read(lambda: bool(got) and got[-1] == END_OF_PARTITION)
+        batches = [e for e in got if isinstance(e, pa.RecordBatch)]
+        assert got[-1] == END_OF_PARTITION and all(b.nbytes <= 2 * size for b in batches)
+        assert pa.Table.from_batches(batches).column("x").to_numpy().tolist() == list(range(32 * 1024)) * 40
+    finally:
+        stop.set()
+        stream.cancel()
+        producer.join(5)
+
+
+def test_a_consumer_learns_its_producer_finished_before_the_data_in_front_of_the_end_arrives(manager, server,
+                                                                                            client):
+    """The end of partition waits behind data the channel has no credit for; the consumer is
+    told at once that its producer finished (no checkpoint barrier comes on it any more)."""
+    partition = manager.create(ResultPartitionID("job.fin"), 1, capacity=8)
+    big = pa.record_batch({"x": np.arange(128 * 1024, dtype=np.int64)})  # 1 MiB
+    produce(partition.subpartitions[0], [big] * 5 + [END_OF_PARTITION])
+    stream = client.open(server.address, "job.fin", 0, exclusive_buffers=2)
+    try:
+        wait_until(lambda: stream.producer_finished, 10, "the consumer was never told its producer finished")
+        assert stream.backlog() <= 2  # the rest (and the end) still wait for credit
+        while stream.poll() is not None:
+            pass
+    finally:
+        stream.cancel()

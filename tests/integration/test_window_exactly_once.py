@@ -85,13 +85,19 @@ def _build(src, out, engine: str):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("engine", "seed", "backend"), [("vector", 5, "hashmap"), ("rows", 6, "hashmap"),
-                                                         ("vector", 7, "rocksdb")])
+                                                         ("vector", 7, "rocksdb"), ("rows", 8, "unaligned")])
 def test_windows_survive_a_sigkill_with_every_result_committed_once(local_cluster, tmp_path, engine, seed, backend):
+    """(``unaligned``: the hashmap backend with unaligned checkpoints: open windows, their
+    timers and the in-flight data restored together.)"""
     rng = random.Random(seed)
     src, out = tmp_path / "in", tmp_path / "out"
     events = _write(src)
     cluster = local_cluster(taskexecutors=2, slots=2)
+    unaligned = backend == "unaligned"
+    backend = "hashmap" if unaligned else backend
     conf = {**CHECKPOINTS, "execution.checkpointing.dir": str(tmp_path / "checkpoints"), "state.backend.type": backend}
+    if unaligned:
+        conf["execution.checkpointing.unaligned.enabled"] = "true"
     if backend == "rocksdb":  # every checkpoint retained, to look for open windows in them
         conf.update({"execution.checkpointing.incremental": "true", "state.backend.rocksdb.localdir": str(tmp_path / "local"),
                      "execution.checkpointing.num-retained": "1000"})
@@ -111,6 +117,10 @@ def test_windows_survive_a_sigkill_with_every_result_committed_once(local_cluste
     assert source in metadata["split_enumerator"]
     if backend == "rocksdb":
         _check_open_windows_in_rocksdb(tmp_path / "checkpoints" / info.job_id, expected)
+    if unaligned:  # the restart restored an unaligned checkpoint
+        kinds = {c.checkpoint_id: c.unaligned for c in info.checkpoints}
+        restored = [f.restored_checkpoint_id for f in info.failure_history if f.restored_checkpoint_id]
+        assert restored and any(kinds.values()) and all(kinds.get(i, True) for i in restored), (restored, kinds)
 
 
 def _check_open_windows_in_rocksdb(job_dir, expected) -> None:

@@ -140,3 +140,19 @@ def test_random_traffic_never_exceeds_credit(seed: int):
             assert sum(n for n, _ in c["held"]) == r.used <= r.owned
             assert sum(b for _, b in c["held"]) <= r.owned * SEGMENT
         assert pool.available + sum(c["rc"].borrowed for c in channels) == pool.size
+
+
+def test_a_finished_producers_whole_backlog_is_credited_at_once_and_repaid_first():
+    """Overdraw: the task takes a finished producer's rest at once (an unaligned checkpoint
+    records it): credit for the whole backlog beyond the channel's two buffers, repaid by the
+    first buffers the task frees; then the channel is back to its own two."""
+    ch = ReceiverCredit(2)
+    ch.initial()
+    assert ch.on_batch(1, backlog=10) == 0
+    assert ch.overdraw() == 9 and ch.announced == 10 and ch.overdrawn == 9
+    assert ch.overdraw() == 0  # nothing more until the backlog grows
+    for _ in range(10):
+        ch.on_batch(1, backlog=0)
+    assert ch.announced == 0
+    freed = [ch.on_taken(1) for _ in range(11)]
+    assert sum(freed) == 2 and ch.overdrawn == 0 and ch.announced == 2

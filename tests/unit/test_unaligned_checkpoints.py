@@ -6,6 +6,7 @@ in order, before anything new when a task is restored."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -98,6 +99,20 @@ def test_a_barrier_that_comes_after_the_timeout_is_taken_unaligned_at_once():
     assert snap.unaligned and a.is_recording(1)
 
 
+def test_an_unaligned_trigger_snapshots_at_once_and_each_end_of_partition_completes_a_channel():
+    a = BarrierAligner(3)
+    assert a.on_end_of_partition(2) == []
+    [snap] = a.on_trigger(unaligned(4))
+    assert snap == Snapshot(unaligned(4), 0, unaligned=True)
+    assert a.is_recording(0) and a.is_recording(1) and not a.is_recording(2)
+    assert a.on_end_of_partition(0) == [] and not a.is_recording(0)
+    [done] = a.on_end_of_partition(1)
+    assert isinstance(done, InflightComplete) and done.checkpoint_id == 4
+    ended = BarrierAligner(1)  # nothing left to record: taken aligned, at once
+    ended.on_end_of_partition(0)
+    assert ended.on_trigger(unaligned(5)) == [Snapshot(unaligned(5), 0)]
+
+
 def test_savepoint_and_at_least_once_barriers_stay_aligned():
     a = BarrierAligner(2, wall_ms=lambda: 10**9)
     assert a.on_barrier(0, CheckpointBarrier(1, 0, True)) == []  # aligned_timeout_ms -1
@@ -188,15 +203,29 @@ class Keep(Operator):
         return {"seen": pa.table({"v": pa.array(self.seen, pa.int64())})}
 
 
+class Slow(Keep):
+    """``per_row_s`` of work a row."""
+
+    def __init__(self, per_row_s: float) -> None:
+        super().__init__()
+        self.per_row_s = per_row_s
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        time.sleep(self.per_row_s * batch.num_rows)
+        super().process_batch(batch, input_index)
+
+
 class Sink:
     def __init__(self) -> None:
         self.taken: dict[int, tuple[list[int], dict[str, list[Any]]]] = {}
         self.declined: dict[int, str] = {}
         self.done = threading.Event()
+        self.at: dict[int, float] = {}  # when each snapshot was handed over (time.monotonic)
 
     def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int, sync_ms: int,
                channel_state: dict[str, list[Any]] | None = None) -> None:
         self.taken[checkpoint_id] = (snapshots[0]["seen"].column("v").to_pylist(), channel_state or {})
+        self.at[checkpoint_id] = time.monotonic()
         self.done.set()
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
@@ -269,17 +298,11 @@ def test_a_task_records_what_its_channels_deliver_ahead_of_their_barriers():
 
 
 def test_a_slow_batch_is_processed_in_slices_so_a_barrier_does_not_wait_for_all_of_it():
-    import time as _time
-
-    class Slow(Keep):
-        def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-            _time.sleep(0.002 * batch.num_rows)
-            super().process_batch(batch, input_index)
 
     gate = InputGate(1, capacity=8)
     remote = remote_channel()
     gate.set_channel(0, remote)
-    slow, sink = Slow(), Sink()
+    slow, sink = Slow(0.002), Sink()
     task = StreamTask([slow], gate, [0], [], lambda: False, "t", snapshots=sink, slicing=True)
     remote.on_batch(b(*range(20)), 1, 0)  # learns how slow a row is (40 ms)
     remote.on_batch(b(*range(100, 400)), 1, 0)  # 600 ms unsliced
@@ -351,3 +374,160 @@ def test_a_task_switches_an_aligned_checkpoint_to_unaligned_after_the_timeout():
     assert "@in-0" not in inflight  # channel 0 was aligned: nothing of it is in flight
     assert sorted(keep.seen) == [1, 2, 10, 11, 20, 21]
     assert _time.monotonic() - started >= 0.5
+
+
+def test_a_directly_triggered_unaligned_checkpoint_takes_the_rest_of_the_input_as_in_flight_data():
+    """The producers have finished (their ends of partition are queued): the JobMaster triggers
+    the task directly. Unaligned, it snapshots at once and takes what the channels still hold as
+    in-flight data as fast as it comes, not at the pace of its slow operator; it processes all
+    of it afterwards, in order. (Aligned, the checkpoint waits until the task has processed
+    everything: the drain this replaces.)"""
+    import time as _time
+
+    from yarnflow.worker.runtime.checkpoints import TriggerCheckpoint
+
+    gate = InputGate(2, capacity=64)
+    slow, sink = Slow(0.01), Sink()
+    task = StreamTask([slow], gate, [0, 0], [], lambda: False, "t", snapshots=sink, slicing=True)
+    for i in range(10):
+        gate.push(0, b(i, i + 100))
+        gate.push(1, b(i + 1000))
+    gate.push(0, Watermark(4))
+    gate.push(0, END_OF_PARTITION)
+    gate.push(1, END_OF_PARTITION)
+    triggered = {}
+
+    def trigger() -> None:
+        triggered["at"] = _time.monotonic()
+        task.mailbox.put(TriggerCheckpoint(3, int(_time.time() * 1000), True, "", 0))
+
+    threading.Timer(0.08, trigger).start()
+    run(task)
+    finished = _time.monotonic()
+    assert sink.done.is_set()
+    seen_at_snapshot, inflight = sink.taken[3]
+    assert 0 < len(seen_at_snapshot) < 30
+    rest0, rest1 = values(inflight.get("@in-0", [])), values(inflight.get("@in-1", []))
+    assert rest0 and rest1 and rest0[-1] == Watermark(4)
+    # nothing lost, nothing twice: the snapshot plus the in-flight data is the whole input
+    everything = sorted(seen_at_snapshot + [v for v in rest0 + rest1 if isinstance(v, int)])
+    assert everything == sorted([*range(10), *range(100, 110), *range(1000, 1010)])
+    assert sorted(slow.seen) == everything
+    # complete (in-flight data too) soon after the trigger, long before the processing ends
+    assert sink.at[3] - triggered["at"] < 0.1 and finished - sink.at[3] > 0.15
+
+
+def test_a_directly_triggered_aligned_checkpoint_still_waits_for_the_end_of_the_input():
+    from yarnflow.worker.runtime.checkpoints import TriggerCheckpoint
+
+    gate = InputGate(1, capacity=8)
+    keep, sink = Keep(), Sink()
+    task = StreamTask([keep], gate, [0], [], lambda: False, "t", snapshots=sink)
+    for e in (b(1), b(2), END_OF_PARTITION):
+        gate.push(0, e)
+    task.mailbox.put(TriggerCheckpoint(3, 0, True, "", -1))
+    run(task)
+    seen_at_snapshot, inflight = sink.taken[3]
+    assert seen_at_snapshot == [1, 2] and inflight == {}
+
+
+def test_a_channel_whose_producer_finished_is_taken_ahead_when_a_checkpoint_records_it():
+    """Channel 0's producer finished before checkpoint 1 (its queue ends with its end of
+    partition: no barrier comes on it); channel 1's producer is running and its barrier
+    overtakes. The checkpoint completes as soon as channel 0's rest is taken as in-flight
+    data, not once the slow task has processed it."""
+    from yarnflow.worker.runtime.gate import LocalInputChannel
+    from yarnflow.worker.runtime.partition import ResultPartitionManager
+
+    manager = ResultPartitionManager()
+    finished = manager.create(ResultPartitionID("job.up0"), 1, 64)
+    for i in range(20):
+        finished.subpartitions[0].add(b(i))
+    finished.subpartitions[0].add(END_OF_PARTITION)
+    gate = InputGate(2, capacity=8)
+    gate.set_channel(0, LocalInputChannel(manager, "job.up0", 0))
+    running = remote_channel()
+    gate.set_channel(1, running)
+    slow, sink = Slow(0.01), Sink()
+    task = StreamTask([slow], gate, [0, 0], [], lambda: False, "t", snapshots=sink, slicing=True)
+    running.on_batch(b(100), 1, 0)
+    came = {}
+
+    def barrier() -> None:
+        came["at"] = time.monotonic()
+        running.on_event(unaligned(1))
+        running.on_event(END_OF_PARTITION)
+
+    threading.Timer(0.05, barrier).start()
+    run(task)
+    seen_at_snapshot, inflight = sink.taken[1]
+    rest = values(inflight["@in-0"])
+    other = values(inflight.get("@in-1", []))  # 100, if the barrier overtook it
+    assert sorted(seen_at_snapshot + rest + other) == sorted([*range(20), 100])
+    assert rest == sorted(rest) and rest[-1] == 19  # in order, to the end of the partition
+    assert sorted(slow.seen) == sorted([*range(20), 100])
+    assert sink.at[1] - came["at"] < 0.1  # not the ~150 ms of processing the rest takes
+
+
+def test_a_trigger_that_comes_as_a_source_ends_is_taken_unaligned_after_its_chain_finished():
+    """The trigger reaches a back-pressured source as its input ends: the snapshot waits for the
+    chain to finish (FLIP-147), and then its barrier still overtakes the queued output (it did
+    not: it went in order behind it, and the checkpoint waited for the consumers to drain it)."""
+    from yarnflow.worker.operators.base import SourceOperator
+    from yarnflow.worker.runtime.checkpoints import Mailbox, TriggerCheckpoint
+    from yarnflow.worker.runtime.elements import MAX_WATERMARK
+
+    class Source(SourceOperator):
+        def __init__(self, mailbox: Any) -> None:
+            super().__init__("src")
+            self.mailbox = mailbox
+
+        def run(self, tick: Any) -> None:
+            for i in range(3):
+                self.output.collect(b(i))
+            self.mailbox.put(TriggerCheckpoint(2, int(time.time() * 1000), True, "", 0))
+
+        def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+            return {"seen": pa.table({"v": pa.array([], pa.int64())})}
+
+    partition = ResultPartition(ResultPartitionID("job.out"), 1, capacity=64)
+    writer = RecordWriter(partition, Partitioner.FORWARD, [], 1, 1, 10_000, lambda: False)
+    sink, mailbox = Sink(), Mailbox()
+    task = StreamTask([Source(mailbox)], None, [], [writer], lambda: False, "src", mailbox=mailbox, snapshots=sink,
+                      slicing=True)
+    run(task)
+    _, inflight = sink.taken[2]
+    assert values(inflight["@out-0-0"]) == [0, 1, 2, MAX_WATERMARK]
+    out = []
+    while (e := partition.subpartitions[0].take(0)) is not None:
+        out.append(e)
+    assert out[0] == unaligned(2, out[0].timestamp_ms)
+
+
+def test_a_later_checkpoint_finds_the_rest_a_former_one_took_and_completes_at_once():
+    """Checkpoint 3 took the finished producers' rest and their ends of partition ahead; the
+    task still processes it when checkpoint 4 comes: its in-flight data is what is left of that
+    rest, complete at once (the channels will deliver nothing more)."""
+    from yarnflow.worker.runtime.checkpoints import TriggerCheckpoint
+
+    gate = InputGate(1, capacity=64)
+    slow, sink = Slow(0.01), Sink()
+    task = StreamTask([slow], gate, [0], [], lambda: False, "t", snapshots=sink, slicing=True)
+    for i in range(30):
+        gate.push(0, b(i))
+    gate.push(0, END_OF_PARTITION)
+    triggered: dict[int, float] = {}
+
+    def trigger(n: int) -> None:
+        triggered[n] = time.monotonic()
+        task.mailbox.put(TriggerCheckpoint(n, int(time.time() * 1000), True, "", 0))
+
+    threading.Timer(0.05, trigger, (3,)).start()
+    threading.Timer(0.15, trigger, (4,)).start()
+    run(task)
+    for n in (3, 4):
+        seen, inflight = sink.taken[n]
+        rest = values(inflight.get("@in-0", []))
+        assert seen + rest == list(range(30)) and rest, n  # nothing lost, nothing twice, in order
+        assert sink.at[n] - triggered[n] < 0.05, n
+    assert len(sink.taken[4][0]) > len(sink.taken[3][0])

@@ -126,6 +126,8 @@ class _ClientConnection:
                     continue
                 if kind == b"B":
                     ch.on_backlog(b)
+                elif kind == b"F":
+                    ch.on_producer_finished()
                 elif kind == b"E":
                     ch.on_event(decode_event(raw[HEADER.size:]))
                 elif kind == b"X":
@@ -226,6 +228,9 @@ class RemoteInputChannel:
         self.credit.on_lent = lambda _, n: self._announce(n)
         self._conn: _ClientConnection | None = None
         self._channel = 0
+        self._buffer_size: int | None = None  # buffer debloating: the size last asked for
+        #: the producer has finished: what comes ends with the end of partition, no barrier
+        self.producer_finished = False
         self._done = False  # ended, failed or cancelled: nothing more arrives
         self._cancelled = False
         self.queued_bytes = 0
@@ -248,7 +253,17 @@ class RemoteInputChannel:
             return
         with self._lock:
             self._conn, self._channel = conn, channel
-        conn.send(frame(b"O", channel, initial, 0, f"{self.partition_id}/{self.subpartition}".encode()))
+            size = self._buffer_size
+        conn.send(frame(b"O", channel, initial, size or 0, f"{self.partition_id}/{self.subpartition}".encode()))
+
+    def set_buffer_size(self, size: int) -> None:
+        """Buffer debloating: ask the producer for buffers of ``size`` bytes (sent at once, or
+        when the channel opens)."""
+        with self._lock:
+            self._buffer_size = size
+            conn, channel, done = self._conn, self._channel, self._done
+        if conn is not None and not done:
+            conn.send(frame(b"Z", channel, size))
 
     def on_batch(self, batch: pa.RecordBatch, buffers: int, backlog: int) -> None:
         with self._lock:
@@ -268,6 +283,17 @@ class RemoteInputChannel:
                 return
             announce = self.credit.on_backlog(backlog)
         self._announce(announce)
+
+    def take_rest(self) -> None:
+        """The producer has finished and the task wants all it still holds now: credit for
+        its whole backlog (``ReceiverCredit.overdraw``)."""
+        with self._lock:
+            extra = self.credit.overdraw() if self.producer_finished and not self._done else 0
+        self._announce(extra)
+
+    def on_producer_finished(self) -> None:
+        self.producer_finished = True
+        self.listener()
 
     def on_event(self, event: Any) -> None:
         with self._lock:

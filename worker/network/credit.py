@@ -115,6 +115,8 @@ class ReceiverCredit:
         self.used = 0
         #: the producer's last announced backlog (buffers)
         self.backlog = 0
+        #: credit announced beyond the channel's buffers (``overdraw``), not repaid yet
+        self.overdrawn = 0
         #: called with ``(channel, credit)`` when the pool lends buffers later (``recycle``)
         self.on_lent: Callable[[ReceiverCredit, int], None] = lambda channel, n: None
 
@@ -151,11 +153,24 @@ class ReceiverCredit:
         self.announced += got
         return got
 
+    def overdraw(self) -> int:
+        """Credit for the producer's whole backlog beyond the channel's buffers: its producer
+        has finished, and the task takes what it still holds at once (an unaligned checkpoint
+        records it, ``stream_task._pull_ahead``): bounded by the producer's queue. Repaid
+        first as the task takes it."""
+        extra = max(0, self.backlog - self.announced)
+        self.overdrawn += extra
+        self.announced += extra
+        return extra
+
     def on_taken(self, buffers: int) -> int:
         """The task took a batch that held ``buffers``: borrowed buffers the backlog does not
         need go back to the pool, the rest are announced again."""
         self.used -= buffers
         free = buffers
+        repaid = min(self.overdrawn, free)
+        self.overdrawn -= repaid
+        free -= repaid
         surplus = min(self.borrowed, free, max(0, self.announced + free - max(self.backlog, self.exclusive)))
         if surplus and self._pool is not None:
             self.borrowed -= surplus

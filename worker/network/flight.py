@@ -6,11 +6,14 @@ each producer TaskExecutor it reads from: a single Flight ``DoExchange`` stream 
 every channel between the two, in both directions, as application messages (``_frame``):
 
 - consumer to producer: ``O`` open channel ``c`` on subpartition ``<partition>/<i>`` with the
-  channel's initial credit, ``C`` more credit for ``c``, ``K`` close ``c``;
+  channel's initial credit (and its debloated buffer size, if it has one), ``C`` more credit for ``c``, ``K`` close ``c``, ``Z`` the buffer
+  size ``c`` wants from now on (buffer debloating, ``debloat.py``);
 - producer to consumer: ``S`` the schema of the batches that follow on ``c``, ``D`` a batch
   header (its buffers and the backlog behind it) whose Arrow IPC body is the next message,
   ``Q`` the producer's TaskExecutor is shutting down (the consumer ends the call),
-  ``B`` the backlog of a channel waiting for credit, ``E`` an event (watermark, barrier, end
+  ``B`` the backlog of a channel waiting for credit, ``F`` the producer has finished (what is
+  queued for the channel ends with its end of partition: no checkpoint barrier comes on it
+  any more; sent ahead of the data, see ``stream_task._pull_ahead``), ``E`` an event (watermark, barrier, end
   of partition), ``X`` an error (``not found``: the consumer asks again until its deadline;
   the producer may not run yet).
 
@@ -79,9 +82,26 @@ class _OutChannel:
         self._segment = segment_size
         self.sub = sub
         self._elements = elements
-        self._ahead: list[Any] = []  # a file's next element, or a batch's unsent rest
+        self._ahead: list[Any] = []  # a file's next element, or the unsent rest of its batch
         self.schema: pa.Schema | None = None
         self.told_backlog = 0  # the backlog last announced without a batch
+        self._max_segment = segment_size
+        self.told_finished = sub is None  # (a file-backed channel's producer finished long ago)
+
+    def finish_to_tell(self) -> bool:
+        """The producer has finished and its consumer has not been told yet (``F``)."""
+        if self.told_finished or self.sub is None or not self.sub.producer_finished:
+            return False
+        self.told_finished = True
+        return True
+
+    def set_buffer_size(self, size: int) -> None:
+        """Buffer debloating: the consumer wants buffers of ``size`` bytes (at most the
+        server's segment size): batches are cut to the channel's credit in such buffers and
+        counted in them, and the subpartition holds as many of them as it holds batches."""
+        self._segment = max(1, min(size, self._max_segment))
+        if self.sub is not None:
+            self.sub.set_buffer_size(self._segment)
 
     def backlog_to_tell(self) -> int | None:
         """The backlog to announce on its own (``B``), when the channel waits for credit with
@@ -119,28 +139,32 @@ class _OutChannel:
         if head is None:
             return None
         if not isinstance(head, pa.RecordBatch):
-            self._pop()
-            return head, 0
+            return (head, 0) if self._pop(head) is not None else None
         need = buffers_for(head.nbytes, self._segment)
         if need > self.max_buffers and head.num_rows > 1:  # too big for the channel: send a slice
             rows = max(1, head.num_rows * self.max_buffers * self._segment // max(1, head.nbytes))
             if self.credit.credit < self.max_buffers:
                 return None
-            self._pop()
-            self._ahead.insert(0, head.slice(rows))
-            piece = head.slice(0, rows)
+            piece = self._pop(head, rows)
+            if piece is None:
+                return None
             return piece, min(buffers_for(piece.nbytes, self._segment), self.max_buffers)
         need = min(need, self.max_buffers)
         if not self.credit.can_send(need):
             return None
-        self._pop()
-        return head, need
+        return (head, need) if self._pop(head) is not None else None
 
-    def _pop(self) -> None:
-        if self._ahead:
-            self._ahead.pop(0)
-        elif self.sub is not None:
-            self.sub.take(0)
+    def _pop(self, head: Any, rows: int | None = None) -> Any | None:
+        """Take ``head`` (or its first ``rows`` rows) out of the queue; None when a priority
+        barrier came in front of it meanwhile (the next pick sends the barrier). A pipelined
+        subpartition keeps the rest of a sliced batch, so a barrier overtakes it there."""
+        if self.sub is not None and not self._ahead:
+            return self.sub.take_head(head, rows)
+        self._ahead.pop(0)
+        if rows is not None and isinstance(head, pa.RecordBatch) and head.num_rows > rows:
+            self._ahead.insert(0, head.slice(rows))
+            return head.slice(0, rows)
+        return head
 
     def close(self) -> None:
         if self.sub is not None:
@@ -160,6 +184,7 @@ class _ServerConnection:
         self._channels: dict[int, _OutChannel] = {}
         self._opening: dict[int, tuple[str, int, int, float]] = {}  # channel -> (partition, index, credit, since)
         self._errors: collections.deque[tuple[int, str, bool]] = collections.deque()  # to send
+        self._sizes: dict[int, int] = {}  # debloated buffer sizes of channels not open yet
         self._closed = False
         self._rr = 0
 
@@ -210,17 +235,26 @@ class _ServerConnection:
                 if meta is None or meta.size < HEADER.size:
                     continue
                 raw = meta.to_pybytes()
-                kind, channel, a, _ = HEADER.unpack_from(raw)
+                kind, channel, a, b = HEADER.unpack_from(raw)
                 with self._cond:
                     if kind == b"O":
                         partition_id, _, index = raw[HEADER.size:].decode().rpartition("/")
                         self._opening[channel] = (partition_id, int(index) if index.isdigit() else -1, a,
                                                   time.monotonic())
+                        if b > 0:  # the buffer size the channel asks for from the start
+                            self._sizes[channel] = b
                     elif kind == b"C":
                         out = self._channels.get(channel)
                         if out is not None:
                             out.credit.grant(a)
+                    elif kind == b"Z":
+                        out = self._channels.get(channel)
+                        if out is not None:
+                            out.set_buffer_size(a)
+                        elif channel in self._opening:
+                            self._sizes[channel] = a  # applied when the channel opens
                     elif kind == b"K":
+                        self._sizes.pop(channel, None)
                         self._opening.pop(channel, None)
                         out = self._channels.pop(channel, None)
                         if out is not None:
@@ -265,6 +299,9 @@ class _ServerConnection:
                 out = _OutChannel(channel, name, credit, self._server.segment_size, sub=sub)
                 sub.set_listener(self._wake)
             self._channels[channel] = out
+            size = self._sizes.pop(channel, None)
+            if size is not None:
+                out.set_buffer_size(size)
 
     def _error(self, channel: int, message: str, retryable: bool) -> None:
         """Queue an error for ``channel`` (sent by ``_pick``)."""
@@ -279,6 +316,8 @@ class _ServerConnection:
         for k in range(len(ids)):
             channel = ids[(self._rr + k) % len(ids)]
             out = self._channels[channel]
+            if out.finish_to_tell():
+                return None, channel, -2
             try:
                 work = out.next_to_send()
             except PartitionReleasedError:
@@ -307,6 +346,9 @@ class _ServerConnection:
 
     def _send(self, out: _OutChannel | None, element: Any, buffers: int) -> None:
         w = self._writer
+        if buffers == -2:  # the producer finished: the channel
+            w.write_metadata(frame(b"F", element))
+            return
         if buffers == -1:  # a backlog announcement: (channel, backlog)
             channel, backlog = element
             w.write_metadata(frame(b"B", channel, 0, backlog))

@@ -12,7 +12,9 @@ every upstream task had already finished, from a trigger the JobMaster sends it 
 - **at-least-once**: nothing is blocked; ``Snapshot`` when the last live channel delivered
   barrier ``n``.
 - **trigger** (``on_trigger``): a pending checkpoint that no channel will deliver a barrier
-  for: ``Snapshot`` once every remaining channel has ended.
+  for: ``Snapshot`` once every remaining channel has ended. An unaligned trigger (or an aligned
+  one past its timeout) is taken at once instead, and each remaining channel's end of partition
+  plays its barrier's part: what comes before it is in-flight data.
 - A newer checkpoint arriving (barrier or trigger) while an older one is pending supersedes it:
   ``Decline`` of the older one, then the newer one is aligned. Barriers of checkpoints already
   taken or superseded are ignored.
@@ -136,10 +138,13 @@ class BarrierAligner:
 
     def on_trigger(self, barrier: CheckpointBarrier) -> list[AlignerAction]:
         """Checkpoint ``barrier`` was triggered at this task directly: its upstream tasks have
-        finished, so it completes once every channel has ended."""
+        finished, so it completes once every channel has ended (unaligned: at once, recording
+        what the channels deliver until they end)."""
         actions = self._begin(barrier)
         if self._pending is None or barrier.checkpoint_id != self._pending.checkpoint_id:
             return actions
+        if len(self._ended) < self._n and barrier.unaligned_at(self._wall_ms()):
+            return actions + self._go_unaligned()
         return actions + self._check_aligned()
 
     def on_overtaken(self, channel: int) -> list[AlignerAction]:

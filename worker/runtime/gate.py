@@ -57,6 +57,11 @@ class InputChannel(Protocol):
         """An unaligned checkpoint's barrier is the next element."""
         ...
 
+    @property
+    def producer_finished(self) -> bool:
+        """The producer has finished: what comes ends with the end of partition."""
+        ...
+
     def overtake(self, checkpoint_id: int) -> list[Any] | None: ...
 
     def overtaken_by(self, checkpoint_id: int) -> list[Any]: ...
@@ -84,6 +89,7 @@ class LocalInputChannel:
         self._elements: Iterator[Any] | None = None
         self._own = partitions is None
         self._failed = False
+        self._buffer_size: int | None = None
         self.listener: Callable[[], None] = lambda: None
         if self._own:
             self._sub = Subpartition(capacity)
@@ -111,6 +117,8 @@ class LocalInputChannel:
         else:
             self._sub = partition.subpartitions[self._index]
             self._sub.set_listener(self.listener)
+            if self._buffer_size is not None:
+                self._sub.set_buffer_size(self._buffer_size)
         return None
 
     def poll(self) -> Any | None:
@@ -143,6 +151,17 @@ class LocalInputChannel:
         return self._sub.backlog() if self._sub is not None else 0
 
     @property
+    def producer_finished(self) -> bool:
+        """The producer has finished: what the channel holds ends with its end of partition."""
+        return self._elements is not None or (self._sub is not None and not self._own and self._sub.producer_finished)
+
+    def set_buffer_size(self, size: int) -> None:
+        """Buffer debloating: hold the producer's subpartition to buffers of ``size`` bytes."""
+        self._buffer_size = size
+        if self._sub is not None and not self._own:
+            self._sub.set_buffer_size(size)
+
+    @property
     def priority(self) -> bool:
         """The producer put an unaligned checkpoint's barrier at the subpartition's head."""
         return self._sub is not None and self._sub.priority_head
@@ -170,6 +189,7 @@ class IteratorChannel:
         self._failed = False
         self.pending = False
         self.priority = False
+        self.producer_finished = True  # (a stored partition's producer finished long ago)
         self.listener: Callable[[], None] = lambda: None
 
     def start(self) -> None:
@@ -210,6 +230,7 @@ class InputGate:
     def __init__(self, num_channels: int, capacity: int = 8, input_index: int = 0, io_metrics: bool = True,
                  floating_buffers: int = 8) -> None:
         self.input_index = input_index
+        self._capacity = capacity
         #: time the task spent waiting in ``poll`` for input (its idle time), when ``io_metrics``
         self.idle_ns = 0
         self._io_metrics = io_metrics
@@ -332,6 +353,31 @@ class InputGate:
     def backlog(self) -> list[int]:
         """Batches waiting in each channel."""
         return [ch.backlog() for ch in self._channels]
+
+    def network_buffers(self) -> int:
+        """The buffers in front of the gate: each channel's producer queue (``capacity``
+        batches), each remote channel's exclusive buffers, the floating ones (buffer debloating
+        spreads the data it wants in flight over them)."""
+        exclusive = sum(int(getattr(getattr(ch, "credit", None), "exclusive", 0)) for ch in self._channels)
+        return self.num_channels * self._capacity + exclusive + self.pool.size
+
+    def take_rest(self, channel: int) -> None:
+        """Ask ``channel``'s finished producer for all it still holds, at once (a remote
+        channel's credit otherwise lets it come a few buffers per round trip)."""
+        take_rest = getattr(self._channels[channel], "take_rest", None)
+        if take_rest is not None:
+            take_rest()
+
+    def producer_finished(self, channel: int) -> bool:
+        """``channel``'s producer has finished (it sends no checkpoint barrier any more)."""
+        return bool(getattr(self._channels[channel], "producer_finished", False))
+
+    def set_buffer_size(self, size: int) -> None:
+        """Buffer debloating: tell every channel's producer to use buffers of ``size`` bytes."""
+        for ch in self._channels:
+            announce = getattr(ch, "set_buffer_size", None)
+            if announce is not None:
+                announce(size)
 
     def has_priority(self) -> bool:
         """A channel has an unaligned checkpoint's barrier waiting (a task checks between the

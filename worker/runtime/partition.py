@@ -41,7 +41,10 @@ class Subpartition:
     """A bounded FIFO of record batches and events with one producer and one consumer.
 
     Only record batches count against ``capacity``: events (watermarks, end of partition) are
-    always accepted, so a producer can always finish.
+    always accepted, so a producer can always finish. With buffer debloating its consumer
+    announces a buffer size (``set_buffer_size``): the queued batches are then held to
+    ``capacity`` buffers of that size too (one batch is always let in, whatever its size), and
+    the producer's writer sends batches of about that size.
     """
 
     def __init__(self, capacity: int, on_consumed: Callable[[], None] | None = None) -> None:
@@ -54,6 +57,11 @@ class Subpartition:
         self._on_consumed = on_consumed
         self._listener: Callable[[], None] | None = None
         self._queued_bytes = 0
+        self._max_bytes: int | None = None  # buffer debloating: capacity x the announced size
+        #: buffer debloating: the size the consumer asked for (its producer's writer flushes at it)
+        self.buffer_size: int | None = None
+        #: the producer added its end of partition: what is queued is all that will come
+        self.producer_finished = False
         #: an unaligned checkpoint's barrier is at the head (``add_priority``): the next take
         self.priority_head = False
         self.bytes_added = 0
@@ -74,13 +82,15 @@ class Subpartition:
         middle of one: it may go past the capacity by what one element makes)."""
         is_batch = isinstance(element, pa.RecordBatch)
         with self._cond:
-            while block and is_batch and self._batches >= self._capacity and not self._released:
+            while block and is_batch and self._no_room() and not self._released:
                 if cancelled():
                     raise PartitionReleasedError("task cancelled while waiting for buffer space")
                 self._cond.wait(0.2)
             if self._released:
                 raise PartitionReleasedError("subpartition released")
             self._items.append(element)
+            if isinstance(element, EndOfPartition):
+                self.producer_finished = True
             if is_batch:
                 self._batches += 1
                 self._queued_bytes += element.nbytes
@@ -88,11 +98,23 @@ class Subpartition:
             self._cond.notify_all()
         self._notify()
 
+    def _no_room(self) -> bool:
+        m = self._max_bytes
+        return self._batches >= self._capacity or (m is not None and self._batches > 0 and self._queued_bytes >= m)
+
     @property
     def full(self) -> bool:
         """No room for another batch right now (a hint, read without the lock): an ``add``
         would wait, which is back-pressure."""
-        return self._batches >= self._capacity
+        return self._no_room()
+
+    def set_buffer_size(self, size: int) -> None:
+        """Buffer debloating: the consumer wants ``size``-byte buffers; the queue holds at most
+        ``capacity`` of them (in bytes) from now on."""
+        with self._cond:
+            self.buffer_size = max(1, size)
+            self._max_bytes = self._capacity * self.buffer_size
+            self._cond.notify_all()
 
     def take(self, timeout: float | None) -> Any | None:
         """The next element, waiting up to ``timeout`` seconds; None when none came."""
@@ -107,17 +129,44 @@ class Subpartition:
                 if remaining is not None and remaining <= 0:
                     return None
                 self._cond.wait(remaining if remaining is not None else 0.5)
-            element = self._items.popleft()
-            self.priority_head = False
-            if isinstance(element, pa.RecordBatch):
-                self._batches -= 1
-                self._queued_bytes -= element.nbytes
-            self._cond.notify_all()
+            element = self._pop_locked()
+        self._after_take(element)
+        return element
+
+    def take_head(self, expected: Any, rows: int | None = None) -> Any | None:
+        """Take the head if it still is ``expected`` (a sender that peeked at it: a priority
+        barrier may have come in front since), or its first ``rows`` rows when it is a larger
+        batch: the rest stays at the head, where a barrier that comes now overtakes it (and
+        the producer keeps it as in-flight output). None: the head changed."""
+        with self._cond:
+            if self._released:
+                raise PartitionReleasedError("subpartition released")
+            if not self._items or self._items[0] is not expected:
+                return None
+            if rows is not None and isinstance(expected, pa.RecordBatch) and expected.num_rows > rows:
+                piece, rest = expected.slice(0, rows), expected.slice(rows)
+                self._items[0] = rest
+                self._queued_bytes += rest.nbytes - expected.nbytes
+                self._cond.notify_all()
+                return piece
+            element = self._pop_locked()
+        self._after_take(element)
+        return element
+
+    def _pop_locked(self) -> Any:
+        element = self._items.popleft()
+        self.priority_head = False
+        if isinstance(element, pa.RecordBatch):
+            self._batches -= 1
+            self._queued_bytes -= element.nbytes
+        self._cond.notify_all()
+        return element
+
+    def _after_take(self, element: Any) -> None:
         if isinstance(element, EndOfPartition) and not self._consumed:
             self._consumed = True
             if self._on_consumed:
                 self._on_consumed()
-        return element
 
     def add_priority(self, event: Any) -> list[Any]:
         """Put ``event`` (an unaligned checkpoint's barrier) ahead of everything queued; returns
@@ -137,9 +186,9 @@ class Subpartition:
     def wait_for_room(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until a batch could be added without waiting."""
         with self._cond:
-            if self._batches >= self._capacity and not self._released:
+            if self._no_room() and not self._released:
                 self._cond.wait(timeout)
-            return self._batches < self._capacity or self._released
+            return not self._no_room() or self._released
 
     def peek(self) -> Any | None:
         """The next element, left in place (None: there is none)."""

@@ -39,6 +39,7 @@ from typing import Any, Callable, Protocol, Sequence
 import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
+from yarnflow.worker.network.debloat import BufferDebloater
 from yarnflow.worker.operators.base import Operator, SourceOperator, TaskCancelledError
 from yarnflow.worker.runtime.barriers import AlignerAction, BarrierAligner, Decline, InflightComplete, Snapshot
 from yarnflow.worker.runtime.checkpoints import (
@@ -210,8 +211,14 @@ class StreamTask:
                  mailbox: Mailbox | None = None, snapshots: SnapshotSink | None = None,
                  restored_finished: bool = False, io_metrics: bool = True, slicing: bool = False,
                  restored_inputs: dict[int, list[Any]] | None = None,
-                 restored_outputs: dict[tuple[int, int], list[Any]] | None = None) -> None:
+                 restored_outputs: dict[tuple[int, int], list[Any]] | None = None,
+                 debloater: BufferDebloater | None = None, debloat_period_s: float = 0.2) -> None:
         self.chain = list(chain)
+        #: buffer debloating: each ``debloat_period_s`` the gate's buffer size follows the
+        #: bytes the task takes per busy second (``network/debloat.py``)
+        self._debloater = debloater if gate is not None else None
+        self._debloat_period_s = debloat_period_s
+        self._debloat_mark = (0.0, 0, 0)  # (time, bytes taken, gate idle ns) at the period's start
         #: unaligned checkpoints: slow batches are processed in slices (``SLICE_TARGET_S``)
         self._slicing = slicing
         self._slice_rows: int | None = None
@@ -220,10 +227,15 @@ class StreamTask:
                 w.blocking = False
         self._inflight: _Inflight | None = None
         self._failed_unaligned = False
+        #: ``_pull_ahead`` has channels to take more from as it arrives
+        self._pulling = False
+        #: channels whose end of partition ``_pull_ahead`` took: it waits in ``_replay``
+        self._pulled_end: set[int] = set()
         #: in-flight data of the unaligned checkpoint restored: replayed, in order, first
         self._restored_inputs = restored_inputs or {}
         self._restored_outputs = restored_outputs or {}
         self._io_metrics = io_metrics
+        self._count_bytes = io_metrics or self._debloater is not None
         self.bytes_in = 0
         self._chain_outputs: list[ChainOutput] = []
         self.gate = gate
@@ -519,12 +531,53 @@ class StreamTask:
         took from it but has not processed yet (``_replay``), then what the barrier overtook."""
         inflight = self._inflight
         assert inflight is not None
-        return (inflight.inputs.get(channel, []) + [e for ch, e in self._replay if ch == channel]
-                + [e for e in overtaken if isinstance(e, (pa.RecordBatch, Watermark, WatermarkStatus))])
+        data = (pa.RecordBatch, Watermark, WatermarkStatus)
+        return (inflight.inputs.get(channel, []) + [e for ch, e in self._replay if ch == channel and isinstance(e, data)]
+                + [e for e in overtaken if isinstance(e, data)])
 
     def _barrier_came(self, channel: int, overtaken: list[Any]) -> None:
         if self._inflight is not None:
             self._inflight.inputs[channel] = self._ahead_of_barrier(channel, overtaken)
+
+    def _pull_ahead(self, direct: bool) -> None:
+        """An unaligned checkpoint records a channel whose producer has finished (all of them
+        when it was triggered directly, ``direct``): no barrier comes on it, its end of
+        partition stands for one, and what it still holds is bounded (the producer's queue and
+        the channel's credit). It is taken now, as fast as it arrives, instead of at the pace
+        the task processes it: the checkpoint completes in the time the rest of that input
+        takes to arrive, and the task processes what was taken afterwards, in order
+        (``_replay``)."""
+        gate, aligner, inflight = self.gate, self._aligner, self._inflight
+        assert gate is not None and aligner is not None and inflight is not None
+        pulling = frozenset(ch for ch in range(len(self.channel_inputs))
+                            if aligner.is_recording(ch) and (direct or gate.producer_finished(ch)))
+        self._pulling = False
+        for ch in sorted(pulling & self._pulled_end):
+            # its end was taken for an earlier checkpoint: the rest waits in ``_replay`` already
+            pulling -= {ch}
+            self._barrier_came(ch, [])
+            self._apply(aligner.on_overtaken(ch))
+        for ch in pulling:
+            gate.take_rest(ch)
+        while pulling and self._inflight is inflight:
+            polled = gate.poll(0, pulling)
+            if polled is None:
+                self._pulling = True  # more to come: pulled again between the slices of a batch
+                return
+            ch, element = polled
+            if ch in pulling and isinstance(element, (EndOfPartition, CheckpointBarrier, ChannelError)):
+                pulling -= {ch}
+                pending = aligner.pending
+                if not isinstance(element, ChannelError) and pending is not None and (
+                        isinstance(element, EndOfPartition) or element.checkpoint_id == pending.checkpoint_id):
+                    # the channel's in-flight data is complete: what it delivered up to here
+                    self._barrier_came(ch, [])
+                    self._replay.append(polled)
+                    if isinstance(element, EndOfPartition):
+                        self._pulled_end.add(ch)
+                    self._apply(aligner.on_overtaken(ch))
+                    continue
+            self._replay.append(polled)
 
     def _record(self, channel: int, element: Any) -> None:
         """Keep ``element`` of ``channel`` as in-flight input of the pending unaligned checkpoint
@@ -536,6 +589,10 @@ class StreamTask:
         inflight, self._inflight = self._inflight, None
         if inflight is None or inflight.barrier.checkpoint_id != action.checkpoint_id:
             return
+        if action.alignment_ms > 1000:  # what kept it: the channels whose barrier (or end) came late
+            log.info("%s: the in-flight data of unaligned checkpoint %d took %d ms to complete (elements per "
+                     "channel: %s)", self.name, action.checkpoint_id, action.alignment_ms,
+                     {ch: len(v) for ch, v in sorted(inflight.inputs.items())})
         if self._failed_unaligned or self._snapshots is None:
             release_all(inflight.snapshots)
             return
@@ -549,7 +606,8 @@ class StreamTask:
         first = 0
         for barrier, alignment_ms in deferred:
             if barrier.checkpoint_id > self.last_barrier_id:
-                self._take_checkpoint(barrier, alignment_ms)
+                # unaligned, if the checkpoint is: the barrier overtakes the output still queued
+                self._take_checkpoint(barrier, alignment_ms, unaligned=barrier.unaligned_at(time.time() * 1000))
                 first = first or barrier.checkpoint_id
         return first
 
@@ -654,7 +712,7 @@ class StreamTask:
             op, op_input = self._side_routes[inp]
             if isinstance(element, pa.RecordBatch):
                 self.records_in += element.num_rows
-                if self._io_metrics:
+                if self._count_bytes:
                     self.bytes_in += element.nbytes
                 op.process_batch(element, op_input)
             elif isinstance(element, EndOfPartition):
@@ -696,6 +754,10 @@ class StreamTask:
                 self.process_mail()
             if aligner.timeout_in() == 0:
                 self._apply(aligner.on_timeout())
+            if self._inflight is not None and aligner.pending is not None:
+                self._pull_ahead(aligner.pending.checkpoint_id in self._direct)
+            else:
+                self._pulling = False
             self._await_room()
             if self._replay and not gate.has_priority():
                 polled: tuple[int, Any] | None = self._replay.popleft()
@@ -733,9 +795,11 @@ class StreamTask:
                         self._barrier_came(ch, gate.overtaken_by(ch, element.checkpoint_id))
                     self._apply(aligner.on_barrier(ch, element), ch)
                 elif isinstance(element, EndOfPartition) and self._stop is not None:
+                    self._pulled_end.discard(ch)
                     remaining[inp] -= 1  # no watermark, no end of input: the savepoint holds the rest
                     self._apply(aligner.on_end_of_partition(ch))
                 elif isinstance(element, EndOfPartition):
+                    self._pulled_end.discard(ch)
                     remaining[inp] -= 1
                     wm = valves[inp].on_end(ch)
                     if wm is not None and remaining[inp]:
@@ -758,6 +822,25 @@ class StreamTask:
             switch = aligner.timeout_in()
             if switch is not None:
                 timeout = switch if timeout is None else min(timeout, switch)
+            if self._debloater is not None:
+                self._debloat()
+
+    def _debloat(self) -> None:
+        """Once a period: measure, and announce a new buffer size to the channels if it changed."""
+        gate, debloater = self.gate, self._debloater
+        assert gate is not None and debloater is not None
+        now = time.monotonic()
+        since, taken, idle_ns = self._debloat_mark
+        if now - since < self._debloat_period_s:
+            return
+        self._debloat_mark = (now, self.bytes_in, gate.idle_ns)
+        if since == 0.0:
+            return  # the first period starts now
+        busy_s = now - since - (gate.idle_ns - idle_ns) / 1e9
+        size = debloater.on_period(self.bytes_in - taken, busy_s)
+        if size is not None:
+            log.debug("%s: %.0f bytes/s busy: buffers of %d bytes", self.name, debloater.throughput or 0, size)
+            gate.set_buffer_size(size)
 
     def _process_batch(self, head: Operator, channel: int, inp: int, batch: pa.RecordBatch) -> None:
         """Hand ``batch`` to the head operator; with slicing, a slice at a time, and when an
@@ -770,7 +853,7 @@ class StreamTask:
             part = batch if n == rows else batch.slice(offset, n)
             self._record(channel, part)
             self.records_in += n
-            if self._io_metrics:
+            if self._count_bytes:
                 self.bytes_in += part.nbytes
             started = time.perf_counter()
             head.process_batch(part, inp)
@@ -779,7 +862,8 @@ class StreamTask:
                 self._slice_rows = max(16, int(SLICE_TARGET_S / per_row)) if per_row * rows > SLICE_TARGET_S else None
                 size = self._slice_rows
             offset += n
-            if offset < rows and (self.mailbox or (self.gate is not None and self.gate.has_priority())):
+            if offset < rows and (self.mailbox or self._pulling
+                                  or (self.gate is not None and self.gate.has_priority())):
                 self._replay.appendleft((channel, batch.slice(offset)))
                 return
 

@@ -92,8 +92,16 @@ class RecordWriter:
             self._oldest[i] = time.monotonic()
         self._pending[i].append(batch)
         self._pending_rows[i] += batch.num_rows
-        if self._pending_rows[i] >= self._batch_size:
+        if self._pending_rows[i] >= self._rows_per_batch(i, batch):
             self._flush(i, only_full=True)
+
+    def _rows_per_batch(self, i: int, sample: pa.RecordBatch) -> int:
+        """``batch_size``; with buffer debloating, the rows of ``sample``'s width that fill
+        the buffer size subpartition ``i``'s consumer asked for, if fewer."""
+        size = getattr(self._subs[i], "buffer_size", None)
+        if size is None or not sample.num_rows:
+            return self._batch_size
+        return max(1, min(self._batch_size, size * sample.num_rows // max(1, sample.nbytes)))
 
     def _flush(self, i: int, only_full: bool = False) -> None:
         pending = self._pending[i]
@@ -103,7 +111,7 @@ class RecordWriter:
             merged = pending[0]
         else:
             merged = pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
-        size = self._batch_size
+        size = self._rows_per_batch(i, merged)
         offset = 0
         while merged.num_rows - offset >= size:
             self._send(i, merged.slice(offset, size))
