@@ -99,18 +99,25 @@ def test_a_barrier_that_comes_after_the_timeout_is_taken_unaligned_at_once():
     assert snap.unaligned and a.is_recording(1)
 
 
-def test_an_unaligned_trigger_snapshots_at_once_and_each_end_of_partition_completes_a_channel():
-    a = BarrierAligner(3)
+def test_an_unaligned_trigger_waits_a_grace_period_aligned_then_each_end_of_partition_completes_a_channel():
+    from yarnflow.worker.runtime.barriers import DIRECT_GRACE_MS
+
+    now = [1000.0]
+    a = BarrierAligner(3, clock=lambda: now[0] / 1000, wall_ms=lambda: now[0])
     assert a.on_end_of_partition(2) == []
-    [snap] = a.on_trigger(unaligned(4))
-    assert snap == Snapshot(unaligned(4), 0, unaligned=True)
+    assert a.on_trigger(unaligned(4, timestamp_ms=900)) == []  # aligned for the grace period
+    assert a.timeout_in() == DIRECT_GRACE_MS / 1000
+    now[0] += DIRECT_GRACE_MS
+    [snap] = a.on_timeout()
+    assert snap.unaligned and snap.barrier.checkpoint_id == 4
     assert a.is_recording(0) and a.is_recording(1) and not a.is_recording(2)
     assert a.on_end_of_partition(0) == [] and not a.is_recording(0)
     [done] = a.on_end_of_partition(1)
     assert isinstance(done, InflightComplete) and done.checkpoint_id == 4
-    ended = BarrierAligner(1)  # nothing left to record: taken aligned, at once
-    ended.on_end_of_partition(0)
-    assert ended.on_trigger(unaligned(5)) == [Snapshot(unaligned(5), 0)]
+    quick = BarrierAligner(1, wall_ms=lambda: now[0])  # the inputs end within the grace: aligned
+    assert quick.on_trigger(unaligned(5, timestamp_ms=int(now[0]))) == []
+    [snap] = quick.on_end_of_partition(0)
+    assert isinstance(snap, Snapshot) and not snap.unaligned
 
 
 def test_savepoint_and_at_least_once_barriers_stay_aligned():
@@ -384,10 +391,11 @@ def test_a_directly_triggered_unaligned_checkpoint_takes_the_rest_of_the_input_a
     everything: the drain this replaces.)"""
     import time as _time
 
+    from yarnflow.worker.runtime.barriers import DIRECT_GRACE_MS
     from yarnflow.worker.runtime.checkpoints import TriggerCheckpoint
 
     gate = InputGate(2, capacity=64)
-    slow, sink = Slow(0.01), Sink()
+    slow, sink = Slow(0.025), Sink()
     task = StreamTask([slow], gate, [0, 0], [], lambda: False, "t", snapshots=sink, slicing=True)
     for i in range(10):
         gate.push(0, b(i, i + 100))
@@ -406,15 +414,16 @@ def test_a_directly_triggered_unaligned_checkpoint_takes_the_rest_of_the_input_a
     finished = _time.monotonic()
     assert sink.done.is_set()
     seen_at_snapshot, inflight = sink.taken[3]
-    assert 0 < len(seen_at_snapshot) < 30
+    assert 0 < len(seen_at_snapshot) < 25
     rest0, rest1 = values(inflight.get("@in-0", [])), values(inflight.get("@in-1", []))
     assert rest0 and rest1 and rest0[-1] == Watermark(4)
     # nothing lost, nothing twice: the snapshot plus the in-flight data is the whole input
     everything = sorted(seen_at_snapshot + [v for v in rest0 + rest1 if isinstance(v, int)])
     assert everything == sorted([*range(10), *range(100, 110), *range(1000, 1010)])
     assert sorted(slow.seen) == everything
-    # complete (in-flight data too) soon after the trigger, long before the processing ends
-    assert sink.at[3] - triggered["at"] < 0.1 and finished - sink.at[3] > 0.15
+    # complete (in-flight data too) once the grace period is over, long before the processing
+    # ends (750 ms of it)
+    assert sink.at[3] - triggered["at"] < DIRECT_GRACE_MS / 1000 + 0.1 and finished - sink.at[3] > 0.25
 
 
 def test_a_directly_triggered_aligned_checkpoint_still_waits_for_the_end_of_the_input():
@@ -510,10 +519,12 @@ def test_a_later_checkpoint_finds_the_rest_a_former_one_took_and_completes_at_on
     rest, complete at once (the channels will deliver nothing more)."""
     from yarnflow.worker.runtime.checkpoints import TriggerCheckpoint
 
-    gate = InputGate(1, capacity=64)
+    from yarnflow.worker.runtime.barriers import DIRECT_GRACE_MS
+
+    gate = InputGate(1, capacity=128)
     slow, sink = Slow(0.01), Sink()
     task = StreamTask([slow], gate, [0], [], lambda: False, "t", snapshots=sink, slicing=True)
-    for i in range(30):
+    for i in range(80):
         gate.push(0, b(i))
     gate.push(0, END_OF_PARTITION)
     triggered: dict[int, float] = {}
@@ -523,11 +534,11 @@ def test_a_later_checkpoint_finds_the_rest_a_former_one_took_and_completes_at_on
         task.mailbox.put(TriggerCheckpoint(n, int(time.time() * 1000), True, "", 0))
 
     threading.Timer(0.05, trigger, (3,)).start()
-    threading.Timer(0.15, trigger, (4,)).start()
+    threading.Timer(0.3, trigger, (4,)).start()  # 3 took the rest ahead at ~0.25 s
     run(task)
     for n in (3, 4):
         seen, inflight = sink.taken[n]
         rest = values(inflight.get("@in-0", []))
-        assert seen + rest == list(range(30)) and rest, n  # nothing lost, nothing twice, in order
-        assert sink.at[n] - triggered[n] < 0.05, n
+        assert seen + rest == list(range(80)) and rest, n  # nothing lost, nothing twice, in order
+        assert sink.at[n] - triggered[n] < DIRECT_GRACE_MS / 1000 + 0.05, n
     assert len(sink.taken[4][0]) > len(sink.taken[3][0])

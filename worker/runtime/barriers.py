@@ -12,9 +12,10 @@ every upstream task had already finished, from a trigger the JobMaster sends it 
 - **at-least-once**: nothing is blocked; ``Snapshot`` when the last live channel delivered
   barrier ``n``.
 - **trigger** (``on_trigger``): a pending checkpoint that no channel will deliver a barrier
-  for: ``Snapshot`` once every remaining channel has ended. An unaligned trigger (or an aligned
-  one past its timeout) is taken at once instead, and each remaining channel's end of partition
-  plays its barrier's part: what comes before it is in-flight data.
+  for: ``Snapshot`` once every remaining channel has ended. An unaligned one waits so for up to
+  ``DIRECT_GRACE_MS`` (then it is also the final checkpoint of the task's chain, which commits
+  its last output) and then turns unaligned: each remaining channel's end of partition plays
+  its barrier's part, what comes before it is in-flight data.
 - A newer checkpoint arriving (barrier or trigger) while an older one is pending supersedes it:
   ``Decline`` of the older one, then the newer one is aligned. Barriers of checkpoints already
   taken or superseded are ignored.
@@ -32,6 +33,7 @@ O(channels) to check them all.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -40,6 +42,12 @@ from typing import Callable, Union
 from yarnflow.worker.runtime.elements import CheckpointBarrier
 
 log = logging.getLogger(__name__)
+
+#: how long a checkpoint triggered directly (every upstream task finished) waits for the inputs
+#: to end before it turns unaligned, when it may: a quick end makes it the final checkpoint of
+#: the chain too (no further checkpoint is needed before a bounded job ends), a slow one does
+#: not hold it up for longer
+DIRECT_GRACE_MS = 200
 
 
 @dataclass(frozen=True)
@@ -140,11 +148,14 @@ class BarrierAligner:
         """Checkpoint ``barrier`` was triggered at this task directly: its upstream tasks have
         finished, so it completes once every channel has ended (unaligned: at once, recording
         what the channels deliver until they end)."""
+        if barrier.exactly_once and barrier.aligned_timeout_ms >= 0:
+            # unaligned (or aligned with a timeout): aligned for a grace period from now first
+            waited = int(self._wall_ms() - barrier.timestamp_ms)
+            barrier = dataclasses.replace(barrier, aligned_timeout_ms=max(barrier.aligned_timeout_ms,
+                                                                          waited + DIRECT_GRACE_MS))
         actions = self._begin(barrier)
         if self._pending is None or barrier.checkpoint_id != self._pending.checkpoint_id:
             return actions
-        if len(self._ended) < self._n and barrier.unaligned_at(self._wall_ms()):
-            return actions + self._go_unaligned()
         return actions + self._check_aligned()
 
     def on_overtaken(self, channel: int) -> list[AlignerAction]:
