@@ -87,6 +87,21 @@ class JobStatus(enum.IntEnum):
             raise IllegalStateTransition(f"{what}: illegal transition {self.name} -> {target.name}")
 
 
+#: a task as its TaskExecutor runs it (``worker/task.py``): deployed, its chain built, running,
+#: and one outcome (a cancelled task ends CANCELED whatever it was doing; the JobMaster's view of
+#: the same attempt, with SCHEDULED and CANCELING, is ``ExecutionState``'s table above)
+TASK_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
+    _E.CREATED: frozenset({_E.DEPLOYING}),
+    _E.SCHEDULED: frozenset({_E.DEPLOYING}),
+    _E.DEPLOYING: frozenset({_E.INITIALIZING, _E.CANCELED, _E.FAILED}),
+    _E.INITIALIZING: frozenset({_E.RUNNING, _E.CANCELED, _E.FAILED}),
+    _E.RUNNING: frozenset({_E.FINISHED, _E.CANCELED, _E.FAILED}),
+    _E.CANCELING: frozenset({_E.CANCELED}),
+    _E.FINISHED: frozenset(),
+    _E.CANCELED: frozenset(),
+    _E.FAILED: frozenset(),
+}
+
 _J = JobStatus
 _JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _J.INITIALIZING: frozenset({_J.CREATED, _J.FAILED, _J.CANCELED, _J.SUSPENDED}),

@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 from yarnflow.common import logs
 from yarnflow.common.config import Options, parse_duration_ms, parse_size_bytes
 from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
-from yarnflow.common.states import ExecutionState
+from yarnflow.common.lifecycle import Lifecycle
+from yarnflow.common.states import TASK_TRANSITIONS, ExecutionState
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
 from yarnflow.worker.memory.spill import SpillFiles
@@ -72,7 +73,8 @@ class Task:
         self._snapshot_writer: SnapshotWriter | None = None
         self.tdd = tdd
         self.attempt_id = tdd.execution_attempt_id
-        self.state = ExecutionState.DEPLOYING
+        self._life = Lifecycle(f"task {tdd.display_name} ({tdd.execution_attempt_id})", TASK_TRANSITIONS,
+                               ExecutionState.DEPLOYING)
         self._resource_id = resource_id
         self._artifacts = artifacts
         self._partitions = partitions
@@ -121,8 +123,12 @@ class Task:
                                         records_out=st.tail.records_out if st else 0,
                                         metrics=self.metrics.snapshot())
 
+    @property
+    def state(self) -> ExecutionState:
+        return self._life.state
+
     def _report(self, state: ExecutionState, error: ErrorInfo | None = None) -> None:
-        self.state = state
+        self._life.move(state)
         self._on_state(self.state_update(error))
 
     def _run(self) -> None:

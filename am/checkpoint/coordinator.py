@@ -32,6 +32,7 @@ from typing import Protocol, Union
 
 from yarnflow.common.clock import Clock, TimerHandle
 from yarnflow.common.ids import ExecutionAttemptID
+from yarnflow.common.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,14 @@ class CheckpointStatus(enum.Enum):
     FINALIZING = "FINALIZING"
     COMPLETED = "COMPLETED"
     ABORTED = "ABORTED"
+
+
+CHECKPOINT_TRANSITIONS: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
+    CheckpointStatus.PENDING: frozenset({CheckpointStatus.FINALIZING, CheckpointStatus.ABORTED}),
+    CheckpointStatus.FINALIZING: frozenset({CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED}),
+    CheckpointStatus.COMPLETED: frozenset(),
+    CheckpointStatus.ABORTED: frozenset(),
+}
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,15 @@ class CheckpointStats:
     failure: CheckpointFailureReason | None = None
     failure_detail: str = ""
     acknowledged: dict[ExecutionAttemptID, object] = field(default_factory=dict)
+    life: Lifecycle[CheckpointStatus] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.life = Lifecycle(f"checkpoint {self.checkpoint_id}", CHECKPOINT_TRANSITIONS, self.status)
+
+    def move(self, target: CheckpointStatus) -> None:
+        """Every status change goes through the table."""
+        self.life.move(target)
+        self.status = target
 
     @property
     def duration_ms(self) -> int:
@@ -298,7 +316,7 @@ class CheckpointCoordinator:
         stats.unaligned = stats.unaligned or unaligned
         stats.inflight_bytes += inflight_bytes
         if not awaiting:
-            stats.status = CheckpointStatus.FINALIZING
+            stats.move(CheckpointStatus.FINALIZING)
             self._out.append(FinalizeCheckpoint(checkpoint_id, dict(stats.acknowledged)))
         return True
 
@@ -361,7 +379,7 @@ class CheckpointCoordinator:
                 self._out.append(DiscardCheckpoint(checkpoint_id))
             return
         self._cancel_timeout(checkpoint_id)
-        stats.status = CheckpointStatus.COMPLETED
+        stats.move(CheckpointStatus.COMPLETED)
         stats.end_time_ms = self._clock.now_ms()
         self._last_end_ms = stats.end_time_ms
         self.consecutive_failures = 0
@@ -395,7 +413,7 @@ class CheckpointCoordinator:
         if stats is None:
             return
         self._cancel_timeout(checkpoint_id)
-        stats.status = CheckpointStatus.ABORTED
+        stats.move(CheckpointStatus.ABORTED)
         stats.failure, stats.failure_detail = reason, detail
         stats.end_time_ms = self._clock.now_ms()
         self._last_end_ms = stats.end_time_ms

@@ -538,15 +538,18 @@ class JobMasterCore(TaskFailover):
 
     def force_failed(self, error: ErrorInfo) -> None:
         """Last resort when the core's own state is broken: the job ends FAILED with ``error``,
-        its slots are given back and every task it may still have is cancelled."""
-        if self.status.is_globally_terminal:
+        its slots are given back and every task it may still have is cancelled. (A suspended
+        job is not this leader's to end: its new leader runs it.)"""
+        if self.status.is_globally_terminal or self.status == JobStatus.SUSPENDED:
             return
         log.error("job %s: failing it outright: %s", self.job_id, error.describe())
         self.failure_cause = error
         for ex in self.graph.current_executions():
             if not ex.state.is_terminal and ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
                 self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
-        self.status = JobStatus.FAILED
+        if not self.status.can_move_to(JobStatus.FAILED):
+            self._set_status(JobStatus.FAILING)  # (RUNNING, RESTARTING: through FAILING, as any failure)
+        self._set_status(JobStatus.FAILED)
         self._end()
 
     def _end(self) -> None:

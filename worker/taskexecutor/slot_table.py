@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from yarnflow.common.errors import NotFoundError, RefusedError
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID
+from yarnflow.common.lifecycle import Lifecycle
 from yarnflow.common.messages import ResourceProfile, SlotReport, SlotStatus
 
 
@@ -27,19 +28,34 @@ class SlotState(enum.Enum):
     RELEASING = "RELEASING"
 
 
+SLOT_TRANSITIONS: dict[SlotState, frozenset[SlotState]] = {
+    SlotState.FREE: frozenset({SlotState.ALLOCATED}),
+    SlotState.ALLOCATED: frozenset({SlotState.ACTIVE, SlotState.FREE}),
+    SlotState.ACTIVE: frozenset({SlotState.RELEASING, SlotState.FREE}),
+    SlotState.RELEASING: frozenset({SlotState.FREE}),
+}
+
+
 @dataclass
 class TaskSlot:
     index: int
     profile: ResourceProfile
-    state: SlotState = SlotState.FREE
     allocation_id: AllocationID | None = None
     job_id: JobID | None = None
     jobmaster_address: str = ""
     jobmaster_token: str = ""
     tasks: set[ExecutionAttemptID] = field(default_factory=set)
+    life: Lifecycle[SlotState] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.life = Lifecycle(f"slot {self.index}", SLOT_TRANSITIONS, SlotState.FREE)
+
+    @property
+    def state(self) -> SlotState:
+        return self.life.state
 
     def clear(self) -> None:
-        self.state = SlotState.FREE
+        self.life.move(SlotState.FREE)
         self.allocation_id = self.job_id = None
         self.jobmaster_address = self.jobmaster_token = ""
         self.tasks.clear()
@@ -60,7 +76,7 @@ class SlotTable:
             return False
         if slot.state != SlotState.FREE:
             raise RefusedError(f"slot {index} is {slot.state.value} for allocation {slot.allocation_id}")
-        slot.state = SlotState.ALLOCATED
+        slot.life.move(SlotState.ALLOCATED)
         slot.allocation_id, slot.job_id = allocation_id, job_id
         slot.jobmaster_address, slot.jobmaster_token = jobmaster_address, jobmaster_token
         self._by_alloc[allocation_id] = slot
@@ -72,7 +88,7 @@ class SlotTable:
     def mark_active(self, allocation_id: str) -> None:
         slot = self._require(allocation_id)
         if slot.state == SlotState.ALLOCATED:
-            slot.state = SlotState.ACTIVE
+            slot.life.move(SlotState.ACTIVE)
 
     def add_task(self, allocation_id: str, attempt_id: ExecutionAttemptID) -> TaskSlot:
         slot = self._require(allocation_id)
@@ -98,7 +114,8 @@ class SlotTable:
         if slot is None:
             return None
         if slot.tasks:
-            slot.state = SlotState.RELEASING
+            if slot.state != SlotState.RELEASING:
+                slot.life.move(SlotState.RELEASING)
         else:
             self._release(slot)
         return slot

@@ -317,8 +317,7 @@ class TaskExecutor:
             raise FencingTokenError(f"submitTask for {tdd.display_name} with a stale JobMaster token")
         if tdd.execution_attempt_id in self.tasks:
             return  # duplicate: already running
-        if slot.state == SlotState.ALLOCATED:  # the offer's answer may still be on its way
-            slot.state = SlotState.ACTIVE
+        self.slots.mark_active(tdd.allocation_id)  # (the offer's answer may still be on its way)
         self.slots.add_task(tdd.allocation_id, tdd.execution_attempt_id)
         address, token = slot.jobmaster_address, slot.jobmaster_token
         task = Task(tdd, resource_id=self.resource_id, artifacts=self._artifacts, partitions=self.partitions,
