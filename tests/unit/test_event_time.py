@@ -15,7 +15,8 @@ from yarnflow.common.api import WatermarkStrategy
 from yarnflow.worker.operators.timestamps import EventTimeError, TimestampsAndWatermarks
 from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, MAX_WATERMARK, Watermark
 from yarnflow.worker.runtime.gate import InputGate
-from yarnflow.worker.runtime.stream_task import StreamTask, WatermarkValve
+from yarnflow.worker.runtime.outputs import WatermarkValve
+from yarnflow.worker.runtime.stream_task import StreamTask
 
 from tests.harness import OperatorHarness, runtime_context
 

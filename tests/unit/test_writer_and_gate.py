@@ -25,7 +25,7 @@ from yarnflow.worker.runtime.partition import (
     ResultPartitionManager,
     Subpartition,
 )
-from yarnflow.worker.runtime.stream_task import WatermarkValve
+from yarnflow.worker.runtime.outputs import WatermarkValve
 from yarnflow.worker.runtime.writer import RecordWriter
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]

@@ -156,7 +156,7 @@ class ReceiverCredit:
     def overdraw(self) -> int:
         """Credit for the producer's whole backlog beyond the channel's buffers: its producer
         has finished, and the task takes what it still holds at once (an unaligned checkpoint
-        records it, ``stream_task._pull_ahead``): bounded by the producer's queue. Repaid
+        records it, ``unaligned._pull_ahead``): bounded by the producer's queue. Repaid
         first as the task takes it."""
         extra = max(0, self.backlog - self.announced)
         self.overdrawn += extra

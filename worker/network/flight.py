@@ -13,7 +13,7 @@ every channel between the two, in both directions, as application messages (``_f
   ``Q`` the producer's TaskExecutor is shutting down (the consumer ends the call),
   ``B`` the backlog of a channel waiting for credit, ``F`` the producer has finished (what is
   queued for the channel ends with its end of partition: no checkpoint barrier comes on it
-  any more; sent ahead of the data, see ``stream_task._pull_ahead``), ``E`` an event (watermark, barrier, end
+  any more; sent ahead of the data, see ``unaligned._pull_ahead``), ``E`` an event (watermark, barrier, end
   of partition), ``X`` an error (``not found``: the consumer asks again until its deadline;
   the producer may not run yet).
 

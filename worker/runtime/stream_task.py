@@ -34,7 +34,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
@@ -59,6 +59,8 @@ from yarnflow.worker.runtime.elements import (
     WatermarkStatus,
 )
 from yarnflow.worker.runtime.gate import ChannelError, InputGate
+from yarnflow.worker.runtime.outputs import ChainOutput, WatermarkValve, WriterOutput
+from yarnflow.worker.runtime.unaligned import Inflight, SnapshotSink, UnalignedCheckpoints
 from yarnflow.worker.runtime.writer import RecordWriter
 from yarnflow.worker.state.tables import Snapshot as StateSnapshot
 
@@ -70,142 +72,12 @@ class StopWithSavepointError(YarnflowError):
     restarts from its latest checkpoint and runs on."""
 
 
-class WriterOutput:
-    """The tail of a chain: batches go to the writers of the matching output tag."""
-
-    def __init__(self, writers: Sequence[RecordWriter]) -> None:
-        self._main = [w for w in writers if not w.output_tag]
-        self._side: dict[str, list[RecordWriter]] = {}
-        for w in writers:
-            if w.output_tag:
-                self._side.setdefault(w.output_tag, []).append(w)
-        self._all = list(writers)
-        self.records_out = 0
-
-    def collect(self, batch: pa.RecordBatch) -> None:
-        self.records_out += batch.num_rows
-        for w in self._main:
-            w.emit(batch)
-
-    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
-        for w in self._side.get(tag, ()):
-            w.emit(batch)
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        for w in self._all:
-            w.emit_watermark(watermark)
-
-    def emit_status(self, status: WatermarkStatus) -> None:
-        for w in self._all:
-            w.broadcast_event(status)
-
-    def broadcast_barrier(self, barrier: CheckpointBarrier) -> None:
-        """To every subpartition of every writer, after everything emitted before it."""
-        for w in self._all:
-            w.broadcast_event(barrier)
-
-
-class ChainOutput:
-    """Connects an operator to the next one in its chain; side outputs leave the chain.
-    Counts the records handed on (the operator's numRecordsOut, the next one's numRecordsIn)."""
-
-    def __init__(self, nxt: Operator, tail: WriterOutput) -> None:
-        self._next = nxt
-        self._tail = tail
-        #: which input of the next operator its predecessor feeds (0, but a two-input operator
-        #: chained onto one input's operators may take it as its input 1)
-        self._input = int(getattr(nxt, "chain_input", 0))
-        self.records_out = 0
-
-    def collect(self, batch: pa.RecordBatch) -> None:
-        self.records_out += batch.num_rows
-        self._next.process_batch(batch, self._input)
-
-    def collect_side(self, tag: str, batch: pa.RecordBatch) -> None:
-        self._tail.collect_side(tag, batch)
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        self._next.process_watermark(watermark, self._input)
-
-    def emit_status(self, status: WatermarkStatus) -> None:
-        self._tail.emit_status(status)
-
-
-class WatermarkValve:
-    """Combines the watermarks of one input's channels: the minimum over the live, active
-    channels (finished and idle channels do not hold the watermark back), never decreasing."""
-
-    def __init__(self, channels: Sequence[int]) -> None:
-        self._wm = {ch: -(2**63) for ch in channels}
-        self._done: set[int] = set()
-        self._idle: set[int] = set()
-        self.current = -(2**63)
-
-    def on_watermark(self, channel: int, ts: int) -> int | None:
-        if ts > self._wm[channel]:
-            self._wm[channel] = ts
-        return self._advance()
-
-    def on_end(self, channel: int) -> int | None:
-        self._done.add(channel)
-        return self._advance()
-
-    def on_status(self, channel: int, idle: bool) -> int | None:
-        if idle:
-            self._idle.add(channel)
-        else:
-            self._idle.discard(channel)
-        return self._advance()
-
-    @property
-    def all_idle(self) -> bool:
-        live = [ch for ch in self._wm if ch not in self._done]
-        return bool(live) and all(ch in self._idle for ch in live)
-
-    def _advance(self) -> int | None:
-        live = [wm for ch, wm in self._wm.items() if ch not in self._done and ch not in self._idle]
-        new = min(live) if live else None
-        if new is not None and new > self.current:
-            self.current = new
-            return new
-        return None
-
-
-class SnapshotSink(Protocol):
-    """Takes a task's snapshots (``SnapshotWriter``: writes them and acknowledges)."""
-
-    def submit(self, checkpoint_id: int, snapshots: list[StateSnapshot], alignment_ms: int,
-               sync_ms: int, channel_state: dict[str, list[Any]] | None = None) -> None: ...
-
-    def decline(self, checkpoint_id: int, reason: str) -> None: ...
-
-
 #: a batch whose processing would take longer than this is processed in slices, between which
 #: the task looks for an unaligned checkpoint's barrier and for mail
 SLICE_TARGET_S = 0.02
 
 
-class _Inflight:
-    """An unaligned checkpoint whose snapshot is taken and whose in-flight input is still
-    being recorded: per input channel, what was ahead of its barrier and not processed at the
-    snapshot; per output subpartition, what the barrier overtook."""
-
-    def __init__(self, barrier: CheckpointBarrier, snapshots: list[StateSnapshot], alignment_ms: int,
-                 sync_ms: int, outputs: dict[tuple[int, int], list[Any]]) -> None:
-        self.barrier = barrier
-        self.snapshots = snapshots
-        self.alignment_ms = alignment_ms
-        self.sync_ms = sync_ms
-        self.outputs = outputs
-        self.inputs: dict[int, list[Any]] = {}
-
-    def channel_state(self) -> dict[str, list[Any]]:
-        state = {f"@in-{ch}": elements for ch, elements in sorted(self.inputs.items()) if elements}
-        state.update({f"@out-{w}-{i}": elements for (w, i), elements in sorted(self.outputs.items()) if elements})
-        return state
-
-
-class StreamTask:
+class StreamTask(UnalignedCheckpoints):
     def __init__(self, chain: Sequence[Operator], gate: InputGate | None, channel_inputs: Sequence[int],
                  writers: Sequence[RecordWriter], cancelled: Callable[[], bool], name: str,
                  mailbox: Mailbox | None = None, snapshots: SnapshotSink | None = None,
@@ -225,7 +97,7 @@ class StreamTask:
         if slicing:  # the task waits for room in its outputs between elements, never inside one
             for w in writers:
                 w.blocking = False
-        self._inflight: _Inflight | None = None
+        self._inflight: Inflight | None = None
         self._failed_unaligned = False
         #: ``_pull_ahead`` has channels to take more from as it arrives
         self._pulling = False
@@ -463,7 +335,7 @@ class StreamTask:
         snapshot declines the checkpoint; the barrier still goes on so consumers do not wait.
 
         ``unaligned``: the barrier overtakes the queued output, which is kept as the task's
-        in-flight output; a task with inputs then records its in-flight input (``_Inflight``)
+        in-flight output; a task with inputs then records its in-flight input (``Inflight``)
         until every barrier came, and hands the snapshot over then (``_complete_unaligned``)."""
         checkpoint_id = barrier.checkpoint_id
         if barrier.stop and self._stop is None:
@@ -492,7 +364,7 @@ class StreamTask:
             self.last_barrier_id = max(self.last_barrier_id, checkpoint_id)
             if failed:
                 release_all(snapshots)
-            self._inflight = _Inflight(barrier, [] if failed else snapshots, alignment_ms, sync_ms, outputs)
+            self._inflight = Inflight(barrier, [] if failed else snapshots, alignment_ms, sync_ms, outputs)
             self._failed_unaligned = failed
             if self._aligner is None or not self._aligner.unaligned:  # no input (left) to record
                 if channel is not None and self.gate is not None:
@@ -508,97 +380,6 @@ class StreamTask:
             self._snapshots.submit(checkpoint_id, snapshots, alignment_ms, sync_ms)
         else:
             release_all(snapshots)
-
-    def _overtake_all(self, first: int | None) -> None:
-        """The unaligned snapshot is taken: the barrier on ``first`` (if it came on a channel)
-        overtook what that channel held; the other channels' barriers are pulled ahead of what
-        they queued if they are there, or overtake when they come."""
-        inflight, aligner, gate = self._inflight, self._aligner, self.gate
-        assert inflight is not None and aligner is not None and gate is not None
-        checkpoint_id = inflight.barrier.checkpoint_id
-        if first is not None:
-            inflight.inputs[first] = self._ahead_of_barrier(first, gate.overtaken_by(first, checkpoint_id))
-        for ch in range(len(self.channel_inputs)):
-            if self._inflight is None or not aligner.is_recording(ch):
-                continue
-            ahead = gate.overtake(ch, checkpoint_id)
-            if ahead is not None:
-                self._barrier_came(ch, ahead)
-                self._apply(aligner.on_overtaken(ch))
-
-    def _ahead_of_barrier(self, channel: int, overtaken: list[Any]) -> list[Any]:
-        """A channel's in-flight input when its barrier comes: what it recorded, what the task
-        took from it but has not processed yet (``_replay``), then what the barrier overtook."""
-        inflight = self._inflight
-        assert inflight is not None
-        data = (pa.RecordBatch, Watermark, WatermarkStatus)
-        return (inflight.inputs.get(channel, []) + [e for ch, e in self._replay if ch == channel and isinstance(e, data)]
-                + [e for e in overtaken if isinstance(e, data)])
-
-    def _barrier_came(self, channel: int, overtaken: list[Any]) -> None:
-        if self._inflight is not None:
-            self._inflight.inputs[channel] = self._ahead_of_barrier(channel, overtaken)
-
-    def _pull_ahead(self, direct: bool) -> None:
-        """An unaligned checkpoint records a channel whose producer has finished (all of them
-        when it was triggered directly, ``direct``): no barrier comes on it, its end of
-        partition stands for one, and what it still holds is bounded (the producer's queue and
-        the channel's credit). It is taken now, as fast as it arrives, instead of at the pace
-        the task processes it: the checkpoint completes in the time the rest of that input
-        takes to arrive, and the task processes what was taken afterwards, in order
-        (``_replay``)."""
-        gate, aligner, inflight = self.gate, self._aligner, self._inflight
-        assert gate is not None and aligner is not None and inflight is not None
-        pulling = frozenset(ch for ch in range(len(self.channel_inputs))
-                            if aligner.is_recording(ch) and (direct or gate.producer_finished(ch)))
-        self._pulling = False
-        for ch in sorted(pulling & self._pulled_end):
-            # its end was taken for an earlier checkpoint: the rest waits in ``_replay`` already
-            pulling -= {ch}
-            self._barrier_came(ch, [])
-            self._apply(aligner.on_overtaken(ch))
-        for ch in pulling:
-            gate.take_rest(ch)
-        while pulling and self._inflight is inflight:
-            polled = gate.poll(0, pulling)
-            if polled is None:
-                self._pulling = True  # more to come: pulled again between the slices of a batch
-                return
-            ch, element = polled
-            if ch in pulling and isinstance(element, (EndOfPartition, CheckpointBarrier, ChannelError)):
-                pulling -= {ch}
-                pending = aligner.pending
-                if not isinstance(element, ChannelError) and pending is not None and (
-                        isinstance(element, EndOfPartition) or element.checkpoint_id == pending.checkpoint_id):
-                    # the channel's in-flight data is complete: what it delivered up to here
-                    self._barrier_came(ch, [])
-                    self._replay.append(polled)
-                    if isinstance(element, EndOfPartition):
-                        self._pulled_end.add(ch)
-                    self._apply(aligner.on_overtaken(ch))
-                    continue
-            self._replay.append(polled)
-
-    def _record(self, channel: int, element: Any) -> None:
-        """Keep ``element`` of ``channel`` as in-flight input of the pending unaligned checkpoint
-        when its barrier has not come on that channel yet."""
-        if self._inflight is not None and self._aligner is not None and self._aligner.is_recording(channel):
-            self._inflight.inputs.setdefault(channel, []).append(element)
-
-    def _complete_unaligned(self, action: InflightComplete) -> None:
-        inflight, self._inflight = self._inflight, None
-        if inflight is None or inflight.barrier.checkpoint_id != action.checkpoint_id:
-            return
-        if action.alignment_ms > 1000:  # what kept it: the channels whose barrier (or end) came late
-            log.info("%s: the in-flight data of unaligned checkpoint %d took %d ms to complete (elements per "
-                     "channel: %s)", self.name, action.checkpoint_id, action.alignment_ms,
-                     {ch: len(v) for ch, v in sorted(inflight.inputs.items())})
-        if self._failed_unaligned or self._snapshots is None:
-            release_all(inflight.snapshots)
-            return
-        self._snapshots.submit(inflight.barrier.checkpoint_id, inflight.snapshots,
-                               inflight.alignment_ms + action.alignment_ms, inflight.sync_ms,
-                               channel_state=inflight.channel_state())
 
     def _take_deferred(self) -> int:
         """Take the snapshots deferred until the chain finished; the id of the first (0: none)."""
