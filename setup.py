@@ -2,7 +2,8 @@
 
 The repository's top-level folders are mapped into one namespace, so nothing generic lands in
 site-packages:  yarnflow -> client/,  yarnflow.am -> am/,  yarnflow.worker -> worker/,
-yarnflow.common -> common/,
+yarnflow.common -> common/, yarnflow.sandbox -> sandbox/ (the YARN stand-in for machines
+without Hadoop: test tooling, installed so `yarnflow yarn-sandbox` works),
 yarnflow.conf -> conf/ (default configuration, shipped as package data).
 """
 
@@ -11,7 +12,7 @@ import os
 from setuptools import find_packages, setup
 
 ROOTS = {"yarnflow": "client", "yarnflow.am": "am", "yarnflow.worker": "worker",
-         "yarnflow.common": "common", "yarnflow.conf": "conf"}
+         "yarnflow.common": "common", "yarnflow.conf": "conf", "yarnflow.sandbox": "sandbox"}
 
 
 def _packages():

@@ -5,6 +5,7 @@ API of ``import yarnflow``.
     worker/  yarnflow.worker  the TaskExecutor     may import common/, never am/ or the client
     common/  yarnflow.common  shared contracts     imports none of am/, worker/, client/
     client/  yarnflow         the user's package   (may build worker operators)
+    sandbox/ yarnflow.sandbox the YARN stand-in    may import common/ only: it knows nothing of yarnflow
 
 Every import counts, also one inside a function or under ``if TYPE_CHECKING:``: the point is
 that each side can change without reading the other's code. What both sides need (messages,
@@ -26,16 +27,18 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: folder -> package, as in setup.py
-ROOTS = {"client": "yarnflow", "am": "yarnflow.am", "worker": "yarnflow.worker", "common": "yarnflow.common"}
+ROOTS = {"client": "yarnflow", "am": "yarnflow.am", "worker": "yarnflow.worker", "common": "yarnflow.common",
+         "sandbox": "yarnflow.sandbox"}
 SKIP = {os.path.join("common", "rpc", "gen")}  # generated Thrift code
-SUBPACKAGES = {"am", "worker", "common", "conf"}
+SUBPACKAGES = {"am", "worker", "common", "conf", "sandbox"}
 CLIENT = "the client"
 
 #: side -> the sides its modules must not import
 FORBIDDEN = {
     "am": {"worker", CLIENT},
     "worker": {"am", CLIENT},
-    "common": {"am", "worker", CLIENT},
+    "common": {"am", "worker", CLIENT, "sandbox"},
+    "sandbox": {"am", "worker", CLIENT},
 }
 
 #: names users are told to import from ``yarnflow``: each must stay in ``yarnflow.__all__``
@@ -164,6 +167,7 @@ def test_sides_are_classified() -> None:
     assert side_of("yarnflow.common.api") == "common"
     assert side_of("yarnflow") == side_of("yarnflow.windows") == CLIENT
     assert side_of("yarnflow.conf") == "conf"
+    assert side_of("yarnflow.sandbox.server") == "sandbox"
     assert side_of("pyarrow") is None
     assert module_name(os.path.join("client", "__init__.py")) == ("yarnflow", True)
     assert module_name(os.path.join("worker", "operators", "base.py")) == ("yarnflow.worker.operators.base", False)

@@ -18,7 +18,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: package -> folder, as in setup.py
-ROOTS = {"yarnflow": "client", "yarnflow.am": "am", "yarnflow.worker": "worker", "yarnflow.common": "common"}
+ROOTS = {"yarnflow": "client", "yarnflow.am": "am", "yarnflow.worker": "worker", "yarnflow.common": "common",
+         "yarnflow.sandbox": "sandbox"}
 PACKAGES = ["yarnflow"]  # with its subpackages am, worker and common
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(300)]
