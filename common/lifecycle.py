@@ -3,7 +3,8 @@ which refuses one the table does not list with an error naming the object and th
 went through (the history is what tells a bug in a state machine from a race).
 
 The tables live beside their enums (``common/states.py`` for executions, jobs and tasks,
-``worker/taskexecutor/slot_table.py`` for slots, ``am/checkpoint/coordinator.py`` for
+``worker/taskexecutor/slot_table.py`` for slots, ``am/jobmaster/slotpool/slot_pool.py`` for the
+JobMaster's pooled slots, ``am/checkpoint/coordinator.py`` for
 checkpoints); ``check_table`` is what a test walks each of them with.
 """
 
@@ -47,8 +48,9 @@ class Lifecycle(Generic[S]):
 def check_table(table: Mapping[S, frozenset[S]], initial: S, terminal: frozenset[S]) -> None:
     """A transition table is well formed: it covers every state of its enum, each state is
     reachable from ``initial``, exactly the ``terminal`` states have no way out, and every
-    other state can still reach a terminal one (none is a trap; for a cycle without terminal
-    states, such as a slot's: can get back to ``initial``). Raises ValueError."""
+    other state can still reach a terminal one (none is a trap; a table without terminal
+    states, such as a slot's, which cycles until the slot is removed, has no dead end).
+    Raises ValueError."""
     states = set(type(initial))
     if set(table) != states:
         raise ValueError(f"the table misses {sorted(s.name for s in states - set(table))}")
@@ -64,13 +66,12 @@ def check_table(table: Mapping[S, frozenset[S]], initial: S, terminal: frozenset
     if ends != set(terminal):
         raise ValueError(f"states with no way out {sorted(s.name for s in ends)} are not the terminal ones "
                          f"{sorted(s.name for s in terminal)}")
-    for state in states - ends:
+    for state in states - ends if ends else ():
         reach, todo = {state}, [state]
         while todo:
             for nxt in table[todo.pop()]:
                 if nxt not in reach:
                     reach.add(nxt)
                     todo.append(nxt)
-        if not reach & (ends or {initial}):
-            raise ValueError(f"{state.name} can never end" if ends else f"{state.name} never gets back to "
-                             f"{initial.name}")
+        if not reach & ends:
+            raise ValueError(f"{state.name} can never end")

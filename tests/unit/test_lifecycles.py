@@ -10,6 +10,7 @@ import itertools
 import pytest
 
 from yarnflow.am.checkpoint.coordinator import CHECKPOINT_TRANSITIONS, CheckpointStats, CheckpointStatus
+from yarnflow.am.jobmaster.slotpool.slot_pool import POOL_SLOT_TRANSITIONS, PoolSlotState, SlotPool
 from yarnflow.common.errors import IllegalStateTransition
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID
 from yarnflow.common.lifecycle import Lifecycle, check_table
@@ -33,6 +34,7 @@ TABLES = {
     "task": (TASK_TRANSITIONS, E.DEPLOYING, TERMINAL_EXECUTION),
     "job": (_JOB_TRANSITIONS, J.INITIALIZING, frozenset({J.FINISHED, J.FAILED, J.CANCELED, J.SUSPENDED})),
     "slot": (SLOT_TRANSITIONS, SlotState.FREE, frozenset()),
+    "pooled slot": (POOL_SLOT_TRANSITIONS, PoolSlotState.PENDING, frozenset()),
     "checkpoint": (CHECKPOINT_TRANSITIONS, CheckpointStatus.PENDING,
                    frozenset({CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED})),
 }
@@ -116,6 +118,22 @@ def test_slots_move_only_through_their_table() -> None:
     assert [s.name for s in slot.life.history] == ["FREE", "ALLOCATED", "ACTIVE", "RELEASING", "FREE"]
     with pytest.raises(IllegalStateTransition, match="slot 0: illegal transition FREE -> ACTIVE"):
         slot.life.move(SlotState.ACTIVE)
+
+
+def test_pooled_slots_move_only_through_their_table() -> None:
+    from yarnflow.common.ids import ResourceID
+
+    pool = SlotPool()
+    alloc, fresh = pool.acquire("group")
+    assert not fresh
+    pool.offer(alloc, ResourceID("te-1"), "te-1:1", "te-1:2")
+    pool.release(alloc, 10)
+    pool.release(alloc, 20)  # released again: still IDLE, idle since the later release
+    assert pool.take_idle("other") == alloc
+    slot = pool.slots[alloc]
+    assert [s.name for s in slot.life.history] == ["PENDING", "IN_USE", "IDLE", "IN_USE"]
+    with pytest.raises(IllegalStateTransition, match=f"pooled slot {alloc}: illegal transition IN_USE -> PENDING"):
+        slot.move(PoolSlotState.PENDING)
 
 
 def test_force_failed_goes_through_failing_and_leaves_a_suspended_job_alone() -> None:

@@ -15,10 +15,11 @@ too small for it.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable, Iterator
 
 from yarnflow.common.ids import AllocationID, ResourceID
+from yarnflow.common.lifecycle import Lifecycle
 from yarnflow.common.messages import ResourceProfile
 
 
@@ -26,6 +27,15 @@ class PoolSlotState(enum.Enum):
     PENDING = "PENDING"
     IN_USE = "IN_USE"
     IDLE = "IDLE"
+
+
+#: (a slot leaves the pool by being removed: cancelled while PENDING, expired while IDLE, or
+#: with its TaskExecutor)
+POOL_SLOT_TRANSITIONS: dict[PoolSlotState, frozenset[PoolSlotState]] = {
+    PoolSlotState.PENDING: frozenset({PoolSlotState.IN_USE}),
+    PoolSlotState.IN_USE: frozenset({PoolSlotState.IDLE}),
+    PoolSlotState.IDLE: frozenset({PoolSlotState.IN_USE}),
+}
 
 
 @dataclass
@@ -38,6 +48,15 @@ class PooledSlot:
     data_address: str = ""
     idle_since_ms: int = 0
     profile: ResourceProfile | None = None  # as offered; None: not known (fits anything)
+    life: Lifecycle[PoolSlotState] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.life = Lifecycle(f"pooled slot {self.allocation_id}", POOL_SLOT_TRANSITIONS, self.state)
+
+    def move(self, target: PoolSlotState) -> None:
+        """Every state change goes through the table."""
+        self.life.move(target)
+        self.state = target
 
     def fits(self, need: ResourceProfile | None) -> bool:
         return need is None or self.profile is None or need.fits_in(self.profile)
@@ -74,7 +93,8 @@ class SlotPool:
             return None
         del self._idle[chosen_id]
         chosen = self.slots[chosen_id]
-        chosen.state, chosen.owner = PoolSlotState.IN_USE, owner
+        chosen.move(PoolSlotState.IN_USE)
+        chosen.owner = owner
         return chosen_id
 
     def offer(self, allocation_id: AllocationID, resource_id: ResourceID, rpc_address: str,
@@ -84,7 +104,7 @@ class SlotPool:
         if slot is None:
             return False
         if slot.state == PoolSlotState.PENDING:
-            slot.state = PoolSlotState.IN_USE
+            slot.move(PoolSlotState.IN_USE)
             self._pending.pop(allocation_id, None)
             slot.resource_id, slot.rpc_address, slot.data_address = resource_id, rpc_address, data_address
             slot.profile = profile if profile is not None and profile != ResourceProfile() else None
@@ -116,7 +136,9 @@ class SlotPool:
             del self.slots[allocation_id]
             self._pending.pop(allocation_id, None)
             return True
-        slot.state, slot.owner, slot.idle_since_ms = PoolSlotState.IDLE, None, now_ms
+        if slot.state != PoolSlotState.IDLE:  # (released again: it stays IDLE, idle from now)
+            slot.move(PoolSlotState.IDLE)
+        slot.owner, slot.idle_since_ms = None, now_ms
         self._idle[allocation_id] = None
         return False
 
