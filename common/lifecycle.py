@@ -54,12 +54,7 @@ def check_table(table: Mapping[S, frozenset[S]], initial: S, terminal: frozenset
     states = set(type(initial))
     if set(table) != states:
         raise ValueError(f"the table misses {sorted(s.name for s in states - set(table))}")
-    seen, todo = {initial}, [initial]
-    while todo:
-        for nxt in table[todo.pop()]:
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
+    seen = _reachable(table, initial)
     if seen != states:
         raise ValueError(f"unreachable from {initial.name}: {sorted(s.name for s in states - seen)}")
     ends = {s for s in states if not table[s]}
@@ -67,11 +62,16 @@ def check_table(table: Mapping[S, frozenset[S]], initial: S, terminal: frozenset
         raise ValueError(f"states with no way out {sorted(s.name for s in ends)} are not the terminal ones "
                          f"{sorted(s.name for s in terminal)}")
     for state in states - ends if ends else ():
-        reach, todo = {state}, [state]
-        while todo:
-            for nxt in table[todo.pop()]:
-                if nxt not in reach:
-                    reach.add(nxt)
-                    todo.append(nxt)
-        if not reach & ends:
+        if not _reachable(table, state) & ends:
             raise ValueError(f"{state.name} can never end")
+
+
+def _reachable(table: Mapping[S, frozenset[S]], start: S) -> set[S]:
+    """``start`` and every state some sequence of moves from it reaches."""
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in table[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
