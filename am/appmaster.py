@@ -32,13 +32,14 @@ from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.metrics import PrometheusEndpoint, start_prometheus
+from yarnflow.common.errors import NotFoundError
 from yarnflow.common.rpc.gateways import (
     DISPATCHER,
     JOB_MASTER,
     RESOURCE_MANAGER,
-    DispatcherHandler,
-    JobMasterHandler,
-    ResourceManagerHandler,
+    DispatcherServiceHandler,
+    JobMasterServiceHandler,
+    ResourceManagerServiceHandler,
 )
 from yarnflow.common.rpc.server import RpcServer
 
@@ -64,6 +65,19 @@ class _LeaderComponent:
         if component is None:
             raise NotLeaderRpcError(self._am.standby_message())
         return getattr(component, attr)
+
+
+class _NoJobMaster:
+    """Answers a call to the JobMaster of a job that does not run here (any more): NOT_FOUND
+    from the leader (the TaskExecutor frees the job's slots), NOT_LEADER from a standby."""
+
+    def __init__(self, appmaster: AppMaster) -> None:
+        self._am = appmaster
+
+    def rpc_invoke(self, method: str, token: str | None, args: tuple[Any, ...]) -> Any:
+        if not self._am.is_leader:
+            raise NotLeaderRpcError(self._am.standby_message())
+        raise NotFoundError(f"no running job here for {method}")
 
 
 class AppMaster:
@@ -101,10 +115,11 @@ class AppMaster:
         self.rm_proxy = cast(ResourceManager, _LeaderComponent(self, "rm"))
         self.dispatcher_proxy = cast(Dispatcher, _LeaderComponent(self, "dispatcher"))
         self.server = RpcServer(config[Options.RPC_ADDRESS], config[Options.RPC_PORT], {
-            DISPATCHER: DispatcherHandler(self.dispatcher_proxy).processor(),
-            RESOURCE_MANAGER: ResourceManagerHandler(self.rm_proxy).processor(),
-            JOB_MASTER: JobMasterHandler(self.dispatcher_proxy).processor(),
+            DISPATCHER: DispatcherServiceHandler(self.dispatcher_proxy).processor(),
+            RESOURCE_MANAGER: ResourceManagerServiceHandler(self.rm_proxy).processor(),
         }, name="appmaster")
+        # each running job's JobMaster is served as jobmaster/<job id> (by the Dispatcher)
+        self.server.fallback(JOB_MASTER, JobMasterServiceHandler(_NoJobMaster(self)).processor())
         self._election = self.ha.leader_election()
         self._retrieval = self.ha.leader_retrieval()
         #: called (on the election's thread) with the new Dispatcher and leader session id each
@@ -170,7 +185,8 @@ class AppMaster:
             rm = ResourceManager(self.config, self.driver, fencing_token=session_id)
             dispatcher = Dispatcher(self.config, self.rm_proxy, self.cluster_id, self.storage_dir, self.target,
                                     self.shutdown, self._artifacts, ha=self.ha, fencing_token=session_id,
-                                    is_leader=lambda: self._election.has_leadership(session_id))
+                                    is_leader=lambda: self._election.has_leadership(session_id),
+                                    rpc_server=self.server)
             dispatcher.address = self.address
             dispatcher.web_url = self.web_url
             self.session_id = session_id

@@ -110,7 +110,7 @@ class PerJob:
         jg = self.job_graph
         dispatcher.drop_fetched_results = False  # a later attempt must find the result, not run it again
         try:
-            dispatcher.submit_job(token, jg)
+            dispatcher.submit_job(jg)
             log.info("job %s (%s) submitted", jg.name, jg.job_id)
         except RefusedError:
             log.info("job %s was recovered (or has ended already): not submitted again", jg.job_id)
@@ -127,7 +127,7 @@ def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attach
     job_graph = per_job.job_graph
     job_id = job_graph.job_id
     while not am.wait(0):
-        dispatcher, token = am.dispatcher, am.session_id
+        dispatcher = am.dispatcher
         if per_job.error is not None:
             yarn.finish("FAILED", f"job {job_graph.name} could not be submitted: {per_job.error}")
             am.end_cluster()
@@ -137,7 +137,7 @@ def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attach
             continue
         result = dispatcher.job_result(job_id, 1.0)
         if result is None:
-            yarn.set_progress(_progress(dispatcher, token, job_graph))
+            yarn.set_progress(_progress(dispatcher, job_graph))
             continue
         yarn.set_progress(1.0)
         if attached and not dispatcher.wait_result_fetched(job_id, fetch_timeout_s):
@@ -151,10 +151,10 @@ def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attach
         return
 
 
-def _progress(dispatcher: Any, token: str, job_graph: JobGraph) -> float:
+def _progress(dispatcher: Any, job_graph: JobGraph) -> float:
     """The share of the job's subtasks that finished (at least 0.1 once it runs)."""
     try:
-        info = dispatcher.get_job(token, job_graph.job_id)
+        info = dispatcher.get_job(job_graph.job_id)
     except Exception:  # noqa: BLE001 - cosmetic
         return 0.1
     total = sum(v.parallelism for v in info.vertices) or 1

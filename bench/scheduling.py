@@ -54,8 +54,8 @@ def run_scheduling(subtasks: int = 1000, mode: str = "streaming") -> dict[str, A
                 return
             jm = holder[0]
             for state in (ExecutionState.RUNNING, ExecutionState.FINISHED):
-                jm.update_task_execution_state(jm.fencing_token, TaskExecutionStateUpdate(
-                    tdd.job_id, tdd.execution_attempt_id, state))
+                jm.rpc_invoke("update_task_execution_state", jm.fencing_token, (TaskExecutionStateUpdate(
+                    tdd.job_id, tdd.execution_attempt_id, state),))
 
     threading.Thread(target=finisher, daemon=True).start()
 

@@ -78,7 +78,7 @@ class TestingResourceManagerGateway:
                 rid = ResourceID(f"te-sim-{k // self._spt}")
                 by_te.setdefault(rid, []).append(SlotOffer(request.allocation_id, k % self._spt))
             for rid, offers in by_te.items():
-                self.listener.offer_slots(self.listener.fencing_token, rid, offers)
+                self.listener.rpc_invoke("offer_slots", self.listener.fencing_token, (self.listener.job_id, rid, offers))
 
     def stop(self) -> None:
         with self._cv:
@@ -132,3 +132,8 @@ class TestingTaskExecutorGateway:
 
     def close(self) -> None:
         pass
+
+
+def call(endpoint: Any, method: str, token: str | None, *args: Any) -> Any:
+    """An RPC on a component in this process, as its Thrift handler makes it (fencing included)."""
+    return endpoint.rpc_invoke(method, token, args)

@@ -39,9 +39,9 @@ from yarnflow.common.messages import (
 from yarnflow.common.rpc.gateways import (
     JOB_MASTER,
     RESOURCE_MANAGER,
-    JobMasterHandler,
+    JobMasterServiceHandler,
     RemoteTaskExecutorGateway,
-    ResourceManagerHandler,
+    ResourceManagerServiceHandler,
 )
 from yarnflow.common.rpc.server import RpcServer
 
@@ -56,7 +56,15 @@ FAST_TE_CONF = {
 }
 
 
-class ResourceManagerDouble:
+class _TokenFirst:
+    """A double's RPC entry (what ``RpcEndpoint.rpc_invoke`` is to a component): its methods
+    take the caller's token first and check it themselves, so a test can make them refuse."""
+
+    def rpc_invoke(self, method: str, token: str | None, args: tuple[Any, ...]) -> Any:
+        return getattr(self, method)(*(args if token is None else (token, *args)))
+
+
+class ResourceManagerDouble(_TokenFirst):
     """Accepts one TaskExecutor and keeps its latest slot report."""
 
     __test__ = False
@@ -145,8 +153,8 @@ class JobMasterDouble:
             return [u.state for hb in self.heartbeats for u in hb.executions if u.execution_attempt_id == attempt_id]
 
 
-class _AppMasterDouble:
-    """Routes JobMasterService calls by job id, as the AppMaster's Dispatcher does."""
+class _AppMasterDouble(_TokenFirst):
+    """Serves every job's JobMasterService (``jobmaster/<job id>``) and routes by job id."""
 
     def __init__(self) -> None:
         self.jobs: dict[JobID, JobMasterDouble] = {}
@@ -221,10 +229,11 @@ def te_with_doubles(**conf: str) -> Iterator[RemoteTestbed]:
     appmaster.jobs[jm.job_id] = jm
     rm = ResourceManagerDouble()
     # two ports (one in a real AppMaster), so a test can make the JobMasters unreachable alone
-    rm_server = RpcServer("127.0.0.1", 0, {RESOURCE_MANAGER: ResourceManagerHandler(rm).processor()},
+    rm_server = RpcServer("127.0.0.1", 0, {RESOURCE_MANAGER: ResourceManagerServiceHandler(rm).processor()},
                           name="rm-double").start()
-    jm_server = RpcServer("127.0.0.1", 0, {JOB_MASTER: JobMasterHandler(appmaster).processor()},
-                          name="jm-double").start()
+    jm_server = RpcServer("127.0.0.1", 0, {}, name="jm-double")
+    jm_server.fallback(JOB_MASTER, JobMasterServiceHandler(appmaster).processor())
+    jm_server.start()
     config = Configuration.load({**FAST_TE_CONF, **{k.replace("__", "."): v for k, v in conf.items()}})
     work_dir = tempfile.mkdtemp(prefix="yarnflow-te-test-")
     te = TaskExecutor(config, ResourceID.generate(), rm_server.address, work_dir).start()

@@ -430,7 +430,7 @@ service TaskExecutorService {
   // (the sources stop after it; with "drain" they end their input first).
   void triggerCheckpoint(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
                          3: i64 checkpoint_id, 4: i64 timestamp_ms, 5: bool exactly_once,
-                         6: string stop_mode, 7: i64 aligned_timeout_ms) throws (1: RpcError err),
+                         6: string stop_mode = "", 7: i64 aligned_timeout_ms = -1) throws (1: RpcError err),
   void notifyCheckpointComplete(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
                                 3: i64 checkpoint_id) throws (1: RpcError err),
   void notifyCheckpointAborted(1: string jobmaster_fencing_token, 2: string execution_attempt_id,

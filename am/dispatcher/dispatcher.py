@@ -3,7 +3,13 @@ the results of ended jobs, and waits for results on behalf of clients.
 
 Fencing: the Dispatcher has a leader session id (``fencing_token``), given to clients by
 ``cluster_info``; every call that acts on a job or the cluster carries it and is refused with
-FencingTokenError when it is another one (a client still talking to a deposed leader).
+FencingTokenError when it is another one (a client still talking to a deposed leader). The
+check is the endpoint base's (``RpcEndpoint``, the methods marked ``@fenced``); calls from the
+AppMaster itself (REST, the per-job entry point) are not fenced.
+
+The Dispatcher only dispatches: each JobMaster is served as a service of its own on the
+AppMaster's port (``jobmaster/<job id>``, registered on ``rpc_server`` while the job runs), so
+TaskExecutors call it directly.
 
 High availability (``common/ha``): a submitted job's JobGraph goes into the JobGraphStore before
 its JobMaster starts. When a job reaches a globally terminal state its result goes into the
@@ -30,7 +36,6 @@ from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.config import Configuration
 from yarnflow.common.config import Options
 from yarnflow.common.errors import (
-    FencingTokenError,
     HighAvailabilityError,
     InvalidRequestError,
     NotFoundError,
@@ -40,20 +45,11 @@ from yarnflow.common.errors import (
     UnavailableError,
 )
 from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices, JobResultEntry
-from yarnflow.common.ids import ExecutionAttemptID, JobID, LeaderSessionID, ResourceID
-from yarnflow.common.messages import (
-    AllocatedSlotReport,
-    ClusterInfo,
-    ErrorInfo,
-    JobGraph,
-    JobResult,
-    JobStatusInfo,
-    SlotOffer,
-    SplitResponse,
-    TaskExecutionStateUpdate,
-    TaskExecutorHeartbeatPayload,
-    TaskStateSnapshot,
-)
+from yarnflow.common.ids import JobID, LeaderSessionID
+from yarnflow.common.messages import ClusterInfo, ErrorInfo, JobGraph, JobResult, JobStatusInfo
+from yarnflow.common.rpc.endpoint import RpcEndpoint, fenced, rpc
+from yarnflow.common.rpc.gateways import job_master_service
+from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.states import JobStatus
 
@@ -84,11 +80,16 @@ def delete_intermediate_data(job_dir: str) -> None:
             log.warning("could not delete %s", url, exc_info=True)
 
 
-class Dispatcher:
+class Dispatcher(RpcEndpoint):
+    """Its RPCs run on the caller's thread (``main_thread`` None): waiting for a job's result or
+    a savepoint blocks only that caller; its state is guarded by ``_lock``."""
+
     def __init__(self, config: Configuration, rm: ResourceManager, cluster_id: str, storage_dir: str, target: str,
                  on_shutdown: Callable[[], None], artifacts: ArtifactCache, *,
                  ha: HighAvailabilityServices | None = None, fencing_token: str | None = None,
-                 is_leader: Callable[[], bool] | None = None) -> None:
+                 is_leader: Callable[[], bool] | None = None, rpc_server: RpcServer | None = None) -> None:
+        super().__init__("Dispatcher", None)
+        self._rpc_server = rpc_server
         self._ha = ha or EmbeddedHaServices()
         self._is_leader = is_leader or (lambda: True)
         self._retention_ms = config[Options.JOB_RESULT_RETENTION]
@@ -117,14 +118,9 @@ class Dispatcher:
         self.drop_fetched_results = True
         self._fetched: set[JobID] = set()
 
-    def _check_token(self, token: str, call: str) -> None:
-        if token != self.fencing_token:
-            raise FencingTokenError(f"{call} with a stale Dispatcher token {token!r}: "
-                                    f"this Dispatcher's leader session is {self.fencing_token}")
-
     # -- DispatcherService ------------------------------------------------------------------
-    def submit_job(self, token: str, job_graph: JobGraph) -> JobID:
-        self._check_token(token, "submitJob")
+    @fenced()
+    def submit_job(self, job_graph: JobGraph) -> JobID:
         if not self._accepting:
             raise UnavailableError("the cluster is shutting down")
         job_graph.validate()
@@ -163,10 +159,10 @@ class Dispatcher:
             raise InvalidRequestError("a job started from a savepoint must take checkpoints: set "
                                       "execution.checkpointing.interval (a STREAMING job)")
 
-    def trigger_savepoint(self, token: str, job_id: JobID, target_dir: str, stop: str = "") -> str:
+    @fenced()
+    def trigger_savepoint(self, job_id: JobID, target_dir: str, stop: str = "") -> str:
         """A savepoint of the running job into a new folder under ``target_dir`` (default:
         ``state.savepoints.dir``); returns its URL. ``stop``: see ``stop_with_savepoint``."""
-        self._check_token(token, "stopWithSavepoint" if stop else "triggerSavepoint")
         jm = self._running_job(job_id)
         target = target_dir or str(self._config.with_overrides(jm.job_graph.config)[Options.SAVEPOINTS_DIR])
         if not target:
@@ -175,11 +171,12 @@ class Dispatcher:
         log.info("%s of job %s into %s", f"stop-with-savepoint ({stop})" if stop else "savepoint", job_id, target)
         return jm.trigger_savepoint(target, stop=stop)
 
-    def stop_with_savepoint(self, token: str, job_id: JobID, target_dir: str, drain: bool) -> str:
+    @fenced()
+    def stop_with_savepoint(self, job_id: JobID, target_dir: str, drain: bool) -> str:
         """Stop the running job with a savepoint (its sources stop; with ``drain`` every timer
         and window fires first); returns the savepoint's URL once it is complete, after which
         the job's tasks end and it reaches FINISHED."""
-        return self.trigger_savepoint(token, job_id, target_dir, stop="drain" if drain else "stop")
+        return self.trigger_savepoint(job_id, target_dir, stop="drain" if drain else "stop")
 
     def _job_master(self, job_graph: JobGraph, recover: bool) -> JobMaster:
         """A JobMaster for ``job_graph``, registered as running (call under the lock)."""
@@ -189,7 +186,15 @@ class Dispatcher:
                        is_leader=self._is_leader, recover=recover)
         self._running[job_graph.job_id] = jm
         self._done.setdefault(job_graph.job_id, threading.Event())
+        if self._rpc_server is not None:
+            self._rpc_server.register(job_master_service(jm.job_id), jm.handler)
         return jm
+
+    def _unserve(self, jm: JobMaster) -> None:
+        """The job ended here: its JobMaster's service goes (a TaskExecutor's call is answered
+        NOT_FOUND by the AppMaster from now on, and it frees the job's slots)."""
+        if self._rpc_server is not None:
+            self._rpc_server.unregister(job_master_service(jm.job_id), jm.handler)
 
     # -- leadership -----------------------------------------------------------------------------
     def recover_jobs(self) -> list[JobID]:
@@ -287,8 +292,8 @@ class Dispatcher:
                 log.info("result of job %s dropped after job-result-store.retention", job_id)
         self._schedule_retention()
 
-    def list_jobs(self, token: str) -> list[JobStatusInfo]:
-        self._check_token(token, "listJobs")
+    @fenced()
+    def list_jobs(self) -> list[JobStatusInfo]:
         with self._lock:
             running = list(self._running.values())
             ended = [info for info, _ in self._ended.values()]
@@ -300,8 +305,8 @@ class Dispatcher:
                 pass  # ended between the two looks: it is in the ended list next time
         return sorted(infos + ended, key=lambda j: j.start_time_ms)
 
-    def get_job(self, token: str, job_id: JobID) -> JobStatusInfo:
-        self._check_token(token, "getJob")
+    @fenced()
+    def get_job(self, job_id: JobID) -> JobStatusInfo:
         with self._lock:
             jm = self._running.get(job_id)
             ended = self._ended.get(job_id)
@@ -314,7 +319,7 @@ class Dispatcher:
         try:
             return jm.status_info()
         except UnavailableError:
-            return self.get_job(token, job_id)
+            return self.get_job(job_id)
 
     def _running_job(self, job_id: JobID) -> JobMaster:
         """The running job's JobMaster; RefusedError when it ended, NotFoundError when unknown."""
@@ -327,16 +332,16 @@ class Dispatcher:
             raise NotFoundError(f"no job {job_id} on this cluster")
         return jm
 
-    def cancel_job(self, token: str, job_id: JobID) -> None:
-        self._check_token(token, "cancelJob")
+    @fenced()
+    def cancel_job(self, job_id: JobID) -> None:
         jm = self._running_job(job_id)
         log.info("cancelling job %s", job_id)
         jm.cancel()
 
-    def request_job_result(self, token: str, job_id: JobID, timeout_ms: int) -> JobResult:
+    @fenced()
+    def request_job_result(self, job_id: JobID, timeout_ms: int) -> JobResult:
         """The job's result once it ended; a result fetched is then dropped from the
         JobResultStore (this leader still answers for it)."""
-        self._check_token(token, "requestJobResult")
         with self._lock:
             event = self._done.get(job_id)
         if event is None:
@@ -373,6 +378,7 @@ class Dispatcher:
         with self._lock:
             return self._done_fetching.wait_for(lambda: job_id in self._fetched, timeout_s)
 
+    @rpc
     def cluster_info(self) -> ClusterInfo:
         tes, total, free = self._rm.overview()
         return ClusterInfo(self._cluster_id, self._storage_dir, __version__, tes, total, free, self._target,
@@ -384,8 +390,8 @@ class Dispatcher:
             jm = self._running.get(job_id)
             return jm.job_graph if jm is not None else self._graphs.get(job_id)
 
-    def shutdown_cluster(self, token: str) -> None:
-        self._check_token(token, "shutdownCluster")
+    @fenced()
+    def shutdown_cluster(self) -> None:
         log.info("shutdown requested by a client")
         try:
             self._ha.request_cluster_shutdown()  # standbys exit instead of taking over
@@ -404,6 +410,7 @@ class Dispatcher:
                 self._running.pop(jm.job_id, None)
                 self._suspended.add(jm.job_id)
                 event = self._done[jm.job_id]
+            self._unserve(jm)
             event.set()
             threading.Timer(0.1, jm.stop).start()
             return
@@ -419,6 +426,7 @@ class Dispatcher:
             self._ended[jm.job_id] = (info, result)
             self._graphs[jm.job_id] = jm.job_graph
             event = self._done[jm.job_id]
+        self._unserve(jm)
         event.set()
         threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer
 
@@ -436,36 +444,3 @@ class Dispatcher:
             events = [self._done[j] for j in self._running]
         for e in events:
             e.wait(timeout_s)
-
-    # -- JobMasterService routing (TaskExecutors -> the job's JobMaster) ---------------------
-    def _jm(self, job_id: JobID) -> JobMaster:
-        with self._lock:
-            jm = self._running.get(job_id)
-        if jm is None:
-            raise NotFoundError(f"no running job {job_id}")
-        return jm
-
-    def offer_slots(self, token: str, job_id: JobID, resource_id: ResourceID, offers: list[SlotOffer]) -> list[SlotOffer]:
-        return self._jm(job_id).offer_slots(token, resource_id, offers)
-
-    def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
-        return self._jm(update.job_id).update_task_execution_state(token, update)
-
-    def request_split(self, token: str, job_id: JobID, vertex_id: str, subtask_index: int,
-                      attempt_id: str, last_checkpoint_id: int = 0) -> SplitResponse:
-        return self._jm(job_id).request_split(token, vertex_id, subtask_index, attempt_id, last_checkpoint_id)
-
-    def acknowledge_checkpoint(self, token: str, job_id: JobID, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                               snapshot: TaskStateSnapshot) -> None:
-        self._jm(job_id).acknowledge_checkpoint(token, attempt_id, checkpoint_id, snapshot)
-
-    def decline_checkpoint(self, token: str, job_id: JobID, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           reason: str) -> None:
-        self._jm(job_id).decline_checkpoint(token, attempt_id, checkpoint_id, reason)
-
-    def heartbeat_from_task_executor(self, token: str, job_id: JobID,
-                                     payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:
-        """NotFoundError when the job has no running JobMaster here: the TaskExecutor then frees
-        the job's slots."""
-        jm = self._jm(job_id)
-        return jm.heartbeat_from_task_executor(token, payload)

@@ -66,7 +66,7 @@ from yarnflow.common.errors import (
     UnavailableError,
 )
 from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices
-from yarnflow.common.ids import AllocationID, ExecutionAttemptID, ResourceID
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
 from yarnflow.common.messages import (
     AllocatedSlotReport,
     ErrorInfo,
@@ -80,8 +80,8 @@ from yarnflow.common.messages import (
     TaskExecutorHeartbeatPayload,
     TaskStateSnapshot,
 )
-from yarnflow.common.rpc.endpoint import MainThreadExecutor
-from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
+from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced
+from yarnflow.common.rpc.gateways import JobMasterServiceHandler, RemoteTaskExecutorGateway
 from yarnflow.common.states import JobStatus
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,10 @@ class _MainThreadTimers:
         return self._jm._main.schedule(delay_ms, lambda: self._jm._guarded(fn))
 
 
-class JobMaster:
+class JobMaster(RpcEndpoint):
+    """Fenced by a token of its own (``fencing_token``), which its TaskExecutors get with each
+    slot request; served as the service ``jobmaster/<job id>`` on the AppMaster's port."""
+
     def __init__(self, job_graph: JobGraph, config: Configuration, rm: ResourceManagerGateway, address: str,
                  job_storage_dir: str, on_terminal: Callable[[JobMaster], None],
                  artifacts: Any = None, *,
@@ -138,6 +141,9 @@ class JobMaster:
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
         self._rm_check_ms = job_config[Options.HEARTBEAT_INTERVAL]
         self._main = MainThreadExecutor(f"jobmaster-{self.job_id[:8]}")
+        super().__init__(f"JobMaster of job {self.job_id}", self._main)
+        #: its Thrift processor, which the Dispatcher serves while the job runs here
+        self.handler = JobMasterServiceHandler(self).processor()
         self._io = ThreadPoolExecutor(4, thread_name_prefix=f"jm-io-{self.job_id[:8]}", initializer=logs.bind_job,
                                       initargs=(self.job_id,))
         self._gateways: dict[str, TaskExecutorGateway] = {}
@@ -507,42 +513,49 @@ class JobMaster:
             self._guarded(self.core.resource_manager_changed)
         self._main.schedule(self._rm_check_ms, self._check_resource_manager)
 
-    # -- JobMasterService (RPC threads; run on the main thread) ---------------------------------
-    def _check_token(self, token: str, what: str) -> None:
-        if token != self.fencing_token:
-            raise FencingTokenError(f"{what} for job {self.job_id} with a stale JobMaster token")
+    # -- JobMasterService (over RPC: its own service, on the main thread, fenced by RpcEndpoint) --
+    def _this_job(self, job_id: JobID) -> None:
+        if job_id != self.job_id:
+            raise NotFoundError(f"the JobMaster of job {self.job_id} got a call for job {job_id}")
 
-    def offer_slots(self, token: str, resource_id: ResourceID, offers: list[SlotOffer]) -> list[SlotOffer]:
-        self._check_token(token, "slot offer")
+    @fenced()
+    def offer_slots(self, job_id: JobID, resource_id: ResourceID, offers: list[SlotOffer]) -> list[SlotOffer]:
+        self._this_job(job_id)
         info = self._rm.task_executor_info(resource_id)
         if info is None:
             return []
         return self._call(self.core.slots_offered, resource_id, info.rpc_address, info.data_address, offers)
 
-    def update_task_execution_state(self, token: str, update: TaskExecutionStateUpdate) -> bool:
-        self._check_token(token, "task state update")
+    @fenced()
+    def update_task_execution_state(self, update: TaskExecutionStateUpdate) -> bool:
+        self._this_job(update.job_id)
         return self._call(self.core.task_state_changed, update)
 
-    def heartbeat_from_task_executor(self, token: str, payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:
-        self._check_token(token, "heartbeat")
+    @fenced()
+    def heartbeat_from_task_executor(self, job_id: JobID, payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:
+        self._this_job(job_id)
         held = self._call(self.core.task_executor_heartbeat, payload.resource_id, list(payload.executions),
                           list(payload.allocation_ids))
         return AllocatedSlotReport(list(held))
 
-    def request_split(self, token: str, vertex_id: str, subtask_index: int, attempt_id: str,
+    @fenced()
+    def request_split(self, job_id: JobID, vertex_id: JobVertexID, subtask_index: int, attempt_id: ExecutionAttemptID,
                       last_checkpoint_id: int = 0) -> SplitResponse:
-        self._check_token(token, "split request")
-        if self.splits is None or not self._main.call(self.core.is_current_attempt, attempt_id):
+        self._this_job(job_id)
+        if self.splits is None or not self.core.is_current_attempt(attempt_id):
             raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
         return self.splits.request(vertex_id, subtask_index, attempt_id, last_checkpoint_id)
 
-    def acknowledge_checkpoint(self, token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+    @fenced()
+    def acknowledge_checkpoint(self, job_id: JobID, attempt_id: ExecutionAttemptID, checkpoint_id: int,
                                snapshot: TaskStateSnapshot) -> None:
-        self._check_token(token, "checkpoint acknowledgement")
+        self._this_job(job_id)
         self._call(self.core.acknowledge_checkpoint, attempt_id, checkpoint_id, snapshot)
 
-    def decline_checkpoint(self, token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int, reason: str) -> None:
-        self._check_token(token, "checkpoint decline")
+    @fenced()
+    def decline_checkpoint(self, job_id: JobID, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                           reason: str) -> None:
+        self._this_job(job_id)
         self._call(self.core.decline_checkpoint, attempt_id, checkpoint_id, reason)
 
     # -- from the ResourceManager and the Dispatcher --------------------------------------------

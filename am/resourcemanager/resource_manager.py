@@ -31,10 +31,10 @@ from yarnflow.am.resourcemanager.slotmanager.slot_manager import (
 )
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import FencingTokenError, RefusedError, RpcError
+from yarnflow.common.errors import RefusedError, RpcError
 from yarnflow.common.ids import AllocationID, JobID, ResourceID
 from yarnflow.common.messages import RegistrationResponse, ResourceProfile, SlotReport, TaskExecutorRegistration
-from yarnflow.common.rpc.endpoint import MainThreadExecutor
+from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,9 @@ class TaskExecutorDetails:
     last_heartbeat_epoch_ms: int
 
 
-class ResourceManager:
+class ResourceManager(RpcEndpoint):
+    """Fenced by the leader session id (``fencing_token``): TaskExecutors learn it when they register."""
+
     def __init__(self, config: Configuration, driver: ResourceDriver, fencing_token: str = "") -> None:
         self.fencing_token = fencing_token or uuid.uuid4().hex
         self._config = config
@@ -72,6 +74,7 @@ class ResourceManager:
                                                 config[Options.TM_MEMORY] // (1 << 20) // config[Options.NUM_SLOTS]))
         self.slot_manager = SlotManager(SystemClock(), settings)
         self._main = MainThreadExecutor("resourcemanager")
+        super().__init__("ResourceManager", self._main)
         self._io = ThreadPoolExecutor(8, thread_name_prefix="rm-io")
         self._gateways: dict[ResourceID, RemoteTaskExecutorGateway] = {}
         self._listeners: dict[JobID, JobMasterListener] = {}
@@ -189,11 +192,9 @@ class ResourceManager:
     def worker_pids(self) -> dict[ResourceID, int]:
         return self._driver.worker_pids()
 
-    # -- ResourceManagerService (TaskExecutors, over RPC) -----------------------------------
+    # -- ResourceManagerService (TaskExecutors, over RPC; on the main thread) --------------------
+    @rpc
     def register_task_executor(self, registration: TaskExecutorRegistration) -> RegistrationResponse:
-        return self._main.call(self._register, registration)
-
-    def _register(self, registration: TaskExecutorRegistration) -> RegistrationResponse:
         registration_id = uuid.uuid4().hex
         actions = self.slot_manager.register(registration, registration_id)
         # losses first (they drop the old connection), then the new connection, then the rest
@@ -206,32 +207,20 @@ class ResourceManager:
         self._apply([a for a in actions if not isinstance(a, TaskExecutorLost)])
         return RegistrationResponse(True, self.fencing_token, registration_id, self._heartbeat_ms)
 
-    def heartbeat_from_task_executor(self, token: str, registration_id: str, report: SlotReport) -> None:
-        self._main.call(self._heartbeat, token, registration_id, report)
-
-    def _heartbeat(self, token: str, registration_id: str, report: SlotReport) -> None:
-        if token != self.fencing_token:
-            raise FencingTokenError("heartbeat with a stale ResourceManager token")
+    @fenced()
+    def heartbeat_from_task_executor(self, registration_id: str, report: SlotReport) -> None:
         actions = self.slot_manager.heartbeat(registration_id, report)
         if actions is None:
             raise RefusedError(f"unknown registration {registration_id}: register again")
         self._apply(actions)
 
-    def disconnect_task_executor(self, token: str, resource_id: ResourceID, reason: str) -> None:
-        self._main.call(self._disconnect, token, resource_id, reason)
-
-    def _disconnect(self, token: str, resource_id: ResourceID, reason: str) -> None:
-        if token != self.fencing_token:
-            raise FencingTokenError("disconnect with a stale ResourceManager token")
+    @fenced()
+    def disconnect_task_executor(self, resource_id: ResourceID, reason: str) -> None:
         self._apply(self.slot_manager.unregister(resource_id, f"TaskExecutor disconnected: {reason}"))
 
-    def request_spark_master(self, token: str, settings: dict[str, str]) -> str:
-        return self._main.call(self._request_spark_master, token, settings)
-
-    def _request_spark_master(self, token: str, settings: dict[str, str]) -> str:
+    @fenced()
+    def request_spark_master(self, settings: dict[str, str]) -> str:
         """See ``spark_cluster``: the master's URL, ``LOCAL`` or ``""`` (ask again)."""
-        if token != self.fencing_token:
-            raise FencingTokenError("requestSparkMaster with a stale ResourceManager token")
         mode = settings.get(Options.SPARK_EXECUTORS.key) or self._config[Options.SPARK_EXECUTORS]
         if mode == "taskexecutor" or (mode == "auto" and not getattr(self._driver, "spark_in_containers", False)):
             return LOCAL

@@ -129,7 +129,7 @@ class RestServer:
 
     def _job(self, jobid: str) -> Any:
         dispatcher = self._dispatcher()
-        return dispatcher.get_job(dispatcher.fencing_token, self._job_id(jobid))
+        return dispatcher.get_job(self._job_id(jobid))
 
     def _vertex(self, jobid: str, vertexid: str) -> tuple[Any, Any]:
         info = self._job(jobid)
@@ -216,7 +216,7 @@ class RestServer:
 
     def _all_jobs(self) -> list[Any]:
         dispatcher = self._dispatcher()
-        return dispatcher.list_jobs(dispatcher.fencing_token)
+        return dispatcher.list_jobs()
 
     def overview(self) -> Response:
         dispatcher = self._dispatcher()
@@ -246,7 +246,7 @@ class RestServer:
         if mode != "cancel":
             raise ApiError(400, f"mode {mode!r} is not supported: use mode=cancel")
         dispatcher = self._dispatcher()
-        dispatcher.cancel_job(dispatcher.fencing_token, self._job_id(jobid))
+        dispatcher.cancel_job(self._job_id(jobid))
         return jsonify({}), 202
 
     def plan(self, jobid: str) -> Response:
@@ -294,9 +294,9 @@ class RestServer:
         job_id = info.job_id
 
         def take() -> str:
-            path = dispatcher.trigger_savepoint(dispatcher.fencing_token, job_id, target or "")
+            path = dispatcher.trigger_savepoint(job_id, target or "")
             if cancel_job:
-                dispatcher.cancel_job(dispatcher.fencing_token, job_id)
+                dispatcher.cancel_job(job_id)
             return path
 
         trigger_id = uuid.uuid4().hex

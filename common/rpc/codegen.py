@@ -1,4 +1,6 @@
-"""Regenerate (or check) the Python generated from thrift/*.thrift into common/rpc/gen/.
+"""Regenerate (or check) the Python generated from thrift/*.thrift: the Thrift compiler's
+output in common/rpc/gen/, and the gateways and handlers built on it in common/rpc/services.py
+(``servicegen``).
 
     python -m yarnflow.common.rpc.codegen            # regenerate, run from the repo root
     python -m yarnflow.common.rpc.codegen --check    # exit 1 when gen/ drifted from the IDL
@@ -9,6 +11,7 @@ Needs the Apache Thrift compiler (Debian: thrift-compiler) on PATH.
 from __future__ import annotations
 
 import argparse
+import importlib
 import shutil
 import subprocess
 import sys
@@ -40,6 +43,34 @@ def generate(root: Path, out: Path) -> dict[str, str]:
     return files
 
 
+def services(out: Path) -> str:
+    """The text of common/rpc/services.py for the compiler's output in ``out``."""
+    return HEADER.format(idl="thrift/*.thrift") + _services(out)
+
+
+def _services(out: Path) -> str:
+    """services.py (``servicegen``), rendered from the service modules just generated in ``out``."""
+    from yarnflow.common.rpc.servicegen import render
+
+    packages = sorted(p.parent for p in out.glob("*/ttypes.py"))
+    if len(packages) != 1:
+        raise SystemExit(f"expected one generated Thrift package under {out}, found {len(packages)}")
+    package = packages[0].name
+
+    def forget() -> None:
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]
+
+    forget()
+    sys.path.insert(0, str(out))
+    try:
+        modules = {p.stem: importlib.import_module(f"{package}.{p.stem}") for p in packages[0].glob("*Service.py")}
+        return render(f"yarnflow.common.rpc.gen.{package}", modules)
+    finally:
+        sys.path.remove(str(out))
+        forget()
+
+
 def _strip_comments(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.startswith("#")]
 
@@ -50,7 +81,11 @@ def drifted(root: Path) -> list[str]:
     gen = root / "common" / "rpc" / "gen"
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(root, Path(tmp))
+        gateways = services(Path(tmp))
     bad = []
+    current_services = gen.parent / "services.py"
+    if not current_services.exists() or _strip_comments(current_services.read_text()) != _strip_comments(gateways):
+        bad.append("../services.py")
     for rel, text in fresh.items():
         current = gen / rel
         if not current.exists() or _strip_comments(current.read_text()) != _strip_comments(text):
@@ -73,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     gen = root / "common" / "rpc" / "gen"
     with tempfile.TemporaryDirectory() as tmp:
         files = generate(root, Path(tmp))
+        gateways = services(Path(tmp))
+    (gen.parent / "services.py").write_text(gateways)
     for child in gen.iterdir():
         if child.is_dir():
             shutil.rmtree(child)
@@ -80,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         target = gen / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    print(f"regenerated {len(files)} files under {gen}")
+    print(f"regenerated {len(files)} files under {gen} and {gen.parent / 'services.py'}")
     return 0
 
 

@@ -1,23 +1,35 @@
-"""The main-thread model of Flink's RpcEndpoint: a component owns its state on one thread.
+"""Flink's RpcEndpoint and FencedRpcEndpoint: the one way a component is called over RPC.
 
-Thrift handler threads hand their calls to that thread with ``call`` (and wait for the result)
-or ``execute`` (fire and forget); timers fire there too, so the component never needs a lock.
+A component owns its state on one thread, its ``MainThreadExecutor``: Thrift handler threads
+hand their calls to it with ``call`` (and wait for the result) or ``execute`` (fire and forget);
+timers fire there too, so the component never needs a lock.
+
+``RpcEndpoint`` is the base of every component served over Thrift. Its methods that a service
+of thrift/yarnflow.thrift calls are declared with ``@rpc`` (not fenced) or ``@fenced`` (the call
+carries a fencing token, checked here, once, before the method runs); the generated handlers
+(common/rpc/gen/services.py) call ``rpc_invoke``, which checks the token, runs the method on the
+main thread and, when the method answers with a Future (a result that comes later: a job's end,
+a savepoint), waits for it on the RPC thread. A refused call raises ``FencingTokenError``; the
+handler turns every error into the one typed ``RpcError`` the caller sees (``translated``).
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
 import queue
 import threading
 import time
+from collections.abc import Collection
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from yarnflow.common.clock import TimerHandle
-from yarnflow.common.errors import RpcTimeoutError, UnavailableError
+from yarnflow.common.errors import FencingTokenError, RpcTimeoutError, UnavailableError, YarnflowError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -123,3 +135,127 @@ class MainThreadExecutor:
             return
         if future is not None:
             future.set_result(result)
+
+
+# ---- the endpoint -----------------------------------------------------------------------------
+
+class _Unfenced:
+    def __repr__(self) -> str:
+        return "UNFENCED"
+
+
+#: what a ``token_of`` answers for a call that needs no token (e.g. it names a job unknown here)
+UNFENCED: Any = _Unfenced()
+#: what ``token_of`` may answer: the one token the call must carry, any of several, None (no token
+#: is valid now: the call is refused), or UNFENCED
+Expected = str | Collection[str] | None
+
+
+@dataclass(frozen=True)
+class RpcSpec:
+    fenced: bool
+    token_of: Callable[..., Expected] | None = None  # (endpoint, *args) -> the token expected
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def rpc(fn: F) -> F:
+    """Declares an RPC method that is not fenced."""
+    fn.__rpc__ = RpcSpec(fenced=False)  # type: ignore[attr-defined]
+    return fn
+
+
+def fenced(token_of: Callable[..., Expected] | None = None) -> Callable[[F], F]:
+    """Declares a fenced RPC method: its caller's token must be ``endpoint.fencing_token``, or
+    what ``token_of(endpoint, *args)`` answers (run on the main thread, before the method)."""
+
+    def mark(fn: F) -> F:
+        fn.__rpc__ = RpcSpec(fenced=True, token_of=token_of)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+class RpcTarget(Protocol):
+    def rpc_invoke(self, method: str, token: str | None, args: tuple[Any, ...]) -> Any: ...
+
+
+def translated(fn: F) -> F:
+    """A handler method: any error becomes the typed ``RpcError`` its caller sees."""
+    from yarnflow.common.rpc.errors import to_wire_error
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except YarnflowError as exc:
+            log.debug("%s refused: %s", fn.__name__, exc)
+            raise to_wire_error(exc) from None
+        except Exception as exc:  # an unexpected error: still answer, with its traceback
+            log.exception("handler %s failed", fn.__name__)
+            raise to_wire_error(exc) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class RpcEndpoint:
+    """A component called over RPC. ``main_thread`` runs every call (None: the caller's
+    thread, for a component that guards its own state); ``fencing_token`` is what fenced
+    calls carry unless a method's ``token_of`` says otherwise (Flink's FencedRpcEndpoint)."""
+
+    fencing_token: str = ""
+    #: how long an RPC waits for a result the method answered as a Future (None: as long as it takes)
+    rpc_result_timeout_s: float | None = None
+
+    def __init__(self, name: str, main_thread: MainThreadExecutor | None) -> None:
+        self.endpoint_name = name
+        self.main_thread = main_thread
+
+    def rpc_invoke(self, method: str, token: str | None, args: tuple[Any, ...]) -> Any:
+        fn = getattr(self, method, None)
+        spec: RpcSpec | None = getattr(fn, "__rpc__", None)
+        if fn is None or spec is None:
+            raise UnavailableError(f"{self.endpoint_name} does not serve {method}")
+        if spec.fenced != (token is not None):
+            raise UnavailableError(f"{self.endpoint_name}.{method} is {'' if spec.fenced else 'not '}fenced, "
+                                   "the service says otherwise")
+
+        def run() -> Any:
+            if spec.fenced:
+                self._fence(method, spec, token, args)
+            return fn(*args)
+
+        result = run() if self.main_thread is None else self.main_thread.call(run)
+        if isinstance(result, Future):
+            try:
+                return result.result(self.rpc_result_timeout_s)
+            except FutureTimeoutError:
+                if result.done():
+                    raise
+                raise RpcTimeoutError(f"{self.endpoint_name}.{method} had no result within "
+                                      f"{self.rpc_result_timeout_s}s") from None
+        return result
+
+    def _fence(self, method: str, spec: RpcSpec, token: str | None, args: tuple[Any, ...]) -> None:
+        expected: Any = self.fencing_token if spec.token_of is None else spec.token_of(self, *args)
+        if expected is UNFENCED:
+            return
+        if expected is None:
+            raise FencingTokenError(f"{self.endpoint_name}: {method} refused: no fencing token (here {token!r}) "
+                                    "is valid for it")
+        if token == expected if isinstance(expected, str) else token in expected:
+            return
+        raise FencingTokenError(f"{self.endpoint_name}: {method} with a stale fencing token {token!r}")
+
+    @classmethod
+    def undeclared(cls, methods: Mapping[str, bool]) -> list[str]:
+        """The methods of a service (name -> fenced, as in services.py) that this class does not
+        declare as the IDL does: missing, not marked, or fenced where the IDL is not (or the
+        reverse)."""
+        wrong = []
+        for name, is_fenced in methods.items():
+            spec = getattr(getattr(cls, name, None), "__rpc__", None)
+            if spec is None or spec.fenced != is_fenced:
+                wrong.append(name)
+        return wrong

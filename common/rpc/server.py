@@ -1,7 +1,10 @@
 """A Thrift server that starts and stops cleanly.
 
 One listening socket serves several services multiplexed by name (``TMultiplexedProcessor``);
-each connection gets its own thread (clients keep their connections open). ``stop()`` closes
+services come and go while it serves (``register`` / ``unregister``: the AppMaster serves each
+JobMaster as a service of its own), and a call to a service that is not there is answered by the
+``fallback`` of its name's prefix (``jobmaster/<job id>`` -> ``jobmaster``) when one is set.
+Each connection gets its own thread (clients keep their connections open). ``stop()`` closes
 the listening socket and every open connection, so no thread outlives the server.
 
 Bad bytes on the wire end that one connection, never the server: strings and containers are
@@ -16,8 +19,9 @@ import threading
 from typing import Any, Mapping
 
 from thrift.protocol.TBinaryProtocol import TBinaryProtocolAcceleratedFactory
-from thrift.protocol.TMultiplexedProtocol import TMultiplexedProtocol  # noqa: F401  (re-export)
-from thrift.TMultiplexedProcessor import TMultiplexedProcessor
+from thrift.protocol.TMultiplexedProtocol import SEPARATOR
+from thrift.protocol.TProtocol import TProtocolException
+from thrift.TMultiplexedProcessor import StoredMessageProtocol, TMultiplexedProcessor
 from thrift.transport import TSocket, TTransport
 
 log = logging.getLogger(__name__)
@@ -31,11 +35,27 @@ def protocol_factory() -> TBinaryProtocolAcceleratedFactory:
         string_length_limit=MAX_STRING_BYTES, container_length_limit=MAX_CONTAINER_ITEMS)
 
 
+class _Multiplexer(TMultiplexedProcessor):  # type: ignore[misc]  # thrift is untyped
+    """TMultiplexedProcessor with fallbacks for services that are not (or no longer) there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fallbacks: dict[str, Any] = {}
+
+    def process(self, iprot: Any, oprot: Any) -> Any:
+        name, kind, seqid = iprot.readMessageBegin()
+        service, sep, call = name.partition(SEPARATOR)
+        processor = self.services.get(service) or self.fallbacks.get(service.split("/", 1)[0])
+        if not sep or processor is None:
+            raise TProtocolException(TProtocolException.NOT_IMPLEMENTED, f"no service {service!r} here")
+        return processor.process(StoredMessageProtocol(iprot, (call, kind, seqid)), oprot)
+
+
 class RpcServer:
     """Serves ``services`` (name -> Thrift processor) on ``host:port`` (port 0: a free one)."""
 
     def __init__(self, host: str, port: int, services: Mapping[str, Any], name: str = "rpc") -> None:
-        self._processor = TMultiplexedProcessor()
+        self._processor = _Multiplexer()
         for service_name, processor in services.items():
             self._processor.registerProcessor(service_name, processor)
         self._name = name
@@ -53,6 +73,19 @@ class RpcServer:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def register(self, service: str, processor: Any) -> None:
+        """Serve ``service`` from now on (replacing one of that name)."""
+        self._processor.services[service] = processor
+
+    def unregister(self, service: str, processor: Any) -> None:
+        """Stop serving ``service``, if ``processor`` still serves it (not a newer one)."""
+        if self._processor.services.get(service) is processor:
+            del self._processor.services[service]
+
+    def fallback(self, prefix: str, processor: Any) -> None:
+        """Answer calls to an absent ``<prefix>/...`` service with ``processor``."""
+        self._processor.fallbacks[prefix] = processor
 
     def start(self) -> RpcServer:
         try:

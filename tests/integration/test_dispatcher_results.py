@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.doubles import call
 from yarnflow.am.dispatcher.dispatcher import Dispatcher
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.config import Configuration
@@ -61,10 +62,10 @@ def test_a_new_leader_takes_in_ended_jobs_and_does_not_run_them_again(tmp_path: 
     ha.checkpoint_store("done").add(7, "file:///x/chk-7/_metadata")
     d = dispatcher(tmp_path, ha)
     assert d.recover_jobs() == []
-    assert d.get_job("leader-2", JobID("done")).status == JobStatus.FINISHED
-    assert d.get_job("leader-2", JobID("done")).name == "etl"
+    assert call(d, "get_job", "leader-2", JobID("done")).status == JobStatus.FINISHED
+    assert call(d, "get_job", "leader-2", JobID("done")).name == "etl"
     assert ha.job_graph_store().job_ids() == [] and ha.checkpoint_store("done").checkpoints() == []
-    assert d.request_job_result("leader-2", JobID("done"), 100) == done
+    assert call(d, "request_job_result", "leader-2", JobID("done"), 100) == done
     assert ha.job_result_store().get("done") is None  # fetched: no longer kept
 
 
@@ -73,7 +74,7 @@ def test_a_stored_job_whose_jobgraph_cannot_be_read_fails_with_the_reason(tmp_pa
     ha.job_graph_store = lambda store=_Graphs(ha.job_graph_store(), "lost"): store  # type: ignore[method-assign]
     d = dispatcher(tmp_path, ha)
     assert d.recover_jobs() == []
-    result = d.request_job_result("leader-2", JobID("lost"), 100)
+    result = call(d, "request_job_result", "leader-2", JobID("lost"), 100)
     assert result.status == JobStatus.FAILED and result.failure_cause is not None
     assert "cannot be read" in result.failure_cause.message
 
@@ -87,4 +88,4 @@ def test_results_nobody_fetches_are_dropped_after_the_retention(tmp_path: Any) -
     d._expire_results()  # noqa: SLF001 - what the retention timer runs
     assert ha.job_result_store().job_ids() == ["new"]
     with pytest.raises(NotFoundError):
-        d.request_job_result("leader-2", JobID("unknown"), 100)
+        call(d, "request_job_result", "leader-2", JobID("unknown"), 100)

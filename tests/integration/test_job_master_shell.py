@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.doubles import TestingResourceManagerGateway, TestingTaskExecutorGateway
+from tests.doubles import TestingResourceManagerGateway, TestingTaskExecutorGateway, call
 from tests.harness import wait_until
 from yarnflow.am.jobmaster.job_master import JobMaster
 from yarnflow.common.config import Configuration
@@ -58,7 +58,7 @@ class Cluster:
         def report() -> None:
             try:
                 for state in (ExecutionState.RUNNING, ExecutionState.FINISHED):
-                    self.jm.update_task_execution_state(self.jm.fencing_token, TaskExecutionStateUpdate(
+                    call(self.jm, "update_task_execution_state", self.jm.fencing_token, TaskExecutionStateUpdate(
                         tdd.job_id, tdd.execution_attempt_id, state))
             except Exception as exc:  # noqa: BLE001 - as a TaskExecutor would: the JobMaster answered with an error
                 self.errors.append(exc)
@@ -113,14 +113,14 @@ def test_calls_with_a_stale_jobmaster_token_are_refused() -> None:
         wait_until(lambda: len(c.te.submitted) == 4, 10, "tasks not deployed")
         tdd = c.te.submitted[0]
         with pytest.raises(FencingTokenError):
-            c.jm.update_task_execution_state("stale", TaskExecutionStateUpdate(
+            call(c.jm, "update_task_execution_state", "stale", TaskExecutionStateUpdate(
                 tdd.job_id, tdd.execution_attempt_id, ExecutionState.FAILED))
         with pytest.raises(FencingTokenError):
-            c.jm.offer_slots("stale", ResourceID("te-x"), [SlotOffer(tdd.allocation_id, 0)])
+            call(c.jm, "offer_slots", "stale", c.jm.job_id, ResourceID("te-x"), [SlotOffer(tdd.allocation_id, 0)])
         with pytest.raises(FencingTokenError):
-            c.jm.heartbeat_from_task_executor("stale", TaskExecutorHeartbeatPayload(ResourceID("te-sim-0"), [], []))
+            call(c.jm, "heartbeat_from_task_executor", "stale", c.jm.job_id, TaskExecutorHeartbeatPayload(ResourceID("te-sim-0"), [], []))
         with pytest.raises(FencingTokenError):
-            c.jm.request_split("stale", str(tdd.vertex_id), 0, str(tdd.execution_attempt_id))
+            call(c.jm, "request_split", "stale", c.jm.job_id, str(tdd.vertex_id), 0, str(tdd.execution_attempt_id))
         assert c.jm.status == JobStatus.RUNNING
 
 
@@ -129,11 +129,11 @@ def test_a_heartbeat_delivers_a_lost_finished_update() -> None:
         wait_until(lambda: len(c.te.submitted) == 4, 10, "tasks not deployed")
         by_te: dict[str, list[Any]] = {}
         for tdd in c.te.submitted:
-            c.jm.update_task_execution_state(c.jm.fencing_token, TaskExecutionStateUpdate(
+            call(c.jm, "update_task_execution_state", c.jm.fencing_token, TaskExecutionStateUpdate(
                 tdd.job_id, tdd.execution_attempt_id, ExecutionState.RUNNING))
             by_te.setdefault(str(c.jm.core.slot_of(str(tdd.execution_attempt_id)).resource_id), []).append(tdd)
         for rid, tdds in by_te.items():  # the FINISHED updates were lost; heartbeats carry them
-            report = c.jm.heartbeat_from_task_executor(c.jm.fencing_token, TaskExecutorHeartbeatPayload(
+            report = call(c.jm, "heartbeat_from_task_executor", c.jm.fencing_token, c.jm.job_id, TaskExecutorHeartbeatPayload(
                 ResourceID(rid), [TaskExecutionStateUpdate(t.job_id, t.execution_attempt_id, ExecutionState.FINISHED)
                                   for t in tdds], [t.allocation_id for t in tdds]))
             assert set(report.allocation_ids) <= {t.allocation_id for t in tdds}
@@ -182,7 +182,7 @@ def test_a_recovered_job_resumes_from_the_latest_readable_retained_checkpoint(tm
         assert all(t.restore is not None for t in c.te.submitted)
         assert [i.checkpoint_id for i in c.jm.status_info().checkpoints] == [3, 4]
         for tdd in c.te.submitted:
-            c.jm.update_task_execution_state(c.jm.fencing_token, TaskExecutionStateUpdate(
+            call(c.jm, "update_task_execution_state", c.jm.fencing_token, TaskExecutionStateUpdate(
                 tdd.job_id, tdd.execution_attempt_id, ExecutionState.RUNNING))
         wait_until(lambda: c.te.triggered, 10, "no checkpoint was triggered")
         assert {cid for _, cid in c.te.triggered} == {6}  # ids go on after the previous leader's
@@ -199,13 +199,13 @@ def test_a_job_master_that_no_longer_leads_suspends_its_job_and_writes_nothing(t
                  **{"execution.checkpointing.interval": "100 ms"}) as c:
         wait_until(lambda: len(c.te.submitted) == 4, 10, "tasks not deployed")
         for tdd in c.te.submitted:
-            c.jm.update_task_execution_state(c.jm.fencing_token, TaskExecutionStateUpdate(
+            call(c.jm, "update_task_execution_state", c.jm.fencing_token, TaskExecutionStateUpdate(
                 tdd.job_id, tdd.execution_attempt_id, ExecutionState.RUNNING))
         leading.clear()  # the leadership is gone (a frozen AppMaster that just woke up)
         wait_until(lambda: c.te.triggered, 10, "no checkpoint was triggered")
         checkpoint_id = c.te.triggered[0][1]
         for tdd in c.te.submitted:  # every task acknowledges: the metadata would be written now
-            c.jm.acknowledge_checkpoint(c.jm.fencing_token, tdd.execution_attempt_id, checkpoint_id,
+            call(c.jm, "acknowledge_checkpoint", c.jm.fencing_token, c.jm.job_id, tdd.execution_attempt_id, checkpoint_id,
                                         TaskStateSnapshot([], 0))
         assert c.ended.wait(10), "the JobMaster kept acting as leader"
         assert c.jm.status == JobStatus.SUSPENDED and c.jm.result is not None

@@ -4,6 +4,7 @@ folder never shadows the thrift library."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +22,12 @@ needs_compiler = pytest.mark.skipif(shutil.which("thrift") is None,
 
 
 def _copy_repo_parts(dest: Path) -> Path:
-    """The parts of the repository that codegen reads: thrift/ and common/rpc/gen/."""
+    """The parts of the repository that codegen reads: thrift/, common/rpc/gen/ and
+    common/rpc/services.py."""
     shutil.copytree(REPO / "thrift", dest / "thrift")
     shutil.copytree(REPO / "common" / "rpc" / "gen", dest / "common" / "rpc" / "gen",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "common" / "rpc" / "services.py", dest / "common" / "rpc" / "services.py")
     return dest
 
 
@@ -61,7 +64,24 @@ def test_a_changed_struct_is_detected(tmp_path: Path) -> None:
 def test_a_changed_method_is_detected(tmp_path: Path) -> None:
     root = _copy_repo_parts(tmp_path)
     _edit_idl(root, "  string ping(),", "  string ping(1: string payload),")
-    assert codegen.drifted(root) == ["yarnflow_rpc/TaskExecutorService.py"]
+    assert codegen.drifted(root) == ["../services.py", "yarnflow_rpc/TaskExecutorService.py"]
+
+
+@needs_compiler
+def test_a_new_rpc_is_an_idl_change_the_gateway_and_handler_follow(tmp_path: Path) -> None:
+    """Adding an RPC: the generated gateway gets a typed method for it and the handler hands it,
+    fenced when its first parameter is a fencing token, to the endpoint's method of that name."""
+    root = _copy_repo_parts(tmp_path)
+    _edit_idl(root, "  string ping(),", "  string ping(),\n  i64 countTasks(1: string jobmaster_fencing_token, "
+                                        "2: string job_id, 3: list<SlotOffer> offers)")
+    with tempfile.TemporaryDirectory() as out:
+        codegen.generate(root, Path(out))
+        text = codegen.services(Path(out))
+    assert ("    def count_tasks(self, jobmaster_fencing_token: str, job_id: str, offers: list[SlotOffer], *, "
+            "rpc_timeout_ms: int | None = None) -> int:") in text
+    assert ('self._e.rpc_invoke("count_tasks", jobmaster_fencing_token, (JobID(job_id), '
+            '[SlotOffer.from_thrift(v) for v in offers or ()], ))') in text
+    assert '    "count_tasks": True,' in text
 
 
 @needs_compiler

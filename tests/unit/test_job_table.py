@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from yarnflow.common.clock import ManualClock
-from yarnflow.common.errors import FencingTokenError
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID
 from yarnflow.common.messages import TaskExecutionStateUpdate
 from yarnflow.common.states import ExecutionState
@@ -15,7 +14,7 @@ from yarnflow.worker.taskexecutor.job_table import JobTable, slots_to_free
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
-J1, J2 = JobID("j1"), JobID("j2")
+J1, J2, J3 = JobID("j1"), JobID("j2"), JobID("j3")
 
 
 def table(timeout_ms: int = 1000) -> tuple[JobTable, ManualClock]:
@@ -62,25 +61,32 @@ def test_a_silent_job_master_times_out_and_an_answer_resets_the_timer() -> None:
     assert jobs.silent_ms(jobs.connection(J2)) == 1100  # type: ignore[arg-type]
 
 
-def test_tokens_are_checked_per_job_and_outlive_the_connection() -> None:
+def test_the_expected_token_is_the_jobs_and_outlives_the_connection() -> None:
     jobs, _ = table()
     jobs.connect(J1, "jm:1", "t1")
-    jobs.check_token(J1, "t1", "freeSlot")
-    with pytest.raises(FencingTokenError, match="stale JobMaster token"):
-        jobs.check_token(J1, "t0", "freeSlot")
+    assert jobs.expected_token(J1) == "t1"
     jobs.disconnect(J1)
     assert jobs.connection(J1) is None
-    with pytest.raises(FencingTokenError):
-        jobs.check_token(J1, "t0", "releasePartitions")
-    jobs.check_token(J1, "t1", "releasePartitions")
+    assert jobs.expected_token(J1) == "t1"  # a deposed JobMaster's "t0" is still refused
+    jobs.connect(J1, "jm:1", "t2")  # a new JobMaster of the job
+    assert jobs.expected_token(J1) == "t2"
+
+
+def test_a_slot_or_task_given_an_older_token_refuses_every_token() -> None:
+    jobs, _ = table()
+    jobs.connect(J1, "jm:1", "t2")
+    assert jobs.expected_token(J1, holder_token="t2") == "t2"
+    assert jobs.expected_token(J1, holder_token="t1") is None
 
 
 def test_an_unknown_attempt_or_allocation_needs_the_token_of_some_known_job() -> None:
     jobs, _ = table()
     jobs.connect(J1, "jm:1", "t1")
-    jobs.check_token(None, "t1", "cancelTask")
-    with pytest.raises(FencingTokenError, match="no job known here"):
-        jobs.check_token(None, "forged", "cancelTask")
+    jobs.connect(J2, "jm:2", "t2")
+    assert jobs.expected_token(None) == {"t1", "t2"}
+    assert jobs.expected_token(J3) == {"t1", "t2"}
+    assert jobs.expected_token(None, holder_token="t2") == {"t2"}
+    assert jobs.expected_token(None, holder_token="forged") == frozenset()
 
 
 def test_ended_tasks_and_freed_slots_remember_their_job() -> None:

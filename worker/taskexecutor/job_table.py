@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from yarnflow.common.clock import Clock
-from yarnflow.common.errors import FencingTokenError
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID
 from yarnflow.common.messages import TaskExecutionStateUpdate
 
@@ -96,16 +95,19 @@ class JobTable:
     def token_of(self, job_id: JobID) -> str | None:
         return self._tokens.get(job_id)
 
-    def check_token(self, job_id: JobID | None, token: str, call: str) -> None:
-        """Raise FencingTokenError unless ``token`` is the token of ``job_id``'s JobMaster.
-        With no job (the call named an attempt or allocation this table does not know), the
-        token must be the current token of some job."""
-        if job_id is not None and job_id in self._tokens:
-            if token != self._tokens[job_id]:
-                raise FencingTokenError(f"{call} for job {job_id} with a stale JobMaster token {token!r}")
-            return
-        if token not in self._tokens.values():
-            raise FencingTokenError(f"{call} with a JobMaster token {token!r} of no job known here")
+    def expected_token(self, job_id: JobID | None, holder_token: str | None = None) -> str | frozenset[str] | None:
+        """The JobMaster token a call about ``job_id`` must carry (for the TaskExecutor's fenced
+        RPCs, ``RpcEndpoint``): the token of the job's JobMaster. With no job (the call named an
+        attempt or allocation this table does not know), the current token of any job.
+        ``holder_token``: the token the slot or task the call names was given; it must be that
+        one too (None: the call can carry no valid token)."""
+        current = self._tokens.get(job_id) if job_id is not None else None
+        if current is None:
+            known = frozenset(self._tokens.values())
+            return known if holder_token is None else known & {holder_token}
+        if holder_token is not None and holder_token != current:
+            return None
+        return current
 
     def retire(self, key: AllocationID | ExecutionAttemptID, job_id: JobID) -> None:
         """Remember the job of an ended task or freed slot, for fencing later calls naming it."""

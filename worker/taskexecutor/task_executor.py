@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from yarnflow.common.clock import SystemClock
-from yarnflow.common.config import Configuration, Options, parse_duration_ms
+from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcConnectionError, RpcError,
                                     RpcTimeoutError, UnavailableError)
@@ -51,12 +51,13 @@ from yarnflow.common.messages import (
     TaskExecutorHeartbeatPayload,
     TaskExecutorRegistration,
 )
-from yarnflow.common.rpc.endpoint import MainThreadExecutor
+from yarnflow.common.rpc.endpoint import UNFENCED, Expected, MainThreadExecutor, RpcEndpoint, fenced, rpc
 from yarnflow.common.rpc.gateways import (
     TASK_EXECUTOR,
     RemoteJobMasterGateway,
     RemoteResourceManagerGateway,
-    TaskExecutorHandler,
+    TaskExecutorServiceHandler,
+    job_master_service,
 )
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.artifacts import ArtifactCache
@@ -70,11 +71,42 @@ from yarnflow.worker.state.localdir import set_default_base
 from yarnflow.worker.task import Task
 from yarnflow.worker.taskexecutor.job_table import JobMasterConnection, JobTable, slots_to_free
 from yarnflow.worker.taskexecutor.slot_table import SlotState, SlotTable
+from yarnflow.worker.taskexecutor.spark_masters import SparkMasters
 
 log = logging.getLogger(__name__)
 
 
-class TaskExecutor:
+def _rm_token(te: TaskExecutor, *args: object) -> Expected:
+    return te._rm_token or None
+
+
+def _slot_token(te: TaskExecutor, allocation_id: AllocationID, *args: object) -> Expected:
+    slot = te.slots.get(allocation_id)
+    if slot is None:
+        return te.jobs.expected_token(te.jobs.job_of(allocation_id))
+    return te.jobs.expected_token(slot.job_id, slot.jobmaster_token)
+
+
+def _task_token(te: TaskExecutor, attempt_id: ExecutionAttemptID, *args: object) -> Expected:
+    task = te.tasks.get(attempt_id)
+    if task is None:
+        return te.jobs.expected_token(te.jobs.job_of(attempt_id))
+    return te.jobs.expected_token(task.tdd.job_id, task.tdd.jobmaster_fencing_token)
+
+
+def _deployment_token(te: TaskExecutor, tdd: TaskDeploymentDescriptor) -> Expected:
+    slot = te.slots.get(tdd.allocation_id)
+    if slot is not None and slot.job_id != tdd.job_id:
+        return None
+    return te.jobs.expected_token(tdd.job_id, slot.jobmaster_token if slot is not None else None)
+
+
+def _job_token(te: TaskExecutor, job_id: JobID, *args: object) -> Expected:
+    """A job this TaskExecutor never served has nothing here to protect: not fenced."""
+    return te.jobs.expected_token(job_id) if te.jobs.token_of(job_id) is not None else UNFENCED
+
+
+class TaskExecutor(RpcEndpoint):
     def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str,
                  ha: HighAvailabilityServices | None = None) -> None:
         self.config = config
@@ -95,6 +127,7 @@ class TaskExecutor:
                                   config[Options.TM_MEMORY] // (1 << 20) // num_slots)
         self.slots = SlotTable(num_slots, profile)
         self._main = MainThreadExecutor(f"taskexecutor-{resource_id}")
+        super().__init__(f"TaskExecutor {resource_id}", self._main)
         self._io = ThreadPoolExecutor(4, thread_name_prefix="te-io")
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="te-updates")  # keeps per-task order
         self.partitions = ResultPartitionManager(os.path.join(work_dir, "partitions"))
@@ -105,11 +138,11 @@ class TaskExecutor:
         self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
         self.spill_roots = spill_roots(config[Options.TMP_DIRS], work_dir)
         remove_orphan_spills(self.spill_roots)  # of TaskExecutors that were killed
-        self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorHandler(self).processor()},
+        self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorServiceHandler(self).processor()},
                               name=f"taskexecutor-{resource_id}")
         self._rm: RemoteResourceManagerGateway | None = (RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
                                                          if rm_address else None)  # None: no leader known yet
-        self._jms: dict[str, RemoteJobMasterGateway] = {}
+        self._jms: dict[tuple[str, JobID], RemoteJobMasterGateway] = {}
         self.tasks: dict[ExecutionAttemptID, Task] = {}
         self._rm_token = ""
         self._registration_id = ""
@@ -261,16 +294,10 @@ class TaskExecutor:
     def _on_registered(self, token: str, registration_id: str) -> None:
         self._rm_token, self._registration_id = token, registration_id
 
-    # -- TaskExecutorService (called on RPC threads, run on the main thread) -----------------
-    def request_slot(self, rm_token: str, slot_index: int, job_id: JobID, allocation_id: AllocationID,
-                     profile: ResourceProfile, jobmaster_address: str, jobmaster_token: str) -> None:
-        self._main.call(self._request_slot, rm_token, slot_index, job_id, allocation_id, jobmaster_address,
-                        jobmaster_token)
-
-    def _request_slot(self, rm_token: str, slot_index: int, job_id: JobID, allocation_id: AllocationID,
-                      jobmaster_address: str, jobmaster_token: str) -> None:
-        if rm_token != self._rm_token:
-            raise FencingTokenError("requestSlot with a stale ResourceManager token")
+    # -- TaskExecutorService (over RPC, on the main thread; fenced by RpcEndpoint) -------------
+    @fenced(_rm_token)
+    def request_slot(self, slot_index: int, job_id: JobID, allocation_id: AllocationID, profile: ResourceProfile,
+                     jobmaster_address: str, jobmaster_token: str) -> None:
         if self.slots.allocate(slot_index, job_id, allocation_id, jobmaster_address, jobmaster_token):
             self.jobs.connect(job_id, jobmaster_address, jobmaster_token)
             log.info("slot %d allocated to %s of job %s", slot_index, allocation_id, job_id)
@@ -279,15 +306,22 @@ class TaskExecutor:
             offer = SlotOffer(allocation_id, slot_index, slot.profile)
             self._io.submit(self._offer, job_id, jobmaster_address, jobmaster_token, offer)
 
-    def _jm(self, address: str) -> RemoteJobMasterGateway:
-        gw = self._jms.get(address)
+    def _jm(self, address: str, job_id: JobID) -> RemoteJobMasterGateway:
+        """The gateway to the JobMaster of ``job_id`` at ``address`` (its own service there)."""
+        gw = self._jms.get((address, job_id))
         if gw is None:
-            gw = self._jms[address] = RemoteJobMasterGateway(address, self._rpc_timeout)
+            gw = self._jms[(address, job_id)] = RemoteJobMasterGateway(address, self._rpc_timeout,
+                                                                       service=job_master_service(job_id))
         return gw
+
+    def _disconnect_job(self, job_id: JobID) -> None:
+        self.jobs.disconnect(job_id)
+        for key in [k for k in self._jms if k[1] == job_id]:
+            self._jms.pop(key).close()
 
     def _offer(self, job_id: JobID, address: str, token: str, offer: SlotOffer) -> None:
         try:
-            accepted = self._main.call(self._jm, address).offer_slots(token, job_id, self.resource_id, [offer])
+            accepted = self._main.call(self._jm, address, job_id).offer_slots(token, job_id, self.resource_id, [offer])
         except RpcError as exc:
             log.warning("offering slot %s to the JobMaster of %s failed: %s", offer.allocation_id, job_id, exc)
             accepted = []
@@ -305,16 +339,11 @@ class TaskExecutor:
             log.info("slot offer %s declined: freeing it", offer.allocation_id)
             self._free_slot_now(offer.allocation_id, "its offer was declined")
 
-    def submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None:
-        self._main.call(self._submit_task, jm_token, tdd)
-
-    def _submit_task(self, jm_token: str, tdd: TaskDeploymentDescriptor) -> None:
-        self.jobs.check_token(tdd.job_id, jm_token, f"submitTask of {tdd.display_name}")
+    @fenced(_deployment_token)
+    def submit_task(self, tdd: TaskDeploymentDescriptor) -> None:
         slot = self.slots.get(tdd.allocation_id)
         if slot is None:
             raise NotFoundError(f"no slot for allocation {tdd.allocation_id} on {self.resource_id}")
-        if jm_token != slot.jobmaster_token or slot.job_id != tdd.job_id:
-            raise FencingTokenError(f"submitTask for {tdd.display_name} with a stale JobMaster token")
         if tdd.execution_attempt_id in self.tasks:
             return  # duplicate: already running
         self.slots.mark_active(tdd.allocation_id)  # (the offer's answer may still be on its way)
@@ -324,7 +353,7 @@ class TaskExecutor:
                     data_client=self._data_client,
                     on_state=lambda u: self._updates.submit(self._send_update, address, token, u),
                     location=f"TaskExecutor {self.resource_id} (pid {os.getpid()} on {socket.gethostname()})",
-                    request_split=lambda last_checkpoint_id: self._main.call(self._jm, address).request_split(
+                    request_split=lambda last_checkpoint_id: self._main.call(self._jm, address, tdd.job_id).request_split(
                         token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id,
                         last_checkpoint_id),
                     checkpoints=_JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id),
@@ -343,7 +372,7 @@ class TaskExecutor:
             if self._stopped.is_set():
                 return
             try:
-                self._main.call(self._jm, address).update_task_execution_state(token, update)
+                self._main.call(self._jm, address, update.job_id).update_task_execution_state(token, update)
             except (FencingTokenError, NotFoundError) as exc:
                 # a definite answer: that JobMaster does not want it (the heartbeat will tell
                 # whether the job is gone)
@@ -367,18 +396,12 @@ class TaskExecutor:
         self.tasks.pop(update.execution_attempt_id, None)
         self.slots.remove_task(update.execution_attempt_id)
 
-    def cancel_task(self, jm_token: str, attempt_id: ExecutionAttemptID) -> None:
-        self._main.call(self._cancel_task, jm_token, attempt_id)
-
-    def _cancel_task(self, jm_token: str, attempt_id: ExecutionAttemptID) -> None:
+    @fenced(_task_token)
+    def cancel_task(self, attempt_id: ExecutionAttemptID) -> None:
         task = self.tasks.get(attempt_id)
-        job_id = task.tdd.job_id if task is not None else self.jobs.job_of(attempt_id)
-        self.jobs.check_token(job_id, jm_token, f"cancelTask of {attempt_id}")
         if task is None:
             log.debug("cancel of unknown task %s ignored", attempt_id)
             return
-        if jm_token != task.tdd.jobmaster_fencing_token:
-            raise FencingTokenError(f"cancelTask of {task.tdd.display_name} with a stale JobMaster token")
         task.cancel()
         self._watch_cancellation(task)
 
@@ -401,17 +424,8 @@ class TaskExecutor:
 
         self._main.schedule(timeout, check)
 
-    def free_slot(self, jm_token: str, allocation_id: AllocationID, reason: str) -> None:
-        self._main.call(self._free_slot, jm_token, allocation_id, reason)
-
-    def _free_slot(self, jm_token: str, allocation_id: AllocationID, reason: str) -> None:
-        slot = self.slots.get(allocation_id)
-        self.jobs.check_token(slot.job_id if slot is not None else self.jobs.job_of(allocation_id), jm_token,
-                              f"freeSlot of {allocation_id}")
-        if slot is None:
-            return
-        if jm_token != slot.jobmaster_token:
-            raise FencingTokenError(f"freeSlot of {allocation_id} with a stale JobMaster token")
+    @fenced(_slot_token)
+    def free_slot(self, allocation_id: AllocationID, reason: str) -> None:
         self._free_slot_now(allocation_id, reason)
 
     def _free_slot_now(self, allocation_id: AllocationID, reason: str) -> None:
@@ -433,42 +447,36 @@ class TaskExecutor:
         if job_id is not None and job_id not in self.slots.jobs():
             self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."), blocking=False)
 
-    def trigger_checkpoint(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           timestamp_ms: int, exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None:
-        """Hand checkpoint ``checkpoint_id`` to the task (its mailbox). FencingTokenError for a
-        token that is not the task's JobMaster's; NotFoundError when the attempt is not running here."""
-        task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id, f"triggerCheckpoint {checkpoint_id}")
-        task.trigger_checkpoint(checkpoint_id, timestamp_ms, exactly_once, stop, aligned_timeout_ms)
+    @fenced(_task_token)
+    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp_ms: int,
+                           exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None:
+        """Hand checkpoint ``checkpoint_id`` to the task (its mailbox). NotFoundError when the
+        attempt is not running here."""
+        self._running(attempt_id, f"triggerCheckpoint {checkpoint_id}").trigger_checkpoint(
+            checkpoint_id, timestamp_ms, exactly_once, stop, aligned_timeout_ms)
 
-    def notify_checkpoint_complete(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
-        task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id,
-                               f"notifyCheckpointComplete {checkpoint_id}")
-        task.notify_checkpoint(checkpoint_id, complete=True)
+    @fenced(_task_token)
+    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
+        self._running(attempt_id, f"notifyCheckpointComplete {checkpoint_id}").notify_checkpoint(
+            checkpoint_id, complete=True)
 
-    def notify_checkpoint_aborted(self, jm_token: str, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
-        task = self._main.call(self._task_for_checkpoint, jm_token, attempt_id,
-                               f"notifyCheckpointAborted {checkpoint_id}")
-        task.notify_checkpoint(checkpoint_id, complete=False)
+    @fenced(_task_token)
+    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
+        self._running(attempt_id, f"notifyCheckpointAborted {checkpoint_id}").notify_checkpoint(
+            checkpoint_id, complete=False)
 
-    def _task_for_checkpoint(self, jm_token: str, attempt_id: ExecutionAttemptID, call: str) -> Task:
+    def _running(self, attempt_id: ExecutionAttemptID, call: str) -> Task:
         task = self.tasks.get(attempt_id)
-        job_id = task.tdd.job_id if task is not None else self.jobs.job_of(attempt_id)
-        self.jobs.check_token(job_id, jm_token, f"{call} of {attempt_id}")
         if task is None:
             raise NotFoundError(f"{call}: task {attempt_id} is not running on TaskExecutor {self.resource_id}")
-        if jm_token != task.tdd.jobmaster_fencing_token:
-            raise FencingTokenError(f"{call} of {task.tdd.display_name} with a stale JobMaster token")
         return task
 
-    def release_partitions(self, jm_token: str, job_id: JobID, partition_ids: list[str]) -> None:
+    @fenced(_job_token)
+    def release_partitions(self, job_id: JobID, partition_ids: list[str]) -> None:
         """Blocking partitions are released by the JobMaster when no consumer needs them."""
-        self._main.call(self._release_partitions, jm_token, job_id, partition_ids)
-
-    def _release_partitions(self, jm_token: str, job_id: JobID, partition_ids: list[str]) -> None:
         if self.jobs.token_of(job_id) is None:
             log.debug("releasePartitions of job %s, unknown here, ignored", job_id)
             return
-        self.jobs.check_token(job_id, jm_token, "releasePartitions")
         prefix = f"{job_id}."
         wanted = set(partition_ids)
         self.partitions.release_all(lambda pid: pid.startswith(prefix) and (not wanted or pid in wanted))
@@ -503,7 +511,7 @@ class TaskExecutor:
             has_partitions = any(pid.startswith(prefix) for pid in self.partitions.partition_ids())
             if not (slots or tasks or unacked or has_partitions):
                 log.info("job %s has nothing left on this TaskExecutor: disconnecting from its JobMaster", job_id)
-                self.jobs.disconnect(job_id)
+                self._disconnect_job(job_id)
                 continue
             if job_id in self._jm_heartbeats_in_flight:
                 continue
@@ -521,7 +529,7 @@ class TaskExecutor:
     def _send_jm_heartbeat(self, job_id: JobID, address: str, token: str, payload: TaskExecutorHeartbeatPayload,
                            active: set[AllocationID]) -> None:
         try:
-            report = self._main.call(self._jm, address).heartbeat_from_task_executor(token, job_id, payload)
+            report = self._main.call(self._jm, address, job_id).heartbeat_from_task_executor(token, job_id, payload)
         except (NotFoundError, FencingTokenError) as exc:
             kind = "does not know the job" if isinstance(exc, NotFoundError) else "refused the token"
             self._main.execute(self._on_jm_heartbeat_refused, job_id, token,
@@ -569,7 +577,7 @@ class TaskExecutor:
         """The job's JobMaster is gone: cancel the job's tasks, free its slots, release its
         partitions and forget its final updates."""
         log.info("job %s: freeing its slots, tasks and partitions here: %s", job_id, reason)
-        self.jobs.disconnect(job_id)
+        self._disconnect_job(job_id)
         for slot in list(self.slots.slots):
             if slot.job_id == job_id and slot.allocation_id is not None:
                 self._free_slot_now(slot.allocation_id, reason)
@@ -578,14 +586,17 @@ class TaskExecutor:
                 task.cancel()
         self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."))
 
-    def disconnect_resource_manager(self, rm_token: str, reason: str) -> None:
-        if rm_token != self._rm_token:
-            raise FencingTokenError("disconnect with a stale ResourceManager token")
+    @fenced(_rm_token)
+    def disconnect_resource_manager(self, reason: str) -> None:
         if reason.startswith("shutdown"):
             threading.Thread(target=self.shutdown, args=(f"the ResourceManager asked: {reason}",),
                              daemon=True).start()
         else:
             self._registration_id = ""
+
+    @rpc
+    def ping(self) -> str:
+        return "pong"
 
 
 class _JobMasterResponder:
@@ -597,71 +608,10 @@ class _JobMasterResponder:
         self._job_id, self._attempt_id = job_id, attempt_id
 
     def _gateway(self) -> RemoteJobMasterGateway:
-        return self._te._main.call(self._te._jm, self._address)
+        return self._te._main.call(self._te._jm, self._address, self._job_id)
 
     def acknowledge(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
         self._gateway().acknowledge_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, snapshot)
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
         self._gateway().decline_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, reason)
-
-
-class SparkMasters:
-    """A TaskExecutor's answer to where a Spark stage's Spark runs when its job names no
-    ``spark.master`` (``worker.spark.MasterProvider``): asks the ResourceManager, polling while
-    its Spark master starts (up to ``spark-stages.start-timeout``). While stages here hold the
-    AppMaster's Spark cluster, a thread asks again every quarter of
-    ``spark-stages.idle-timeout`` (at most every 10 s), which keeps the cluster from being
-    stopped as idle under a long stage."""
-
-    def __init__(self, te: TaskExecutor) -> None:
-        self._te = te
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._settings: dict[str, str] = {}
-        self._keepalive: threading.Thread | None = None
-
-    def _ask(self, settings: dict[str, str]) -> str:
-        rm, token = self._te._rm, self._te._rm_token
-        if rm is None or not token:
-            return ""
-        try:
-            return rm.request_spark_master(token, settings)
-        except (FencingTokenError, UnavailableError, RpcConnectionError, RpcTimeoutError) as exc:
-            log.info("asking for a Spark master: %s (asking again)", exc)
-            return ""
-
-    def acquire(self, settings: dict[str, str]) -> str:
-        config = self._te.config
-        timeout_ms = parse_duration_ms(settings.get(Options.SPARK_START_TIMEOUT.key)
-                                       or config[Options.SPARK_START_TIMEOUT])
-        deadline = time.monotonic() + timeout_ms / 1000
-        while not (answer := self._ask(settings)):
-            if time.monotonic() >= deadline or self._te._stopped.is_set():
-                raise TimeoutError(f"the AppMaster's Spark master was not up within {timeout_ms} ms "
-                                   "(spark-stages.start-timeout)")
-            time.sleep(0.5)
-        if answer.startswith("spark://"):
-            with self._lock:
-                self._holders += 1
-                self._settings = dict(settings)
-                if self._keepalive is None or not self._keepalive.is_alive():
-                    self._keepalive = threading.Thread(target=self._keep, name="spark-keepalive", daemon=True)
-                    self._keepalive.start()
-        return answer
-
-    def release(self) -> None:
-        with self._lock:
-            self._holders = max(0, self._holders - 1)
-
-    def _keep(self) -> None:
-        idle_ms = parse_duration_ms(self._settings.get(Options.SPARK_IDLE_TIMEOUT.key)
-                                    or self._te.config[Options.SPARK_IDLE_TIMEOUT])
-        period = min(10.0, max(0.2, idle_ms / 4000))
-        while not self._te._stopped.wait(period):
-            with self._lock:
-                if not self._holders:
-                    self._keepalive = None
-                    return
-                settings = dict(self._settings)
-            self._ask(settings)

@@ -1707,7 +1707,7 @@ class triggerCheckpoint_args(object):
     """
 
 
-    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None, timestamp_ms=None, exactly_once=None, stop_mode=None, aligned_timeout_ms=None,):
+    def __init__(self, jobmaster_fencing_token=None, execution_attempt_id=None, checkpoint_id=None, timestamp_ms=None, exactly_once=None, stop_mode="", aligned_timeout_ms=-1,):
         self.jobmaster_fencing_token = jobmaster_fencing_token
         self.execution_attempt_id = execution_attempt_id
         self.checkpoint_id = checkpoint_id
@@ -1822,8 +1822,8 @@ triggerCheckpoint_args.thrift_spec = (
     (3, TType.I64, 'checkpoint_id', None, None, ),  # 3
     (4, TType.I64, 'timestamp_ms', None, None, ),  # 4
     (5, TType.BOOL, 'exactly_once', None, None, ),  # 5
-    (6, TType.STRING, 'stop_mode', 'UTF8', None, ),  # 6
-    (7, TType.I64, 'aligned_timeout_ms', None, None, ),  # 7
+    (6, TType.STRING, 'stop_mode', 'UTF8', "", ),  # 6
+    (7, TType.I64, 'aligned_timeout_ms', None, -1, ),  # 7
 )
 
 
