@@ -56,6 +56,11 @@ from yarnflow.common.states import JobStatus
 log = logging.getLogger(__name__)
 
 
+#: (job graph, recover from the latest checkpoint?, called when the job ended here) -> a JobMaster
+#: not yet started
+JobMasterFactory = Callable[[JobGraph, bool, Callable[[JobMaster], None]], JobMaster]
+
+
 def job_storage_dir(storage_dir: str, job_id: str) -> str:
     return f"{storage_dir.rstrip('/')}/jobs/{job_id}"
 
@@ -87,9 +92,11 @@ class Dispatcher(RpcEndpoint):
     def __init__(self, config: Configuration, rm: ResourceManager, cluster_id: str, storage_dir: str, target: str,
                  on_shutdown: Callable[[], None], artifacts: ArtifactCache, *,
                  ha: HighAvailabilityServices | None = None, fencing_token: str | None = None,
-                 is_leader: Callable[[], bool] | None = None, rpc_server: RpcServer | None = None) -> None:
+                 is_leader: Callable[[], bool] | None = None, rpc_server: RpcServer | None = None,
+                 job_master_factory: JobMasterFactory | None = None) -> None:
         super().__init__("Dispatcher", None)
         self._rpc_server = rpc_server
+        self._new_job_master = job_master_factory or self._default_job_master
         self._ha = ha or EmbeddedHaServices()
         self._is_leader = is_leader or (lambda: True)
         self._retention_ms = config[Options.JOB_RESULT_RETENTION]
@@ -178,12 +185,16 @@ class Dispatcher(RpcEndpoint):
         the job's tasks end and it reaches FINISHED."""
         return self.trigger_savepoint(job_id, target_dir, stop="drain" if drain else "stop")
 
+    def _default_job_master(self, job_graph: JobGraph, recover: bool,
+                            on_terminal: Callable[[JobMaster], None]) -> JobMaster:
+        return JobMaster(job_graph, self._config, self._rm, self.address,
+                         job_storage_dir(self._storage_dir, job_graph.job_id), on_terminal, self._artifacts,
+                         checkpoints_dir=f"{self._storage_dir.rstrip('/')}/checkpoints", ha=self._ha,
+                         is_leader=self._is_leader, recover=recover)
+
     def _job_master(self, job_graph: JobGraph, recover: bool) -> JobMaster:
         """A JobMaster for ``job_graph``, registered as running (call under the lock)."""
-        jm = JobMaster(job_graph, self._config, self._rm, self.address,
-                       job_storage_dir(self._storage_dir, job_graph.job_id), self._job_ended, self._artifacts,
-                       checkpoints_dir=f"{self._storage_dir.rstrip('/')}/checkpoints", ha=self._ha,
-                       is_leader=self._is_leader, recover=recover)
+        jm = self._new_job_master(job_graph, recover, self._job_ended)
         self._running[job_graph.job_id] = jm
         self._done.setdefault(job_graph.job_id, threading.Event())
         if self._rpc_server is not None:

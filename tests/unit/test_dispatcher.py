@@ -1,0 +1,228 @@
+"""The Dispatcher on its own, its collaborators injected (JobMasters from a factory, the RPC
+server that serves them, in-memory high-availability stores): submit, cancel, results,
+recovery by a new leader, losing the leadership, and fencing."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from yarnflow.am.dispatcher.dispatcher import Dispatcher
+from yarnflow.common.artifacts import ArtifactCache
+from yarnflow.common.config import Configuration
+from yarnflow.common.errors import (
+    FencingTokenError,
+    InvalidRequestError,
+    NotFoundError,
+    NotLeaderRpcError,
+    RefusedError,
+    UnavailableError,
+)
+from yarnflow.common.ha import EmbeddedHaServices, JobResultEntry
+from yarnflow.common.ids import JobID, JobVertexID
+from yarnflow.common.messages import JobGraph, JobResult, JobStatusInfo, JobVertex
+from yarnflow.common.rpc.gateways import job_master_service
+from yarnflow.common.states import JobStatus
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+TOKEN = "leader-1"
+
+
+class FakeJobMaster:
+    """What the Dispatcher needs of a JobMaster; the test ends its job by hand."""
+
+    def __init__(self, job_graph: JobGraph, recover: bool, on_terminal: Callable[[Any], None]) -> None:
+        self.job_graph, self.job_id, self.recover = job_graph, job_graph.job_id, recover
+        self._on_terminal = on_terminal
+        self.handler = object()
+        self.started = self.stopped = False
+        self.status = JobStatus.CREATED
+        self.result: JobResult | None = None
+        self.savepoints: list[tuple[str, str]] = []
+
+    def start(self) -> None:
+        self.started = True
+        self.status = JobStatus.RUNNING
+
+    def end(self, status: JobStatus) -> None:
+        self.status = status
+        self.result = JobResult(self.job_id, status, 1, 2)
+        self._on_terminal(self)
+
+    def cancel(self) -> None:
+        self.end(JobStatus.CANCELED)
+
+    def suspend(self, reason: str) -> None:
+        self.end(JobStatus.SUSPENDED)
+
+    def trigger_savepoint(self, target_dir: str, stop: str = "") -> str:
+        self.savepoints.append((target_dir, stop))
+        return f"{target_dir}/savepoint-1"
+
+    def status_info(self) -> JobStatusInfo:
+        return JobStatusInfo(self.job_id, self.job_graph.name, self.status, 1, 0)
+
+    _status_info = status_info
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.services: dict[str, object] = {}
+
+    def register(self, service: str, processor: object) -> None:
+        self.services[service] = processor
+
+    def unregister(self, service: str, processor: object) -> None:
+        if self.services.get(service) is processor:
+            del self.services[service]
+
+
+class FakeResourceManager:
+    def overview(self) -> tuple[int, int, int]:
+        return 1, 4, 2
+
+
+class Bed:
+    def __init__(self, tmp_path: Path, ha: EmbeddedHaServices | None = None) -> None:
+        self.ha = ha or EmbeddedHaServices()
+        self.server = FakeServer()
+        self.masters: dict[str, FakeJobMaster] = {}
+        self.leading = True
+        self.artifact = tmp_path / "job.zip"
+        self.artifact.write_bytes(b"a job")
+        self.shutdowns = threading.Event()
+
+        def new_job_master(job_graph: JobGraph, recover: bool, on_terminal: Callable[[Any], None]) -> Any:
+            jm = self.masters[str(job_graph.job_id)] = FakeJobMaster(job_graph, recover, on_terminal)
+            return jm
+
+        self.d = Dispatcher(Configuration.load({}), FakeResourceManager(), "c",  # type: ignore[arg-type]
+                            (tmp_path / "storage").as_uri(),
+                            "local", self.shutdowns.set, ArtifactCache(str(tmp_path / "artifacts")), ha=self.ha,
+                            fencing_token=TOKEN, is_leader=lambda: self.leading, rpc_server=self.server,  # type: ignore[arg-type]
+                            job_master_factory=new_job_master)
+
+    def graph(self, job_id: str, name: str = "etl") -> JobGraph:
+        return JobGraph(JobID(job_id), name, [JobVertex(JobVertexID("v"), "v", 1, 128, ["v"], is_source=True)], [],
+                        artifact_uri=self.artifact.as_uri())
+
+    def call(self, method: str, *args: Any, token: str = TOKEN) -> Any:
+        return self.d.rpc_invoke(method, token, args)
+
+
+@pytest.fixture
+def bed(tmp_path: Path) -> Bed:
+    return Bed(tmp_path)
+
+
+def test_a_submitted_job_is_stored_started_and_served(bed: Bed) -> None:
+    job_id = bed.call("submit_job", bed.graph("j1"))
+    jm = bed.masters["j1"]
+    assert job_id == "j1" and jm.started and not jm.recover
+    assert bed.ha.job_graph_store().job_ids() == ["j1"]  # stored before it started
+    assert bed.server.services == {job_master_service("j1"): jm.handler}  # TaskExecutors call it directly
+    assert [(j.job_id, j.status) for j in bed.call("list_jobs")] == [("j1", JobStatus.RUNNING)]
+    assert bed.call("get_job", JobID("j1")).name == "etl"
+
+
+def test_a_job_is_refused_twice_and_without_its_artifact(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    with pytest.raises(RefusedError, match="already submitted"):
+        bed.call("submit_job", bed.graph("j1"))
+    missing = dataclasses.replace(bed.graph("j2"), artifact_uri=bed.artifact.with_name("gone.zip").as_uri())
+    with pytest.raises(InvalidRequestError, match="does not exist"):
+        bed.call("submit_job", missing)
+    assert "j2" not in bed.masters and bed.ha.job_graph_store().job_ids() == ["j1"]
+
+
+def test_cancel_ends_the_job_its_result_is_kept_until_fetched_and_its_service_goes(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    with pytest.raises(UnavailableError, match="still running"):
+        bed.call("request_job_result", JobID("j1"), 10)
+    bed.call("cancel_job", JobID("j1"))
+    assert bed.server.services == {}
+    assert bed.ha.job_graph_store().job_ids() == []  # the result is what a new leader reads now
+    assert bed.ha.job_result_store().get("j1") is not None
+    assert bed.call("request_job_result", JobID("j1"), 10).status == JobStatus.CANCELED
+    assert bed.ha.job_result_store().get("j1") is None  # fetched: dropped from the store
+    assert bed.call("get_job", JobID("j1")).status == JobStatus.CANCELED  # still answered here
+    with pytest.raises(RefusedError, match="already ended CANCELED"):
+        bed.call("cancel_job", JobID("j1"))
+
+
+def test_a_client_waiting_for_a_result_gets_it_when_the_job_ends(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    got: list[JobResult] = []
+    waiter = threading.Thread(target=lambda: got.append(bed.call("request_job_result", JobID("j1"), 10_000)))
+    waiter.start()
+    bed.masters["j1"].end(JobStatus.FINISHED)
+    waiter.join(5)
+    assert [r.status for r in got] == [JobStatus.FINISHED]
+
+
+def test_unknown_jobs_are_not_found(bed: Bed) -> None:
+    for method, args in (("get_job", ()), ("cancel_job", ()), ("request_job_result", (10,)),
+                         ("trigger_savepoint", ("file:///sp",))):
+        with pytest.raises(NotFoundError):
+            bed.call(method, JobID("nope"), *args)
+
+
+def test_a_savepoint_goes_to_the_named_folder_or_is_refused_without_one(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    assert bed.call("trigger_savepoint", JobID("j1"), "file:///sp") == "file:///sp/savepoint-1"
+    assert bed.call("stop_with_savepoint", JobID("j1"), "file:///sp", True) == "file:///sp/savepoint-1"
+    assert bed.masters["j1"].savepoints == [("file:///sp", ""), ("file:///sp", "drain")]
+    with pytest.raises(InvalidRequestError, match="state.savepoints.dir"):
+        bed.call("trigger_savepoint", JobID("j1"), "")
+
+
+def test_a_new_leader_resumes_stored_jobs_without_a_result_and_keeps_the_others_ended(tmp_path: Path) -> None:
+    ha = EmbeddedHaServices()
+    first = Bed(tmp_path, ha)
+    ha.job_graph_store().put(first.graph("running"))
+    ha.job_graph_store().put(first.graph("ended"))
+    ha.job_result_store().put(JobResultEntry(JobResult(JobID("ended"), JobStatus.FINISHED, 1, 2), 5))
+    bed = Bed(tmp_path, ha)
+    assert bed.d.recover_jobs() == ["running"]
+    assert bed.masters["running"].recover and bed.masters["running"].started
+    assert "ended" not in bed.masters
+    assert ha.job_graph_store().job_ids() == ["running"]  # the ended job's leftovers are cleaned up
+    assert bed.call("get_job", JobID("ended")).status == JobStatus.FINISHED
+    assert set(bed.server.services) == {job_master_service("running")}
+
+
+def test_losing_the_leadership_suspends_every_job_and_writes_nothing(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    bed.leading = False
+    bed.d.suspend_all("lost the leadership")
+    assert bed.masters["j1"].status == JobStatus.SUSPENDED
+    assert bed.server.services == {}
+    assert bed.ha.job_result_store().get("j1") is None  # the new leader goes on with the job
+    assert bed.ha.job_graph_store().job_ids() == ["j1"]
+    with pytest.raises(NotLeaderRpcError):
+        bed.call("get_job", JobID("j1"))
+    with pytest.raises(UnavailableError):
+        bed.call("submit_job", bed.graph("j2"))
+
+
+def test_calls_with_a_deposed_leaders_token_are_refused(bed: Bed) -> None:
+    with pytest.raises(FencingTokenError, match="Dispatcher: submit_job with a stale fencing token"):
+        bed.call("submit_job", bed.graph("j1"), token="leader-0")
+    assert bed.masters == {}
+    info = bed.call("cluster_info", token=None)  # not fenced: how a client learns the token
+    assert info.leader_session_id == TOKEN and (info.registered_taskexecutors, info.total_slots, info.free_slots) == (1, 4, 2)
+
+
+def test_shutdown_stops_accepting_jobs(bed: Bed) -> None:
+    bed.call("shutdown_cluster")
+    assert bed.shutdowns.wait(5)
+    with pytest.raises(UnavailableError, match="shutting down"):
+        bed.call("submit_job", bed.graph("j1"))
