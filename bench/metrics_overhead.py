@@ -92,7 +92,7 @@ def accounting_cpu_us(batches: int = 400, rows: int = 65536, repeats: int = 5) -
 
     from yarnflow.common.ids import ResultPartitionID
     from yarnflow.common.states import Partitioner
-    from yarnflow.worker.runtime.partition import ResultPartition
+    from yarnflow.worker.network.partition import ResultPartition
     from yarnflow.worker.runtime.writer import RecordWriter
 
     words = pa.array([f"w{i % 50_000}" for i in range(rows)])

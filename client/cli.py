@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import runpy
-import signal
 import sys
 import time
 import traceback
@@ -13,70 +12,21 @@ from typing import Any
 
 import click
 
+from yarnflow.cli_common import CliError, SessionSignals, check_address, conf_from, connect, echo_web_url, rpc_error
 from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.cli_savepoints import savepoint, stop
 from yarnflow.common.version import __version__
-from yarnflow.common.config import Configuration, Options, parse_dynamic_properties
+from yarnflow.common.config import Configuration, Options
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.errors import (
-    ConfigurationError,
     JobDefinitionError,
     JobFailedError,
     NotFoundError,
     RefusedError,
-    RpcConnectionError,
     RpcError,
-    YarnError,
     YarnflowError,
 )
-
-class CliError(click.ClickException):
-    """An error the CLI reports in one line and exits 1 for."""
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
-
-
-def _conf(dynamic: tuple[str, ...]) -> dict[str, str]:
-    try:
-        conf = parse_dynamic_properties(dynamic)
-        Configuration.load(conf)  # validate every key and value now, before anything starts
-    except ConfigurationError as exc:
-        raise CliError(str(exc)) from None
-    return conf
-
-
-def _check_address(address: str) -> None:
-    from yarnflow.common.rpc.client import split_address
-
-    try:
-        split_address(address)
-    except RpcConnectionError as exc:
-        raise CliError(str(exc)) from None
-
-
-def _connection(address: str | None, dynamic: tuple[str, ...] = ()) -> Any:
-    """The cluster at ``address``, or its leader found in ZooKeeper (HA keys in -D or the
-    configuration file)."""
-    from yarnflow.common.errors import CoordinationUnavailableError
-    from yarnflow.connection import ClusterConnection
-
-    if address:
-        _check_address(address)
-    conf = _conf(dynamic)
-    try:
-        return ClusterConnection(Configuration.load(conf), address or "")
-    except (ConfigurationError, CoordinationUnavailableError, YarnError) as exc:
-        raise CliError(str(exc)) from None
-
-
-def _rpc_error(address: str, exc: YarnflowError) -> CliError:
-    if isinstance(exc, RpcConnectionError):
-        reason = str(exc).removeprefix(f"cannot reach {address}: ")
-        return CliError(f"cannot reach a yarnflow cluster at {address}: {reason}")
-    return CliError(str(exc))
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="yarnflow")
@@ -145,7 +95,7 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
 
     if not os.path.isfile(job_file):
         raise CliError(f"job file {job_file} does not exist")
-    conf = _conf(dynamic)
+    conf = conf_from(dynamic)
     if parallelism is not None:
         conf["parallelism.default"] = str(parallelism)
     if savepoint:
@@ -167,15 +117,15 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
     ctx: executors.ClusterContext
     if target == "remote":
         if address:
-            _check_address(address)
+            check_address(address)
         else:
-            _connection(None, dynamic).close()  # fail now, in one line, when there is no cluster
+            connect(None, dynamic).close()  # fail now, in one line, when there is no cluster
         ctx = executors.ClusterContext(address or "", conf, job_file, progress, detached)
     elif target == "yarn-session":
         if not app_id:
             raise CliError("--target yarn-session needs the session's application id: -D yarn.application.id=ID "
                            "(printed by `yarnflow session start --target yarn`)")
-        _connection(None, dynamic).close()
+        connect(None, dynamic).close()
         ctx = executors.ClusterContext("", conf, job_file, progress, detached)
     elif target == "yarn-per-job":
         if app_id:
@@ -200,7 +150,7 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
         sys.exit(1)
     except YarnflowError as exc:
         if isinstance(exc, RpcError):
-            raise _rpc_error(ctx.address, exc) from None
+            raise rpc_error(ctx.address, exc) from None
         raise CliError(str(exc)) from None
     except SystemExit as exc:
         if exc.code not in (0, None):
@@ -258,11 +208,11 @@ def list_jobs(address: str | None, as_json: bool, dynamic: tuple[str, ...]) -> N
     import json
     import time
 
-    conn = _connection(address, dynamic)
+    conn = connect(address, dynamic)
     try:
         jobs = conn.call(lambda gw: gw.list_jobs(), "listJobs")
     except YarnflowError as exc:
-        raise _rpc_error(conn.address, exc) from None
+        raise rpc_error(conn.address, exc) from None
     finally:
         conn.close()
     now = int(time.time() * 1000)
@@ -294,14 +244,14 @@ def list_jobs(address: str | None, as_json: bool, dynamic: tuple[str, ...]) -> N
 @click.argument("job_id")
 def cancel(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
     """Cancel the running job JOB_ID."""
-    conn = _connection(address, dynamic)
+    conn = connect(address, dynamic)
     try:
         conn.call(lambda gw: gw.cancel_job(job_id), "cancelJob")
         click.echo(f"cancelling job {job_id}")
     except (NotFoundError, RefusedError) as exc:
         raise CliError(str(exc)) from None
     except YarnflowError as exc:
-        raise _rpc_error(conn.address, exc) from None
+        raise rpc_error(conn.address, exc) from None
     finally:
         conn.close()
 
@@ -320,14 +270,14 @@ def _size(n: int) -> str:
 @click.argument("job_id")
 def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
     """Show the state of job JOB_ID, its vertices and its failure cause."""
-    conn = _connection(address, dynamic)
+    conn = connect(address, dynamic)
     try:
         j = conn.call(lambda gw: gw.get_job(job_id), "getJob")
         storage_dir = conn.call(lambda gw: gw.cluster_info(), "clusterInfo").storage_dir
     except NotFoundError as exc:
         raise CliError(str(exc)) from None
     except YarnflowError as exc:
-        raise _rpc_error(conn.address, exc) from None
+        raise rpc_error(conn.address, exc) from None
     finally:
         conn.close()
     import datetime
@@ -410,7 +360,7 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     running until stopped (`yarnflow session stop ...` or Ctrl-C)."""
     from yarnflow.local_cluster import ClusterStartError, LocalCluster
 
-    conf = _conf(dynamic)
+    conf = conf_from(dynamic)
     if target == "yarn":
         from yarnflow.cli_yarn import yarn_session_start
 
@@ -428,7 +378,7 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
         cluster = LocalCluster(taskexecutors, slots, conf, standby=standby)
     except ClusterStartError as exc:
         raise CliError(str(exc)) from None
-    signals = _SessionSignals(cluster)
+    signals = SessionSignals(cluster)
     try:
         cluster.start(interrupted=signals.received)
     except ClusterStartError as exc:
@@ -438,7 +388,7 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
             return
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
-    _echo_web_url(cluster.web_url)
+    echo_web_url(cluster.web_url)
     if cluster.ha:
         ha_keys = " ".join(f"-D {k}={v}" for k, v in conf.items() if k.startswith("high-availability."))
         click.echo(f"  {standby} standby AppMaster{'s' if standby != 1 else ''}; the leader is found in ZooKeeper:")
@@ -459,50 +409,18 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     click.echo(f"session stopped{why}")
 
 
-def _echo_web_url(web_url: Any) -> None:
-    try:
-        url = web_url()
-    except YarnflowError:
-        return
-    if url:
-        click.echo(f"  web UI:  {url}")
-
-
-class _SessionSignals:
-    """SIGTERM and SIGINT ask ``session start`` to stop its cluster; a second signal kills the
-    AppMaster at once (its TaskExecutors die with it). The handler takes no lock and waits for
-    nothing: it may run in any frame of the main thread, even one inside ``Popen.wait``."""
-
-    def __init__(self, cluster: Any) -> None:
-        self._cluster = cluster
-        self._received: list[int] = []
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self._received.append(signum)
-        if len(self._received) > 1:
-            self._cluster.kill()
-
-    def received(self) -> bool:
-        return bool(self._received)
-
-    def names(self) -> str:
-        return ", ".join(dict.fromkeys(signal.Signals(s).name for s in self._received))
-
-
 @session.command("stop")
 @click.option("--address", "-a", default=None, help=ADDRESS_HELP)
 @dynamic_option
 def session_stop(address: str | None, dynamic: tuple[str, ...]) -> None:
     """Stop the session cluster (its running jobs are cancelled; with high availability its
     standby AppMasters exit too)."""
-    conn = _connection(address, dynamic)
+    conn = connect(address, dynamic)
     try:
         conn.call(lambda gw: gw.shutdown_cluster(), "shutdownCluster")
         where = conn.address
     except YarnflowError as exc:
-        raise _rpc_error(conn.address, exc) from None
+        raise rpc_error(conn.address, exc) from None
     finally:
         conn.close()
     click.echo(f"stopping the session at {where}")

@@ -31,9 +31,9 @@ from yarnflow.common.logs import job_lines
 @click.argument("job_id")
 def logs(address: str | None, taskexecutor: str, dynamic: tuple[str, ...], job_id: str) -> None:
     """Show the AppMaster's and the TaskExecutors' log lines of job JOB_ID."""
-    from yarnflow.cli import CliError, _conf
+    from yarnflow.cli_common import CliError, conf_from
 
-    config = Configuration.load(_conf(dynamic))
+    config = Configuration.load(conf_from(dynamic))
     app_id = str(config[Options.YARN_APPLICATION_ID])
     if app_id and not address:
         found = yarn_job_logs(app_id, job_id, taskexecutor)
@@ -49,13 +49,13 @@ def logs(address: str | None, taskexecutor: str, dynamic: tuple[str, ...], job_i
 
 def _cluster_job_logs(address: str | None, dynamic: tuple[str, ...], job_id: str,
                       taskexecutor: str) -> dict[str, list[str]]:
-    from yarnflow.cli import CliError, _connection, _rpc_error
+    from yarnflow.cli_common import CliError, connect, rpc_error
 
-    conn = _connection(address, dynamic)
+    conn = connect(address, dynamic)
     try:
         web_url = conn.call(lambda gw: gw.cluster_info(), "clusterInfo").web_url
     except YarnflowError as exc:
-        raise _rpc_error(conn.address, exc) from None
+        raise rpc_error(conn.address, exc) from None
     finally:
         conn.close()
     if not web_url:
@@ -99,7 +99,7 @@ def split_container_log(text: str) -> dict[str, str]:
 
 def yarn_job_logs(app_id: str, job_id: str, taskexecutor: str = "") -> dict[str, list[str]]:
     """The job's lines in the application's aggregated container logs: source -> lines."""
-    from yarnflow.cli import CliError
+    from yarnflow.cli_common import CliError
     from yarnflow.yarn import skein_client
 
     try:

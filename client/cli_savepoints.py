@@ -14,9 +14,9 @@ from yarnflow.common.errors import NotFoundError, RefusedError, YarnflowError
 
 def _call(address: str | None, dynamic: tuple[str, ...], fn: Callable[[Any], Any], what: str) -> tuple[Any, Any]:
     """``fn(gateway)`` on the cluster's Dispatcher; (result, open connection): the caller closes it."""
-    from yarnflow.cli import CliError, _connection, _rpc_error
+    from yarnflow.cli_common import CliError, connect, rpc_error
 
-    conn = _connection(address, dynamic)
+    conn = connect(address, dynamic)
     try:
         return conn.call(fn, what), conn
     except (NotFoundError, RefusedError) as exc:
@@ -24,7 +24,7 @@ def _call(address: str | None, dynamic: tuple[str, ...], fn: Callable[[Any], Any
         raise CliError(str(exc)) from None
     except YarnflowError as exc:
         conn.close()
-        raise _rpc_error(conn.address, exc) from None
+        raise rpc_error(conn.address, exc) from None
 
 
 @click.command()
@@ -58,7 +58,7 @@ def stop(address: str | None, dynamic: tuple[str, ...], target_dir: str, drain: 
     resumes from it). Without --drain, windows and timers stay open in the savepoint; with
     --drain they fire first. If the savepoint fails the job keeps running (with --drain it
     restarts from its latest checkpoint)."""
-    from yarnflow.cli import CliError, _rpc_error
+    from yarnflow.cli_common import CliError, rpc_error
 
     path, conn = _call(address, dynamic, lambda gw: gw.stop_with_savepoint(job_id, target_dir, drain),
                        "stopWithSavepoint")
@@ -73,7 +73,7 @@ def stop(address: str | None, dynamic: tuple[str, ...], target_dir: str, drain: 
                                f"{timeout_s:.0f} s")
             time.sleep(0.1)
     except YarnflowError as exc:
-        raise _rpc_error(conn.address, exc) from None
+        raise rpc_error(conn.address, exc) from None
     finally:
         conn.close()
     if state != "FINISHED":

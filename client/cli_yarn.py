@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from yarnflow.cli import CliError, _echo_web_url, _SessionSignals
+from yarnflow.cli_common import CliError, SessionSignals, echo_web_url
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import ConfigurationError, YarnError, YarnflowError
 
@@ -38,7 +38,7 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
     click.echo(f"yarnflow session submitted as YARN application {app_id}")
     sys.stdout.flush()
     locator = ApplicationLocator(app_id, client)
-    signals = _SessionSignals(locator)
+    signals = SessionSignals(locator)
     try:
         address = locator.address(config[Options.CLIENT_TIMEOUT] / 1000.0)
     except YarnError as exc:
@@ -50,7 +50,7 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
         raise
     keys = f"-D yarn.application.id={app_id}"
     click.echo(f"yarnflow session running: YARN application {app_id}, AppMaster at {address}")
-    _echo_web_url(lambda: _cluster_info(address).web_url)
+    echo_web_url(lambda: _cluster_info(address).web_url)
     click.echo(f"  submit:  yarnflow run {keys} JOB.py")
     click.echo(f"  stop:    yarnflow session stop {keys}")
     sys.stdout.flush()

@@ -10,16 +10,20 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.ids import JobID, JobVertexID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex, ResourceProfile
 from yarnflow.common.states import ExchangeMode, Partitioner
-from yarnflow.datastream import Input, StreamExecutionEnvironment, Transformation
+from yarnflow.pipeline import Input, Transformation
 from yarnflow.planner import assign_memory_fractions, plan_batch
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sinks import CollectSink, _StagedFileSink
 from yarnflow.worker.operators.spark import SparkStage
+
+if TYPE_CHECKING:
+    from yarnflow.datastream import StreamExecutionEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +58,12 @@ def _expand(inputs: list[Input]) -> list[Input]:
     return out
 
 
-def _restorable(env: StreamExecutionEnvironment) -> bool:
+def _restorable(conf: Mapping[str, str]) -> bool:
     """Whether the job keeps state to restore: checkpoints are on, or it starts from a savepoint."""
-    from yarnflow import executors
-
-    conf = getattr(executors.current_context(), "conf", {}) or {}
     return bool(conf.get("execution.checkpointing.interval") or conf.get("execution.savepoint.path"))
 
 
-def _checkpointing() -> bool:
-    from yarnflow import executors
-
-    conf = getattr(executors.current_context(), "conf", {}) or {}
+def _checkpointing(conf: Mapping[str, str]) -> bool:
     return bool(conf.get("execution.checkpointing.interval"))
 
 
@@ -138,11 +136,9 @@ def _runtime_mode(env: StreamExecutionEnvironment, ts: list[Transformation]) -> 
     return mode
 
 
-def _broadcast_threshold() -> int:
-    from yarnflow import executors
+def _broadcast_threshold(conf: Mapping[str, str]) -> int:
     from yarnflow.common.config import Options
 
-    conf = getattr(executors.current_context(), "conf", {}) or {}
     raw = conf.get(Options.JOIN_BROADCAST_THRESHOLD.key)
     if raw is None or raw == "":
         from yarnflow.common.config import Configuration
@@ -165,7 +161,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
 
     mode = _runtime_mode(env, ts)
     for t in ts:
-        if isinstance(t.operator, SparkStage) and mode != "BATCH" and not _checkpointing():
+        if isinstance(t.operator, SparkStage) and mode != "BATCH" and not _checkpointing(env.conf):
             raise JobDefinitionError(f"Spark stage '{t.operator.name}' in a STREAMING job runs once per completed "
                                      "checkpoint, over the rows that checkpoint covers: set "
                                      "execution.checkpointing.interval (or run the job in BATCH mode)")
@@ -179,7 +175,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
                                      f"{why}; a STREAMING job cannot have one")
     uids = operator_uids(ts, inputs)
     if mode == "BATCH":
-        ts = plan_batch(ts, inputs, uids, parallelism, _broadcast_threshold())
+        ts = plan_batch(ts, inputs, uids, parallelism, _broadcast_threshold(env.conf))
     consumers: dict[int, list[tuple[Transformation, Input]]] = {t.id: [] for t in ts}
     for t in ts:
         for inp in inputs[t.id]:
@@ -238,7 +234,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     assign_memory_fractions([[t.operator for t in chain if t.operator is not None] for chain in chains.values()],
                             [chain[0].slot_sharing_group for chain in chains.values()], mode == "BATCH")
 
-    if mode == "STREAMING" and _restorable(env):
+    if mode == "STREAMING" and _restorable(env.conf):
         unnamed = [t.operator.name for t in ts if t.operator is not None and _is_stateful(t.operator)
                    and not getattr(t.operator, "user_uid", False)]
         if unnamed:

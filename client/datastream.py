@@ -10,15 +10,13 @@ vectorised over Arrow record batches.
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.states import Partitioner
-from yarnflow.worker.operators.base import Operator, SourceOperator
+from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.common.api import AggregateFunction, KeyedProcessFunction, WatermarkStrategy
 from yarnflow.worker.operators.sinks import CollectSink, CsvSink, ParquetSink
@@ -26,49 +24,13 @@ from yarnflow.worker.operators.sources import CollectionSource, FileSource, Gene
 from yarnflow.worker.operators.timestamps import TimestampsAndWatermarks
 from yarnflow.worker.operators.transforms import MapBatches, RowFilter, RowFlatMap, RowMap
 
+from yarnflow.pipeline import Input, Transformation, next_id
+
 if TYPE_CHECKING:
     from yarnflow.executors import JobExecutionResult
 
-_ids = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class Input:
-    """An edge of the user's pipeline: where a transformation reads from, and how."""
-
-    upstream: Transformation
-    partitioner: Partitioner = Partitioner.FORWARD
-    keys: tuple[str, ...] = ()
-    output_tag: str = ""   # read the upstream's side output of this tag
-    input_index: int = 0   # 0, or 1 for the second input of a two-input operator
-
-
-@dataclass(eq=False)
-class Transformation:
-    """One node of the user's pipeline: an operator (None for a union) and its inputs."""
-
-    operator: Operator | None
-    inputs: list[Input]
-    parallelism: int | None = None
-    max_parallelism: int | None = None
-    slot_sharing_group: str = "default"
-    chaining: bool = True
-    event_time_column: str | None = None
-    cpu_cores: float = 0.0
-    memory_mb: int = 0
-    #: its rows come out in an order (a sort): what follows it by a forward edge keeps that
-    #: order, so it runs at parallelism 1 unless told otherwise
-    ordered: bool = False
-    id: int = field(default_factory=lambda: next(_ids))
-
-    @property
-    def is_source(self) -> bool:
-        return isinstance(self.operator, SourceOperator)
-
-    @property
-    def is_union(self) -> bool:
-        return self.operator is None
-
+__all__ = ["StreamExecutionEnvironment", "DataStream", "KeyedStream", "WindowedStream", "JoinedStreams", "Input",
+           "Transformation"]
 
 def _to_table(data: Any, schema: pa.Schema | None) -> pa.Table:
     if isinstance(data, pa.Table):
@@ -110,6 +72,9 @@ class StreamExecutionEnvironment:
         self.set_runtime_mode(runtime_mode or ctx.runtime_mode)
         self.transformations: list[Transformation] = []
         self.executed = False
+        #: the configuration the job is submitted with (``yarnflow run -D``, the execution
+        #: context's), which the compiler reads
+        self.conf: dict[str, str] = dict(getattr(ctx, "conf", {}) or {})
 
     @staticmethod
     def get_execution_environment() -> StreamExecutionEnvironment:
@@ -352,11 +317,11 @@ class DataStream:
 
     def print(self, name: str = "print") -> DataStream:
         """Print the rows on the client's stdout once the job has finished."""
-        return self._then(CollectSink(f"print-{next(_ids)}", print_rows=True, name=name))
+        return self._then(CollectSink(f"print-{next_id()}", print_rows=True, name=name))
 
     def collect(self, name: str = "collect") -> DataStream:
         """Hand the rows to the client: ``env.execute(...).collected()`` returns them."""
-        return self._then(CollectSink(f"collect-{next(_ids)}", name=name))
+        return self._then(CollectSink(f"collect-{next_id()}", name=name))
 
 
 class _PartitionedStream(DataStream):
@@ -478,7 +443,6 @@ def _spark_stage(env: StreamExecutionEnvironment, inputs: dict[str, DataStream],
     """A Spark stage (parallelism 1, declaring the Spark driver's memory) fed by a writer of
     Parquet files chained onto each input, and, after it, the reader of its output files: the
     stream the pipeline continues from."""
-    from yarnflow import executors
     from yarnflow.worker.operators.spark import ParquetFilesReader, SparkStage, SparkStageInput
     from yarnflow.worker.spark import DEFAULTS, memory_mb
 
@@ -487,7 +451,7 @@ def _spark_stage(env: StreamExecutionEnvironment, inputs: dict[str, DataStream],
             raise JobDefinitionError(f"Spark stage '{name}': input {view!r} comes from another environment")
         if not view.isidentifier():
             raise JobDefinitionError(f"Spark stage '{name}': input name {view!r} cannot name a table")
-    conf = getattr(executors.current_context(), "conf", {}) or {}
+    conf = env.conf
     try:
         memory = memory_mb(conf.get("spark.driver.memory") or DEFAULTS["spark.driver.memory"])
     except ValueError:

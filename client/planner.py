@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.states import Partitioner
-from yarnflow.datastream import Input, Transformation
+from yarnflow.pipeline import Input, Transformation
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.batch.aggregate import LocalKeyedAggregate
 from yarnflow.worker.operators.batch.hash_join import HashJoin

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from yarnflow.common.rocksdb_db import scan
 from yarnflow.common.state_format import MAX_PARALLELISM_KEY, decode
 
 if TYPE_CHECKING:  # rocksdict is loaded only by jobs on the rocksdb backend
@@ -127,7 +128,6 @@ def aggregate_batches(cf: Rdict, key_group_range: range, metadata: dict[bytes, b
     """The canonical table of the aggregate family ``cf`` in ``key_group_range`` (see the module
     docstring), as record batches of at most ``batch_rows`` rows, with ``metadata`` in their
     schema (the max parallelism): a large state is never in memory as a whole."""
-    from yarnflow.common.rocksdb_snapshot import scan
 
     fields = read_types(cf)
     if fields is None:
@@ -202,7 +202,6 @@ def namespaced_batches(cf: Rdict, key_group_range: range, metadata: dict[bytes, 
                        batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
     """The canonical table of the namespaced-tables family ``cf`` in ``key_group_range`` (see
     the module docstring), as record batches of about ``batch_rows`` rows at most."""
-    from yarnflow.common.rocksdb_snapshot import scan
 
     found = read_namespaced(cf)
     if found is None:

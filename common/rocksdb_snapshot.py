@@ -27,10 +27,12 @@ import fsspec
 import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
+from yarnflow.common.rocksdb_columnar import AGGREGATE_KIND, NAMESPACED_KIND, columnar_batches, columnar_states
+from yarnflow.common.rocksdb_db import db_options, kg_prefix, open_read_only, scan
 from yarnflow.common.state_format import KEYED_STATE_SCHEMA, MAX_PARALLELISM_KEY, TIMERS_SCHEMA, decode, dumps
 
 if TYPE_CHECKING:  # rocksdict is loaded only where a RocksDB snapshot is read or written
-    from rocksdict import Options, Rdict
+    from rocksdict import Rdict
 
 __all__ = ["KINDS_KEY", "MANIFEST_SCHEMA", "NATIVE_TABLE", "TIMERS_KEY", "CorruptStateFileError", "canonical_batches",
            "canonical_tables",
@@ -47,45 +49,6 @@ NATIVE_TABLE = "rocksdb"
 #: schema metadata of a manifest: the states' kinds, the timer services' states
 KINDS_KEY = b"yarnflow.rocksdb.kinds"
 TIMERS_KEY = b"yarnflow.rocksdb.timers"
-_WRITE_BUFFER = 16 << 20
-
-
-def kg_prefix(kg: int) -> bytes:
-    return kg.to_bytes(2, "big")
-
-
-def db_options() -> Options:
-    from rocksdict import Options
-
-    opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    opts.set_write_buffer_size(_WRITE_BUFFER)
-    opts.set_max_write_buffer_number(2)
-    opts.set_max_open_files(256)
-    return opts
-
-
-def open_read_only(path: str) -> Rdict:
-    from rocksdict import AccessType, Rdict
-
-    return Rdict(path, db_options(), access_type=AccessType.read_only())
-
-
-def scan(cf: Rdict, key_group_range: range) -> Iterator[tuple[int, bytes, bytes]]:
-    """(key group, entry bytes, value bytes) of ``cf`` in ``key_group_range``: one range scan."""
-    it = cf.iter()
-    it.seek(kg_prefix(key_group_range.start))
-    stop = kg_prefix(key_group_range.stop) if key_group_range.stop < 1 << 16 else None
-    while it.valid():
-        key = it.key()
-        if stop is not None and key >= stop:
-            break
-        yield int.from_bytes(key[:2], "big"), key[2:], it.value()
-        it.next()
-
-
-
 MANIFEST_SCHEMA = pa.schema([("file", pa.string()), ("path", pa.string()), ("size", pa.int64()),
                              ("sha256", pa.string()), ("data", pa.binary()), ("snapshot", pa.string()),
                              ("kg_start", pa.int32()), ("kg_stop", pa.int32())])
@@ -168,7 +131,6 @@ def canonical_batches(db: Rdict, metadata: dict[bytes, bytes], key_group_range: 
 def _columnar_batches(db: Rdict, metadata: dict[bytes, bytes], key_group_range: range, present: set[str],
                        batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
     """The canonical tables of the columnar states in ``db`` (see ``rocksdb_columnar``)."""
-    from yarnflow.common.rocksdb_columnar import AGGREGATE_KIND, NAMESPACED_KIND, columnar_batches, columnar_states
 
     for name, kind in sorted(columnar_states(metadata).items()):
         if kind not in (AGGREGATE_KIND, NAMESPACED_KIND):

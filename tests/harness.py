@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from yarnflow.worker.operators.base import Operator, RuntimeContext
-from yarnflow.worker.runtime.elements import Watermark, WatermarkStatus
+from yarnflow.worker.elements import Watermark, WatermarkStatus
 
 __all__ = ["OperatorHarness", "RecordingOutput", "runtime_context", "wait_until"]
 

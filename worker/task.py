@@ -38,9 +38,9 @@ from yarnflow.worker.runtime.checkpoints import (
     read_channel_state,
     read_task_state,
 )
-from yarnflow.worker.runtime.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel
+from yarnflow.worker.network.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel
 from yarnflow.common.states import ExchangeMode
-from yarnflow.worker.runtime.partition import ResultPartitionManager, read_stored, stored_partition_url
+from yarnflow.worker.network.partition import ResultPartitionManager, read_stored, stored_partition_url
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
 from yarnflow.worker.metrics import TaskMetricGroup

@@ -27,8 +27,8 @@ from yarnflow.common.ids import ResultPartitionID
 from yarnflow.worker.network.credit import FloatingBufferPool
 from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.flight import DEFAULT_SEGMENT_SIZE, DataServer, PartitionNotFoundError
-from yarnflow.worker.runtime.elements import ACTIVE, END_OF_PARTITION, IDLE, Watermark
-from yarnflow.worker.runtime.partition import PartitionReleasedError, ResultPartitionManager
+from yarnflow.worker.elements import ACTIVE, END_OF_PARTITION, IDLE, Watermark
+from yarnflow.worker.network.partition import PartitionReleasedError, ResultPartitionManager
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -278,7 +278,7 @@ import sys, time
 import pyarrow as pa
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.worker.network.flight import DataServer
-from yarnflow.worker.runtime.partition import ResultPartitionManager
+from yarnflow.worker.network.partition import ResultPartitionManager
 
 manager = ResultPartitionManager(sys.argv[1])
 server = DataServer("127.0.0.1", manager)

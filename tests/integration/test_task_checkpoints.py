@@ -36,8 +36,8 @@ from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.flight import DataServer
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sources import GeneratorSource
-from yarnflow.worker.runtime.elements import END_OF_PARTITION, CheckpointBarrier, Watermark
-from yarnflow.worker.runtime.partition import ResultPartitionManager
+from yarnflow.worker.elements import END_OF_PARTITION, CheckpointBarrier, Watermark
+from yarnflow.worker.network.partition import ResultPartitionManager
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

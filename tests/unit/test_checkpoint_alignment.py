@@ -24,7 +24,7 @@ from yarnflow.worker.runtime.checkpoints import (
     TriggerCheckpoint,
     read_task_state,
 )
-from yarnflow.worker.runtime.elements import (
+from yarnflow.worker.elements import (
     END_OF_PARTITION,
     CheckpointBarrier,
     EndOfPartition,
@@ -32,8 +32,8 @@ from yarnflow.worker.runtime.elements import (
     decode_event,
     encode_event,
 )
-from yarnflow.worker.runtime.gate import InputGate
-from yarnflow.worker.runtime.partition import ResultPartition
+from yarnflow.worker.network.gate import InputGate
+from yarnflow.worker.network.partition import ResultPartition
 from yarnflow.worker.runtime.stream_task import StreamTask
 from yarnflow.worker.runtime.writer import RecordWriter
 

@@ -13,9 +13,9 @@ import pytest
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.worker.network.debloat import BufferDebloater
 from yarnflow.worker.operators.base import Operator, RuntimeContext
-from yarnflow.worker.runtime.elements import END_OF_PARTITION
-from yarnflow.worker.runtime.gate import InputGate, LocalInputChannel
-from yarnflow.worker.runtime.partition import PartitionReleasedError, ResultPartitionManager, Subpartition
+from yarnflow.worker.elements import END_OF_PARTITION
+from yarnflow.worker.network.gate import InputGate, LocalInputChannel
+from yarnflow.worker.network.partition import PartitionReleasedError, ResultPartitionManager, Subpartition
 from yarnflow.worker.runtime.stream_task import StreamTask
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]

@@ -13,8 +13,8 @@ from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator
 from yarnflow.common.api import WatermarkStrategy
 from yarnflow.worker.operators.timestamps import EventTimeError, TimestampsAndWatermarks
-from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, MAX_WATERMARK, Watermark
-from yarnflow.worker.runtime.gate import InputGate
+from yarnflow.worker.elements import END_OF_PARTITION, IDLE, MAX_WATERMARK, Watermark
+from yarnflow.worker.network.gate import InputGate
 from yarnflow.worker.runtime.outputs import WatermarkValve
 from yarnflow.worker.runtime.stream_task import StreamTask
 

@@ -17,8 +17,8 @@ from yarnflow.common.api.functions import KeyedProcessFunction
 from yarnflow.common.api.state import ValueStateDescriptor
 from yarnflow.worker.operators.keyed import DistinctKeys, KeyedReduce
 from yarnflow.worker.operators.process import KeyedProcessOperator
-from yarnflow.worker.runtime.elements import MAX_WATERMARK
-from yarnflow.worker.runtime.keygroups import key_groups
+from yarnflow.worker.elements import MAX_WATERMARK
+from yarnflow.worker.key_assignment import key_groups
 from yarnflow.worker.state.errors import KeyGroupOutOfRangeError
 from yarnflow.worker.state.tables import materialize
 

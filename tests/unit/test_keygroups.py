@@ -1,4 +1,4 @@
-"""Keys -> key groups -> subtasks (worker/runtime/keygroups.py): stable hashes, every key type,
+"""Keys -> key groups -> subtasks (worker/key_assignment.py): stable hashes, every key type,
 nulls, both hashing paths (small arrays and dictionary-encoded large ones), and Flink's
 KeyGroupRangeAssignment formulas."""
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from yarnflow.common.errors import JobDefinitionError
-from yarnflow.worker.runtime.keygroups import (
+from yarnflow.worker.key_assignment import (
     hash_keys,
     key_group_range,
     key_groups,
@@ -76,7 +76,7 @@ def _groups_by_value(batch: pa.RecordBatch, keys: list[str], maxp: int = MAXP) -
 
 _HASHES = """
 import pyarrow as pa
-from yarnflow.worker.runtime.keygroups import hash_keys
+from yarnflow.worker.key_assignment import hash_keys
 
 
 def compute():
@@ -257,7 +257,7 @@ def test_the_hash_is_pandas_hash_array(values: np.ndarray):
     """Key groups are stored in checkpoints: the hash must stay pandas' ``hash_array``."""
     from pandas.util import hash_array as pandas_hash
 
-    from yarnflow.worker.runtime.keygroups import hash_array
+    from yarnflow.worker.key_assignment import hash_array
 
     assert hash_array(values.copy(), categorize=False).tolist() == pandas_hash(values.copy(), categorize=False).tolist()
 
@@ -266,7 +266,7 @@ def test_hashing_keys_does_not_import_pandas():
     """pandas costs every process ~50 MB; key hashing loads only its compiled hash function (in a
     process that keeps pyarrow from loading pandas, as TaskExecutors do)."""
     code = ("import sys, pyarrow as pa\nfrom yarnflow.common.memory import defer_pandas_import\n"
-            "defer_pandas_import()\nfrom yarnflow.worker.runtime.keygroups import key_groups\n"
+            "defer_pandas_import()\nfrom yarnflow.worker.key_assignment import key_groups\n"
             "key_groups(pa.table({'s': ['a'] * 100, 'i': list(range(100))}), ['s', 'i'], 128)\n"
             "print('pandas' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=25,

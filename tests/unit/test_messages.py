@@ -345,7 +345,7 @@ def test_a_partition_error_names_the_unavailable_partition_as_a_typed_id_across_
 
 def test_released_and_connection_errors_also_name_their_partition() -> None:
     from yarnflow.common.errors import RpcConnectionError
-    from yarnflow.worker.runtime.partition import PartitionReleasedError
+    from yarnflow.worker.network.partition import PartitionReleasedError
 
     pid = ids.ResultPartitionID("j1.p2.1")
     assert _through_bytes(_failed_reading(PartitionReleasedError("gone", pid))).unavailable_partition == pid

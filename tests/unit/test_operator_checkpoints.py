@@ -24,7 +24,7 @@ from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
 from yarnflow.worker.operators.sources import CollectionSource, FileSource, GeneratorSource
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.key_assignment import key_group_range, key_groups
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import KEYED_STATE_SCHEMA, TIMERS_SCHEMA
 from yarnflow.worker.state.tables import Snapshot, materialize

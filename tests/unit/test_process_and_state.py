@@ -32,8 +32,8 @@ from yarnflow.worker.state.errors import KeyGroupOutOfRangeError, NoCurrentKeyEr
 from yarnflow.worker.state.heap import HeapKeyedStateBackend
 from yarnflow.worker.state.tables import materialize
 from yarnflow.worker.operators.transforms import SchemaMismatchError
-from yarnflow.worker.runtime.elements import MAX_WATERMARK
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.elements import MAX_WATERMARK
+from yarnflow.worker.key_assignment import key_group_range, key_groups
 
 from tests.harness import OperatorHarness
 

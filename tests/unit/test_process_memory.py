@@ -71,7 +71,7 @@ def test_looking_for_pandas_before_importing_it_still_arms_pyarrow():
         import pyarrow as pa
         from yarnflow.common.memory import defer_pandas_import
         defer_pandas_import()
-        from yarnflow.worker.runtime.keygroups import key_groups
+        from yarnflow.worker.key_assignment import key_groups
         key_groups(pa.table({"s": ["a"] * 100}), ["s"], 128)
         print("pandas" in sys.modules)
         import pandas as pd

@@ -30,8 +30,8 @@ from yarnflow.common.rocksdb_snapshot import CorruptStateFileError, native_to_ca
 from yarnflow.common.state_format import decode, encode
 from yarnflow.worker.operators.keyed import KeyedReduce
 from yarnflow.worker.operators.process import KeyedProcessOperator
-from yarnflow.worker.runtime.elements import MAX_WATERMARK
-from yarnflow.worker.runtime.keygroups import key_group_range
+from yarnflow.worker.elements import MAX_WATERMARK
+from yarnflow.worker.key_assignment import key_group_range
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
 from yarnflow.worker.state.localdir import attempt_dir, new_rocksdb_backend, release_attempt, remove_orphans

@@ -17,7 +17,7 @@ import pytest
 from yarnflow.common.rocksdb_columnar import TYPES_KEY, columnar_states
 from yarnflow.common.rocksdb_snapshot import native_to_canonical
 from yarnflow.common.state_format import decode, encode
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.key_assignment import key_group_range, key_groups
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import HeapKeyedStateBackend
 from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend

@@ -28,7 +28,7 @@ from yarnflow.common.api.windows import SlidingEventTimeWindows, TumblingEventTi
 from yarnflow.common.rocksdb_columnar import TYPES_KEY, columnar_states
 from yarnflow.common.rocksdb_snapshot import native_to_canonical
 from yarnflow.worker.operators.windows import WindowAggregateOperator
-from yarnflow.worker.runtime.keygroups import key_group_range
+from yarnflow.worker.key_assignment import key_group_range
 from yarnflow.worker.state.heap import HeapKeyedStateBackend
 from yarnflow.worker.state.localdir import release_attempt
 from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend

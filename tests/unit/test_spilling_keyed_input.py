@@ -24,7 +24,7 @@ from yarnflow.worker.operators.batch.keyed_input import SpillingKeyedInput, want
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.worker.operators.process import KeyedAggregateFunctionOperator, KeyedProcessOperator
 from yarnflow.worker.operators.windows import WindowAggregateOperator, WindowJoinOperator
-from yarnflow.worker.runtime.elements import MAX_WATERMARK
+from yarnflow.worker.elements import MAX_WATERMARK
 from yarnflow.windows import TumblingEventTimeWindows, TumblingProcessingTimeWindows
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]

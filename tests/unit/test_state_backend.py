@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from yarnflow.common.api.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.key_assignment import key_group_range, key_groups
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
 from yarnflow.worker.state.tables import materialize

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from yarnflow.common.ids import ResultPartitionID
-from yarnflow.worker.runtime.elements import END_OF_PARTITION, EndOfPartition
-from yarnflow.worker.runtime.partition import (
+from yarnflow.worker.elements import END_OF_PARTITION, EndOfPartition
+from yarnflow.worker.network.partition import (
     PartitionReleasedError,
     ResultPartitionManager,
     read_stored,

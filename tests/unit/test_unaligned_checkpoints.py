@@ -19,7 +19,7 @@ from yarnflow.worker.network.client import RemoteInputChannel
 from yarnflow.worker.operators.base import Operator, RuntimeContext
 from yarnflow.worker.runtime.barriers import BarrierAligner, Decline, InflightComplete, Snapshot
 from yarnflow.worker.runtime.checkpoints import decode_channel_state, encode_channel_state
-from yarnflow.worker.runtime.elements import (
+from yarnflow.worker.elements import (
     END_OF_PARTITION,
     IDLE,
     CheckpointBarrier,
@@ -27,8 +27,8 @@ from yarnflow.worker.runtime.elements import (
     decode_event,
     encode_event,
 )
-from yarnflow.worker.runtime.gate import InputGate
-from yarnflow.worker.runtime.partition import ResultPartition
+from yarnflow.worker.network.gate import InputGate
+from yarnflow.worker.network.partition import ResultPartition
 from yarnflow.worker.runtime.stream_task import StreamTask
 from yarnflow.worker.runtime.writer import RecordWriter
 
@@ -445,8 +445,8 @@ def test_a_channel_whose_producer_finished_is_taken_ahead_when_a_checkpoint_reco
     partition: no barrier comes on it); channel 1's producer is running and its barrier
     overtakes. The checkpoint completes as soon as channel 0's rest is taken as in-flight
     data, not once the slow task has processed it."""
-    from yarnflow.worker.runtime.gate import LocalInputChannel
-    from yarnflow.worker.runtime.partition import ResultPartitionManager
+    from yarnflow.worker.network.gate import LocalInputChannel
+    from yarnflow.worker.network.partition import ResultPartitionManager
 
     manager = ResultPartitionManager()
     finished = manager.create(ResultPartitionID("job.up0"), 1, 64)
@@ -484,7 +484,7 @@ def test_a_trigger_that_comes_as_a_source_ends_is_taken_unaligned_after_its_chai
     not: it went in order behind it, and the checkpoint waited for the consumers to drain it)."""
     from yarnflow.worker.operators.base import SourceOperator
     from yarnflow.worker.runtime.checkpoints import Mailbox, TriggerCheckpoint
-    from yarnflow.worker.runtime.elements import MAX_WATERMARK
+    from yarnflow.worker.elements import MAX_WATERMARK
 
     class Source(SourceOperator):
         def __init__(self, mailbox: Any) -> None:

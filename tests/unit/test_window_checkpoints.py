@@ -32,8 +32,8 @@ from tests.unit.test_windows import (
 from yarnflow.common.api.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.windows import WindowAggregateOperator, WindowJoinOperator
-from yarnflow.worker.runtime.elements import MAX_WATERMARK
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.elements import MAX_WATERMARK
+from yarnflow.worker.key_assignment import key_group_range, key_groups
 from yarnflow.worker.state.rocksdb_files import NativeSnapshot
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]

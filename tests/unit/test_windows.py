@@ -30,7 +30,7 @@ from yarnflow.common.api import (
     window_start_with_offset,
 )
 from yarnflow.worker.operators.windows import WindowAggregateOperator, WindowJoinOperator
-from yarnflow.worker.runtime.elements import MAX_WATERMARK
+from yarnflow.worker.elements import MAX_WATERMARK
 
 from tests.harness import OperatorHarness
 

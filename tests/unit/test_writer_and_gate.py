@@ -16,10 +16,10 @@ from yarnflow.common.errors import UnavailableError
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.common.states import Partitioner
 from yarnflow.worker.runtime import writer as writer_module
-from yarnflow.worker.runtime.elements import END_OF_PARTITION, IDLE, EndOfPartition, Watermark
-from yarnflow.worker.runtime.gate import ChannelError, InputGate, IteratorChannel, LocalInputChannel
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
-from yarnflow.worker.runtime.partition import (
+from yarnflow.worker.elements import END_OF_PARTITION, IDLE, EndOfPartition, Watermark
+from yarnflow.worker.network.gate import ChannelError, InputGate, IteratorChannel, LocalInputChannel
+from yarnflow.worker.key_assignment import key_group_range, key_groups
+from yarnflow.worker.network.partition import (
     PartitionReleasedError,
     ResultPartition,
     ResultPartitionManager,

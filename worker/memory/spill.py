@@ -37,6 +37,18 @@ SPILL_FOLDER = "yarnflow-spill"
 SEGMENT_BYTES = 1 << 20
 
 
+def concat(parts: Sequence[pa.RecordBatch | pa.Table]) -> pa.Table | None:
+    """One table of ``parts`` (None when there are none); schemas that differ are unified as
+    ``concat_tables(promote_options="permissive")`` does (a null-typed column of an early batch
+    and the typed column of a later one, int32 and int64)."""
+    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts if p.num_rows]
+    if not tables:
+        return None
+    if all(t.schema.equals(tables[0].schema) for t in tables[1:]):
+        return pa.concat_tables(tables)
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
 def spill_roots(tmp_dirs: str, default: str) -> list[str]:
     """The folders spill files go to: each of the comma-separated ``io.tmp.dirs``, else ``default``."""
     dirs = [d.strip() for d in (tmp_dirs or "").split(",") if d.strip()]
@@ -66,7 +78,6 @@ class SpillFile:
 
     def read_all(self) -> pa.Table | None:
         """Every batch as one table (None when the file has no rows)."""
-        from yarnflow.worker.operators.batch.tables import concat
 
         return concat(list(self.read()))
 

@@ -17,7 +17,7 @@ import pyarrow.flight as flight
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.worker.network.credit import FloatingBufferPool, ReceiverCredit
 from yarnflow.worker.network.flight import EMPTY_SCHEMA, EXCHANGE, HEADER, PartitionNotFoundError, frame
-from yarnflow.worker.runtime.elements import CheckpointBarrier, EndOfPartition, decode_event
+from yarnflow.worker.elements import CheckpointBarrier, EndOfPartition, decode_event
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +330,7 @@ class RemoteInputChannel:
             f"{self.subpartition}: {_short(exc)}", partition_id=self.partition_id))
 
     def _fail(self, error: BaseException) -> None:
-        from yarnflow.worker.runtime.gate import ChannelError
+        from yarnflow.worker.network.gate import ChannelError
 
         with self._lock:
             if self._done:
@@ -404,7 +404,7 @@ class RemoteInputChannel:
     def run(self, push: Callable[[Any], bool]) -> None:
         """Hand every element to ``push`` until the end of the partition (or ``push`` returns
         False); raises the channel's error. For a consumer with a thread of its own."""
-        from yarnflow.worker.runtime.gate import ChannelError
+        from yarnflow.worker.network.gate import ChannelError
 
         while True:
             with self._lock:

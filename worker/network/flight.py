@@ -38,8 +38,8 @@ import pyarrow.flight as flight
 
 from yarnflow.common.errors import RpcConnectionError, UnavailableError
 from yarnflow.worker.network.credit import SenderCredit, buffers_for
-from yarnflow.worker.runtime.elements import EndOfPartition, encode_event
-from yarnflow.worker.runtime.partition import (
+from yarnflow.worker.elements import EndOfPartition, encode_event
+from yarnflow.worker.network.partition import (
     BlockingResultPartition,
     PartitionReleasedError,
     ResultPartitionManager,

@@ -12,7 +12,7 @@ from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.memory.manager import MemoryBudget
 from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.spark import MasterProvider
-from yarnflow.worker.runtime.elements import Watermark
+from yarnflow.worker.elements import Watermark
 from yarnflow.worker.state.tables import Snapshot
 
 

@@ -25,7 +25,7 @@ from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
 from yarnflow.worker.operators.batch.aggregate import AGG_FUNCS, HashAggregation, PartialSchema, output_names
 from yarnflow.worker.operators.rows import gc_paused, row_dicts
-from yarnflow.worker.runtime.keygroups import key_group_range, key_groups
+from yarnflow.worker.key_assignment import key_group_range, key_groups
 from yarnflow.worker.state.heap import ABSENT, IMMUTABLE, HeapKeyedStateBackend
 from yarnflow.worker.state.tables import Snapshot, owned_rows, require_columns
 

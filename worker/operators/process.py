@@ -44,8 +44,8 @@ from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
 from yarnflow.worker.operators.keyed import DistinctKeys, KeyRecords, key_tuples, keyed_backend
 from yarnflow.worker.operators.rows import RowBuffer, column_lists, gc_paused, row_dicts
 from yarnflow.worker.operators.timestamps import MissingEventTimeError, event_times_ms
-from yarnflow.worker.runtime.elements import Watermark
-from yarnflow.worker.runtime.keygroups import key_groups
+from yarnflow.worker.elements import Watermark
+from yarnflow.worker.key_assignment import key_groups
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
 from yarnflow.worker.state.tables import Snapshot
 

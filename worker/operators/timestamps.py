@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from yarnflow.common.api.watermarks import WatermarkStrategy
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
 from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.runtime.elements import ACTIVE, IDLE, Watermark
+from yarnflow.worker.elements import ACTIVE, IDLE, Watermark
 
 
 class EventTimeError(YarnflowError, ValueError):

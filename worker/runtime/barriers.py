@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from yarnflow.worker.runtime.elements import CheckpointBarrier
+from yarnflow.worker.elements import CheckpointBarrier
 
 log = logging.getLogger(__name__)
 

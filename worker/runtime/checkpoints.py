@@ -250,7 +250,7 @@ def is_channel_state(name: str) -> bool:
 
 
 def encode_channel_state(elements: list[Any]) -> tuple[pa.Table, int]:
-    from yarnflow.worker.runtime.elements import encode_event
+    from yarnflow.worker.elements import encode_event
 
     kinds, payloads, nbytes = [], [], 0
     for element in elements:
@@ -268,7 +268,7 @@ def encode_channel_state(elements: list[Any]) -> tuple[pa.Table, int]:
 
 
 def decode_channel_state(table: pa.Table) -> list[Any]:
-    from yarnflow.worker.runtime.elements import decode_event
+    from yarnflow.worker.elements import decode_event
 
     out: list[Any] = []
     for kind, payload in zip(table.column("kind").to_pylist(), table.column("payload").to_pylist()):

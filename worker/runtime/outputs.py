@@ -10,7 +10,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.runtime.elements import CheckpointBarrier, Watermark, WatermarkStatus
+from yarnflow.worker.elements import CheckpointBarrier, Watermark, WatermarkStatus
 from yarnflow.worker.runtime.writer import RecordWriter
 
 

@@ -49,7 +49,7 @@ from yarnflow.worker.runtime.checkpoints import (
     check_snapshot,
     release_all,
 )
-from yarnflow.worker.runtime.elements import (
+from yarnflow.worker.elements import (
     ACTIVE,
     IDLE,
     MAX_WATERMARK,
@@ -58,7 +58,7 @@ from yarnflow.worker.runtime.elements import (
     Watermark,
     WatermarkStatus,
 )
-from yarnflow.worker.runtime.gate import ChannelError, InputGate
+from yarnflow.worker.network.gate import ChannelError, InputGate
 from yarnflow.worker.runtime.outputs import ChainOutput, WatermarkValve, WriterOutput
 from yarnflow.worker.runtime.unaligned import Inflight, SnapshotSink, UnalignedCheckpoints
 from yarnflow.worker.runtime.writer import RecordWriter

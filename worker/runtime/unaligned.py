@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from yarnflow.worker.runtime.barriers import AlignerAction, BarrierAligner, InflightComplete
 from yarnflow.worker.runtime.checkpoints import release_all
-from yarnflow.worker.runtime.elements import CheckpointBarrier, EndOfPartition, Watermark, WatermarkStatus
-from yarnflow.worker.runtime.gate import ChannelError, InputGate
+from yarnflow.worker.elements import CheckpointBarrier, EndOfPartition, Watermark, WatermarkStatus
+from yarnflow.worker.network.gate import ChannelError, InputGate
 from yarnflow.worker.state.tables import Snapshot as StateSnapshot
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 
 from yarnflow.common.states import Partitioner
-from yarnflow.worker.runtime.elements import END_OF_PARTITION, Watermark
-from yarnflow.worker.runtime.keygroups import key_groups, operator_index_for_key_groups
-from yarnflow.worker.runtime.partition import ResultPartition
+from yarnflow.worker.elements import END_OF_PARTITION, Watermark
+from yarnflow.worker.key_assignment import key_groups, operator_index_for_key_groups
+from yarnflow.worker.network.partition import ResultPartition
 
 
 class RecordWriter:

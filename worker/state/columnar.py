@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from yarnflow.worker.runtime.keygroups import key_groups
+from yarnflow.worker.key_assignment import key_groups
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.tables import require_columns
 

@@ -52,7 +52,7 @@ from yarnflow.common.rocksdb_columnar import (
 )
 from yarnflow.common.rocksdb_snapshot import open_read_only, scan
 from yarnflow.common.state_format import decode, encode
-from yarnflow.worker.runtime.keygroups import key_groups
+from yarnflow.worker.key_assignment import key_groups
 from yarnflow.worker.state.columnar import _FUNCS, _Values, restore_namespaced
 from yarnflow.worker.state.errors import StateRestoreError
 from yarnflow.worker.state.tables import require_columns

@@ -66,7 +66,7 @@ from yarnflow.worker.memory.spill import remove_orphan_spills, spill_roots
 from yarnflow.worker.metrics import start_task_executor_metrics
 from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.flight import DataServer
-from yarnflow.worker.runtime.partition import ResultPartitionManager
+from yarnflow.worker.network.partition import ResultPartitionManager
 from yarnflow.worker.state.localdir import set_default_base
 from yarnflow.worker.task import Task
 from yarnflow.worker.taskexecutor.job_table import JobMasterConnection, JobTable, slots_to_free

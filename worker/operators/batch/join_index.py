@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from yarnflow.worker.runtime.keygroups import hash_keys
+from yarnflow.worker.key_assignment import hash_keys
 
 __all__ = ["JoinIndex", "JoinLayout", "JOIN_TYPES", "Matches"]
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 from yarnflow.worker.memory.spill import SpillFile, SpillWriter
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
 from yarnflow.worker.operators.batch.tables import FANOUT, partition_ids, split_by_partition
-from yarnflow.worker.runtime.elements import MAX_WATERMARK, Watermark
+from yarnflow.worker.elements import MAX_WATERMARK, Watermark
 from yarnflow.worker.state.tables import Snapshot
 
 log = logging.getLogger(__name__)

@@ -10,25 +10,14 @@ import numpy as np
 import pyarrow as pa
 
 from yarnflow.common.errors import JobDefinitionError
-from yarnflow.worker.runtime.keygroups import hash_keys
+from yarnflow.worker.key_assignment import hash_keys
+from yarnflow.worker.memory.spill import concat
 
 __all__ = ["common_key_types", "concat", "cast_keys", "partition_ids", "split_by_partition", "slices"]
 
 #: how many spill partitions a level of a hybrid hash join or a spilling aggregation splits into
 FANOUT = 32
 _FANOUT_BITS = 5
-
-
-def concat(parts: Sequence[pa.RecordBatch | pa.Table]) -> pa.Table | None:
-    """One table of ``parts`` (None when there are none); schemas that differ are unified as
-    ``concat_tables(promote_options="permissive")`` does (a null-typed column of an early batch
-    and the typed column of a later one, int32 and int64)."""
-    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts if p.num_rows]
-    if not tables:
-        return None
-    if all(t.schema.equals(tables[0].schema) for t in tables[1:]):
-        return pa.concat_tables(tables)
-    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def slices(table: pa.Table | pa.RecordBatch, size: int) -> Iterator[pa.RecordBatch]:

@@ -55,7 +55,7 @@ from yarnflow.worker.operators.timestamps import event_times_ms
 from yarnflow.worker.operators.windows.common import AGG_FUNCS, MIN_TS, BuiltinAggs
 from yarnflow.worker.operators.windows.row_windows import RowWindows
 from yarnflow.worker.operators.windows.vector import VectorWindows
-from yarnflow.worker.runtime.elements import Watermark
+from yarnflow.worker.elements import Watermark
 from yarnflow.worker.state.heap import HeapKeyedStateBackend
 from yarnflow.worker.state.tables import Snapshot
 

@@ -14,7 +14,7 @@ from yarnflow.worker.operators.keyed import check_columns, keyed_backend
 from yarnflow.worker.operators.rows import RowBuffer
 from yarnflow.worker.operators.timestamps import event_times_ms
 from yarnflow.worker.operators.windows.common import MIN_TS, WINDOW_END, WINDOW_START, runs
-from yarnflow.worker.runtime.elements import Watermark
+from yarnflow.worker.elements import Watermark
 from yarnflow.worker.state.tables import Snapshot
 
 __all__ = ["WindowJoinOperator"]

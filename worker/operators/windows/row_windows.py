@@ -23,7 +23,7 @@ import pyarrow as pa
 from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME
 from yarnflow.worker.operators.rows import RowBuffer
 from yarnflow.worker.operators.windows.common import WINDOW_END, WINDOW_START, BuiltinAggs, Reduce, UserAggregate
-from yarnflow.worker.runtime.keygroups import key_groups
+from yarnflow.worker.key_assignment import key_groups
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from yarnflow.common.errors import UnavailableError
 from yarnflow.common.ids import ResultPartitionID
-from yarnflow.worker.runtime.elements import END_OF_PARTITION, EndOfPartition
+from yarnflow.worker.elements import END_OF_PARTITION, EndOfPartition
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Subpartition:
     def add_priority(self, event: Any) -> list[Any]:
         """Put ``event`` (an unaligned checkpoint's barrier) ahead of everything queued; returns
         what it overtook (the producer's in-flight output, without older barriers)."""
-        from yarnflow.worker.runtime.elements import CheckpointBarrier
+        from yarnflow.worker.elements import CheckpointBarrier
 
         with self._cond:
             if self._released:

@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 
 from yarnflow.worker.network.credit import FloatingBufferPool
-from yarnflow.worker.runtime.elements import EndOfPartition
-from yarnflow.worker.runtime.partition import (
+from yarnflow.worker.elements import EndOfPartition
+from yarnflow.worker.network.partition import (
     BlockingResultPartition,
     PartitionReleasedError,
     ResultPartitionManager,
