@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from yarnflow.am.checkpoint.shared import delete_shared_files
 from yarnflow.am.checkpoint.storage import (
@@ -75,38 +75,21 @@ from yarnflow.common.messages import (
     JobStatusInfo,
     SlotOffer,
     SplitResponse,
-    TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
     TaskExecutorHeartbeatPayload,
     TaskStateSnapshot,
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced
 from yarnflow.common.rpc.gateways import JobMasterServiceHandler, RemoteTaskExecutorGateway
+from yarnflow.common.rpc.services import TaskExecutorServiceCalls
 from yarnflow.common.states import JobStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class TaskExecutorGateway(Protocol):
-    """The calls a JobMaster makes on a TaskExecutor."""
-
-    def submit_task(self, token: str, tdd: TaskDeploymentDescriptor) -> None: ...
-
-    def cancel_task(self, token: str, attempt_id: ExecutionAttemptID) -> None: ...
-
-    def free_slot(self, token: str, allocation_id: AllocationID, reason: str) -> None: ...
-
-    def release_partitions(self, token: str, job_id: str, partition_ids: list[str]) -> None: ...
-
-    def trigger_checkpoint(self, token: str, attempt_id: str, checkpoint_id: int, timestamp_ms: int,
-                           exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None: ...
-
-    def notify_checkpoint_complete(self, token: str, attempt_id: str, checkpoint_id: int) -> None: ...
-
-    def notify_checkpoint_aborted(self, token: str, attempt_id: str, checkpoint_id: int) -> None: ...
-
-    def close(self) -> None: ...
+#: the calls a JobMaster makes on a TaskExecutor (generated from the IDL)
+TaskExecutorGateway = TaskExecutorServiceCalls
 
 
 class _MainThreadTimers:

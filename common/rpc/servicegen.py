@@ -12,7 +12,9 @@ component's method (``@rpc`` / ``@fenced`` on an ``RpcEndpoint``):
   args)``: the endpoint base checks the fencing token (a first parameter named
   ``*fencing_token`` carries it) and runs the method on the component's main thread;
 - ``<SERVICE>_METHODS`` names each method and whether the IDL fences it, so a test can check a
-  component declares the same.
+  component declares the same;
+- ``<Service>Calls`` is the service's calls as a Protocol, what a caller depends on (the
+  gateway implements it, and so can a test's double).
 """
 
 from __future__ import annotations
@@ -167,6 +169,19 @@ def _param(p: _Value, with_default: bool) -> str:
     return f"{text} = {p.default!r}" if with_default else text
 
 
+def _calls(service: str, methods: list[_Method]) -> list[str]:
+    """The service's calls as a Protocol: what a component that calls it depends on (its
+    gateway, or a test's double, which need not take ``rpc_timeout_ms``)."""
+    out = [f"class {service}Calls(Protocol):", f'    """The calls of a {service}, as its gateway makes them."""', ""]
+    for m in methods:
+        params = ", ".join(_param(p, all(q.default is not None for q in m.params[i:]))
+                           for i, p in enumerate(m.params))
+        ret = m.result.py_type(False) if m.result is not None else "None"
+        out += [f"    def {m.py_name}(self{', ' if params else ''}{params}) -> {ret}: ...", ""]
+    out += ["    def close(self) -> None: ...", "", ""]
+    return out
+
+
 def _handler(service: str, methods: list[_Method]) -> list[str]:
     out = [
         f"class {service}Handler:",
@@ -204,7 +219,7 @@ def render(package: str, modules: dict[str, ModuleType]) -> str:
         "",
         "from __future__ import annotations",
         "",
-        "from typing import Any",
+        "from typing import Any, Protocol",
         "",
         f"from yarnflow.common.ids import {', '.join(ids)}",
         "from yarnflow.common.messages import (",
@@ -225,6 +240,7 @@ def render(package: str, modules: dict[str, ModuleType]) -> str:
         lines.append("}")
     lines += ["", ""]
     for name, methods in services.items():
+        lines += _calls(name, methods)
         lines += _gateway(name, methods)
         lines += _handler(name, methods)
     while lines and lines[-1] == "":

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
 from yarnflow.common.messages import (
@@ -73,6 +73,30 @@ TASK_EXECUTOR_METHODS = {
     "notify_checkpoint_aborted": True,
     "ping": False,
 }
+
+
+class DispatcherServiceCalls(Protocol):
+    """The calls of a DispatcherService, as its gateway makes them."""
+
+    def submit_job(self, fencing_token: str, job_graph: JobGraph) -> str: ...
+
+    def list_jobs(self, fencing_token: str) -> list[JobStatusInfo]: ...
+
+    def get_job(self, fencing_token: str, job_id: str) -> JobStatusInfo: ...
+
+    def cancel_job(self, fencing_token: str, job_id: str) -> None: ...
+
+    def request_job_result(self, fencing_token: str, job_id: str, timeout_ms: int) -> JobResult: ...
+
+    def cluster_info(self) -> ClusterInfo: ...
+
+    def shutdown_cluster(self, fencing_token: str) -> None: ...
+
+    def trigger_savepoint(self, fencing_token: str, job_id: str, target_dir: str) -> str: ...
+
+    def stop_with_savepoint(self, fencing_token: str, job_id: str, target_dir: str, drain: bool) -> str: ...
+
+    def close(self) -> None: ...
 
 
 class DispatcherServiceGateway:
@@ -168,6 +192,24 @@ class DispatcherServiceHandler:
         return DispatcherService.Processor(self)
 
 
+class JobMasterServiceCalls(Protocol):
+    """The calls of a JobMasterService, as its gateway makes them."""
+
+    def offer_slots(self, fencing_token: str, job_id: str, resource_id: str, offers: list[SlotOffer]) -> list[SlotOffer]: ...
+
+    def update_task_execution_state(self, fencing_token: str, update: TaskExecutionStateUpdate) -> bool: ...
+
+    def request_split(self, fencing_token: str, job_id: str, vertex_id: str, subtask_index: int, execution_attempt_id: str, last_checkpoint_id: int) -> SplitResponse: ...
+
+    def acknowledge_checkpoint(self, fencing_token: str, job_id: str, execution_attempt_id: str, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None: ...
+
+    def decline_checkpoint(self, fencing_token: str, job_id: str, execution_attempt_id: str, checkpoint_id: int, reason: str) -> None: ...
+
+    def heartbeat_from_task_executor(self, fencing_token: str, job_id: str, payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport: ...
+
+    def close(self) -> None: ...
+
+
 class JobMasterServiceGateway:
     """Calls on a JobMasterService (``jobmaster`` on its server, or ``service`` when given)."""
 
@@ -237,6 +279,20 @@ class JobMasterServiceHandler:
         return JobMasterService.Processor(self)
 
 
+class ResourceManagerServiceCalls(Protocol):
+    """The calls of a ResourceManagerService, as its gateway makes them."""
+
+    def register_task_executor(self, registration: TaskExecutorRegistration) -> RegistrationResponse: ...
+
+    def heartbeat_from_task_executor(self, fencing_token: str, registration_id: str, slot_report: SlotReport) -> None: ...
+
+    def disconnect_task_executor(self, fencing_token: str, resource_id: str, reason: str) -> None: ...
+
+    def request_spark_master(self, fencing_token: str, settings: dict[str, str]) -> str: ...
+
+    def close(self) -> None: ...
+
+
 class ResourceManagerServiceGateway:
     """Calls on a ResourceManagerService (``resourcemanager`` on its server, or ``service`` when given)."""
 
@@ -288,6 +344,32 @@ class ResourceManagerServiceHandler:
 
     def processor(self) -> Any:
         return ResourceManagerService.Processor(self)
+
+
+class TaskExecutorServiceCalls(Protocol):
+    """The calls of a TaskExecutorService, as its gateway makes them."""
+
+    def request_slot(self, rm_fencing_token: str, slot_index: int, job_id: str, allocation_id: str, profile: ResourceProfile, jobmaster_address: str, jobmaster_fencing_token: str) -> None: ...
+
+    def submit_task(self, jobmaster_fencing_token: str, tdd: TaskDeploymentDescriptor) -> None: ...
+
+    def cancel_task(self, jobmaster_fencing_token: str, execution_attempt_id: str) -> None: ...
+
+    def free_slot(self, jobmaster_fencing_token: str, allocation_id: str, reason: str) -> None: ...
+
+    def disconnect_resource_manager(self, rm_fencing_token: str, reason: str) -> None: ...
+
+    def release_partitions(self, jobmaster_fencing_token: str, job_id: str, partition_ids: list[str]) -> None: ...
+
+    def trigger_checkpoint(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int, timestamp_ms: int, exactly_once: bool, stop_mode: str = '', aligned_timeout_ms: int = -1) -> None: ...
+
+    def notify_checkpoint_complete(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int) -> None: ...
+
+    def notify_checkpoint_aborted(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int) -> None: ...
+
+    def ping(self) -> str: ...
+
+    def close(self) -> None: ...
 
 
 class TaskExecutorServiceGateway:

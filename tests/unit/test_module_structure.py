@@ -24,7 +24,6 @@ MAX_LINES = 500
 OVERSIZED = {
     "worker/operators/batch/hash_join.py",
     "worker/runtime/stream_task.py",
-    "worker/taskexecutor/task_executor.py",
     "am/jobmaster/job_master_core.py",
     "client/datastream.py",
     "am/jobmaster/job_master.py",

@@ -32,7 +32,7 @@ class SparkMasters:
         self._keepalive: threading.Thread | None = None
 
     def _ask(self, settings: dict[str, str]) -> str:
-        rm, token = self._te._rm, self._te._rm_token
+        rm, token = self._te._rm, self._te.core.rm_token
         if rm is None or not token:
             return ""
         try:

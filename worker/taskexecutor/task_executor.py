@@ -1,5 +1,8 @@
-"""The TaskExecutor shell: registers with the ResourceManager, heartbeats, keeps the slot
-table, offers slots to JobMasters, runs tasks and reports their states.
+"""The TaskExecutor shell: registers with the ResourceManager, heartbeats, offers slots to
+JobMasters, runs tasks and reports their states. Its state and decisions (slots, deployed
+tasks, JobMaster connections, heartbeats, which token a call must carry) are the pure core's,
+``core.py``; this shell owns the threads, sockets and Task objects and carries out the core's
+actions.
 
 Every ``heartbeat.interval`` it also sends each job's JobMaster a heartbeat (Flink's JobMaster
 <-> TaskExecutor heartbeat) with the job's tasks and slots here, and acts on the answer (the
@@ -9,8 +12,9 @@ is freed; a JobMaster that answers NOT_FOUND or FENCING, or that stays silent fo
 A task's final update is kept until the JobMaster acknowledges it (see ``job_table``).
 
 Fencing: calls from a JobMaster (submitTask, cancelTask, freeSlot, releasePartitions,
-triggerCheckpoint, notifyCheckpointComplete/Aborted) must carry the token of the job's JobMaster as last named by a slot request; any other token is
-refused, also once the slot or the task is gone.
+triggerCheckpoint, notifyCheckpointComplete/Aborted) must carry the token of the job's JobMaster
+as last named by a slot request; any other token is refused, also once the slot or the task is
+gone (``RpcEndpoint`` checks it, with the token the core expects).
 
 State lives on the main thread (``MainThreadExecutor``); blocking calls to the AppMaster run
 on helper threads and post their outcome back. When no ResourceManager has answered for
@@ -43,15 +47,13 @@ from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, Resourc
 from yarnflow.common.messages import (
     AllocatedSlotReport,
     ResourceProfile,
-    SlotOffer,
     SlotReport,
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
     TaskStateSnapshot,
-    TaskExecutorHeartbeatPayload,
     TaskExecutorRegistration,
 )
-from yarnflow.common.rpc.endpoint import UNFENCED, Expected, MainThreadExecutor, RpcEndpoint, fenced, rpc
+from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc
 from yarnflow.common.rpc.gateways import (
     TASK_EXECUTOR,
     RemoteJobMasterGateway,
@@ -69,41 +71,21 @@ from yarnflow.worker.network.flight import DataServer
 from yarnflow.worker.network.partition import ResultPartitionManager
 from yarnflow.worker.state.localdir import set_default_base
 from yarnflow.worker.task import Task
-from yarnflow.worker.taskexecutor.job_table import JobMasterConnection, JobTable, slots_to_free
-from yarnflow.worker.taskexecutor.slot_table import SlotState, SlotTable
+from yarnflow.worker.taskexecutor.core import (
+    Action,
+    CancelTask,
+    CloseJobMasterConnection,
+    OfferSlot,
+    ReleasePartitions,
+    SendHeartbeat,
+    StartTask,
+    TaskExecutorCore,
+)
+from yarnflow.worker.taskexecutor.job_table import JobTable
+from yarnflow.worker.taskexecutor.slot_table import SlotTable
 from yarnflow.worker.taskexecutor.spark_masters import SparkMasters
 
 log = logging.getLogger(__name__)
-
-
-def _rm_token(te: TaskExecutor, *args: object) -> Expected:
-    return te._rm_token or None
-
-
-def _slot_token(te: TaskExecutor, allocation_id: AllocationID, *args: object) -> Expected:
-    slot = te.slots.get(allocation_id)
-    if slot is None:
-        return te.jobs.expected_token(te.jobs.job_of(allocation_id))
-    return te.jobs.expected_token(slot.job_id, slot.jobmaster_token)
-
-
-def _task_token(te: TaskExecutor, attempt_id: ExecutionAttemptID, *args: object) -> Expected:
-    task = te.tasks.get(attempt_id)
-    if task is None:
-        return te.jobs.expected_token(te.jobs.job_of(attempt_id))
-    return te.jobs.expected_token(task.tdd.job_id, task.tdd.jobmaster_fencing_token)
-
-
-def _deployment_token(te: TaskExecutor, tdd: TaskDeploymentDescriptor) -> Expected:
-    slot = te.slots.get(tdd.allocation_id)
-    if slot is not None and slot.job_id != tdd.job_id:
-        return None
-    return te.jobs.expected_token(tdd.job_id, slot.jobmaster_token if slot is not None else None)
-
-
-def _job_token(te: TaskExecutor, job_id: JobID, *args: object) -> Expected:
-    """A job this TaskExecutor never served has nothing here to protect: not fenced."""
-    return te.jobs.expected_token(job_id) if te.jobs.token_of(job_id) is not None else UNFENCED
 
 
 class TaskExecutor(RpcEndpoint):
@@ -119,13 +101,14 @@ class TaskExecutor(RpcEndpoint):
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
         self._registration_timeout_ms = config[Options.TM_REGISTRATION_TIMEOUT]
         self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
-        self.jobs = JobTable(SystemClock(), config[Options.HEARTBEAT_TIMEOUT])
-        self._jm_heartbeats_in_flight: set[JobID] = set()
         host = config[Options.TM_HOST]
         num_slots = config[Options.NUM_SLOTS]
         profile = ResourceProfile(config[Options.TM_CPU] / num_slots,
                                   config[Options.TM_MEMORY] // (1 << 20) // num_slots)
-        self.slots = SlotTable(num_slots, profile)
+        #: slots, tasks, JobMaster connections and heartbeats, tokens: the pure core
+        self.core = TaskExecutorCore(resource_id, SlotTable(num_slots, profile),
+                                     JobTable(SystemClock(), config[Options.HEARTBEAT_TIMEOUT]))
+        self.slots, self.jobs = self.core.slots, self.core.jobs
         self._main = MainThreadExecutor(f"taskexecutor-{resource_id}")
         super().__init__(f"TaskExecutor {resource_id}", self._main)
         self._io = ThreadPoolExecutor(4, thread_name_prefix="te-io")
@@ -143,9 +126,7 @@ class TaskExecutor(RpcEndpoint):
         self._rm: RemoteResourceManagerGateway | None = (RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
                                                          if rm_address else None)  # None: no leader known yet
         self._jms: dict[tuple[str, JobID], RemoteJobMasterGateway] = {}
-        self.tasks: dict[ExecutionAttemptID, Task] = {}
-        self._rm_token = ""
-        self._registration_id = ""
+        self.tasks: dict[ExecutionAttemptID, Task] = {}  # the running Task objects of core.tasks
         self._last_rm_contact = time.monotonic()
         self._stopped = threading.Event()
         self._rm_changed = threading.Event()  # wakes the registration loop for a new leader at once
@@ -231,17 +212,13 @@ class TaskExecutor(RpcEndpoint):
             return
         log.info("the AppMaster leading the cluster is now %s (session %s); it was %s", leader.address,
                  leader.session_id, self._rm_address)
-        for job_id in sorted({*(c.job_id for c in self.jobs.connections()),
-                              *(s.job_id for s in self.slots.slots if s.job_id is not None)}):
-            self._job_master_gone(job_id, "the AppMaster that led its job lost the leadership")
+        self._carry_out(self.core.leader_changed())
         self._leader_session = leader.session_id
         if not same_address:
             if self._rm is not None:
                 self._old_rms.append(self._rm)
             self._rm = RemoteResourceManagerGateway(leader.address, self._rpc_timeout)
             self._rm_address = leader.address
-        self._rm_token = ""
-        self._registration_id = ""
         self._last_rm_contact = time.monotonic()
         self._rm_changed.set()
 
@@ -256,23 +233,23 @@ class TaskExecutor(RpcEndpoint):
             try:
                 if rm is None:
                     raise UnavailableError("no leader is known yet")
-                if not self._registration_id:
+                if not self.core.registration_id:
                     while self._old_rms:  # gateways of earlier leaders: nobody uses them any more
                         self._old_rms.pop().close()
                     resp = rm.register_task_executor(self._registration())
                     if not resp.accepted:
                         raise RefusedError(resp.reason)
-                    self._main.call(self._on_registered, resp.fencing_token, resp.registration_id)
+                    self._main.call(self.core.registered, resp.fencing_token, resp.registration_id)
                     log.info("registered at the ResourceManager %s", self._rm_address)
                     self._last_rm_contact = time.monotonic()
                     continue  # report the slots at once: the ResourceManager hands them out only after that
                 else:
                     report = self._main.call(self._slot_report)
-                    rm.heartbeat_from_task_executor(self._rm_token, self._registration_id, report)
+                    rm.heartbeat_from_task_executor(self.core.rm_token, self.core.registration_id, report)
                 self._last_rm_contact = time.monotonic()
             except (RefusedError, FencingTokenError, NotFoundError) as exc:
                 log.info("ResourceManager does not know this TaskExecutor (%s): registering again", exc)
-                self._registration_id = ""
+                self._main.execute(self.core.registration_lost)
                 self._last_rm_contact = time.monotonic()
                 continue
             except (RpcError, UnavailableError) as exc:
@@ -291,20 +268,84 @@ class TaskExecutor(RpcEndpoint):
         report = self.slots.report()
         return SlotReport(report.slots, len(self.partitions.blocking_partitions()))
 
-    def _on_registered(self, token: str, registration_id: str) -> None:
-        self._rm_token, self._registration_id = token, registration_id
-
     # -- TaskExecutorService (over RPC, on the main thread; fenced by RpcEndpoint) -------------
-    @fenced(_rm_token)
+    @fenced(lambda te, *args: te.core.rm_token_expected())
     def request_slot(self, slot_index: int, job_id: JobID, allocation_id: AllocationID, profile: ResourceProfile,
                      jobmaster_address: str, jobmaster_token: str) -> None:
-        if self.slots.allocate(slot_index, job_id, allocation_id, jobmaster_address, jobmaster_token):
-            self.jobs.connect(job_id, jobmaster_address, jobmaster_token)
-            log.info("slot %d allocated to %s of job %s", slot_index, allocation_id, job_id)
-            slot = self.slots.get(allocation_id)
-            assert slot is not None
-            offer = SlotOffer(allocation_id, slot_index, slot.profile)
-            self._io.submit(self._offer, job_id, jobmaster_address, jobmaster_token, offer)
+        self._carry_out(self.core.slot_requested(slot_index, job_id, allocation_id, jobmaster_address,
+                                                 jobmaster_token))
+
+    @fenced(lambda te, tdd: te.core.deployment_token(tdd))
+    def submit_task(self, tdd: TaskDeploymentDescriptor) -> None:
+        self._carry_out(self.core.deploy(tdd))
+
+    @fenced(lambda te, attempt_id, *args: te.core.task_token(attempt_id))
+    def cancel_task(self, attempt_id: ExecutionAttemptID) -> None:
+        self._carry_out(self.core.cancel_task(attempt_id))
+
+    @fenced(lambda te, allocation_id, *args: te.core.slot_token(allocation_id))
+    def free_slot(self, allocation_id: AllocationID, reason: str) -> None:
+        self._carry_out(self.core.free_slot(allocation_id, reason))
+
+    @fenced(lambda te, attempt_id, *args: te.core.task_token(attempt_id))
+    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp_ms: int,
+                           exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None:
+        """Hand checkpoint ``checkpoint_id`` to the task (its mailbox). NotFoundError when the
+        attempt is not running here."""
+        self._running(attempt_id, f"triggerCheckpoint {checkpoint_id}").trigger_checkpoint(
+            checkpoint_id, timestamp_ms, exactly_once, stop, aligned_timeout_ms)
+
+    @fenced(lambda te, attempt_id, *args: te.core.task_token(attempt_id))
+    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
+        self._running(attempt_id, f"notifyCheckpointComplete {checkpoint_id}").notify_checkpoint(
+            checkpoint_id, complete=True)
+
+    @fenced(lambda te, attempt_id, *args: te.core.task_token(attempt_id))
+    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
+        self._running(attempt_id, f"notifyCheckpointAborted {checkpoint_id}").notify_checkpoint(
+            checkpoint_id, complete=False)
+
+    def _running(self, attempt_id: ExecutionAttemptID, call: str) -> Task:
+        self.core.running(attempt_id, call)
+        return self.tasks[attempt_id]
+
+    @fenced(lambda te, job_id, *args: te.core.job_token(job_id))
+    def release_partitions(self, job_id: JobID, partition_ids: list[str]) -> None:
+        """Blocking partitions are released by the JobMaster when no consumer needs them."""
+        self._carry_out(self.core.release_partitions(job_id, partition_ids))
+
+    @fenced(lambda te, *args: te.core.rm_token_expected())
+    def disconnect_resource_manager(self, reason: str) -> None:
+        if reason.startswith("shutdown"):
+            threading.Thread(target=self.shutdown, args=(f"the ResourceManager asked: {reason}",),
+                             daemon=True).start()
+        else:
+            self.core.registration_lost()
+
+    @rpc
+    def ping(self) -> str:
+        return "pong"
+
+    # -- carrying out the core's actions (main thread) --------------------------------------------
+    def _carry_out(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, OfferSlot):
+                self._io.submit(self._offer, action)
+            elif isinstance(action, StartTask):
+                self._start_task(action)
+            elif isinstance(action, CancelTask):
+                task = self.tasks.get(action.attempt_id)
+                if task is not None:
+                    task.cancel()
+                    if action.watch:
+                        self._watch_cancellation(task)
+            elif isinstance(action, ReleasePartitions):
+                self.partitions.release_all(action.covers, blocking=not action.pipelined_only)
+            elif isinstance(action, SendHeartbeat):
+                self._io.submit(self._send_jm_heartbeat, action)
+            elif isinstance(action, CloseJobMasterConnection):
+                for key in [k for k in self._jms if k[1] == action.job_id]:
+                    self._jms.pop(key).close()
 
     def _jm(self, address: str, job_id: JobID) -> RemoteJobMasterGateway:
         """The gateway to the JobMaster of ``job_id`` at ``address`` (its own service there)."""
@@ -314,41 +355,21 @@ class TaskExecutor(RpcEndpoint):
                                                                        service=job_master_service(job_id))
         return gw
 
-    def _disconnect_job(self, job_id: JobID) -> None:
-        self.jobs.disconnect(job_id)
-        for key in [k for k in self._jms if k[1] == job_id]:
-            self._jms.pop(key).close()
-
-    def _offer(self, job_id: JobID, address: str, token: str, offer: SlotOffer) -> None:
+    def _offer(self, action: OfferSlot) -> None:
+        """(an I/O thread)"""
+        job_id, token = action.job_id, action.token
         try:
-            accepted = self._main.call(self._jm, address, job_id).offer_slots(token, job_id, self.resource_id, [offer])
+            accepted = self._main.call(self._jm, action.address, job_id).offer_slots(
+                token, job_id, self.resource_id, [action.offer])
         except RpcError as exc:
-            log.warning("offering slot %s to the JobMaster of %s failed: %s", offer.allocation_id, job_id, exc)
+            log.warning("offering slot %s to the JobMaster of %s failed: %s", action.offer.allocation_id, job_id, exc)
             accepted = []
         else:
             self._main.execute(self.jobs.heard_from, job_id, token)
-        self._main.execute(self._on_offer_result, offer, bool(accepted))
+        self._main.execute(lambda: self._carry_out(self.core.offer_answered(action.offer, bool(accepted))))
 
-    def _on_offer_result(self, offer: SlotOffer, accepted: bool) -> None:
-        slot = self.slots.get(offer.allocation_id)
-        if slot is None:
-            return  # freed meanwhile
-        if accepted:
-            self.slots.mark_active(offer.allocation_id)
-        else:
-            log.info("slot offer %s declined: freeing it", offer.allocation_id)
-            self._free_slot_now(offer.allocation_id, "its offer was declined")
-
-    @fenced(_deployment_token)
-    def submit_task(self, tdd: TaskDeploymentDescriptor) -> None:
-        slot = self.slots.get(tdd.allocation_id)
-        if slot is None:
-            raise NotFoundError(f"no slot for allocation {tdd.allocation_id} on {self.resource_id}")
-        if tdd.execution_attempt_id in self.tasks:
-            return  # duplicate: already running
-        self.slots.mark_active(tdd.allocation_id)  # (the offer's answer may still be on its way)
-        self.slots.add_task(tdd.allocation_id, tdd.execution_attempt_id)
-        address, token = slot.jobmaster_address, slot.jobmaster_token
+    def _start_task(self, action: StartTask) -> None:
+        tdd, address, token = action.tdd, action.address, action.token
         task = Task(tdd, resource_id=self.resource_id, artifacts=self._artifacts, partitions=self.partitions,
                     data_client=self._data_client,
                     on_state=lambda u: self._updates.submit(self._send_update, address, token, u),
@@ -357,7 +378,7 @@ class TaskExecutor(RpcEndpoint):
                         token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id,
                         last_checkpoint_id),
                     checkpoints=_JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id),
-                    memory=self.memory, slot_index=slot.index, spill_roots=self.spill_roots,
+                    memory=self.memory, slot_index=action.slot_index, spill_roots=self.spill_roots,
                     spark_master=self.spark_masters)
         self.tasks[tdd.execution_attempt_id] = task
         log.info("deploying %s (%s)", tdd.display_name, tdd.execution_attempt_id)
@@ -392,18 +413,8 @@ class TaskExecutor(RpcEndpoint):
                      update.state.name, update.execution_attempt_id, update.job_id)
 
     def _task_done(self, update: TaskExecutionStateUpdate) -> None:
-        self.jobs.task_ended(update)
+        self.core.task_ended(update)
         self.tasks.pop(update.execution_attempt_id, None)
-        self.slots.remove_task(update.execution_attempt_id)
-
-    @fenced(_task_token)
-    def cancel_task(self, attempt_id: ExecutionAttemptID) -> None:
-        task = self.tasks.get(attempt_id)
-        if task is None:
-            log.debug("cancel of unknown task %s ignored", attempt_id)
-            return
-        task.cancel()
-        self._watch_cancellation(task)
 
     def _watch_cancellation(self, task: Task) -> None:
         """Flink's task cancellation watchdog: a task thread stuck in user code cannot be
@@ -424,63 +435,6 @@ class TaskExecutor(RpcEndpoint):
 
         self._main.schedule(timeout, check)
 
-    @fenced(_slot_token)
-    def free_slot(self, allocation_id: AllocationID, reason: str) -> None:
-        self._free_slot_now(allocation_id, reason)
-
-    def _free_slot_now(self, allocation_id: AllocationID, reason: str) -> None:
-        """Cancel the slot's tasks and free it; with the job's last slot go its pipelined
-        partitions (blocking ones stay until the JobMaster releases them)."""
-        slot = self.slots.get(allocation_id)
-        if slot is None:
-            return
-        job_id = slot.job_id
-        for attempt in list(slot.tasks):
-            task = self.tasks.get(attempt)
-            if task is not None:
-                task.cancel()
-                self._watch_cancellation(task)
-        self.slots.free(allocation_id)
-        if job_id is not None:
-            self.jobs.retire(allocation_id, job_id)
-        log.info("freed slot of %s (%s)", allocation_id, reason)
-        if job_id is not None and job_id not in self.slots.jobs():
-            self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."), blocking=False)
-
-    @fenced(_task_token)
-    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp_ms: int,
-                           exactly_once: bool, stop: str = "", aligned_timeout_ms: int = -1) -> None:
-        """Hand checkpoint ``checkpoint_id`` to the task (its mailbox). NotFoundError when the
-        attempt is not running here."""
-        self._running(attempt_id, f"triggerCheckpoint {checkpoint_id}").trigger_checkpoint(
-            checkpoint_id, timestamp_ms, exactly_once, stop, aligned_timeout_ms)
-
-    @fenced(_task_token)
-    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
-        self._running(attempt_id, f"notifyCheckpointComplete {checkpoint_id}").notify_checkpoint(
-            checkpoint_id, complete=True)
-
-    @fenced(_task_token)
-    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int) -> None:
-        self._running(attempt_id, f"notifyCheckpointAborted {checkpoint_id}").notify_checkpoint(
-            checkpoint_id, complete=False)
-
-    def _running(self, attempt_id: ExecutionAttemptID, call: str) -> Task:
-        task = self.tasks.get(attempt_id)
-        if task is None:
-            raise NotFoundError(f"{call}: task {attempt_id} is not running on TaskExecutor {self.resource_id}")
-        return task
-
-    @fenced(_job_token)
-    def release_partitions(self, job_id: JobID, partition_ids: list[str]) -> None:
-        """Blocking partitions are released by the JobMaster when no consumer needs them."""
-        if self.jobs.token_of(job_id) is None:
-            log.debug("releasePartitions of job %s, unknown here, ignored", job_id)
-            return
-        prefix = f"{job_id}."
-        wanted = set(partition_ids)
-        self.partitions.release_all(lambda pid: pid.startswith(prefix) and (not wanted or pid in wanted))
-
     # -- JobMaster heartbeats ---------------------------------------------------------------
     def _jm_heartbeat_loop(self) -> None:
         while not self._stopped.wait(self._heartbeat_ms / 1000.0):
@@ -489,114 +443,42 @@ class TaskExecutor(RpcEndpoint):
             except Exception:  # noqa: BLE001 - stopping, or the main thread is busy: next round
                 log.debug("JobMaster heartbeat round skipped", exc_info=True)
                 continue
-            for conn, payload, active in beats:
+            for beat in beats:
                 try:
-                    self._io.submit(self._send_jm_heartbeat, conn.job_id, conn.address, conn.token, payload, active)
+                    self._io.submit(self._send_jm_heartbeat, beat)
                 except RuntimeError:  # the pool is shut down
                     return
 
-    def _jm_heartbeats_due(self) -> list[tuple[JobMasterConnection, TaskExecutorHeartbeatPayload, set[AllocationID]]]:
-        """One heartbeat per connected job that still has slots, tasks, partitions or final
-        updates here; jobs with none are disconnected, silent JobMasters are given up."""
-        for conn in self.jobs.timed_out():
-            self._job_master_gone(conn.job_id, f"its JobMaster at {conn.address} did not answer for "
-                                               f"{self.jobs.silent_ms(conn) / 1000:.1f} s (heartbeat.timeout)")
-        beats = []
-        for conn in self.jobs.connections():
-            job_id = conn.job_id
-            slots = [s for s in self.slots.slots if s.job_id == job_id and s.allocation_id is not None]
-            tasks = [t for t in self.tasks.values() if t.tdd.job_id == job_id]
-            unacked = self.jobs.unacknowledged(job_id)
-            prefix = f"{job_id}."
-            has_partitions = any(pid.startswith(prefix) for pid in self.partitions.partition_ids())
-            if not (slots or tasks or unacked or has_partitions):
-                log.info("job %s has nothing left on this TaskExecutor: disconnecting from its JobMaster", job_id)
-                self._disconnect_job(job_id)
-                continue
-            if job_id in self._jm_heartbeats_in_flight:
-                continue
-            finals = {u.execution_attempt_id: u for u in unacked}
-            # a task that just ended is reported by its final update (with its error), not here
-            executions = [t.state_update() for t in tasks
-                          if not t.state.is_terminal and t.attempt_id not in finals] + list(finals.values())
-            payload = TaskExecutorHeartbeatPayload(self.resource_id, executions,
-                                                   [s.allocation_id for s in slots if s.allocation_id is not None])
-            active = {s.allocation_id for s in slots if s.state == SlotState.ACTIVE and s.allocation_id is not None}
-            self._jm_heartbeats_in_flight.add(job_id)
-            beats.append((conn, payload, active))
-        return beats
+    def _jm_heartbeats_due(self) -> list[SendHeartbeat]:
+        states = {a: t.state_update() for a, t in self.tasks.items() if not t.state.is_terminal}
+        actions = self.core.heartbeats_due(states, self.partitions.partition_ids())
+        self._carry_out([a for a in actions if not isinstance(a, SendHeartbeat)])
+        return [a for a in actions if isinstance(a, SendHeartbeat)]
 
-    def _send_jm_heartbeat(self, job_id: JobID, address: str, token: str, payload: TaskExecutorHeartbeatPayload,
-                           active: set[AllocationID]) -> None:
+    def _send_jm_heartbeat(self, beat: SendHeartbeat) -> None:
+        """(an I/O thread)"""
+        job_id, address = beat.job_id, beat.address
+        report: AllocatedSlotReport | None
         try:
-            report = self._main.call(self._jm, address, job_id).heartbeat_from_task_executor(token, job_id, payload)
+            report = self._main.call(self._jm, address, job_id).heartbeat_from_task_executor(
+                beat.token, job_id, beat.payload)
         except (NotFoundError, FencingTokenError) as exc:
             kind = "does not know the job" if isinstance(exc, NotFoundError) else "refused the token"
-            self._main.execute(self._on_jm_heartbeat_refused, job_id, token,
-                               f"its JobMaster at {address} {kind}: {exc}")
+            reason = f"its JobMaster at {address} {kind}: {exc}"
+            self._main.execute(lambda: self._carry_out(self.core.heartbeat_refused(job_id, beat.token, reason)))
             return
         except (RpcConnectionError, RpcTimeoutError, UnavailableError) as exc:
             log.warning("heartbeat to the JobMaster of job %s at %s failed: %s", job_id, address, exc)
-            self._main.execute(self._jm_heartbeat_done, job_id)
+            self._main.execute(self.core.heartbeat_failed, job_id)
             return
         except RpcError as exc:  # it answered, with an error of its own: alive, but no report
             log.warning("the JobMaster of job %s at %s failed to handle a heartbeat: %s", job_id, address, exc)
-            self._main.execute(self._on_jm_heartbeat_answered, job_id, token, payload, active, None)
-            return
+            report = None
         except Exception:  # a bug here must not stop this job's heartbeats for good
             log.exception("heartbeat to the JobMaster of job %s failed", job_id)
-            self._main.execute(self._jm_heartbeat_done, job_id)
+            self._main.execute(self.core.heartbeat_failed, job_id)
             return
-        self._main.execute(self._on_jm_heartbeat_answered, job_id, token, payload, active, report)
-
-    def _jm_heartbeat_done(self, job_id: JobID) -> None:
-        self._jm_heartbeats_in_flight.discard(job_id)
-
-    def _on_jm_heartbeat_refused(self, job_id: JobID, token: str, reason: str) -> None:
-        self._jm_heartbeat_done(job_id)
-        conn = self.jobs.connection(job_id)
-        if conn is None or conn.token != token:
-            return  # a newer JobMaster took over meanwhile
-        self._job_master_gone(job_id, reason)
-
-    def _on_jm_heartbeat_answered(self, job_id: JobID, token: str, payload: TaskExecutorHeartbeatPayload,
-                                  active: set[AllocationID], report: AllocatedSlotReport | None) -> None:
-        self._jm_heartbeat_done(job_id)
-        if not self.jobs.heard_from(job_id, token) or report is None:
-            return
-        self.jobs.acknowledged(job_id, [u.execution_attempt_id for u in payload.executions if u.state.is_terminal])
-        for allocation_id in sorted(slots_to_free(active, report.allocation_ids)):
-            slot = self.slots.get(allocation_id)
-            if slot is None or slot.state != SlotState.ACTIVE or slot.job_id != job_id:
-                continue
-            log.info("freeing slot %d (%s) of job %s: its JobMaster no longer lists it", slot.index,
-                     allocation_id, job_id)
-            self._free_slot_now(allocation_id, "not in the JobMaster's allocated-slot report")
-
-    def _job_master_gone(self, job_id: JobID, reason: str) -> None:
-        """The job's JobMaster is gone: cancel the job's tasks, free its slots, release its
-        partitions and forget its final updates."""
-        log.info("job %s: freeing its slots, tasks and partitions here: %s", job_id, reason)
-        self._disconnect_job(job_id)
-        for slot in list(self.slots.slots):
-            if slot.job_id == job_id and slot.allocation_id is not None:
-                self._free_slot_now(slot.allocation_id, reason)
-        for task in list(self.tasks.values()):
-            if task.tdd.job_id == job_id:
-                task.cancel()
-        self.partitions.release_all(lambda pid: pid.startswith(f"{job_id}."))
-
-    @fenced(_rm_token)
-    def disconnect_resource_manager(self, reason: str) -> None:
-        if reason.startswith("shutdown"):
-            threading.Thread(target=self.shutdown, args=(f"the ResourceManager asked: {reason}",),
-                             daemon=True).start()
-        else:
-            self._registration_id = ""
-
-    @rpc
-    def ping(self) -> str:
-        return "pong"
+        self._main.execute(lambda: self._carry_out(self.core.heartbeat_answered(beat, report)))
 
 
 class _JobMasterResponder:

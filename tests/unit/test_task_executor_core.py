@@ -1,0 +1,222 @@
+"""The TaskExecutor's core driven by hand, without sockets, threads or sleeps: slot requests and
+offers, deployments, cancellation, freeing slots, the JobMaster heartbeat protocol (what is
+sent, what an answer frees, a silent or refusing JobMaster) and the tokens calls must carry."""
+
+from __future__ import annotations
+
+import pytest
+
+from yarnflow.common.clock import ManualClock
+from yarnflow.common.errors import NotFoundError
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
+from yarnflow.common.messages import (
+    AllocatedSlotReport,
+    ResourceProfile,
+    SlotOffer,
+    TaskDeploymentDescriptor,
+    TaskExecutionStateUpdate,
+)
+from yarnflow.common.rpc.endpoint import UNFENCED
+from yarnflow.common.states import ExecutionState
+from yarnflow.worker.taskexecutor.core import (
+    CancelTask,
+    CloseJobMasterConnection,
+    OfferSlot,
+    ReleasePartitions,
+    SendHeartbeat,
+    StartTask,
+    TaskExecutorCore,
+)
+from yarnflow.worker.taskexecutor.job_table import JobTable
+from yarnflow.worker.taskexecutor.slot_table import SlotState, SlotTable
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+JOB, OTHER = JobID("job-1"), JobID("job-2")
+JM = "am:1"
+
+
+def core(slots: int = 2, timeout_ms: int = 1000) -> tuple[TaskExecutorCore, ManualClock]:
+    clock = ManualClock()
+    c = TaskExecutorCore(ResourceID("te-1"), SlotTable(slots, ResourceProfile(1.0, 512)), JobTable(clock, timeout_ms))
+    c.registered("rm-token", "reg-1")
+    return c, clock
+
+
+def allocate(c: TaskExecutorCore, index: int = 0, job: JobID = JOB, token: str = "jm-1",
+             accept: bool = True) -> AllocationID:
+    alloc = AllocationID(f"alloc-{job}-{index}")
+    [offer] = c.slot_requested(index, job, alloc, JM, token)
+    assert isinstance(offer, OfferSlot) and offer.offer.slot_index == index and offer.token == token
+    assert c.offer_answered(offer.offer, accept) == ([] if accept else c.offer_answered(offer.offer, accept))
+    return alloc
+
+
+def tdd(alloc: AllocationID, job: JobID = JOB, token: str = "jm-1", n: int = 0) -> TaskDeploymentDescriptor:
+    return TaskDeploymentDescriptor(job, JobVertexID("v"), f"map ({n + 1}/2)", ExecutionAttemptID(f"a-{alloc}-{n}"),
+                                    n, 0, 2, 128, alloc, "file:///job.zip", "0" * 64, jobmaster_fencing_token=token)
+
+
+def update(t: TaskDeploymentDescriptor, state: ExecutionState) -> TaskExecutionStateUpdate:
+    return TaskExecutionStateUpdate(t.job_id, t.execution_attempt_id, state)
+
+
+def test_a_slot_request_reserves_the_slot_and_offers_it_once() -> None:
+    c, _ = core()
+    alloc = AllocationID("a1")
+    [offer] = c.slot_requested(1, JOB, alloc, JM, "jm-1")
+    assert offer == OfferSlot(JOB, JM, "jm-1", SlotOffer(alloc, 1, ResourceProfile(1.0, 512)))
+    assert c.slot_requested(1, JOB, alloc, JM, "jm-1") == []  # the same request again
+    assert c.slots.slots[1].state == SlotState.ALLOCATED
+    assert c.offer_answered(offer.offer, True) == []
+    assert c.slots.slots[1].state == SlotState.ACTIVE
+
+
+def test_a_declined_offer_frees_the_slot_and_the_jobs_pipelined_partitions() -> None:
+    c, _ = core()
+    [offer] = c.slot_requested(0, JOB, AllocationID("a1"), JM, "jm-1")
+    assert c.offer_answered(offer.offer, False) == [ReleasePartitions(JOB, pipelined_only=True)]
+    assert c.slots.slots[0].state == SlotState.FREE
+    assert c.offer_answered(offer.offer, True) == []  # freed meanwhile: nothing to do
+
+
+def test_a_deployment_starts_a_task_in_its_slot_once() -> None:
+    c, _ = core()
+    alloc = allocate(c)
+    t = tdd(alloc)
+    assert c.deploy(t) == [StartTask(t, JM, "jm-1", 0)]
+    assert c.deploy(t) == []  # a duplicate: it already runs
+    assert c.slots.get(alloc).tasks == {t.execution_attempt_id}  # type: ignore[union-attr]
+    with pytest.raises(NotFoundError, match="no slot for allocation"):
+        c.deploy(tdd(AllocationID("never")))
+
+
+def test_a_deployment_whose_offer_answer_is_late_activates_the_slot() -> None:
+    c, _ = core()
+    [offer] = c.slot_requested(0, JOB, AllocationID("a1"), JM, "jm-1")
+    c.deploy(tdd(offer.offer.allocation_id))
+    assert c.slots.slots[0].state == SlotState.ACTIVE
+
+
+def test_freeing_a_slot_cancels_its_tasks_and_it_is_free_once_they_ended() -> None:
+    c, _ = core()
+    alloc = allocate(c)
+    t = tdd(alloc)
+    c.deploy(t)
+    assert c.free_slot(alloc, "done") == [CancelTask(t.execution_attempt_id)]  # the job still holds it
+    assert c.slots.slots[0].state == SlotState.RELEASING
+    c.task_ended(update(t, ExecutionState.CANCELED))
+    assert c.slots.slots[0].state == SlotState.FREE and c.tasks == {}
+    assert c.free_slot(alloc, "again") == []
+
+
+def test_a_job_keeps_its_pipelined_partitions_while_it_holds_another_slot() -> None:
+    c, _ = core()
+    first, second = allocate(c, 0), allocate(c, 1)
+    assert c.free_slot(first, "scaled in") == []
+    assert c.free_slot(second, "done") == [ReleasePartitions(JOB, pipelined_only=True)]
+
+
+def test_cancelling_an_unknown_task_does_nothing() -> None:
+    c, _ = core()
+    assert c.cancel_task(ExecutionAttemptID("nope")) == []
+    with pytest.raises(NotFoundError, match="triggerCheckpoint 3: task nope is not running"):
+        c.running(ExecutionAttemptID("nope"), "triggerCheckpoint 3")
+
+
+def test_a_heartbeat_carries_running_tasks_slots_and_unacknowledged_final_updates() -> None:
+    c, _ = core()
+    alloc = allocate(c)
+    running, ended = tdd(alloc, n=0), tdd(alloc, n=1)
+    c.deploy(running)
+    c.deploy(ended)
+    c.task_ended(update(ended, ExecutionState.FINISHED))
+    [hb] = c.heartbeats_due({running.execution_attempt_id: update(running, ExecutionState.RUNNING)}, [])
+    assert isinstance(hb, SendHeartbeat) and (hb.job_id, hb.address, hb.token) == (JOB, JM, "jm-1")
+    assert [(u.execution_attempt_id, u.state) for u in hb.payload.executions] == [
+        (running.execution_attempt_id, ExecutionState.RUNNING), (ended.execution_attempt_id, ExecutionState.FINISHED)]
+    assert hb.payload.allocation_ids == [alloc] and hb.active == {alloc}
+    assert c.heartbeats_due({}, []) == []  # one in flight per job
+    c.heartbeat_answered(hb, AllocatedSlotReport([alloc]))
+    [again] = c.heartbeats_due({running.execution_attempt_id: update(running, ExecutionState.RUNNING)}, [])
+    assert [u.execution_attempt_id for u in again.payload.executions] == [running.execution_attempt_id]  # acknowledged
+
+
+def test_an_active_slot_the_jobmaster_no_longer_lists_is_freed() -> None:
+    c, _ = core()
+    kept, dropped = allocate(c, 0), allocate(c, 1)
+    [hb] = c.heartbeats_due({}, [])
+    assert c.heartbeat_answered(hb, AllocatedSlotReport([kept])) == []
+    assert c.slots.get(dropped) is None and c.slots.get(kept) is not None
+
+
+def test_a_job_with_nothing_left_here_is_disconnected_unless_it_holds_partitions() -> None:
+    c, _ = core()
+    alloc = allocate(c)
+    c.free_slot(alloc, "done")
+    [hb] = c.heartbeats_due({}, [f"{JOB}.p1"])  # a blocking partition of the job: still connected
+    assert hb.payload.allocation_ids == []
+    c.heartbeat_answered(hb, AllocatedSlotReport([]))
+    assert c.heartbeats_due({}, []) == [CloseJobMasterConnection(JOB)]
+    assert c.jobs.connection(JOB) is None
+
+
+def test_a_silent_jobmaster_is_given_up_with_everything_of_its_job() -> None:
+    c, clock = core(timeout_ms=1000)
+    alloc = allocate(c)
+    t = tdd(alloc)
+    c.deploy(t)
+    c.heartbeats_due({t.execution_attempt_id: update(t, ExecutionState.RUNNING)}, [])
+    c.heartbeat_failed(JOB)
+    clock.advance(1500)
+    actions = c.heartbeats_due({t.execution_attempt_id: update(t, ExecutionState.RUNNING)}, [])
+    assert actions == [CloseJobMasterConnection(JOB), CancelTask(t.execution_attempt_id), ReleasePartitions(JOB)]
+    assert c.slots.slots[0].state == SlotState.RELEASING  # free once its task ended
+
+
+def test_a_refusing_jobmaster_is_gone_unless_a_newer_one_took_over() -> None:
+    c, _ = core()
+    allocate(c, 0)
+    [hb] = c.heartbeats_due({}, [])
+    allocate(c, 1, token="jm-2")  # a new JobMaster of the job asked for a slot meanwhile
+    assert c.heartbeat_refused(JOB, hb.token, "NOT_FOUND") == []
+    assert c.jobs.connection(JOB) is not None
+    assert CloseJobMasterConnection(JOB) in c.heartbeat_refused(JOB, "jm-2", "NOT_FOUND")
+    assert all(s.state == SlotState.FREE for s in c.slots.slots)
+
+
+def test_a_new_leader_ends_every_job_of_the_old_one_and_asks_for_a_new_registration() -> None:
+    c, _ = core()
+    allocate(c, 0, JOB)
+    allocate(c, 1, OTHER, token="jm-o")
+    actions = c.leader_changed()
+    assert {a.job_id for a in actions if isinstance(a, CloseJobMasterConnection)} == {JOB, OTHER}
+    assert all(s.state == SlotState.FREE for s in c.slots.slots)
+    assert (c.rm_token, c.registration_id) == ("", "")
+
+
+def test_calls_must_carry_the_token_of_the_jobmaster_their_slot_or_task_belongs_to() -> None:
+    c, _ = core()
+    alloc = allocate(c)
+    t = tdd(alloc)
+    c.deploy(t)
+    assert c.rm_token_expected() == "rm-token"
+    assert c.slot_token(alloc) == "jm-1"
+    assert c.task_token(t.execution_attempt_id) == "jm-1"
+    assert c.deployment_token(tdd(alloc, n=1)) == "jm-1"
+    assert c.deployment_token(tdd(alloc, job=OTHER)) is None  # the slot is another job's
+    assert c.job_token(JOB) == "jm-1" and c.job_token(OTHER) is UNFENCED
+    allocate(c, 1, token="jm-2")  # the job's new JobMaster: the old slot's token is stale
+    assert c.slot_token(alloc) is None
+    assert c.task_token(ExecutionAttemptID("unknown")) == {"jm-2"}  # unknown: a current token of some job
+    c.registration_lost()
+    assert c.registration_id == "" and c.rm_token == "rm-token"
+
+
+def test_releasing_partitions_of_a_job_never_served_here_does_nothing() -> None:
+    c, _ = core()
+    assert c.release_partitions(OTHER, ["x"]) == []
+    allocate(c)
+    [release] = c.release_partitions(JOB, [f"{JOB}.p1"])
+    assert release.covers(f"{JOB}.p1") and not release.covers(f"{JOB}.p2") and not release.covers("job-2.p1")
+    assert ReleasePartitions(JOB).covers(f"{JOB}.p2")
