@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 def _rpc(args: argparse.Namespace) -> dict[str, Any]:
     from rpc_bench import run_rpc
 
-    return run_rpc(calls=args.calls, warmup=args.warmup)
+    return run_rpc(calls=args.calls, warmup=args.warmup, rounds=args.rounds)
 
 
 def _submit_latency(args: argparse.Namespace) -> dict[str, Any]:
@@ -139,9 +139,11 @@ def _chaos(args: argparse.Namespace) -> dict[str, Any]:
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[..., dict[str, Any]]]] = {
-    "rpc": ("calls/s and latency of heartbeat-sized Thrift calls between two processes",
+    "rpc": ("calls/s and latency of heartbeat-sized calls between two processes, yarnflow's RPC layer "
+            "against bare Thrift in the same run",
             lambda p: (p.add_argument("--calls", type=int, default=20000),
-                       p.add_argument("--warmup", type=int, default=1000)), _rpc),
+                       p.add_argument("--warmup", type=int, default=1000),
+                       p.add_argument("--rounds", type=int, default=2)), _rpc),
     "submit-latency": ("session mode: submit -> RUNNING and submit -> FINISHED of a two-vertex job",
                        lambda p: (p.add_argument("--submissions", type=int, default=50),
                                   p.add_argument("--warmup", type=int, default=3)), _submit_latency),

@@ -1,95 +1,19 @@
 """Messages: frozen dataclasses that mirror the Thrift IDL one to one.
 
-Each has ``to_thrift()`` and ``from_thrift()``; the conversion is driven by the field
-annotations (nested messages, lists, maps, enums and typed ids), so a message is declared once.
-The rest of the code sees only these classes, never the generated types.
+Each has ``to_thrift()`` and ``from_thrift()`` (``message_base.Message``: the conversion is
+driven by the field annotations), so a message is declared once. The rest of the code sees only
+these classes, never the generated types.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import traceback
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
 
 from yarnflow.common import ids
+from yarnflow.common.message_base import Message
 from yarnflow.common.rpc.gen.yarnflow_rpc import ttypes
 from yarnflow.common.states import ExchangeMode, ExecutionState, JobStatus, Partitioner
-
-M = TypeVar("M", bound="Message")
-
-
-def _convert_out(value: Any) -> Any:
-    if isinstance(value, Message):
-        return value.to_thrift()
-    if isinstance(value, enum.Enum):
-        return int(value.value)
-    if isinstance(value, ids._Id):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return [_convert_out(v) for v in value]
-    if isinstance(value, dict):
-        return {_convert_out(k): _convert_out(v) for k, v in value.items()}
-    return value
-
-
-def _convert_in(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert_in(inner[0], value)
-    if origin in (list, tuple):
-        (arg, *_) = typing.get_args(tp)
-        items = [_convert_in(arg, v) for v in value]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        kt, vt = typing.get_args(tp)
-        return {_convert_in(kt, k): _convert_in(vt, v) for k, v in value.items()}
-    if isinstance(tp, type):
-        if issubclass(tp, Message):
-            return tp.from_thrift(value)
-        if issubclass(tp, enum.Enum):
-            return tp(value)
-        if issubclass(tp, ids._Id):
-            return tp(value)
-    return value
-
-
-_HINTS: dict[type, Any] = {}
-
-
-class Message:
-    """Base of the wire messages. Subclasses set ``_thrift`` to their generated struct."""
-
-    _thrift: ClassVar[type]
-
-    def to_thrift(self) -> Any:
-        kwargs = {f.name: _convert_out(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-        return self._thrift(**kwargs)
-
-    @classmethod
-    def from_thrift(cls: type[M], obj: Any) -> M:
-        hints = _HINTS.get(cls)
-        if hints is None:  # resolving annotations is slow: once per class
-            hints = _HINTS[cls] = (typing.get_type_hints(cls), dataclasses.fields(cls))  # type: ignore[arg-type]
-        types_, fields = hints
-        kwargs = {}
-        for f in fields:
-            raw = getattr(obj, f.name)
-            if raw is None and f.default is not dataclasses.MISSING:
-                kwargs[f.name] = f.default
-                continue
-            if raw is None and f.default_factory is not dataclasses.MISSING:
-                kwargs[f.name] = f.default_factory()
-                continue
-            kwargs[f.name] = _convert_in(types_[f.name], raw)
-        return cls(**kwargs)
-
 
 # ---- shared --------------------------------------------------------------------------------
 

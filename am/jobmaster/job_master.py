@@ -19,20 +19,16 @@ not, or a store refuses a write (NotLeaderError), the job is SUSPENDED here, not
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from yarnflow.am.checkpoint.shared import delete_shared_files
 from yarnflow.am.checkpoint.storage import (
     CheckpointNotReadableError,
     CheckpointStorage,
-    check_state_files,
     job_checkpoint_dir,
-    read_metadata_url,
 )
 from yarnflow.am.jobmaster.actions import (
     Action,
@@ -50,20 +46,19 @@ from yarnflow.am.jobmaster.actions import (
     WriteCheckpointMetadata,
 )
 from yarnflow.am.jobmaster.job_master_core import JobMasterCore
+from yarnflow.am.jobmaster.savepointing import SavepointsAndRecovery
 from yarnflow.am.jobmaster.splits import SplitEnumerator
 from yarnflow.am.resourcemanager.gateway import ResourceManagerGateway
 from yarnflow.common import logs
 from yarnflow.common.clock import Clock, SystemClock, TimerHandle
 from yarnflow.common.collect import list_collected
 from yarnflow.common.config import Configuration, Options
-from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata, write_savepoint
+from yarnflow.am.checkpoint.savepoints import SavepointError, write_savepoint
 from yarnflow.common.errors import (
     FencingTokenError,
     NotFoundError,
     NotLeaderError,
-    RefusedError,
     RpcError,
-    UnavailableError,
 )
 from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
@@ -102,7 +97,7 @@ class _MainThreadTimers:
         return self._jm._main.schedule(delay_ms, lambda: self._jm._guarded(fn))
 
 
-class JobMaster(RpcEndpoint):
+class JobMaster(SavepointsAndRecovery, RpcEndpoint):
     """Fenced by a token of its own (``fencing_token``), which its TaskExecutors get with each
     slot request; served as the service ``jobmaster/<job id>`` on the AppMaster's port."""
 
@@ -177,122 +172,6 @@ class JobMaster(RpcEndpoint):
         self._rm_token = self._rm.fencing_token
         self.core.start()
         self._main.schedule(self._rm_check_ms, self._check_resource_manager)
-
-    def _recover_checkpoints(self) -> None:
-        """A new leader takes over the job: the retained checkpoints whose metadata and state
-        files can be read become restorable (an unreadable one is skipped, logged); the split
-        enumerator starts from its part of the latest. Called before the main thread runs."""
-        checkpoints = self.core.checkpoints
-        if checkpoints is None:
-            log.info("job %s recovered; it takes no checkpoints, so it starts from the beginning", self.job_id)
-            return
-        readable: list[tuple[int, dict[str, Any]]] = []
-        for checkpoint_id, url in self._checkpoint_store.checkpoints():
-            try:
-                metadata = read_metadata_url(url, checkpoint_id)
-                check_state_files(metadata)
-            except CheckpointNotReadableError as exc:
-                log.warning("job %s: retained checkpoint %d is skipped: %s", self.job_id, checkpoint_id, exc)
-                continue
-            readable.append((checkpoint_id, metadata))
-        for checkpoint_id, metadata in readable:
-            checkpoints.recover(checkpoint_id, metadata)
-        if readable:
-            latest_id, latest = readable[-1]
-            if self.splits is not None and isinstance(latest.get("split_enumerator"), dict):
-                self.splits.restore(latest["split_enumerator"])
-            log.info("job %s recovered with %d retained checkpoints; it resumes from checkpoint %d", self.job_id,
-                     len(readable), latest_id)
-        else:
-            log.info("job %s recovered without a completed checkpoint, so it starts from the beginning", self.job_id)
-
-    def _restore_savepoint(self, path: str) -> None:
-        """A new job that starts from a savepoint: its state, mapped to this JobGraph by operator
-        uid, becomes the job's first retained checkpoint (written into the job's checkpoint
-        folder and recorded, so a new leader recovers it too; its state files stay in the
-        savepoint), the enumerator hands out the savepoint's remaining splits, and later
-        checkpoint ids follow the savepoint's. Called before the main thread runs."""
-        checkpoints = self.core.checkpoints
-        if checkpoints is None:
-            raise SavepointError("a job started from a savepoint must take checkpoints: set "
-                                 "execution.checkpointing.interval (a STREAMING job)")
-        savepoint = read_savepoint(path)
-        metadata = restore_metadata(savepoint, self.job_graph, self._allow_non_restored)
-        checkpoint_id = int(metadata["checkpoint_id"])
-        try:
-            url = self._checkpoints.write_metadata(checkpoint_id, metadata)
-            self._checkpoint_store.add(checkpoint_id, url)
-        except OSError as exc:
-            raise SavepointError(f"cannot record the savepoint as the job's first checkpoint: {exc}") from exc
-        checkpoints.recover(checkpoint_id, metadata)
-        checkpoints.coordinator.skip_ids_through(checkpoint_id)
-        if self.splits is not None and metadata["split_enumerator"]:
-            self.splits.restore(metadata["split_enumerator"])
-        log.info("job %s starts from savepoint %s (checkpoint %d of job %s)", self.job_id, savepoint["_folder"],
-                 checkpoint_id, savepoint.get("job_id"))
-
-    # -- savepoints -----------------------------------------------------------------------------
-    def trigger_savepoint(self, target_dir: str, timeout_s: float | None = None, stop: str = "") -> str:
-        """Take a checkpoint now and copy it into a new savepoint folder under ``target_dir``;
-        returns the folder's URL. Raises RefusedError when the job takes no checkpoints or has
-        ended, UnavailableError when the checkpoint could not start or failed. ``stop`` ("stop"
-        / "drain"): stop-with-savepoint, the job's tasks end once it completed."""
-        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._checkpoint_timeout_ms / 1000 + 30)
-        while True:  # a periodic checkpoint may be in progress: start ours once it is done
-            started = self._call(self._start_savepoint, target_dir, stop)
-            if isinstance(started, int):
-                break
-            if started.startswith("refused:") or time.monotonic() > deadline:
-                raise RefusedError(started.removeprefix("refused:").strip())
-            time.sleep(0.1)
-        checkpoint_id = started
-        future = self._savepoints[checkpoint_id][1]
-        try:
-            while True:
-                try:
-                    return future.result(0.2)
-                except FutureTimeout:
-                    pass
-                failure = self._main.call(self._checkpoint_failure, checkpoint_id)
-                if failure:
-                    raise UnavailableError(f"the savepoint failed: checkpoint {checkpoint_id} {failure}")
-                if time.monotonic() > deadline:
-                    raise UnavailableError(f"the savepoint (checkpoint {checkpoint_id}) did not complete in time")
-        finally:
-            self._savepoints.pop(checkpoint_id, None)
-            self._stop_savepoints.discard(checkpoint_id)
-
-    def _start_savepoint(self, target_dir: str, stop: str = "") -> int | str:
-        """On the main thread: the id of the checkpoint started for a savepoint, or why not
-        ("refused: ..." when it never will)."""
-        checkpoints = self.core.checkpoints
-        if checkpoints is None:
-            return (f"refused: job {self.job_id} takes no checkpoints: savepoints need a STREAMING job with "
-                    "execution.checkpointing.interval set")
-        if self.core.is_terminal:
-            return f"refused: job {self.job_id} has ended ({self.core.status.name})"
-        if stop and not checkpoints.coordinator.settings.exactly_once:
-            return (f"refused: job {self.job_id} checkpoints AT_LEAST_ONCE: stop-with-savepoint needs "
-                    "execution.checkpointing.mode EXACTLY_ONCE (aligned barriers end every input)")
-        if stop and checkpoints.coordinator.stopping is not None:
-            return f"refused: job {self.job_id} is already stopping with a savepoint"
-        checkpoint_id = checkpoints.coordinator.trigger(savepoint=True, stop=stop)
-        if checkpoint_id is None:
-            return "a checkpoint could not start now: not every task is running"
-        self._savepoints[checkpoint_id] = (target_dir, Future())
-        if stop:
-            self._stop_savepoints.add(checkpoint_id)
-        log.info("job %s: checkpoint %d is a savepoint into %s", self.job_id, checkpoint_id, target_dir)
-        return checkpoint_id
-
-    def _checkpoint_failure(self, checkpoint_id: int) -> str:
-        checkpoints = self.core.checkpoints
-        if checkpoints is None:
-            return "was aborted: the job ended"
-        for stats in checkpoints.coordinator.history:
-            if stats.checkpoint_id == checkpoint_id and stats.failure is not None:
-                return f"failed: {stats.failure.name.lower().replace('_', ' ')} {stats.failure_detail}".rstrip()
-        return ""
 
     def suspend(self, reason: str) -> None:
         """This AppMaster lost the leadership: the job is SUSPENDED here (see the core)."""

@@ -22,6 +22,7 @@ import logging
 import queue
 import threading
 import time
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Collection
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -36,10 +37,23 @@ T = TypeVar("T")
 _STOP = object()
 
 
+class _Waiter:
+    """A caller waiting for its call's result: a lock it blocks on (cheaper than a Future, which
+    is a Condition: the hand-off is the cost of every RPC)."""
+
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self) -> None:
+        self.done = _allocate_lock()
+        self.done.acquire()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 class MainThreadExecutor:
     def __init__(self, name: str) -> None:
         self.name = name
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, TimerHandle, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -64,18 +78,17 @@ class MainThreadExecutor:
         """Run ``fn(*args)`` on the main thread and return its result (or raise its error)."""
         if self.in_main_thread():
             return fn(*args)
-        future: Future[T] = Future()
+        waiter = _Waiter()
         with self._lock:
             if self._stopped:
                 raise UnavailableError(f"{self.name} is shutting down")
-            self._queue.put((fn, args, future))
-        try:
-            return future.result(timeout)
-        except FutureTimeoutError:
-            if future.done():  # fn itself raised a TimeoutError: that is its result
-                raise
+            self._queue.put((fn, args, waiter))
+        if not waiter.done.acquire(True, -1 if timeout is None else timeout):
             what = getattr(fn, "__name__", fn)
-            raise RpcTimeoutError(f"{self.name} did not handle {what} within {timeout}s") from None
+            raise RpcTimeoutError(f"{self.name} did not handle {what} within {timeout}s")
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result  # type: ignore[no-any-return]
 
     def schedule(self, delay_ms: int, fn: Callable[[], None]) -> TimerHandle:
         handle = TimerHandle()
@@ -97,17 +110,19 @@ class MainThreadExecutor:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        timers, get = self._timers, self._queue.get
         while True:
             wait = None
-            now = time.monotonic()
-            while self._timers and self._timers[0][0] <= now:
-                _, _, handle, fn = heapq.heappop(self._timers)
-                if not handle.cancelled:
-                    self._safely(fn, (), None)
-            if self._timers:
-                wait = max(0.0, self._timers[0][0] - time.monotonic())
+            if timers:
+                now = time.monotonic()
+                while timers and timers[0][0] <= now:
+                    _, _, handle, fn = heapq.heappop(timers)
+                    if not handle.cancelled:
+                        self._safely(fn, (), None)
+                if timers:
+                    wait = max(0.0, timers[0][0] - time.monotonic())
             try:
-                item = self._queue.get(timeout=wait)
+                item = get(timeout=wait)
             except queue.Empty:
                 continue
             if item is _STOP:
@@ -122,19 +137,22 @@ class MainThreadExecutor:
             except queue.Empty:
                 return
             if item is not _STOP and item[2] is not None:
-                item[2].set_exception(UnavailableError(f"{self.name} is shutting down"))
+                item[2].error = UnavailableError(f"{self.name} is shutting down")
+                item[2].done.release()
 
-    def _safely(self, fn: Callable[..., Any], args: tuple[Any, ...], future: Future[Any] | None) -> None:
+    def _safely(self, fn: Callable[..., Any], args: tuple[Any, ...], waiter: _Waiter | None) -> None:
         try:
             result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - the main thread must survive anything
-            if future is not None:
-                future.set_exception(exc)
+            if waiter is not None:
+                waiter.error = exc
+                waiter.done.release()
             else:
                 log.exception("%s: unhandled error in %s", self.name, getattr(fn, "__name__", fn))
             return
-        if future is not None:
-            future.set_result(result)
+        if waiter is not None:
+            waiter.result = result
+            waiter.done.release()
 
 
 # ---- the endpoint -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import TypeVar
 from thrift.protocol import TBinaryProtocol
 from thrift.TSerialization import deserialize, serialize
 
-from yarnflow.common.messages import Message
+from yarnflow.common.message_base import Message
 
 __all__ = ["message_from_bytes", "message_to_bytes"]
 

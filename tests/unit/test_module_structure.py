@@ -26,11 +26,8 @@ OVERSIZED = {
     "worker/runtime/stream_task.py",
     "am/jobmaster/job_master_core.py",
     "client/datastream.py",
-    "am/jobmaster/job_master.py",
     "sandbox/appmaster.py",
-    "common/messages.py",
     "sandbox/applications.py",
-    "worker/network/partition.py",
     "worker/state/heap.py",
 }
 
