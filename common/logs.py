@@ -18,6 +18,8 @@ _RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 
 #: the job the current thread works for (a thread-local: it ends with its thread)
 _bound = threading.local()
+#: the calling thread's binding (``job``: the id or None), for code that stands in for another thread
+bound = _bound
 
 
 def bind_job(job_id: str) -> None:

@@ -164,7 +164,8 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         elif self._savepoint_path:
             self._restore_savepoint(self._savepoint_path)
         self._main.start()
-        self._main.execute(logs.bind_job, self.job_id)  # its log lines carry [job <id>]
+        self._main.job = self.job_id  # its log lines carry [job <id>], also those of callers standing in
+        self._main.execute(logs.bind_job, self.job_id)
         self._rm.register_job_master(self.job_id, self)
         self._main.execute(self._guarded, self._start)
 

@@ -21,7 +21,8 @@ from typing import Any, Mapping
 from thrift.protocol.TBinaryProtocol import TBinaryProtocolAcceleratedFactory
 from thrift.protocol.TMultiplexedProtocol import SEPARATOR
 from thrift.protocol.TProtocol import TProtocolException
-from thrift.TMultiplexedProcessor import StoredMessageProtocol, TMultiplexedProcessor
+from thrift.Thrift import TApplicationException, TMessageType, TType
+from thrift.TMultiplexedProcessor import TMultiplexedProcessor
 from thrift.transport import TSocket, TTransport
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,10 @@ def protocol_factory() -> TBinaryProtocolAcceleratedFactory:
 
 
 class _Multiplexer(TMultiplexedProcessor):  # type: ignore[misc]  # thrift is untyped
-    """TMultiplexedProcessor with fallbacks for services that are not (or no longer) there."""
+    """TMultiplexedProcessor with fallbacks for services that are not (or no longer) there, and
+    without its per-call cost: Thrift's own wraps the input protocol in a ``TProtocolDecorator``
+    for every call, which makes a new class each time (about a third of a heartbeat's time on
+    the server); this hands the call straight to the generated processor's method table."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -48,7 +52,17 @@ class _Multiplexer(TMultiplexedProcessor):  # type: ignore[misc]  # thrift is un
         processor = self.services.get(service) or self.fallbacks.get(service.split("/", 1)[0])
         if not sep or processor is None:
             raise TProtocolException(TProtocolException.NOT_IMPLEMENTED, f"no service {service!r} here")
-        return processor.process(StoredMessageProtocol(iprot, (call, kind, seqid)), oprot)
+        handle = processor._processMap.get(call)
+        if handle is None:  # as the generated processor answers an unknown method
+            iprot.skip(TType.STRUCT)
+            iprot.readMessageEnd()
+            error = TApplicationException(TApplicationException.UNKNOWN_METHOD, f"Unknown function {call}")
+            oprot.writeMessageBegin(call, TMessageType.EXCEPTION, seqid)
+            error.write(oprot)
+            oprot.writeMessageEnd()
+            oprot.trans.flush()
+            return None
+        return handle(processor, seqid, iprot, oprot)
 
 
 class RpcServer:

@@ -1,5 +1,6 @@
 """MainThreadExecutor: a component's state lives on one thread; calls, tasks and timers run
-there in order. (Real threads here: this is the one shell the unit tests drive directly.)"""
+there in order (a call to an idle main thread runs on its caller's thread in its stead, one at a
+time with the rest). (Real threads here: this is the one shell the unit tests drive directly.)"""
 
 from __future__ import annotations
 
@@ -30,11 +31,20 @@ def _thread_name() -> str:
     return threading.current_thread().name
 
 
-def test_call_returns_the_result_from_the_main_thread(ex: MainThreadExecutor) -> None:
+def test_call_returns_the_result_run_as_the_main_thread(ex: MainThreadExecutor) -> None:
     assert ex.call(lambda a, b: a + b, 2, 3) == 5
-    assert ex.call(_thread_name) == "test-main"
-    assert ex.call(ex.in_main_thread) is True
+    assert ex.call(ex.in_main_thread) is True  # on the main thread, or on the caller's in its stead
     assert ex.in_main_thread() is False
+
+
+def test_a_call_runs_after_the_work_queued_before_it(ex: MainThreadExecutor) -> None:
+    release = threading.Event()
+    order: list[str] = []
+    ex.execute(lambda: (release.wait(5), order.append("busy")))
+    ex.execute(order.append, "queued")
+    threading.Timer(0.05, release.set).start()
+    ex.call(order.append, "call")
+    assert order == ["busy", "queued", "call"]
 
 
 def test_call_raises_the_functions_error(ex: MainThreadExecutor) -> None:

@@ -5,6 +5,7 @@ component declares its RPCs fenced exactly as the IDL says."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -69,10 +70,48 @@ def counter() -> Any:
     main.stop()
 
 
-def test_a_fenced_call_runs_on_the_main_thread_with_the_right_token(counter: Counter) -> None:
+def test_a_fenced_call_runs_as_the_main_thread_with_the_right_token(counter: Counter) -> None:
     assert counter.rpc_invoke("add", "leader-1", (2,)) == 2
-    assert counter.threads == ["counter-main"]
     assert counter.rpc_invoke("peek", None, ()) == 2
+
+
+def test_a_call_waits_for_what_the_main_thread_runs_and_for_what_was_queued_before_it(counter: Counter) -> None:
+    main = counter.main_thread
+    assert main is not None
+    release = threading.Event()
+    order: list[str] = []
+    main.execute(lambda: (release.wait(5), order.append("busy")))  # the main thread is busy
+    main.execute(order.append, "queued")
+    caller = threading.Thread(target=lambda: order.append(f"call {counter.rpc_invoke('add', 'leader-1', (1,))}"))
+    caller.start()
+    time.sleep(0.05)
+    assert order == []  # the call waits: it never runs beside the main thread's work
+    release.set()
+    caller.join(5)
+    assert order == ["busy", "queued", "call 1"]  # behind what was there before it
+
+
+def test_a_call_to_an_idle_main_thread_runs_in_its_stead_one_at_a_time(counter: Counter) -> None:
+    inside: list[int] = []
+    overlaps: list[int] = []
+
+    def add_slowly() -> None:
+        inside.append(1)
+        if len(inside) > 1:
+            overlaps.append(1)
+        time.sleep(0.001)
+        inside.pop()
+        counter.count += 1
+
+    assert counter.main_thread is not None
+    callers = [threading.Thread(target=lambda: [counter.main_thread.call(add_slowly) for _ in range(50)])  # type: ignore[union-attr]
+               for _ in range(4)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(10)
+    assert counter.count == 200 and overlaps == []
+    assert counter.main_thread.in_main_thread() is False
 
 
 def test_a_stale_token_is_refused_before_the_method_runs(counter: Counter) -> None:
@@ -115,6 +154,18 @@ def test_a_result_that_does_not_come_times_out(counter: Counter) -> None:
     counter.rpc_result_timeout_s = 0.05
     with pytest.raises(RpcTimeoutError, match="result_later had no result"):
         counter.rpc_invoke("result_later", "leader-1", ())
+
+
+def test_a_standing_in_caller_logs_as_the_component_s_job() -> None:
+    from yarnflow.common import logs
+
+    main = MainThreadExecutor("job-main").start()
+    main.job = "job-42"
+    try:
+        assert main.call(lambda: getattr(logs.bound, "job", None)) == "job-42"
+        assert getattr(logs.bound, "job", None) is None  # the caller's own binding is back
+    finally:
+        main.stop()
 
 
 def test_without_a_main_thread_calls_run_on_the_callers_thread() -> None:
