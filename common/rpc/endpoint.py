@@ -92,7 +92,7 @@ class MainThreadExecutor:
         """Run ``fn(*args)`` as the main thread and return its result (or raise its error)."""
         if self.in_main_thread():
             return fn(*args)
-        if self._turn.acquire(True, -1 if timeout is None else timeout):
+        if self._turn.acquire(False):  # idle (or between two items): stand in; busy: queue behind
             try:
                 if self._stopped:
                     raise UnavailableError(f"{self.name} is shutting down")

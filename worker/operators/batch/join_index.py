@@ -106,7 +106,7 @@ class JoinIndex:
     @property
     def dense_bytes(self) -> int:
         """Memory of the array lookup (0 without one); the rest of the index is about
-        ``_INDEX_BYTES_PER_ROW`` a build row."""
+        ``INDEX_BYTES_PER_ROW`` (hash_join_run.py) a build row."""
         return int(self._dense[2].nbytes) if self._dense is not None else 0
 
     def _dense_codes(self, limit_bytes: int) -> tuple[int, int, np.ndarray] | None:
