@@ -11,7 +11,7 @@ than a whole Thrift call on loopback.
 ``RpcEndpoint`` is the base of every component served over Thrift. Its methods that a service
 of thrift/yarnflow.thrift calls are declared with ``@rpc`` (not fenced) or ``@fenced`` (the call
 carries a fencing token, checked here, once, before the method runs); the generated handlers
-(common/rpc/gen/services.py) call ``rpc_invoke``, which checks the token, runs the method on the
+(common/rpc/services.py) call ``rpc_invoke``, which checks the token, runs the method on the
 main thread and, when the method answers with a Future (a result that comes later: a job's end,
 a savepoint), waits for it on the RPC thread. A refused call raises ``FencingTokenError``; the
 handler turns every error into the one typed ``RpcError`` the caller sees (``translated``).
@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping, Protocol, TypeVar
 from yarnflow.common import logs
 from yarnflow.common.clock import TimerHandle
 from yarnflow.common.errors import FencingTokenError, RpcTimeoutError, UnavailableError, YarnflowError
+from yarnflow.common.rpc.errors import to_wire_error
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -242,7 +243,6 @@ class RpcTarget(Protocol):
 
 def translated(fn: F) -> F:
     """A handler method: any error becomes the typed ``RpcError`` its caller sees."""
-    from yarnflow.common.rpc.errors import to_wire_error
 
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
