@@ -29,7 +29,7 @@ from yarnflow.am.resourcemanager.drivers.local import LocalProcessDriver
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError
+from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError, UnavailableError
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.metrics import PrometheusEndpoint, start_prometheus
 from yarnflow.common.errors import NotFoundError
@@ -41,6 +41,7 @@ from yarnflow.common.rpc.gateways import (
     JobMasterServiceHandler,
     ResourceManagerServiceHandler,
 )
+from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.server import RpcServer
 
 log = logging.getLogger(__name__)
@@ -107,10 +108,12 @@ class AppMaster:
         self.session_id = ""
         self.leader: LeaderInformation | None = None  # who leads, as far as this AppMaster knows
         self._followed_another = False
-        self._term_lock = threading.RLock()
+        #: runs the leadership terms' changes and the start of the shutdown, one at a time (the
+        #: election's callbacks and a shutdown come on threads of their own)
+        self._main = MainThreadExecutor("appmaster").start()
         self._stopped = threading.Event()
         self._finished = threading.Event()  # shutdown() is over: threads joined, TaskExecutors stopped
-        self._stop_lock = threading.Lock()
+        self._shutting_down = False
         # typed as what they forward to
         self.rm_proxy = cast(ResourceManager, _LeaderComponent(self, "rm"))
         self.dispatcher_proxy = cast(Dispatcher, _LeaderComponent(self, "dispatcher"))
@@ -174,45 +177,55 @@ class AppMaster:
             log.info("the cluster was shut down: this standby AppMaster exits")
             threading.Thread(target=self.shutdown, name="shutdown", daemon=True).start()
 
-    # -- leadership (called by the election, one at a time) ---------------------------------------
+    # -- leadership (called by the election; run one at a time on the AppMaster's main thread) ----
     def grant_leadership(self, session_id: str) -> None:
-        with self._term_lock:
-            if self._stopped.is_set():
-                return
-            log.info("AppMaster %s leads cluster %s (leader session %s)", self.address, self.cluster_id, session_id)
-            # another AppMaster led before: its TaskExecutors will register here
-            failover = self._followed_another and getattr(self.driver, "workers_outlive_leader", True)
-            rm = ResourceManager(self.config, self.driver, fencing_token=session_id)
-            dispatcher = Dispatcher(self.config, self.rm_proxy, self.cluster_id, self.storage_dir, self.target,
-                                    self.shutdown, self._artifacts, ha=self.ha, fencing_token=session_id,
-                                    is_leader=lambda: self._election.has_leadership(session_id),
-                                    rpc_server=self.server)
-            dispatcher.address = self.address
-            dispatcher.web_url = self.web_url
-            self.session_id = session_id
-            self.rm, self.dispatcher = rm, dispatcher
-            rm.start(self.address, recover_previous_workers=failover)
-            recovered = dispatcher.recover_jobs()
-            if recovered:
-                log.info("recovered %d jobs: %s", len(recovered), ", ".join(recovered))
-            for hook in self.on_granted:
-                hook(dispatcher, session_id)
-            self._election.confirm_leadership(session_id, self.address)
-            for listener in self.on_leadership:
-                listener()
+        self._on_main(self._grant_leadership, session_id)
 
     def revoke_leadership(self) -> None:
-        with self._term_lock:
-            dispatcher, rm = self.dispatcher, self.rm
-            if dispatcher is None:
-                return
-            log.warning("AppMaster %s lost the leadership of cluster %s (session %s): suspending its jobs",
-                        self.address, self.cluster_id, self.session_id)
-            self.dispatcher = self.rm = None
-            self.session_id = ""
-            dispatcher.suspend_all("this AppMaster lost the leadership")
-            if rm is not None:
-                rm.suspend()
+        self._on_main(self._revoke_leadership)
+
+    def _on_main(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            self._main.call(fn, *args, timeout=None)
+        except UnavailableError:
+            log.info("AppMaster stopped: %s ignored", fn.__name__.lstrip("_"))
+
+    def _grant_leadership(self, session_id: str) -> None:
+        if self._stopped.is_set():
+            return
+        log.info("AppMaster %s leads cluster %s (leader session %s)", self.address, self.cluster_id, session_id)
+        # another AppMaster led before: its TaskExecutors will register here
+        failover = self._followed_another and getattr(self.driver, "workers_outlive_leader", True)
+        rm = ResourceManager(self.config, self.driver, fencing_token=session_id)
+        dispatcher = Dispatcher(self.config, self.rm_proxy, self.cluster_id, self.storage_dir, self.target,
+                                self.shutdown, self._artifacts, ha=self.ha, fencing_token=session_id,
+                                is_leader=lambda: self._election.has_leadership(session_id),
+                                rpc_server=self.server)
+        dispatcher.address = self.address
+        dispatcher.web_url = self.web_url
+        self.session_id = session_id
+        self.rm, self.dispatcher = rm, dispatcher
+        rm.start(self.address, recover_previous_workers=failover)
+        recovered = dispatcher.recover_jobs()
+        if recovered:
+            log.info("recovered %d jobs: %s", len(recovered), ", ".join(recovered))
+        for hook in self.on_granted:
+            hook(dispatcher, session_id)
+        self._election.confirm_leadership(session_id, self.address)
+        for listener in self.on_leadership:
+            listener()
+
+    def _revoke_leadership(self) -> None:
+        dispatcher, rm = self.dispatcher, self.rm
+        if dispatcher is None:
+            return
+        log.warning("AppMaster %s lost the leadership of cluster %s (session %s): suspending its jobs",
+                    self.address, self.cluster_id, self.session_id)
+        self.dispatcher = self.rm = None
+        self.session_id = ""
+        dispatcher.suspend_all("this AppMaster lost the leadership")  # its main thread ends after them
+        if rm is not None:
+            rm.suspend()
 
     # -- for tests ---------------------------------------------------------------------------------
     def replace_resource_manager(self) -> ResourceManager:
@@ -259,41 +272,57 @@ class AppMaster:
         client shut the cluster down) its jobs are cancelled and its TaskExecutors stopped. With
         high availability otherwise (a signal, the container going away) the jobs are only
         suspended and the TaskExecutors kept: the next leader goes on with both."""
-        with self._stop_lock:
-            if self._stopped.is_set():
+        try:
+            if not self._main.call(self._begin_shutdown, timeout=None):
                 return
-            try:
-                cluster_ends = self.ha.kind == "none" or self.ha.cluster_shut_down() or bool(self.shutdown_reason)
-                log.info("AppMaster shutting down (%s)", "the cluster ends" if cluster_ends
-                         else "high availability: its jobs go on under the next leader")
-                with self._term_lock:
-                    dispatcher, rm = self.dispatcher, self.rm
-                    if dispatcher is not None:
-                        dispatcher._accepting = False  # noqa: SLF001
-                        if cluster_ends:
-                            dispatcher.cancel_all(timeout_s=10)
-                        else:
-                            dispatcher.suspend_all("its AppMaster is shutting down")
-                    if rm is not None:
-                        if cluster_ends:
-                            rm.stop()
-                        else:
-                            rm.suspend()
-                    self.dispatcher = self.rm = None
-                    self._stopped.set()
-                self._quietly(self._election.stop)
-                self._quietly(self._retrieval.stop)
-                self._quietly(self.ha.close)
-                for listener in self.on_shutdown:
-                    self._quietly(lambda listener=listener: listener(cluster_ends, self.shutdown_reason))
-                self.server.stop()
-                for endpoint in (self.rest, self.metrics):
-                    if endpoint is not None:
-                        self._quietly(endpoint.stop)
-                log.info("AppMaster stopped")
-            finally:
-                self._stopped.set()
-                self._finished.set()
+        except UnavailableError:
+            return
+        try:
+            cluster_ends = self.ha.kind == "none" or self.ha.cluster_shut_down() or bool(self.shutdown_reason)
+            log.info("AppMaster shutting down (%s)", "the cluster ends" if cluster_ends
+                     else "high availability: its jobs go on under the next leader")
+            dispatcher = self._main.call(self._end_term, cluster_ends, timeout=None)
+            self._main.stop()
+            self._quietly(self._election.stop)
+            self._quietly(self._retrieval.stop)
+            self._quietly(self.ha.close)
+            for listener in self.on_shutdown:
+                self._quietly(lambda listener=listener: listener(cluster_ends, self.shutdown_reason))
+            self.server.stop()
+            if dispatcher is not None:
+                self._quietly(dispatcher.stop)
+            for endpoint in (self.rest, self.metrics):
+                if endpoint is not None:
+                    self._quietly(endpoint.stop)
+            log.info("AppMaster stopped")
+        finally:
+            self._stopped.set()
+            self._main.stop()
+            self._finished.set()
+
+    def _begin_shutdown(self) -> bool:
+        """Whether this call is the first to shut the AppMaster down."""
+        first, self._shutting_down = not self._shutting_down, True
+        return first
+
+    def _end_term(self, cluster_ends: bool) -> Dispatcher | None:
+        """End the leader term, if one runs: its jobs cancelled when the cluster ends with this
+        AppMaster, suspended otherwise. Returns its Dispatcher, to stop once the server stopped."""
+        dispatcher, rm = self.dispatcher, self.rm
+        if dispatcher is not None:
+            dispatcher.stop_accepting()
+            if cluster_ends:
+                dispatcher.cancel_all(timeout_s=10)
+            else:
+                dispatcher.suspend_all("its AppMaster is shutting down")
+        if rm is not None:
+            if cluster_ends:
+                rm.stop()
+            else:
+                rm.suspend()
+        self.dispatcher = self.rm = None
+        self._stopped.set()
+        return dispatcher
 
     @staticmethod
     def _quietly(fn: Any) -> None:

@@ -24,8 +24,11 @@ def appmaster_families(am: AppMaster) -> Iterator[Any]:
     dispatcher, rm = am.dispatcher, am.rm
     if dispatcher is None or rm is None:
         return
+    try:
+        jms = dispatcher.ask(dispatcher.running_job_masters)
+    except UnavailableError:  # it lost the leadership a moment ago
+        return
     tes, total, free = rm.overview()
-    jms = dispatcher.running_job_masters()
     for name, doc, value in (("numRegisteredTaskManagers", "TaskExecutors registered", tes),
                              ("taskSlotsTotal", "slots of the registered TaskExecutors", total),
                              ("taskSlotsAvailable", "free slots", free),

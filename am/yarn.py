@@ -110,7 +110,7 @@ class PerJob:
         jg = self.job_graph
         dispatcher.drop_fetched_results = False  # a later attempt must find the result, not run it again
         try:
-            dispatcher.submit_job(jg)
+            dispatcher.ask(dispatcher.submit_job, jg)
             log.info("job %s (%s) submitted", jg.name, jg.job_id)
         except RefusedError:
             log.info("job %s was recovered (or has ended already): not submitted again", jg.job_id)
@@ -154,7 +154,7 @@ def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attach
 def _progress(dispatcher: Any, job_graph: JobGraph) -> float:
     """The share of the job's subtasks that finished (at least 0.1 once it runs)."""
     try:
-        info = dispatcher.get_job(job_graph.job_id)
+        info = dispatcher.ask(dispatcher.get_job, job_graph.job_id)
     except Exception:  # noqa: BLE001 - cosmetic
         return 0.1
     total = sum(v.parallelism for v in info.vertices) or 1

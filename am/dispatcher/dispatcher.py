@@ -25,7 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from concurrent.futures import Future, wait
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any, Callable
 
 import fsspec
 
@@ -33,8 +35,7 @@ from yarnflow.common.version import __version__
 from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata
 from yarnflow.am.jobmaster.job_master import JobMaster
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
-from yarnflow.common.config import Configuration
-from yarnflow.common.config import Options
+from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import (
     HighAvailabilityError,
     InvalidRequestError,
@@ -47,9 +48,11 @@ from yarnflow.common.errors import (
 from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices, JobResultEntry
 from yarnflow.common.ids import JobID, LeaderSessionID
 from yarnflow.common.messages import ClusterInfo, ErrorInfo, JobGraph, JobResult, JobStatusInfo
-from yarnflow.common.rpc.endpoint import RpcEndpoint, fenced, rpc
+from yarnflow.common.clock import TimerHandle
+from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc, settle
 from yarnflow.common.rpc.gateways import job_master_service
 from yarnflow.common.rpc.server import RpcServer
+from yarnflow.am.dispatcher.job_data import forget_ended_job, job_storage_dir
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.states import JobStatus
 
@@ -61,47 +64,27 @@ log = logging.getLogger(__name__)
 JobMasterFactory = Callable[[JobGraph, bool, Callable[[JobMaster], None]], JobMaster]
 
 
-def job_storage_dir(storage_dir: str, job_id: str) -> str:
-    return f"{storage_dir.rstrip('/')}/jobs/{job_id}"
-
-
-#: what an ended job's storage dir holds that nobody reads any more: the stored (BLOCKING_PERSISTENT)
-#: result partitions and the Spark stages' input and output files. Its collected rows, Spark
-#: reports and checkpoints (by their retention) stay.
-INTERMEDIATE_DIRS = ("partitions", "intermediate")
-
-
-def delete_intermediate_data(job_dir: str) -> None:
-    """Delete an ended job's intermediate data (``INTERMEDIATE_DIRS`` under its storage dir, on
-    any fsspec filesystem); a failure is logged, never raised."""
-    for name in INTERMEDIATE_DIRS:
-        url = f"{job_dir.rstrip('/')}/{name}"
-        try:
-            fs, path = fsspec.core.url_to_fs(url)
-            if fs.exists(path):
-                fs.rm(path, recursive=True)
-                log.info("deleted the ended job's %s", url)
-        except Exception:  # noqa: BLE001 - any filesystem's error; the data is only garbage now
-            log.warning("could not delete %s", url, exc_info=True)
-
-
 class Dispatcher(RpcEndpoint):
-    """Its RPCs run on the caller's thread (``main_thread`` None): waiting for a job's result or
-    a savepoint blocks only that caller; its state is guarded by ``_lock``."""
+    """Every call runs on its main thread (the ``Dispatcher`` executor), so its state needs no
+    lock. What waits (a client for a job's result, a savepoint) is answered with a Future that
+    the RPC thread waits for; the main thread is never blocked by it. The AppMaster's own parts
+    call it with ``ask`` (REST, the metrics) or the blocking helpers ``job_result`` /
+    ``wait_result_fetched`` (the per-job runner), never on its main thread."""
 
     def __init__(self, config: Configuration, rm: ResourceManager, cluster_id: str, storage_dir: str, target: str,
                  on_shutdown: Callable[[], None], artifacts: ArtifactCache, *,
                  ha: HighAvailabilityServices | None = None, fencing_token: str | None = None,
                  is_leader: Callable[[], bool] | None = None, rpc_server: RpcServer | None = None,
                  job_master_factory: JobMasterFactory | None = None) -> None:
-        super().__init__("Dispatcher", None)
+        self._main = MainThreadExecutor("dispatcher")
+        super().__init__("Dispatcher", self._main)
         self._rpc_server = rpc_server
         self._new_job_master = job_master_factory or self._default_job_master
         self._ha = ha or EmbeddedHaServices()
         self._is_leader = is_leader or (lambda: True)
         self._retention_ms = config[Options.JOB_RESULT_RETENTION]
         self._suspended: set[JobID] = set()
-        self._retention_timer: threading.Timer | None = None
+        self._retention_timer: TimerHandle | None = None
         self._artifacts = artifacts
         self._config = config
         self._rm = rm
@@ -109,21 +92,56 @@ class Dispatcher(RpcEndpoint):
         self._storage_dir = storage_dir
         self._target = target
         self._on_shutdown = on_shutdown
-        self._lock = threading.Lock()
-        self._done_fetching = threading.Condition(self._lock)
         self._running: dict[JobID, JobMaster] = {}
         self._ended: dict[JobID, tuple[JobStatusInfo, JobResult]] = {}
-        self._done: dict[JobID, threading.Event] = {}
+        #: per job known here: settled once it ended here (or was suspended)
+        self._done: dict[JobID, Future[None]] = {}
+        #: per job: settled once a client fetched its result
+        self._fetched: dict[JobID, Future[None]] = {}
+        #: clients waiting for a job's result: (their answer, the timer that ends their wait)
+        self._result_waiters: dict[JobID, list[tuple[Future[JobResult], TimerHandle]]] = {}
         self.address = ""
         self.web_url = ""  # the REST API and web UI, when served
         #: the JobGraphs of ended jobs (for their plan in the REST API)
         self._graphs: dict[JobID, JobGraph] = {}
         self._accepting = True
+        self._deposed = False  # it lost the leadership: its main thread ends once its jobs did
         self.fencing_token = fencing_token or LeaderSessionID.generate()
         #: a per-job application keeps its job's result in the JobResultStore after a client
         #: fetched it: a next application attempt must find it rather than run the job again
         self.drop_fetched_results = True
-        self._fetched: set[JobID] = set()
+        self._main.start()
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """The Dispatcher is done (its AppMaster stops): jobs still ending get ``grace_s`` to
+        record their ends, clients still waiting are answered UNAVAILABLE, the JobMasters left
+        are stopped, and its main thread ends."""
+        try:
+            wait(self._main.call(lambda: [self._done[j] for j in self._running]), grace_s)
+            self.ask(self._close)
+        except UnavailableError:
+            pass  # stopped already
+        self._main.stop()
+
+    def _close(self) -> None:
+        for waiters in self._result_waiters.values():
+            for answer, timer in waiters:
+                timer.cancel()
+                settle(answer, UnavailableError("the cluster's AppMaster is shutting down"))
+        self._result_waiters.clear()
+        for jm in self._running.values():
+            jm.stop()
+        self._main.stop()
+
+    def _retire_when_idle(self) -> None:
+        """A deposed or ending Dispatcher's main thread ends once its last job's end is recorded."""
+        if not self._accepting and not self._running:
+            self._close()
+
+    def rpc_invoke(self, method: str, token: str | None, args: tuple[Any, ...]) -> Any:
+        if self._deposed and self._main.stopped:  # a call that found it just before it was replaced
+            raise NotLeaderRpcError("this AppMaster no longer leads the cluster: ask the leader")
+        return super().rpc_invoke(method, token, args)
 
     # -- DispatcherService ------------------------------------------------------------------
     @fenced()
@@ -140,14 +158,13 @@ class Dispatcher(RpcEndpoint):
         if not exists:
             raise InvalidRequestError(f"the job artifact {job_graph.artifact_uri} does not exist")
         self._check_savepoint(job_graph)
-        with self._lock:
-            if job_graph.job_id in self._running or job_graph.job_id in self._ended:
-                raise RefusedError(f"job {job_graph.job_id} was already submitted")
-            try:
-                self._ha.job_graph_store().put(job_graph)
-            except NotLeaderError as exc:
-                raise NotLeaderRpcError(f"this AppMaster no longer leads the cluster: {exc}") from None
-            jm = self._job_master(job_graph, recover=False)
+        if job_graph.job_id in self._running or job_graph.job_id in self._ended:
+            raise RefusedError(f"job {job_graph.job_id} was already submitted")
+        try:
+            self._ha.job_graph_store().put(job_graph)
+        except NotLeaderError as exc:
+            raise NotLeaderRpcError(f"this AppMaster no longer leads the cluster: {exc}") from None
+        jm = self._job_master(job_graph, recover=False)
         log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))
         jm.start()
         return job_graph.job_id
@@ -167,9 +184,10 @@ class Dispatcher(RpcEndpoint):
                                       "execution.checkpointing.interval (a STREAMING job)")
 
     @fenced()
-    def trigger_savepoint(self, job_id: JobID, target_dir: str, stop: str = "") -> str:
+    def trigger_savepoint(self, job_id: JobID, target_dir: str, stop: str = "") -> Future[str]:
         """A savepoint of the running job into a new folder under ``target_dir`` (default:
-        ``state.savepoints.dir``); returns its URL. ``stop``: see ``stop_with_savepoint``."""
+        ``state.savepoints.dir``); answers its URL once written. ``stop``: see
+        ``stop_with_savepoint``."""
         jm = self._running_job(job_id)
         target = target_dir or str(self._config.with_overrides(jm.job_graph.config)[Options.SAVEPOINTS_DIR])
         if not target:
@@ -179,9 +197,9 @@ class Dispatcher(RpcEndpoint):
         return jm.trigger_savepoint(target, stop=stop)
 
     @fenced()
-    def stop_with_savepoint(self, job_id: JobID, target_dir: str, drain: bool) -> str:
+    def stop_with_savepoint(self, job_id: JobID, target_dir: str, drain: bool) -> Future[str]:
         """Stop the running job with a savepoint (its sources stop; with ``drain`` every timer
-        and window fires first); returns the savepoint's URL once it is complete, after which
+        and window fires first); answers the savepoint's URL once it is complete, after which
         the job's tasks end and it reaches FINISHED."""
         return self.trigger_savepoint(job_id, target_dir, stop="drain" if drain else "stop")
 
@@ -193,10 +211,11 @@ class Dispatcher(RpcEndpoint):
                          is_leader=self._is_leader, recover=recover)
 
     def _job_master(self, job_graph: JobGraph, recover: bool) -> JobMaster:
-        """A JobMaster for ``job_graph``, registered as running (call under the lock)."""
+        """A JobMaster for ``job_graph``, registered as running and served."""
         jm = self._new_job_master(job_graph, recover, self._job_ended)
         self._running[job_graph.job_id] = jm
-        self._done.setdefault(job_graph.job_id, threading.Event())
+        self._done.setdefault(job_graph.job_id, Future())
+        self._fetched.setdefault(job_graph.job_id, Future())
         if self._rpc_server is not None:
             self._rpc_server.register(job_master_service(jm.job_id), jm.handler)
         return jm
@@ -211,6 +230,9 @@ class Dispatcher(RpcEndpoint):
     def recover_jobs(self) -> list[JobID]:
         """As the new leader: take in the results of ended jobs and resume every stored job that
         has none (from its latest checkpoint). Returns the ids of the jobs resumed."""
+        return self.ask(self._recover_jobs, timeout=None)
+
+    def _recover_jobs(self) -> list[JobID]:
         results = self._ha.job_result_store()
         graphs = self._ha.job_graph_store()
         for job_id in results.job_ids():
@@ -221,7 +243,7 @@ class Dispatcher(RpcEndpoint):
         for job_id in graphs.job_ids():
             if results.get(job_id) is not None:
                 log.info("job %s has a result already: it is not run again", job_id)
-                self._clean_up(JobID(job_id))
+                forget_ended_job(self._ha, self._storage_dir, JobID(job_id))
                 continue
             try:
                 job_graph = graphs.get(job_id)
@@ -229,10 +251,9 @@ class Dispatcher(RpcEndpoint):
                 log.error("job %s cannot be recovered: %s", job_id, exc)
                 self._fail_unrecoverable(JobID(job_id), exc)
                 continue
-            with self._lock:
-                if job_graph.job_id in self._running:
-                    continue
-                started.append(self._job_master(job_graph, recover=True))
+            if job_graph.job_id in self._running:
+                continue
+            started.append(self._job_master(job_graph, recover=True))
             log.info("recovering job %s (%s)", job_graph.name, job_graph.job_id)
         for jm in started:
             jm.start()
@@ -243,9 +264,9 @@ class Dispatcher(RpcEndpoint):
         result = entry.result
         info = JobStatusInfo(result.job_id, entry.extra.get("name", ""), result.status, result.start_time_ms,
                              result.end_time_ms, failure_cause=result.failure_cause)
-        with self._lock:
-            self._ended[result.job_id] = (info, result)
-            self._done.setdefault(result.job_id, threading.Event()).set()
+        self._ended[result.job_id] = (info, result)
+        self._fetched.setdefault(result.job_id, Future())
+        settle(self._done.setdefault(result.job_id, Future()), None)
 
     def _fail_unrecoverable(self, job_id: JobID, exc: Exception) -> None:
         now = int(time.time() * 1000)
@@ -256,36 +277,32 @@ class Dispatcher(RpcEndpoint):
         except NotLeaderError:
             return
         self._take_in_result(JobResultEntry(result, now))
-        self._clean_up(job_id)
+        forget_ended_job(self._ha, self._storage_dir, job_id)
 
     def suspend_all(self, reason: str) -> None:
-        """Leadership lost: every JobMaster is suspended (nothing is written for any job)."""
+        """Leadership lost: every JobMaster is suspended (nothing is written for any job). The
+        main thread goes on until each has ended, recording their ends."""
+        self.ask(self._suspend_all, reason)
+
+    def _suspend_all(self, reason: str) -> None:
+        self._stop_accepting()
+        self._deposed = True
+        for jm in list(self._running.values()):
+            jm.suspend(reason)
+        self._retire_when_idle()
+
+    def stop_accepting(self) -> None:
+        """The cluster is shutting down: no job is accepted any more."""
+        self.ask(self._stop_accepting)
+
+    def _stop_accepting(self) -> None:
         self._accepting = False
         if self._retention_timer is not None:
             self._retention_timer.cancel()
-        for jm in self.running_job_masters():
-            jm.suspend(reason)
-
-    def _clean_up(self, job_id: JobID) -> None:
-        """Forget the HA data of an ended job (its result stays in the JobResultStore) and delete
-        its intermediate data in the job's storage dir (in the background)."""
-        try:
-            self._ha.job_graph_store().remove(job_id)
-            self._ha.checkpoint_store(job_id).clear()
-            self._ha.checkpoint_id_counter(job_id).remove()
-        except NotLeaderError as exc:
-            log.warning("job %s: its JobGraph and checkpoint pointers stay for the next leader: %s", job_id, exc)
-            return
-        threading.Thread(target=delete_intermediate_data, args=(job_storage_dir(self._storage_dir, job_id),),
-                         name=f"clean-up-{job_id}", daemon=True).start()
 
     def _schedule_retention(self) -> None:
-        if not self._retention_ms:
-            return
-        timer = threading.Timer(min(self._retention_ms, 60_000) / 1000.0, self._expire_results)
-        timer.daemon = True
-        self._retention_timer = timer
-        timer.start()
+        if self._retention_ms and self._accepting:
+            self._retention_timer = self._main.schedule(min(self._retention_ms, 60_000), self._expire_results)
 
     def _expire_results(self) -> None:
         """Drop results no client fetched within ``job-result-store.retention``."""
@@ -305,40 +322,32 @@ class Dispatcher(RpcEndpoint):
 
     @fenced()
     def list_jobs(self) -> list[JobStatusInfo]:
-        with self._lock:
-            running = list(self._running.values())
-            ended = [info for info, _ in self._ended.values()]
-        infos = []
-        for jm in running:
+        infos = [info for info, _ in self._ended.values()]
+        for jm in self._running.values():
             try:
                 infos.append(jm.status_info())
             except UnavailableError:
-                pass  # ended between the two looks: it is in the ended list next time
-        return sorted(infos + ended, key=lambda j: j.start_time_ms)
+                pass  # its JobMaster is stopping: its end is recorded next
+        return sorted(infos, key=lambda j: j.start_time_ms)
 
     @fenced()
     def get_job(self, job_id: JobID) -> JobStatusInfo:
-        with self._lock:
-            jm = self._running.get(job_id)
-            ended = self._ended.get(job_id)
+        ended = self._ended.get(job_id)
         if ended is not None:
             return ended[0]
+        jm = self._running.get(job_id)
         if jm is None:
             if job_id in self._suspended:
                 raise NotLeaderRpcError(f"this AppMaster no longer leads job {job_id}: ask the leader")
             raise NotFoundError(f"no job {job_id} on this cluster")
-        try:
-            return jm.status_info()
-        except UnavailableError:
-            return self.get_job(job_id)
+        return jm.status_info()
 
     def _running_job(self, job_id: JobID) -> JobMaster:
         """The running job's JobMaster; RefusedError when it ended, NotFoundError when unknown."""
-        with self._lock:
-            jm = self._running.get(job_id)
-            ended = self._ended.get(job_id)
+        ended = self._ended.get(job_id)
         if ended is not None:
             raise RefusedError(f"job {job_id} already ended {ended[1].status.name}")
+        jm = self._running.get(job_id)
         if jm is None:
             raise NotFoundError(f"no job {job_id} on this cluster")
         return jm
@@ -350,21 +359,30 @@ class Dispatcher(RpcEndpoint):
         jm.cancel()
 
     @fenced()
-    def request_job_result(self, job_id: JobID, timeout_ms: int) -> JobResult:
-        """The job's result once it ended; a result fetched is then dropped from the
-        JobResultStore (this leader still answers for it)."""
-        with self._lock:
-            event = self._done.get(job_id)
-        if event is None:
+    def request_job_result(self, job_id: JobID, timeout_ms: int) -> JobResult | Future[JobResult]:
+        """The job's result once it ended (UNAVAILABLE after ``timeout_ms`` while it runs); a
+        result fetched is then dropped from the JobResultStore (this leader still answers for it)."""
+        done = self._done.get(job_id)
+        if done is None:
             raise NotFoundError(f"no job {job_id} on this cluster")
-        if not event.wait(timeout_ms / 1000.0):
-            raise UnavailableError(f"job {job_id} is still running")
-        with self._lock:
-            if job_id in self._suspended:
-                raise NotLeaderRpcError(f"this AppMaster no longer leads job {job_id}: ask the leader")
-            result = self._ended[job_id][1]
-            self._fetched.add(job_id)
-            self._done_fetching.notify_all()
+        if done.done():
+            return self._hand_out_result(job_id)
+        answer: Future[JobResult] = Future()
+
+        def expire() -> None:
+            waiters = self._result_waiters.get(job_id, [])
+            self._result_waiters[job_id] = [w for w in waiters if w[0] is not answer]
+            settle(answer, UnavailableError(f"job {job_id} is still running"))
+
+        self._result_waiters.setdefault(job_id, []).append((answer, self._main.schedule(timeout_ms, expire)))
+        return answer
+
+    def _hand_out_result(self, job_id: JobID) -> JobResult:
+        """The ended job's result, for a client: counted as fetched."""
+        if job_id in self._suspended:
+            raise NotLeaderRpcError(f"this AppMaster no longer leads job {job_id}: ask the leader")
+        result = self._ended[job_id][1]
+        settle(self._fetched.setdefault(job_id, Future()), None)
         if self.drop_fetched_results:
             try:
                 self._ha.job_result_store().remove(job_id)
@@ -373,21 +391,32 @@ class Dispatcher(RpcEndpoint):
         return result
 
     def job_result(self, job_id: JobID, timeout_s: float) -> JobResult | None:
-        """The job's result once it ended (None while it runs or before it is known), for the
-        AppMaster itself: unlike ``request_job_result`` it counts as no client's fetch."""
-        with self._lock:
-            event = self._done.get(job_id)
-        if event is None or not event.wait(timeout_s):
-            return None
-        with self._lock:
-            if job_id in self._suspended:
+        """The job's result once it ended (None while it runs, before it is known, or when this
+        Dispatcher no longer leads it), for the AppMaster itself: unlike ``request_job_result``
+        it counts as no client's fetch. Blocks: not for the main thread."""
+        try:
+            done = self._main.call(self._done.get, job_id)
+            if done is None:
                 return None
-            return self._ended[job_id][1]
+            done.result(timeout_s)
+            return self._main.call(self._result_here, job_id)
+        except (FutureTimeoutError, UnavailableError):
+            return None
+
+    def _result_here(self, job_id: JobID) -> JobResult | None:
+        return None if job_id in self._suspended else self._ended[job_id][1]
 
     def wait_result_fetched(self, job_id: JobID, timeout_s: float) -> bool:
-        """Wait until a client fetched the job's result (``request_job_result``)."""
-        with self._lock:
-            return self._done_fetching.wait_for(lambda: job_id in self._fetched, timeout_s)
+        """Wait until a client fetched the job's result (``request_job_result``). Blocks: not
+        for the main thread."""
+        try:
+            self._main.call(self._fetched_future, job_id).result(timeout_s)
+            return True
+        except (FutureTimeoutError, UnavailableError):
+            return False
+
+    def _fetched_future(self, job_id: JobID) -> Future[None]:
+        return self._fetched.setdefault(job_id, Future())
 
     @rpc
     def cluster_info(self) -> ClusterInfo:
@@ -397,9 +426,8 @@ class Dispatcher(RpcEndpoint):
 
     def job_graph(self, job_id: JobID) -> JobGraph | None:
         """The JobGraph of a job this Dispatcher ran or runs (None when unknown here)."""
-        with self._lock:
-            jm = self._running.get(job_id)
-            return jm.job_graph if jm is not None else self._graphs.get(job_id)
+        jm = self._running.get(job_id)
+        return jm.job_graph if jm is not None else self._graphs.get(job_id)
 
     @fenced()
     def shutdown_cluster(self) -> None:
@@ -408,50 +436,63 @@ class Dispatcher(RpcEndpoint):
             self._ha.request_cluster_shutdown()  # standbys exit instead of taking over
         except NotLeaderError as exc:
             raise NotLeaderRpcError(f"this AppMaster no longer leads the cluster: {exc}") from None
-        self._accepting = False
+        self._stop_accepting()
         threading.Thread(target=self._on_shutdown, name="shutdown", daemon=True).start()
 
     # -- JobMasters -------------------------------------------------------------------------
     def _job_ended(self, jm: JobMaster) -> None:
+        """A JobMaster's job ended (called on the JobMaster's main thread): its end is recorded
+        on this one."""
         result = jm.result
         assert result is not None
         info = jm._status_info()  # noqa: SLF001 - called on the JobMaster's own thread
-        if result.status == JobStatus.SUSPENDED:  # the new leader goes on with it
-            with self._lock:
-                self._running.pop(jm.job_id, None)
-                self._suspended.add(jm.job_id)
-                event = self._done[jm.job_id]
-            self._unserve(jm)
-            event.set()
-            threading.Timer(0.1, jm.stop).start()
-            return
-        try:  # first the result (so no leader runs it again), then the job's other HA data
-            self._ha.job_result_store().put(JobResultEntry(result, int(time.time() * 1000), extra={"name": info.name}))
-        except NotLeaderError as exc:
-            log.warning("job %s ended %s, but its result could not be recorded (%s): the leader runs it "
-                        "again from its latest checkpoint", jm.job_id, result.status.name, exc)
+        if self._main.in_main_thread():
+            self._record_end(jm, result, info)
         else:
-            self._clean_up(jm.job_id)
-        with self._lock:
-            self._running.pop(jm.job_id, None)
-            self._ended[jm.job_id] = (info, result)
-            self._graphs[jm.job_id] = jm.job_graph
-            event = self._done[jm.job_id]
+            self._main.execute(self._record_end, jm, result, info)
+
+    def _record_end(self, jm: JobMaster, result: JobResult, info: JobStatusInfo) -> None:
+        job_id = jm.job_id
+        self._running.pop(job_id, None)
         self._unserve(jm)
-        event.set()
-        threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer
+        if result.status == JobStatus.SUSPENDED:  # the new leader goes on with it
+            self._suspended.add(job_id)
+            threading.Timer(0.1, jm.stop).start()
+        else:
+            try:  # first the result (so no leader runs it again), then the job's other HA data
+                self._ha.job_result_store().put(JobResultEntry(result, int(time.time() * 1000),
+                                                               extra={"name": info.name}))
+            except NotLeaderError as exc:
+                log.warning("job %s ended %s, but its result could not be recorded (%s): the leader runs it "
+                            "again from its latest checkpoint", job_id, result.status.name, exc)
+            else:
+                forget_ended_job(self._ha, self._storage_dir, job_id)
+            self._ended[job_id] = (info, result)
+            self._graphs[job_id] = jm.job_graph
+            threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer
+        settle(self._done.setdefault(job_id, Future()), None)
+        for answer, timer in self._result_waiters.pop(job_id, []):
+            timer.cancel()
+            try:
+                settle(answer, self._hand_out_result(job_id))
+            except NotLeaderRpcError as exc:
+                settle(answer, exc)
+        if self._deposed:
+            self._retire_when_idle()
 
     def running_job_masters(self) -> list[JobMaster]:
-        with self._lock:
-            return list(self._running.values())
+        return list(self._running.values())
 
     def cancel_all(self, timeout_s: float) -> None:
         """The cluster ends: every job is cancelled (waiting up to ``timeout_s`` for each)."""
-        if self._retention_timer is not None:
-            self._retention_timer.cancel()
-        for jm in self.running_job_masters():
+        for done in self.ask(self._cancel_all):
+            try:
+                done.result(timeout_s)
+            except FutureTimeoutError:
+                pass
+
+    def _cancel_all(self) -> list[Future[None]]:
+        self._stop_accepting()
+        for jm in list(self._running.values()):
             jm.cancel()
-        with self._lock:
-            events = [self._done[j] for j in self._running]
-        for e in events:
-            e.wait(timeout_s)
+        return [self._done[j] for j in self._running]

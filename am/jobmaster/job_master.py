@@ -140,6 +140,7 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         self._savepoints: dict[int, tuple[str, Future[str]]] = {}
         #: the checkpoints among them that stop the job (stop-with-savepoint)
         self._stop_savepoints: set[int] = set()
+        self._savepoint_requests: set[Future[str]] = set()
         self.core = JobMasterCore(job_graph, job_config, address, self.fencing_token, job_storage_dir,
                                   clock or SystemClock(), _MainThreadTimers(self), self._checkpoints.job_dir,
                                   ha.checkpoint_id_counter(self.job_id))
@@ -180,6 +181,7 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
 
     def stop(self) -> None:
         self._main.stop()
+        self._fail_savepoint_requests(f"the JobMaster of job {self.job_id} stopped")
         self._io.shutdown(wait=False, cancel_futures=True)
         for gw in self._gateways.values():
             gw.close()

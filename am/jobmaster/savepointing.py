@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from typing import Any
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
 
 from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata
 from yarnflow.am.checkpoint.storage import (
@@ -28,10 +26,9 @@ from yarnflow.common.errors import RefusedError, UnavailableError
 from yarnflow.common.ha.api import CompletedCheckpointStore
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import JobGraph
-from yarnflow.common.rpc.endpoint import MainThreadExecutor
+from yarnflow.common.rpc.endpoint import MainThreadExecutor, settle
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class SavepointsAndRecovery:
@@ -48,9 +45,8 @@ class SavepointsAndRecovery:
     _savepoints: dict[int, tuple[str, Future[str]]]
     #: the checkpoints among them that stop the job (stop-with-savepoint)
     _stop_savepoints: set[int]
-
-    def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        raise NotImplementedError
+    #: the savepoints asked for and not yet settled
+    _savepoint_requests: set[Future[str]]
 
     def _recover_checkpoints(self) -> None:
         """A new leader takes over the job: the retained checkpoints whose metadata and state
@@ -106,35 +102,54 @@ class SavepointsAndRecovery:
                  checkpoint_id, savepoint.get("job_id"))
 
     # -- savepoints -----------------------------------------------------------------------------
-    def trigger_savepoint(self, target_dir: str, timeout_s: float | None = None, stop: str = "") -> str:
-        """Take a checkpoint now and copy it into a new savepoint folder under ``target_dir``;
-        returns the folder's URL. Raises RefusedError when the job takes no checkpoints or has
-        ended, UnavailableError when the checkpoint could not start or failed. ``stop`` ("stop"
-        / "drain"): stop-with-savepoint, the job's tasks end once it completed."""
+    def trigger_savepoint(self, target_dir: str, timeout_s: float | None = None, stop: str = "") -> Future[str]:
+        """Take a checkpoint now and copy it into a new savepoint folder under ``target_dir``.
+        Answers at once (on any thread) with a Future of the folder's URL; it fails with
+        RefusedError when the job takes no checkpoints or has ended, UnavailableError when the
+        checkpoint could not start or failed. ``stop`` ("stop" / "drain"): stop-with-savepoint,
+        the job's tasks end once it completed. The work is done on the main thread: a periodic
+        checkpoint in progress is waited out by a timer, not by a blocked thread."""
+        result: Future[str] = Future()
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self._checkpoint_timeout_ms / 1000 + 30)
-        while True:  # a periodic checkpoint may be in progress: start ours once it is done
-            started = self._call(self._start_savepoint, target_dir, stop)
-            if isinstance(started, int):
-                break
-            if started.startswith("refused:") or time.monotonic() > deadline:
-                raise RefusedError(started.removeprefix("refused:").strip())
-            time.sleep(0.1)
-        checkpoint_id = started
-        future = self._savepoints[checkpoint_id][1]
+        self._savepoint_requests.add(result)
+        result.add_done_callback(self._savepoint_requests.discard)
+        self._main.execute(self._savepoint_attempt, target_dir, stop, deadline, result)
+        return result
+
+    def _savepoint_attempt(self, target_dir: str, stop: str, deadline: float, result: Future[str]) -> None:
+        """On the main thread: start the savepoint's checkpoint, or try again in 100 ms."""
         try:
-            while True:
-                try:
-                    return future.result(0.2)
-                except FutureTimeout:
-                    pass
-                failure = self._main.call(self._checkpoint_failure, checkpoint_id)
-                if failure:
-                    raise UnavailableError(f"the savepoint failed: checkpoint {checkpoint_id} {failure}")
-                if time.monotonic() > deadline:
-                    raise UnavailableError(f"the savepoint (checkpoint {checkpoint_id}) did not complete in time")
-        finally:
-            self._savepoints.pop(checkpoint_id, None)
-            self._stop_savepoints.discard(checkpoint_id)
+            started = self._start_savepoint(target_dir, stop)
+        except Exception as exc:  # noqa: BLE001 - the caller learns it
+            settle(result, exc)
+            return
+        if isinstance(started, int):
+            self._savepoints[started][1].add_done_callback(lambda done: settle(result, done))
+            self._savepoint_watch(started, deadline, result)
+        elif started.startswith("refused:") or time.monotonic() > deadline:
+            settle(result, RefusedError(started.removeprefix("refused:").strip()))
+        else:  # a periodic checkpoint is in progress: start ours once it is done
+            self._main.schedule(100, lambda: self._savepoint_attempt(target_dir, stop, deadline, result))
+
+    def _savepoint_watch(self, checkpoint_id: int, deadline: float, result: Future[str]) -> None:
+        """On the main thread, every 200 ms until the savepoint is settled: fail it when its
+        checkpoint failed or took too long; then forget it."""
+        if not result.done():
+            failure = self._checkpoint_failure(checkpoint_id)
+            if failure:
+                settle(result, UnavailableError(f"the savepoint failed: checkpoint {checkpoint_id} {failure}"))
+            elif time.monotonic() > deadline:
+                settle(result, UnavailableError(f"the savepoint (checkpoint {checkpoint_id}) did not complete in time"))
+            else:
+                self._main.schedule(200, lambda: self._savepoint_watch(checkpoint_id, deadline, result))
+                return
+        self._savepoints.pop(checkpoint_id, None)
+        self._stop_savepoints.discard(checkpoint_id)
+
+    def _fail_savepoint_requests(self, reason: str) -> None:
+        """The JobMaster stops: every savepoint still asked for fails (nothing will settle it)."""
+        for request in list(self._savepoint_requests):
+            settle(request, UnavailableError(reason))
 
     def _start_savepoint(self, target_dir: str, stop: str = "") -> int | str:
         """On the main thread: the id of the checkpoint started for a savepoint, or why not

@@ -26,7 +26,6 @@ import base64
 import collections
 import logging
 import pickle
-import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from yarnflow.common.errors import NotFoundError
@@ -43,16 +42,15 @@ Split = tuple[str, Any]  # (split id, payload handed to the source subtask)
 
 
 class SplitEnumerator:
-    """Thread-safe: enumeration may touch a remote filesystem, so it runs on the caller's
-    (RPC handler) thread, not on the JobMaster's main thread; ``return_splits`` runs on the
-    main thread. One lock guards the queues and the bookings.
+    """Part of the JobMaster's state: used on its main thread only (``request_split`` is an RPC
+    of the JobMaster, run there like every other), so it needs no lock. A source's splits are
+    enumerated once, at its first request (a listing of its files).
 
     ``load_source(vertex_id)`` returns the source operator of a vertex: an object with a
     ``name`` and ``enumerate_splits() -> list[(split id, payload)]``."""
 
     def __init__(self, load_source: Callable[[str], Any]) -> None:
         self._load_source = load_source
-        self._lock = threading.Lock()
         self._pending: dict[str, collections.deque[Split]] = {}
         # attempt id -> (vertex id, [(split, last checkpoint barrier the attempt had emitted when it took it)])
         self._taken: dict[str, tuple[str, list[tuple[Split, int]]]] = {}
@@ -81,15 +79,14 @@ class SplitEnumerator:
         emitted: the split will be in the source state of every later checkpoint. Raises
         ``NotFoundError`` for an attempt already replaced (it must read nothing more)."""
         attempt = str(attempt_id)
-        with self._lock:
-            if attempt in self._retired:
-                raise NotFoundError(f"execution attempt {attempt} was replaced: no more splits for it")
-            pending = self._splits(vertex_id)
-            if not pending:
-                return SplitResponse(None, True)
-            split = pending.popleft()
-            self._taken.setdefault(attempt, (vertex_id, []))[1].append((split, last_checkpoint_id))
-            self.assigned[vertex_id].append((subtask_index, split[0]))
+        if attempt in self._retired:
+            raise NotFoundError(f"execution attempt {attempt} was replaced: no more splits for it")
+        pending = self._splits(vertex_id)
+        if not pending:
+            return SplitResponse(None, True)
+        split = pending.popleft()
+        self._taken.setdefault(attempt, (vertex_id, []))[1].append((split, last_checkpoint_id))
+        self.assigned[vertex_id].append((subtask_index, split[0]))
         return SplitResponse(SourceSplit(split[0], pickle.dumps(split[1])), False)
 
     def return_splits(self, attempt_id: object, restored_checkpoint_id: int = 0,
@@ -101,18 +98,17 @@ class SplitEnumerator:
         other split goes back to the front of its source's queue, in the order taken. The old
         attempt gets no further split. Idempotent. Returns how many splits went back."""
         attempt = str(attempt_id)
-        with self._lock:
-            self._retired.add(attempt)
-            vertex_id, taken = self._taken.pop(attempt, ("", []))
-            back = [split for split, seen in taken if not restored_checkpoint_id or seen >= restored_checkpoint_id]
-            kept = [(split, seen) for split, seen in taken
-                    if restored_checkpoint_id and seen < restored_checkpoint_id]
-            if kept and new_attempt_id is not None:
-                self._taken.setdefault(str(new_attempt_id), (vertex_id, []))[1][:0] = kept
-            if not back:
-                return 0
-            self._pending[vertex_id].extendleft(reversed(back))
-            self.returned[vertex_id].extend(split_id for split_id, _ in back)
+        self._retired.add(attempt)
+        vertex_id, taken = self._taken.pop(attempt, ("", []))
+        back = [split for split, seen in taken if not restored_checkpoint_id or seen >= restored_checkpoint_id]
+        kept = [(split, seen) for split, seen in taken
+                if restored_checkpoint_id and seen < restored_checkpoint_id]
+        if kept and new_attempt_id is not None:
+            self._taken.setdefault(str(new_attempt_id), (vertex_id, []))[1][:0] = kept
+        if not back:
+            return 0
+        self._pending[vertex_id].extendleft(reversed(back))
+        self.returned[vertex_id].extend(split_id for split_id, _ in back)
         log.info("%d splits of replaced attempt %s go back to the enumerator%s", len(back), attempt,
                  f" (restoring checkpoint {restored_checkpoint_id})" if restored_checkpoint_id else "")
         return len(back)
@@ -122,12 +118,11 @@ class SplitEnumerator:
         JSON-ready: per source vertex, ``[{"split_id", "payload" (base64 pickle)}]`` in the order
         they would be handed out. Call once the checkpoint is complete, before any attempt
         of it is replaced."""
-        with self._lock:
-            state = {vertex: list(pending) for vertex, pending in self._pending.items()}
-            for vertex, taken in self._taken.values():
-                after = [split for split, seen in taken if seen >= checkpoint_id]
-                if after:
-                    state.setdefault(vertex, [])[:0] = after
+        state = {vertex: list(pending) for vertex, pending in self._pending.items()}
+        for vertex, taken in self._taken.values():
+            after = [split for split, seen in taken if seen >= checkpoint_id]
+            if after:
+                state.setdefault(vertex, [])[:0] = after
         return {vertex: [{"split_id": split_id, "payload": base64.b64encode(pickle.dumps(payload)).decode()}
                          for split_id, payload in splits] for vertex, splits in state.items()}
 
@@ -135,13 +130,11 @@ class SplitEnumerator:
         """Start from a checkpoint's enumerator state (from ``snapshot``): its sources hand out
         exactly those splits; sources it does not name enumerate theirs as usual. Call before
         the first request."""
-        with self._lock:
-            for vertex, splits in state.items():
-                self._pending[vertex] = collections.deque(
-                    (s["split_id"], pickle.loads(base64.b64decode(s["payload"]))) for s in splits)
+        for vertex, splits in state.items():
+            self._pending[vertex] = collections.deque(
+                (s["split_id"], pickle.loads(base64.b64decode(s["payload"]))) for s in splits)
         log.info("split enumerator restored: %s", {v: len(s) for v, s in state.items()})
 
     def splits_of(self, attempt_id: object) -> list[str]:
         """The ids of the splits attempt ``attempt_id`` holds now."""
-        with self._lock:
-            return [split[0] for split, _ in self._taken.get(str(attempt_id), ("", []))[1]]
+        return [split[0] for split, _ in self._taken.get(str(attempt_id), ("", []))[1]]

@@ -129,7 +129,7 @@ class RestServer:
 
     def _job(self, jobid: str) -> Any:
         dispatcher = self._dispatcher()
-        return dispatcher.get_job(self._job_id(jobid))
+        return dispatcher.ask(dispatcher.get_job, self._job_id(jobid))
 
     def _vertex(self, jobid: str, vertexid: str) -> tuple[Any, Any]:
         info = self._job(jobid)
@@ -139,7 +139,8 @@ class RestServer:
         raise ApiError(404, f"job {jobid} has no vertex {vertexid}")
 
     def _graph(self, job_id: str) -> Any:
-        return self._dispatcher().job_graph(JobID(job_id))
+        dispatcher = self._dispatcher()
+        return dispatcher.ask(dispatcher.job_graph, JobID(job_id))
 
     def _body(self) -> dict[str, Any]:
         if not request.get_data():
@@ -216,11 +217,11 @@ class RestServer:
 
     def _all_jobs(self) -> list[Any]:
         dispatcher = self._dispatcher()
-        return dispatcher.list_jobs()
+        return dispatcher.ask(dispatcher.list_jobs)
 
     def overview(self) -> Response:
         dispatcher = self._dispatcher()
-        info = dispatcher.cluster_info()
+        info = dispatcher.ask(dispatcher.cluster_info)
         return jsonify({"taskmanagers": info.registered_taskexecutors, "slots-total": info.total_slots,
                         "slots-available": info.free_slots, **views.overview_counts(self._all_jobs()),
                         "flink-version": __version__, "flink-commit": f"yarnflow {__version__}"})
@@ -246,7 +247,7 @@ class RestServer:
         if mode != "cancel":
             raise ApiError(400, f"mode {mode!r} is not supported: use mode=cancel")
         dispatcher = self._dispatcher()
-        dispatcher.cancel_job(self._job_id(jobid))
+        dispatcher.ask(dispatcher.cancel_job, self._job_id(jobid))
         return jsonify({}), 202
 
     def plan(self, jobid: str) -> Response:
@@ -294,9 +295,9 @@ class RestServer:
         job_id = info.job_id
 
         def take() -> str:
-            path = dispatcher.trigger_savepoint(job_id, target or "")
+            path = dispatcher.ask(dispatcher.trigger_savepoint, job_id, target or "", timeout=None)
             if cancel_job:
-                dispatcher.cancel_job(job_id)
+                dispatcher.ask(dispatcher.cancel_job, job_id)
             return path
 
         trigger_id = uuid.uuid4().hex

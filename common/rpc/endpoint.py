@@ -28,10 +28,10 @@ import threading
 import time
 from _thread import allocate_lock as _allocate_lock
 from collections.abc import Collection
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, TypeVar
+from typing import Any, Callable, Mapping, Protocol, TypeVar, overload
 
 from yarnflow.common import logs
 from yarnflow.common.clock import TimerHandle
@@ -76,6 +76,10 @@ class MainThreadExecutor:
     def start(self) -> MainThreadExecutor:
         self._thread.start()
         return self
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     def in_main_thread(self) -> bool:
         """Whether the calling thread runs as the main thread now (it is, or stands in for it)."""
@@ -197,6 +201,26 @@ class MainThreadExecutor:
             waiter.done.release()
 
 
+def settle(future: Future[Any], outcome: Any) -> None:
+    """Complete ``future`` with ``outcome``: an error, another (done) Future's outcome, or a
+    value; a future already settled stays as it is (whoever settled it first wins)."""
+    if future.done():
+        return
+    try:
+        if isinstance(outcome, Future):
+            error = outcome.exception()
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(outcome.result())
+        elif isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except InvalidStateError:
+        pass  # settled meanwhile on another thread
+
+
 # ---- the endpoint -----------------------------------------------------------------------------
 
 class _Unfenced:
@@ -294,6 +318,37 @@ class RpcEndpoint:
                     raise
                 raise RpcTimeoutError(f"{self.endpoint_name}.{method} had no result within "
                                       f"{self.rpc_result_timeout_s}s") from None
+        return result
+
+    @overload
+    def ask(self, fn: Callable[..., Future[T]], *args: Any,
+            timeout: float | None = 60.0) -> T: ...
+
+    @overload
+    def ask(self, fn: Callable[..., T], *args: Any, timeout: float | None = 60.0) -> T: ...
+
+    def ask(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 60.0) -> Any:
+        """Call one of this endpoint's methods from another thread of this process as an RPC
+        would, without the wire and unfenced: on the main thread, a Future answer waited for
+        (up to ``timeout`` seconds, also the longest wait for the main thread). How the
+        AppMaster's own parts (REST, the per-job runner, the metrics) call its components."""
+        main = self.main_thread
+        if main is None:
+            result = fn(*args)
+        elif main.in_main_thread():
+            result = fn(*args)
+            if isinstance(result, Future) and not result.done():
+                raise RuntimeError(f"{self.endpoint_name}: ask() on the main thread would wait for itself")
+        else:
+            result = main.call(fn, *args, timeout=timeout)
+        if isinstance(result, Future):
+            try:
+                return result.result(timeout)
+            except FutureTimeoutError:
+                if result.done():
+                    raise
+                raise RpcTimeoutError(f"{self.endpoint_name}: no answer from {getattr(fn, '__name__', fn)} "
+                                      f"within {timeout}s") from None
         return result
 
     def _fence(self, method: str, spec: RpcSpec, token: str | None, args: tuple[Any, ...]) -> None:

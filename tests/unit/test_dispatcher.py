@@ -1,15 +1,20 @@
 """The Dispatcher on its own, its collaborators injected (JobMasters from a factory, the RPC
 server that serves them, in-memory high-availability stores): submit, cancel, results,
-recovery by a new leader, losing the leadership, and fencing."""
+recovery by a new leader, losing the leadership, and fencing; and its one concurrency model:
+every call runs on its main thread, and what waits (a result, a savepoint) waits as a Future,
+never holding that thread."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
+
+from tests.harness import wait_until
 
 from yarnflow.am.dispatcher.dispatcher import Dispatcher
 from yarnflow.common.artifacts import ArtifactCache
@@ -44,6 +49,8 @@ class FakeJobMaster:
         self.status = JobStatus.CREATED
         self.result: JobResult | None = None
         self.savepoints: list[tuple[str, str]] = []
+        #: what trigger_savepoint answers next (settled at once unless a test holds it)
+        self.savepoint_answer: Future[str] | None = None
 
     def start(self) -> None:
         self.started = True
@@ -60,9 +67,12 @@ class FakeJobMaster:
     def suspend(self, reason: str) -> None:
         self.end(JobStatus.SUSPENDED)
 
-    def trigger_savepoint(self, target_dir: str, stop: str = "") -> str:
+    def trigger_savepoint(self, target_dir: str, stop: str = "") -> Future[str]:
         self.savepoints.append((target_dir, stop))
-        return f"{target_dir}/savepoint-1"
+        answer = self.savepoint_answer or Future()
+        if self.savepoint_answer is None:
+            answer.set_result(f"{target_dir}/savepoint-1")
+        return answer
 
     def status_info(self) -> JobStatusInfo:
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, 1, 0)
@@ -119,8 +129,25 @@ class Bed:
 
 
 @pytest.fixture
-def bed(tmp_path: Path) -> Bed:
-    return Bed(tmp_path)
+def bed(tmp_path: Path) -> Iterator[Bed]:
+    bed = Bed(tmp_path)
+    yield bed
+    bed.d.stop(grace_s=0)
+
+
+def on_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``fn`` on a thread of its own; its outcome (result or error) lands in the list."""
+    got: list[Any] = []
+
+    def run() -> None:
+        try:
+            got.append(fn())
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            got.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, got
 
 
 def test_a_submitted_job_is_stored_started_and_served(bed: Bed) -> None:
@@ -226,3 +253,91 @@ def test_shutdown_stops_accepting_jobs(bed: Bed) -> None:
     assert bed.shutdowns.wait(5)
     with pytest.raises(UnavailableError, match="shutting down"):
         bed.call("submit_job", bed.graph("j1"))
+
+
+def client_waiting_for_result(bed: Bed, job_id: str) -> tuple[threading.Thread, list[Any]]:
+    """A client waiting (a minute at most) for the job's result, once the Dispatcher knows it waits."""
+    waiting, got = on_thread(lambda: bed.call("request_job_result", JobID(job_id), 60_000))
+    wait_until(lambda: bed.d._result_waiters.get(JobID(job_id)), 5, "the client never waited")  # noqa: SLF001
+    return waiting, got
+
+
+def test_every_call_runs_on_the_dispatchers_main_thread(bed: Bed) -> None:
+    seen: list[str] = []
+    real_submit = bed.d._check_savepoint  # noqa: SLF001
+
+    def spy(job_graph: JobGraph) -> None:
+        seen.append(threading.current_thread().name)
+        assert bed.d.main_thread is not None and bed.d.main_thread.in_main_thread()
+        real_submit(job_graph)
+
+    bed.d._check_savepoint = spy  # type: ignore[method-assign]  # noqa: SLF001
+    bed.call("submit_job", bed.graph("j1"))
+    assert bed.d.ask(bed.d.get_job, JobID("j1")).status == JobStatus.RUNNING  # the AppMaster's own parts: ask
+    assert len(seen) == 1
+
+
+def test_a_client_waiting_for_a_result_holds_no_thread_of_the_dispatcher(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    waiting, got = on_thread(lambda: bed.call("request_job_result", JobID("j1"), 60_000))
+    for _ in range(100):  # while it waits, every other call is answered at once
+        assert bed.call("get_job", JobID("j1")).status == JobStatus.RUNNING
+    timed_out, expired = on_thread(lambda: bed.call("request_job_result", JobID("j1"), 50))
+    timed_out.join(5)
+    assert len(expired) == 1 and isinstance(expired[0], UnavailableError)  # its own wait ended, not the other
+    assert waiting.is_alive() and got == []
+    bed.masters["j1"].end(JobStatus.FINISHED)  # on the test's thread, as a JobMaster's own thread would
+    waiting.join(5)
+    assert [r.status for r in got] == [JobStatus.FINISHED]
+    assert bed.d.wait_result_fetched(JobID("j1"), 5)
+
+
+def test_a_savepoint_in_progress_holds_no_thread_of_the_dispatcher(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    pending: Future[str] = Future()
+    bed.masters["j1"].savepoint_answer = pending
+    taking, got = on_thread(lambda: bed.call("trigger_savepoint", JobID("j1"), "file:///sp"))
+    wait_until(lambda: bed.masters["j1"].savepoints, 5, "the savepoint never reached the JobMaster")
+    assert [j.job_id for j in bed.call("list_jobs")] == ["j1"]  # answered meanwhile
+    bed.call("cancel_job", JobID("j1"))
+    pending.set_result("file:///sp/savepoint-7")
+    taking.join(5)
+    assert got == ["file:///sp/savepoint-7"]
+
+
+def test_the_appmasters_own_wait_for_a_result_is_not_a_clients_fetch(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    assert bed.d.job_result(JobID("j1"), 0.05) is None  # still running
+    assert bed.d.job_result(JobID("nope"), 0.05) is None
+    bed.masters["j1"].end(JobStatus.FAILED)
+    result = bed.d.job_result(JobID("j1"), 5)
+    assert result is not None and result.status == JobStatus.FAILED
+    assert not bed.d.wait_result_fetched(JobID("j1"), 0.05)
+    assert bed.ha.job_result_store().get("j1") is not None  # kept for a client
+    fetched, _ = on_thread(lambda: bed.d.wait_result_fetched(JobID("j1"), 5))
+    assert bed.call("request_job_result", JobID("j1"), 10).status == JobStatus.FAILED
+    fetched.join(5)
+    assert bed.ha.job_result_store().get("j1") is None
+
+
+def test_stopping_answers_waiting_clients_and_stops_the_job_masters_left(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    waiting, got = client_waiting_for_result(bed, "j1")
+    bed.d.stop(grace_s=0.05)
+    waiting.join(5)
+    assert len(got) == 1 and isinstance(got[0], UnavailableError) and "shutting down" in str(got[0])
+    assert bed.masters["j1"].stopped
+    with pytest.raises(UnavailableError):
+        bed.call("list_jobs")
+
+
+def test_a_deposed_dispatcher_ends_its_main_thread_once_its_jobs_ended_and_answers_not_leader(bed: Bed) -> None:
+    bed.call("submit_job", bed.graph("j1"))
+    waiting, got = client_waiting_for_result(bed, "j1")
+    bed.d.suspend_all("lost the leadership")
+    waiting.join(5)
+    assert len(got) == 1 and isinstance(got[0], NotLeaderRpcError)  # ask the new leader
+    assert bed.d.main_thread is not None and bed.d.main_thread.stopped
+    for method, args in (("list_jobs", ()), ("get_job", (JobID("j1"),)), ("submit_job", (bed.graph("j2"),))):
+        with pytest.raises(NotLeaderRpcError):
+            bed.call(method, *args)

@@ -9,7 +9,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from yarnflow.am.dispatcher.dispatcher import delete_intermediate_data
+from yarnflow.am.dispatcher.job_data import delete_intermediate_data
 
 pytestmark = pytest.mark.timeout(30)
 

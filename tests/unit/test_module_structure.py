@@ -122,3 +122,35 @@ def test_no_module_over_500_lines_but_those_still_listed() -> None:
     over = {name for name, n in sizes.items() if n > MAX_LINES}
     assert over - OVERSIZED == set(), "new modules over 500 lines"
     assert OVERSIZED - over == set(), "these are under 500 lines now: take them off OVERSIZED"
+
+
+#: the components served over RPC and the cores they run: their state lives on their main thread
+#: (common/rpc/endpoint.py's MainThreadExecutor), never behind a lock of their own
+COMPONENTS = ("am/appmaster.py", "am/dispatcher", "am/jobmaster", "am/resourcemanager/resource_manager.py",
+              "am/resourcemanager/slotmanager", "worker/taskexecutor/task_executor.py",
+              "worker/taskexecutor/core.py", "worker/taskexecutor/slot_table.py", "worker/taskexecutor/job_table.py")
+LOCKS = {"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "allocate_lock"}
+
+
+def locks_made(source: str) -> list[str]:
+    """The locks a module makes (``threading.Lock()`` and the like), by line."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in LOCKS:
+                found.append(f"{name}() at line {node.lineno}")
+    return found
+
+
+def test_components_keep_their_state_on_their_main_thread_not_behind_locks() -> None:
+    files = [p for c in COMPONENTS for p in ((REPO / c).rglob("*.py") if (REPO / c).is_dir() else [REPO / c])]
+    assert len(files) > 10
+    made = {str(p.relative_to(REPO)): locks_made(p.read_text()) for p in files}
+    assert {name: locks for name, locks in made.items() if locks} == {}
+
+
+def test_a_lock_is_found_however_it_is_made() -> None:
+    assert locks_made("import threading\nx = threading.RLock()\ny = Condition(x)\n") == [
+        "RLock() at line 2", "Condition() at line 3"]
+    assert locks_made("from queue import SimpleQueue\nq = SimpleQueue()\n") == []

@@ -1,0 +1,55 @@
+"""What a job leaves behind, and how an ended job's is removed: its storage dir (collected rows,
+Spark reports, stored result partitions, the Spark stages' files) and its high-availability
+data (JobGraph, checkpoint pointers, checkpoint id counter)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import fsspec
+
+from yarnflow.common.errors import NotLeaderError
+from yarnflow.common.ha import HighAvailabilityServices
+from yarnflow.common.ids import JobID
+
+log = logging.getLogger(__name__)
+
+
+def job_storage_dir(storage_dir: str, job_id: str) -> str:
+    return f"{storage_dir.rstrip('/')}/jobs/{job_id}"
+
+
+#: what an ended job's storage dir holds that nobody reads any more: the stored (BLOCKING_PERSISTENT)
+#: result partitions and the Spark stages' input and output files. Its collected rows, Spark
+#: reports and checkpoints (by their retention) stay.
+INTERMEDIATE_DIRS = ("partitions", "intermediate")
+
+
+def delete_intermediate_data(job_dir: str) -> None:
+    """Delete an ended job's intermediate data (``INTERMEDIATE_DIRS`` under its storage dir, on
+    any fsspec filesystem); a failure is logged, never raised."""
+    for name in INTERMEDIATE_DIRS:
+        url = f"{job_dir.rstrip('/')}/{name}"
+        try:
+            fs, path = fsspec.core.url_to_fs(url)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+                log.info("deleted the ended job's %s", url)
+        except Exception:  # noqa: BLE001 - any filesystem's error; the data is only garbage now
+            log.warning("could not delete %s", url, exc_info=True)
+
+
+def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID) -> None:
+    """Forget the HA data of an ended job (its result stays in the JobResultStore) and delete
+    its intermediate data in the job's storage dir (in the background). A deposed leader
+    forgets nothing: the next leader does."""
+    try:
+        ha.job_graph_store().remove(job_id)
+        ha.checkpoint_store(job_id).clear()
+        ha.checkpoint_id_counter(job_id).remove()
+    except NotLeaderError as exc:
+        log.warning("job %s: its JobGraph and checkpoint pointers stay for the next leader: %s", job_id, exc)
+        return
+    threading.Thread(target=delete_intermediate_data, args=(job_storage_dir(storage_dir, job_id),),
+                     name=f"clean-up-{job_id}", daemon=True).start()
