@@ -29,15 +29,17 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psutil
 from skein.proto import skein_pb2 as proto
 
-from yarnflow.sandbox.appmaster import AppMaster, AttemptContext, Node, Outcome, file_url, local_files, now_ms
+from yarnflow.sandbox.appmaster import AppMaster, AttemptContext, Outcome
+from yarnflow.sandbox.services import Node, file_url, now_ms
 from yarnflow.sandbox.kv import RequestRejected
 from yarnflow.sandbox.processes import ProcessLauncher, local_path
+from yarnflow.sandbox.submission import credentials, validate_spec
 
 logger = logging.getLogger(__name__)
 
@@ -318,8 +320,8 @@ class Cluster:
                                                               f"configuration (asked for {where}; the YARN sandbox "
                                                               f"has no GPUs or FPGAs)")
         try:
-            self._validate(spec)
-            cert, key = self._credentials(spec.master)
+            validate_spec(spec, self.queues, self.limits)
+            cert, key = credentials(spec.master, self.cert, self.key)
         except (ValueError, OSError) as exc:
             logger.warning("refused a submit: %s", exc)
             raise RequestRejected("INTERNAL", f"Failed to submit application, exception:\n{exc}") from exc
@@ -444,61 +446,6 @@ class Cluster:
         return proto.Queue(name=name, state=proto.Queue.RUNNING, capacity=share, max_capacity=100.0,
                            percent_used=100.0 * used_memory / total if total else 0.0)
 
-    # ------------------------------------------------------------------ submit checks
-
-    def _validate(self, spec: proto.ApplicationSpec) -> None:
-        """skein's ApplicationSpec.validate, YARN's queue and maximum-allocation checks, and that
-        every local file exists. Raises ValueError (or FileNotFoundError) naming the problem."""
-        if spec.max_attempts < 1:
-            raise ValueError(f"maxAttempts must be >= 1, got {spec.max_attempts}")
-        if (spec.queue or "default") not in self.queues:
-            raise ValueError(f"Application submitted by user {spec.user or getpass.getuser()} to unknown queue: "
-                             f"{spec.queue} (the sandbox's queues: {', '.join(self.queues)})")
-        if not spec.services and not spec.master.script:
-            raise ValueError("There must be either at least one service or a script to run on the application master")
-        self._check_resources("the application master", spec.master.resources)
-        self._check_files(spec.master.files)
-        for name, service in sorted(spec.services.items()):
-            where = f"service '{name}'"
-            if service.instances < 0:
-                raise ValueError(f"{where}: instances must be >= 0, got {service.instances}")
-            if service.max_restarts < -1:
-                raise ValueError(f"{where}: maxRestarts must be >= -1, got {service.max_restarts}")
-            if not service.script:
-                raise ValueError(f"{where}: Script must be provided.")
-            unknown = sorted(set(service.depends) - set(spec.services))
-            if unknown:
-                raise ValueError(f"{where} depends on unknown service(s) {unknown}")
-            self._check_resources(where, service.resources)
-            self._check_files(service.files)
-
-    def _check_resources(self, where: str, r: proto.Resources) -> None:
-        if r.memory < 1 or r.vcores < 1:
-            raise ValueError(f"{where}: resources.memory and resources.vcores must be >= 1, got "
-                             f"<memory:{r.memory}, vCores:{r.vcores}>")
-        limits = self.limits
-        if r.memory > limits.max_memory_mb or r.vcores > limits.max_vcores:
-            kind = "memory-mb" if r.memory > limits.max_memory_mb else "vcores"
-            raise ValueError(
-                f"Invalid resource request for {where}, requested resource type=[{kind}] < 0 or greater than "
-                f"maximum allowed allocation. Requested resource=<memory:{r.memory}, vCores:{r.vcores}>, maximum "
-                f"allowed allocation=<memory:{limits.max_memory_mb}, vCores:{limits.max_vcores}> (the sandbox's "
-                f"max_memory_mb / max_vcores)")
-
-    @staticmethod
-    def _check_files(files: Mapping[str, proto.File]) -> None:
-        for f in local_files(files):
-            path = local_path(f.url)
-            if path is not None and not os.path.exists(path):
-                raise FileNotFoundError(f"File {f.url} does not exist (for '{f.target}')")
-
-    def _credentials(self, master: proto.Master) -> tuple[bytes, bytes]:
-        """The TLS certificate and key of an application: the spec's, else the sandbox's."""
-        if not master.HasField("security"):
-            return self.cert, self.key
-        sec = master.security
-        return _secret(sec, "cert"), _secret(sec, "key")
-
 
 def _tree_rss(runner: int) -> int:
     """Resident memory of the processes under a container's runner, in bytes."""
@@ -513,16 +460,3 @@ def _tree_rss(runner: int) -> int:
         except psutil.Error:
             pass
     return total
-
-
-def _secret(sec: proto.Security, kind: str) -> bytes:
-    which = sec.WhichOneof(kind)
-    if which == f"{kind}_bytes":
-        return bytes(getattr(sec, which))
-    if which == f"{kind}_file":
-        path = local_path(local_files({"x": getattr(sec, which)})[0].url)
-        if path is None:
-            raise ValueError(f"Cannot read security {kind} file from a remote file system")
-        with open(path, "rb") as fh:
-            return fh.read()
-    raise ValueError(f"Must specify either {kind}File or {kind}Bytes")
