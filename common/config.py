@@ -163,7 +163,7 @@ class Options:
     FAILOVER_STRATEGY = _opt("jobmanager.execution.failover-strategy", _parse_str,
                              "region (restart the failed pipelined region) or full", choices=("full", "region"))
     RESTART_STRATEGY = _opt("restart-strategy.type", _parse_str, "restart strategy",
-                            choices=("none", "off", "disable", "fixed-delay", "fixeddelay", "failure-rate",
+                            choices=("", "none", "off", "disable", "fixed-delay", "fixeddelay", "failure-rate",
                                      "failurerate", "exponential-delay", "exponentialdelay"))
     FIXED_DELAY_ATTEMPTS = _opt("restart-strategy.fixed-delay.attempts", _parse_int, "restarts", minimum=0)
     FIXED_DELAY_DELAY = _opt("restart-strategy.fixed-delay.delay", parse_duration_ms, "delay between restarts")

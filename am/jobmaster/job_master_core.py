@@ -109,11 +109,12 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
         self.task_executors = JobTaskExecutors()
         self.requests = SlotRequests(self.job_id, address, fencing_token, config, self.slots, self.task_executors,
                                      clock, timers, self._emit, lambda: self.status, self._slot_request_timed_out)
-        self.failures = FailureHandler(make_failover_strategy(config[Options.FAILOVER_STRATEGY], job_graph),
-                                       make_restart_strategy(self._task_config), clock)
         # called with (old execution, its new attempt, the checkpoint id the new one restores or 0)
         self.on_attempt_replaced: Callable[[Execution, Execution, int], object] | None = None
         settings = checkpoint_settings(config) if job_graph.runtime_mode != "BATCH" else None
+        self.failures = FailureHandler(make_failover_strategy(config[Options.FAILOVER_STRATEGY], job_graph),
+                                       make_restart_strategy(self._task_config, checkpointing=settings is not None),
+                                       clock)
         self.checkpoints: JobCheckpoints | None = None
         self._checkpoint_dir = ""
         if settings is not None:

@@ -266,11 +266,13 @@ def _get(conf: Mapping[str, Any], key: str) -> Any:
     return value
 
 
-def make_restart_strategy(conf: Mapping[str, Any] | Any, rng: random.Random | None = None) -> RestartStrategy:
+def make_restart_strategy(conf: Mapping[str, Any] | Any, rng: random.Random | None = None,
+                          checkpointing: bool = False) -> RestartStrategy:
     """The restart strategy configured in ``conf``: a mapping of keys to raw values (strings
     from yaml or ``-D``), or a ``Configuration`` (its ``to_strings()`` are used). Keys outside
-    ``restart-strategy.`` are ignored; a missing type means ``none``; missing options take
-    Flink's defaults.
+    ``restart-strategy.`` are ignored; a missing (or empty) type means Flink's default:
+    ``exponential-delay`` for a job that takes checkpoints (``checkpointing``), which can resume
+    from its latest one, ``none`` otherwise; missing options take Flink's defaults.
 
     Raises ``ConfigurationError`` naming the key for an unknown strategy, an unknown
     ``restart-strategy.*`` key or a bad value; the caller should report it and not start the job."""
@@ -281,7 +283,10 @@ def make_restart_strategy(conf: Mapping[str, Any] | Any, rng: random.Random | No
             extra = f"; did you mean '{hint[0]}'?" if hint else ""
             raise ConfigurationError(f"unknown configuration key '{key}'{extra}")
     raw_type = values.get(_TYPE_KEY)
-    kind = _TYPES.get(str(raw_type).strip().lower()) if raw_type not in (None, "") else "none"
+    if raw_type in (None, ""):
+        kind: str | None = "exponential-delay" if checkpointing else "none"
+    else:
+        kind = _TYPES.get(str(raw_type).strip().lower())
     if kind is None:
         raise _bad(_TYPE_KEY, raw_type, "expected none, fixed-delay, failure-rate or exponential-delay")
     if kind == "none":

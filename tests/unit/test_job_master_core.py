@@ -57,7 +57,8 @@ _KEYS = {"restart_strategy_type": "restart-strategy.type",
          "restart_strategy_fixed_delay_attempts": "restart-strategy.fixed-delay.attempts",
          "restart_strategy_fixed_delay_delay": "restart-strategy.fixed-delay.delay",
          "jobmanager_execution_failover_strategy": "jobmanager.execution.failover-strategy",
-         "slot_idle_timeout": "slot.idle.timeout", "heartbeat_timeout": "heartbeat.timeout"}
+         "slot_idle_timeout": "slot.idle.timeout", "heartbeat_timeout": "heartbeat.timeout",
+         "execution_checkpointing_interval": "execution.checkpointing.interval"}
 
 
 class Driver:
@@ -311,6 +312,17 @@ def test_a_global_failure_during_a_restart_backoff_fails_the_job() -> None:
     assert d.core.failure_cause is not None and "that large" in d.core.failure_cause.message
     d.advance(6_000)                       # the backoff timer fires on a failed job: nothing happens
     assert d.core.status == JobStatus.FAILED
+
+
+@pytest.mark.parametrize("interval, restarts", [("10 s", True), ("", False)])
+def test_with_no_restart_strategy_set_a_job_that_takes_checkpoints_restarts_and_one_that_does_not_fails(
+        interval: str, restarts: bool) -> None:
+    d, deploys = started(pipeline(1), execution_checkpointing_interval=interval)
+    d.report(deploys[0], S.FAILED, ErrorInfo("ConnectionError", "its TaskExecutor's container was preempted"))
+    for x in deploys[1:]:
+        d.report(x, S.CANCELED)
+    assert (d.core.status != JobStatus.FAILED, d.core.failures.restarts) == (restarts, int(restarts))
+    assert "exponential-delay" in d.core.failures.describe() if restarts else d.core.status == JobStatus.FAILED
 
 
 def test_an_illegal_transition_raises_instead_of_being_applied() -> None:

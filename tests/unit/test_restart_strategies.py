@@ -176,6 +176,15 @@ def test_missing_or_disabled_type_means_no_restart() -> None:
         assert isinstance(make_restart_strategy({"restart-strategy.type": value}), NoRestartStrategy)
 
 
+def test_a_job_that_takes_checkpoints_restarts_by_default_as_in_flink() -> None:
+    for conf in ({}, {"restart-strategy.type": ""}):
+        strategy = make_restart_strategy(conf, checkpointing=True)
+        assert isinstance(strategy, ExponentialDelayRestartStrategy) and strategy.attempts_before_reset is None
+    for value in ("none", "off"):  # said so: no restart, checkpoints or not
+        assert isinstance(make_restart_strategy({"restart-strategy.type": value}, checkpointing=True),
+                          NoRestartStrategy)
+
+
 @pytest.mark.parametrize("value", ["fixed-delay", "fixeddelay", "Fixed-Delay"])
 def test_fixed_delay_defaults_and_aliases(value: str) -> None:
     strategy = make_restart_strategy({"restart-strategy.type": value})
