@@ -37,6 +37,13 @@ class FailureDecision:
     error: ErrorInfo
 
 
+def explained_by(root: ErrorInfo, seen: ErrorInfo, task: str = "") -> ErrorInfo:
+    """``root`` as the cause of the failure ``seen`` (by ``task``), which it explains."""
+    by = f" by {task}" if task else ""
+    return dataclasses.replace(root, message=f"{root.message} (seen first{by} as {seen.describe()})",
+                               traceback=seen.traceback)
+
+
 class FailureHandler:
     def __init__(self, failover: FailoverStrategy, restart: RestartStrategy, clock: Clock,
                  history_size: int = DEFAULT_HISTORY_SIZE) -> None:
@@ -61,6 +68,18 @@ class FailureHandler:
         self._record(task_name, error, len(to_restart))
         self.restarts += 1
         return FailureDecision(True, to_restart, self.restart.backoff_ms(), error)
+
+    def blame(self, root: ErrorInfo, since_ms: int, knock_on: Callable[[ErrorInfo], bool]) -> int:
+        """``root`` (a TaskExecutor lost, with its container's diagnostics) explains the
+        knock-on failures recorded since ``since_ms``: consumers that could no longer read from
+        it reported their failure before its loss was known. Those entries name ``root`` as
+        their cause, what was seen first kept after it. Returns how many it explains."""
+        explained = 0
+        for i, entry in enumerate(self._history):
+            if entry.timestamp_ms >= since_ms and knock_on(entry.error):
+                self._history[i] = dataclasses.replace(entry, error=explained_by(root, entry.error, entry.task))
+                explained += 1
+        return explained
 
     def global_failure(self, error: ErrorInfo) -> None:
         """A failure of the whole job (no restart): recorded only."""

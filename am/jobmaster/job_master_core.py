@@ -462,6 +462,7 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
                     if ex.slot is not None and ex.slot.resource_id == resource_id and not ex.state.is_terminal]
         log.info("job %s: TaskExecutor %s lost (%s): %d running tasks affected", self.job_id, resource_id, reason,
                  len(affected))
+        self._blame_lost_task_executor(error, self._heartbeat_timeout + self._heartbeat_interval)
         for ex in affected:
             if not ex.state.is_terminal:  # an earlier failure's restart may have settled it
                 self._task_failed(ex, error)

@@ -18,16 +18,17 @@ from yarnflow.am.checkpoint.coordinator import TimerService
 from yarnflow.am.jobmaster.actions import Action, CancelTask
 from yarnflow.am.jobmaster.checkpointing import JobCheckpoints
 from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
-from yarnflow.am.jobmaster.failure_handler import FailureHandler
+from yarnflow.am.jobmaster.failure_handler import FailureHandler, explained_by
 from yarnflow.am.jobmaster.task_executors import JobTaskExecutors
 from yarnflow.am.scheduler.failover import PartitionUnavailable
 from yarnflow.am.scheduler.region_progress import RegionProgress
 from yarnflow.am.scheduler.regions import PipelinedRegion, SubtaskId
+from yarnflow.common.clock import Clock
 from yarnflow.common.ids import ExecutionAttemptID, JobID
 from yarnflow.common.messages import ErrorInfo
 from yarnflow.common.states import ExecutionState, JobStatus
 
-__all__ = ["CANCEL_TIMEOUT_MS", "STATE_RESTORE_ERROR", "TaskFailover"]
+__all__ = ["CANCEL_TIMEOUT_MS", "STATE_RESTORE_ERROR", "TaskFailover", "is_knock_on"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,12 @@ CANCEL_TIMEOUT_MS = 15_000
 #: the error class of a task that could not read the state it was to restore
 STATE_RESTORE_ERROR = "StateRestoreError"
 _PARTITION_ERRORS = ("PartitionNotFoundError", "PartitionReleasedError", "RpcConnectionError")
+
+
+def is_knock_on(error: ErrorInfo) -> bool:
+    """Whether a task's failure may only be the effect of another process's loss: it could
+    not read a partition or reach a peer."""
+    return error.error_class in _PARTITION_ERRORS
 
 
 class TaskFailover:
@@ -48,6 +55,8 @@ class TaskFailover:
     task_executors: JobTaskExecutors
     on_attempt_replaced: Callable[[Execution, Execution, int], object] | None
     _timers: TimerService
+    _clock: Clock
+    failure_cause: ErrorInfo | None
     _region_of: dict[SubtaskId, PipelinedRegion]
     _scheduled: set[int]
     _deployed: set[int]
@@ -63,6 +72,18 @@ class TaskFailover:
     _schedule: Callable[[Iterable[int]], None]
     _release_region_slots: Callable[[PipelinedRegion], None]
     _result_available: Callable[[SubtaskId], bool]
+
+    def _blame_lost_task_executor(self, lost: ErrorInfo, window_ms: int) -> None:
+        """A TaskExecutor was lost (``lost`` says why: for a YARN container, its diagnostics):
+        the failures of the last ``window_ms`` that were only its knock-on effects (a consumer
+        that could no longer read from it, reported before the loss was known) name it as their
+        root cause, in the failure history and as the cause of a job failing because of them."""
+        explained = self.failures.blame(lost, self._clock.now_ms() - window_ms, is_knock_on)
+        if explained:
+            log.info("job %s: %d earlier failures were knock-on effects of: %s", self.job_id, explained,
+                     lost.describe())
+        if self.status == JobStatus.FAILING and self.failure_cause is not None and is_knock_on(self.failure_cause):
+            self.failure_cause = explained_by(lost, self.failure_cause)
 
     def _cause_of(self, error: ErrorInfo) -> PartitionUnavailable | None:
         """A consumer that could not read a blocking partition names it (a typed

@@ -325,6 +325,32 @@ def test_with_no_restart_strategy_set_a_job_that_takes_checkpoints_restarts_and_
     assert "exponential-delay" in d.core.failures.describe() if restarts else d.core.status == JobStatus.FAILED
 
 
+def test_failures_that_were_knock_on_effects_of_a_lost_container_name_it_as_their_cause() -> None:
+    d, deploys = started(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_attempts="5",
+                         restart_strategy_fixed_delay_delay="1 s")
+    victim = d.execution(deploys[0]).slot.resource_id
+    reader = next(x for x in deploys if d.execution(x).slot.resource_id != victim)
+    d.report(reader, S.FAILED, ErrorInfo("PartitionReleasedError", "subpartition released"))
+    d.clock.advance(2_000)
+    d.core.task_executor_lost(victim, "container container_1_0001_01_000002 failed: Container killed on "
+                                      "request. Exit code is 137")
+    d.drain()
+    [first, *_] = d.core.failures.history()
+    assert first.error.error_class == "TaskExecutorLostError"
+    assert "Exit code is 137" in first.error.message and f"TaskExecutor {victim}" in first.error.message
+    assert "seen first by" in first.error.message and "PartitionReleasedError: subpartition released" in first.error.message
+
+
+def test_a_lost_container_does_not_take_the_blame_for_a_failure_of_the_users_code() -> None:
+    d, deploys = started(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_attempts="5")
+    victim = d.execution(deploys[0]).slot.resource_id
+    other = next(x for x in deploys if d.execution(x).slot.resource_id != victim)
+    d.report(other, S.FAILED, ErrorInfo("ValueError", "bad row"))
+    d.core.task_executor_lost(victim, "container c2 failed")
+    d.drain()
+    assert d.core.failures.history()[0].error.describe() == "ValueError: bad row"
+
+
 def test_an_illegal_transition_raises_instead_of_being_applied() -> None:
     d, deploys = started(pipeline(1))
     ex = d.execution(deploys[0])
