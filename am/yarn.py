@@ -47,6 +47,9 @@ __all__ = ["YarnApplication", "load_job", "run", "run_per_job"]
 
 log = logging.getLogger(__name__)
 
+#: the route and link name of the web UI among the application's (skein's) web UI pages
+WEB_UI_ROUTE = "yarnflow"
+WEB_UI_LINK = "yarnflow web UI"
 _FINAL = {JobStatus.FINISHED: "SUCCEEDED", JobStatus.CANCELED: "KILLED", JobStatus.FAILED: "FAILED"}
 
 
@@ -64,6 +67,19 @@ class YarnApplication:
     def publish_address(self, address: str) -> None:
         self.app.kv[ADDRESS_KEY] = address.encode()
         log.info("published the AppMaster address %s in application %s", address, self.id)
+
+    def publish_web_ui(self, url: str) -> None:
+        """The web UI as a page of the application's web UI (skein's), which YARN's
+        ResourceManager links as the application's tracking URL. A new leader's replaces the old."""
+        if not url:
+            return
+        try:
+            if any(page.route == WEB_UI_ROUTE for page in self.app.ui.get_pages()):
+                self.app.ui.remove_page(WEB_UI_ROUTE)
+            self.app.ui.add_page(WEB_UI_ROUTE, url, link_name=WEB_UI_LINK)
+            log.info("the web UI %s is the page '%s' of application %s", url, WEB_UI_ROUTE, self.id)
+        except Exception as exc:  # noqa: BLE001 - the UI link is a convenience; the cluster works without it
+            log.warning("could not link the web UI %s from YARN: %s", url, exc)
 
     def set_progress(self, fraction: float) -> None:
         try:
@@ -197,6 +213,7 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
     if yarn.attempt > 1:
         log.info("AppMaster attempt %d: recovering the cluster's jobs through ZooKeeper", yarn.attempt)
     am.on_leadership.append(lambda: yarn.publish_address(am.address))
+    am.on_leadership.append(lambda: yarn.publish_web_ui(am.web_url))
 
     def on_shutdown(cluster_ends: bool, reason: str) -> None:
         if cluster_ends:

@@ -284,6 +284,7 @@ class TaskExecutorRegistration(Message):
     slot_profile: ResourceProfile = field(default_factory=ResourceProfile)
     pid: int = 0
     hostname: str = ""
+    metrics_address: str = ""  # host:port of its Prometheus endpoint ("": no metrics reporter)
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,15 @@ class PrometheusEndpoint:
         self._thread.join(5)
 
 
+def metrics_address(endpoint: PrometheusEndpoint | None, rpc_address: str) -> str:
+    """Where a Prometheus on another host scrapes ``endpoint`` (host:port; "" without one): its
+    host, or the process's RPC host when it listens on every interface."""
+    if endpoint is None:
+        return ""
+    host = endpoint.host if endpoint.host not in ("", "0.0.0.0", "::") else rpc_address.rsplit(":", 1)[0]
+    return f"{host}:{endpoint.port}"
+
+
 def start_prometheus(config: Configuration, collect: Callable[[], Iterable[Any]], what: str
                      ) -> PrometheusEndpoint | None:
     """The Prometheus endpoint of this process (None when ``metrics.reporters`` has no

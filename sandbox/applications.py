@@ -119,9 +119,12 @@ class Application:
             if self.state == "RUNNING" and current is not None:
                 progress = current.progress if current.progress >= 0 else 0.1
             usage = self._usage()
+            # no web proxy here: the tracking URL is the target of the attempt's first linked page
+            # (on YARN it is the proxy of skein's web UI, which links those pages)
+            tracking = "" if current is None or self.state != "RUNNING" else current.tracking_url()
             return proto.ApplicationReport(
                 id=self.id, name=self.spec.name, user=self.user, queue=self.queue, tags=sorted(self.spec.tags),
-                host=self.host, port=self.port, tracking_url="", state=self.state, final_status=self.final_status,
+                host=self.host, port=self.port, tracking_url=tracking, state=self.state, final_status=self.final_status,
                 progress=progress, usage=usage, diagnostics=self.diagnostics, start_time=self.start_ms,
                 finish_time=self.finish_ms)
 

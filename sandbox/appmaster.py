@@ -236,6 +236,11 @@ class AppMaster:
                 raise RequestRejected("ALREADY_EXISTS", f"A proxied page with name '{req.link_name}' already exists")
             self.proxies[req.route] = req
 
+    def tracking_url(self) -> str:
+        """The target of the first proxied page with a link (what a user follows from YARN)."""
+        with self.lock:
+            return next((p.target for p in self.proxies.values() if p.link_name), "")
+
     def remove_proxy(self, route: str) -> None:
         with self.lock:
             if self.proxies.pop(route, None) is None:

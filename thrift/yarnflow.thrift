@@ -240,6 +240,7 @@ struct TaskExecutorRegistration {
   5: ResourceProfile slot_profile,
   6: i64 pid,
   7: string hostname,
+  8: string metrics_address = "",  // host:port of its Prometheus endpoint ("": no metrics reporter)
 }
 
 struct RegistrationResponse {

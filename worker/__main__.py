@@ -4,10 +4,40 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
 
 from yarnflow.common.ids import ResourceID
 from yarnflow.common.process import add_common_arguments, shutdown_on_signals, start_process
+
+
+def appmaster_from_yarn(timeout_s: float = 60.0) -> str:
+    """In a YARN container of a yarnflow application that its ResourceManager did not request (a
+    ``skein container scale --service taskexecutor``, so no ``--rm-address``): the AppMaster's
+    address, from the application's key-value store, where the AppMaster publishes it once it
+    leads. Empty outside YARN, or when none appears within ``timeout_s``."""
+    if not os.environ.get("SKEIN_APPLICATION_ID"):
+        return ""
+    import skein
+
+    from yarnflow.common.yarn import ADDRESS_KEY
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        kv = skein.ApplicationClient.from_current().kv
+        while True:
+            value = kv.get(ADDRESS_KEY)
+            if value or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    except Exception as exc:  # noqa: BLE001 - skein's errors: no address, said why below
+        logging.getLogger(__name__).warning("cannot read the AppMaster's address from YARN: %s", exc)
+        return ""
+    if value:
+        logging.getLogger(__name__).info("started outside the ResourceManager's requests: its AppMaster is at %s",
+                                         value.decode())
+    return value.decode() if value else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     from yarnflow.worker.taskexecutor.task_executor import TaskExecutor
 
     if not args.rm_address and not ha_enabled(config):
-        print("error: --rm-address is needed without ZooKeeper high availability", file=sys.stderr)
+        args.rm_address = appmaster_from_yarn()
+    if not args.rm_address and not ha_enabled(config):
+        print("error: --rm-address is needed without ZooKeeper high availability (or in a YARN container "
+              "of a yarnflow application, whose AppMaster it finds)", file=sys.stderr)
         return 2
     try:
         ha = create_ha_services(config, leader_address=args.rm_address)

@@ -98,9 +98,11 @@ _SCHEMAS: dict[str, Any] = {
     "Logs": _obj(["logs"], logs={"type": "array", "items": _obj(["source", "lines"], source=_STR, lines={
         "type": "array", "items": _STR})}),
     "TaskManager": _obj(["id", "path", "slotsNumber", "freeSlots"], id=_STR, path=_STR, dataPort=_INT,
-                        slotsNumber=_INT, freeSlots=_INT, timeSinceLastHeartbeat=_INT,
+                        slotsNumber=_INT, freeSlots=_INT, timeSinceLastHeartbeat=_INT, metricsAddress=_NULLABLE_STR,
                         hardware={"type": "object"}, allocatedSlots={"type": "array", "items": {"type": "object"}}),
     "TaskManagers": _obj(["taskmanagers"], taskmanagers={"type": "array", "items": _ref("TaskManager")}),
+    "PrometheusTargets": {"type": "array", "items": _obj(["targets", "labels"], targets={
+        "type": "array", "items": _STR}, labels={"type": "object", "additionalProperties": _STR})},
 }
 
 
@@ -162,6 +164,8 @@ def openapi_document() -> dict[str, Any]:
             "/taskmanagers": _get("Registered TaskExecutors", "TaskManagers"),
             "/taskmanagers/{tmid}": _get("One TaskExecutor with its slots", "TaskManager", 404, params=[
                 {"name": "tmid", "in": "path", "required": True, "schema": _STR}]),
+            "/metrics/prometheus-targets": _get("Every process's Prometheus endpoint (HTTP service discovery)",
+                                                "PrometheusTargets"),
         },
         "components": {"schemas": _SCHEMAS},
     }

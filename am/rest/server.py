@@ -43,6 +43,7 @@ from yarnflow.common.errors import (
 from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
+from yarnflow.common.metrics import metrics_address
 from yarnflow.common.version import __version__
 
 if TYPE_CHECKING:
@@ -200,7 +201,8 @@ class RestServer:
                 ("/jobs/<jobid>/savepoints/<triggerid>", self.savepoint_status, ("GET",)),
                 ("/jobs/<jobid>/logs", self.job_logs, ("GET",)),
                 ("/taskmanagers", self.taskmanagers, ("GET",)),
-                ("/taskmanagers/<tmid>", self.taskmanager, ("GET",))):
+                ("/taskmanagers/<tmid>", self.taskmanager, ("GET",)),
+                ("/metrics/prometheus-targets", self.prometheus_targets, ("GET",))):
             route(rule, fn, methods)
         return app
 
@@ -342,11 +344,28 @@ class RestServer:
         return jsonify(taskmanagers=[{k: v for k, v in tm.items() if k != "allocatedSlots"}
                                      for tm in self._task_executors()])
 
+    def prometheus_targets(self) -> Response:
+        """``http_sd_configs`` (or a ``file_sd_configs`` file written from it) for a Prometheus
+        that scrapes this cluster: every process's metrics address, as it registers."""
+        appmaster = metrics_address(self._am.metrics, self._am.address)
+        return jsonify(prometheus_targets(self._am.cluster_id, appmaster, self._task_executors()))
+
     def taskmanager(self, tmid: str) -> Response:
         for tm in self._task_executors():
             if tm["id"] == tmid:
                 return jsonify(tm)
         raise ApiError(404, f"no TaskExecutor {tmid} is registered")
+
+
+def prometheus_targets(cluster_id: str, appmaster: str, task_executors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prometheus's HTTP (and file-based) service discovery document: the metrics endpoints of
+    the AppMaster and of every registered TaskExecutor, labelled with the cluster's id."""
+    groups = [{"targets": [appmaster], "labels": {"cluster_id": cluster_id, "component": "jobmanager"}}
+              if appmaster else None]
+    groups += [{"targets": [tm["metricsAddress"]], "labels": {"cluster_id": cluster_id, "component": "taskmanager",
+                                                              "tm_id": tm["id"]}}
+               for tm in task_executors if tm.get("metricsAddress")]
+    return [g for g in groups if g is not None]
 
 
 def views_taskmanager(entry: Any) -> dict[str, Any]:
@@ -368,6 +387,7 @@ def views_taskmanager(entry: Any) -> dict[str, Any]:
                          "physicalMemory": profile.memory_mb * reg.num_slots * (1 << 20), "freeMemory": 0,
                          "managedMemory": 0},
             "host": reg.hostname or host, "pid": reg.pid, "dataAddress": reg.data_address,
+            "metricsAddress": reg.metrics_address or None,
             "allocatedSlots": [{"index": s.index, "jobId": str(s.job_id) if s.job_id else None,
                                 "state": s.state, "resource": {"cpuCores": profile.cpu_cores,
                                                                "taskHeapMemory": profile.memory_mb}}

@@ -80,8 +80,18 @@ def test_a_running_job_in_flinks_shapes(cluster: Any, tmp_path: Path) -> None:
     one = get(f"{web}/taskmanagers/{tms[0]['id']}")
     assert [s["jobId"] for s in one["allocatedSlots"]].count(job_id) == 2 - tms[0]["freeSlots"]
 
-    # Prometheus: the AppMaster's cluster and job figures, the TaskExecutors' task and operator figures
-    scraped = [scrape(f"http://127.0.0.1:{port}/metrics") for port in cluster.prom_ports if _listening(port)]
+    # Prometheus: where to scrape is in REST (each TaskExecutor's metricsAddress, and a service
+    # discovery document a Prometheus reads with http_sd_configs), every address once
+    groups = get(f"{web}/metrics/prometheus-targets")
+    targets = {g["labels"]["component"] + "/" + g["labels"].get("tm_id", ""): g["targets"] for g in groups}
+    assert set(targets) == {"jobmanager/", *(f"taskmanager/{t['id']}" for t in tms)}
+    assert all(g["labels"]["cluster_id"] for g in groups)
+    assert {targets[f"taskmanager/{t['id']}"][0] for t in tms} == {t["metricsAddress"] for t in tms}
+    addresses = [a for g in groups for a in g["targets"]]
+    assert len(set(addresses)) == 3 and {int(a.rsplit(":", 1)[1]) for a in addresses} == {
+        port for port in cluster.prom_ports if _listening(port)}
+    # the AppMaster's cluster and job figures, the TaskExecutors' task and operator figures
+    scraped = [scrape(f"http://{address}/metrics") for address in addresses]
     am = [m for m in scraped if "yarnflow_jobmanager_taskSlotsTotal" in m]
     tes = [m for m in scraped if "yarnflow_taskmanager_job_task_busyTimeMsPerSecond" in m]
     assert len(am) == 1 and len(tes) == 2

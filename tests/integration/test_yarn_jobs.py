@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 import pyarrow.dataset as pads
 import pytest
+import requests
 import skein
 
 from tests.conftest import Cli
@@ -34,6 +35,8 @@ from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_ha_failover import ha_conf
 from tests.yarn import MAX_MEMORY_MB
 from yarnflow.common.config import Configuration
+from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+from yarnflow.common.yarn import ADDRESS_KEY
 from yarnflow.common.states import JobStatus
 from yarnflow.connection import ClusterConnection
 from yarnflow.sandbox import Sandbox
@@ -133,6 +136,14 @@ def app_id_of(text: str) -> str:
     found = re.search(r"YARN application (application_\d+_\d+)", text)
     assert found, f"no application id in:\n{text}"
     return found.group(1)
+
+
+def start_session(yarn_cli: Cli, conf: dict[str, str] = YARN_CONF) -> tuple[str, list[str], Any]:
+    """A detached session application: its id, the -D keys that name it, what the CLI said."""
+    started = yarn_cli.run("session", "start", "--target", "yarn", "--detached", *dconf(conf), timeout=90)
+    assert started.returncode == 0, started.stderr
+    app_id = app_id_of(started.stdout)
+    return app_id, ["-D", f"yarn.application.id={app_id}"], started
 
 
 def report(app_id: str) -> Any:
@@ -260,10 +271,7 @@ def test_the_clients_virtualenv_is_shipped_and_runs_the_containers(yarn_cli: Cli
 def test_a_session_runs_two_jobs_and_answers_list_info_cancel_and_stop(yarn_cli: Cli, sandbox: Sandbox,
                                                                          tmp_path: Path) -> None:
     expected = write_input(tmp_path / "in", files=2, rows=1000)
-    started = yarn_cli.run("session", "start", "--target", "yarn", "--detached", *dconf(YARN_CONF), timeout=90)
-    assert started.returncode == 0, started.stderr
-    app_id = app_id_of(started.stdout)
-    keys = ["-D", f"yarn.application.id={app_id}"]
+    app_id, keys, started = start_session(yarn_cli)
     assert f"yarnflow run {' '.join(keys)} JOB.py" in started.stdout
     # a long STREAMING job (about 15 s: it must outlast the next job and the list / info below on a
     # loaded machine), detached, then a BATCH job beside it, attached
@@ -413,11 +421,7 @@ def test_without_ha_a_dead_appmaster_fails_the_application_saying_why(yarn_cli: 
 
 def test_idle_taskexecutor_containers_are_released(yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
     expected = write_input(tmp_path / "in", files=2, rows=400)
-    started = yarn_cli.run("session", "start", "--target", "yarn", "--detached",
-                           *dconf({**YARN_CONF, "resourcemanager.taskmanager-timeout": "1 s"}), timeout=90)
-    assert started.returncode == 0, started.stderr
-    app_id = app_id_of(started.stdout)
-    keys = ["-D", f"yarn.application.id={app_id}"]
+    app_id, keys, _ = start_session(yarn_cli, {**YARN_CONF, "resourcemanager.taskmanager-timeout": "1 s"})
     ran = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "once",
                        timeout=90)
     assert ran.returncode == 0, ran.stderr
@@ -428,6 +432,34 @@ def test_idle_taskexecutor_containers_are_released(yarn_cli: Cli, sandbox: Sandb
                    30, "idle TaskExecutor containers were not released")
         assert not app.get_containers(services=["taskexecutor"])  # none running, none requested
     wait_until(lambda: not container_processes(app_id, "yarnflow.worker"), 10, "released TaskExecutors still run")
+    yarn_cli.run("session", "stop", *keys, check=True)
+    assert wait_final(app_id).final_status == "SUCCEEDED"
+
+
+def test_a_taskexecutor_started_by_scaling_the_service_joins_the_session_whose_ui_yarn_links(
+        yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    # `skein container scale --service taskexecutor`: the container is not the ResourceManager's
+    # request, so it has no --rm-address; it finds the AppMaster in the application's KV store
+    expected = write_input(tmp_path / "in", files=2, rows=300)
+    app_id, keys, _ = start_session(yarn_cli)
+    with skein.Client.from_global_driver() as client:
+        app = client.connect(app_id)
+        dispatcher = RemoteDispatcherGateway(app.kv.wait(ADDRESS_KEY).decode())
+        assert dispatcher.cluster_info().registered_taskexecutors == 0
+        app.scale("taskexecutor", count=1)
+        wait_until(lambda: dispatcher.cluster_info().registered_taskexecutors == 1, 60,
+                   "the scaled TaskExecutor never registered")
+        assert [c.state for c in app.get_containers(services=["taskexecutor"])] == ["RUNNING"]
+        dispatcher.close()
+    # YARN links the application to the web UI (a page of skein's web UI; the sandbox reports its target)
+    tracking = report(app_id).tracking_url
+    page = requests.get(tracking, timeout=10)
+    assert page.status_code == 200 and "<title>yarnflow" in page.text, tracking
+    assert requests.get(tracking.rstrip("/") + "/overview", timeout=10).json()["taskmanagers"] == 1
+    ran = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "once",
+                       timeout=90)
+    assert ran.returncode == 0, ran.stderr
+    assert_batch_exact(tmp_path / "out", expected)
     yarn_cli.run("session", "stop", *keys, check=True)
     assert wait_final(app_id).final_status == "SUCCEEDED"
 

@@ -65,7 +65,7 @@ from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryManager, managed_memory_bytes
 from yarnflow.worker.memory.spill import remove_orphan_spills, spill_roots
-from yarnflow.worker.metrics import start_task_executor_metrics
+from yarnflow.worker.metrics import metrics_address, start_task_executor_metrics
 from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.flight import DataServer
 from yarnflow.worker.network.partition import ResultPartitionManager
@@ -141,10 +141,10 @@ class TaskExecutor(RpcEndpoint):
     def start(self) -> TaskExecutor:
         self._rpc.start()
         self._main.start()
+        self.metrics_endpoint = start_task_executor_metrics(self)  # before registering: it names it
         self._retrieval.start(self._on_leader)
         threading.Thread(target=self._heartbeat_loop, name="te-heartbeat", daemon=True).start()
         threading.Thread(target=self._jm_heartbeat_loop, name="te-jm-heartbeat", daemon=True).start()
-        self.metrics_endpoint = start_task_executor_metrics(self)
         log.info("TaskExecutor %s started: rpc %s, data %s, %d slots, %.0f MB of managed memory (%.0f MB a slot), "
                  "spill files in %s", self.resource_id, self._rpc.address, self._data_server.address, self._num_slots,
                  self.memory.total_bytes / 2**20, self.memory.slot_bytes / 2**20, ", ".join(self.spill_roots))
@@ -224,7 +224,8 @@ class TaskExecutor(RpcEndpoint):
 
     def _registration(self) -> TaskExecutorRegistration:
         return TaskExecutorRegistration(self.resource_id, self._rpc.address, self._data_server.address,
-                                        self._num_slots, self._profile, os.getpid(), socket.gethostname())
+                                        self._num_slots, self._profile, os.getpid(), socket.gethostname(),
+                                        metrics_address(self.metrics_endpoint, self._rpc.address))
 
     def _heartbeat_loop(self) -> None:
         """Register, then heartbeat; gives up after the registration timeout without contact."""

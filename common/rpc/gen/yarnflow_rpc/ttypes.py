@@ -2341,11 +2341,12 @@ class TaskExecutorRegistration(object):
      - slot_profile
      - pid
      - hostname
+     - metrics_address
 
     """
 
 
-    def __init__(self, resource_id=None, rpc_address=None, data_address=None, num_slots=None, slot_profile=None, pid=None, hostname=None,):
+    def __init__(self, resource_id=None, rpc_address=None, data_address=None, num_slots=None, slot_profile=None, pid=None, hostname=None, metrics_address="",):
         self.resource_id = resource_id
         self.rpc_address = rpc_address
         self.data_address = data_address
@@ -2353,6 +2354,7 @@ class TaskExecutorRegistration(object):
         self.slot_profile = slot_profile
         self.pid = pid
         self.hostname = hostname
+        self.metrics_address = metrics_address
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2399,6 +2401,11 @@ class TaskExecutorRegistration(object):
                     self.hostname = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.STRING:
+                    self.metrics_address = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2436,6 +2443,10 @@ class TaskExecutorRegistration(object):
         if self.hostname is not None:
             oprot.writeFieldBegin('hostname', TType.STRING, 7)
             oprot.writeString(self.hostname.encode('utf-8') if sys.version_info[0] == 2 else self.hostname)
+            oprot.writeFieldEnd()
+        if self.metrics_address is not None:
+            oprot.writeFieldBegin('metrics_address', TType.STRING, 8)
+            oprot.writeString(self.metrics_address.encode('utf-8') if sys.version_info[0] == 2 else self.metrics_address)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4136,6 +4147,7 @@ TaskExecutorRegistration.thrift_spec = (
     (5, TType.STRUCT, 'slot_profile', [ResourceProfile, None], None, ),  # 5
     (6, TType.I64, 'pid', None, None, ),  # 6
     (7, TType.STRING, 'hostname', 'UTF8', None, ),  # 7
+    (8, TType.STRING, 'metrics_address', 'UTF8', "", ),  # 8
 )
 all_structs.append(RegistrationResponse)
 RegistrationResponse.thrift_spec = (
