@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifact", default=None, help="yarn: the per-job application's job artifact")
     parser.add_argument("--detached", action="store_true",
                         help="yarn per-job: end as soon as the job ends (no client waits for its result)")
+    parser.add_argument("--application", default=None,
+                        help="yarn application mode: the job file whose main() this AppMaster runs, then ends")
+    parser.add_argument("--application-args", default="[]", help="yarn application mode: main()'s arguments (JSON)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = start_process(args)
@@ -29,11 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.target == "yarn":
         if bool(args.job_graph) != bool(args.artifact):
             parser.error("--job-graph and --artifact go together")
+        if args.application and args.job_graph:
+            parser.error("--application (application mode) and --job-graph (per-job mode) exclude each other")
         from yarnflow.am import yarn
 
         return yarn.run(args, config)
-    if args.job_graph or args.artifact:
-        parser.error("--job-graph and --artifact are for --target yarn")
+    if args.job_graph or args.artifact or args.application:
+        parser.error("--job-graph, --artifact and --application are for --target yarn")
     from yarnflow.am.appmaster import AppMaster
     from yarnflow.common.errors import ConfigurationError, CoordinationUnavailableError
 

@@ -24,9 +24,13 @@ artifact. Here:
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -43,13 +47,15 @@ from yarnflow.common.yarn import ADDRESS_KEY, application_config, container_atte
 if TYPE_CHECKING:
     from yarnflow.am.appmaster import AppMaster
 
-__all__ = ["YarnApplication", "load_job", "run", "run_per_job"]
+__all__ = ["YarnApplication", "load_job", "run", "run_application_main", "run_per_job"]
 
 log = logging.getLogger(__name__)
 
 #: the route and link name of the web UI among the application's (skein's) web UI pages
 WEB_UI_ROUTE = "yarnflow"
 WEB_UI_LINK = "yarnflow web UI"
+#: the lines of a failed application main()'s error output that become the application's diagnostics
+MAIN_ERROR_LINES = 40
 _FINAL = {JobStatus.FINISHED: "SUCCEEDED", JobStatus.CANCELED: "KILLED", JobStatus.FAILED: "FAILED"}
 
 
@@ -167,6 +173,44 @@ def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attach
         return
 
 
+def run_application_main(am: AppMaster, yarn: YarnApplication, main_file: str, main_args: list[str]) -> None:
+    """Application mode: once this AppMaster leads, run the job file's ``main()`` as a client
+    of this very cluster (``yarnflow run --target remote`` in a process of its own, in the
+    container's working directory), and end the application with it: SUCCEEDED when ``main()``
+    returned (its jobs ended), FAILED with the end of its error output (the traceback, or the
+    failed job's cause) when it did not. Stopping the AppMaster stops ``main()``."""
+    while am.dispatcher is None:
+        if am.wait(0.2):
+            return
+    cmd = [sys.executable, "-m", "yarnflow", "run", "--target", "remote", "--address", am.address, "--no-progress",
+           main_file, *main_args]
+    log.info("application mode: running %s", " ".join(cmd[3:]))
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace")
+    tail: collections.deque[str] = collections.deque(maxlen=MAIN_ERROR_LINES)
+
+    def relay() -> None:  # its error output goes to this container's log, its end to the diagnostics
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=relay, name="application-main-stderr", daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        if am.wait(0.5):  # the cluster stops under it (killed, or a client shut it down)
+            proc.terminate()
+            break
+    code = proc.wait()
+    reader.join(10)
+    name = os.path.basename(main_file)
+    if code == 0:
+        yarn.set_progress(1.0)
+        yarn.finish("SUCCEEDED", f"main() of {name} returned")
+    elif not yarn.finished:
+        yarn.finish("FAILED", f"main() of {name} failed (exit status {code}):\n" + "\n".join(tail))
+    am.end_cluster()
+
+
 def _progress(dispatcher: Any, job_graph: JobGraph) -> float:
     """The share of the job's subtasks that finished (at least 0.1 once it runs)."""
     try:
@@ -210,6 +254,12 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
         log.warning("job data is stored in the AppMaster's container (%s): TaskExecutors on other hosts cannot "
                     "read it; set yarn.staging-directory (or high-availability.storageDir) to a shared "
                     "filesystem (hdfs://...) on a multi-host cluster", am.storage_dir)
+    if yarn.attempt > 1 and args.application:
+        reason = (f"AppMaster attempt {yarn.attempt} of application {yarn.id}: the previous AppMaster died while "
+                  f"the application's main() ({args.application}) ran; application mode does not run main() twice")
+        log.error(reason)
+        yarn.finish("FAILED", reason)
+        return 1
     if yarn.attempt > 1:
         log.info("AppMaster attempt %d: recovering the cluster's jobs through ZooKeeper", yarn.attempt)
     am.on_leadership.append(lambda: yarn.publish_address(am.address))
@@ -232,6 +282,9 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
     am.start()
     print(f"yarnflow AppMaster of application {yarn.id} (attempt {yarn.attempt}) listening on {am.address}",
           flush=True)
+    if args.application:
+        threading.Thread(target=run_application_main, name="application-main", daemon=True, args=(
+            am, yarn, args.application, json.loads(args.application_args))).start()
     if per_job is not None:
         runner = threading.Thread(target=run_per_job, name="per-job", daemon=True, kwargs=dict(
             am=am, yarn=yarn, per_job=per_job, attached=not args.detached,

@@ -50,14 +50,16 @@ def _user_frames(tb: Any, job_file: str) -> str:
     return "".join(traceback.format_list(frames))
 
 
-RUN_TARGETS = ["local", "remote", "yarn-per-job", "yarn-session"]
+RUN_TARGETS = ["local", "remote", "yarn-per-job", "yarn-session", "yarn-application"]
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--target", "-t", type=click.Choice(RUN_TARGETS), default=None,
               help="Where the job runs: local (an embedded local cluster started for it), remote (the cluster "
                    "at --address, or the leader found in ZooKeeper), yarn-per-job (a YARN application of its "
-                   "own), yarn-session (the YARN session -D yarn.application.id=ID). Default: remote with "
+                   "own), yarn-session (the YARN session -D yarn.application.id=ID), yarn-application (the job "
+                   "file and the modules beside it shipped to a YARN application whose AppMaster runs its main()). "
+                   "Default: remote with "
                    "--address or the high availability keys, yarn-session with yarn.application.id, else local.")
 @click.option("--detached", "-d", is_flag=True,
               help="Return once the job was submitted instead of following it to its end (not with an "
@@ -127,9 +129,13 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
                            "(printed by `yarnflow session start --target yarn`)")
         connect(None, dynamic).close()
         ctx = executors.ClusterContext("", conf, job_file, progress, detached)
-    elif target == "yarn-per-job":
+    elif target in ("yarn-per-job", "yarn-application"):
         if app_id:
-            raise CliError("--target yarn-per-job starts an application of its own: leave out yarn.application.id")
+            raise CliError(f"--target {target} starts an application of its own: leave out yarn.application.id")
+        if target == "yarn-application":
+            from yarnflow.application_mode import run_application
+
+            sys.exit(run_application(config, job_file, job_args, detached))
         ctx = executors.YarnPerJobContext(conf, job_file, progress, detached)
     else:
         ctx = executors.LocalContext(taskexecutors, slots, conf, job_file, progress)

@@ -28,6 +28,7 @@ says in one line why it cannot (no skein driver, unknown application, applicatio
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -57,7 +58,8 @@ CONF_FILE = "yarnflow.yaml"  # in the container's working directory, which is YA
 VENV_DIR = "environment"
 JOB_GRAPH_FILE = "jobgraph.bin"
 ARTIFACT_FILE = "artifact.zip"
-_RESERVED = (CONF_FILE, VENV_DIR, JOB_GRAPH_FILE, ARTIFACT_FILE, "work", "appmaster")
+APPLICATION_DIR = "application"  # application mode: the job file and its modules, unpacked
+_RESERVED = (CONF_FILE, VENV_DIR, JOB_GRAPH_FILE, ARTIFACT_FILE, APPLICATION_DIR, "work", "appmaster")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 _MIB = 1024 * 1024
 # keys that describe the client's connection to a cluster, not the cluster
@@ -195,12 +197,16 @@ def _spark_memory_mb(value: str) -> int:
 @dataclass
 class Submission:
     """What a yarnflow application ships: a per-job application's JobGraph and artifact (as
-    bytes), or nothing for a session."""
+    bytes); an application-mode application's code (a zip of the job file and its modules),
+    the job file's name in it and its arguments; or nothing for a session."""
 
     name: str
     job_graph: bytes | None = None
     artifact: bytes | None = None
     detached: bool = False
+    application: bytes | None = None
+    main: str = ""
+    args: tuple[str, ...] = ()
 
 
 def application_spec(config: Configuration, submission: Submission, staging_dir: str) -> Any:
@@ -232,6 +238,13 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
         master_args += ["--job-graph", JOB_GRAPH_FILE, "--artifact", ARTIFACT_FILE]
         if submission.detached:
             master_args.append("--detached")
+    if submission.application is not None:
+        path = os.path.join(staging_dir, APPLICATION_DIR + ".zip")
+        with open(path, "wb") as fh:
+            fh.write(submission.application)
+        master_files[APPLICATION_DIR] = skein.File(path, type="archive")
+        master_args += ["--application", shlex.quote(f"{APPLICATION_DIR}/{submission.main}"),
+                        "--application-args", shlex.quote(json.dumps(list(submission.args)))]
     te_args = ["-m", "yarnflow.worker", "--resource-id", '"$CONTAINER_ID"', "--rm-address",
                '"$YARNFLOW_RM_ADDRESS"', "--work-dir", '"$PWD/work"', "-D", 'taskmanager.host="$YARNFLOW_HOST"']
     tags = {t.strip() for t in config[Options.YARN_TAGS].split(",") if t.strip()} | {"yarnflow"}

@@ -464,6 +464,46 @@ def test_a_taskexecutor_started_by_scaling_the_service_joins_the_session_whose_u
     assert wait_final(app_id).final_status == "SUCCEEDED"
 
 
+def test_application_mode_runs_main_in_the_appmaster_and_counts_every_row(yarn_cli: Cli, sandbox: Sandbox,
+                                                                          tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in")
+    (tmp_path / "naming.py").write_text("def job_name(tag):\n    return f'app-{tag}'\n")  # a module beside it
+    (tmp_path / "app.py").write_text(JOB.replace("env.execute(name)", "import naming\nenv.execute(naming.job_name(name))"))
+    ran = yarn_cli.run("run", "--target", "yarn-application", *dconf(YARN_CONF), "app.py", str(tmp_path / "in"),
+                       str(tmp_path / "out"), "BATCH", "0", "mode", timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert_batch_exact(tmp_path / "out", expected)
+    app_id = app_id_of(ran.stderr)
+    assert "final status SUCCEEDED" in ran.stderr and "application mode" in ran.stderr
+    assert "Submitted job app-mode" not in ran.stderr  # compiled and submitted in the AppMaster, not here
+    assert report(app_id).diagnostics.startswith("main() of app.py returned")
+
+
+def test_an_application_whose_main_raises_fails_with_the_traceback(yarn_cli: Cli, sandbox: Sandbox,
+                                                                     tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("import sys\n\ndef check(args):\n    raise RuntimeError(f'no input in {args}')\n\n"
+                                     "check(sys.argv[1:])\n")
+    ran = yarn_cli.run("run", "--target", "yarn-application", *dconf(YARN_CONF), "bad.py", "/nowhere", timeout=120)
+    assert ran.returncode == 1, ran.stderr
+    app_id = app_id_of(ran.stderr)
+    final = report(app_id)
+    assert str(final.final_status) == "FAILED"
+    assert "main() of bad.py failed" in final.diagnostics and "RuntimeError: no input in ['/nowhere']" in final.diagnostics
+    assert "line 4, in check" in final.diagnostics  # where in main() it raised
+    assert "RuntimeError: no input in ['/nowhere']" in ran.stderr  # the client shows it too
+
+
+def test_a_detached_application_returns_its_id_and_runs_on(yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    expected = write_input(tmp_path / "in", files=2, rows=300)
+    ran = yarn_cli.run("run", "--target", "yarn-application", "--detached", *dconf(YARN_CONF), "job.py",
+                       str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "detached", timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    app_id = app_id_of(ran.stderr)
+    assert f"yarn.application.id={app_id}" in ran.stderr
+    assert str(wait_final(app_id, 120).final_status) == "SUCCEEDED"
+    assert_batch_exact(tmp_path / "out", expected)
+
+
 def test_errors_a_user_hits_are_one_clear_line(yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
     write_input(tmp_path / "in", files=1, rows=10)
     unknown = yarn_cli.run("list", "-D", "yarn.application.id=application_1_0099")
