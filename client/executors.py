@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pyarrow as pa
 
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import JobFailedError, RefusedError, RpcTimeoutError, UnavailableError
+from yarnflow.common.errors import InvalidRequestError, JobFailedError, RefusedError, RpcTimeoutError, UnavailableError
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo, VertexStatus
@@ -172,6 +172,13 @@ class ClusterContext:
                     if conn.follows_leader:  # submitted before the leader changed: recovered by the new one
                         return jg.job_id
                     raise
+                except InvalidRequestError as exc:
+                    if "does not exist" not in str(exc):
+                        raise
+                    # the artifact (content-addressed, stored once) was deleted as the last job using
+                    # it ended, between storing and submitting: store it again
+                    upload_artifact(job, self.job_file, info.storage_dir)
+                    return gw.submit_job(jg)
 
             job_id = conn.call(submit, "submitJob")
             self.submitted.append(job_id)

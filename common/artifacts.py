@@ -17,12 +17,15 @@ import os
 import shutil
 import sys
 import threading
+import time
 import zipfile
+from collections.abc import Callable, Collection
 from typing import Any
 
 import cloudpickle
 import fsspec
 
+from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import YarnflowError
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,10 @@ def store_artifact(data: bytes, storage_dir: str) -> tuple[str, str]:
     return uri, digest
 
 
+def _tree_bytes(root: str) -> int:
+    return sum(os.path.getsize(os.path.join(folder, f)) for folder, _, files in os.walk(root) for f in files)
+
+
 def chain_entry(vertex_id: str) -> str:
     """A vertex's pickled operator chain."""
     return f"chains/{vertex_id}.pkl"
@@ -75,18 +82,78 @@ def source_entry(vertex_id: str) -> str:
 class ArtifactCache:
     """Artifacts unpacked under a local ``directory``, one subdirectory per content hash; safe
     to share between threads. Every method raises ``ArtifactError`` when the artifact cannot be
-    fetched or lacks the entry asked for: the task (or split request) that needed it fails."""
+    fetched or lacks the entry asked for: the task (or split request) that needed it fails.
 
-    def __init__(self, directory: str) -> None:
+    Bounded (Flink's BlobCache cleanup): after each fetch, the artifacts least recently used are
+    deleted until the unpacked ones take at most ``max_bytes`` (0: no bound), and ``clean_up``
+    deletes those unused for ``ttl_s``; an artifact that ``in_use()`` names (the jobs with tasks
+    here: their helper modules may still be imported from it) is never deleted."""
+
+    def __init__(self, directory: str, max_bytes: int = 0, ttl_s: float = 0.0,
+                 in_use: Callable[[], Collection[str]] = frozenset) -> None:
         self._dir = directory
         self._lock = threading.Lock()
+        self._max_bytes = max_bytes
+        self._ttl_s = ttl_s
+        self._in_use = in_use
+        #: sha256 -> (last use, monotonic s; unpacked bytes)
+        self._entries: dict[str, tuple[float, int]] = {}
         os.makedirs(directory, exist_ok=True)
+
+    @classmethod
+    def bounded(cls, config: Configuration, work_dir: str, in_use: Callable[[], Collection[str]]) -> ArtifactCache:
+        """A TaskExecutor's cache under ``work_dir``, bounded by ``blob.cache.max-size`` and
+        ``blob.service.cleanup.interval``; ``in_use``: the artifacts of its running tasks."""
+        return cls(os.path.join(work_dir, "artifacts"), config[Options.BLOB_CACHE_MAX_SIZE],
+                   config[Options.BLOB_CLEANUP_INTERVAL] / 1000.0, in_use)
+
+    @property
+    def cached_bytes(self) -> int:
+        with self._lock:
+            return sum(size for _, size in self._entries.values())
+
+    def cached(self) -> list[str]:
+        """The content hashes of the artifacts unpacked here."""
+        with self._lock:
+            return sorted(self._entries)
+
+    def clean_up(self) -> list[str]:
+        """Delete the artifacts unused for ``ttl_s`` (and not in use); returns their hashes."""
+        if not self._ttl_s:
+            return []
+        with self._lock:
+            now = time.monotonic()
+            return self._evict(lambda sha, used: now - used >= self._ttl_s)
+
+    def _evict(self, should: Callable[[str, float], bool], keep: str = "") -> list[str]:
+        """(Under the lock.) Delete, least recently used first, the artifacts not in use (nor
+        ``keep``) for which ``should(sha, last_use)`` holds; stops at the first that does not."""
+        pinned = {*self._in_use(), keep}
+        gone = []
+        for sha, (used, _) in sorted(self._entries.items(), key=lambda item: item[1][0]):
+            if sha in pinned:
+                continue
+            if not should(sha, used):
+                break
+            shutil.rmtree(os.path.join(self._dir, sha), ignore_errors=True)
+            del self._entries[sha]
+            gone.append(sha)
+        if gone:
+            log.info("deleted %d cached job artifacts (%s)", len(gone), ", ".join(g[:12] for g in gone))
+        return gone
+
+    def _bound(self, keep: str) -> None:
+        """(Under the lock.) Keep the cache within ``max_bytes`` (``keep``, just fetched, stays)."""
+        if self._max_bytes:
+            self._evict(lambda sha, used: sum(s for _, s in self._entries.values()) > self._max_bytes, keep)
 
     def fetch(self, uri: str, sha256: str) -> str:
         """The local directory the artifact ``uri`` is unpacked into (fetched if needed)."""
         target = os.path.join(self._dir, sha256)
         with self._lock:
-            if os.path.isdir(target):
+            if os.path.isdir(target):  # (unpacked before, maybe by an earlier process of this work dir)
+                known = self._entries.get(sha256)
+                self._entries[sha256] = (time.monotonic(), known[1] if known else _tree_bytes(target))
                 return target
             try:
                 with fsspec.open(uri, "rb") as fh:
@@ -105,6 +172,11 @@ class ArtifactCache:
                 raise ArtifactError(f"job artifact {uri} is not a valid zip: {exc}") from exc
             os.replace(tmp, target)
             log.info("fetched job artifact %s (%d bytes)", uri, len(data))
+            now = time.monotonic()
+            self._entries[sha256] = (now, _tree_bytes(target))
+            if self._ttl_s:  # the ones unused for the cleanup interval go first
+                self._evict(lambda sha, used: now - used >= self._ttl_s, keep=sha256)
+            self._bound(keep=sha256)
             return target
 
     def load_source(self, uri: str, sha256: str, vertex_id: str) -> Any:

@@ -248,6 +248,10 @@ class Options:
     TASK_CANCELLATION_TIMEOUT = _opt("task.cancellation.timeout", parse_duration_ms,
                                      "a task that does not stop this long after its cancel ends its TaskExecutor "
                                      "(0: never)")
+    BLOB_CACHE_MAX_SIZE = _opt("blob.cache.max-size", parse_size_bytes,
+                               "job artifacts a TaskExecutor keeps unpacked at most (0: no bound)")
+    BLOB_CLEANUP_INTERVAL = _opt("blob.service.cleanup.interval", parse_duration_ms,
+                                 "a TaskExecutor deletes a job artifact unused for this long")
     TM_REGISTRATION_TIMEOUT = _opt("taskmanager.registration.timeout", parse_duration_ms,
                                    "TaskExecutor exits after this long without a ResourceManager")
     ARROW_ALLOCATOR = _opt("process.memory.arrow-allocator", _parse_str,

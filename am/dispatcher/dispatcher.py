@@ -466,7 +466,7 @@ class Dispatcher(RpcEndpoint):
                 log.warning("job %s ended %s, but its result could not be recorded (%s): the leader runs it "
                             "again from its latest checkpoint", job_id, result.status.name, exc)
             else:
-                forget_ended_job(self._ha, self._storage_dir, job_id)
+                forget_ended_job(self._ha, self._storage_dir, job_id, jm.job_graph.artifact_uri)
             self._ended[job_id] = (info, result)
             self._graphs[job_id] = jm.job_graph
             threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer

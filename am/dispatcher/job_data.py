@@ -9,6 +9,7 @@ import threading
 
 import fsspec
 
+from yarnflow.common.artifacts import artifact_uri
 from yarnflow.common.errors import NotLeaderError
 from yarnflow.common.ha import HighAvailabilityServices
 from yarnflow.common.ids import JobID
@@ -40,10 +41,32 @@ def delete_intermediate_data(job_dir: str) -> None:
             log.warning("could not delete %s", url, exc_info=True)
 
 
-def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID) -> None:
-    """Forget the HA data of an ended job (its result stays in the JobResultStore) and delete
-    its intermediate data in the job's storage dir (in the background). A deposed leader
-    forgets nothing: the next leader does."""
+def delete_unreferenced_artifact(ha: HighAvailabilityServices, storage_dir: str, uri: str) -> bool:
+    """Delete the job artifact ``uri`` when it is one of ``storage_dir``'s and no job in the
+    JobGraphStore (running, or retained for a next leader) references it; True when deleted.
+    An artifact stored elsewhere is the user's, and one whose references cannot all be read
+    stays."""
+    if not uri.startswith(artifact_uri(storage_dir, "")[:-len(".zip")]):
+        return False
+    store = ha.job_graph_store()
+    try:
+        if any(store.get(job_id).artifact_uri == uri for job_id in store.job_ids()):
+            return False
+        fs, path = fsspec.core.url_to_fs(uri)
+        fs.rm(path)
+    except FileNotFoundError:
+        return False
+    except Exception:  # noqa: BLE001 - any store's or filesystem's error: it stays, as garbage at worst
+        log.warning("could not delete the job artifact %s", uri, exc_info=True)
+        return False
+    log.info("deleted the job artifact %s: no job references it any more", uri)
+    return True
+
+
+def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID, artifact: str = "") -> None:
+    """Forget the HA data of an ended job (its result stays in the JobResultStore), delete its
+    intermediate data in the job's storage dir and its ``artifact`` unless another job uses it
+    (in the background). A deposed leader forgets nothing: the next leader does."""
     try:
         ha.job_graph_store().remove(job_id)
         ha.checkpoint_store(job_id).clear()
@@ -51,5 +74,9 @@ def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: Job
     except NotLeaderError as exc:
         log.warning("job %s: its JobGraph and checkpoint pointers stay for the next leader: %s", job_id, exc)
         return
-    threading.Thread(target=delete_intermediate_data, args=(job_storage_dir(storage_dir, job_id),),
-                     name=f"clean-up-{job_id}", daemon=True).start()
+    def clean_up() -> None:
+        delete_intermediate_data(job_storage_dir(storage_dir, job_id))
+        if artifact:
+            delete_unreferenced_artifact(ha, storage_dir, artifact)
+
+    threading.Thread(target=clean_up, name=f"clean-up-{job_id}", daemon=True).start()

@@ -92,3 +92,49 @@ def test_a_chain_that_cannot_be_unpickled_is_an_artifact_error(tmp_path):
     uri, sha = _artifact(tmp_path, {chain_entry("v"): b"not a pickle"})
     with pytest.raises(ArtifactError, match="cannot load the operators of vertex v"):
         ArtifactCache(str(tmp_path / "cache")).load_chain(uri, sha, "v")
+
+
+# ---- the bound (blob.cache.max-size) and the cleanup (blob.service.cleanup.interval) ----------
+
+def _distinct(tmp_path, i: int) -> tuple[str, str]:
+    """An artifact of its own (about 10 KB unpacked), as each job's is."""
+    return _artifact(tmp_path, {chain_entry("v"): cloudpickle.dumps([i]), "src/job.py": b"#" * 10_000 + b"%d" % i})
+
+
+def test_the_cache_stays_under_its_bound_across_50_jobs_and_keeps_the_running_ones(tmp_path):
+    running: set[str] = set()
+    cache = ArtifactCache(str(tmp_path / "cache"), max_bytes=50_000, in_use=lambda: running)
+    artifacts = [_distinct(tmp_path, i) for i in range(50)]
+    running.add(artifacts[0][1])  # job 0 still runs here all along
+    most = 0
+    for uri, sha in artifacts:
+        assert cache.load_chain(uri, sha, "v")  # each job's tasks load their chain
+        most = max(most, cache.cached_bytes)
+        assert sum(f.stat().st_size for f in (tmp_path / "cache").rglob("*") if f.is_file()) == cache.cached_bytes
+    assert most <= 50_000 + 11_000  # the bound, plus the one just fetched, which always stays
+    assert artifacts[0][1] in cache.cached() and artifacts[-1][1] in cache.cached()
+    assert len(cache.cached()) < 10
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == cache.cached()  # deleted from disk too
+    uri, sha = artifacts[5]  # an evicted one is fetched again when a job needs it
+    assert cache.load_chain(uri, sha, "v") == [5]
+
+
+def test_artifacts_unused_for_the_cleanup_interval_are_deleted(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("yarnflow.common.artifacts.time.monotonic", lambda: clock[0])
+    running: set[str] = set()
+    cache = ArtifactCache(str(tmp_path / "cache"), ttl_s=3600, in_use=lambda: running)
+    (u1, s1), (u2, s2), (u3, s3) = (_distinct(tmp_path, i) for i in range(3))
+    cache.fetch(u1, s1)
+    cache.fetch(u2, s2)
+    running.add(s2)
+    clock[0] += 1800
+    assert cache.clean_up() == []
+    cache.fetch(u1, s1)  # used again: its hour starts over
+    clock[0] += 3600
+    cache.fetch(u3, s3)  # a fetch cleans up too; s2 stays while its job runs here
+    assert cache.cached() == sorted([s2, s3])
+    running.clear()
+    clock[0] += 3600
+    assert sorted(cache.clean_up()) == sorted([s2, s3])
+    assert cache.cached() == [] and list((tmp_path / "cache").iterdir()) == []

@@ -57,3 +57,31 @@ def test_a_filesystem_error_is_logged_not_raised(tmp_path: Path, caplog: pytest.
         delete_intermediate_data(str(job))
     assert f"could not delete {job}/partitions" in caplog.text
     assert (job / "partitions").exists() and not (job / "intermediate").exists()  # the next one still went
+
+
+def test_an_artifact_goes_with_the_last_job_that_uses_it_and_never_one_stored_elsewhere(tmp_path: Path) -> None:
+    from yarnflow.am.dispatcher.job_data import delete_unreferenced_artifact
+    from yarnflow.common.artifacts import store_artifact
+    from yarnflow.common.ha import EmbeddedHaServices
+    from yarnflow.common.ids import JobID, JobVertexID
+    from yarnflow.common.messages import JobGraph, JobVertex
+
+    storage = (tmp_path / "storage").as_uri()
+    shared, _ = store_artifact(b"the code of two jobs", storage)
+    own, _ = store_artifact(b"the code of one job", storage)
+    ha = EmbeddedHaServices()
+
+    def graph(job_id: str, uri: str) -> JobGraph:
+        return JobGraph(JobID(job_id), job_id, [JobVertex(JobVertexID("v"), "v", 1, 128, ["v"], is_source=True)], [],
+                        artifact_uri=uri)
+
+    for job_id, uri in (("a", shared), ("b", shared), ("c", own)):
+        ha.job_graph_store().put(graph(job_id, uri))
+    ha.job_graph_store().remove("a")
+    assert not delete_unreferenced_artifact(ha, storage, shared)  # job b still runs with it
+    ha.job_graph_store().remove("b")
+    assert delete_unreferenced_artifact(ha, storage, shared)
+    assert sorted(p.name for p in (tmp_path / "storage" / "artifacts").iterdir()) == [own.rsplit("/", 1)[1]]
+    elsewhere = tmp_path / "mine.zip"
+    elsewhere.write_bytes(b"a user's own artifact")
+    assert not delete_unreferenced_artifact(ha, storage, elsewhere.as_uri()) and elsewhere.exists()

@@ -116,7 +116,7 @@ class TaskExecutor(RpcEndpoint):
         self.partitions = ResultPartitionManager(os.path.join(work_dir, "partitions"))
         self._data_server = DataServer(host, self.partitions, segment_size=config[Options.SEGMENT_SIZE])
         self._data_client = DataClient()
-        self._artifacts = ArtifactCache(os.path.join(work_dir, "artifacts"))
+        self._artifacts = ArtifactCache.bounded(config, work_dir, lambda: {t.tdd.artifact_sha256 for t in self.tasks.values()})
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
         self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
         self.spill_roots = spill_roots(config[Options.TMP_DIRS], work_dir)

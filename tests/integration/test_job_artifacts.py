@@ -1,0 +1,51 @@
+"""Job artifacts over a session's life: an artifact goes from the storage dir with the last job
+that uses it, and a TaskExecutor's unpacked copies stay within ``blob.cache.max-size`` however
+many jobs it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import yarnflow
+from tests.harness import wait_until
+from yarnflow import executors
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+BOUND = 40_000
+
+
+def _files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file()] if folder.exists() else []
+
+
+def test_fifty_jobs_leave_no_artifact_behind_and_each_taskexecutor_cache_stays_bounded(local_cluster: Any,
+                                                                                       tmp_path: Path) -> None:
+    cluster = local_cluster(taskexecutors=1, slots=2, **{"blob.cache.max-size": str(BOUND)})
+    gateway = cluster.gateway()
+    storage = Path(gateway.cluster_info().storage_dir.removeprefix("file://"))
+    gateway.close()
+    caches: list[int] = []
+    for i in range(50):
+        ctx = executors.ClusterContext(cluster.address, {"execution.runtime-mode": "BATCH"}, progress=False)
+        executors.set_context(ctx)
+        try:
+            env = yarnflow.StreamExecutionEnvironment(parallelism=1)
+            # each job's own code (the constant in its function): an artifact of its own
+            (env.from_collection({"v": [i, i + 1]}).map(lambda row, i=i: {"v": row["v"] * 1000 + i})
+             .collect())
+            result = env.execute(f"job-{i}")
+        finally:
+            executors.set_context(None)
+        assert sorted(result.collected().column("v").to_pylist()) == [i * 1000 + i, (i + 1) * 1000 + i]
+        te_caches = [p for p in (tmp_path / "cluster0").rglob("artifacts")
+                     if p.is_dir() and "storage" not in p.parts and "appmaster" not in str(p)]
+        assert te_caches, "no TaskExecutor cache found"
+        caches.append(sum(f.stat().st_size for c in te_caches for f in _files(c)))
+    one = caches[0]
+    assert max(caches) <= BOUND + one  # the bound, plus the artifact just fetched, which stays
+    assert caches[-1] < 50 * one / 2  # without the bound the cache would hold all 50
+    wait_until(lambda: not _files(storage / "artifacts"), 30, lambda: f"artifacts left: {_files(storage / 'artifacts')}")
