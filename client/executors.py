@@ -161,7 +161,8 @@ class ClusterContext:
         conn = self.connect()
         try:
             info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
-            job = upload_artifact(job, self.job_file, info.storage_dir)
+            job = upload_artifact(job, self.job_file, info.storage_dir, info.web_url,
+                                  self.config[Options.ARTIFACT_UPLOAD])
             jg = job.job_graph
             jg.config.update({k: v for k, v in self.conf.items()})
 
@@ -177,7 +178,8 @@ class ClusterContext:
                         raise
                     # the artifact (content-addressed, stored once) was deleted as the last job using
                     # it ended, between storing and submitting: store it again
-                    upload_artifact(job, self.job_file, info.storage_dir)
+                    upload_artifact(job, self.job_file, info.storage_dir, info.web_url,
+                                    self.config[Options.ARTIFACT_UPLOAD])
                     return gw.submit_job(jg)
 
             job_id = conn.call(submit, "submitJob")

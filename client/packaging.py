@@ -21,6 +21,30 @@ from yarnflow.common.artifacts import chain_entry, source_entry, store_artifact
 from yarnflow.worker.operators.base import SourceOperator
 
 
+def upload_to_appmaster(data: bytes, web_url: str) -> tuple[str, str]:
+    """Stream the artifact to the AppMaster's REST API (``POST /artifacts``); its URI and sha256."""
+    import hashlib
+    import json
+    import urllib.error
+    import urllib.request
+
+    digest = hashlib.sha256(data).hexdigest()
+    request = urllib.request.Request(f"{web_url.rstrip('/')}/artifacts?sha256={digest}", data=data, method="POST",
+                                     headers={"Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:  # noqa: S310 - the cluster's own URL
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            why = "; ".join(json.loads(exc.read()).get("errors", []))
+        except ValueError:
+            why = str(exc)
+        raise OSError(f"the AppMaster refused the job artifact (HTTP {exc.code}): {why}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise OSError(f"uploading the job artifact to {web_url} failed: {exc}") from None
+    return str(body["uri"]), digest
+
+
 def _user_modules() -> list[types.ModuleType]:
     """Modules of the user's own code (not the standard library, not installed packages, not
     yarnflow): the TaskExecutors cannot import them, so their functions travel by value."""
@@ -73,8 +97,25 @@ def _build(job: CompiledJob, job_file: str | None) -> bytes:
     return buf.getvalue()
 
 
-def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str) -> CompiledJob:
-    """Store the artifact and return the job with the JobGraph pointing at it."""
-    uri, digest = store_artifact(build_artifact(job, job_file), storage_dir)
+def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str, web_url: str = "",
+                    how: str = "auto") -> CompiledJob:
+    """Store the artifact and return the job with the JobGraph pointing at it: written into
+    ``storage_dir``, or streamed to the AppMaster at ``web_url`` (``how``: ``appmaster``; with
+    ``auto``, when this client cannot write the storage dir)."""
+    data = build_artifact(job, job_file)
+    if how == "appmaster" and not web_url:
+        raise JobDefinitionError("client.artifact-upload is appmaster, but the cluster serves no REST API "
+                                 "(rest.enabled: false)")
+    if how == "appmaster":
+        uri, digest = upload_to_appmaster(data, web_url)
+    else:
+        try:
+            uri, digest = store_artifact(data, storage_dir)
+        except (OSError, ImportError, ValueError) as exc:
+            if how == "storage" or not web_url:
+                raise
+            print(f"cannot write the job artifact into {storage_dir} ({type(exc).__name__}: {exc}): uploading it "
+                  "through the AppMaster", file=sys.stderr)
+            uri, digest = upload_to_appmaster(data, web_url)
     jg = dataclasses.replace(job.job_graph, artifact_uri=uri, artifact_sha256=digest)
     return dataclasses.replace(job, job_graph=jg)

@@ -248,6 +248,11 @@ class Options:
     TASK_CANCELLATION_TIMEOUT = _opt("task.cancellation.timeout", parse_duration_ms,
                                      "a task that does not stop this long after its cancel ends its TaskExecutor "
                                      "(0: never)")
+    REST_MAX_CONTENT_LENGTH = _opt("rest.server.max-content-length", parse_size_bytes,
+                                   "the largest request body the REST API takes (a job artifact upload)")
+    ARTIFACT_UPLOAD = _opt("client.artifact-upload", _parse_str,
+                           "how a client stores a job's artifact: auto (into the storage dir, else through the "
+                           "AppMaster), appmaster, or storage", choices=("auto", "appmaster", "storage"))
     BLOB_CACHE_MAX_SIZE = _opt("blob.cache.max-size", parse_size_bytes,
                                "job artifacts a TaskExecutor keeps unpacked at most (0: no bound)")
     BLOB_CLEANUP_INTERVAL = _opt("blob.service.cleanup.interval", parse_duration_ms,

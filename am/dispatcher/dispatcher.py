@@ -52,7 +52,7 @@ from yarnflow.common.clock import TimerHandle
 from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc, settle
 from yarnflow.common.rpc.gateways import job_master_service
 from yarnflow.common.rpc.server import RpcServer
-from yarnflow.am.dispatcher.job_data import forget_ended_job, job_storage_dir
+from yarnflow.am.dispatcher.job_data import delete_unreferenced_artifact, forget_ended_job, job_storage_dir
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.states import JobStatus
 
@@ -465,8 +465,9 @@ class Dispatcher(RpcEndpoint):
             except NotLeaderError as exc:
                 log.warning("job %s ended %s, but its result could not be recorded (%s): the leader runs it "
                             "again from its latest checkpoint", job_id, result.status.name, exc)
-            else:
-                forget_ended_job(self._ha, self._storage_dir, job_id, jm.job_graph.artifact_uri)
+            else:  # its artifact too, unless a job uses it: on this thread, so no submission slips in between
+                if forget_ended_job(self._ha, self._storage_dir, job_id):
+                    delete_unreferenced_artifact(self._ha, self._storage_dir, jm.job_graph.artifact_uri)
             self._ended[job_id] = (info, result)
             self._graphs[job_id] = jm.job_graph
             threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer

@@ -63,20 +63,17 @@ def delete_unreferenced_artifact(ha: HighAvailabilityServices, storage_dir: str,
     return True
 
 
-def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID, artifact: str = "") -> None:
-    """Forget the HA data of an ended job (its result stays in the JobResultStore), delete its
-    intermediate data in the job's storage dir and its ``artifact`` unless another job uses it
-    (in the background). A deposed leader forgets nothing: the next leader does."""
+def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID) -> bool:
+    """Forget the HA data of an ended job (its result stays in the JobResultStore) and delete
+    its intermediate data in the job's storage dir (in the background); True when done. A
+    deposed leader forgets nothing: the next leader does."""
     try:
         ha.job_graph_store().remove(job_id)
         ha.checkpoint_store(job_id).clear()
         ha.checkpoint_id_counter(job_id).remove()
     except NotLeaderError as exc:
         log.warning("job %s: its JobGraph and checkpoint pointers stay for the next leader: %s", job_id, exc)
-        return
-    def clean_up() -> None:
-        delete_intermediate_data(job_storage_dir(storage_dir, job_id))
-        if artifact:
-            delete_unreferenced_artifact(ha, storage_dir, artifact)
-
-    threading.Thread(target=clean_up, name=f"clean-up-{job_id}", daemon=True).start()
+        return False
+    threading.Thread(target=delete_intermediate_data, args=(job_storage_dir(storage_dir, job_id),),
+                     name=f"clean-up-{job_id}", daemon=True).start()
+    return True

@@ -101,6 +101,7 @@ _SCHEMAS: dict[str, Any] = {
                         slotsNumber=_INT, freeSlots=_INT, timeSinceLastHeartbeat=_INT, metricsAddress=_NULLABLE_STR,
                         hardware={"type": "object"}, allocatedSlots={"type": "array", "items": {"type": "object"}}),
     "TaskManagers": _obj(["taskmanagers"], taskmanagers={"type": "array", "items": _ref("TaskManager")}),
+    "Artifact": _obj(["uri", "sha256", "size"], uri=_STR, sha256=_STR, size=_INT),
     "PrometheusTargets": {"type": "array", "items": _obj(["targets", "labels"], targets={
         "type": "array", "items": _STR}, labels={"type": "object", "additionalProperties": _STR})},
 }
@@ -164,6 +165,13 @@ def openapi_document() -> dict[str, Any]:
             "/taskmanagers": _get("Registered TaskExecutors", "TaskManagers"),
             "/taskmanagers/{tmid}": _get("One TaskExecutor with its slots", "TaskManager", 404, params=[
                 {"name": "tmid", "in": "path", "required": True, "schema": _STR}]),
+            "/artifacts": {"post": {
+                "summary": "Upload a job artifact (for a client that cannot write the storage dir)",
+                "parameters": [{"name": "sha256", "in": "query", "required": True,
+                                "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}],
+                "requestBody": {"required": True, "content": {"application/octet-stream": {
+                    "schema": {"type": "string", "format": "binary"}}}},
+                "responses": _answers("Artifact", "201", 400, 411, 413)}},
             "/metrics/prometheus-targets": _get("Every process's Prometheus endpoint (HTTP service discovery)",
                                                 "PrometheusTargets"),
         },

@@ -43,6 +43,7 @@ from yarnflow.common.errors import (
 from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
+from yarnflow.am.rest.uploads import UploadError, receive_artifact
 from yarnflow.common.metrics import metrics_address
 from yarnflow.common.version import __version__
 
@@ -202,7 +203,8 @@ class RestServer:
                 ("/jobs/<jobid>/logs", self.job_logs, ("GET",)),
                 ("/taskmanagers", self.taskmanagers, ("GET",)),
                 ("/taskmanagers/<tmid>", self.taskmanager, ("GET",)),
-                ("/metrics/prometheus-targets", self.prometheus_targets, ("GET",))):
+                ("/metrics/prometheus-targets", self.prometheus_targets, ("GET",)),
+                ("/artifacts", self.upload_artifact, ("POST",))):
             route(rule, fn, methods)
         return app
 
@@ -343,6 +345,18 @@ class RestServer:
     def taskmanagers(self) -> Response:
         return jsonify(taskmanagers=[{k: v for k, v in tm.items() if k != "allocatedSlots"}
                                      for tm in self._task_executors()])
+
+    def upload_artifact(self) -> Response:
+        """A job artifact streamed by a client that cannot write the storage dir (``uploads.py``)."""
+        dispatcher = self._dispatcher()
+        storage = dispatcher.ask(dispatcher.cluster_info).storage_dir
+        try:
+            uri, sha256, size = receive_artifact(request.stream, request.content_length,
+                                                 request.args.get("sha256", ""), storage,
+                                                 self._config[Options.REST_MAX_CONTENT_LENGTH])
+        except UploadError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        return jsonify({"uri": uri, "sha256": sha256, "size": size}), 201  # type: ignore[return-value]
 
     def prometheus_targets(self) -> Response:
         """``http_sd_configs`` (or a ``file_sd_configs`` file written from it) for a Prometheus

@@ -5,12 +5,14 @@ connection; then the same operations on the real running job, vertex and TaskExe
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.integration.test_rest_api import cluster  # noqa: F401 - the fixture
 from tests.rest import generator_job, get, submit, wait_flowing
@@ -25,7 +27,7 @@ def test_the_api_keeps_to_its_openapi_document(cluster: Any, tmp_path: Path) -> 
     details = wait_flowing(web, job_id)
     schema = schemathesis.openapi.from_url(f"{web}/v1/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 18
+    assert len(operations) == 19
 
     for operation in operations:
         if operation.method.upper() == "PATCH":
@@ -35,7 +37,9 @@ def test_the_api_keeps_to_its_openapi_document(cluster: Any, tmp_path: Path) -> 
         @settings(max_examples=12, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         def fuzz(case: Any) -> None:
-            case.call_and_validate()
+            # a generated artifact never hashes to the sha256 it is sent with: rightly refused (400)
+            # although the document cannot say so; the real upload is checked below
+            case.call_and_validate(excluded_checks=[positive_data_acceptance] if case.path == "/artifacts" else None)
 
         fuzz()
 
@@ -56,6 +60,10 @@ def test_the_api_keeps_to_its_openapi_document(cluster: Any, tmp_path: Path) -> 
     status = operations_by_path(operations, "/jobs/{jobid}/savepoints/{triggerid}", "GET").Case(
         path_parameters={"jobid": job_id, "triggerid": response.json()["request-id"]})
     assert status.call_and_validate().status_code == 200
+    artifact = b"PK\x05\x06" + b"\0" * 18  # an empty zip
+    upload = operations_by_path(operations, "/artifacts", "POST").Case(
+        query={"sha256": hashlib.sha256(artifact).hexdigest()}, body=artifact, media_type="application/octet-stream")
+    assert upload.call_and_validate().status_code == 201
     cancel = operations_by_path(operations, "/jobs/{jobid}", "PATCH").Case(
         path_parameters={"jobid": job_id}, query={"mode": "cancel"})
     assert cancel.call_and_validate().status_code in (202, 409)  # 409: the savepoint's cancel came first
