@@ -292,4 +292,7 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
         runner.start()
     while not am.wait(1.0):
         pass
+    # the shutdown runs on; its listeners end the application with its final status: exiting before
+    # they did would end it as skein's default ("Application driver completed successfully")
+    am.wait_finished(30.0)
     return 1 if am.shutdown_reason else 0
