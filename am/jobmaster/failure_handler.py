@@ -41,7 +41,7 @@ def explained_by(root: ErrorInfo, seen: ErrorInfo, task: str = "") -> ErrorInfo:
     """``root`` as the cause of the failure ``seen`` (by ``task``), which it explains."""
     by = f" by {task}" if task else ""
     return dataclasses.replace(root, message=f"{root.message} (seen first{by} as {seen.describe()})",
-                               traceback=seen.traceback)
+                               traceback=root.traceback or seen.traceback)
 
 
 class FailureHandler:
@@ -69,13 +69,16 @@ class FailureHandler:
         self.restarts += 1
         return FailureDecision(True, to_restart, self.restart.backoff_ms(), error)
 
-    def blame(self, root: ErrorInfo, since_ms: int, knock_on: Callable[[ErrorInfo], bool]) -> int:
+    def blame(self, root: ErrorInfo, since_ms: int, knock_on: Callable[[ErrorInfo], bool],
+              latest_only: bool = False) -> int:
         """``root`` (a TaskExecutor lost, with its container's diagnostics) explains the
         knock-on failures recorded since ``since_ms``: consumers that could no longer read from
         it reported their failure before its loss was known. Those entries name ``root`` as
         their cause, what was seen first kept after it. Returns how many it explains."""
         explained = 0
         for i, entry in enumerate(self._history):
+            if latest_only and i != len(self._history) - 1:
+                continue
             if entry.timestamp_ms >= since_ms and knock_on(entry.error):
                 self._history[i] = dataclasses.replace(entry, error=explained_by(root, entry.error, entry.task))
                 explained += 1

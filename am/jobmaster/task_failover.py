@@ -33,15 +33,17 @@ __all__ = ["CANCEL_TIMEOUT_MS", "STATE_RESTORE_ERROR", "TaskFailover", "is_knock
 log = logging.getLogger(__name__)
 
 CANCEL_TIMEOUT_MS = 15_000
+#: a task's own failure explains the knock-on failure recorded just before it within this long
+KNOCK_ON_WINDOW_MS = 60_000
 #: the error class of a task that could not read the state it was to restore
 STATE_RESTORE_ERROR = "StateRestoreError"
 _PARTITION_ERRORS = ("PartitionNotFoundError", "PartitionReleasedError", "RpcConnectionError")
 
 
 def is_knock_on(error: ErrorInfo) -> bool:
-    """Whether a task's failure may only be the effect of another process's loss: it could
-    not read a partition or reach a peer."""
-    return error.error_class in _PARTITION_ERRORS
+    """Whether a task's failure may only be the effect of another's: it could not read a
+    partition or reach a peer (also as the cause of an error its operator raised)."""
+    return error.error_class in _PARTITION_ERRORS or any(f"{name}:" in error.traceback for name in _PARTITION_ERRORS)
 
 
 class TaskFailover:
@@ -78,12 +80,15 @@ class TaskFailover:
         the failures of the last ``window_ms`` that were only its knock-on effects (a consumer
         that could no longer read from it, reported before the loss was known) name it as their
         root cause, in the failure history and as the cause of a job failing because of them."""
-        explained = self.failures.blame(lost, self._clock.now_ms() - window_ms, is_knock_on)
+        self._blame(lost, window_ms)
+
+    def _blame(self, root: ErrorInfo, window_ms: int, latest_only: bool = False) -> None:
+        explained = self.failures.blame(root, self._clock.now_ms() - window_ms, is_knock_on, latest_only)
         if explained:
             log.info("job %s: %d earlier failures were knock-on effects of: %s", self.job_id, explained,
-                     lost.describe())
+                     root.describe())
         if self.status == JobStatus.FAILING and self.failure_cause is not None and is_knock_on(self.failure_cause):
-            self.failure_cause = explained_by(lost, self.failure_cause)
+            self.failure_cause = explained_by(root, self.failure_cause)
 
     def _cause_of(self, error: ErrorInfo) -> PartitionUnavailable | None:
         """A consumer that could not read a blocking partition names it (a typed
@@ -107,6 +112,10 @@ class TaskFailover:
             self.checkpoints.mark_unreadable(ex.restore.checkpoint_id)  # the task could not read its state
         sid = self._sid(ex)
         if was_canceling or sid in self._restart_pending or self.status != JobStatus.RUNNING:
+            if not is_knock_on(error) and error.error_class != "TaskCancelledError":
+                # its consumers' failures reached this JobMaster first (it released its partitions
+                # as it failed): the latest failure recorded was their knock-on, this is its cause
+                self._blame(error, KNOCK_ON_WINDOW_MS, latest_only=True)
             self._on_terminal_execution()  # a consequence of a failover or cancel under way
             return
         log.info("job %s: %s failed: %s", self.job_id, ex.vertex.name, error.describe())

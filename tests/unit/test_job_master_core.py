@@ -341,6 +341,28 @@ def test_failures_that_were_knock_on_effects_of_a_lost_container_name_it_as_thei
     assert "seen first by" in first.error.message and "PartitionReleasedError: subpartition released" in first.error.message
 
 
+def test_a_producers_own_failure_explains_the_knock_on_failure_its_consumer_reported_first() -> None:
+    d, deploys = started(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_attempts="5")
+    producer = next(x for x in deploys if x.tdd.task_name == "src")
+    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    wrapped = ErrorInfo("UserFunctionError", "user function in operator 'sum' raised",
+                        "Traceback ...\nyarnflow.common.errors.PartitionReleasedError: subpartition p.0/0 was released\n")
+    d.report(consumer, S.FAILED, wrapped)  # it arrives first: the producer released its partitions as it failed
+    d.report(producer, S.FAILED, ErrorInfo("RuntimeError", "boom at row 3000", "Traceback ...\nRuntimeError: boom\n"))
+    [entry] = d.core.failures.history()
+    assert entry.error.error_class == "RuntimeError" and entry.error.message.startswith("boom at row 3000 (seen first")
+    assert "boom" in entry.error.traceback and "UserFunctionError" in entry.error.message
+
+
+def test_a_canceled_tasks_report_explains_nothing() -> None:
+    d, deploys = started(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_attempts="5")
+    producer = next(x for x in deploys if x.tdd.task_name == "src")
+    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    d.report(consumer, S.FAILED, ErrorInfo("PartitionReleasedError", "subpartition released"))
+    d.report(producer, S.FAILED, ErrorInfo("TaskCancelledError", "cancelled"))
+    assert [e.error.error_class for e in d.core.failures.history()] == ["PartitionReleasedError"]
+
+
 def test_a_lost_container_does_not_take_the_blame_for_a_failure_of_the_users_code() -> None:
     d, deploys = started(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_attempts="5")
     victim = d.execution(deploys[0]).slot.resource_id
