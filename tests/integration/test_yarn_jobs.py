@@ -346,6 +346,35 @@ def test_a_killed_taskexecutor_container_is_replaced_and_the_job_stays_exact(yar
     assert (report(app_id).final_status) == "SUCCEEDED"
 
 
+def test_with_flinks_default_restart_strategy_a_lost_container_restarts_the_job_exactly_and_is_named(
+        yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    # no restart-strategy.* keys: a job that takes checkpoints restarts (exponential-delay) and its
+    # failure history names the lost container, not what its consumers saw of the loss
+    expected = write_input(tmp_path / "in")
+    out = tmp_path / "out"
+    conf = {k: v for k, v in YARN_CONF.items() if not k.startswith("restart-strategy.")}
+    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf({**conf, **CHECKPOINTS}), "job.py",
+                          str(tmp_path / "in"), str(out), "STREAMING", "0.1", "default-restart")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    wait_checkpointed(app_id, "default-restart")
+    [victim, *_] = container_processes(app_id, "yarnflow.worker")
+    killed = victim.environ()["CONTAINER_ID"]
+    victim.send_signal(signal.SIGKILL)
+    def first_failure() -> Any:
+        job = job_info(app_id, "default-restart")
+        return job.failure_history[0] if job is not None and job.failure_history else None
+
+    # what a consumer saw first (a connection refused) is recorded at once, then explained by the
+    # loss of the container once it is known (its heartbeat timeout or YARN's report)
+    wait_until(lambda: (f := first_failure()) is not None and f.error.error_class == "TaskExecutorLostError", 30,
+               lambda: f"the failure does not name the lost container: {first_failure()}")
+    assert killed in first_failure().error.message
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert_upsert_counts(out, expected)  # every row once, after the restart from the latest checkpoint
+    assert report(app_id).final_status == "SUCCEEDED"
+
+
 def test_more_failed_containers_than_allowed_fail_the_application(yarn_cli: Cli, sandbox: Sandbox,
                                                                    tmp_path: Path) -> None:
     write_input(tmp_path / "in")
