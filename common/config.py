@@ -17,137 +17,27 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-import re
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 import yaml
 
+from yarnflow.common.config_types import (
+    ConfigOption,
+    _opt,
+    _parse_bool,
+    _parse_float,
+    _parse_int,
+    _parse_optional_duration_ms,
+    _parse_optional_size,
+    _parse_str,
+)
+from yarnflow.common.config_types import parse_duration_ms as parse_duration_ms  # the parsers, also from here
+from yarnflow.common.config_types import parse_port_range as parse_port_range
+from yarnflow.common.config_types import parse_size_bytes as parse_size_bytes
 from yarnflow.common.errors import ConfigurationError
 
 T = TypeVar("T")
-
-_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "m": 60_000, "h": 3_600_000}
-_SIZE_UNITS = {"b": 1, "kb": 1 << 10, "k": 1 << 10, "mb": 1 << 20, "m": 1 << 20,
-               "gb": 1 << 30, "g": 1 << 30}
-
-
-def parse_duration_ms(value: Any) -> int:
-    """``"10 s"`` -> 10000; a bare number is milliseconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as '10 s' or '500 ms'")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return int(value)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
-    if not m or (m.group(2) and m.group(2) not in _DURATION_UNITS):
-        raise ValueError("expected a duration such as '10 s', '500 ms' or '1 min'")
-    return int(float(m.group(1)) * _DURATION_UNITS[m.group(2) or "ms"])
-
-
-def parse_size_bytes(value: Any) -> int:
-    """``"1 gb"`` -> 1073741824; a bare number is bytes."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size such as '512 mb'")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError("a size cannot be negative")
-        return int(value)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
-    if not m or (m.group(2) and m.group(2) not in _SIZE_UNITS):
-        raise ValueError("expected a size such as '512 mb' or '1 gb'")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2) or "b"])
-
-
-def _parse_optional_duration_ms(value: Any) -> int:
-    """Like ``parse_duration_ms``; empty (unset) is 0, meaning off."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return 0
-    return parse_duration_ms(value)
-
-
-def _parse_optional_size(value: Any) -> int:
-    """Like ``parse_size_bytes``; empty (unset) is 0."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return 0
-    return parse_size_bytes(value)
-
-
-def _parse_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("expected an integer")
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise ValueError("expected an integer") from None
-
-
-def _parse_float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("expected a number")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError("expected a number") from None
-
-
-def parse_port_range(value: Any) -> tuple[int, int]:
-    """``"9250-9260"`` -> (9250, 9260); ``"8081"`` -> (8081, 8081); ``0`` -> (0, 0), any free port."""
-    if isinstance(value, bool):
-        raise ValueError("expected a port or a range such as 9250-9260")
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(value))
-    if not m:
-        raise ValueError("expected a port or a range such as 9250-9260")
-    low = int(m.group(1))
-    high = int(m.group(2)) if m.group(2) else low
-    if high > 65535 or low > high or (low == 0 and high != 0):
-        raise ValueError("expected ports from 1 to 65535, the lower first (or 0: any free port)")
-    return low, high
-
-
-def _parse_str(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def _parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise ValueError("expected true or false")
-
-
-@dataclass(frozen=True)
-class ConfigOption(Generic[T]):
-    key: str
-    parse: Callable[[Any], T]
-    description: str
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-
-    def convert(self, raw: Any) -> T:
-        value = self.parse(raw)
-        if self.choices:
-            upper = {c.upper(): c for c in self.choices}
-            canon = upper.get(str(value).upper())
-            if canon is None:
-                raise ValueError(f"expected one of {', '.join(self.choices)}")
-            value = canon  # type: ignore[assignment]
-        if self.minimum is not None and value < self.minimum:  # type: ignore[operator]
-            raise ValueError(f"must be at least {self.minimum:g}")
-        return value
-
-
-def _opt(key: str, parse: Callable[[Any], Any], description: str, **kw: Any) -> ConfigOption[Any]:
-    return ConfigOption(key, parse, description, **kw)
-
 
 class Options:
     """Every configuration option, by attribute."""
@@ -212,6 +102,14 @@ class Options:
     ROCKSDB_LOCALDIR = _opt("state.backend.rocksdb.localdir", _parse_str,
                             "working folder of the rocksdb state backend (empty: the TaskExecutor's work dir); "
                             "a task's files are removed when it ends")
+    ROCKSDB_MEMORY_MANAGED = _opt("state.backend.rocksdb.memory.managed", _parse_bool,
+                                  "the RocksDB state backends of a slot share one block cache and write buffer "
+                                  "manager, sized to the slot's managed memory")
+    ROCKSDB_MEMORY_FIXED = _opt("state.backend.rocksdb.memory.fixed-per-slot", _parse_optional_size,
+                                "a fixed size for the shared RocksDB memory of a slot instead of its managed memory")
+    ROCKSDB_WRITE_BUFFER_RATIO = _opt("state.backend.rocksdb.memory.write-buffer-ratio", _parse_float,
+                                      "the part of the shared RocksDB memory that write buffers (memtables) may take",
+                                      minimum=0.05)
     SAVEPOINT_PATH = _opt("execution.savepoint.path", _parse_str,
                           "savepoint the job starts from (yarnflow run -s PATH)")
     SAVEPOINT_IGNORE_UNCLAIMED = _opt("execution.savepoint.ignore-unclaimed-state", _parse_bool,
@@ -244,6 +142,21 @@ class Options:
     JOIN_BROADCAST_THRESHOLD = _opt("table.optimizer.join.broadcast-threshold", parse_size_bytes,
                                     "a BATCH join whose smaller input is estimated at most this large sends "
                                     "that input to every subtask of the join (a broadcast join; 0: never)")
+    TASK_OFF_HEAP = _opt("taskmanager.memory.task.off-heap.size", _parse_optional_size,
+                         "the most Arrow's memory pool of a TaskExecutor may hold (its operators' batches); "
+                         "more fails its tasks naming this key (empty: only the process size bounds it)")
+    WATCHDOG_INTERVAL = _opt("taskmanager.memory.watchdog.interval", parse_duration_ms,
+                             "how often a TaskExecutor measures its resident memory (0: no watchdog)")
+    WATCHDOG_WARN = _opt("taskmanager.memory.watchdog.warn-ratio", _parse_float,
+                         "a TaskExecutor using this part of taskmanager.memory.process.size logs and reports it",
+                         minimum=0)
+    WATCHDOG_FAIL = _opt("taskmanager.memory.watchdog.fail-ratio", _parse_float,
+                         "a TaskExecutor using this part of taskmanager.memory.process.size fails its tasks "
+                         "(before YARN kills its container)", minimum=0)
+    MAX_MEMORY_FAILURES = _opt("restart-strategy.max-memory-failures", _parse_int,
+                               "a job fails for good when its tasks ran out of their TaskExecutor's memory this "
+                               "many times in a row with no checkpoint completed in between (0: no limit)",
+                               minimum=0)
     TM_HOST = _opt("taskmanager.host", _parse_str, "address TaskExecutors bind to")
     TASK_CANCELLATION_TIMEOUT = _opt("task.cancellation.timeout", parse_duration_ms,
                                      "a task that does not stop this long after its cancel ends its TaskExecutor "

@@ -28,7 +28,9 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from yarnflow.common.config import parse_duration_ms
+from yarnflow.common.config_types import _parse_float as _float
+from yarnflow.common.config_types import _parse_int as _int
+from yarnflow.common.config_types import parse_duration_ms
 from yarnflow.common.errors import ConfigurationError
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "NoRestartStrategy",
     "RestartStrategy",
     "make_restart_strategy",
+    "max_memory_failures",
 ]
 
 class RestartStrategy(Protocol):
@@ -210,24 +213,6 @@ _TYPES = {"none": "none", "off": "none", "disable": "none",
           "exponential-delay": "exponential-delay", "exponentialdelay": "exponential-delay"}
 
 
-def _int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("expected an integer")
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise ValueError("expected an integer") from None
-
-
-def _float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("expected a number")
-    try:
-        return float(str(value).strip())
-    except ValueError:
-        raise ValueError("expected a number") from None
-
-
 def _optional_int(value: Any) -> int | None:
     return None if value is None or str(value).strip() == "" else _int(value)
 
@@ -245,6 +230,7 @@ _KEYS: dict[str, tuple[Callable[[Any], Any], Any, float | None]] = {
     _P + "exponential-delay.reset-backoff-threshold": (parse_duration_ms, 3_600_000, 1),
     _P + "exponential-delay.jitter-factor": (_float, 0.1, 0),
     _P + "exponential-delay.attempts-before-reset-backoff": (_optional_int, None, 1),
+    _P + "max-memory-failures": (_int, 3, 0),
 }
 
 
@@ -264,6 +250,12 @@ def _get(conf: Mapping[str, Any], key: str) -> Any:
     if value is not None and minimum is not None and value < minimum:
         raise _bad(key, raw, f"must be at least {minimum:g}")
     return value
+
+
+def max_memory_failures(conf: Mapping[str, Any] | Any) -> int:
+    """``restart-strategy.max-memory-failures`` of ``conf`` (0: no limit)."""
+    values: Mapping[str, Any] = conf.to_strings() if hasattr(conf, "to_strings") else conf
+    return int(_get(values, _P + "max-memory-failures"))
 
 
 def make_restart_strategy(conf: Mapping[str, Any] | Any, rng: random.Random | None = None,
