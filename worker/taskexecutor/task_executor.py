@@ -41,16 +41,14 @@ from typing import Any
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
-from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcConnectionError, RpcError,
-                                    RpcTimeoutError, UnavailableError)
+from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcError,
+                                    UnavailableError)
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
 from yarnflow.common.messages import (
-    AllocatedSlotReport,
     ResourceProfile,
     SlotReport,
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
-    TaskStateSnapshot,
     TaskExecutorRegistration,
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc
@@ -64,7 +62,9 @@ from yarnflow.common.rpc.gateways import (
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryManager, managed_memory_bytes
+from yarnflow.worker.memory.rocksdb_memory import rocksdb_usage
 from yarnflow.worker.memory.spill import remove_orphan_spills, spill_roots
+from yarnflow.worker.memory.watchdog import MemoryWatchdog
 from yarnflow.worker.metrics import metrics_address, start_task_executor_metrics
 from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.flight import DataServer
@@ -81,6 +81,7 @@ from yarnflow.worker.taskexecutor.core import (
     StartTask,
     TaskExecutorCore,
 )
+from yarnflow.worker.taskexecutor.jm_heartbeats import JobMasterHeartbeats, JobMasterResponder
 from yarnflow.worker.taskexecutor.job_table import JobTable
 from yarnflow.worker.taskexecutor.slot_table import SlotTable
 from yarnflow.worker.taskexecutor.spark_masters import SparkMasters
@@ -88,7 +89,7 @@ from yarnflow.worker.taskexecutor.spark_masters import SparkMasters
 log = logging.getLogger(__name__)
 
 
-class TaskExecutor(RpcEndpoint):
+class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
     def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str,
                  ha: HighAvailabilityServices | None = None) -> None:
         self.config = config
@@ -119,6 +120,9 @@ class TaskExecutor(RpcEndpoint):
         self._artifacts = ArtifactCache.bounded(config, work_dir, lambda: {t.tdd.artifact_sha256 for t in self.tasks.values()})
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
         self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
+        self.watchdog = MemoryWatchdog.from_config(
+            f"TaskExecutor {resource_id}", config, fail_tasks=self._fail_tasks,
+            parts=lambda: (self.memory.total_bytes, self.memory.used_bytes, rocksdb_usage(self.memory)))
         self.spill_roots = spill_roots(config[Options.TMP_DIRS], work_dir)
         remove_orphan_spills(self.spill_roots)  # of TaskExecutors that were killed
         self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorServiceHandler(self).processor()},
@@ -142,6 +146,7 @@ class TaskExecutor(RpcEndpoint):
         self._rpc.start()
         self._main.start()
         self.metrics_endpoint = start_task_executor_metrics(self)  # before registering: it names it
+        self.watchdog.start()
         self._retrieval.start(self._on_leader)
         threading.Thread(target=self._heartbeat_loop, name="te-heartbeat", daemon=True).start()
         threading.Thread(target=self._jm_heartbeat_loop, name="te-jm-heartbeat", daemon=True).start()
@@ -158,6 +163,7 @@ class TaskExecutor(RpcEndpoint):
             return
         self.exit_reason = reason
         log.info("TaskExecutor %s shutting down: %s", self.resource_id, reason)
+        self.watchdog.stop()
         try:
             self._main.call(self._cancel_all, timeout=5)
         except Exception:  # noqa: BLE001
@@ -196,6 +202,11 @@ class TaskExecutor(RpcEndpoint):
     def _cancel_all(self) -> None:
         for task in self.tasks.values():
             task.cancel()
+
+    def _fail_tasks(self, error: BaseException) -> int:
+        """(the watchdog's thread) Fail every running task with ``error``; how many were."""
+        return int(self._main.call(lambda: sum(t.fail_externally(error) for t in list(self.tasks.values())),
+                                   timeout=5))
 
     # -- ResourceManager connection ---------------------------------------------------------
     def _on_leader(self, leader: LeaderInformation | None) -> None:
@@ -267,7 +278,7 @@ class TaskExecutor(RpcEndpoint):
 
     def _slot_report(self) -> SlotReport:
         report = self.slots.report()
-        return SlotReport(report.slots, len(self.partitions.blocking_partitions()))
+        return SlotReport(report.slots, len(self.partitions.blocking_partitions()), self.watchdog.status())
 
     # -- TaskExecutorService (over RPC, on the main thread; fenced by RpcEndpoint) -------------
     @fenced(lambda te, *args: te.core.rm_token_expected())
@@ -378,7 +389,7 @@ class TaskExecutor(RpcEndpoint):
                     request_split=lambda last_checkpoint_id: self._main.call(self._jm, address, tdd.job_id).request_split(
                         token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id,
                         last_checkpoint_id),
-                    checkpoints=_JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id),
+                    checkpoints=JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id),
                     memory=self.memory, slot_index=action.slot_index, spill_roots=self.spill_roots,
                     spark_master=self.spark_masters)
         self.tasks[tdd.execution_attempt_id] = task
@@ -435,66 +446,3 @@ class TaskExecutor(RpcEndpoint):
                     f"{task.tdd.display_name} did not stop after its cancellation",)).start()
 
         self._main.schedule(timeout, check)
-
-    # -- JobMaster heartbeats ---------------------------------------------------------------
-    def _jm_heartbeat_loop(self) -> None:
-        while not self._stopped.wait(self._heartbeat_ms / 1000.0):
-            try:
-                beats = self._main.call(self._jm_heartbeats_due, timeout=10)
-            except Exception:  # noqa: BLE001 - stopping, or the main thread is busy: next round
-                log.debug("JobMaster heartbeat round skipped", exc_info=True)
-                continue
-            for beat in beats:
-                try:
-                    self._io.submit(self._send_jm_heartbeat, beat)
-                except RuntimeError:  # the pool is shut down
-                    return
-
-    def _jm_heartbeats_due(self) -> list[SendHeartbeat]:
-        states = {a: t.state_update() for a, t in self.tasks.items() if not t.state.is_terminal}
-        actions = self.core.heartbeats_due(states, self.partitions.partition_ids())
-        self._carry_out([a for a in actions if not isinstance(a, SendHeartbeat)])
-        return [a for a in actions if isinstance(a, SendHeartbeat)]
-
-    def _send_jm_heartbeat(self, beat: SendHeartbeat) -> None:
-        """(an I/O thread)"""
-        job_id, address = beat.job_id, beat.address
-        report: AllocatedSlotReport | None
-        try:
-            report = self._main.call(self._jm, address, job_id).heartbeat_from_task_executor(
-                beat.token, job_id, beat.payload)
-        except (NotFoundError, FencingTokenError) as exc:
-            kind = "does not know the job" if isinstance(exc, NotFoundError) else "refused the token"
-            reason = f"its JobMaster at {address} {kind}: {exc}"
-            self._main.execute(lambda: self._carry_out(self.core.heartbeat_refused(job_id, beat.token, reason)))
-            return
-        except (RpcConnectionError, RpcTimeoutError, UnavailableError) as exc:
-            log.warning("heartbeat to the JobMaster of job %s at %s failed: %s", job_id, address, exc)
-            self._main.execute(self.core.heartbeat_failed, job_id)
-            return
-        except RpcError as exc:  # it answered, with an error of its own: alive, but no report
-            log.warning("the JobMaster of job %s at %s failed to handle a heartbeat: %s", job_id, address, exc)
-            report = None
-        except Exception:  # a bug here must not stop this job's heartbeats for good
-            log.exception("heartbeat to the JobMaster of job %s failed", job_id)
-            self._main.execute(self.core.heartbeat_failed, job_id)
-            return
-        self._main.execute(lambda: self._carry_out(self.core.heartbeat_answered(beat, report)))
-
-
-class _JobMasterResponder:
-    """A task's checkpoint answers, to its JobMaster (called on the task's writer thread)."""
-
-    def __init__(self, te: TaskExecutor, address: str, token: str, job_id: JobID,
-                 attempt_id: ExecutionAttemptID) -> None:
-        self._te, self._address, self._token = te, address, token
-        self._job_id, self._attempt_id = job_id, attempt_id
-
-    def _gateway(self) -> RemoteJobMasterGateway:
-        return self._te._main.call(self._te._jm, self._address, self._job_id)
-
-    def acknowledge(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
-        self._gateway().acknowledge_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, snapshot)
-
-    def decline(self, checkpoint_id: int, reason: str) -> None:
-        self._gateway().decline_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, reason)
