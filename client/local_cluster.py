@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 import psutil
 
-from yarnflow.common.config import Configuration
+from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import UnavailableError, YarnflowError
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
@@ -52,9 +52,11 @@ class LocalCluster:
                  work_dir: str | None = None, keep_work_dir: bool = False, die_with_parent: bool = True,
                  standby: int = 0, appmaster_in_process: bool = False) -> None:
         self.taskexecutors = taskexecutors
-        self.slots = slots
         self.conf = dict(conf or {})
         self.config = Configuration.load(self.conf)
+        # -D taskmanager.numberOfTaskSlots names the slots of each TaskExecutor as surely as
+        # --slots: the slots kept (taskexecutors x slots) must count with it
+        self.slots = self.config[Options.NUM_SLOTS] if Options.NUM_SLOTS.key in self.conf else slots
         self.ha = ha_enabled(self.config)
         if standby and not self.ha:
             raise ClusterStartError("standby AppMasters need ZooKeeper high availability: set "
