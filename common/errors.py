@@ -110,6 +110,12 @@ class TaskError(YarnflowError):
     """A task failed; ``error`` is the ErrorInfo reported by the TaskExecutor."""
 
 
+class MemoryLimitError(YarnflowError):
+    """A TaskExecutor came near the memory its container may use (``taskmanager.memory.process.size``):
+    its watchdog failed its tasks before YARN's NodeManager would kill the container. The
+    message says where the memory was (Arrow buffers, managed memory, the rest)."""
+
+
 class JobFailedError(YarnflowError):
     """A job ended FAILED. ``cause`` is its root cause (ErrorInfo) when known."""
 

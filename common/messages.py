@@ -268,10 +268,26 @@ class SlotStatus(Message):
 
 
 @dataclass(frozen=True)
+class MemoryStatus(Message):
+    """A TaskExecutor's memory as its watchdog last measured it (``worker/memory/watchdog.py``)."""
+
+    _thrift = ttypes.MemoryStatus
+    used_bytes: int = 0
+    peak_bytes: int = 0
+    limit_bytes: int = 0
+    arrow_bytes: int = 0
+    managed_total_bytes: int = 0
+    managed_used_bytes: int = 0
+    rocksdb_bytes: int = 0
+    level: str = "ok"
+
+
+@dataclass(frozen=True)
 class SlotReport(Message):
     _thrift = ttypes.SlotReport
     slots: list[SlotStatus] = field(default_factory=list)
     blocking_partitions: int = 0
+    memory: MemoryStatus | None = None
 
 
 @dataclass(frozen=True)

@@ -227,9 +227,22 @@ struct SlotStatus {
   4: optional string job_id,
 }
 
+// A TaskExecutor's memory as its watchdog last measured it (worker/memory/watchdog.py)
+struct MemoryStatus {
+  1: i64 used_bytes,               // resident memory of the process and its children
+  2: i64 peak_bytes,
+  3: i64 limit_bytes,              // taskmanager.memory.process.size
+  4: i64 arrow_bytes,              // Arrow's memory pool
+  5: i64 managed_total_bytes,
+  6: i64 managed_used_bytes,       // reserved by operators and shared RocksDB memory
+  7: i64 rocksdb_bytes,            // the shared RocksDB block caches hold (memtables included)
+  8: string level,                 // ok | warning | critical
+}
+
 struct SlotReport {
   1: list<SlotStatus> slots,
   2: i32 blocking_partitions,      // partitions held for consumers: not idle even with free slots
+  3: optional MemoryStatus memory,
 }
 
 struct TaskExecutorRegistration {

@@ -121,10 +121,24 @@ _OPERATOR = (*_TASK, "operator_name")
 
 
 def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
-                           managed_memory: tuple[int, int] | None = None) -> Iterator[Any]:
-    """The metric families of a TaskExecutor's running tasks, under Flink's names, and its
-    managed memory (``(total, used)`` bytes: Flink's Status.Flink.Memory.Managed.*)."""
+                           managed_memory: tuple[int, int] | None = None, memory: Any = None) -> Iterator[Any]:
+    """The metric families of a TaskExecutor's running tasks, under Flink's names, its
+    managed memory (``(total, used)`` bytes: Flink's Status.Flink.Memory.Managed.*) and what its
+    memory watchdog measured (``memory``, a ``MemoryStatus``: Status.Process.Memory.*)."""
     from yarnflow.common.metrics import gauge
+
+    if memory is not None:
+        levels = {"ok": 0, "warning": 1, "critical": 2}
+        for name, value, doc in (("Used", memory.used_bytes, "resident memory of the process and its children"),
+                                 ("Peak", memory.peak_bytes, "the most resident memory measured"),
+                                 ("Limit", memory.limit_bytes, "taskmanager.memory.process.size"),
+                                 ("Arrow", memory.arrow_bytes, "bytes Arrow's memory pool holds"),
+                                 ("RocksDB", memory.rocksdb_bytes, "bytes the shared RocksDB caches hold"),
+                                 ("Level", levels.get(memory.level, 0), "0 ok, 1 near the limit (warning), "
+                                                                         "2 at the limit (its tasks fail)")):
+            family = gauge(f"taskmanager_Status_Process_Memory_{name}", doc, ("tm_id",))
+            family.add_metric([tm_id], float(value))
+            yield family
 
     if managed_memory is not None:
         for name, value, doc in (("Total", managed_memory[0], "managed memory of the TaskExecutor"),
@@ -179,4 +193,4 @@ def start_task_executor_metrics(te: Any) -> Any:
 
     return start_prometheus(te.config, lambda: task_executor_families(
         str(te.resource_id), [t.metrics for t in list(te.tasks.values())],
-        (te.memory.total_bytes, te.memory.used_bytes)), f"TaskExecutor {te.resource_id}")
+        (te.memory.total_bytes, te.memory.used_bytes), te.watchdog.status()), f"TaskExecutor {te.resource_id}")

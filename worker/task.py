@@ -24,6 +24,7 @@ from yarnflow.common.lifecycle import Lifecycle
 from yarnflow.common.states import TASK_TRANSITIONS, ExecutionState
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
+from yarnflow.worker.memory.rocksdb_memory import slot_rocksdb_memory
 from yarnflow.worker.memory.spill import SpillFiles
 from yarnflow.worker.spark import MasterProvider
 from yarnflow.worker.network.client import DataClient
@@ -82,6 +83,7 @@ class Task:
         self._on_state = on_state
         self._location = f"{location} / {tdd.display_name}"
         self._cancelled = threading.Event()
+        self._external_failure: BaseException | None = None
         self._gate: InputGate | None = None
         self._stream_task: StreamTask | None = None
         self._io_metrics = tdd.config.get(Options.TASK_IO_METRICS.key, "true").lower() != "false"
@@ -96,6 +98,16 @@ class Task:
     # -- control ----------------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+
+    def fail_externally(self, error: BaseException) -> bool:
+        """Fail the task with ``error`` from outside (Flink's failExternally; the memory
+        watchdog): it stops as a cancelled task does and reports FAILED with ``error``. False
+        when it had ended or was failed or cancelled already."""
+        if self.state.is_terminal or self._cancelled.is_set():
+            return False
+        self._external_failure = error
+        self.cancel()
+        return True
 
     def cancel(self) -> None:
         if self.state.is_terminal or self._cancelled.is_set():
@@ -150,7 +162,10 @@ class Task:
             log.info("%s finished", tdd.display_name)
             self._report(ExecutionState.FINISHED)
         except BaseException as exc:  # noqa: BLE001 - every outcome is reported
-            if self._cancelled.is_set():
+            if self._external_failure is not None:
+                log.warning("%s failed: %s", tdd.display_name, self._external_failure)
+                self._report(ExecutionState.FAILED, ErrorInfo.from_exception(self._external_failure, self._location))
+            elif self._cancelled.is_set():
                 log.info("%s canceled", tdd.display_name)
                 self._report(ExecutionState.CANCELED)
             else:
@@ -248,6 +263,7 @@ class Task:
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split
         st.wire(lambda op: RuntimeContext(**base, memory=self._budget(op), spill=self.spill,
+                                          rocksdb_memory=self._rocksdb_memory,
                                           spark_master=self._spark_master))
         if restore is not None and not restore.finished:
             log.info("%s restores checkpoint %d (%d state files)", tdd.display_name, restore.checkpoint_id,
@@ -265,6 +281,11 @@ class Task:
             return MemoryBudget(0)
         return self._memory.budget(self._slot_index, float(getattr(op, "memory_fraction", 1.0)),
                                    str(self.attempt_id), f"{op.name} in {self.tdd.display_name}")
+
+    def _rocksdb_memory(self) -> Any:
+        if self._memory is None:
+            return None
+        return slot_rocksdb_memory(self._memory, self._slot_index, str(self.attempt_id), self.tdd.config)
 
     # -- checkpoints ------------------------------------------------------------------------
     def trigger_checkpoint(self, checkpoint_id: int, timestamp_ms: int, exactly_once: bool, stop: str = "",

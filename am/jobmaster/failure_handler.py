@@ -4,6 +4,12 @@ Given a failed subtask, it asks the failover strategy (full / region) which subt
 restart and the restart strategy whether and after what backoff they may; every failure goes
 into a bounded failure history (Flink's exception history), oldest first.
 
+Memory failures (a TaskExecutor's watchdog failed its tasks near its container's size, or YARN
+killed a container for its memory) are counted as well: a job whose tasks do not fit would
+otherwise restart forever, the same way each time. After ``max_memory_failures`` of them with
+no checkpoint completed in between (``restart-strategy.max-memory-failures``), the job fails
+for good with the last one as its cause.
+
 It decides; the JobMaster core carries the decision out (cancel, wait, reset, redeploy).
 """
 
@@ -12,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +31,17 @@ from yarnflow.common.messages import ErrorInfo, FailureEntry
 log = logging.getLogger(__name__)
 
 DEFAULT_HISTORY_SIZE = 16
+#: YARN's diagnostics of a container killed for its memory (Hadoop 2 and 3 wordings, and the
+#: sandbox's), as a lost TaskExecutor's error carries them
+_YARN_MEMORY_KILL = re.compile(r"beyond (the 'PHYSICAL' memory limit|physical memory limits)|physical memory used",
+                               re.IGNORECASE)
+
+
+def is_memory_failure(error: ErrorInfo) -> bool:
+    """Whether ``error`` is a TaskExecutor running out of its memory: its watchdog's
+    ``MemoryLimitError``, or a container YARN killed for its size."""
+    return error.error_class == "MemoryLimitError" or (
+        error.error_class == "TaskExecutorLostError" and bool(_YARN_MEMORY_KILL.search(error.message)))
 
 
 @dataclass(frozen=True)
@@ -46,9 +64,13 @@ def explained_by(root: ErrorInfo, seen: ErrorInfo, task: str = "") -> ErrorInfo:
 
 class FailureHandler:
     def __init__(self, failover: FailoverStrategy, restart: RestartStrategy, clock: Clock,
-                 history_size: int = DEFAULT_HISTORY_SIZE) -> None:
+                 history_size: int = DEFAULT_HISTORY_SIZE, max_memory_failures: int = 3) -> None:
         self.failover = failover
         self.restart = restart
+        self.max_memory_failures = max_memory_failures
+        #: memory failures since the latest completed checkpoint ``_memory_checkpoint``
+        self.memory_failures = 0
+        self._memory_checkpoint = -1
         self._clock = clock
         self._history: collections.deque[FailureEntry] = collections.deque(maxlen=history_size)
         self.total_failures = 0
@@ -58,9 +80,14 @@ class FailureHandler:
     def task_failed(self, failed: SubtaskId, task_name: str, error: ErrorInfo,
                     cause: PartitionUnavailable | None,
                     finished: Callable[[SubtaskId], bool],
-                    result_available: Callable[[SubtaskId], bool]) -> FailureDecision:
-        """A subtask failed: which subtasks restart, and when (or that the job must fail)."""
+                    result_available: Callable[[SubtaskId], bool], checkpoint_id: int = 0) -> FailureDecision:
+        """A subtask failed: which subtasks restart, and when (or that the job must fail).
+        ``checkpoint_id``: the job's latest completed checkpoint."""
         self.restart.notify_failure(self._clock.monotonic_ms())
+        final = self.memory_failure(error, checkpoint_id)
+        if final is not None:
+            self._record(task_name, final, 0)
+            return FailureDecision(False, frozenset(), 0, final)
         if not self.restart.can_restart():
             self._record(task_name, error, 0)
             return FailureDecision(False, frozenset(), 0, error)
@@ -83,6 +110,23 @@ class FailureHandler:
                 self._history[i] = dataclasses.replace(entry, error=explained_by(root, entry.error, entry.task))
                 explained += 1
         return explained
+
+    def memory_failure(self, error: ErrorInfo, checkpoint_id: int) -> ErrorInfo | None:
+        """Count ``error`` if it is a memory failure (``checkpoint_id``: the job's latest completed
+        checkpoint now); the cause to fail the job with once there were too many, else None."""
+        if not is_memory_failure(error):
+            return None
+        if checkpoint_id != self._memory_checkpoint:  # progress since the last one: count afresh
+            self._memory_checkpoint, self.memory_failures = checkpoint_id, 0
+        self.memory_failures += 1
+        log.info("memory failure %d in a row (restart-strategy.max-memory-failures: %s): %s", self.memory_failures,
+                 self.max_memory_failures or "no limit", error.message)
+        if not self.max_memory_failures or self.memory_failures < self.max_memory_failures:
+            return None
+        return dataclasses.replace(error, message=(
+            f"{error.message} [memory failure {self.memory_failures} in a row with no checkpoint completed in "
+            f"between: restarting does not help, so the job fails (restart-strategy.max-memory-failures: "
+            f"{self.max_memory_failures})]"))
 
     def global_failure(self, error: ErrorInfo) -> None:
         """A failure of the whole job (no restart): recorded only."""

@@ -53,7 +53,7 @@ from yarnflow.am.jobmaster.job_outcome import CheckpointEvents, JobOutcome
 from yarnflow.am.scheduler.failover import make_failover_strategy
 from yarnflow.am.scheduler.region_progress import RegionProgress
 from yarnflow.am.scheduler.regions import BlockingExchange, PipelinedRegion, SubtaskId, compute_pipelined_regions
-from yarnflow.am.scheduler.restart import make_restart_strategy
+from yarnflow.am.scheduler.restart import make_restart_strategy, max_memory_failures
 from yarnflow.common.clock import Clock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID
@@ -114,7 +114,7 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
         settings = checkpoint_settings(config) if job_graph.runtime_mode != "BATCH" else None
         self.failures = FailureHandler(make_failover_strategy(config[Options.FAILOVER_STRATEGY], job_graph),
                                        make_restart_strategy(self._task_config, checkpointing=settings is not None),
-                                       clock)
+                                       clock, max_memory_failures=max_memory_failures(self._task_config))
         self.checkpoints: JobCheckpoints | None = None
         self._checkpoint_dir = ""
         if settings is not None:

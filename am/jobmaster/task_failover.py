@@ -89,6 +89,12 @@ class TaskFailover:
                      root.describe())
         if self.status == JobStatus.FAILING and self.failure_cause is not None and is_knock_on(self.failure_cause):
             self.failure_cause = explained_by(root, self.failure_cause)
+        final = self.failures.memory_failure(root, self._latest_checkpoint()) if explained else None
+        if final is not None:  # the restart under way was for a memory failure: one too many
+            self._fail(final)
+
+    def _latest_checkpoint(self) -> int:
+        return self.checkpoints.latest_completed_id() if self.checkpoints is not None else 0
 
     def _cause_of(self, error: ErrorInfo) -> PartitionUnavailable | None:
         """A consumer that could not read a blocking partition names it (a typed
@@ -124,9 +130,10 @@ class TaskFailover:
         cause = self._cause_of(error)
         decision = self.failures.task_failed(
             sid, ex.vertex.name, error, cause, lambda s: self._ev(s).current.state == ExecutionState.FINISHED,
-            lambda s: self._result_available(s) and not (cause is not None and cause.producer == s))
+            lambda s: self._result_available(s) and not (cause is not None and cause.producer == s),
+            self._latest_checkpoint())
         if not decision.can_restart:
-            self._fail(error)
+            self._fail(decision.error)
             return
         log.info("job %s: restarting %d subtasks (%s)", self.job_id, len(decision.to_restart),
                  self.failures.describe())

@@ -33,7 +33,8 @@ from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import RefusedError, RpcError
 from yarnflow.common.ids import AllocationID, JobID, ResourceID
-from yarnflow.common.messages import RegistrationResponse, ResourceProfile, SlotReport, TaskExecutorRegistration
+from yarnflow.common.messages import (MemoryStatus, RegistrationResponse, ResourceProfile, SlotReport,
+                                      TaskExecutorRegistration)
 from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 
@@ -54,6 +55,7 @@ class TaskExecutorDetails:
     registration: TaskExecutorRegistration
     slots: list[SlotView]
     last_heartbeat_epoch_ms: int
+    memory: MemoryStatus | None = None
 
 
 class ResourceManager(RpcEndpoint):
@@ -184,7 +186,7 @@ class ResourceManager(RpcEndpoint):
             now_mono, now_epoch = sm.clock.monotonic_ms(), int(time.time() * 1000)
             return [TaskExecutorDetails(te.registration,
                                         [SlotView(s.index, s.state.value, s.job_id) for s in te.slots],
-                                        now_epoch - (now_mono - te.last_heartbeat_ms))
+                                        now_epoch - (now_mono - te.last_heartbeat_ms), te.memory)
                     for te in sm.task_executors.values()]
 
         return self._main.call(read)

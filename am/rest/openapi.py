@@ -99,6 +99,10 @@ _SCHEMAS: dict[str, Any] = {
         "type": "array", "items": _STR})}),
     "TaskManager": _obj(["id", "path", "slotsNumber", "freeSlots"], id=_STR, path=_STR, dataPort=_INT,
                         slotsNumber=_INT, freeSlots=_INT, timeSinceLastHeartbeat=_INT, metricsAddress=_NULLABLE_STR,
+                        memory={"oneOf": [{"type": "null"}, _obj(
+                            ["used", "peak", "limit", "level"], used=_INT, peak=_INT, limit=_INT, arrow=_INT,
+                            managedTotal=_INT, managedUsed=_INT, rocksdb=_INT,
+                            level={"type": "string", "enum": ["ok", "warning", "critical"]})]},
                         hardware={"type": "object"}, allocatedSlots={"type": "array", "items": {"type": "object"}}),
     "TaskManagers": _obj(["taskmanagers"], taskmanagers={"type": "array", "items": _ref("TaskManager")}),
     "Artifact": _obj(["uri", "sha256", "size"], uri=_STR, sha256=_STR, size=_INT),

@@ -382,6 +382,15 @@ def prometheus_targets(cluster_id: str, appmaster: str, task_executors: list[dic
     return [g for g in groups if g is not None]
 
 
+def memory_view(memory: Any) -> dict[str, Any] | None:
+    """A TaskExecutor's ``MemoryStatus`` (its memory watchdog's last measurement) in REST."""
+    if memory is None:
+        return None
+    return {"used": memory.used_bytes, "peak": memory.peak_bytes, "limit": memory.limit_bytes,
+            "arrow": memory.arrow_bytes, "managedTotal": memory.managed_total_bytes,
+            "managedUsed": memory.managed_used_bytes, "rocksdb": memory.rocksdb_bytes, "level": memory.level}
+
+
 def views_taskmanager(entry: Any) -> dict[str, Any]:
     """Flink's TaskManagerInfo (with ``allocatedSlots``) from a ResourceManager's
     ``TaskExecutorDetails``."""
@@ -402,6 +411,7 @@ def views_taskmanager(entry: Any) -> dict[str, Any]:
                          "managedMemory": 0},
             "host": reg.hostname or host, "pid": reg.pid, "dataAddress": reg.data_address,
             "metricsAddress": reg.metrics_address or None,
+            "memory": memory_view(entry.memory),
             "allocatedSlots": [{"index": s.index, "jobId": str(s.job_id) if s.job_id else None,
                                 "state": s.state, "resource": {"cpuCores": profile.cpu_cores,
                                                                "taskHeapMemory": profile.memory_mb}}

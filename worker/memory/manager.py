@@ -21,19 +21,26 @@ group-by of data the operator holds) come on top, which is why operators plan wi
     else: spill(batch)
     ...
     manager.release_owner("attempt-1")   # the task ended: whatever it still holds goes back
+
+Shared resources (Flink's ``getSharedMemoryResourceForManagedMemory``): memory that the tasks of
+one slot use together, RocksDB's block cache and write buffers. The first task to ask for
+``kind`` in a slot reserves its bytes from the slot and makes it; the others get the same one;
+it goes back to the slot when the last of them ended.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable, Generic, TypeVar
 
 from yarnflow.common.errors import YarnflowError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MemoryBudget", "MemoryManager", "MemoryReservationError", "UNLIMITED", "managed_memory_bytes"]
+
+R = TypeVar("R")
 
 #: the limit of a budget that is not bounded (operators run outside a TaskExecutor, tests)
 UNLIMITED = 1 << 62
@@ -148,6 +155,17 @@ def managed_memory_bytes(config: Any) -> int:
     return int(config[Options.TM_MEMORY] * config[Options.MANAGED_MEMORY_FRACTION])
 
 
+class _Shared(Generic[R]):
+    """A resource the tasks ``owners`` of one slot share, holding ``nbytes`` of its managed memory."""
+
+    __slots__ = ("nbytes", "owners", "resource")
+
+    def __init__(self, resource: R, nbytes: int) -> None:
+        self.resource = resource
+        self.nbytes = nbytes
+        self.owners: set[str] = set()
+
+
 class MemoryManager:
     """A TaskExecutor's managed memory, ``total_bytes`` split evenly between ``num_slots`` slots."""
 
@@ -160,6 +178,7 @@ class MemoryManager:
         self._lock = threading.Lock()
         self._pools = [_SlotPool(self.slot_bytes) for _ in range(num_slots)]
         self._budgets: dict[str, list[MemoryBudget]] = {}
+        self._shared: dict[tuple[int, str], _Shared[Any]] = {}
 
     def budget(self, slot: int, fraction: float, owner: str, name: str = "") -> MemoryBudget:
         """A budget of ``fraction`` of slot ``slot``'s bytes for an operator of task ``owner``."""
@@ -172,11 +191,48 @@ class MemoryManager:
             self._budgets.setdefault(owner, []).append(budget)
         return budget
 
+    def shared(self, slot: int, kind: str, owner: str, make: Callable[[int], R], nbytes: int = 0) -> R:
+        """The resource ``kind`` of slot ``slot`` that its tasks share, made by ``make(bytes)``
+        for the first task ``owner`` that asks: ``nbytes`` (0: all the slot's managed memory not
+        reserved yet) are reserved from the slot until the last task holding it ended."""
+        if not 0 <= slot < self.num_slots:
+            raise ValueError(f"no slot {slot}: this TaskExecutor has {self.num_slots}")
+        with self._lock:
+            shared = self._shared.get((slot, kind))
+            if shared is None:
+                pool = self._pools[slot]
+                free = max(0, pool.capacity - pool.used)
+                size = min(nbytes or free, free)
+                if size < (nbytes or pool.capacity):
+                    log.warning("slot %d has %.1f MB of managed memory left for %s (wanted %.1f MB)", slot,
+                                size / 2**20, kind, (nbytes or pool.capacity) / 2**20)
+                shared = _Shared(make(size), size)  # quick: it allocates nothing yet
+                pool.used += size
+                self._shared[(slot, kind)] = shared
+            shared.owners.add(owner)
+            return shared.resource  # type: ignore[no-any-return]
+
+    def shared_resources(self, kind: str) -> list[Any]:
+        """The shared resources ``kind`` that slots hold now."""
+        with self._lock:
+            return [s.resource for (_, k), s in self._shared.items() if k == kind]
+
+    def shared_bytes(self, kind: str) -> int:
+        """Bytes the shared resources ``kind`` of all slots hold."""
+        with self._lock:
+            return sum(s.nbytes for (_, k), s in self._shared.items() if k == kind)
+
     def release_owner(self, owner: str) -> int:
         """The task ``owner`` ended: release what its budgets still hold; returns those bytes
-        (an operator that released everything itself leaves 0)."""
+        (an operator that released everything itself leaves 0). A shared resource it was the
+        last to hold goes back to its slot."""
         with self._lock:
             budgets = self._budgets.pop(owner, [])
+            for key, shared in list(self._shared.items()):
+                shared.owners.discard(owner)
+                if not shared.owners:
+                    del self._shared[key]
+                    self._pools[key[0]].used -= shared.nbytes
         leaked = 0
         for b in budgets:
             leaked += b.used

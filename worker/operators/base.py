@@ -59,6 +59,9 @@ class RuntimeContext:
     #: this operator's share of its slot's managed memory (joins, aggregations and sorts keep
     #: their working data in it and spill the rest; unbounded outside a TaskExecutor)
     memory: MemoryBudget = field(default_factory=MemoryBudget.unlimited)
+    #: the slot's shared RocksDB memory (``worker/memory/rocksdb_memory.py``), made when the first
+    #: RocksDB backend of the slot asks; None outside a TaskExecutor or when the job turned it off
+    rocksdb_memory: Callable[[], Any] = field(default=lambda: None)
     #: the task attempt's spill files (removed when the task ends)
     spill: SpillFiles = field(default_factory=SpillFiles)
     #: asks the AppMaster where a Spark stage's Spark runs (its Spark master's URL, or "local");

@@ -132,7 +132,7 @@ def keyed_backend(ctx: RuntimeContext) -> HeapKeyedStateBackend:
     from yarnflow.worker.state.localdir import new_rocksdb_backend
 
     return new_rocksdb_backend(ctx.config, ctx.attempt_id, ctx.task_name, ctx.max_parallelism, kg_range,
-                               bool(incremental))
+                               bool(incremental), ctx.rocksdb_memory())
 
 
 def _copy_row(row: dict[str, Any]) -> dict[str, Any]:

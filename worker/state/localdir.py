@@ -48,7 +48,7 @@ def attempt_dir(config: dict[str, Any], attempt_id: str) -> str:
 
 
 def new_rocksdb_backend(config: dict[str, Any], attempt_id: str, name: str, max_parallelism: int,
-                        key_group_range: range, incremental: bool) -> RocksDBKeyedStateBackend:
+                        key_group_range: range, incremental: bool, memory: Any = None) -> RocksDBKeyedStateBackend:
     """A RocksDB backend in a folder of its own under the attempt's folder, released with it."""
     from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
 
@@ -58,7 +58,7 @@ def new_rocksdb_backend(config: dict[str, Any], attempt_id: str, name: str, max_
         remove_orphans(os.path.dirname(attempt))
     workdirs.claim(attempt)
     folder = os.path.join(attempt, f"{safe}-{uuid.uuid4().hex[:8]}")
-    backend = RocksDBKeyedStateBackend(max_parallelism, key_group_range, folder, incremental)
+    backend = RocksDBKeyedStateBackend(max_parallelism, key_group_range, folder, incremental, memory)
     with _lock:
         _open.setdefault(attempt_id, []).append(backend)
     return backend

@@ -75,17 +75,20 @@ __all__ = ["RocksDBKeyedStateBackend"]
 class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     """Keyed state for the key groups ``key_group_range`` of ``max_parallelism``, on disk under
     ``local_dir`` (see the module docstring). ``incremental``: checkpoints reference the SST
-    files earlier ones uploaded. Call ``close()`` when done (the task's end does)."""
+    files earlier ones uploaded. ``memory``: the slot's shared ``RocksDBMemory`` (see
+    ``worker/memory/rocksdb_memory.py``), None for RocksDB's own unbounded caches. Call ``close()`` when done (the task's end does)."""
 
     entries_in_layers = False  # per-key entries are in the database
     state_classes = STATE_CLASSES
     internal_state_class = InternalState
 
     def __init__(self, max_parallelism: int, key_group_range: range, local_dir: str,
-                 incremental: bool = False) -> None:
+                 incremental: bool = False, memory: Any = None) -> None:
         super().__init__(max_parallelism, key_group_range)
         self.local_dir = local_dir
         self.incremental = incremental
+        #: the slot's shared ``RocksDBMemory`` (block cache, write buffer manager), or None
+        self.memory = memory
         os.makedirs(local_dir, exist_ok=True)
         self._db_path = os.path.join(local_dir, "db")
         self._db: Rdict | None = None
@@ -101,7 +104,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self._open()
 
     def _open(self) -> None:
-        self._db = Rdict(self._db_path, db_options())
+        self._db = Rdict(self._db_path, db_options(self.memory))
         wo = WriteOptions()
         wo.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
         self._db.set_write_options(wo)
@@ -119,7 +122,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             try:
                 cf = self.db.get_column_family(name)
             except Exception:  # noqa: BLE001 - rocksdict raises a plain exception for a missing family
-                cf = self.db.create_column_family(name, db_options())
+                cf = self.db.create_column_family(name, db_options(self.memory))
             self._cfs[name] = cf
         return cf
 

@@ -27,7 +27,7 @@ from typing import Union
 
 from yarnflow.common.clock import Clock
 from yarnflow.common.ids import AllocationID, JobID, ResourceID
-from yarnflow.common.messages import ResourceProfile, SlotReport, TaskExecutorRegistration
+from yarnflow.common.messages import MemoryStatus, ResourceProfile, SlotReport, TaskExecutorRegistration
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class RegisteredTaskExecutor:
     last_heartbeat_ms: int
     idle_since_ms: int
     reported: bool = False  # its first slot report came: its slots may be handed out
+    memory: MemoryStatus | None = None  # what its memory watchdog measured last
 
     @property
     def resource_id(self) -> ResourceID:
@@ -180,6 +181,7 @@ class SlotManager:
         now = self.clock.monotonic_ms()
         te.last_heartbeat_ms = now
         te.reported = True
+        te.memory = report.memory or te.memory
         for status in report.slots:
             if not 0 <= status.slot_index < len(te.slots):
                 continue

@@ -2254,18 +2254,154 @@ class SlotStatus(object):
         return not (self == other)
 
 
+class MemoryStatus(object):
+    """
+    Attributes:
+     - used_bytes
+     - peak_bytes
+     - limit_bytes
+     - arrow_bytes
+     - managed_total_bytes
+     - managed_used_bytes
+     - rocksdb_bytes
+     - level
+
+    """
+
+
+    def __init__(self, used_bytes=None, peak_bytes=None, limit_bytes=None, arrow_bytes=None, managed_total_bytes=None, managed_used_bytes=None, rocksdb_bytes=None, level=None,):
+        self.used_bytes = used_bytes
+        self.peak_bytes = peak_bytes
+        self.limit_bytes = limit_bytes
+        self.arrow_bytes = arrow_bytes
+        self.managed_total_bytes = managed_total_bytes
+        self.managed_used_bytes = managed_used_bytes
+        self.rocksdb_bytes = rocksdb_bytes
+        self.level = level
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.used_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I64:
+                    self.peak_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.limit_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.arrow_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.managed_total_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.managed_used_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I64:
+                    self.rocksdb_bytes = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.STRING:
+                    self.level = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('MemoryStatus')
+        if self.used_bytes is not None:
+            oprot.writeFieldBegin('used_bytes', TType.I64, 1)
+            oprot.writeI64(self.used_bytes)
+            oprot.writeFieldEnd()
+        if self.peak_bytes is not None:
+            oprot.writeFieldBegin('peak_bytes', TType.I64, 2)
+            oprot.writeI64(self.peak_bytes)
+            oprot.writeFieldEnd()
+        if self.limit_bytes is not None:
+            oprot.writeFieldBegin('limit_bytes', TType.I64, 3)
+            oprot.writeI64(self.limit_bytes)
+            oprot.writeFieldEnd()
+        if self.arrow_bytes is not None:
+            oprot.writeFieldBegin('arrow_bytes', TType.I64, 4)
+            oprot.writeI64(self.arrow_bytes)
+            oprot.writeFieldEnd()
+        if self.managed_total_bytes is not None:
+            oprot.writeFieldBegin('managed_total_bytes', TType.I64, 5)
+            oprot.writeI64(self.managed_total_bytes)
+            oprot.writeFieldEnd()
+        if self.managed_used_bytes is not None:
+            oprot.writeFieldBegin('managed_used_bytes', TType.I64, 6)
+            oprot.writeI64(self.managed_used_bytes)
+            oprot.writeFieldEnd()
+        if self.rocksdb_bytes is not None:
+            oprot.writeFieldBegin('rocksdb_bytes', TType.I64, 7)
+            oprot.writeI64(self.rocksdb_bytes)
+            oprot.writeFieldEnd()
+        if self.level is not None:
+            oprot.writeFieldBegin('level', TType.STRING, 8)
+            oprot.writeString(self.level.encode('utf-8') if sys.version_info[0] == 2 else self.level)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class SlotReport(object):
     """
     Attributes:
      - slots
      - blocking_partitions
+     - memory
 
     """
 
 
-    def __init__(self, slots=None, blocking_partitions=None,):
+    def __init__(self, slots=None, blocking_partitions=None, memory=None,):
         self.slots = slots
         self.blocking_partitions = blocking_partitions
+        self.memory = memory
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2292,6 +2428,12 @@ class SlotReport(object):
                     self.blocking_partitions = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRUCT:
+                    self.memory = MemoryStatus()
+                    self.memory.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2312,6 +2454,10 @@ class SlotReport(object):
         if self.blocking_partitions is not None:
             oprot.writeFieldBegin('blocking_partitions', TType.I32, 2)
             oprot.writeI32(self.blocking_partitions)
+            oprot.writeFieldEnd()
+        if self.memory is not None:
+            oprot.writeFieldBegin('memory', TType.STRUCT, 3)
+            self.memory.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4131,11 +4277,24 @@ SlotStatus.thrift_spec = (
     (3, TType.STRING, 'allocation_id', 'UTF8', None, ),  # 3
     (4, TType.STRING, 'job_id', 'UTF8', None, ),  # 4
 )
+all_structs.append(MemoryStatus)
+MemoryStatus.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'used_bytes', None, None, ),  # 1
+    (2, TType.I64, 'peak_bytes', None, None, ),  # 2
+    (3, TType.I64, 'limit_bytes', None, None, ),  # 3
+    (4, TType.I64, 'arrow_bytes', None, None, ),  # 4
+    (5, TType.I64, 'managed_total_bytes', None, None, ),  # 5
+    (6, TType.I64, 'managed_used_bytes', None, None, ),  # 6
+    (7, TType.I64, 'rocksdb_bytes', None, None, ),  # 7
+    (8, TType.STRING, 'level', 'UTF8', None, ),  # 8
+)
 all_structs.append(SlotReport)
 SlotReport.thrift_spec = (
     None,  # 0
     (1, TType.LIST, 'slots', (TType.STRUCT, [SlotStatus, None], False), None, ),  # 1
     (2, TType.I32, 'blocking_partitions', None, None, ),  # 2
+    (3, TType.STRUCT, 'memory', [MemoryStatus, None], None, ),  # 3
 )
 all_structs.append(TaskExecutorRegistration)
 TaskExecutorRegistration.thrift_spec = (
