@@ -101,7 +101,8 @@ class AppMaster:
         fs, path = fsspec.core.url_to_fs(self.storage_dir)
         fs.makedirs(path, exist_ok=True)
         self.driver = driver or LocalProcessDriver(config, self.work_dir)
-        self._artifacts = ArtifactCache(os.path.join(self.work_dir, "artifacts"))
+        # bounded as a TaskExecutor's (blob.*): a long-lived session sees many jobs' artifacts
+        self._artifacts = ArtifactCache.bounded(config, self.work_dir, self._artifacts_in_use)
         # the current leader term's components; None while standing by
         self.rm: ResourceManager | None = None
         self.dispatcher: Dispatcher | None = None
@@ -154,6 +155,14 @@ class AppMaster:
     @property
     def web_url(self) -> str:
         return self.rest.url if self.rest is not None else ""
+
+    def _artifacts_in_use(self) -> set[str]:
+        """(any thread) The artifacts of the jobs running here: their split enumerators load
+        from them. A snapshot of the Dispatcher's running jobs (one C-level copy of its dict)."""
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            return set()
+        return {jm.job_graph.artifact_sha256 for jm in tuple(dispatcher._running.values())}
 
     def start(self) -> AppMaster:
         self.server.start()

@@ -51,7 +51,8 @@ def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
 
 def _rowpath_args(p: argparse.ArgumentParser) -> None:
     _w_args(p)
-    p.add_argument("--function", choices=["map", "filter", "flat_map", "reduce", "process", "all"], default="map",
+    p.add_argument("--function", choices=["map", "realistic", "filter", "flat_map", "reduce", "process", "all"],
+                   default="map",
                    help="the kind of per-row function timed (default: map, the README's first example)")
 
 
@@ -129,7 +130,7 @@ def _yarn_submit(args: argparse.Namespace) -> dict[str, Any]:
 def _state(args: argparse.Namespace) -> dict[str, Any]:
     from state_bench import run_state
 
-    return run_state(args.backend, args.keys, args.work_dir, args.vectorised)
+    return run_state(args.backend, args.keys, args.work_dir, args.vectorised, args.rocksdb_memory_mb)
 
 
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,7 +188,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                          p.add_argument("--work-dir", default=None, help="where checkpoints and RocksDB files go "
                                         "(default: the temp dir)"),
                          p.add_argument("--vectorised", action="store_true", help="the state of a STREAMING "
-                                        "key_by().sum() (an aggregate table) instead of a ValueState per key")), _state),
+                                        "key_by().sum() (an aggregate table) instead of a ValueState per key"),
+                         p.add_argument("--rocksdb-memory-mb", type=int, default=256, help="the shared RocksDB "
+                                        "memory of the slot (as a 1 GB TaskExecutor with one slot has; 0: RocksDB's "
+                                        "own caches, as before the memory model)")), _state),
     "am-failover": ("session with a standby AppMaster (ZooKeeper HA): SIGKILL of the leader under a checkpointed "
                     "job -> every task RUNNING again; rows lost / duplicated",
                     lambda p: (p.add_argument("--rows", type=int, default=200_000),

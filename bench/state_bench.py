@@ -44,13 +44,13 @@ class _Responder:
         raise RuntimeError(reason)
 
 
-def _backend(kind: str, local: str) -> Any:
+def _backend(kind: str, local: str, memory: Any = None) -> Any:
     from yarnflow.worker.state.heap import HeapKeyedStateBackend
     from yarnflow.worker.state.rocksdb import RocksDBKeyedStateBackend
 
     if kind == "rocksdb":
         return RocksDBKeyedStateBackend(MAX_PAR, range(MAX_PAR), os.path.join(local, f"b{time.monotonic_ns()}"),
-                                        incremental=True)
+                                        incremental=True, memory=memory)
     return HeapKeyedStateBackend(MAX_PAR, range(MAX_PAR))
 
 
@@ -113,7 +113,8 @@ def _identity(i: int) -> int:
     return i
 
 
-def run_state(backend_kind: str, keys: int, work_dir: str | None = None, vectorised: bool = False) -> dict[str, Any]:
+def run_state(backend_kind: str, keys: int, work_dir: str | None = None, vectorised: bool = False,
+              rocksdb_memory_mb: int = 256) -> dict[str, Any]:
     from yarnflow.common.messages import SHARED_STATE_FILE, TaskRestore
     from yarnflow.worker.runtime.checkpoints import SnapshotWriter, read_task_state
 
@@ -122,7 +123,11 @@ def run_state(backend_kind: str, keys: int, work_dir: str | None = None, vectori
     try:
         checkpoints, local = os.path.join(root, "checkpoints"), os.path.join(root, "local")
         writer = SnapshotWriter(checkpoints, "v", 0, 0, _Responder(), "state-bench")
-        backend = _backend(backend_kind, local)
+        # a TaskExecutor's slot shares this among its RocksDB backends (0: RocksDB's own caches)
+        from yarnflow.worker.memory.rocksdb_memory import RocksDBMemory
+
+        memory = RocksDBMemory(rocksdb_memory_mb << 20) if rocksdb_memory_mb else None
+        backend = _backend(backend_kind, local, memory)
         state = workload(backend)
 
         started = time.perf_counter()
@@ -145,7 +150,7 @@ def run_state(backend_kind: str, keys: int, work_dir: str | None = None, vectori
         del backend, state
 
         started = time.perf_counter()
-        restored = _backend(backend_kind, local)
+        restored = _backend(backend_kind, local, memory)
         restored_state = workload(restored)
         [tables] = read_task_state(TaskRestore(2, files2, False), 1)
         restored.restore(tables)
@@ -158,7 +163,8 @@ def run_state(backend_kind: str, keys: int, work_dir: str | None = None, vectori
             restored.close()
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return {"name": "state", "backend": backend_kind, "state": "aggregate_table" if vectorised else "value_state",
-                "keys": keys, "records_per_s": round(keys / load_s),
+                "keys": keys, "rocksdb_memory_mb": rocksdb_memory_mb if backend_kind == "rocksdb" else None,
+                "records_per_s": round(keys / load_s),
                 "full_checkpoint_mb": round(full_bytes / 1e6, 2),
                 "incremental_checkpoint_mb": round(incr_bytes / 1e6, 2),
                 "incremental_share": round(incr_bytes / full_bytes, 4) if full_bytes else None,

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from yarnflow.cli_common import CliError, SessionSignals, check_address, conf_from, connect, echo_web_url, rpc_error
+from yarnflow.cli_views import operator_paths, size
 from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.cli_savepoints import savepoint, stop
@@ -262,14 +263,6 @@ def cancel(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
         conn.close()
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
-
-
 @cli.command()
 @click.option("--address", "-a", default=None, help=ADDRESS_HELP)
 @dynamic_option
@@ -299,9 +292,11 @@ def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
             m = metrics[i] if i < len(metrics) else None
             memory = ""
             if m is not None and m.managed_memory_bytes:
-                memory = (f", managed memory {_size(m.managed_memory_bytes)} (peak {_size(m.managed_memory_peak)})"
-                          + (f", spilled {_size(m.spilled_bytes)}" if m.spilled_bytes else ""))
+                memory = (f", managed memory {size(m.managed_memory_bytes)} (peak {size(m.managed_memory_peak)})"
+                          + (f", spilled {size(m.spilled_bytes)}" if m.spilled_bytes else ""))
             click.echo(f"    subtask {i + 1}: attempt {attempt}{' on ' + where if where else ''}{memory}")
+        for line in operator_paths(v.name, [m for m in metrics if m is not None]):
+            click.echo(f"    {line}")
     if j.failure_history:
         click.echo(f"failure history ({len(j.failure_history)}):")
         for f in j.failure_history:
@@ -317,8 +312,8 @@ def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
         for c in j.checkpoints:
             when = datetime.datetime.fromtimestamp(c.trigger_time_ms / 1000).strftime("%H:%M:%S")
             line = (f"  {c.checkpoint_id:<3} {c.status:<11} {'unaligned' if c.unaligned else 'aligned':<10} "
-                    f"{when:<10} {c.duration_ms:>6} ms {_size(c.size_bytes):>10} {c.alignment_ms:>6} ms "
-                    f"{_size(c.inflight_bytes) if c.unaligned else '-':>10}")
+                    f"{when:<10} {c.duration_ms:>6} ms {size(c.size_bytes):>10} {c.alignment_ms:>6} ms "
+                    f"{size(c.inflight_bytes) if c.unaligned else '-':>10}")
             click.echo(line + (f"  {c.failure}" if c.failure else ""))
     spark = read_spark_reports(storage_dir, str(j.job_id))
     if spark:

@@ -165,6 +165,7 @@ class TaskMetrics(Message):
     managed_memory_peak: int = 0
     spilled_bytes: int = 0
     inflight_bytes_peak: int = 0
+    operator_paths: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

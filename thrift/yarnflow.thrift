@@ -115,6 +115,7 @@ struct TaskMetrics {
   16: i64 managed_memory_peak,            // the most they held at once
   17: i64 spilled_bytes,                  // spilledBytes: written to spill files by batch operators
   18: i64 inflight_bytes_peak,            // the most bytes one remote input channel held (<= its credit x segment size)
+  19: list<string> operator_paths,        // per operator: how its user function runs ("" for none), see Operator.execution_path
 }
 
 struct CheckpointCounts {

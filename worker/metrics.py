@@ -106,7 +106,8 @@ class TaskMetricGroup:
                            rate(first.bytes_in, now.bytes_in), rate(first.bytes_out, now.bytes_out),
                            round(busy, 1), round(backpressured, 1), round(idle, 1),
                            list(now.operators_in), list(now.operators_out),
-                           managed, used, peak, self.spilled_bytes(), self._inflight_peak())
+                           managed, used, peak, self.spilled_bytes(), self._inflight_peak(),
+                           self._task.operator_paths() if self._task is not None else [])
 
     def _inflight_peak(self) -> int:
         st = self._task

@@ -50,6 +50,18 @@ DOOMED = """
     env.execute("doomed")
 """
 
+PATHS = """
+    import yarnflow
+
+    env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    words = env.from_collection({"s": [" Apple", "avocado ", "Berry", " ant"]})
+    (words.map(lambda r: {"w": r["s"].strip().lower()}, name="clean")
+          .filter(lambda r: r["w"].startswith("a"), name="keep_a")
+          .map(lambda r: {"w": r["w"].title()}, name="titled").collect())
+    print(sorted(env.execute("paths").collected()["w"].to_pylist()))
+"""
+
 SUBTASK = re.compile(r"^    subtask (\d+): attempt (\d+) on (\S.*)$")
 HISTORY = re.compile(r"^  \d\d:\d\d:\d\d (.+?): (.+) -> (restarted (\d+) subtasks?|no restart)$")
 
@@ -126,6 +138,17 @@ def test_info_shows_attempts_locations_restart_strategy_and_failure_history(cli,
     assert sum(attempt for _, attempt, _ in subtasks) == restarted, text
     assert {attempt for _, attempt, _ in subtasks} <= {0, 1}, text
     assert "failure cause" not in text, text
+    # how its map ran: per row, and why (it calls os.path.exists, in a branch)
+    assert re.search(r"^    fail_once: per row \(it .+\)$", text, re.MULTILINE), text
+
+    # a job whose functions the vectoriser reads, and one it does not
+    proc = cli.run("run", "--address", address, "--no-progress", _write(tmp_path / "paths.py", PATHS))
+    assert proc.returncode == 0, proc.stderr
+    assert "['Ant', 'Apple', 'Avocado']" in proc.stdout
+    text = "\n".join(_info(cli, address, _job_ids(cli, address)["paths"]["id"]))
+    assert "    clean: vectorised (Arrow compute)" in text, text
+    assert "    keep_a: vectorised (Arrow compute)" in text, text
+    assert "    titled: per row (it calls .title())" in text, text
 
     # a job that fails for good: its one restart attempt is used up
     doomed = _write(tmp_path / "doomed.py", DOOMED)

@@ -1,6 +1,7 @@
 """Job artifacts over a session's life: an artifact goes from the storage dir with the last job
-that uses it, and a TaskExecutor's unpacked copies stay within ``blob.cache.max-size`` however
-many jobs it runs."""
+that uses it, and the unpacked copies of a TaskExecutor and of the AppMaster (its split
+enumerators read file sources' splits from them) stay within ``blob.cache.max-size`` however
+many jobs they run."""
 
 from __future__ import annotations
 
@@ -29,23 +30,28 @@ def test_fifty_jobs_leave_no_artifact_behind_and_each_taskexecutor_cache_stays_b
     storage = Path(gateway.cluster_info().storage_dir.removeprefix("file://"))
     gateway.close()
     caches: list[int] = []
+    am_caches: list[int] = []
+    (tmp_path / "in.txt").write_text("1\n2\n")
     for i in range(50):
         ctx = executors.ClusterContext(cluster.address, {"execution.runtime-mode": "BATCH"}, progress=False)
         executors.set_context(ctx)
         try:
             env = yarnflow.StreamExecutionEnvironment(parallelism=1)
             # each job's own code (the constant in its function): an artifact of its own
-            (env.from_collection({"v": [i, i + 1]}).map(lambda row, i=i: {"v": row["v"] * 1000 + i})
+            # a file source: its splits come from an enumerator the AppMaster loads from the artifact
+            (env.read_text(str(tmp_path / "in.txt")).map(lambda row, i=i: {"v": (int(row["line"]) + i - 1) * 1000 + i})
              .collect())
             result = env.execute(f"job-{i}")
         finally:
             executors.set_context(None)
         assert sorted(result.collected().column("v").to_pylist()) == [i * 1000 + i, (i + 1) * 1000 + i]
-        te_caches = [p for p in (tmp_path / "cluster0").rglob("artifacts")
-                     if p.is_dir() and "storage" not in p.parts and "appmaster" not in str(p)]
+        te_caches = [p for p in (tmp_path / "cluster0" / "taskexecutors").rglob("artifacts") if p.is_dir()]
         assert te_caches, "no TaskExecutor cache found"
         caches.append(sum(f.stat().st_size for c in te_caches for f in _files(c)))
+        am_caches.append(sum(f.stat().st_size for f in _files(tmp_path / "cluster0" / "artifacts")))  # its work dir
     one = caches[0]
     assert max(caches) <= BOUND + one  # the bound, plus the artifact just fetched, which stays
     assert caches[-1] < 50 * one / 2  # without the bound the cache would hold all 50
+    assert am_caches[0] > 0 and max(am_caches) <= BOUND + am_caches[0]  # the AppMaster's too
+    assert am_caches[-1] < 50 * am_caches[0] / 2
     wait_until(lambda: not _files(storage / "artifacts"), 30, lambda: f"artifacts left: {_files(storage / 'artifacts')}")

@@ -79,6 +79,10 @@ def test_a_running_job_in_flinks_shapes(cluster: Any, tmp_path: Path) -> None:
     assert len(tms) == 2 and sum(t["slotsNumber"] for t in tms) == 4 and sum(t["freeSlots"] for t in tms) == 2
     one = get(f"{web}/taskmanagers/{tms[0]['id']}")
     assert [s["jobId"] for s in one["allocatedSlots"]].count(job_id) == 2 - tms[0]["freeSlots"]
+    # what its memory watchdog measured, in its last heartbeat (an idle TaskExecutor is ~100 MB)
+    memory = wait_until(lambda: get(f"{web}/taskmanagers/{tms[0]['id']}")["memory"], 10, "no memory reported")
+    assert memory["limit"] == 1 << 30 and memory["level"] == "ok"  # taskmanager.memory.process.size, the default
+    assert 50 << 20 < memory["used"] <= memory["peak"] < memory["limit"] and memory["managedTotal"] == 1 << 28
 
     # Prometheus: where to scrape is in REST (each TaskExecutor's metricsAddress, and a service
     # discovery document a Prometheus reads with http_sd_configs), every address once
@@ -107,6 +111,9 @@ def test_a_running_job_in_flinks_shapes(cluster: Any, tmp_path: Path) -> None:
     assert len(out) == 2 and all(v > 0 for v in out)
     assert RATE * 0.5 < sum(rates) < RATE * 1.5
     for m in tes:
+        [(_, limit)] = m["yarnflow_taskmanager_Status_Process_Memory_Limit"]
+        [(_, used)] = m["yarnflow_taskmanager_Status_Process_Memory_Used"]
+        assert limit == 1 << 30 and 0 < used < limit and m["yarnflow_taskmanager_Status_Process_Memory_Level"][0][1] == 0
         for name in ("busyTimeMsPerSecond", "backPressuredTimeMsPerSecond", "idleTimeMsPerSecond"):
             assert all(0 <= v <= 1000 for _, v in m[f"yarnflow_taskmanager_job_task_{name}"])
 

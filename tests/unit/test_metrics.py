@@ -30,6 +30,9 @@ class FakeTask:
     def operator_records(self) -> tuple[list[int], list[int]]:
         return self.ops
 
+    def operator_paths(self) -> list[str]:
+        return ["", "vectorised (Arrow compute)"]
+
 
 def test_rates_over_the_window_and_busy_time() -> None:
     now = [100.0]
@@ -50,6 +53,7 @@ def test_rates_over_the_window_and_busy_time() -> None:
     assert (m.records_in_per_second, m.records_out_per_second, m.bytes_in_per_second) == (2000, 500, 32_000)
     assert (m.idle_ms_per_second, m.backpressured_ms_per_second, m.busy_ms_per_second) == (250, 500, 250)
     assert (m.operator_records_in, m.operator_records_out) == ([4000, 1000], [1000, 0])
+    assert m.operator_paths == ["", "vectorised (Arrow compute)"]  # how each operator runs, for yarnflow info
     assert group.operator_rates_in == [2000, 500]
     # later samples push the first out of the window: the rate follows what happens now
     for _ in range(10):

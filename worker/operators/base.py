@@ -100,6 +100,11 @@ class Operator:
         self.ctx: RuntimeContext
         self.output: Output
 
+    def execution_path(self) -> str:
+        """How its user function runs (vectorised, per row and why), for ``yarnflow info``; ""
+        for an operator without one to describe."""
+        return ""
+
     def row_slices(self, n: int) -> Iterator[tuple[int, int]]:
         """``(start, stop)`` slices of ``range(n)`` (a batch's rows, or its keys) for a loop that
         calls a user function per row: between two slices a cancelled task stops (raises

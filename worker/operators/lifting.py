@@ -10,10 +10,13 @@ returns an expression tree when every instruction is one of:
   batch), local variables assigned from those;
 - ``+ - * /`` and unary minus on numbers, ``+`` on strings, the comparisons ``< <= == != > >=``,
   ``is None`` / ``is not None``;
+- the string methods and builtins of ``lifting_calls.py`` (``strip``, ``lower``, ``startswith``,
+  ``replace``, ``split()[i]``, ``in``, ``len``, ``int``, ``float``, ``str``, ``abs``...), each
+  with Python's exact result or refused for the batch;
 - for ``map``: a dict with string-constant keys of such values, or one such value (the column
   ``value``); for ``filter``: one value.
 
-Anything else (a call, an attribute, a branch, ``and`` / ``or``, a loop, a mutable global)
+Anything else (another call, an attribute, a branch, ``and`` / ``or``, a loop, a mutable global)
 leaves the function per row: that choice is made once per operator. The expression has no side
 effects by construction, so evaluating it instead of calling the function changes nothing a
 user can see, as long as it gives the same values. The evaluator refuses a batch (``None``: the
@@ -46,7 +49,20 @@ from typing import Any, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["LiftedFunction", "lift"]
+from yarnflow.worker.operators.lifting_calls import (
+    BUILTINS,
+    METHODS,
+    Call,
+    Contains,
+    Part,
+    Refused,
+    TypeRefused,
+    evaluate_call,
+    evaluate_contains,
+    evaluate_part,
+)
+
+__all__ = ["LiftedFunction", "NotLiftable", "lift", "lift_with_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -100,28 +116,50 @@ class _IsNone:
     negated: bool
 
 
-_Expr = Union[_Column, _Const, _Free, _Binary, _Negate, _IsNone]
-_EXPR_TYPES = (_Column, _Const, _Free, _Binary, _Negate, _IsNone)
+_Expr = Union[_Column, _Const, _Free, _Binary, _Negate, _IsNone, Call, Contains, Part]
+_EXPR_TYPES = (_Column, _Const, _Free, _Binary, _Negate, _IsNone, Call, Contains, Part)
+_Refused = Refused
+_TypeRefused = TypeRefused
 
 
-class _Refused(Exception):
-    """This batch goes per row."""
+class NotLiftable(Exception):
+    """Why a function stays per row."""
+
+
+#: what the first part of an opcode's name means to a user
+_WHAT = {"POP": "a branch (if, and, or, a conditional expression)", "JUMP": "a branch or a loop",
+         "FOR": "a loop", "GET": "a loop or an iterator", "LOAD": "an attribute or a name it cannot read",
+         "STORE": "an assignment to something other than a local variable",
+         "BUILD": "a list, tuple, set or f-string", "FORMAT": "an f-string", "CALL": "a call",
+         "DELETE": "del", "RAISE": "raise", "IMPORT": "an import", "YIELD": "yield", "MAKE": "an inner function",
+         "UNARY": "a unary operator other than -", "LIST": "a list", "DICT": "a dict it changes",
+         "SET": "a set", "BINARY": "slicing", "RETURN": "a return of something else", "KW": "keyword arguments",
+         "PUSH": "a call of something it did not name directly"}
+
+
+@dataclass(frozen=True)
+class _Callee:
+    """On the stack before a call's arguments: a method of ``receiver`` or a builtin (None)."""
+
+    name: str
+    receiver: Any
 
 
 # -- reading the bytecode ------------------------------------------------------------------------
 
 def _read(fn: types.FunctionType) -> Any:
-    """The value ``fn`` returns, as an expression tree (or dict of them); None if not liftable."""
+    """The value ``fn`` returns, as an expression tree (or dict of them); raises ``NotLiftable``
+    saying why not."""
     code = fn.__code__
     if (code.co_argcount != 1 or code.co_kwonlyargcount or code.co_posonlyargcount > 1
             or code.co_flags & (0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200) or code.co_cellvars):
-        return None  # *args, **kwargs, generators, coroutines, or cells of its own
+        raise NotLiftable("it takes other arguments than one row, is a generator, or has inner functions")
     names: dict[str, Any] = {code.co_varnames[0]: _Row()}
     stack: list[Any] = []
 
     def pop() -> Any:
         if not stack:
-            raise _Refused
+            raise NotLiftable("its bytecode is not straight-line code")
         return stack.pop()
 
     try:
@@ -131,12 +169,12 @@ def _read(fn: types.FunctionType) -> Any:
                 continue
             if op in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"):
                 if ins.argval not in names:
-                    return None
+                    raise NotLiftable(f"it reads {ins.argval} before setting it")
                 stack.append(names[ins.argval])
             elif op in ("LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"):
                 for name in ins.argval:
                     if name not in names:
-                        return None
+                        raise NotLiftable(f"it reads {name} before setting it")
                     stack.append(names[name])
             elif op == "STORE_FAST":
                 names[ins.argval] = pop()
@@ -145,22 +183,50 @@ def _read(fn: types.FunctionType) -> Any:
             elif op == "RETURN_CONST":
                 return _Const(ins.argval)
             elif op == "LOAD_GLOBAL":
-                if "NULL" in ins.argrepr:  # the start of a call
-                    return None
-                stack.append(_Free(ins.argval, -1))
+                if "NULL" in ins.argrepr:  # the start of a call: of a builtin the module does not shadow
+                    if ins.argval not in BUILTINS or ins.argval in fn.__globals__:
+                        raise NotLiftable(f"it calls {ins.argval}()")
+                    stack.append(_Callee(ins.argval, None))
+                else:
+                    stack.append(_Free(ins.argval, -1))
+            elif op == "LOAD_METHOD" or (op == "LOAD_ATTR" and "NULL|self" in ins.argrepr):
+                receiver = pop()
+                if ins.argval not in METHODS:
+                    raise NotLiftable(f"it calls .{ins.argval}()")
+                stack.append(_Callee(ins.argval, _value(receiver)))
+            elif op == "PRECALL":
+                continue
+            elif op == "CALL":
+                args = [_value(pop()) for _ in range(ins.arg or 0)][::-1]
+                callee = pop()
+                if not isinstance(callee, _Callee):
+                    raise NotLiftable("it calls a function it did not name directly")
+                if callee.receiver is not None and len(args) not in METHODS[callee.name]:
+                    raise NotLiftable(f"it calls .{callee.name}() with {len(args)} arguments")
+                stack.append(Call(callee.name, callee.receiver, tuple(args)))
+            elif op == "CONTAINS_OP":
+                haystack, needle = pop(), pop()
+                stack.append(Contains(_value(needle), _value(haystack), negated=bool(ins.arg)))
             elif op == "LOAD_DEREF":
                 if ins.argval not in code.co_freevars:
-                    return None
+                    raise NotLiftable(f"it reads the variable {ins.argval} of an inner function")
                 stack.append(_Free(ins.argval, code.co_freevars.index(ins.argval)))
             elif op == "BINARY_SUBSCR":
                 key, obj = pop(), pop()
+                if (isinstance(obj, Call) and obj.name == "split" and obj.receiver is not None
+                        and isinstance(key, _Const) and type(key.value) is int and key.value >= 0):
+                    stack.append(Part(obj, key.value))  # s.split()[i]
+                    continue
                 if not (isinstance(obj, _Row) and isinstance(key, _Const) and type(key.value) is str):
-                    return None
+                    raise NotLiftable("it subscripts something other than the row by a name or split() by "
+                                      "an index")
                 stack.append(_Column(key.value))
             elif op in ("BINARY_OP", "COMPARE_OP"):
                 symbol = ins.argrepr
                 if symbol not in _ARITH and symbol not in _COMPARE:
-                    return None
+                    if symbol.startswith("bool("):  # 3.13: a comparison that a branch tests
+                        raise NotLiftable(f"it uses {_WHAT['POP']}")
+                    raise NotLiftable(f"it uses the operator {symbol}")
                 right, left = pop(), pop()
                 stack.append(_Binary(symbol, _value(left), _value(right)))
             elif op == "UNARY_NEGATIVE":
@@ -172,29 +238,29 @@ def _read(fn: types.FunctionType) -> Any:
                 elif isinstance(left, _Const) and left.value is None:
                     operand = right
                 else:
-                    return None
+                    raise NotLiftable("it compares identity (is) with something other than None")
                 stack.append(_IsNone(_value(operand), negated=bool(ins.arg)))
             elif op == "BUILD_CONST_KEY_MAP":
                 keys = pop()
                 values = [pop() for _ in range(ins.arg or 0)][::-1]
                 if not isinstance(keys, _Const):
-                    return None
+                    raise NotLiftable("the keys of the dict it returns are not constants")
                 stack.append(_build_dict(list(keys.value), values))
             elif op == "BUILD_MAP":
                 flat = [pop() for _ in range(2 * (ins.arg or 0))][::-1]
                 keys = []
                 for key in flat[0::2]:
                     if not isinstance(key, _Const):
-                        return None
+                        raise NotLiftable("the keys of the dict it returns are not constants")
                     keys.append(key.value)
                 stack.append(_build_dict(keys, flat[1::2]))
             elif op == "RETURN_VALUE":
                 return pop()
             else:
-                return None
+                raise NotLiftable(f"it uses {_WHAT.get(op.split('_')[0], op)}")
     except _Refused:
-        return None
-    return None
+        raise NotLiftable("it returns the row itself, a nested value or a tuple") from None
+    raise NotLiftable("its bytecode is not straight-line code")
 
 
 def _value(item: Any) -> _Expr:
@@ -223,6 +289,17 @@ class LiftedFunction:
         self.kind = kind
         self.outputs: dict[str, _Expr] = result if isinstance(result, dict) else {"value": result}
         self._refused_schemas: set[pa.Schema] = set()
+        #: batches it evaluated, batches it handed to the row path, and why it handed the last one
+        self.lifted_batches = self.row_batches = 0
+        self.last_refusal = ""
+
+    def describe(self) -> str:
+        """How its operator ran, for ``yarnflow info``."""
+        total = self.lifted_batches + self.row_batches
+        if not self.row_batches:
+            return "vectorised (Arrow compute)"
+        return (f"vectorised, {self.row_batches} of {total} batches per row (the last because of "
+                f"{self.last_refusal})")
 
     def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         arrays = self._evaluate(batch)
@@ -238,16 +315,26 @@ class LiftedFunction:
 
     def _evaluate(self, batch: pa.RecordBatch) -> list[pa.Array] | None:
         if batch.schema in self._refused_schemas:
+            self._per_row("")
             return None
         try:
-            return [self._output(expr, batch) for expr in self.outputs.values()]
-        except _Refused:
-            return None
-        except _TypeRefused:
+            out = [self._output(expr, batch) for expr in self.outputs.values()]
+        except _TypeRefused as exc:
             self._refused_schemas.add(batch.schema)  # the same for every batch of this schema
+            self._per_row(str(exc) or "the types of the batch's columns")
+            return None
+        except _Refused as exc:
+            self._per_row(str(exc) or "values where Arrow and Python could differ")
             return None
         except (pa.ArrowException, ArithmeticError):  # an overflow, or a case not foreseen
+            self._per_row("a value Arrow refused (an overflow, or text it parses unlike Python)")
             return None
+        self.lifted_batches += 1
+        return out
+
+    def _per_row(self, why: str) -> None:
+        self.row_batches += 1
+        self.last_refusal = why or self.last_refusal
 
     def _output(self, expr: _Expr, batch: pa.RecordBatch) -> pa.Array:
         if isinstance(expr, _Column):
@@ -277,6 +364,16 @@ class LiftedFunction:
             if isinstance(operand, pa.Scalar):
                 return pa.scalar(operand.is_valid == expr.negated)
             return pc.is_valid(operand) if expr.negated else pc.is_null(operand)
+        if isinstance(expr, Call):
+            if expr.receiver is None and expr.name in self.fn.__globals__:
+                raise _Refused  # the module defines its own len, int...: per row
+            receiver = self._eval(expr.receiver, batch) if expr.receiver is not None else None
+            return evaluate_call(expr, receiver, [self._eval(a, batch) for a in expr.args])
+        if isinstance(expr, Part):
+            split = expr.split
+            return evaluate_part(expr, self._eval(split.receiver, batch), [self._eval(a, batch) for a in split.args])
+        if isinstance(expr, Contains):
+            return evaluate_contains(expr, self._eval(expr.needle, batch), self._eval(expr.haystack, batch))
         if isinstance(expr, _Negate):
             operand = _no_nulls(self._eval(expr.operand, batch))
             if operand.type not in (pa.int64(), pa.float64()):
@@ -301,14 +398,10 @@ class LiftedFunction:
         return value
 
 
-class _TypeRefused(_Refused):
-    """Refused because of the batch's schema: every later batch of that schema is refused too."""
-
-
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
     index = batch.schema.get_field_index(name)  # -1 when missing or repeated
-    if index < 0:
-        raise _TypeRefused  # per row: KeyError, or the last of the repeated columns
+    if index < 0:  # per row: KeyError, or the last of the repeated columns
+        raise _TypeRefused(f"no single column {name!r}")
     return batch.column(index)
 
 
@@ -330,9 +423,9 @@ def _scalar(value: Any) -> pa.Scalar:
 
 def _no_nulls(value: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
     if isinstance(value, pa.Scalar) and not value.is_valid:
-        raise _TypeRefused  # None in arithmetic or a comparison
+        raise _TypeRefused("None in arithmetic or a comparison")
     if isinstance(value, pa.Array) and value.null_count:
-        raise _Refused
+        raise _Refused("nulls in a value used by arithmetic or a comparison")
     return value
 
 
@@ -351,23 +444,34 @@ def _binary(op: str, left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar) ->
         divisor = right
         if (divisor.as_py() == 0 if isinstance(divisor, pa.Scalar)
                 else pc.any(pc.equal(divisor, 0)).as_py()):
-            raise _Refused  # ZeroDivisionError per row
+            raise _Refused("a zero divisor")  # ZeroDivisionError per row
         return pc.divide(pc.cast(left, pa.float64()), pc.cast(right, pa.float64()))
     return getattr(pc, _ARITH[op])(left, right)
 
 
-def lift(fn: Callable[..., Any], kind: str) -> LiftedFunction | None:
-    """``fn`` (the function of a ``map`` or ``filter``) as column expressions, or None."""
-    if sys.version_info[:2] not in _SUPPORTED_PYTHON or kind not in ("map", "filter"):
-        return None
+def lift_with_reason(fn: Callable[..., Any], kind: str) -> tuple[LiftedFunction | None, str]:
+    """``fn`` (the function of a ``map`` or ``filter``) as column expressions, or None and why not."""
+    if sys.version_info[:2] not in _SUPPORTED_PYTHON:
+        versions = " / ".join(f"{major}.{minor}" for major, minor in _SUPPORTED_PYTHON)
+        return None, f"the vectoriser reads the bytecode of Python {versions} only"
+    if kind not in ("map", "filter"):
+        return None, f"{kind} functions are not vectorised"
     if type(fn) is not types.FunctionType:  # bound methods, partials, callables, builtins
-        return None
-    result = _read(fn)
+        return None, "it is not a plain function (a method, a partial, a callable object or a builtin)"
+    try:
+        result = _read(fn)
+    except NotLiftable as exc:
+        return None, str(exc)
     if result is None or isinstance(result, _Row):
-        return None
+        return None, "it returns the row itself or None"
     if isinstance(result, dict):
         if kind != "map" or not result:
-            return None
+            return None, "a filter's function returns a dict, or a map's an empty one"
     elif not isinstance(result, _EXPR_TYPES):
-        return None
-    return LiftedFunction(fn, kind, result)
+        return None, "it returns a nested value or a tuple"
+    return LiftedFunction(fn, kind, result), ""
+
+
+def lift(fn: Callable[..., Any], kind: str) -> LiftedFunction | None:
+    """``fn`` (the function of a ``map`` or ``filter``) as column expressions, or None."""
+    return lift_with_reason(fn, kind)[0]

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from yarnflow.common.config import Options
 from yarnflow.worker.operators.base import Operator
-from yarnflow.worker.operators.lifting import LiftedFunction, lift
+from yarnflow.worker.operators.lifting import LiftedFunction, lift_with_reason
 from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError, gc_paused, row_dicts
 
 __all__ = ["MapBatches", "RowFilter", "RowFlatMap", "RowMap", "SchemaMismatchError", "to_batches"]
@@ -72,15 +72,22 @@ def apply_rows(op: Operator, fn: Callable[[Any], Any], rows: list[dict[str, Any]
     return results
 
 
-def _lifted(op: Operator, fn: Callable[..., Any]) -> LiftedFunction | None:
+def _lifted(op: Operator, fn: Callable[..., Any]) -> tuple[LiftedFunction | None, str]:
+    """``fn`` lifted to column expressions, or None and why it runs per row."""
     option = Options.PYTHON_VECTORIZE
     if not option.convert(op.ctx.config.get(option.key) or "true"):
-        return None
-    lifted = lift(fn, op.kind)
+        return None, f"{option.key} is false"
+    lifted, why = lift_with_reason(fn, op.kind)
     if lifted is not None:
         log.info("%s '%s': its function %s runs as Arrow compute on whole batches (%s: false to call "
                  "it per row)", op.kind, op.name, getattr(fn, "__qualname__", fn), option.key)
-    return lifted
+    else:
+        log.info("%s '%s': its function %s runs per row: %s", op.kind, op.name, getattr(fn, "__qualname__", fn), why)
+    return lifted, why
+
+
+def _path(lifted: LiftedFunction | None, why: str) -> str:
+    return lifted.describe() if lifted is not None else f"per row ({why})"
 
 
 class _RowOperator(Operator):
@@ -99,10 +106,14 @@ class _RowOperator(Operator):
 class RowMap(_RowOperator):
     kind = "map"
     _lift: LiftedFunction | None = None
+    _why = "not opened yet"
 
     def open(self) -> None:
         super().open()
-        self._lift = _lifted(self, self.fn)
+        self._lift, self._why = _lifted(self, self.fn)
+
+    def execution_path(self) -> str:
+        return _path(self._lift, self._why)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if self._lift is not None:
@@ -123,6 +134,7 @@ def _truth_values(results: list[Any]) -> list[bool]:
 class RowFilter(Operator):
     kind = "filter"
     _lift: LiftedFunction | None = None
+    _why = "not opened yet"
 
     def __init__(self, fn: Callable[[dict[str, Any]], Any], name: str | None = None) -> None:
         super().__init__(name)
@@ -130,7 +142,10 @@ class RowFilter(Operator):
 
     def open(self) -> None:
         super().open()
-        self._lift = _lifted(self, self.fn)
+        self._lift, self._why = _lifted(self, self.fn)
+
+    def execution_path(self) -> str:
+        return _path(self._lift, self._why)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         lifted_mask = self._lift.filter_mask(batch) if self._lift is not None else None
@@ -147,6 +162,9 @@ class RowFilter(Operator):
 
 class RowFlatMap(_RowOperator):
     kind = "flat_map"
+
+    def execution_path(self) -> str:
+        return "per row (flat_map functions are not vectorised)"
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         fn = self.fn

@@ -148,6 +148,10 @@ class StreamTask(TaskCheckpoints):
         head_in = 0 if isinstance(self.chain[0], SourceOperator) else self.records_in
         return [head_in, *outs[:-1]], outs
 
+    def operator_paths(self) -> list[str]:
+        """How each operator of the chain runs its user function (``Operator.execution_path``)."""
+        return [op.execution_path() for op in self.chain]
+
     def invoke(self) -> None:
         if self.restored_finished:
             self._run_finished()

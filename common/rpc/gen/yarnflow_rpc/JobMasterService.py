@@ -569,11 +569,11 @@ class offerSlots_args(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype230, _size227) = iprot.readListBegin()
-                    for _i231 in range(_size227):
-                        _elem232 = SlotOffer()
-                        _elem232.read(iprot)
-                        self.offers.append(_elem232)
+                    (_etype237, _size234) = iprot.readListBegin()
+                    for _i238 in range(_size234):
+                        _elem239 = SlotOffer()
+                        _elem239.read(iprot)
+                        self.offers.append(_elem239)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -602,8 +602,8 @@ class offerSlots_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter233 in self.offers:
-                iter233.write(oprot)
+            for iter240 in self.offers:
+                iter240.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -657,11 +657,11 @@ class offerSlots_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype237, _size234) = iprot.readListBegin()
-                    for _i238 in range(_size234):
-                        _elem239 = SlotOffer()
-                        _elem239.read(iprot)
-                        self.success.append(_elem239)
+                    (_etype244, _size241) = iprot.readListBegin()
+                    for _i245 in range(_size241):
+                        _elem246 = SlotOffer()
+                        _elem246.read(iprot)
+                        self.success.append(_elem246)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -683,8 +683,8 @@ class offerSlots_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter240 in self.success:
-                iter240.write(oprot)
+            for iter247 in self.success:
+                iter247.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

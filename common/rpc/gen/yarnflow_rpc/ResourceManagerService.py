@@ -809,11 +809,11 @@ class requestSparkMaster_args(object):
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.settings = {}
-                    (_ktype219, _vtype220, _size218) = iprot.readMapBegin()
-                    for _i222 in range(_size218):
-                        _key223 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val224 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.settings[_key223] = _val224
+                    (_ktype226, _vtype227, _size225) = iprot.readMapBegin()
+                    for _i229 in range(_size225):
+                        _key230 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val231 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.settings[_key230] = _val231
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -834,9 +834,9 @@ class requestSparkMaster_args(object):
         if self.settings is not None:
             oprot.writeFieldBegin('settings', TType.MAP, 2)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.settings))
-            for kiter225, viter226 in self.settings.items():
-                oprot.writeString(kiter225.encode('utf-8') if sys.version_info[0] == 2 else kiter225)
-                oprot.writeString(viter226.encode('utf-8') if sys.version_info[0] == 2 else viter226)
+            for kiter232, viter233 in self.settings.items():
+                oprot.writeString(kiter232.encode('utf-8') if sys.version_info[0] == 2 else kiter232)
+                oprot.writeString(viter233.encode('utf-8') if sys.version_info[0] == 2 else viter233)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

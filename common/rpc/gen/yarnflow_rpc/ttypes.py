@@ -916,11 +916,12 @@ class TaskMetrics(object):
      - managed_memory_peak
      - spilled_bytes
      - inflight_bytes_peak
+     - operator_paths
 
     """
 
 
-    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None,):
+    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None, operator_paths=None,):
         self.records_in = records_in
         self.records_out = records_out
         self.bytes_in = bytes_in
@@ -939,6 +940,7 @@ class TaskMetrics(object):
         self.managed_memory_peak = managed_memory_peak
         self.spilled_bytes = spilled_bytes
         self.inflight_bytes_peak = inflight_bytes_peak
+        self.operator_paths = operator_paths
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1049,6 +1051,16 @@ class TaskMetrics(object):
                     self.inflight_bytes_peak = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 19:
+                if ftype == TType.LIST:
+                    self.operator_paths = []
+                    (_etype59, _size56) = iprot.readListBegin()
+                    for _i60 in range(_size56):
+                        _elem61 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.operator_paths.append(_elem61)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1106,15 +1118,15 @@ class TaskMetrics(object):
         if self.operator_records_in is not None:
             oprot.writeFieldBegin('operator_records_in', TType.LIST, 12)
             oprot.writeListBegin(TType.I64, len(self.operator_records_in))
-            for iter56 in self.operator_records_in:
-                oprot.writeI64(iter56)
+            for iter62 in self.operator_records_in:
+                oprot.writeI64(iter62)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.operator_records_out is not None:
             oprot.writeFieldBegin('operator_records_out', TType.LIST, 13)
             oprot.writeListBegin(TType.I64, len(self.operator_records_out))
-            for iter57 in self.operator_records_out:
-                oprot.writeI64(iter57)
+            for iter63 in self.operator_records_out:
+                oprot.writeI64(iter63)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.managed_memory_bytes is not None:
@@ -1136,6 +1148,13 @@ class TaskMetrics(object):
         if self.inflight_bytes_peak is not None:
             oprot.writeFieldBegin('inflight_bytes_peak', TType.I64, 18)
             oprot.writeI64(self.inflight_bytes_peak)
+            oprot.writeFieldEnd()
+        if self.operator_paths is not None:
+            oprot.writeFieldBegin('operator_paths', TType.LIST, 19)
+            oprot.writeListBegin(TType.STRING, len(self.operator_paths))
+            for iter64 in self.operator_paths:
+                oprot.writeString(iter64.encode('utf-8') if sys.version_info[0] == 2 else iter64)
+            oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1286,52 +1305,52 @@ class VertexStatus(object):
             elif fid == 4:
                 if ftype == TType.MAP:
                     self.state_counts = {}
-                    (_ktype59, _vtype60, _size58) = iprot.readMapBegin()
-                    for _i62 in range(_size58):
-                        _key63 = iprot.readI32()
-                        _val64 = iprot.readI32()
-                        self.state_counts[_key63] = _val64
+                    (_ktype66, _vtype67, _size65) = iprot.readMapBegin()
+                    for _i69 in range(_size65):
+                        _key70 = iprot.readI32()
+                        _val71 = iprot.readI32()
+                        self.state_counts[_key70] = _val71
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.subtask_attempts = []
-                    (_etype68, _size65) = iprot.readListBegin()
-                    for _i69 in range(_size65):
-                        _elem70 = iprot.readI32()
-                        self.subtask_attempts.append(_elem70)
+                    (_etype75, _size72) = iprot.readListBegin()
+                    for _i76 in range(_size72):
+                        _elem77 = iprot.readI32()
+                        self.subtask_attempts.append(_elem77)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.subtask_locations = []
-                    (_etype74, _size71) = iprot.readListBegin()
-                    for _i75 in range(_size71):
-                        _elem76 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.subtask_locations.append(_elem76)
+                    (_etype81, _size78) = iprot.readListBegin()
+                    for _i82 in range(_size78):
+                        _elem83 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.subtask_locations.append(_elem83)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 7:
                 if ftype == TType.LIST:
                     self.subtask_states = []
-                    (_etype80, _size77) = iprot.readListBegin()
-                    for _i81 in range(_size77):
-                        _elem82 = iprot.readI32()
-                        self.subtask_states.append(_elem82)
+                    (_etype87, _size84) = iprot.readListBegin()
+                    for _i88 in range(_size84):
+                        _elem89 = iprot.readI32()
+                        self.subtask_states.append(_elem89)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 8:
                 if ftype == TType.LIST:
                     self.subtask_metrics = []
-                    (_etype86, _size83) = iprot.readListBegin()
-                    for _i87 in range(_size83):
-                        _elem88 = TaskMetrics()
-                        _elem88.read(iprot)
-                        self.subtask_metrics.append(_elem88)
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = TaskMetrics()
+                        _elem95.read(iprot)
+                        self.subtask_metrics.append(_elem95)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1360,37 +1379,37 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter89, viter90 in self.state_counts.items():
-                oprot.writeI32(kiter89)
-                oprot.writeI32(viter90)
+            for kiter96, viter97 in self.state_counts.items():
+                oprot.writeI32(kiter96)
+                oprot.writeI32(viter97)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.subtask_attempts is not None:
             oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
-            for iter91 in self.subtask_attempts:
-                oprot.writeI32(iter91)
+            for iter98 in self.subtask_attempts:
+                oprot.writeI32(iter98)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_locations is not None:
             oprot.writeFieldBegin('subtask_locations', TType.LIST, 6)
             oprot.writeListBegin(TType.STRING, len(self.subtask_locations))
-            for iter92 in self.subtask_locations:
-                oprot.writeString(iter92.encode('utf-8') if sys.version_info[0] == 2 else iter92)
+            for iter99 in self.subtask_locations:
+                oprot.writeString(iter99.encode('utf-8') if sys.version_info[0] == 2 else iter99)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_states is not None:
             oprot.writeFieldBegin('subtask_states', TType.LIST, 7)
             oprot.writeListBegin(TType.I32, len(self.subtask_states))
-            for iter93 in self.subtask_states:
-                oprot.writeI32(iter93)
+            for iter100 in self.subtask_states:
+                oprot.writeI32(iter100)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_metrics is not None:
             oprot.writeFieldBegin('subtask_metrics', TType.LIST, 8)
             oprot.writeListBegin(TType.STRUCT, len(self.subtask_metrics))
-            for iter94 in self.subtask_metrics:
-                iter94.write(oprot)
+            for iter101 in self.subtask_metrics:
+                iter101.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1732,11 +1751,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype98, _size95) = iprot.readListBegin()
-                    for _i99 in range(_size95):
-                        _elem100 = VertexStatus()
-                        _elem100.read(iprot)
-                        self.vertices.append(_elem100)
+                    (_etype105, _size102) = iprot.readListBegin()
+                    for _i106 in range(_size102):
+                        _elem107 = VertexStatus()
+                        _elem107.read(iprot)
+                        self.vertices.append(_elem107)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1754,11 +1773,11 @@ class JobStatusInfo(object):
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.failure_history = []
-                    (_etype104, _size101) = iprot.readListBegin()
-                    for _i105 in range(_size101):
-                        _elem106 = FailureEntry()
-                        _elem106.read(iprot)
-                        self.failure_history.append(_elem106)
+                    (_etype111, _size108) = iprot.readListBegin()
+                    for _i112 in range(_size108):
+                        _elem113 = FailureEntry()
+                        _elem113.read(iprot)
+                        self.failure_history.append(_elem113)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1770,11 +1789,11 @@ class JobStatusInfo(object):
             elif fid == 11:
                 if ftype == TType.LIST:
                     self.checkpoints = []
-                    (_etype110, _size107) = iprot.readListBegin()
-                    for _i111 in range(_size107):
-                        _elem112 = CheckpointInfo()
-                        _elem112.read(iprot)
-                        self.checkpoints.append(_elem112)
+                    (_etype117, _size114) = iprot.readListBegin()
+                    for _i118 in range(_size114):
+                        _elem119 = CheckpointInfo()
+                        _elem119.read(iprot)
+                        self.checkpoints.append(_elem119)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1827,8 +1846,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter113 in self.vertices:
-                iter113.write(oprot)
+            for iter120 in self.vertices:
+                iter120.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -1842,8 +1861,8 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter114 in self.failure_history:
-                iter114.write(oprot)
+            for iter121 in self.failure_history:
+                iter121.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
@@ -1853,8 +1872,8 @@ class JobStatusInfo(object):
         if self.checkpoints is not None:
             oprot.writeFieldBegin('checkpoints', TType.LIST, 11)
             oprot.writeListBegin(TType.STRUCT, len(self.checkpoints))
-            for iter115 in self.checkpoints:
-                iter115.write(oprot)
+            for iter122 in self.checkpoints:
+                iter122.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.latest_completed_checkpoint_id is not None:
@@ -1946,16 +1965,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype117, _vtype118, _size116) = iprot.readMapBegin()
-                    for _i120 in range(_size116):
-                        _key121 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val122 = []
-                        (_etype126, _size123) = iprot.readListBegin()
-                        for _i127 in range(_size123):
-                            _elem128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val122.append(_elem128)
+                    (_ktype124, _vtype125, _size123) = iprot.readMapBegin()
+                    for _i127 in range(_size123):
+                        _key128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val129 = []
+                        (_etype133, _size130) = iprot.readListBegin()
+                        for _i134 in range(_size130):
+                            _elem135 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val129.append(_elem135)
                         iprot.readListEnd()
-                        self.collected[_key121] = _val122
+                        self.collected[_key128] = _val129
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1992,11 +2011,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter129, viter130 in self.collected.items():
-                oprot.writeString(kiter129.encode('utf-8') if sys.version_info[0] == 2 else kiter129)
-                oprot.writeListBegin(TType.STRING, len(viter130))
-                for iter131 in viter130:
-                    oprot.writeString(iter131.encode('utf-8') if sys.version_info[0] == 2 else iter131)
+            for kiter136, viter137 in self.collected.items():
+                oprot.writeString(kiter136.encode('utf-8') if sys.version_info[0] == 2 else kiter136)
+                oprot.writeListBegin(TType.STRING, len(viter137))
+                for iter138 in viter137:
+                    oprot.writeString(iter138.encode('utf-8') if sys.version_info[0] == 2 else iter138)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -2415,11 +2434,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype135, _size132) = iprot.readListBegin()
-                    for _i136 in range(_size132):
-                        _elem137 = SlotStatus()
-                        _elem137.read(iprot)
-                        self.slots.append(_elem137)
+                    (_etype142, _size139) = iprot.readListBegin()
+                    for _i143 in range(_size139):
+                        _elem144 = SlotStatus()
+                        _elem144.read(iprot)
+                        self.slots.append(_elem144)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2447,8 +2466,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter138 in self.slots:
-                iter138.write(oprot)
+            for iter145 in self.slots:
+                iter145.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.blocking_partitions is not None:
@@ -3087,21 +3106,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype142, _size139) = iprot.readListBegin()
-                    for _i143 in range(_size139):
-                        _elem144 = TaskExecutionStateUpdate()
-                        _elem144.read(iprot)
-                        self.executions.append(_elem144)
+                    (_etype149, _size146) = iprot.readListBegin()
+                    for _i150 in range(_size146):
+                        _elem151 = TaskExecutionStateUpdate()
+                        _elem151.read(iprot)
+                        self.executions.append(_elem151)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype148, _size145) = iprot.readListBegin()
-                    for _i149 in range(_size145):
-                        _elem150 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem150)
+                    (_etype155, _size152) = iprot.readListBegin()
+                    for _i156 in range(_size152):
+                        _elem157 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem157)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3122,15 +3141,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter151 in self.executions:
-                iter151.write(oprot)
+            for iter158 in self.executions:
+                iter158.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter152 in self.allocation_ids:
-                oprot.writeString(iter152.encode('utf-8') if sys.version_info[0] == 2 else iter152)
+            for iter159 in self.allocation_ids:
+                oprot.writeString(iter159.encode('utf-8') if sys.version_info[0] == 2 else iter159)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3174,10 +3193,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype156, _size153) = iprot.readListBegin()
-                    for _i157 in range(_size153):
-                        _elem158 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem158)
+                    (_etype163, _size160) = iprot.readListBegin()
+                    for _i164 in range(_size160):
+                        _elem165 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem165)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3194,8 +3213,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter159 in self.allocation_ids:
-                oprot.writeString(iter159.encode('utf-8') if sys.version_info[0] == 2 else iter159)
+            for iter166 in self.allocation_ids:
+                oprot.writeString(iter166.encode('utf-8') if sys.version_info[0] == 2 else iter166)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3339,11 +3358,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype163, _size160) = iprot.readListBegin()
-                    for _i164 in range(_size160):
-                        _elem165 = OperatorStateFile()
-                        _elem165.read(iprot)
-                        self.files.append(_elem165)
+                    (_etype170, _size167) = iprot.readListBegin()
+                    for _i171 in range(_size167):
+                        _elem172 = OperatorStateFile()
+                        _elem172.read(iprot)
+                        self.files.append(_elem172)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3385,8 +3404,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter166 in self.files:
-                iter166.write(oprot)
+            for iter173 in self.files:
+                iter173.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -3459,11 +3478,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype170, _size167) = iprot.readListBegin()
-                    for _i171 in range(_size167):
-                        _elem172 = OperatorStateFile()
-                        _elem172.read(iprot)
-                        self.files.append(_elem172)
+                    (_etype177, _size174) = iprot.readListBegin()
+                    for _i178 in range(_size174):
+                        _elem179 = OperatorStateFile()
+                        _elem179.read(iprot)
+                        self.files.append(_elem179)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3489,8 +3508,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter173 in self.files:
-                iter173.write(oprot)
+            for iter180 in self.files:
+                iter180.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -3628,11 +3647,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype177, _size174) = iprot.readListBegin()
-                    for _i178 in range(_size174):
-                        _elem179 = InputChannelDescriptor()
-                        _elem179.read(iprot)
-                        self.channels.append(_elem179)
+                    (_etype184, _size181) = iprot.readListBegin()
+                    for _i185 in range(_size181):
+                        _elem186 = InputChannelDescriptor()
+                        _elem186.read(iprot)
+                        self.channels.append(_elem186)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3663,8 +3682,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter180 in self.channels:
-                iter180.write(oprot)
+            for iter187 in self.channels:
+                iter187.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -3743,10 +3762,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype184, _size181) = iprot.readListBegin()
-                    for _i185 in range(_size181):
-                        _elem186 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem186)
+                    (_etype191, _size188) = iprot.readListBegin()
+                    for _i192 in range(_size188):
+                        _elem193 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem193)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3790,8 +3809,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter187 in self.key_columns:
-                oprot.writeString(iter187.encode('utf-8') if sys.version_info[0] == 2 else iter187)
+            for iter194 in self.key_columns:
+                oprot.writeString(iter194.encode('utf-8') if sys.version_info[0] == 2 else iter194)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -3938,22 +3957,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype191, _size188) = iprot.readListBegin()
-                    for _i192 in range(_size188):
-                        _elem193 = InputGateDescriptor()
-                        _elem193.read(iprot)
-                        self.input_gates.append(_elem193)
+                    (_etype198, _size195) = iprot.readListBegin()
+                    for _i199 in range(_size195):
+                        _elem200 = InputGateDescriptor()
+                        _elem200.read(iprot)
+                        self.input_gates.append(_elem200)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype197, _size194) = iprot.readListBegin()
-                    for _i198 in range(_size194):
-                        _elem199 = ResultPartitionDescriptor()
-                        _elem199.read(iprot)
-                        self.result_partitions.append(_elem199)
+                    (_etype204, _size201) = iprot.readListBegin()
+                    for _i205 in range(_size201):
+                        _elem206 = ResultPartitionDescriptor()
+                        _elem206.read(iprot)
+                        self.result_partitions.append(_elem206)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3965,11 +3984,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype201, _vtype202, _size200) = iprot.readMapBegin()
-                    for _i204 in range(_size200):
-                        _key205 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val206 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key205] = _val206
+                    (_ktype208, _vtype209, _size207) = iprot.readMapBegin()
+                    for _i211 in range(_size207):
+                        _key212 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val213 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key212] = _val213
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -4051,15 +4070,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter207 in self.input_gates:
-                iter207.write(oprot)
+            for iter214 in self.input_gates:
+                iter214.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter208 in self.result_partitions:
-                iter208.write(oprot)
+            for iter215 in self.result_partitions:
+                iter215.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -4069,9 +4088,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter209, viter210 in self.config.items():
-                oprot.writeString(kiter209.encode('utf-8') if sys.version_info[0] == 2 else kiter209)
-                oprot.writeString(viter210.encode('utf-8') if sys.version_info[0] == 2 else viter210)
+            for kiter216, viter217 in self.config.items():
+                oprot.writeString(kiter216.encode('utf-8') if sys.version_info[0] == 2 else kiter216)
+                oprot.writeString(viter217.encode('utf-8') if sys.version_info[0] == 2 else viter217)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -4186,6 +4205,7 @@ TaskMetrics.thrift_spec = (
     (16, TType.I64, 'managed_memory_peak', None, None, ),  # 16
     (17, TType.I64, 'spilled_bytes', None, None, ),  # 17
     (18, TType.I64, 'inflight_bytes_peak', None, None, ),  # 18
+    (19, TType.LIST, 'operator_paths', (TType.STRING, 'UTF8', False), None, ),  # 19
 )
 all_structs.append(CheckpointCounts)
 CheckpointCounts.thrift_spec = (

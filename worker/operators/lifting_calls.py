@@ -1,0 +1,202 @@
+"""The calls a lifted per-row function may make (see ``lifting.py``): the string methods and
+builtins per-row code commonly uses, each evaluated on whole columns with Python's exact result,
+or refused for the batch (which then goes per row and gets the function's own result or error).
+
+Methods of a string value (the receiver must have no nulls: ``None.strip()`` raises per row):
+
+- ``strip()`` / ``lstrip()`` / ``rstrip()``: Python's whitespace; on ASCII-only batches (Unicode
+  whitespace differs between Python and Arrow), with ``\\x1c``-``\\x1f`` trimmed as Python does;
+  with a string argument (the characters to strip) on any batch;
+- ``lower()`` / ``upper()``: ASCII-only batches (``"ß".upper()`` is ``"SS"`` in Python);
+- ``startswith(s)`` / ``endswith(s)``, ``replace(old, new)`` (``old`` not empty), ``s in x``
+  and ``s not in x``, with ``s``, ``old``, ``new`` string constants or variables;
+- ``split()[i]`` / ``split(sep)[i]`` (``i`` a constant >= 0): refused when a row has fewer
+  parts (``IndexError`` per row); ``split()`` on ASCII-only batches without ``\\x1c``-``\\x1f``.
+
+Builtins (when the function's module does not define a name of its own):
+
+- ``len(x)`` of a string (code points, as Python counts);
+- ``int(x)`` of a string (Arrow's parser is stricter than Python's: what it refuses, such as
+  ``" 12"``, ``"+12"`` or ``"1_000"``, goes per row), of a float (truncated), of an int;
+- ``float(x)`` of an int (exact up to 2**53; beyond, per row) or of a string (as for int);
+- ``str(x)`` of an int or a string (``str`` of a float or a bool is refused: Arrow writes
+  ``1`` and ``true`` where Python writes ``1.0`` and ``True``);
+- ``abs(x)`` of a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["BUILTINS", "METHODS", "Call", "Contains", "Part", "Refused", "TypeRefused", "evaluate_call",
+           "evaluate_contains", "evaluate_part"]
+
+#: Python's whitespace among ASCII characters (``str.isspace``)
+PY_ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+#: methods of str that lift, with the number of (string) arguments they may take
+METHODS = {"strip": (0, 1), "lstrip": (0, 1), "rstrip": (0, 1), "lower": (0,), "upper": (0,),
+           "startswith": (1,), "endswith": (1,), "replace": (2,), "split": (0, 1)}
+BUILTINS = {"len", "int", "float", "str", "abs"}
+
+
+class Refused(Exception):
+    """This batch goes per row."""
+
+
+class TypeRefused(Refused):
+    """Refused because of the batch's schema: every later batch of that schema is refused too."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """``receiver.name(*args)`` for a method (``receiver`` set), ``name(*args)`` for a builtin."""
+
+    name: str
+    receiver: Any  # an expression, or None for a builtin
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Contains:
+    """``needle in haystack`` (``not in`` when ``negated``)."""
+
+    needle: Any
+    haystack: Any
+    negated: bool
+
+
+@dataclass(frozen=True)
+class Part:
+    """``<split call>[index]``."""
+
+    split: Call
+    index: int
+
+
+def _strings(value: Any) -> pa.Array | pa.Scalar:
+    if value.type != pa.string():
+        raise TypeRefused  # a method of str called on a number, a bool...: per row decides
+    if isinstance(value, pa.Scalar):
+        if not value.is_valid:
+            raise TypeRefused
+    elif value.null_count:
+        raise Refused("nulls where a string method is called")  # None.strip(): AttributeError per row
+    return value
+
+
+def _ascii(value: pa.Array | pa.Scalar, no_separators: bool = False) -> None:
+    """Refuse a batch with non-ASCII strings (or, with ``no_separators``, with ``\\x1c``-``\\x1f``)."""
+    array = value if isinstance(value, pa.Array) else pa.array([value.as_py()], pa.string())
+    if not pc.all(pc.string_is_ascii(array)).as_py():
+        raise Refused("non-ASCII text (Python's and Arrow's Unicode rules differ)")
+    if no_separators and pc.any(pc.match_substring_regex(array, "[\x1c-\x1f]")).as_py():
+        raise Refused("characters \\x1c-\\x1f, whitespace to Python only")
+
+
+def _text(arg: Any) -> str:
+    """A method's argument: a Python str (a constant or a variable read for this batch)."""
+    if not isinstance(arg, pa.Scalar) or arg.type != pa.string() or not arg.is_valid:
+        raise TypeRefused
+    return str(arg.as_py())
+
+
+def evaluate_call(call: Call, receiver: Any, args: list[Any]) -> pa.Array | pa.Scalar:
+    """``call`` with its receiver and arguments evaluated (Arrow arrays or scalars)."""
+    name = call.name
+    if call.receiver is None:
+        return _builtin(name, args)
+    s = _strings(receiver)
+    if name in ("strip", "lstrip", "rstrip"):
+        if args:
+            chars = _text(args[0])
+        else:
+            _ascii(s)
+            chars = PY_ASCII_WHITESPACE
+        fn = {"strip": pc.utf8_trim, "lstrip": pc.utf8_ltrim, "rstrip": pc.utf8_rtrim}[name]
+        return fn(s, characters=chars) if chars else s
+    if name in ("lower", "upper"):
+        _ascii(s)
+        return pc.ascii_lower(s) if name == "lower" else pc.ascii_upper(s)
+    if name in ("startswith", "endswith"):
+        pattern = _text(args[0])
+        return pc.starts_with(s, pattern=pattern) if name == "startswith" else pc.ends_with(s, pattern=pattern)
+    if name == "replace":
+        old, new = _text(args[0]), _text(args[1])
+        if not old:
+            raise TypeRefused  # "ab".replace("", "-") inserts everywhere: per row
+        return pc.replace_substring(s, pattern=old, replacement=new)
+    raise TypeRefused  # split() alone makes a list: only split()[i] lifts
+
+
+def evaluate_part(part: Part, receiver: Any, args: list[Any]) -> pa.Array | pa.Scalar:
+    """``receiver.split(*args)[part.index]``."""
+    s = _strings(receiver)
+    array = s if isinstance(s, pa.Array) else pa.array([s.as_py()], pa.string())
+    if args:
+        sep = _text(args[0])
+        if not sep:
+            raise TypeRefused  # ValueError: empty separator, per row
+        parts = pc.split_pattern(array, pattern=sep)
+        counts = pc.list_value_length(parts)
+    else:
+        _ascii(array, no_separators=True)
+        trimmed = pc.utf8_trim(array, characters=PY_ASCII_WHITESPACE)
+        parts = pc.ascii_split_whitespace(trimmed)
+        # Python splits "" (or all whitespace) into no parts; Arrow into one empty one
+        counts = pc.if_else(pc.equal(trimmed, ""), 0, pc.list_value_length(parts))
+    if len(array) and pc.min(counts).as_py() <= part.index:
+        raise Refused(f"a row with fewer parts than split()[{part.index}] takes")  # IndexError per row
+    out = pc.list_element(parts, part.index)
+    return out if isinstance(s, pa.Array) else out[0]
+
+
+def evaluate_contains(node: Contains, needle: Any, haystack: Any) -> pa.Array | pa.Scalar:
+    pattern = _text(needle)
+    if not isinstance(haystack, pa.Array):
+        raise TypeRefused  # two constants: not worth it
+    found = pc.match_substring(_strings(haystack), pattern=pattern)
+    return pc.invert(found) if node.negated else found
+
+
+def _builtin(name: str, args: list[Any]) -> pa.Array | pa.Scalar:
+    if len(args) != 1:
+        raise TypeRefused  # int(s, base), round(x, n)...: per row
+    [x] = args
+    if isinstance(x, pa.Scalar) and not x.is_valid or isinstance(x, pa.Array) and x.null_count:
+        raise Refused(f"nulls passed to {name}()")  # len(None), int(None): TypeError per row
+    t = x.type
+    if name == "len":
+        if t != pa.string():
+            raise TypeRefused
+        return pc.cast(pc.utf8_length(x), pa.int64())
+    if name == "abs":
+        if t == pa.int64():
+            return pc.abs_checked(x)
+        if t == pa.float64():
+            return pc.abs(x)
+        raise TypeRefused
+    if name == "int":
+        if t == pa.int64():
+            return x
+        if t == pa.float64():
+            return pc.cast(pc.trunc(x), pa.int64())  # NaN, inf, out of range: ArrowInvalid, per row
+        if t == pa.string():
+            return pc.cast(x, pa.int64())
+        raise TypeRefused
+    if name == "float":
+        if t == pa.float64():
+            return x
+        if t in (pa.int64(), pa.string()):
+            return pc.cast(x, pa.float64())  # beyond 2**53, or not a number: ArrowInvalid, per row
+        raise TypeRefused
+    if name == "str":
+        if t == pa.string():
+            return x
+        if t == pa.int64():
+            return pc.cast(x, pa.string())
+        raise TypeRefused
+    raise TypeRefused
