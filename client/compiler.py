@@ -17,7 +17,7 @@ from yarnflow.common.ids import JobID, JobVertexID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex, ResourceProfile
 from yarnflow.common.states import ExchangeMode, Partitioner
 from yarnflow.pipeline import Input, Transformation
-from yarnflow.planner import assign_memory_fractions, plan_batch
+from yarnflow.planner import assign_memory_fractions, plan_batch, plan_streaming
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.sinks import CollectSink, _StagedFileSink
 from yarnflow.worker.operators.spark import SparkStage
@@ -176,6 +176,8 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     uids = operator_uids(ts, inputs)
     if mode == "BATCH":
         ts = plan_batch(ts, inputs, uids, parallelism, _broadcast_threshold(env.conf))
+    else:
+        ts = plan_streaming(ts, inputs, uids, parallelism)
     consumers: dict[int, list[tuple[Transformation, Input]]] = {t.id: [] for t in ts}
     for t in ts:
         for inp in inputs[t.id]:

@@ -122,10 +122,13 @@ def _plan_join(t: Transformation, op: HashJoin, inputs: dict[int, list[Input]], 
              "left" if broadcast == 0 else "right", est[broadcast])
 
 
-def _local_operator(op: Operator) -> Operator | None:
-    """The pre-aggregation (or top-N) to chain before ``t``'s exchange, if it has one."""
+def _local_operator(op: Operator, streaming: bool = False) -> Operator | None:
+    """The pre-aggregation (or top-N) to chain before ``t``'s exchange, if it has one (in a
+    STREAMING job only the pre-aggregation, which combines each batch on its own)."""
     if isinstance(op, KeyedAggregate):
         return LocalKeyedAggregate(op.keys, op.aggs, name=f"{op.name} (local)", of=op.name)
+    if streaming:
+        return None
     if isinstance(op, SortOperator) and op.limit is not None and not op.local:
         return SortOperator(op.keys, op.limit, name=f"{op.name} (local top {op.limit})", local=True)
     return None
@@ -142,7 +145,7 @@ def _pre_aggregates(t: Transformation, op: Operator, inp: Input, consumers: dict
 
 
 def _local_aggregates(ts: list[Transformation], inputs: dict[int, list[Input]], uids: dict[int, str],
-                      parallelism: Callable[[Transformation], int]) -> list[Transformation]:
+                      parallelism: Callable[[Transformation], int], streaming: bool = False) -> list[Transformation]:
     consumers: dict[int, int] = {}
     for t in ts:
         for inp in inputs[t.id]:
@@ -151,12 +154,12 @@ def _local_aggregates(ts: list[Transformation], inputs: dict[int, list[Input]], 
     for t in ts:
         op = t.operator
         ins = inputs[t.id]
-        if op is not None and _local_operator(op) is not None and ins and all(
+        if op is not None and _local_operator(op, streaming) is not None and ins and all(
                 _pre_aggregates(t, op, inp, consumers, parallelism) for inp in ins):
             new_inputs = []
             for n, inp in enumerate(ins):
                 up = inp.upstream
-                local = Transformation(_local_operator(op), [Input(up, Partitioner.FORWARD)],
+                local = Transformation(_local_operator(op, streaming), [Input(up, Partitioner.FORWARD)],
                                        parallelism=parallelism(up),
                                        max_parallelism=up.max_parallelism, slot_sharing_group=up.slot_sharing_group,
                                        event_time_column=up.event_time_column)
@@ -232,3 +235,13 @@ def assign_memory_fractions(chains: list[list[Operator]], groups: list[str], bat
     for users in by_group.values():
         for op in users:
             op.memory_fraction = 1.0 / len(users)  # type: ignore[attr-defined]
+
+
+def plan_streaming(ts: list[Transformation], inputs: dict[int, list[Input]], uids: dict[int, str],
+                   parallelism: Callable[[Transformation], int]) -> list[Transformation]:
+    """Plan a STREAMING job: a keyed aggregation's input is combined a batch at a time before
+    its exchange (a ``LocalKeyedAggregate`` that holds nothing between batches, so it has no
+    state and checkpoint barriers pass it as any stateless operator), so only one partial per
+    key and batch crosses the network and reaches the keyed state."""
+    return _local_aggregates(ts, inputs, uids, parallelism, streaming=True)
+

@@ -155,7 +155,7 @@ def test_no_pre_aggregation_when_the_input_feeds_something_else() -> None:
     assert not any(isinstance(op, LocalKeyedAggregate) for chain in job.chains.values() for op in chain)
 
 
-def test_streaming_jobs_are_not_planned_so() -> None:
+def test_a_streaming_keyed_aggregation_pre_aggregates_each_batch_before_its_exchange() -> None:
     executors.set_context(executors.ClusterContext("", {}, progress=False))
     try:
         env = yarnflow.StreamExecutionEnvironment(parallelism=2, runtime_mode="STREAMING")
@@ -163,7 +163,10 @@ def test_streaming_jobs_are_not_planned_so() -> None:
         job = compile_job(env, "s")
     finally:
         executors.set_context(None)
-    assert not any(isinstance(op, LocalKeyedAggregate) for chain in job.chains.values() for op in chain)
+    ops = [op for chain in job.chains.values() for op in chain]
+    [local] = [op for op in ops if isinstance(op, LocalKeyedAggregate)]
+    [agg] = [op for op in ops if isinstance(op, KeyedAggregate)]
+    assert agg.partial_input and local.of == agg.name
 
 
 def test_a_spark_stage_reads_a_plain_parquet_source_itself_and_other_inputs_from_files_written_upstream(files) -> None:

@@ -74,7 +74,8 @@ def test_key_by_breaks_the_chain_with_a_hash_edge() -> None:
     job = compile_job(e, "keyed")
     jg = job.job_graph
     names = by_names(jg)
-    src, agg = names[("collection", "map")], names[("sum(n)", "collect")]
+    # a STREAMING keyed sum combines each batch before the exchange (planner.plan_streaming)
+    src, agg = names[("collection", "map", "sum(n) (local)")], names[("sum(n)", "collect")]
     assert [v.vertex_id for v in jg.vertices] == [src.vertex_id, agg.vertex_id]  # topological order
     [edge] = jg.edges
     assert edge == edge_between(jg, src, agg)
@@ -237,7 +238,7 @@ def test_artifact_holds_one_loadable_chain_per_vertex(tmp_path: Path) -> None:
     assert [op.name for op in chains[src_vertex.vertex_id]] == src_vertex.operator_names
     assert [op.name for op in chains[agg_vertex.vertex_id]] == agg_vertex.operator_names
 
-    source, mapper, keep = chains[src_vertex.vertex_id]
+    source, mapper, keep, _local_sum = chains[src_vertex.vertex_id]
     assert isinstance(source, CollectionSource) and source.table.num_rows == 4
     assert mapper is not job.chains[src_vertex.vertex_id][1]  # a real copy, not the same object
     out = RecordingOutput()
@@ -325,7 +326,8 @@ def _pipeline(env: Any, extra_map: bool = False, sum_uid: str | None = None) -> 
 def test_the_same_pipeline_code_gives_the_same_uids() -> None:
     first, second = _uids(_pipeline), _uids(_pipeline)
     assert first == second
-    assert all(len(u) == 16 for uids in first.values() for u in uids if not u.startswith("collect-"))
+    assert all(len(u) == 16 for uids in first.values() for u in uids
+               if not u.startswith("collect-") and "-local-" not in u)  # a pre-aggregation's is its aggregation's + -local-N
     assert len({u for uids in first.values() for u in uids}) == sum(len(u) for u in first.values())
 
 
@@ -333,7 +335,7 @@ def test_a_changed_pipeline_changes_the_derived_uids_but_not_a_given_one() -> No
     plain = _uids(_pipeline)
     changed = _uids(lambda env: _pipeline(env, extra_map=True))
     assert plain["sum -> collect"][0] != changed["sum -> collect"][0]  # its input changed
-    assert plain["rows"] == changed["rows -> extra"][:1]  # what comes before the change keeps its uid
+    assert plain["rows -> sum (local)"][:1] == changed["rows -> extra -> sum (local)"][:1]  # what comes before the change keeps its uid
     named = _uids(lambda env: _pipeline(env, extra_map=True, sum_uid="totals"))
     assert named["sum -> collect"][0] == "totals"
     assert _uids(lambda env: _pipeline(env, sum_uid="totals"))["sum -> collect"][0] == "totals"

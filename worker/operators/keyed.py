@@ -162,7 +162,7 @@ class KeyedAggregate(Operator):
                 raise JobDefinitionError(f"unknown aggregate {fn!r}: expected one of {AGG_FUNCS}")
         self.keys = list(keys)
         self.aggs = list(aggs)
-        #: BATCH: the input is partial aggregates (a LocalKeyedAggregate runs before the exchange)
+        #: the input is partial aggregates (a LocalKeyedAggregate runs before the exchange)
         self.partial_input = False
         self._checked = False
 
@@ -196,10 +196,18 @@ class KeyedAggregate(Operator):
             else:
                 self._batch.add_rows(batch)
             return
-        if not self._checked:
-            check_columns(batch.schema, self.keys + [c for c, _ in self.aggs if c], self.name)
-            self._checked = True
-        updated = self._table.upsert(self._aggregate(pa.Table.from_batches([batch])))
+        if self.partial_input:  # STREAMING with a LocalKeyedAggregate before the exchange
+            if not self._checked:
+                check_columns(batch.schema, self.keys + self._names(), self.name)
+                self._checked = True
+                self._partial_schema.schema = _nullable(batch.schema)
+            partials = pa.Table.from_batches([batch]).cast(self._partial_schema.schema)
+            updated = self._table.upsert(self._partial_schema.combine(partials))
+        else:
+            if not self._checked:
+                check_columns(batch.schema, self.keys + [c for c, _ in self.aggs if c], self.name)
+                self._checked = True
+            updated = self._table.upsert(self._aggregate(pa.Table.from_batches([batch])))
         for out in updated.to_batches():
             if out.num_rows:
                 self.output.collect(out)

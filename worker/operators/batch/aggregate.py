@@ -51,6 +51,8 @@ _MARGIN = 2.0
 #: the first compaction comes after this many rows (or a third of the budget, if sooner): a
 #: cheap trial that tells whether the keys repeat enough for compacting to pay
 _TRIAL_ROWS = 1 << 18
+#: STREAMING: after this many batches in a row whose keys barely repeat, rows go on as they are
+_STREAMING_TRIALS = 8
 
 
 def output_names(keys: Sequence[str], aggs: Sequence[tuple[str, str]]) -> list[str]:
@@ -134,6 +136,7 @@ class HashAggregation:
         self._writers: list[SpillWriter] | None = None
         self._compacting = True
         self._tried = False  # the first compaction comes early, to learn whether keys repeat
+        self._streaming_misses = 0
         self._held_rows = 0
 
     def _reserve(self, nbytes: int) -> bool:
@@ -271,6 +274,7 @@ class LocalKeyedAggregate(Operator):
 
     kind = "local_keyed_aggregate"
     uses_managed_memory = True
+    _streaming_misses = 0  # STREAMING: batches in a row whose keys barely repeated
 
     def __init__(self, keys: Sequence[str], aggs: Sequence[tuple[str, str]], name: str | None = None,
                  of: str = "") -> None:
@@ -298,6 +302,18 @@ class LocalKeyedAggregate(Operator):
         partial = self._partials.from_rows(batch)
         if self._passthrough:
             self._emit(partial)
+            return
+        if not self.ctx.is_batch:  # STREAMING: each batch combined on its own, nothing held
+            combined = self._partials.combine(partial)
+            if combined.num_rows * 2 > partial.num_rows:
+                self._streaming_misses += 1
+                if self._streaming_misses >= _STREAMING_TRIALS:
+                    log.info("%s: the keys of %d batches in a row barely repeated: rows go on without "
+                             "pre-aggregation", self.name, self._streaming_misses)
+                    self._passthrough = True
+            else:
+                self._streaming_misses = 0
+            self._emit(combined)
             return
         if self._held and (self._held_bytes + partial.nbytes > self._limit
                            or (not self._tried and self._held_rows >= _TRIAL_ROWS)):
