@@ -53,6 +53,8 @@ MAPS_LIFTED: list[Callable[[dict[str, Any]], Any]] = [  # run as Arrow compute o
     lambda r: {"f": float(r["f"]), "fn": float(r["n"]), "ff": float(r["x"])},
     lambda r: {"s": str(r["n"]), "ss": str(r["s"]), "a": abs(r["n"]), "ax": abs(r["x"])},
     lambda r: {"k": r["s"].strip().lower(), "n": int(r["num"]) * 2 + len(r["s"])},
+    lambda r: {"mn": min(r["n"], 3), "mx": max(r["x"], 0.0), "ms": min(r["s"], "b"), "m2": max(0, r["n"])},
+    lambda r: {"r": round(r["x"]), "ri": round(r["n"]), "rx": round(r["x"] * 2.5)},
 ]
 MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to the row path on TEXT
     lambda r: {"second": r["s"].split()[1]},            # "x" has one part: IndexError per row
@@ -60,6 +62,7 @@ MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to
     lambda r: {"f": str(r["x"]), "b": str(r["n"] > 0)},  # Python writes 1.0 and True
     lambda r: {"w": r["n"].strip()},                     # AttributeError per row
     lambda r: {"w": len(r["n"])},                        # TypeError per row
+    lambda r: {"m": min(r["n"], 0.5)},                   # int or float per row
 ]
 FILTERS: list[Callable[[dict[str, Any]], Any]] = [
     lambda r: r["s"].startswith("a"),
@@ -123,7 +126,8 @@ def test_a_module_that_defines_its_own_builtin_name_stays_per_row() -> None:
 
 @pytest.mark.parametrize("fn", [
     lambda r: {"t": r["s"].title()}, lambda r: {"p": r["s"].split()}, lambda r: {"p": r["s"].split()[-1]},
-    lambda r: {"i": int(r["num"], 16)}, lambda r: {"r": round(r["x"])}, lambda r: {"s": r["s"].strip(chars="a")},
+    lambda r: {"i": int(r["num"], 16)}, lambda r: {"r": round(r["x"], 1)}, lambda r: {"s": r["s"].strip(chars="a")},
+    lambda r: {"m": min(r["n"], 1, 2)},
     lambda r: {"j": ",".join(r["s"])},
 ], ids=lambda fn: "")
 def test_calls_it_does_not_know_stay_per_row(fn: Callable[[dict[str, Any]], Any]) -> None:

@@ -11,7 +11,8 @@ returns an expression tree when every instruction is one of:
 - ``+ - * /`` and unary minus on numbers, ``+`` on strings, the comparisons ``< <= == != > >=``,
   ``is None`` / ``is not None``;
 - the string methods and builtins of ``lifting_calls.py`` (``strip``, ``lower``, ``startswith``,
-  ``replace``, ``split()[i]``, ``in``, ``len``, ``int``, ``float``, ``str``, ``abs``...), each
+  ``replace``, ``split()[i]``, ``in``, ``len``, ``int``, ``float``, ``str``, ``abs``, ``min``,
+  ``max``, ``round``...), each
   with Python's exact result or refused for the batch;
 - for ``map``: a dict with string-constant keys of such values, or one such value (the column
   ``value``); for ``filter``: one value.

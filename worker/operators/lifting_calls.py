@@ -21,7 +21,10 @@ Builtins (when the function's module does not define a name of its own):
 - ``float(x)`` of an int (exact up to 2**53; beyond, per row) or of a string (as for int);
 - ``str(x)`` of an int or a string (``str`` of a float or a bool is refused: Arrow writes
   ``1`` and ``true`` where Python writes ``1.0`` and ``True``);
-- ``abs(x)`` of a number.
+- ``abs(x)`` of a number;
+- ``min(a, b)`` / ``max(a, b)`` of two ints, two floats or two strings, as Python decides
+  (``b if b < a else a``: the first of equals, NaN and -0.0 as Python leaves them);
+- ``round(x)`` of a float (half to even, an int) or of an int.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ PY_ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 #: methods of str that lift, with the number of (string) arguments they may take
 METHODS = {"strip": (0, 1), "lstrip": (0, 1), "rstrip": (0, 1), "lower": (0,), "upper": (0,),
            "startswith": (1,), "endswith": (1,), "replace": (2,), "split": (0, 1)}
-BUILTINS = {"len", "int", "float", "str", "abs"}
+BUILTINS = {"len", "int", "float", "str", "abs", "min", "max", "round"}
 
 
 class Refused(Exception):
@@ -163,6 +166,8 @@ def evaluate_contains(node: Contains, needle: Any, haystack: Any) -> pa.Array | 
 
 
 def _builtin(name: str, args: list[Any]) -> pa.Array | pa.Scalar:
+    if name in ("min", "max") and len(args) == 2:
+        return _min_max(name, args[0], args[1])
     if len(args) != 1:
         raise TypeRefused  # int(s, base), round(x, n)...: per row
     [x] = args
@@ -193,6 +198,12 @@ def _builtin(name: str, args: list[Any]) -> pa.Array | pa.Scalar:
         if t in (pa.int64(), pa.string()):
             return pc.cast(x, pa.float64())  # beyond 2**53, or not a number: ArrowInvalid, per row
         raise TypeRefused
+    if name == "round":
+        if t == pa.int64():
+            return x
+        if t == pa.float64():  # NaN, inf: ArrowInvalid, per row (ValueError, OverflowError)
+            return pc.cast(pc.round(x, 0, round_mode="half_to_even"), pa.int64())
+        raise TypeRefused
     if name == "str":
         if t == pa.string():
             return x
@@ -200,3 +211,21 @@ def _builtin(name: str, args: list[Any]) -> pa.Array | pa.Scalar:
             return pc.cast(x, pa.string())
         raise TypeRefused
     raise TypeRefused
+
+
+def _min_max(name: str, a: Any, b: Any) -> pa.Array | pa.Scalar:
+    """Python's ``min(a, b)`` / ``max(a, b)``: ``b`` when it is strictly less (greater), else ``a``."""
+    for x in (a, b):
+        if isinstance(x, pa.Scalar) and not x.is_valid or isinstance(x, pa.Array) and x.null_count:
+            raise Refused(f"nulls passed to {name}()")  # TypeError per row
+    if a.type != b.type or a.type not in (pa.int64(), pa.float64(), pa.string()):
+        raise TypeRefused  # min(1, 0.5) is a float, min(1, 2.0) an int: per row decides
+    if isinstance(a, pa.Scalar) and isinstance(b, pa.Scalar):
+        raise TypeRefused  # two constants: not worth it
+    takes_b = pc.less(b, a) if name == "min" else pc.greater(b, a)
+    if isinstance(a, pa.Scalar):
+        a = pa.repeat(a, len(b))
+    if isinstance(b, pa.Scalar):
+        b = pa.repeat(b, len(a))
+    return pc.if_else(takes_b, b, a)
+
