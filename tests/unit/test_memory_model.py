@@ -108,6 +108,25 @@ def test_the_watchdog_warns_near_the_size_and_fails_the_tasks_at_the_limit_namin
     assert dog.check() == "ok" and dog.status().peak_bytes == 960 * MB and dog.failures == 1
 
 
+def test_a_taskexecutor_stuck_at_its_limit_with_no_task_left_exits() -> None:
+    from yarnflow.worker.memory.watchdog import STUCK_CHECKS, TRIM_TICKS
+
+    m, reasons = Measured(), []
+    dog = m.watchdog(enforce=True, on_stuck=reasons.append)
+    m.rss = 990 * MB
+    dog.check()  # fails the 2 tasks it has
+    dog._fail_tasks = lambda error: 0  # they ended; the memory stays (a module global of user code)
+    for _ in range(TRIM_TICKS + STUCK_CHECKS - 2):
+        dog.check()
+    assert reasons == []
+    dog.check()
+    [why] = reasons
+    assert why.startswith("it stayed at its memory limit with no task running (TaskExecutor te-1 uses 990 MB")
+    for _ in range(STUCK_CHECKS):
+        dog.check()
+    assert len(reasons) == 1  # once
+
+
 def test_outside_a_yarn_container_the_watchdog_only_warns() -> None:
     m = Measured()
     dog = m.watchdog(enforce=False)

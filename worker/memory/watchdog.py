@@ -21,7 +21,10 @@ when Arrow's pool passes ``task.off-heap.size``. Ending the tasks lets go of the
 watchdog then gives freed memory back to the system (``gc``, Arrow's pool, glibc's
 ``malloc_trim``). The JobMaster restarts the job as after any failure, and fails it for good
 after ``restart-strategy.max-memory-failures`` such failures in a row with no checkpoint
-completed in between: a job that cannot fit does not restart forever.
+completed in between: a job that cannot fit does not restart forever. A TaskExecutor that
+stays at the limit with no task left to fail (memory held by something its tasks left behind,
+such as a module global of user code) exits after ``STUCK_CHECKS`` measurements, so YARN gives
+its slots a fresh container.
 
 Outside YARN (the embedded local cluster) nothing kills a process for its size, so the
 watchdog only warns there.
@@ -51,6 +54,8 @@ __all__ = ["MemoryWatchdog", "enforced_here", "process_tree_rss"]
 MB = 1 << 20
 #: measurements after failing tasks at which freed memory is given back to the system
 TRIM_TICKS = 10
+#: measurements at the limit with no task to fail (after the trims) before the process exits
+STUCK_CHECKS = 25
 
 
 def enforced_here() -> bool:
@@ -91,7 +96,8 @@ class MemoryWatchdog:
                  fail_ratio: float = 0.95, arrow_limit_bytes: int = 0, enforce: bool | None = None,
                  parts: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0),
                  fail_tasks: Callable[[MemoryLimitError], int] = lambda error: 0,
-                 measure: Callable[[], int] | None = None, arrow_bytes: Callable[[], int] | None = None) -> None:
+                 measure: Callable[[], int] | None = None, arrow_bytes: Callable[[], int] | None = None,
+                 on_stuck: Callable[[str], None] = lambda why: None) -> None:
         self.name = name
         self.limit = int(limit_bytes)
         self.interval_ms = interval_ms
@@ -109,6 +115,8 @@ class MemoryWatchdog:
         #: times the watchdog failed tasks
         self.failures = 0
         self._trims_left = 0
+        self._stuck = 0
+        self._on_stuck = on_stuck
         self._stop = threading.Event()
 
     @classmethod
@@ -154,6 +162,14 @@ class MemoryWatchdog:
                 self.failures += 1
                 self._trims_left = TRIM_TICKS
                 log.error("memory watchdog: failed %d tasks: %s", failed, self.describe())
+            elif self._trims_left == 0 and self.enforce and used >= self.fail_at:
+                self._stuck += 1
+                if self._stuck == STUCK_CHECKS:
+                    log.error("memory watchdog: no task runs and %s stays at its limit: exiting so that a fresh "
+                              "container replaces it", self.name)
+                    self._on_stuck(f"it stayed at its memory limit with no task running ({self.describe()})")
+        else:
+            self._stuck = 0
         if self._trims_left > 0:  # while the failed tasks wind down
             self._trims_left -= 1
             _trim()

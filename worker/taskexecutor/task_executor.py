@@ -121,7 +121,7 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
         self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
         self.watchdog = MemoryWatchdog.from_config(
-            f"TaskExecutor {resource_id}", config, fail_tasks=self._fail_tasks,
+            f"TaskExecutor {resource_id}", config, fail_tasks=self._fail_tasks, on_stuck=self._memory_stuck,
             parts=lambda: (self.memory.total_bytes, self.memory.used_bytes, rocksdb_usage(self.memory)))
         self.spill_roots = spill_roots(config[Options.TMP_DIRS], work_dir)
         remove_orphan_spills(self.spill_roots)  # of TaskExecutors that were killed
@@ -202,6 +202,11 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
     def _cancel_all(self) -> None:
         for task in self.tasks.values():
             task.cancel()
+
+    def _memory_stuck(self, why: str) -> None:
+        """(the watchdog's thread) Its memory stays at the limit with no task to fail: exit."""
+        self.fatal = True
+        threading.Thread(target=self.shutdown, name="te-shutdown", daemon=True, args=(why,)).start()
 
     def _fail_tasks(self, error: BaseException) -> int:
         """(the watchdog's thread) Fail every running task with ``error``; how many were."""
