@@ -12,7 +12,10 @@ function that is not such an expression is).
 ``--function realistic`` is the same with a method call in it,
 ``map(lambda r: {"word": r["word"].strip(), "count": 1})``: no plain column expression, but
 one the vectoriser reads (``str.strip`` has Python's exact meaning on ASCII text); timed both
-ways as ``map``, and its loop calls the same function.
+ways as ``map``, and its loop calls the same function. Both ways it also runs on a cluster of
+one TaskExecutor with two slots (``1x2_``: the two subtasks share one Python process and its
+GIL) and of two TaskExecutors with one slot each (``2x1_``), and ``layout_ratio`` /
+``per_row_layout_ratio`` are the 1 x 2 speed over the 2 x 1 speed.
 
 The other functions time the per-row path of each kind of user function (the option off, so
 every function is called once per row), each followed by the same vectorised keyed count:
@@ -116,18 +119,19 @@ def _expected(function: str, word_counts: dict[str, int]) -> dict[str, int]:
 
 
 def _time_job(function: str, folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
-              expected: dict[str, int]) -> tuple[float, dict[str, int], bool]:
+              expected: dict[str, int], layout: tuple[int, int] = (2, 2)) -> tuple[float, dict[str, int], bool]:
     """(records/s, peaks in bytes, verified) of one job, run from a fresh client process: what an
     earlier job left in a client's heap is not counted again."""
-    return in_child(_job_in_child, function, folder, n, parallelism, mode, conf, expected)  # type: ignore[no-any-return]
+    return in_child(_job_in_child, function, folder, n, parallelism, mode, conf, expected,  # type: ignore[no-any-return]
+                    layout)
 
 
 def _job_in_child(function: str, folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
-                  expected: dict[str, int]) -> tuple[float, dict[str, int], bool]:
+                  expected: dict[str, int], layout: tuple[int, int] = (2, 2)) -> tuple[float, dict[str, int], bool]:
     def build(env: Any) -> None:
         PIPELINES[function](env.read_parquet(folder, columns=["word"])).collect()
 
-    table, seconds, peak = _run_job(build, parallelism, f"rowpath-{function}", mode, conf)
+    table, seconds, peak = _run_job(build, parallelism, f"rowpath-{function}", mode, conf, layout=layout)
     if mode == "STREAMING":  # an upsert stream: the final count of a word is its largest
         table = table.group_by("word").aggregate([("count", "max")]).rename_columns(["word", "count"])
     got = dict(zip(table["word"].to_pylist(), table["count"].to_pylist()))
@@ -159,6 +163,15 @@ def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str |
                 out[f"{label}peak_rss_mb"] = round(peak["rss"] / 2**20)
                 out[f"{label}peak_pss_mb"] = round(peak["pss"] / 2**20)
                 verified = verified and ok
+            if function == "realistic":  # the two layouts of two slots, both ways
+                for label, c in (("", {**(conf or {}), "python.row-functions.vectorize": "true"}), ("per_row_", per_row)):
+                    rates = {}
+                    for layout in ((1, 2), (2, 1)):
+                        rate, _, ok = _time_job(function, folder, n, parallelism, mode, c, expected, layout)
+                        rates[layout] = rate
+                        out[f"{label}{layout[0]}x{layout[1]}_records_per_s"] = round(rate)
+                        verified = verified and ok
+                    out[f"{label}layout_ratio"] = round(rates[(1, 2)] / rates[(2, 1)], 2)
         else:
             figures = {}
             for name in (FUNCTIONS if function == "all" else (function,)):

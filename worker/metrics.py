@@ -92,6 +92,8 @@ class TaskMetricGroup:
             return (b - a) / span if span > 0 else 0.0
 
         def rates(a: tuple[int, ...], b: tuple[int, ...]) -> list[float]:
+            if not a:  # sampled before the task's operators existed: they had counted nothing
+                a = (0,) * len(b)
             return [rate(x, y) for x, y in zip(a, b)] if len(a) == len(b) else [0.0] * len(b)
 
         self.operator_rates_in = rates(first.operators_in, now.operators_in)

@@ -64,6 +64,18 @@ def test_rates_over_the_window_and_busy_time() -> None:
     assert last.idle_ms_per_second == 0 and last.busy_ms_per_second == 1000
 
 
+def test_operator_rates_count_from_a_sample_taken_before_the_task_was_built() -> None:
+    now = [100.0]
+    group = TaskMetricGroup("gen -> map", 0, "j", ["gen", "map"], clock=lambda: now[0])
+    group.snapshot()  # a heartbeat before the StreamTask existed: no operator counts yet
+    task = FakeTask()
+    group.attach(task)  # type: ignore[arg-type]
+    now[0] += 2.0
+    task.ops = ([0, 3000], [3000, 3000])
+    group.snapshot()
+    assert group.operator_rates_out == [1500, 1500]  # not zeros until that sample leaves the window
+
+
 def test_a_task_not_built_yet_reports_zeros() -> None:
     m = TaskMetricGroup("t", 0, "j", []).snapshot()
     assert m == TaskMetrics(operator_records_in=[], operator_records_out=[])
