@@ -15,7 +15,11 @@ one the vectoriser reads (``str.strip`` has Python's exact meaning on ASCII text
 ways as ``map``, and its loop calls the same function. Both ways it also runs on a cluster of
 one TaskExecutor with two slots (``1x2_``: the two subtasks share one Python process and its
 GIL) and of two TaskExecutors with one slot each (``2x1_``), and ``layout_ratio`` /
-``per_row_layout_ratio`` are the 1 x 2 speed over the 2 x 1 speed.
+``per_row_layout_ratio`` are the 1 x 2 speed over the 2 x 1 speed. With a Python that has
+Bytewax 0.21 (``--bytewax-python``, or ``$BYTEWAX_PYTHON``; Bytewax is not a yarnflow
+dependency, so it lives in an environment of its own), the same word count runs as a Bytewax
+dataflow of two processes (``bytewax_wordcount.py``) in the same run: ``bytewax_records_per_s``
+(process start to result, interpreter start included) and ``ratio_to_bytewax``.
 
 The other functions time the per-row path of each kind of user function (the option off, so
 every function is called once per row), each followed by the same vectorised keyed count:
@@ -32,7 +36,11 @@ Every result is checked against pyarrow's group_by of the same files."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import subprocess
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -112,6 +120,44 @@ def python_loop(folder: str, function: str = "map") -> tuple[dict[str, int], flo
     return counts, time.perf_counter() - t0
 
 
+def run_bytewax(python: str, folder: str, processes: int = 2) -> tuple[float, dict[str, int]]:
+    """(seconds, counts) of ``bytewax_wordcount.py`` over ``folder`` in ``processes`` processes."""
+    out = tempfile.mkdtemp(prefix="yarnflow-bytewax-")
+    ports = []
+    for _ in range(processes):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    addresses = ";".join(f"127.0.0.1:{p}" for p in ports)
+    env = {**os.environ, "WC_INPUT": folder, "WC_OUTPUT": out,
+           "PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}
+    try:
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen([python, "-m", "bytewax.run", "bytewax_wordcount:flow", "-i", str(i), "-a", addresses],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for i in range(processes)]
+        try:
+            errors = [p.communicate(timeout=600)[1] for p in procs]
+        finally:
+            for p in procs:  # nothing outlives the benchmark
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        seconds = time.perf_counter() - t0
+        failed = [(p.returncode, e.decode(errors="replace")[-500:]) for p, e in zip(procs, errors) if p.returncode]
+        if failed:
+            raise RuntimeError(f"the Bytewax dataflow failed: {failed}")
+        counts: dict[str, int] = {}
+        for name in os.listdir(out):
+            with open(os.path.join(out, name), encoding="utf-8") as fh:
+                for line in fh:
+                    word, count = line.rstrip("\n").split("\t")
+                    counts[word] = counts.get(word, 0) + int(count)
+        return seconds, counts
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def _expected(function: str, word_counts: dict[str, int]) -> dict[str, int]:
     if function == "filter":
         return {w: c for w, c in word_counts.items() if keep({"word": w})}
@@ -141,7 +187,8 @@ def _job_in_child(function: str, folder: str, n: int, parallelism: int, mode: st
 
 
 def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None,
-                mode: str = "BATCH", conf: dict[str, str] | None = None, function: str = "map") -> dict[str, Any]:
+                mode: str = "BATCH", conf: dict[str, str] | None = None, function: str = "map",
+                bytewax_python: str | None = None) -> dict[str, Any]:
     if function not in (*FUNCTIONS, "realistic", "all"):
         raise ValueError(f"unknown function {function!r}: expected one of {FUNCTIONS} or 'all'")
     folder, owned, n = _prepare("w1", records, input_dir)
@@ -172,6 +219,16 @@ def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str |
                         out[f"{label}{layout[0]}x{layout[1]}_records_per_s"] = round(rate)
                         verified = verified and ok
                     out[f"{label}layout_ratio"] = round(rates[(1, 2)] / rates[(2, 1)], 2)
+                python = bytewax_python or os.environ.get("BYTEWAX_PYTHON")
+                if not python:
+                    out["bytewax"] = ("skipped: give a Python with bytewax 0.21 installed (--bytewax-python or "
+                                      "$BYTEWAX_PYTHON)")
+                else:
+                    seconds, counts = run_bytewax(python, folder, parallelism)
+                    out["bytewax_records_per_s"] = round(n / seconds)
+                    out["ratio_to_bytewax"] = round(out["records_per_s"] / (n / seconds), 2)
+                    out["per_row_ratio_to_bytewax"] = round(out["per_row_records_per_s"] / (n / seconds), 2)
+                    verified = verified and counts == expected
         else:
             figures = {}
             for name in (FUNCTIONS if function == "all" else (function,)):

@@ -46,7 +46,8 @@ def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
     from rowpath import run_rowpath
 
     return run_rowpath(records=args.records, parallelism=args.parallelism, input_dir=args.input,
-                       mode=args.mode or "BATCH", conf=_conf(args), function=args.function)
+                       mode=args.mode or "BATCH", conf=_conf(args), function=args.function,
+                       bytewax_python=args.bytewax_python)
 
 
 def _rowpath_args(p: argparse.ArgumentParser) -> None:
@@ -54,6 +55,9 @@ def _rowpath_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--function", choices=["map", "realistic", "filter", "flat_map", "reduce", "process", "all"],
                    default="map",
                    help="the kind of per-row function timed (default: map, the README's first example)")
+    p.add_argument("--bytewax-python", default=None,
+                   help="realistic: a Python with bytewax 0.21 installed, to run the same word count as a Bytewax "
+                        "dataflow in the same run (default: $BYTEWAX_PYTHON; without it, skipped)")
 
 
 def _w_args(p: argparse.ArgumentParser) -> None:
