@@ -148,7 +148,9 @@ def _calls(r: dict[str, Any]) -> Any:
 
 
 def _branches(r: dict[str, Any]) -> Any:
-    return {"w": r["word"] if r["n"] > 0 else ""}
+    for _ in range(2):  # a loop (conditional expressions lift: tests/unit/test_lifting_calls.py)
+        pass
+    return {"w": r["word"]}
 
 
 def _ands(r: dict[str, Any]) -> Any:

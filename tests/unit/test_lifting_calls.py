@@ -40,6 +40,14 @@ ODD = [
                      "f": ["1", "2", "3", "4", "5"], "n": [-(2 ** 63), 1, 2, 3, 4], "x": [1.0, 2.0, 3.0, 4.0, 5.0]}),  # empty parts, overflow
 ]
 
+def _if_statements(r: dict[str, Any]) -> dict[str, Any]:
+    if r["n"] > 0:
+        return {"sign": "+", "v": r["n"]}
+    if r["n"] is None:
+        return {"sign": "?", "v": 0}
+    return {"sign": "-", "v": -r["n"]}
+
+
 MAPS_LIFTED: list[Callable[[dict[str, Any]], Any]] = [  # run as Arrow compute on TEXT
     lambda r: {"word": r["s"].strip(), "count": 1},
     lambda r: {"l": r["s"].lstrip(), "r": r["s"].rstrip(), "c": r["s"].strip(" ,")},
@@ -55,6 +63,10 @@ MAPS_LIFTED: list[Callable[[dict[str, Any]], Any]] = [  # run as Arrow compute o
     lambda r: {"k": r["s"].strip().lower(), "n": int(r["num"]) * 2 + len(r["s"])},
     lambda r: {"mn": min(r["n"], 3), "mx": max(r["x"], 0.0), "ms": min(r["s"], "b"), "m2": max(0, r["n"])},
     lambda r: {"r": round(r["x"]), "ri": round(r["n"]), "rx": round(r["x"] * 2.5)},
+    lambda r: {"w": r["s"].strip() if r["n"] > 0 else "neg", "big": r["x"] if r["x"] > 1 else -r["x"]},
+    lambda r: {"k": ("a" if r["s"].startswith("a") else "b") if len(r["s"]) > 1 else "c"},
+    _if_statements,
+    lambda r: r["n"] if r["n"] is not None else 0,
 ]
 MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to the row path on TEXT
     lambda r: {"second": r["s"].split()[1]},            # "x" has one part: IndexError per row
@@ -63,6 +75,9 @@ MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to
     lambda r: {"w": r["n"].strip()},                     # AttributeError per row
     lambda r: {"w": len(r["n"])},                        # TypeError per row
     lambda r: {"m": min(r["n"], 0.5)},                   # int or float per row
+    lambda r: {"c": 1 if r["n"] > 0 else 2.5},           # an int or a float per row
+    lambda r: {"c": r["s"] if r["s"] else "empty"},      # truthiness of a string: per row
+    lambda r: {"d": 10 / r["n"] if r["n"] != 0 else 0.0},  # the branch not taken divides by zero
 ]
 FILTERS: list[Callable[[dict[str, Any]], Any]] = [
     lambda r: r["s"].startswith("a"),
@@ -149,9 +164,9 @@ def test_an_operator_says_whether_it_ran_vectorised_or_per_row_and_why() -> None
     off = RowFilter(lambda r: r["s"].startswith("a"), name="f")
     OperatorHarness(off, config=OFF).batch(TEXT)
     assert off.execution_path() == "per row (python.row-functions.vectorize is false)"
-    branchy = RowMap(lambda r: {"w": r["s"] if r["n"] > 0 else ""}, name="b")
-    OperatorHarness(branchy).batch(TEXT)
-    assert branchy.execution_path().startswith("per row (it uses a branch")
+    anded = RowMap(lambda r: {"w": r["n"] > 0 and r["x"] > 0}, name="b")
+    OperatorHarness(anded).batch(TEXT)
+    assert anded.execution_path().startswith("per row (it uses a branch")
 
 
 def test_yarnflow_info_shows_each_operators_path_once_or_per_subtask_when_they_differ() -> None:

@@ -17,7 +17,10 @@ returns an expression tree when every instruction is one of:
 - for ``map``: a dict with string-constant keys of such values, or one such value (the column
   ``value``); for ``filter``: one value.
 
-Anything else (another call, an attribute, a branch, ``and`` / ``or``, a loop, a mutable global)
+- conditional expressions (``a if c else b``) and ``if`` statements whose branches each return
+  (at most ``MAX_BRANCHES`` of them: every path is read to its return);
+
+Anything else (another call, an attribute, ``and`` / ``or``, a loop, a mutable global)
 leaves the function per row: that choice is made once per operator. The expression has no side
 effects by construction, so evaluating it instead of calling the function changes nothing a
 user can see, as long as it gives the same values. The evaluator refuses a batch (``None``: the
@@ -55,23 +58,26 @@ from yarnflow.worker.operators.lifting_calls import (
     METHODS,
     Call,
     Contains,
+    IfElse,
     Part,
     Refused,
     TypeRefused,
     evaluate_call,
     evaluate_contains,
+    evaluate_if_else,
     evaluate_part,
 )
+from yarnflow.worker.operators.lifting_calls import ARITH as _ARITH
+from yarnflow.worker.operators.lifting_calls import COMPARE as _COMPARE
+from yarnflow.worker.operators.lifting_calls import binary as _binary
+from yarnflow.worker.operators.lifting_calls import no_nulls as _no_nulls
+from yarnflow.worker.operators.lifting_calls import scalar as _scalar
 
 __all__ = ["LiftedFunction", "NotLiftable", "lift", "lift_with_reason"]
 
 log = logging.getLogger(__name__)
 
 _SUPPORTED_PYTHON = ((3, 11), (3, 12), (3, 13))
-_ARITH = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked", "/": "divide"}
-_COMPARE = {"<": "less", "<=": "less_equal", "==": "equal", "!=": "not_equal", ">": "greater",
-            ">=": "greater_equal"}
-_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 _COMPUTED_TYPES = (pa.int64(), pa.float64(), pa.string(), pa.bool_())
 _PASSED_TYPES = (*_COMPUTED_TYPES, pa.binary(), pa.date32())
 
@@ -117,8 +123,14 @@ class _IsNone:
     negated: bool
 
 
-_Expr = Union[_Column, _Const, _Free, _Binary, _Negate, _IsNone, Call, Contains, Part]
-_EXPR_TYPES = (_Column, _Const, _Free, _Binary, _Negate, _IsNone, Call, Contains, Part)
+_Expr = Union[_Column, _Const, _Free, _Binary, _Negate, _IsNone, Call, Contains, Part, IfElse]
+_EXPR_TYPES = (_Column, _Const, _Free, _Binary, _Negate, _IsNone, Call, Contains, Part, IfElse)
+#: jumps of a conditional expression (x if c else y), 3.11 to 3.13
+_CONDITIONAL_JUMPS = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
+                      "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_NONE",
+                      "POP_JUMP_FORWARD_IF_NOT_NONE"}
+#: conditional expressions a function may have (each doubles the paths read)
+MAX_BRANCHES = 4
 _Refused = Refused
 _TypeRefused = TypeRefused
 
@@ -155,18 +167,20 @@ def _read(fn: types.FunctionType) -> Any:
     if (code.co_argcount != 1 or code.co_kwonlyargcount or code.co_posonlyargcount > 1
             or code.co_flags & (0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200) or code.co_cellvars):
         raise NotLiftable("it takes other arguments than one row, is a generator, or has inner functions")
-    names: dict[str, Any] = {code.co_varnames[0]: _Row()}
-    stack: list[Any] = []
 
-    def pop() -> Any:
-        if not stack:
-            raise NotLiftable("its bytecode is not straight-line code")
-        return stack.pop()
+    def run(n: int, names: dict[str, Any], stack: list[Any]) -> Any:
+        """Run from instruction ``n`` to a return; a conditional jump runs both ways."""
 
-    try:
-        for ins in dis.get_instructions(code):
+        def pop() -> Any:
+            if not stack:
+                raise NotLiftable("its bytecode is not straight-line code")
+            return stack.pop()
+
+        while n < len(instructions):
+            ins = instructions[n]
+            n += 1
             op = ins.opname
-            if op in ("RESUME", "NOP", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "NOT_TAKEN"):
+            if op in ("RESUME", "NOP", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "NOT_TAKEN", "TO_BOOL"):
                 continue
             if op in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"):
                 if ins.argval not in names:
@@ -223,10 +237,8 @@ def _read(fn: types.FunctionType) -> Any:
                                       "an index")
                 stack.append(_Column(key.value))
             elif op in ("BINARY_OP", "COMPARE_OP"):
-                symbol = ins.argrepr
+                symbol = str(ins.argval) if op == "COMPARE_OP" else ins.argrepr  # 3.13: argrepr "bool(>)"
                 if symbol not in _ARITH and symbol not in _COMPARE:
-                    if symbol.startswith("bool("):  # 3.13: a comparison that a branch tests
-                        raise NotLiftable(f"it uses {_WHAT['POP']}")
                     raise NotLiftable(f"it uses the operator {symbol}")
                 right, left = pop(), pop()
                 stack.append(_Binary(symbol, _value(left), _value(right)))
@@ -255,13 +267,45 @@ def _read(fn: types.FunctionType) -> Any:
                         raise NotLiftable("the keys of the dict it returns are not constants")
                     keys.append(key.value)
                 stack.append(_build_dict(keys, flat[1::2]))
+            elif op in _CONDITIONAL_JUMPS and ins.argval > ins.offset:  # x if c else y
+                forks[0] += 1
+                if forks[0] > MAX_BRANCHES:
+                    raise NotLiftable(f"it has more than {MAX_BRANCHES} branches")
+                top = _value(pop())
+                none_test = op.endswith("NONE")
+                cond = _IsNone(top, negated=op.endswith("NOT_NONE")) if none_test else top
+                jumps_when = none_test or op.endswith("TRUE")
+                jumped = run(index[ins.argval], dict(names), list(stack))
+                fell = run(n, dict(names), list(stack))
+                return if_else(cond, jumped, fell) if jumps_when else if_else(cond, fell, jumped)
+            elif op in ("JUMP_FORWARD", "JUMP", "JUMP_NO_INTERRUPT") and ins.argval > ins.offset:
+                n = index[ins.argval]
             elif op == "RETURN_VALUE":
                 return pop()
             else:
                 raise NotLiftable(f"it uses {_WHAT.get(op.split('_')[0], op)}")
+        raise NotLiftable("its bytecode is not straight-line code")
+
+    instructions = [ins for ins in dis.get_instructions(code) if ins.opname != "CACHE"]
+    index = {ins.offset: n for n, ins in enumerate(instructions)}
+    forks = [0]
+    try:
+        return run(0, {code.co_varnames[0]: _Row()}, [])
     except _Refused:
         raise NotLiftable("it returns the row itself, a nested value or a tuple") from None
     raise NotLiftable("its bytecode is not straight-line code")
+
+
+def if_else(cond: _Expr, then: Any, otherwise: Any) -> Any:
+    """``then if cond else otherwise`` of two returned values (expressions, or dicts of the
+    same keys in the same order)."""
+    if isinstance(then, dict) and isinstance(otherwise, dict):
+        if list(then) != list(otherwise):
+            raise NotLiftable("its branches return dicts of different keys")
+        return {k: IfElse(cond, then[k], otherwise[k]) for k in then}
+    if isinstance(then, dict) or isinstance(otherwise, dict):
+        raise NotLiftable("one of its branches returns a dict and another does not")
+    return IfElse(cond, _value(then), _value(otherwise))
 
 
 def _value(item: Any) -> _Expr:
@@ -373,6 +417,9 @@ class LiftedFunction:
         if isinstance(expr, Part):
             split = expr.split
             return evaluate_part(expr, self._eval(split.receiver, batch), [self._eval(a, batch) for a in split.args])
+        if isinstance(expr, IfElse):
+            return evaluate_if_else(self._eval(expr.cond, batch), lambda: self._eval(expr.then, batch),
+                                    lambda: self._eval(expr.otherwise, batch))
         if isinstance(expr, Contains):
             return evaluate_contains(expr, self._eval(expr.needle, batch), self._eval(expr.haystack, batch))
         if isinstance(expr, _Negate):
@@ -404,50 +451,6 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
     if index < 0:  # per row: KeyError, or the last of the repeated columns
         raise _TypeRefused(f"no single column {name!r}")
     return batch.column(index)
-
-
-def _scalar(value: Any) -> pa.Scalar:
-    if value is None:
-        return pa.scalar(None, pa.null())
-    if type(value) is bool:
-        return pa.scalar(value, pa.bool_())
-    if type(value) is int:
-        if not _INT64_MIN <= value <= _INT64_MAX:
-            raise _Refused
-        return pa.scalar(value, pa.int64())
-    if type(value) is float:
-        return pa.scalar(value, pa.float64())
-    if type(value) is str:
-        return pa.scalar(value, pa.string())
-    raise _TypeRefused  # bytes, tuples...
-
-
-def _no_nulls(value: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
-    if isinstance(value, pa.Scalar) and not value.is_valid:
-        raise _TypeRefused("None in arithmetic or a comparison")
-    if isinstance(value, pa.Array) and value.null_count:
-        raise _Refused("nulls in a value used by arithmetic or a comparison")
-    return value
-
-
-def _binary(op: str, left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
-    lt, rt = left.type, right.type
-    numeric = (pa.int64(), pa.float64())
-    if op in _COMPARE:
-        if not (lt in numeric and rt in numeric) and not (lt == rt and lt in (pa.string(), pa.bool_())):
-            raise _TypeRefused  # 1 == "1" is False per row, an error in Arrow: per row decides
-        return getattr(pc, _COMPARE[op])(left, right)
-    if op == "+" and lt == rt == pa.string():
-        return pc.binary_join_element_wise(left, right, "")
-    if lt not in numeric or rt not in numeric:
-        raise _TypeRefused  # bools count as ints in Python; strings only add to strings
-    if op == "/":
-        divisor = right
-        if (divisor.as_py() == 0 if isinstance(divisor, pa.Scalar)
-                else pc.any(pc.equal(divisor, 0)).as_py()):
-            raise _Refused("a zero divisor")  # ZeroDivisionError per row
-        return pc.divide(pc.cast(left, pa.float64()), pc.cast(right, pa.float64()))
-    return getattr(pc, _ARITH[op])(left, right)
 
 
 def lift_with_reason(fn: Callable[..., Any], kind: str) -> tuple[LiftedFunction | None, str]:

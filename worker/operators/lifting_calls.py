@@ -1,4 +1,5 @@
-"""The calls a lifted per-row function may make (see ``lifting.py``): the string methods and
+"""The calls and branches a lifted per-row function may have (see ``lifting.py``), and the
+values and operators both modules evaluate. Calls: the string methods and
 builtins per-row code commonly uses, each evaluated on whole columns with Python's exact result,
 or refused for the batch (which then goes per row and gets the function's own result or error).
 
@@ -25,24 +26,34 @@ Builtins (when the function's module does not define a name of its own):
 - ``min(a, b)`` / ``max(a, b)`` of two ints, two floats or two strings, as Python decides
   (``b if b < a else a``: the first of equals, NaN and -0.0 as Python leaves them);
 - ``round(x)`` of a float (half to even, an int) or of an int.
+
+Conditional expressions (``a if cond else b``, and ``if`` statements whose branches each
+return): ``cond`` must be a bool without nulls, both branches of the same type; both are
+evaluated for every row, so a branch that would fail where it is not taken (``10 / n if n != 0
+else 0.0``) sends the batch per row, where each row evaluates its own branch only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["BUILTINS", "METHODS", "Call", "Contains", "Part", "Refused", "TypeRefused", "evaluate_call",
-           "evaluate_contains", "evaluate_part"]
+__all__ = ["ARITH", "BUILTINS", "COMPARE", "METHODS", "Call", "Contains", "IfElse", "Part", "Refused", "TypeRefused", "evaluate_call",
+           "evaluate_contains", "evaluate_if_else", "evaluate_part", "binary", "no_nulls", "scalar"]
 
 #: Python's whitespace among ASCII characters (``str.isspace``)
 PY_ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 #: methods of str that lift, with the number of (string) arguments they may take
 METHODS = {"strip": (0, 1), "lstrip": (0, 1), "rstrip": (0, 1), "lower": (0,), "upper": (0,),
            "startswith": (1,), "endswith": (1,), "replace": (2,), "split": (0, 1)}
+ARITH = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked", "/": "divide"}
+COMPARE = {"<": "less", "<=": "less_equal", "==": "equal", "!=": "not_equal", ">": "greater",
+            ">=": "greater_equal"}
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 BUILTINS = {"len", "int", "float", "str", "abs", "min", "max", "round"}
 
 
@@ -70,6 +81,16 @@ class Contains:
     needle: Any
     haystack: Any
     negated: bool
+
+
+@dataclass(frozen=True)
+class IfElse:
+    """``then if cond else otherwise`` (a conditional expression, or an ``if`` whose branches
+    both return)."""
+
+    cond: Any
+    then: Any
+    otherwise: Any
 
 
 @dataclass(frozen=True)
@@ -229,3 +250,67 @@ def _min_max(name: str, a: Any, b: Any) -> pa.Array | pa.Scalar:
         b = pa.repeat(b, len(a))
     return pc.if_else(takes_b, b, a)
 
+
+def evaluate_if_else(cond: Any, then: Callable[[], Any], otherwise: Callable[[], Any]) -> pa.Array | pa.Scalar:
+    """Python's ``then() if cond else otherwise()`` on columns: ``cond`` must be bools without
+    nulls (the truthiness of anything else stays per row). Both branches are evaluated for every
+    row (unless ``cond`` is one value), so a branch that would fail on rows it does not take
+    refuses the batch, which then goes per row and evaluates each row's branch only."""
+    if cond.type != pa.bool_():
+        raise TypeRefused("a condition that is not a bool")
+    if isinstance(cond, pa.Scalar):
+        if not cond.is_valid:
+            raise TypeRefused("a condition that is None")
+        return then() if cond.as_py() else otherwise()
+    if cond.null_count:
+        raise Refused("nulls in a condition")
+    a, b = then(), otherwise()
+    if a.type != b.type:
+        raise TypeRefused("branches of different types")  # 1 if c else 2.5: an int or a float per row
+    return pc.if_else(cond, a, b)
+
+
+# -- values and operators shared with lifting.py
+
+def scalar(value: Any) -> pa.Scalar:
+    if value is None:
+        return pa.scalar(None, pa.null())
+    if type(value) is bool:
+        return pa.scalar(value, pa.bool_())
+    if type(value) is int:
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise Refused
+        return pa.scalar(value, pa.int64())
+    if type(value) is float:
+        return pa.scalar(value, pa.float64())
+    if type(value) is str:
+        return pa.scalar(value, pa.string())
+    raise TypeRefused  # bytes, tuples...
+
+
+def no_nulls(value: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    if isinstance(value, pa.Scalar) and not value.is_valid:
+        raise TypeRefused("None in arithmetic or a comparison")
+    if isinstance(value, pa.Array) and value.null_count:
+        raise Refused("nulls in a value used by arithmetic or a comparison")
+    return value
+
+
+def binary(op: str, left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    lt, rt = left.type, right.type
+    numeric = (pa.int64(), pa.float64())
+    if op in COMPARE:
+        if not (lt in numeric and rt in numeric) and not (lt == rt and lt in (pa.string(), pa.bool_())):
+            raise TypeRefused  # 1 == "1" is False per row, an error in Arrow: per row decides
+        return getattr(pc, COMPARE[op])(left, right)
+    if op == "+" and lt == rt == pa.string():
+        return pc.binary_join_element_wise(left, right, "")
+    if lt not in numeric or rt not in numeric:
+        raise TypeRefused  # bools count as ints in Python; strings only add to strings
+    if op == "/":
+        divisor = right
+        if (divisor.as_py() == 0 if isinstance(divisor, pa.Scalar)
+                else pc.any(pc.equal(divisor, 0)).as_py()):
+            raise Refused("a zero divisor")  # ZeroDivisionError per row
+        return pc.divide(pc.cast(left, pa.float64()), pc.cast(right, pa.float64()))
+    return getattr(pc, ARITH[op])(left, right)
