@@ -154,7 +154,7 @@ def _branches(r: dict[str, Any]) -> Any:
 
 
 def _ands(r: dict[str, Any]) -> Any:
-    return r["n"] > 0 and r["x"] > 0
+    return not r["flag"]  # (and / or lift: tests/unit/test_lifting_calls.py)
 
 
 def _side_effect(r: dict[str, Any]) -> Any:

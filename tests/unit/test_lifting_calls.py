@@ -67,6 +67,8 @@ MAPS_LIFTED: list[Callable[[dict[str, Any]], Any]] = [  # run as Arrow compute o
     lambda r: {"k": ("a" if r["s"].startswith("a") else "b") if len(r["s"]) > 1 else "c"},
     _if_statements,
     lambda r: r["n"] if r["n"] is not None else 0,
+    lambda r: {"both": r["n"] > 0 and r["x"] > 0, "either": r["n"] > 0 or r["s"] == "x",
+               "mixed": r["n"] > 0 and r["x"] > 0 or r["s"].startswith("a")},
 ]
 MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to the row path on TEXT
     lambda r: {"second": r["s"].split()[1]},            # "x" has one part: IndexError per row
@@ -76,10 +78,13 @@ MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to
     lambda r: {"w": len(r["n"])},                        # TypeError per row
     lambda r: {"m": min(r["n"], 0.5)},                   # int or float per row
     lambda r: {"c": 1 if r["n"] > 0 else 2.5},           # an int or a float per row
+    lambda r: {"c": 1 if r["n"] > 0 else True},          # equal values of two types
     lambda r: {"c": r["s"] if r["s"] else "empty"},      # truthiness of a string: per row
+    lambda r: {"c": r["s"] and r["num"]},                # and of strings gives a string: per row
     lambda r: {"d": 10 / r["n"] if r["n"] != 0 else 0.0},  # the branch not taken divides by zero
 ]
 FILTERS: list[Callable[[dict[str, Any]], Any]] = [
+    lambda r: r["n"] > 0 and not r["s"].startswith("a") or r["x"] < 0,
     lambda r: r["s"].startswith("a"),
     lambda r: "," in r["s"],
     lambda r: len(r["s"].strip()) > 1,
@@ -164,9 +169,9 @@ def test_an_operator_says_whether_it_ran_vectorised_or_per_row_and_why() -> None
     off = RowFilter(lambda r: r["s"].startswith("a"), name="f")
     OperatorHarness(off, config=OFF).batch(TEXT)
     assert off.execution_path() == "per row (python.row-functions.vectorize is false)"
-    anded = RowMap(lambda r: {"w": r["n"] > 0 and r["x"] > 0}, name="b")
-    OperatorHarness(anded).batch(TEXT)
-    assert anded.execution_path().startswith("per row (it uses a branch")
+    looped = RowMap(lambda r: {"w": [c for c in r["s"]]}, name="b")
+    OperatorHarness(looped).batch(TEXT)
+    assert looped.execution_path().startswith("per row (it uses ")
 
 
 def test_yarnflow_info_shows_each_operators_path_once_or_per_subtask_when_they_differ() -> None:

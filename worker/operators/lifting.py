@@ -17,10 +17,10 @@ returns an expression tree when every instruction is one of:
 - for ``map``: a dict with string-constant keys of such values, or one such value (the column
   ``value``); for ``filter``: one value.
 
-- conditional expressions (``a if c else b``) and ``if`` statements whose branches each return
-  (at most ``MAX_BRANCHES`` of them: every path is read to its return);
+- conditional expressions (``a if c else b``), ``and`` / ``or``, and ``if`` statements whose
+  branches each return (at most ``MAX_BRANCHES`` of them: every path is read to its return);
 
-Anything else (another call, an attribute, ``and`` / ``or``, a loop, a mutable global)
+Anything else (another call, an attribute, a loop, a mutable global)
 leaves the function per row: that choice is made once per operator. The expression has no side
 effects by construction, so evaluating it instead of calling the function changes nothing a
 user can see, as long as it gives the same values. The evaluator refuses a batch (``None``: the
@@ -129,8 +129,9 @@ _EXPR_TYPES = (_Column, _Const, _Free, _Binary, _Negate, _IsNone, Call, Contains
 _CONDITIONAL_JUMPS = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
                       "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_NONE",
                       "POP_JUMP_FORWARD_IF_NOT_NONE"}
-#: conditional expressions a function may have (each doubles the paths read)
-MAX_BRANCHES = 4
+#: forks of the paths read (each conditional expression, and, or doubles the paths after it:
+#: up to 4 of them one after another)
+MAX_BRANCHES = 16
 _Refused = Refused
 _TypeRefused = TypeRefused
 
@@ -278,6 +279,18 @@ def _read(fn: types.FunctionType) -> Any:
                 jumped = run(index[ins.argval], dict(names), list(stack))
                 fell = run(n, dict(names), list(stack))
                 return if_else(cond, jumped, fell) if jumps_when else if_else(cond, fell, jumped)
+            elif op in ("JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP") and ins.argval > ins.offset:  # 3.11 and/or
+                forks[0] += 1
+                if forks[0] > MAX_BRANCHES:
+                    raise NotLiftable(f"it has more than {MAX_BRANCHES} branches")
+                top = _value(pop())
+                jumped = run(index[ins.argval], dict(names), [*stack, top])  # the operand is the result
+                fell = run(n, dict(names), list(stack))
+                return if_else(top, jumped, fell) if op.endswith("TRUE_OR_POP") else if_else(top, fell, jumped)
+            elif op == "COPY" and ins.arg == 1 and stack:  # 3.12+: and/or keep their operand
+                stack.append(stack[-1])
+            elif op == "POP_TOP":
+                pop()
             elif op in ("JUMP_FORWARD", "JUMP", "JUMP_NO_INTERRUPT") and ins.argval > ins.offset:
                 n = index[ins.argval]
             elif op == "RETURN_VALUE":
@@ -302,9 +315,11 @@ def if_else(cond: _Expr, then: Any, otherwise: Any) -> Any:
     if isinstance(then, dict) and isinstance(otherwise, dict):
         if list(then) != list(otherwise):
             raise NotLiftable("its branches return dicts of different keys")
-        return {k: IfElse(cond, then[k], otherwise[k]) for k in then}
+        return {k: if_else(cond, then[k], otherwise[k]) for k in then}
     if isinstance(then, dict) or isinstance(otherwise, dict):
         raise NotLiftable("one of its branches returns a dict and another does not")
+    if then == otherwise and repr(then) == repr(otherwise):  # the same on both paths (not 1 and True)
+        return _value(then)
     return IfElse(cond, _value(then), _value(otherwise))
 
 
