@@ -62,13 +62,38 @@ def configure_process_memory(arrow_allocator: str, malloc_arena_max: int, defer_
         defer_pandas_import()
 
 
-def _configure_malloc(arena_max: int) -> None:
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    """The C library (None off Linux or when it cannot be loaded); looked up once: ``find_library``
+    runs ``ldconfig`` in a subprocess."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def release_free_memory() -> None:
+    """Give memory freed by Python, Arrow and glibc back to the system (the memory watchdog calls
+    it after failing tasks): a garbage collection, Arrow's pool's unused memory, glibc's
+    ``malloc_trim``."""
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    trim = getattr(_libc(), "malloc_trim", None)  # not glibc: nothing more to do
+    if trim is not None:
+        trim(0)
+
+
+def _configure_malloc(arena_max: int) -> None:
+    libc = _libc()
+    try:
         mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to tune
+    except AttributeError:  # no libc, or not glibc (musl has no mallopt): nothing to tune
         return
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     if arena_max > 0:

@@ -32,9 +32,6 @@ watchdog only warns there.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 import logging
 import os
 import threading
@@ -45,6 +42,7 @@ import psutil
 import pyarrow as pa
 
 from yarnflow.common.errors import MemoryLimitError
+from yarnflow.common.memory import release_free_memory
 from yarnflow.common.messages import MemoryStatus
 
 log = logging.getLogger(__name__)
@@ -72,18 +70,6 @@ def process_tree_rss(proc: psutil.Process) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return int(total)
-
-
-def _trim() -> None:
-    """Give memory freed by ended tasks back to the system."""
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    libc = ctypes.util.find_library("c")
-    if libc:
-        try:
-            ctypes.CDLL(libc).malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc
-            pass
 
 
 class MemoryWatchdog:
@@ -172,7 +158,7 @@ class MemoryWatchdog:
             self._stuck = 0
         if self._trims_left > 0:  # while the failed tasks wind down
             self._trims_left -= 1
-            _trim()
+            release_free_memory()
         return level
 
     def describe(self, failing: bool = False) -> str:
