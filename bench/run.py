@@ -14,6 +14,12 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+def _rocksdb_keys(args: argparse.Namespace) -> dict[str, Any]:
+    from rocksdb_keys import run_rocksdb_keys
+
+    return run_rocksdb_keys(keys=args.keys, memory=args.memory, managed=not args.unmanaged)
+
+
 def _rpc(args: argparse.Namespace) -> dict[str, Any]:
     from rpc_bench import run_rpc
 
@@ -196,6 +202,12 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                          p.add_argument("--rocksdb-memory-mb", type=int, default=256, help="the shared RocksDB "
                                         "memory of the slot (as a 1 GB TaskExecutor with one slot has; 0: RocksDB's "
                                         "own caches, as before the memory model)")), _state),
+    "rocksdb-keys": ("a STREAMING keyed sum over N distinct keys on rocksdb through `yarnflow run` (2 TaskExecutors "
+                     "of 1 slot): wall time, each TaskExecutor's peak RSS, every key once",
+                     lambda p: (p.add_argument("--keys", type=int, default=20_000_000),
+                                p.add_argument("--memory", default="1 gb", help="taskmanager.memory.process.size"),
+                                p.add_argument("--unmanaged", action="store_true", help="RocksDB's own caches "
+                                               "(state.backend.rocksdb.memory.managed: false)")), _rocksdb_keys),
     "am-failover": ("session with a standby AppMaster (ZooKeeper HA): SIGKILL of the leader under a checkpointed "
                     "job -> every task RUNNING again; rows lost / duplicated",
                     lambda p: (p.add_argument("--rows", type=int, default=200_000),
