@@ -187,12 +187,16 @@ class ArtifactCache:
         except FileNotFoundError:
             raise ArtifactError(f"job artifact {uri} has no source for vertex {vertex_id}") from None
 
-    def load_chain(self, uri: str, sha256: str, vertex_id: str) -> list[Any]:
+    def chain_file(self, uri: str, sha256: str, vertex_id: str) -> tuple[str, str]:
+        """Where vertex ``vertex_id``'s operator chain is (fetched if needed), and the folder of
+        the artifact's helper modules (a task's Python worker loads the chain from there)."""
         root = self.fetch(uri, sha256)
-        src = os.path.join(root, "src")
+        return os.path.join(root, chain_entry(vertex_id)), os.path.join(root, "src")
+
+    def load_chain(self, uri: str, sha256: str, vertex_id: str) -> list[Any]:
+        path, src = self.chain_file(uri, sha256, vertex_id)
         if os.path.isdir(src) and src not in sys.path:
             sys.path.append(src)  # helper modules the user's job imports
-        path = os.path.join(root, chain_entry(vertex_id))
         try:
             with open(path, "rb") as fh, _LOAD_LOCK:
                 chain = cloudpickle.load(fh)

@@ -230,6 +230,13 @@ class Options:
     PYTHON_VECTORIZE = _opt("python.row-functions.vectorize", _parse_bool,
                             "run per-row map/filter functions that are plain column expressions (lookups, "
                             "constants, arithmetic, comparisons) as Arrow compute on whole batches")
+    PYTHON_EXECUTION_MODE = _opt("python.execution-mode", _parse_str,
+                                 "where per-row map/filter/flat_map functions run: process (a Python worker "
+                                 "process per task, so a TaskExecutor's slots use a core each) or thread (on the "
+                                 "task's thread, sharing the TaskExecutor's GIL)", choices=("process", "thread"))
+    PYTHON_WORKER_START_AFTER = _opt("python.worker.start-after", parse_duration_ms,
+                                     "per-row time a task spends on its own thread before it starts its Python "
+                                     "worker (small jobs never start one)")
     PYTHON_EXECUTABLE = _opt("python.executable", _parse_str,
                              "Python of YARN containers (empty: the shipped venv's, else the client's)")
     YARN_APP_NAME = _opt("yarn.application.name", _parse_str, "YARN application name (empty: yarnflow + job)")

@@ -30,6 +30,7 @@ from yarnflow.worker.spark import MasterProvider
 from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.debloat import BufferDebloater
 from yarnflow.worker.operators.base import RuntimeContext
+from yarnflow.worker.pyworker import PythonWorker, offloadable
 from yarnflow.worker.runtime.checkpoints import (
     CheckpointResponder,
     Mailbox,
@@ -86,6 +87,7 @@ class Task:
         self._external_failure: BaseException | None = None
         self._gate: InputGate | None = None
         self._stream_task: StreamTask | None = None
+        self._python_worker: PythonWorker | None = None
         self._io_metrics = tdd.config.get(Options.TASK_IO_METRICS.key, "true").lower() != "false"
         #: the task's figures (Flink's TaskIOMetricGroup), read by heartbeats and Prometheus
         self.metrics = TaskMetricGroup(tdd.task_name, tdd.subtask_index, str(tdd.job_id), ())
@@ -178,6 +180,8 @@ class Task:
                 self._snapshot_writer.close(wait=False)
             if self._gate is not None:
                 self._gate.cancel()
+            if self._python_worker is not None:
+                self._python_worker.close()
             logs.unbind_job()
             release_attempt(tdd.config, str(tdd.execution_attempt_id))  # RocksDB working files
             self.spill.remove()
@@ -262,6 +266,12 @@ class Task:
         head = chain[0]
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split
+        if any(map(offloadable, chain)) and conf.get(Options.PYTHON_EXECUTION_MODE.key, "process") == "process":
+            chain_file, src_dir = self._artifacts.chain_file(tdd.artifact_uri, tdd.artifact_sha256, tdd.vertex_id)
+            self._python_worker = base["python_worker"] = PythonWorker(
+                chain_file, src_dir, chain, {k: v for k, v in base.items() if not callable(v)}, tdd.display_name,
+                self._cancelled.is_set,
+                parse_duration_ms(conf.get(Options.PYTHON_WORKER_START_AFTER.key, "200 ms")) / 1000.0)
         st.wire(lambda op: RuntimeContext(**base, memory=self._budget(op), spill=self.spill,
                                           rocksdb_memory=self._rocksdb_memory,
                                           spark_master=self._spark_master))

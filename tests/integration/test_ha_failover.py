@@ -134,7 +134,7 @@ def test_sigkill_of_the_leader_mid_streaming_job_loses_and_repeats_nothing(ha_cl
     assert re.search(r"job \S+ resumes from checkpoint [1-9]", _appmaster_log(cluster, cluster.appmasters()[new])), \
         "the new leader did not resume the job from its latest checkpoint"
     # the old leader's TaskExecutors registered with the new one: none was started in their place
-    workers = [p for p in cluster._descendants() if "yarnflow.worker" in " ".join(p.cmdline())]
+    workers = [p for p in cluster._descendants() if "yarnflow.worker" in p.cmdline()]  # (not Python workers)
     assert len(workers) == 2, [" ".join(p.cmdline()[:5]) for p in workers]
 
 

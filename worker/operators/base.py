@@ -67,6 +67,9 @@ class RuntimeContext:
     #: asks the AppMaster where a Spark stage's Spark runs (its Spark master's URL, or "local");
     #: None outside a TaskExecutor
     spark_master: MasterProvider | None = None
+    #: the task's Python worker process (``worker/pyworker``), where its stateless per-row
+    #: operators send batches; None on the task thread only (``python.execution-mode: thread``)
+    python_worker: Any = None
 
     @property
     def is_batch(self) -> bool:

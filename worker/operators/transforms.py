@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
@@ -24,6 +25,10 @@ from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError, gc_pa
 __all__ = ["MapBatches", "RowFilter", "RowFlatMap", "RowMap", "SchemaMismatchError", "to_batches"]
 
 log = logging.getLogger(__name__)
+
+#: how often an operator whose batches go to its task's Python worker emits the answers that
+#: have arrived meanwhile (they also come out with its next batch)
+_EMIT_READY_MS = 20
 
 
 def to_batches(value: Any, op_name: str) -> list[pa.RecordBatch]:
@@ -90,11 +95,75 @@ def _path(lifted: LiftedFunction | None, why: str) -> str:
     return lifted.describe() if lifted is not None else f"per row ({why})"
 
 
-class _RowOperator(Operator):
+def _per_row(op: Any, batch: pa.RecordBatch, here: Callable[[pa.RecordBatch], None]) -> None:
+    """Run ``batch`` through ``op``'s per-row path: in the task's Python worker when it has
+    one running (``worker/pyworker``), else ``here(batch)`` on the task thread, whose time
+    counts towards starting that worker."""
+    worker = op.ctx.python_worker
+    if worker is None:
+        here(batch)
+        return
+    if worker.ready():
+        worker.submit(op, batch)
+        return
+    began = time.perf_counter()
+    here(batch)
+    worker.spent(time.perf_counter() - began)
+
+
+class _Offloading(Operator):
+    """A stateless per-row operator: its task may run its batches in its Python worker process
+    (``worker/pyworker``), which answers later; what was sent comes out before a watermark,
+    a checkpoint's barrier or the end of input goes on."""
+
+    runs_in_python_worker = True
+    row_schema: pa.Schema | None = None
+
+    def setup(self, ctx: Any, output: Any) -> None:
+        super().setup(ctx, output)
+        if ctx.python_worker is not None:
+            self.processing_time_interval_ms = _EMIT_READY_MS
+
+    def _in_worker(self) -> str:
+        worker = getattr(self, "ctx", None) and self.ctx.python_worker
+        return worker.describe(self) if worker is not None else ""
+
+    def _flush(self) -> None:
+        if self.ctx.python_worker is not None:
+            self.ctx.python_worker.flush()
+
+    def process_watermark(self, watermark: Any, input_index: int = 0) -> None:
+        self._flush()
+        super().process_watermark(watermark, input_index)
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        self._flush()
+
+    def end_input(self, input_index: int = 0) -> None:
+        self._flush()
+
+    def finish(self) -> None:
+        self._flush()
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self.ctx.python_worker.emit_ready()
+
+
+class _RowOperator(_Offloading):
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         super().__init__(name)
         self.fn = fn
         self._rows = RowBuffer(self.name)
+
+    @property
+    def row_schema(self) -> pa.Schema | None:
+        """The output schema its first rows fixed (None until then); its Python worker
+        starts from it and hands back what it fixed."""
+        return self._rows.schema
+
+    @row_schema.setter
+    def row_schema(self, schema: pa.Schema | None) -> None:
+        self._rows.schema = schema
 
     def _emit_rows(self, rows: list[Any]) -> None:
         if rows:
@@ -113,7 +182,7 @@ class RowMap(_RowOperator):
         self._lift, self._why = _lifted(self, self.fn)
 
     def execution_path(self) -> str:
-        return _path(self._lift, self._why)
+        return _path(self._lift, self._why) + self._in_worker()
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if self._lift is not None:
@@ -123,6 +192,9 @@ class RowMap(_RowOperator):
             if out is not None:
                 self.output.collect(out)
                 return
+        _per_row(self, batch, self._map_rows)
+
+    def _map_rows(self, batch: pa.RecordBatch) -> None:
         with gc_paused():
             self._emit_rows(apply_rows(self, self.fn, row_dicts(batch)))
 
@@ -131,7 +203,7 @@ def _truth_values(results: list[Any]) -> list[bool]:
     return list(map(bool, results))
 
 
-class RowFilter(Operator):
+class RowFilter(_Offloading):
     kind = "filter"
     _lift: LiftedFunction | None = None
     _why = "not opened yet"
@@ -145,17 +217,22 @@ class RowFilter(Operator):
         self._lift, self._why = _lifted(self, self.fn)
 
     def execution_path(self) -> str:
-        return _path(self._lift, self._why)
+        return _path(self._lift, self._why) + self._in_worker()
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         lifted_mask = self._lift.filter_mask(batch) if self._lift is not None else None
-        if lifted_mask is not None:
-            out = batch.filter(lifted_mask)
-        else:
-            with gc_paused():
-                # a result without a truth value raises as it is, before a later row's error would
-                mask = _truth_values(apply_rows(self, self.fn, row_dicts(batch), on_error=_truth_values))
-            out = batch.filter(pa.array(mask, pa.bool_()))
+        if lifted_mask is None:
+            _per_row(self, batch, self._filter_rows)
+            return
+        out = batch.filter(lifted_mask)
+        if out.num_rows:
+            self.output.collect(out)
+
+    def _filter_rows(self, batch: pa.RecordBatch) -> None:
+        with gc_paused():
+            # a result without a truth value raises as it is, before a later row's error would
+            mask = _truth_values(apply_rows(self, self.fn, row_dicts(batch), on_error=_truth_values))
+        out = batch.filter(pa.array(mask, pa.bool_()))
         if out.num_rows:
             self.output.collect(out)
 
@@ -164,9 +241,12 @@ class RowFlatMap(_RowOperator):
     kind = "flat_map"
 
     def execution_path(self) -> str:
-        return "per row (flat_map functions are not vectorised)"
+        return "per row (flat_map functions are not vectorised)" + self._in_worker()
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        _per_row(self, batch, self._flat_map_rows)
+
+    def _flat_map_rows(self, batch: pa.RecordBatch) -> None:
         fn = self.fn
         rows: list[Any] = []
         extend = rows.extend

@@ -106,7 +106,7 @@ class StreamTask(TaskCheckpoints):
         self.name = name
         self.records_in = 0
         self.tail = WriterOutput(writers)
-        self._timed = [op for op in self.chain if op.processing_time_interval_ms]
+        self._timed: list[Operator] = []  # (wire: an operator may ask for timers once set up)
         self._next_timer = 0.0
         self._idle_out = False
         self.mailbox = mailbox if mailbox is not None else Mailbox()
@@ -140,6 +140,7 @@ class StreamTask(TaskCheckpoints):
         outputs: list[ChainOutput | WriterOutput] = [*self._chain_outputs, self.tail]
         for op, out in zip(self.chain, outputs):
             op.setup(ctx_for(op), out)
+        self._timed = [op for op in self.chain if op.processing_time_interval_ms]
 
     def operator_records(self) -> tuple[list[int], list[int]]:
         """Records into and out of each operator of the chain, head first (a source head has
