@@ -1,6 +1,7 @@
 """The realistic word count as a Bytewax 0.21 dataflow, for ``rowpath --function realistic``:
 each Parquet file of the input is one partition of the source, each word goes through
-``str.strip`` (the map yarnflow's job calls) and is counted per word (``count_final``); each
+``str.strip`` (the map yarnflow's job calls; with ``WC_FINDALL``, each line is split with
+``re.findall``, the flat_map's) and is counted per word (``count_final``); each
 worker writes its ``word<TAB>count`` lines to ``$WC_OUTPUT/part-<worker>.tsv``.
 
 Run by the benchmark in an environment of its own (Bytewax is not a yarnflow dependency), as
@@ -10,6 +11,7 @@ with ``WC_INPUT`` (the Parquet folder) and ``WC_OUTPUT`` set. Not imported by ya
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import bytewax.operators as op  # type: ignore[import-not-found]
@@ -19,11 +21,15 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition  # ty
 from bytewax.outputs import DynamicSink, StatelessSinkPartition  # type: ignore[import-not-found]
 
 INPUT, OUTPUT = os.environ.get("WC_INPUT", ""), os.environ.get("WC_OUTPUT", "")
+#: with WC_FINDALL set, the input is lines (column ``line``) and the words are ``re.findall``'s
+FINDALL = bool(os.environ.get("WC_FINDALL"))
+COLUMN = "line" if FINDALL else "word"
+WORD = re.compile(r"\w+")
 
 
 class _File(StatefulSourcePartition):  # type: ignore[misc]
     def __init__(self, path: str) -> None:
-        self._batches = pq.ParquetFile(path).iter_batches(batch_size=65536, columns=["word"])
+        self._batches = pq.ParquetFile(path).iter_batches(batch_size=65536, columns=[COLUMN])
 
     def next_batch(self) -> list[Any]:
         return next(self._batches).column(0).to_pylist()  # StopIteration ends the partition
@@ -58,5 +64,5 @@ class _Output(DynamicSink):  # type: ignore[misc]
 
 flow = Dataflow("wordcount")
 words = op.input("files", flow, _Files())
-stripped = op.map("strip", words, str.strip)
+stripped = op.flat_map("findall", words, WORD.findall) if FINDALL else op.map("strip", words, str.strip)
 op.output("out", op.count_final("count", stripped, lambda word: word), _Output())

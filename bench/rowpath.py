@@ -1,4 +1,4 @@
-"""rowpath: per-row Python functions on W1's Parquet data (5M words, parallelism 2).
+r"""rowpath: per-row Python functions on W1's Parquet data (5M words, parallelism 2).
 
 ``--function map`` (the default) is the README's first example: a plain Python ``map`` that
 makes each row ``{"word": ..., "count": 1}``, then ``key_by("word").sum("count")``. In the same
@@ -19,7 +19,11 @@ GIL) and of two TaskExecutors with one slot each (``2x1_``), and ``layout_ratio`
 Bytewax 0.21 (``--bytewax-python``, or ``$BYTEWAX_PYTHON``; Bytewax is not a yarnflow
 dependency, so it lives in an environment of its own), the same word count runs as a Bytewax
 dataflow of two processes (``bytewax_wordcount.py``) in the same run: ``bytewax_records_per_s``
-(process start to result, interpreter start included) and ``ratio_to_bytewax``.
+(process start to result, interpreter start included) and ``ratio_to_bytewax``. It also runs
+the realistic flat_map, ``flat_map(lambda r: [{"word": w, "count": 1} for w in
+re.findall(r"\w+", r["line"])])`` then the keyed sum, over the same words as lines of 8
+(``findall_*``: words per second, per row as every flat_map runs; in the three layouts, against
+its own single-core loop and Bytewax's ``flat_map`` of ``re.findall``).
 
 The other functions time the per-row path of each kind of user function (the option off, so
 every function is called once per row), each followed by the same vectorised keyed count:
@@ -37,6 +41,7 @@ Every result is checked against pyarrow's group_by of the same files."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -54,6 +59,15 @@ from yarnflow.common.api.state import ValueStateDescriptor
 
 FUNCTIONS = ("map", "filter", "flat_map", "reduce", "process")  # "all" runs these; "realistic" on its own
 END_OF_INPUT = 2**62  # an event-time timer there fires when a bounded input ends (its last watermark)
+
+
+WORD = re.compile(r"\w+")
+WORDS_PER_LINE = 8
+
+
+def split_words(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The realistic flat_map: the words of a line (``re.findall``), each counted once."""
+    return [{"word": w, "count": 1} for w in WORD.findall(row["line"])]
 
 
 def to_count(row: dict[str, Any]) -> dict[str, Any]:
@@ -99,6 +113,7 @@ class WordCounter(KeyedProcessFunction):
 PIPELINES: dict[str, Callable[[Any], Any]] = {
     "map": lambda s: s.map(to_count).key_by("word").sum("count"),
     "realistic": lambda s: s.map(strip_count).key_by("word").sum("count"),
+    "findall": lambda s: s.flat_map(split_words).key_by("word").sum("count"),
     "filter": lambda s: s.filter(keep).key_by("word").count(),
     "flat_map": lambda s: s.flat_map(one_count).key_by("word").sum("count"),
     "reduce": lambda s: s.map_batches(with_ones).key_by("word").reduce(add_counts),
@@ -107,20 +122,35 @@ PIPELINES: dict[str, Callable[[Any], Any]] = {
 
 
 def python_loop(folder: str, function: str = "map") -> tuple[dict[str, int], float]:
-    """The plain-Python ceiling: one process, the map's function on the same rows as dicts."""
+    """The plain-Python ceiling: one process, the map's (or the flat_map's) function on the same
+    rows as dicts."""
     to_count_fn = strip_count if function == "realistic" else to_count
     t0 = time.perf_counter()
     counts: dict[str, int] = {}
     dataset = pq.ParquetDataset(folder)
+    column = "line" if function == "findall" else "word"
     for fragment in dataset.fragments:
-        for batch in pq.ParquetFile(fragment.path).iter_batches(batch_size=65536, columns=["word"]):
+        for batch in pq.ParquetFile(fragment.path).iter_batches(batch_size=65536, columns=[column]):
             for row in batch.to_pylist():
-                out = to_count_fn(row)
-                counts[out["word"]] = counts.get(out["word"], 0) + out["count"]
+                for out in split_words(row) if function == "findall" else (to_count_fn(row),):
+                    counts[out["word"]] = counts.get(out["word"], 0) + out["count"]
     return counts, time.perf_counter() - t0
 
 
-def run_bytewax(python: str, folder: str, processes: int = 2) -> tuple[float, dict[str, int]]:
+def write_lines(words_folder: str) -> str:
+    """The words of ``words_folder`` as text lines of ``WORDS_PER_LINE`` words each (column
+    ``line``, one Parquet file per words file), in a new folder: the flat_map's input."""
+    folder = tempfile.mkdtemp(prefix="yarnflow-lines-")
+    for name in sorted(os.listdir(words_folder)):
+        if not name.endswith(".parquet"):
+            continue
+        words = pq.read_table(os.path.join(words_folder, name), columns=["word"])["word"].to_pylist()
+        lines = [" ".join(words[i:i + WORDS_PER_LINE]) for i in range(0, len(words), WORDS_PER_LINE)]
+        pq.write_table(pa.table({"line": lines}), os.path.join(folder, name))
+    return folder
+
+
+def run_bytewax(python: str, folder: str, processes: int = 2, findall: bool = False) -> tuple[float, dict[str, int]]:
     """(seconds, counts) of ``bytewax_wordcount.py`` over ``folder`` in ``processes`` processes."""
     out = tempfile.mkdtemp(prefix="yarnflow-bytewax-")
     ports = []
@@ -129,7 +159,7 @@ def run_bytewax(python: str, folder: str, processes: int = 2) -> tuple[float, di
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     addresses = ";".join(f"127.0.0.1:{p}" for p in ports)
-    env = {**os.environ, "WC_INPUT": folder, "WC_OUTPUT": out,
+    env = {**os.environ, "WC_INPUT": folder, "WC_OUTPUT": out, "WC_FINDALL": "1" if findall else "",
            "PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}
     try:
         t0 = time.perf_counter()
@@ -175,7 +205,8 @@ def _time_job(function: str, folder: str, n: int, parallelism: int, mode: str, c
 def _job_in_child(function: str, folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
                   expected: dict[str, int], layout: tuple[int, int] = (2, 2)) -> tuple[float, dict[str, int], bool]:
     def build(env: Any) -> None:
-        PIPELINES[function](env.read_parquet(folder, columns=["word"])).collect()
+        column = "line" if function == "findall" else "word"
+        PIPELINES[function](env.read_parquet(folder, columns=[column])).collect()
 
     table, seconds, peak = _run_job(build, parallelism, f"rowpath-{function}", mode, conf, layout=layout)
     if mode == "STREAMING":  # an upsert stream: the final count of a word is its largest
@@ -184,6 +215,36 @@ def _job_in_child(function: str, folder: str, n: int, parallelism: int, mode: st
     want = _expected(function, expected)
     peaks = {"rss": peak.peak_bytes, "pss": peak.peak_pss_bytes}
     return n / seconds, peaks, got == want and len(got) == table.num_rows
+
+
+def _findall(words_folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
+             expected: dict[str, int], bytewax_python: str | None) -> tuple[dict[str, Any], bool]:
+    """The realistic flat_map (``split_words``: ``re.findall`` over lines of 8 words, the same
+    words), per row, in the default layout and in 1 x 2 and 2 x 1, with its own loop and Bytewax
+    in the same run: ``findall_*`` figures, in words (the flat_map's output records) per second."""
+    folder = in_child(write_lines, words_folder)
+    try:
+        loop_counts, loop_s = in_child(python_loop, folder, "findall")
+        out: dict[str, Any] = {"findall_python_loop_records_per_s": round(n / loop_s)}
+        verified = loop_counts == expected
+        rates = {}
+        for layout in ((2, 2), (1, 2), (2, 1)):
+            rate, _, ok = _time_job("findall", folder, n, parallelism, mode, conf, expected, layout)
+            rates[layout] = rate
+            verified = verified and ok
+        out["findall_records_per_s"] = round(rates[(2, 2)])
+        out["findall_ratio_to_python_loop"] = round(rates[(2, 2)] / (n / loop_s), 2)
+        out["findall_1x2_records_per_s"] = round(rates[(1, 2)])
+        out["findall_2x1_records_per_s"] = round(rates[(2, 1)])
+        out["findall_layout_ratio"] = round(rates[(1, 2)] / rates[(2, 1)], 2)
+        if bytewax_python:
+            seconds, counts = run_bytewax(bytewax_python, folder, parallelism, findall=True)
+            out["findall_bytewax_records_per_s"] = round(n / seconds)
+            out["findall_ratio_to_bytewax"] = round(rates[(2, 2)] / (n / seconds), 2)
+            verified = verified and counts == expected
+        return out, verified
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None,
@@ -229,6 +290,9 @@ def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str |
                     out["ratio_to_bytewax"] = round(out["records_per_s"] / (n / seconds), 2)
                     out["per_row_ratio_to_bytewax"] = round(out["per_row_records_per_s"] / (n / seconds), 2)
                     verified = verified and counts == expected
+                figures, ok = _findall(folder, n, parallelism, mode, conf or {}, expected, python)
+                out.update(figures)
+                verified = verified and ok
         else:
             figures = {}
             for name in (FUNCTIONS if function == "all" else (function,)):

@@ -154,7 +154,7 @@ def _branches(r: dict[str, Any]) -> Any:
 
 
 def _ands(r: dict[str, Any]) -> Any:
-    return not r["flag"]  # (and / or lift: tests/unit/test_lifting_calls.py)
+    return r["flag"] ^ True  # (and / or / not lift: tests/unit/test_lifting_calls.py)
 
 
 def _side_effect(r: dict[str, Any]) -> Any:

@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 SEP = ","
 PREFIX = "ab"
+START = 1
 
 TEXT = pa.record_batch({  # ASCII, no nulls: everything below lifts
     "s": ["  Ab,c d ", "x", "ab,,ab", "\tQ\n", "a b c"],
@@ -69,6 +70,9 @@ MAPS_LIFTED: list[Callable[[dict[str, Any]], Any]] = [  # run as Arrow compute o
     lambda r: r["n"] if r["n"] is not None else 0,
     lambda r: {"both": r["n"] > 0 and r["x"] > 0, "either": r["n"] > 0 or r["s"] == "x",
                "mixed": r["n"] > 0 and r["x"] > 0 or r["s"].startswith("a")},
+    lambda r: {"a": r["s"][1:3], "b": r["s"][:2], "c": r["s"][-2:], "d": r["s"][2:-1], "e": r["s"][-9:9],
+               "f": r["s"][START:], "g": r["s"][:], "h": r["s"].strip()[0:1]},
+    lambda r: {"n": not r["s"].endswith("d "), "nn": not (r["n"] > 0 and not r["x"] < 0)},
 ]
 MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to the row path on TEXT
     lambda r: {"second": r["s"].split()[1]},            # "x" has one part: IndexError per row
@@ -82,6 +86,9 @@ MAPS_PER_ROW: list[Callable[[dict[str, Any]], Any]] = [  # lifted, but handed to
     lambda r: {"c": r["s"] if r["s"] else "empty"},      # truthiness of a string: per row
     lambda r: {"c": r["s"] and r["num"]},                # and of strings gives a string: per row
     lambda r: {"d": 10 / r["n"] if r["n"] != 0 else 0.0},  # the branch not taken divides by zero
+    lambda r: {"s": r["s"][::2]},                        # a step: per row
+    lambda r: {"n": not r["s"]},                         # not of a string is its truthiness
+    lambda r: {"s": r["n"][1:]},                         # TypeError per row
 ]
 FILTERS: list[Callable[[dict[str, Any]], Any]] = [
     lambda r: r["n"] > 0 and not r["s"].startswith("a") or r["x"] < 0,
@@ -89,6 +96,8 @@ FILTERS: list[Callable[[dict[str, Any]], Any]] = [
     lambda r: "," in r["s"],
     lambda r: len(r["s"].strip()) > 1,
     lambda r: r["s"].strip().lower() == "ab,c d",
+    lambda r: not r["s"].endswith("7"),
+    lambda r: r["s"][:2] == "ab",
 ]
 MAPS = MAPS_LIFTED + MAPS_PER_ROW
 

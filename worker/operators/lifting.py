@@ -11,8 +11,8 @@ returns an expression tree when every instruction is one of:
 - ``+ - * /`` and unary minus on numbers, ``+`` on strings, the comparisons ``< <= == != > >=``,
   ``is None`` / ``is not None``;
 - the string methods and builtins of ``lifting_calls.py`` (``strip``, ``lower``, ``startswith``,
-  ``replace``, ``split()[i]``, ``in``, ``len``, ``int``, ``float``, ``str``, ``abs``, ``min``,
-  ``max``, ``round``...), each
+  ``replace``, ``split()[i]``, ``in``, slicing, ``not``, ``len``, ``int``, ``float``, ``str``,
+  ``abs``, ``min``, ``max``, ``round``...), each
   with Python's exact result or refused for the batch;
 - for ``map``: a dict with string-constant keys of such values, or one such value (the column
   ``value``); for ``filter``: one value.
@@ -55,6 +55,7 @@ import pyarrow.compute as pc
 
 from yarnflow.worker.operators.lifting_calls import (
     BUILTINS,
+    Bounds,
     METHODS,
     Call,
     Contains,
@@ -68,6 +69,7 @@ from yarnflow.worker.operators.lifting_calls import (
     evaluate_part,
 )
 from yarnflow.worker.operators.lifting_calls import ARITH as _ARITH
+from yarnflow.worker.operators.lifting_calls import WHAT as _WHAT
 from yarnflow.worker.operators.lifting_calls import COMPARE as _COMPARE
 from yarnflow.worker.operators.lifting_calls import binary as _binary
 from yarnflow.worker.operators.lifting_calls import no_nulls as _no_nulls
@@ -138,17 +140,6 @@ _TypeRefused = TypeRefused
 
 class NotLiftable(Exception):
     """Why a function stays per row."""
-
-
-#: what the first part of an opcode's name means to a user
-_WHAT = {"POP": "a branch (if, and, or, a conditional expression)", "JUMP": "a branch or a loop",
-         "FOR": "a loop", "GET": "a loop or an iterator", "LOAD": "an attribute or a name it cannot read",
-         "STORE": "an assignment to something other than a local variable",
-         "BUILD": "a list, tuple, set or f-string", "FORMAT": "an f-string", "CALL": "a call",
-         "DELETE": "del", "RAISE": "raise", "IMPORT": "an import", "YIELD": "yield", "MAKE": "an inner function",
-         "UNARY": "a unary operator other than -", "LIST": "a list", "DICT": "a dict it changes",
-         "SET": "a set", "BINARY": "slicing", "RETURN": "a return of something else", "KW": "keyword arguments",
-         "PUSH": "a call of something it did not name directly"}
 
 
 @dataclass(frozen=True)
@@ -229,6 +220,9 @@ def _read(fn: types.FunctionType) -> Any:
                 stack.append(_Free(ins.argval, code.co_freevars.index(ins.argval)))
             elif op == "BINARY_SUBSCR":
                 key, obj = pop(), pop()
+                if isinstance(key, Bounds):
+                    stack.append(Call("slice", _value(obj), key.parts))
+                    continue
                 if (isinstance(obj, Call) and obj.name == "split" and obj.receiver is not None
                         and isinstance(key, _Const) and type(key.value) is int and key.value >= 0):
                     stack.append(Part(obj, key.value))  # s.split()[i]
@@ -245,6 +239,13 @@ def _read(fn: types.FunctionType) -> Any:
                 stack.append(_Binary(symbol, _value(left), _value(right)))
             elif op == "UNARY_NEGATIVE":
                 stack.append(_Negate(_value(pop())))
+            elif op == "UNARY_NOT":
+                stack.append(Call("not", None, (_value(pop()),)))
+            elif op == "BUILD_SLICE":  # x[a:b] (3.11), x[a:b:c]
+                stack.append(Bounds(tuple(_value(pop()) for _ in range(ins.arg or 0))[::-1]))
+            elif op == "BINARY_SLICE":  # x[a:b] (3.12+)
+                stop, start = _value(pop()), _value(pop())
+                stack.append(Call("slice", _value(pop()), (start, stop)))
             elif op == "IS_OP":
                 right, left = pop(), pop()
                 if isinstance(right, _Const) and right.value is None:

@@ -11,6 +11,8 @@ Methods of a string value (the receiver must have no nulls: ``None.strip()`` rai
 - ``lower()`` / ``upper()``: ASCII-only batches (``"ß".upper()`` is ``"SS"`` in Python);
 - ``startswith(s)`` / ``endswith(s)``, ``replace(old, new)`` (``old`` not empty), ``s in x``
   and ``s not in x``, with ``s``, ``old``, ``new`` string constants or variables;
+- slicing ``s[a:b]`` (``a`` / ``b`` int constants or variables, or left out; no step), by code
+  point with Python's negative and out-of-range bounds;
 - ``split()[i]`` / ``split(sep)[i]`` (``i`` a constant >= 0): refused when a row has fewer
   parts (``IndexError`` per row); ``split()`` on ASCII-only batches without ``\\x1c``-``\\x1f``.
 
@@ -25,7 +27,8 @@ Builtins (when the function's module does not define a name of its own):
 - ``abs(x)`` of a number;
 - ``min(a, b)`` / ``max(a, b)`` of two ints, two floats or two strings, as Python decides
   (``b if b < a else a``: the first of equals, NaN and -0.0 as Python leaves them);
-- ``round(x)`` of a float (half to even, an int) or of an int.
+- ``round(x)`` of a float (half to even, an int) or of an int;
+- ``not x`` of a bool (``not`` of anything else is its truthiness: per row).
 
 Conditional expressions (``a if cond else b``, and ``if`` statements whose branches each
 return): ``cond`` must be a bool without nulls, both branches of the same type; both are
@@ -42,7 +45,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ARITH", "BUILTINS", "COMPARE", "METHODS", "Call", "Contains", "IfElse", "Part", "Refused", "TypeRefused", "evaluate_call",
+__all__ = ["ARITH", "BUILTINS", "Bounds", "COMPARE", "METHODS", "WHAT", "Call", "Contains", "IfElse", "Part", "Refused", "TypeRefused", "evaluate_call",
            "evaluate_contains", "evaluate_if_else", "evaluate_part", "binary", "no_nulls", "scalar"]
 
 #: Python's whitespace among ASCII characters (``str.isspace``)
@@ -55,6 +58,17 @@ COMPARE = {"<": "less", "<=": "less_equal", "==": "equal", "!=": "not_equal", ">
             ">=": "greater_equal"}
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 BUILTINS = {"len", "int", "float", "str", "abs", "min", "max", "round"}
+
+
+#: what the first part of an opcode's name means to a user
+WHAT = {"POP": "a branch (if, and, or, a conditional expression)", "JUMP": "a branch or a loop",
+         "FOR": "a loop", "GET": "a loop or an iterator", "LOAD": "an attribute or a name it cannot read",
+         "STORE": "an assignment to something other than a local variable",
+         "BUILD": "a list, tuple, set or f-string", "FORMAT": "an f-string", "CALL": "a call",
+         "DELETE": "del", "RAISE": "raise", "IMPORT": "an import", "YIELD": "yield", "MAKE": "an inner function",
+         "UNARY": "a unary operator other than - and not", "LIST": "a list", "DICT": "a dict it changes",
+         "SET": "a set", "BINARY": "a subscript it cannot read", "RETURN": "a return of something else", "KW": "keyword arguments",
+         "PUSH": "a call of something it did not name directly"}
 
 
 class Refused(Exception):
@@ -72,6 +86,13 @@ class Call:
     name: str
     receiver: Any  # an expression, or None for a builtin
     args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The ``a:b`` (or ``a:b:c``) of a subscript, on the stack until the subscript reads it."""
+
+    parts: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -153,7 +174,21 @@ def evaluate_call(call: Call, receiver: Any, args: list[Any]) -> pa.Array | pa.S
         if not old:
             raise TypeRefused  # "ab".replace("", "-") inserts everywhere: per row
         return pc.replace_substring(s, pattern=old, replacement=new)
+    if name == "slice":
+        start, stop, *step = (_bound(a) for a in args)
+        if step not in ([], [None], [1]):
+            raise TypeRefused  # a step: per row
+        # by code point, negative and out-of-range bounds as Python takes them
+        return pc.utf8_slice_codeunits(s, start=0 if start is None else start,
+                                       stop=_INT64_MAX if stop is None else stop)
     raise TypeRefused  # split() alone makes a list: only split()[i] lifts
+
+
+def _bound(arg: Any) -> int | None:
+    """A slice's bound: None or a Python int (a constant or a variable read for this batch)."""
+    if not isinstance(arg, pa.Scalar) or not (arg.type == pa.int64() or not arg.is_valid):
+        raise TypeRefused  # a column as a bound, a float...: per row
+    return arg.as_py()  # type: ignore[no-any-return]
 
 
 def evaluate_part(part: Part, receiver: Any, args: list[Any]) -> pa.Array | pa.Scalar:
@@ -195,6 +230,10 @@ def _builtin(name: str, args: list[Any]) -> pa.Array | pa.Scalar:
     if isinstance(x, pa.Scalar) and not x.is_valid or isinstance(x, pa.Array) and x.null_count:
         raise Refused(f"nulls passed to {name}()")  # len(None), int(None): TypeError per row
     t = x.type
+    if name == "not":
+        if t != pa.bool_():
+            raise TypeRefused  # the truthiness of numbers and strings stays per row
+        return pa.scalar(not x.as_py()) if isinstance(x, pa.Scalar) else pc.invert(x)
     if name == "len":
         if t != pa.string():
             raise TypeRefused
