@@ -20,6 +20,7 @@ import pyarrow as pa
 from yarnflow.common.config import Options
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.lifting import LiftedFunction, lift_with_reason
+from yarnflow.worker.operators.row_views import RowView, row_view
 from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError, gc_paused, row_dicts
 
 __all__ = ["MapBatches", "RowFilter", "RowFlatMap", "RowMap", "SchemaMismatchError", "to_batches"]
@@ -118,11 +119,26 @@ class _Offloading(Operator):
 
     runs_in_python_worker = True
     row_schema: pa.Schema | None = None
+    fn: Callable[..., Any]
+    _view: RowView | None = None
 
     def setup(self, ctx: Any, output: Any) -> None:
         super().setup(ctx, output)
         if ctx.python_worker is not None:
             self.processing_time_interval_ms = _EMIT_READY_MS
+
+    def open(self) -> None:
+        super().open()
+        self._view = row_view(self.fn)
+
+    def _inputs(self, batch: pa.RecordBatch) -> tuple[Callable[..., Any], list[Any]]:
+        """The function to call per row and what to call it on: the fields themselves when it
+        only reads fields (``row_views.py``), else a dict per row."""
+        if self._view is not None:
+            items = self._view.inputs(batch)
+            if items is not None:
+                return self._view.fn, items
+        return self.fn, row_dicts(batch)
 
     def _in_worker(self) -> str:
         worker = getattr(self, "ctx", None) and self.ctx.python_worker
@@ -196,7 +212,7 @@ class RowMap(_RowOperator):
 
     def _map_rows(self, batch: pa.RecordBatch) -> None:
         with gc_paused():
-            self._emit_rows(apply_rows(self, self.fn, row_dicts(batch)))
+            self._emit_rows(apply_rows(self, *self._inputs(batch)))
 
 
 def _truth_values(results: list[Any]) -> list[bool]:
@@ -231,7 +247,7 @@ class RowFilter(_Offloading):
     def _filter_rows(self, batch: pa.RecordBatch) -> None:
         with gc_paused():
             # a result without a truth value raises as it is, before a later row's error would
-            mask = _truth_values(apply_rows(self, self.fn, row_dicts(batch), on_error=_truth_values))
+            mask = _truth_values(apply_rows(self, *self._inputs(batch), on_error=_truth_values))
         out = batch.filter(pa.array(mask, pa.bool_()))
         if out.num_rows:
             self.output.collect(out)
@@ -247,11 +263,10 @@ class RowFlatMap(_RowOperator):
         _per_row(self, batch, self._flat_map_rows)
 
     def _flat_map_rows(self, batch: pa.RecordBatch) -> None:
-        fn = self.fn
         rows: list[Any] = []
         extend = rows.extend
         with gc_paused():
-            inputs = row_dicts(batch)
+            fn, inputs = self._inputs(batch)
             for start, stop in self.row_slices(len(inputs)):
                 for row in inputs[start:stop]:
                     try:
