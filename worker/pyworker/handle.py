@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import pickle
 import signal
 import sys
@@ -40,6 +41,17 @@ _CONTENDED_S = 1.0
 _FORKS = multiprocessing.get_context("forkserver")
 #: (pandas: pyarrow imports it on its first ``pa.array`` of a Python list, ~0.2 s, when installed)
 _FORKS.set_forkserver_preload(["yarnflow.worker.pyworker.process", "yarnflow.worker.operators.transforms", "pandas"])
+
+
+_FORK_SERVER_STARTING = threading.Event()
+
+
+def _start_fork_server() -> None:
+    """Start the fork server (its imports take ~0.3 s) before the first worker is asked for."""
+    try:
+        multiprocessing.forkserver.ensure_running()
+    except (OSError, RuntimeError) as exc:
+        log.warning("the Python worker fork server did not start: %s", exc)
 
 
 class PythonWorkerError(YarnflowError, RuntimeError):
@@ -111,8 +123,13 @@ class PythonWorker:
         now = time.monotonic()
         self._spent_s += seconds
         _PER_ROW_AT[id(self)] = now
-        if self._state == "idle" and self._spent_s >= self._start_after_s and self._contended(now):
+        if self._state != "idle" or self._spent_s < self._start_after_s / 4 or not self._contended(now):
+            return
+        if self._spent_s >= self._start_after_s:
             self._start()
+        elif not _FORK_SERVER_STARTING.is_set():  # a quarter of the way: the fork server starts meanwhile
+            _FORK_SERVER_STARTING.set()
+            threading.Thread(target=_start_fork_server, name="python worker fork server", daemon=True).start()
 
     def _contended(self, now: float) -> bool:
         me = id(self)
