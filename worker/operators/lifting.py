@@ -15,17 +15,15 @@ returns an expression tree when every instruction is one of:
   ``abs``, ``min``, ``max``, ``round``...), each
   with Python's exact result or refused for the batch;
 - for ``map``: a dict with string-constant keys of such values, or one such value (the column
-  ``value``); for ``filter``: one value.
-
+  ``value``); for ``filter``: one value;
 - conditional expressions (``a if c else b``), ``and`` / ``or``, and ``if`` statements whose
   branches each return (at most ``MAX_BRANCHES`` of them: every path is read to its return);
 
-Anything else (another call, an attribute, a loop, a mutable global)
-leaves the function per row: that choice is made once per operator. The expression has no side
-effects by construction, so evaluating it instead of calling the function changes nothing a
-user can see, as long as it gives the same values. The evaluator refuses a batch (``None``: the
-operator then calls the function per row, which gives the function's own result or error)
-whenever Arrow and Python could differ:
+Anything else (another call, an attribute, a loop, a mutable global) leaves the function per
+row: that choice is made once per operator. The expression has no side effects by construction,
+so evaluating it instead of calling the function changes nothing a user can see, as long as it
+gives the same values. The evaluator refuses a batch (``None``: the operator then calls the
+function per row, which gives its own result or error) whenever Arrow and Python could differ:
 
 - a column of a type other than int64, double, string, bool (binary and date32 only passed
   through): ``to_pylist`` would change it (int32 -> int) and Python's rules apply to the values;
@@ -33,8 +31,7 @@ whenever Arrow and Python could differ:
 - integer overflow (Python's ints are unbounded: the per-row path raises when it converts),
   a zero divisor (``ZeroDivisionError``), integers beyond 2**53 meeting floats (Python converts
   them exactly; Arrow's casts refuse them);
-- operand types Python would reject (``1 + "a"``) or treat differently (``True + 1``,
-  ``1 == "1"``);
+- operand types Python would reject (``1 + "a"``) or treat differently (``True + 1``, ``1 == "1"``);
 - for ``filter``: a result that is not bool (truthiness of numbers and strings stays per row).
 
 ``python.row-functions.vectorize: false`` turns this off for a job.
@@ -152,13 +149,19 @@ class _Callee:
 
 # -- reading the bytecode ------------------------------------------------------------------------
 
-def _read(fn: types.FunctionType) -> Any:
+def _read(fn: types.FunctionType, code: types.CodeType | None = None, start: int = 0,
+          names: dict[str, Any] | None = None, stack: tuple[Any, ...] = (), stop: frozenset[str] = frozenset()) -> Any:
     """The value ``fn`` returns, as an expression tree (or dict of them); raises ``NotLiftable``
-    saying why not."""
-    code = fn.__code__
-    if (code.co_argcount != 1 or code.co_kwonlyargcount or code.co_posonlyargcount > 1
-            or code.co_flags & (0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200) or code.co_cellvars):
-        raise NotLiftable("it takes other arguments than one row, is a generator, or has inner functions")
+    saying why not. ``lifting_flat.py`` reads a part of it (or of its comprehension's ``code``):
+    from instruction ``start`` with ``names`` and ``stack``, to an instruction in ``stop``,
+    whose operand is the result."""
+    if code is None:
+        code = fn.__code__
+        if (code.co_argcount != 1 or code.co_kwonlyargcount or code.co_posonlyargcount > 1
+                or code.co_flags & (0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200) or code.co_cellvars):
+            raise NotLiftable("it takes other arguments than one row, is a generator, or has inner functions")
+    elif code.co_freevars:
+        raise NotLiftable("its comprehension reads variables of the function")
 
     def run(n: int, names: dict[str, Any], stack: list[Any]) -> Any:
         """Run from instruction ``n`` to a return; a conditional jump runs both ways."""
@@ -198,7 +201,7 @@ def _read(fn: types.FunctionType) -> Any:
                     stack.append(_Free(ins.argval, -1))
             elif op == "LOAD_METHOD" or (op == "LOAD_ATTR" and "NULL|self" in ins.argrepr):
                 receiver = pop()
-                if ins.argval not in METHODS:
+                if ins.argval not in METHODS and not (ins.argval == "findall" and "<flat>" in stop):
                     raise NotLiftable(f"it calls .{ins.argval}()")
                 stack.append(_Callee(ins.argval, _value(receiver)))
             elif op == "PRECALL":
@@ -208,7 +211,7 @@ def _read(fn: types.FunctionType) -> Any:
                 callee = pop()
                 if not isinstance(callee, _Callee):
                     raise NotLiftable("it calls a function it did not name directly")
-                if callee.receiver is not None and len(args) not in METHODS[callee.name]:
+                if callee.receiver is not None and len(args) not in METHODS.get(callee.name, (1,)):
                     raise NotLiftable(f"it calls .{callee.name}() with {len(args)} arguments")
                 stack.append(Call(callee.name, callee.receiver, tuple(args)))
             elif op == "CONTAINS_OP":
@@ -244,8 +247,8 @@ def _read(fn: types.FunctionType) -> Any:
             elif op == "BUILD_SLICE":  # x[a:b] (3.11), x[a:b:c]
                 stack.append(Bounds(tuple(_value(pop()) for _ in range(ins.arg or 0))[::-1]))
             elif op == "BINARY_SLICE":  # x[a:b] (3.12+)
-                stop, start = _value(pop()), _value(pop())
-                stack.append(Call("slice", _value(pop()), (start, stop)))
+                upper, lower = _value(pop()), _value(pop())
+                stack.append(Call("slice", _value(pop()), (lower, upper)))
             elif op == "IS_OP":
                 right, left = pop(), pop()
                 if isinstance(right, _Const) and right.value is None:
@@ -294,7 +297,7 @@ def _read(fn: types.FunctionType) -> Any:
                 pop()
             elif op in ("JUMP_FORWARD", "JUMP", "JUMP_NO_INTERRUPT") and ins.argval > ins.offset:
                 n = index[ins.argval]
-            elif op == "RETURN_VALUE":
+            elif op == "RETURN_VALUE" or op in stop:
                 return pop()
             else:
                 raise NotLiftable(f"it uses {_WHAT.get(op.split('_')[0], op)}")
@@ -304,7 +307,7 @@ def _read(fn: types.FunctionType) -> Any:
     index = {ins.offset: n for n, ins in enumerate(instructions)}
     forks = [0]
     try:
-        return run(0, {code.co_varnames[0]: _Row()}, [])
+        return run(start, {code.co_varnames[0]: _Row()} if names is None else dict(names), list(stack))
     except _Refused:
         raise NotLiftable("it returns the row itself, a nested value or a tuple") from None
     raise NotLiftable("its bytecode is not straight-line code")

@@ -20,6 +20,7 @@ import pyarrow as pa
 from yarnflow.common.config import Options
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.lifting import LiftedFunction, lift_with_reason
+from yarnflow.worker.operators.lifting_flat import LiftedFlatMap, lift_flat_map
 from yarnflow.worker.operators.row_views import RowView, row_view
 from yarnflow.worker.operators.rows import RowBuffer, SchemaMismatchError, gc_paused, row_dicts
 
@@ -255,11 +256,35 @@ class RowFilter(_Offloading):
 
 class RowFlatMap(_RowOperator):
     kind = "flat_map"
+    _lift: LiftedFlatMap | None = None
+    _why = "not opened yet"
+
+    def open(self) -> None:
+        super().open()
+        option = Options.PYTHON_VECTORIZE
+        if not option.convert(self.ctx.config.get(option.key) or "true"):
+            self._why = f"{option.key} is false"
+            return
+        self._lift, why = lift_flat_map(self.fn)
+        self._why = why or self._why
+        if self._lift is not None:
+            log.info("flat_map '%s': its function %s runs as Arrow compute on whole batches", self.name,
+                     getattr(self.fn, "__qualname__", self.fn))
 
     def execution_path(self) -> str:
-        return "per row (flat_map functions are not vectorised)" + self._in_worker()
+        if self._lift is not None:
+            return self._lift.describe() + self._in_worker()
+        return f"per row ({self._why})" + self._in_worker()
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if self._lift is not None:
+            out = self._lift.map_batch(batch)
+            if out is not None:
+                out = self._rows.adopt(out)
+            if out is not None:
+                if out.num_rows:
+                    self.output.collect(out)
+                return
         _per_row(self, batch, self._flat_map_rows)
 
     def _flat_map_rows(self, batch: pa.RecordBatch) -> None:
