@@ -60,6 +60,7 @@ from yarnflow.worker.operators.lifting_calls import (
     Part,
     Refused,
     TypeRefused,
+    describe_path,
     evaluate_call,
     evaluate_contains,
     evaluate_if_else,
@@ -359,11 +360,7 @@ class LiftedFunction:
 
     def describe(self) -> str:
         """How its operator ran, for ``yarnflow info``."""
-        total = self.lifted_batches + self.row_batches
-        if not self.row_batches:
-            return "vectorised (Arrow compute)"
-        return (f"vectorised, {self.row_batches} of {total} batches per row (the last because of "
-                f"{self.last_refusal})")
+        return describe_path(self.lifted_batches, self.row_batches, self.last_refusal)
 
     def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         arrays = self._evaluate(batch)

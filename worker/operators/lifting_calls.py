@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["ARITH", "BUILTINS", "Bounds", "COMPARE", "METHODS", "WHAT", "Call", "Contains", "IfElse", "Part", "Refused", "TypeRefused", "evaluate_call",
-           "evaluate_contains", "evaluate_if_else", "evaluate_part", "binary", "no_nulls", "scalar"]
+           "describe_path", "evaluate_contains", "evaluate_if_else", "evaluate_part", "binary", "no_nulls", "scalar"]
 
 #: Python's whitespace among ASCII characters (``str.isspace``)
 PY_ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
@@ -120,6 +120,13 @@ class Part:
 
     split: Call
     index: int
+
+
+def describe_path(lifted: int, per_row: int, refusal: str) -> str:
+    """How a lifted operator ran (its batches vectorised and per row), for ``yarnflow info``."""
+    if not per_row:
+        return "vectorised (Arrow compute)"
+    return f"vectorised, {per_row} of {lifted + per_row} batches per row (the last because of {refusal})"
 
 
 def _strings(value: Any) -> pa.Array | pa.Scalar:

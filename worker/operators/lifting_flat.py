@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from yarnflow.worker.operators.lifting import LiftedFunction, NotLiftable, _Column, _Free, _read
-from yarnflow.worker.operators.lifting_calls import Call
+from yarnflow.worker.operators.lifting_calls import Call, describe_path
 
 __all__ = ["LiftedFlatMap", "lift_flat_map"]
 
@@ -64,11 +64,7 @@ class LiftedFlatMap:
         self._columns = sorted(_columns(template) - {PART})
 
     def describe(self) -> str:
-        total = self.lifted_batches + self.row_batches
-        if not self.row_batches:
-            return "vectorised (Arrow compute)"
-        return (f"vectorised, {self.row_batches} of {total} batches per row (the last because of "
-                f"{self.last_refusal})")
+        return describe_path(self.lifted_batches, self.row_batches, self.last_refusal)
 
     def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         out, why = self._evaluate(batch)
