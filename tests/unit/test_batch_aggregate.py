@@ -133,3 +133,35 @@ def test_a_spilled_batch_aggregation_cannot_be_snapshotted() -> None:
     with pytest.raises(RuntimeError, match="spilled to disk"):
         h.op.snapshot_state(1)
     h.close()
+
+
+def test_streaming_pre_aggregation_holds_a_mini_batch_and_never_across_a_watermark_or_barrier() -> None:
+    """STREAMING (Flink's mini-batch local aggregation): batches are held and combined together,
+    flushed on the buffer-timeout timer, before a watermark and before a checkpoint barrier, so
+    the operator snapshots nothing and loses nothing; the partials combine to the exact result."""
+    batches = data(6000, 50, 6)
+    h = OperatorHarness(LocalKeyedAggregate(["k"], AGGS, name="agg (local)", of="agg"), runtime_mode="STREAMING",
+                        config={"execution.buffer-timeout": "50 ms"})
+    op = h.op
+    assert op.processing_time_interval_ms == 50
+    for b in batches[:3]:
+        assert h.batch(b) == []  # held
+    assert len(h.tick(h.now + 50)) == 1  # the timer: one combined batch of partials
+    h.batch(batches[3])
+    events = h.watermark(1000)
+    assert [e[0] for e in events] == ["data", "wm"]  # what was held goes first
+    h.batch(batches[4])
+    op.prepare_snapshot_pre_barrier(1)
+    assert op.snapshot_state(1) == {} and h.out.batches[-1].num_rows  # flushed before the barrier
+    for b in batches[5:]:
+        h.batch(b)
+    h.finish()
+    partial_rows = sum(b.num_rows for b in h.out.batches)
+    assert partial_rows < sum(b.num_rows for b in batches) / 5
+    final = KeyedAggregate(["k"], AGGS, name="agg")
+    final.partial_input = True
+    h2 = OperatorHarness(final, runtime_mode="BATCH")
+    for b in h.out.batches:
+        h2.batch(b)
+    h2.finish()
+    assert result(h2.rows(), ["k"]) == reference(batches, ["k"])

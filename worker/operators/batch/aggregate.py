@@ -13,10 +13,12 @@ spill files, and the budget is free again; at the end each partition is read bac
 on its own (a partition still too large for the budget is split again with the next bits of the
 hash). A key's partials always land in one partition, so each partition's result is final.
 
-``LocalKeyedAggregate`` (BATCH jobs, chained before the hash exchange of a ``key_by().sum()``):
-compacts its input in its budget and emits partials, so far fewer rows cross the exchange when
-keys repeat; when compacting does not halve the rows (nearly every key distinct) it stops
-compacting and only converts rows to partials.
+``LocalKeyedAggregate`` (chained before the hash exchange of a ``key_by().sum()``): compacts its
+input in its budget and emits partials, so far fewer rows cross the exchange when keys repeat;
+when compacting does not halve the rows (nearly every key distinct) it stops compacting and only
+converts rows to partials. In STREAMING it is Flink's mini-batch local aggregation: it holds what
+it holds in BATCH for at most ``execution.buffer-timeout``, and flushes before every watermark and
+checkpoint barrier, so it has nothing to snapshot.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from yarnflow.common.config import Options, parse_duration_ms
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.memory.manager import MemoryBudget
 from yarnflow.worker.memory.spill import SpillFile, SpillFiles, SpillWriter
@@ -52,7 +55,6 @@ _MARGIN = 2.0
 #: cheap trial that tells whether the keys repeat enough for compacting to pay
 _TRIAL_ROWS = 1 << 18
 #: STREAMING: after this many batches in a row whose keys barely repeat, rows go on as they are
-_STREAMING_TRIALS = 8
 
 
 def output_names(keys: Sequence[str], aggs: Sequence[tuple[str, str]]) -> list[str]:
@@ -274,7 +276,6 @@ class LocalKeyedAggregate(Operator):
 
     kind = "local_keyed_aggregate"
     uses_managed_memory = True
-    _streaming_misses = 0  # STREAMING: batches in a row whose keys barely repeated
 
     def __init__(self, keys: Sequence[str], aggs: Sequence[tuple[str, str]], name: str | None = None,
                  of: str = "") -> None:
@@ -295,6 +296,9 @@ class LocalKeyedAggregate(Operator):
         #: compact when this much is held: a third of the budget (the group-by needs about twice
         #: as much again), at most 8 MB: its output goes on at once, more held gains little
         self._limit = min(ctx.memory.limit // _HOLD, 8 << 20)
+        if not ctx.is_batch:  # STREAMING: what is held goes on at least this often (a mini-batch)
+            self.processing_time_interval_ms = max(1, parse_duration_ms(
+                ctx.config.get(Options.BUFFER_TIMEOUT.key) or "100 ms"))
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if not batch.num_rows:
@@ -302,18 +306,6 @@ class LocalKeyedAggregate(Operator):
         partial = self._partials.from_rows(batch)
         if self._passthrough:
             self._emit(partial)
-            return
-        if not self.ctx.is_batch:  # STREAMING: each batch combined on its own, nothing held
-            combined = self._partials.combine(partial)
-            if combined.num_rows * 2 > partial.num_rows:
-                self._streaming_misses += 1
-                if self._streaming_misses >= _STREAMING_TRIALS:
-                    log.info("%s: the keys of %d batches in a row barely repeated: rows go on without "
-                             "pre-aggregation", self.name, self._streaming_misses)
-                    self._passthrough = True
-            else:
-                self._streaming_misses = 0
-            self._emit(combined)
             return
         if self._held and (self._held_bytes + partial.nbytes > self._limit
                            or (not self._tried and self._held_rows >= _TRIAL_ROWS)):
@@ -347,6 +339,23 @@ class LocalKeyedAggregate(Operator):
 
     def finish(self) -> None:
         self._flush(final=True)
+
+    # STREAMING (Flink's mini-batch local aggregation): partials are held for at most
+    # ``execution.buffer-timeout`` and never across a watermark or a checkpoint barrier, so the
+    # operator has no state of its own in any checkpoint
+    def on_processing_time(self, now_ms: int) -> None:
+        self._flush_mini_batch()
+
+    def process_watermark(self, watermark: Any, input_index: int = 0) -> None:
+        self._flush_mini_batch()
+        super().process_watermark(watermark, input_index)
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        self._flush_mini_batch()
+
+    def _flush_mini_batch(self) -> None:
+        if self._held:  # (enough rows to tell whether keys repeat: it may stop pre-aggregating)
+            self._flush(final=self._held_rows < _TRIAL_ROWS // 4)
 
     def close(self) -> None:
         self._held = []
