@@ -109,13 +109,7 @@ def test_pre_aggregation_steps_aside_when_keys_do_not_repeat(caplog) -> None:
         h.batch(b)
     h.finish()
     assert "barely repeat, rows go on without it" in caplog.text
-    final = KeyedAggregate(["k"], AGGS, name="agg")
-    final.partial_input = True
-    h2 = OperatorHarness(final, runtime_mode="BATCH")
-    for b in h.out.batches:
-        h2.batch(b)
-    h2.finish()
-    assert result(h2.rows(), ["k"]) == reference(batches, ["k"])
+    assert combined(h.out.batches) == reference(batches, ["k"])
 
 
 def test_a_missing_column_is_named_by_the_aggregation() -> None:
@@ -158,10 +152,15 @@ def test_streaming_pre_aggregation_holds_a_mini_batch_and_never_across_a_waterma
     h.finish()
     partial_rows = sum(b.num_rows for b in h.out.batches)
     assert partial_rows < sum(b.num_rows for b in batches) / 5
+    assert combined(h.out.batches) == reference(batches, ["k"])
+
+
+def combined(partials: list[pa.RecordBatch]) -> Any:
+    """The final aggregation of pre-aggregated partials (the keyed side of the exchange)."""
     final = KeyedAggregate(["k"], AGGS, name="agg")
     final.partial_input = True
-    h2 = OperatorHarness(final, runtime_mode="BATCH")
-    for b in h.out.batches:
-        h2.batch(b)
-    h2.finish()
-    assert result(h2.rows(), ["k"]) == reference(batches, ["k"])
+    h = OperatorHarness(final, runtime_mode="BATCH")
+    for b in partials:
+        h.batch(b)
+    h.finish()
+    return result(h.rows(), ["k"])
