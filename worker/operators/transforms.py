@@ -79,12 +79,14 @@ def apply_rows(op: Operator, fn: Callable[[Any], Any], rows: list[dict[str, Any]
     return results
 
 
-def _lifted(op: Operator, fn: Callable[..., Any]) -> tuple[LiftedFunction | None, str]:
-    """``fn`` lifted to column expressions, or None and why it runs per row."""
+def _lifted(op: Operator, fn: Callable[..., Any]) -> tuple[Any, str]:
+    """``fn`` lifted to column expressions (a ``LiftedFunction``, a ``LiftedFlatMap`` for a
+    flat_map), or None and why it runs per row."""
     option = Options.PYTHON_VECTORIZE
     if not option.convert(op.ctx.config.get(option.key) or "true"):
         return None, f"{option.key} is false"
-    lifted, why = lift_with_reason(fn, op.kind)
+    lifted: Any
+    lifted, why = lift_flat_map(fn) if op.kind == "flat_map" else lift_with_reason(fn, op.kind)
     if lifted is not None:
         log.info("%s '%s': its function %s runs as Arrow compute on whole batches (%s: false to call "
                  "it per row)", op.kind, op.name, getattr(fn, "__qualname__", fn), option.key)
@@ -93,7 +95,7 @@ def _lifted(op: Operator, fn: Callable[..., Any]) -> tuple[LiftedFunction | None
     return lifted, why
 
 
-def _path(lifted: LiftedFunction | None, why: str) -> str:
+def _path(lifted: LiftedFunction | LiftedFlatMap | None, why: str) -> str:
     return lifted.describe() if lifted is not None else f"per row ({why})"
 
 
@@ -167,10 +169,28 @@ class _Offloading(Operator):
 
 
 class _RowOperator(_Offloading):
+    """A map or flat_map: its rows make batches of a schema the first rows fix (``RowBuffer``)."""
+
+    _lift: LiftedFunction | LiftedFlatMap | None = None
+    _why = "not opened yet"
+
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         super().__init__(name)
         self.fn = fn
         self._rows = RowBuffer(self.name)
+
+    def open(self) -> None:
+        super().open()
+        self._lift, self._why = _lifted(self, self.fn)
+
+    def execution_path(self) -> str:
+        return _path(self._lift, self._why) + self._in_worker()
+
+    def _lifted_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """``batch``'s output as Arrow compute made it, if the function lifts and the batch and
+        its result fit (else None: the batch goes per row)."""
+        out = self._lift.map_batch(batch) if self._lift is not None else None
+        return self._rows.adopt(out) if out is not None else None
 
     @property
     def row_schema(self) -> pa.Schema | None:
@@ -191,24 +211,12 @@ class _RowOperator(_Offloading):
 
 class RowMap(_RowOperator):
     kind = "map"
-    _lift: LiftedFunction | None = None
-    _why = "not opened yet"
-
-    def open(self) -> None:
-        super().open()
-        self._lift, self._why = _lifted(self, self.fn)
-
-    def execution_path(self) -> str:
-        return _path(self._lift, self._why) + self._in_worker()
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-        if self._lift is not None:
-            out = self._lift.map_batch(batch)
-            if out is not None:
-                out = self._rows.adopt(out)
-            if out is not None:
-                self.output.collect(out)
-                return
+        out = self._lifted_batch(batch)
+        if out is not None:
+            self.output.collect(out)
+            return
         _per_row(self, batch, self._map_rows)
 
     def _map_rows(self, batch: pa.RecordBatch) -> None:
@@ -256,35 +264,13 @@ class RowFilter(_Offloading):
 
 class RowFlatMap(_RowOperator):
     kind = "flat_map"
-    _lift: LiftedFlatMap | None = None
-    _why = "not opened yet"
-
-    def open(self) -> None:
-        super().open()
-        option = Options.PYTHON_VECTORIZE
-        if not option.convert(self.ctx.config.get(option.key) or "true"):
-            self._why = f"{option.key} is false"
-            return
-        self._lift, why = lift_flat_map(self.fn)
-        self._why = why or self._why
-        if self._lift is not None:
-            log.info("flat_map '%s': its function %s runs as Arrow compute on whole batches", self.name,
-                     getattr(self.fn, "__qualname__", self.fn))
-
-    def execution_path(self) -> str:
-        if self._lift is not None:
-            return self._lift.describe() + self._in_worker()
-        return f"per row ({self._why})" + self._in_worker()
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-        if self._lift is not None:
-            out = self._lift.map_batch(batch)
-            if out is not None:
-                out = self._rows.adopt(out)
-            if out is not None:
-                if out.num_rows:
-                    self.output.collect(out)
-                return
+        out = self._lifted_batch(batch)
+        if out is not None:
+            if out.num_rows:
+                self.output.collect(out)
+            return
         _per_row(self, batch, self._flat_map_rows)
 
     def _flat_map_rows(self, batch: pa.RecordBatch) -> None:

@@ -21,6 +21,7 @@ import pyarrow as pa
 from yarnflow.common.errors import YarnflowError
 from yarnflow.worker.operators.base import TaskCancelledError, UserFunctionError
 from yarnflow.worker.pyworker import wire
+from yarnflow.worker.pyworker.process import serve_forked
 
 __all__ = ["PythonWorker", "PythonWorkerError", "RemoteTraceback", "offloadable"]
 
@@ -252,8 +253,6 @@ class PythonWorker:
         self._spawning.start()
 
     def _spawn(self) -> None:
-        from yarnflow.worker.pyworker.process import serve_forked
-
         try:
             ours, theirs = _FORKS.Pipe(duplex=True)
             proc = _FORKS.Process(target=serve_forked, args=(theirs,), name=f"python worker of {self._name}",
