@@ -47,6 +47,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Any, Callable
 
@@ -139,14 +140,18 @@ def python_loop(folder: str, function: str = "map") -> tuple[dict[str, int], flo
 
 
 def write_lines(words_folder: str) -> str:
-    """The words of ``words_folder`` as text lines of ``WORDS_PER_LINE`` words each (column
-    ``line``, one Parquet file per words file), in a new folder: the flat_map's input."""
+    """The words of ``words_folder`` as text lines of ``WORDS_PER_LINE`` words each, with a comma
+    and a full stop (column ``line``, one Parquet file per words file), in a new folder: the
+    flat_map's input."""
     folder = tempfile.mkdtemp(prefix="yarnflow-lines-")
     for name in sorted(os.listdir(words_folder)):
         if not name.endswith(".parquet"):
             continue
         words = pq.read_table(os.path.join(words_folder, name), columns=["word"])["word"].to_pylist()
-        lines = [" ".join(words[i:i + WORDS_PER_LINE]) for i in range(0, len(words), WORDS_PER_LINE)]
+        # text as people write it: a comma after the 4th word, a full stop at the end of a line
+        lines = [" ".join(words[i:i + WORDS_PER_LINE // 2]) + ", " + " ".join(words[i + WORDS_PER_LINE // 2:
+                                                                                 i + WORDS_PER_LINE]) + "."
+                 for i in range(0, len(words), WORDS_PER_LINE)]
         pq.write_table(pa.table({"line": lines}), os.path.join(folder, name))
     return folder
 
@@ -209,13 +214,74 @@ def _job_in_child(function: str, folder: str, n: int, parallelism: int, mode: st
         column = "line" if function == "findall" else "word"
         PIPELINES[function](env.read_parquet(folder, columns=[column])).collect()
 
-    table, seconds, peak = _run_job(build, parallelism, f"rowpath-{function}", mode, conf, layout=layout)
+    with PythonWorkerMemory() as workers:
+        table, seconds, peak = _run_job(build, parallelism, f"rowpath-{function}", mode, conf, layout=layout)
     if mode == "STREAMING":  # an upsert stream: the final count of a word is its largest
         table = table.group_by("word").aggregate([("count", "max")]).rename_columns(["word", "count"])
     got = dict(zip(table["word"].to_pylist(), table["count"].to_pylist()))
     want = _expected(function, expected)
-    peaks = {"rss": peak.peak_bytes, "pss": peak.peak_pss_bytes}
+    peaks = {"rss": peak.peak_bytes, "pss": peak.peak_pss_bytes, **workers.peaks}
     return n / seconds, peaks, got == want and len(got) == table.num_rows
+
+
+class PythonWorkerMemory:
+    """Samples (every 100 ms, while the job runs) the PSS of the TaskExecutors' Python worker
+    processes and of their fork servers (the fork server is a child of a TaskExecutor, the
+    workers its children): the peak of each kind, and how many workers were seen."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, int] = {"python_workers": 0, "python_worker_pss": 0, "fork_server_pss": 0}
+        self._stop = threading.Event()
+        self._seen: set[int] = set()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PythonWorkerMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peaks["python_workers"] = len(self._seen)
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.1):
+            for proc in psutil.process_iter(["cmdline"]):
+                try:
+                    if "forkserver" not in " ".join(proc.info["cmdline"] or []):
+                        continue
+                    worker = "yarnflow.worker" not in psutil.Process(proc.ppid()).cmdline()
+                    pss = proc.memory_full_info().pss
+                except psutil.Error:
+                    continue
+                key = "python_worker_pss" if worker else "fork_server_pss"
+                self.peaks[key] = max(self.peaks[key], pss)
+                if worker:
+                    self._seen.add(proc.pid)
+
+
+def run_layout(records: int, parallelism: int, layout: tuple[int, int], mode: str, conf: dict[str, str] | None,
+               input_dir: str | None = None) -> dict[str, Any]:
+    """The realistic map called per row (the vectoriser off) on one cluster layout (TaskExecutors
+    x slots), with the memory of the Python workers its tasks started (``python.execution-mode``
+    decides whether they may)."""
+    folder, owned, n = _prepare("w1", records, input_dir)
+    try:
+        expected, _ = _reference("w1", folder)
+        per_row = {**(conf or {}), "python.row-functions.vectorize": "false"}
+        rate, peaks, ok = _time_job("realistic", folder, n, parallelism, mode, per_row, expected, layout)
+        return {"name": "rowpath-layout", "function": "realistic", "mode": mode, "records": n,
+                "parallelism": parallelism, "layout": f"{layout[0]}x{layout[1]}",
+                "execution_mode": per_row.get("python.execution-mode", "process"),
+                "per_row_records_per_s": round(rate), "peak_rss_mb": round(peaks["rss"] / 2**20),
+                "peak_pss_mb": round(peaks["pss"] / 2**20), "python_workers": peaks["python_workers"],
+                "python_worker_peak_pss_mb": round(peaks["python_worker_pss"] / 2**20),
+                "fork_server_peak_pss_mb": round(peaks["fork_server_pss"] / 2**20), "verified": ok}
+    finally:
+        if owned:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _findall(words_folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],

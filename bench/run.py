@@ -56,6 +56,14 @@ def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
                        bytewax_python=args.bytewax_python)
 
 
+def _rowpath_layout(args: argparse.Namespace) -> dict[str, Any]:
+    from rowpath import run_layout
+
+    taskexecutors, slots = (int(x) for x in args.layout.split("x"))
+    return run_layout(args.records, args.parallelism, (taskexecutors, slots), args.mode or "BATCH", _conf(args),
+                      args.input)
+
+
 def _rowpath_args(p: argparse.ArgumentParser) -> None:
     _w_args(p)
     p.add_argument("--function", choices=["map", "realistic", "filter", "flat_map", "reduce", "process", "all"],
@@ -158,6 +166,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "submit-latency": ("session mode: submit -> RUNNING and submit -> FINISHED of a two-vertex job",
                        lambda p: (p.add_argument("--submissions", type=int, default=50),
                                   p.add_argument("--warmup", type=int, default=3)), _submit_latency),
+    "rowpath-layout": ("the realistic map called per row on one cluster layout (TaskExecutors x slots), with the "
+                       "memory of the Python workers it started",
+                       lambda p: (_w_args(p), p.add_argument("--layout", default="1x2",
+                                                             help="TaskExecutors x slots each (default 1x2)")),
+                       _rowpath_layout),
     "recovery": ("SIGKILL of a TaskExecutor running a streaming job -> all its tasks RUNNING again",
                  lambda p: p.add_argument("--kills", type=int, default=5), _recovery),
     "scheduling": ("ExecutionGraph + deployment of a 2-vertex all-to-all job on simulated TaskExecutors",
