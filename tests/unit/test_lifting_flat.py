@@ -152,3 +152,19 @@ def test_a_pattern_changed_after_the_lift_sends_the_batch_per_row():
         WORD = saved
     assert h.rows()[:3] == [{"value": c} for c in "ell"]
     assert "1 of 1 batches per row" in op.execution_path()
+
+
+def test_findall_words_match_python_on_every_ascii_character_and_on_sliced_batches():
+    """The findall split maps every byte of the batch's data buffer: all 128 ASCII characters
+    between words, text that is a slice of a larger batch (its offsets do not start at 0) and
+    lines with no word at all give re.findall's words, lifted."""
+    chars = [chr(c) for c in range(128)]
+    lines = [f"{c}w{i}{c}{c}x_{c}9" for i, c in enumerate(chars)] + ["".join(chars), "", "!?", "_"]
+    whole = pa.record_batch({"line": lines, "n": list(range(len(lines)))})
+    lifted, why = lift_flat_map(_findall)
+    assert lifted is not None, why
+    for batch in (whole, whole.slice(5, 60), whole.slice(127)):
+        out = lifted.map_batch(batch)
+        assert out is not None
+        assert out.column("value").to_pylist() == [w for line in batch.column("line").to_pylist()
+                                                   for w in WORD.findall(line)]

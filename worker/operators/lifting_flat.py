@@ -13,8 +13,8 @@ a regex search and a dict per output row. ``lift_flat_map(fn)`` reads the functi
 where ``<parts>`` is ``<pattern>.findall(<text>)`` for a compiled pattern (a module global or
 closure variable) of ``\w+``, ``<text>.split()`` or ``<text>.split(<separator>)``, and ``<text>``
 an expression of the row that ``lifting.py`` reads (``row["line"].lower()``). It then splits the
-text column with Arrow (``split_pattern_regex`` on ``[^0-9A-Za-z_]+``, ``ascii_split_whitespace``
-or ``split_pattern``), drops the empty parts where Python's functions drop them, repeats each
+text column with Arrow (``findall``: every non-word byte made a space, then
+``ascii_split_whitespace``; ``split()``: ``ascii_split_whitespace``; ``split(sep)``: ``split_pattern``), drops the empty parts where Python's functions drop them, repeats each
 row's other columns for its parts (``list_parent_indices``) and evaluates the output values on
 that exploded batch. The result is the function's, in the same order, on batches where Python
 and Arrow agree: ASCII-only text (``\w`` and whitespace are Unicode classes in Python, ASCII in
@@ -31,6 +31,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,8 +42,10 @@ __all__ = ["LiftedFlatMap", "lift_flat_map"]
 
 #: the exploded batch's column holding the parts (the comprehension's variable)
 PART = "\x00part"
-_NOT_WORD = "[^0-9A-Za-z_]+"
-_NOT_WORD_OR_SPACE = "[^0-9A-Za-z_ \t\n\r\x0b\x0c]"
+#: byte -> itself for ASCII word characters (``[0-9A-Za-z_]``), else a space
+_WORD_OR_SPACE = np.full(256, ord(" "), dtype=np.uint8)
+_WORD_OR_SPACE[np.frombuffer(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_", dtype=np.uint8)] = (
+    np.frombuffer(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_", dtype=np.uint8))
 _LOOP_END = {"YIELD_VALUE", "LIST_APPEND"}
 #: stops of the reader that also let it read ``findall`` (a flat_map's parts only)
 _FLAT = frozenset({"RETURN_VALUE", "<flat>"})
@@ -82,7 +85,7 @@ class LiftedFlatMap:
         if texts is None:
             return None, ""
         text = texts[0]
-        if text.type != pa.string() or text.null_count:
+        if not isinstance(text, pa.StringArray) or text.null_count:
             return None, "nulls or values that are not text where it splits"
         ascii_only = pc.all(pc.string_is_ascii(text)).as_py() is not False
         if self.parts.name == "findall":
@@ -91,10 +94,7 @@ class LiftedFlatMap:
                 return None, "findall() of a pattern other than \\w+"
             if not ascii_only:
                 return None, "non-ASCII text (\\w is Unicode in Python, ASCII in Arrow)"
-            if pc.any(pc.match_substring_regex(text, _NOT_WORD_OR_SPACE)).as_py():
-                lists = pc.split_pattern_regex(text, pattern=_NOT_WORD)
-            else:  # only words and whitespace: the words are what split() gives (5x faster than the regex)
-                lists = pc.ascii_split_whitespace(text)
+            lists = pc.ascii_split_whitespace(_words_and_spaces(text))
             keep_empty = False
         elif self._sep is None:  # split(): runs of Python's whitespace
             if not ascii_only or pc.any(pc.match_substring_regex(text, "[\x1c-\x1f]")).as_py():
@@ -111,12 +111,23 @@ class LiftedFlatMap:
         parts = pc.list_flatten(lists)
         parents = pc.list_parent_indices(lists)
         if not keep_empty:
-            nonempty = pc.not_equal(pc.utf8_length(parts), 0)
+            nonempty = pc.not_equal(pc.binary_length(parts), 0)  # (bytes: 5x faster than characters)
             parts, parents = parts.filter(nonempty), parents.filter(nonempty)
         read = [n for n in self._columns if n in batch.schema.names]  # (a missing one: refused below)
         exploded = pa.RecordBatch.from_arrays([*batch.select(read).take(parents).columns, parts], names=[*read, PART])
         out = self._rows.map_batch(exploded)
         return out, ""
+
+
+def _words_and_spaces(text: pa.StringArray) -> pa.StringArray:
+    """ASCII ``text`` with every character that is not a word character (``\\w``) made a space,
+    through a byte table over its data buffer (~1.5 ns a byte): a whitespace split of it gives
+    ``findall(r"\\w+")``'s words, 3x faster than Arrow's regex split, which runs RE2 per row."""
+    _, offsets, data = text.buffers()
+    if data is None:  # (no characters at all)
+        return text
+    table = pa.py_buffer(_WORD_OR_SPACE[np.frombuffer(data, dtype=np.uint8)])
+    return pa.StringArray.from_buffers(len(text), offsets, table, None, 0, text.offset)  # type: ignore[return-value]
 
 
 def _columns(expr: Any) -> set[str]:
