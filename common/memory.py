@@ -40,6 +40,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 from types import ModuleType
 from typing import Any, Sequence
 
@@ -125,6 +126,31 @@ def _configure_arrow_pool(name: str) -> None:
         log.warning("pyarrow was loaded before process.memory.arrow-allocator was applied: Arrow's C++ "
                     "layer (group-by, Flight, Parquet) keeps allocating from %s, its Python layer from %s",
                     internal, name)
+
+
+def warm_pandas_support() -> threading.Thread | None:
+    """Have pyarrow load pandas now, on a thread of its own, rather than in the first task's first
+    ``pa.array`` (~0.3 s of CPU in each process, ~0.14 s of a small job's submit-to-result time on
+    a fresh cluster): a TaskExecutor calls it as it starts, so the import overlaps its registration
+    and the job's scheduling. Not called with ``process.memory.defer-pandas-import``; nothing when
+    pandas is not installed or already loaded. The memory is the same as a first ``pa.array``'s."""
+    if "pandas" in sys.modules or importlib.util.find_spec("pandas") is None:
+        return None
+
+    def warm() -> None:
+        import pyarrow.lib
+
+        try:
+            shim = getattr(pyarrow.lib, "_pandas_api", None)
+            if shim is not None and not shim.have_pandas:  # the Cython layer's try (below, the C++ layer's)
+                return
+            pyarrow.lib.array([None, 1]).to_numpy(zero_copy_only=False)
+        except Exception:  # noqa: BLE001 - a pandas pyarrow cannot use: the first pa.array says so
+            log.debug("warming pyarrow's pandas support failed", exc_info=True)
+
+    thread = threading.Thread(target=warm, name="warm-pandas", daemon=True)
+    thread.start()
+    return thread
 
 
 def defer_pandas_import() -> None:

@@ -93,6 +93,51 @@ def test_without_deferral_pyarrow_loads_pandas_as_usual():
     assert out == ["True", "mimalloc"]
 
 
+def test_a_taskexecutor_warms_pyarrows_pandas_support_on_a_thread_as_it_starts():
+    """The ~0.3 s import is made on a thread of its own at start-up, not in a task's first batch;
+    afterwards pyarrow recognises pandas objects (its C++ layer too: pd.NA is a null)."""
+    out = _run("""
+        import sys
+        import pyarrow as pa
+        from yarnflow.common.memory import warm_pandas_support
+        thread = warm_pandas_support()
+        print(thread.name)
+        thread.join(30)
+        print("pandas" in sys.modules)
+        import pandas as pd
+        print(pa.array([pd.NA, 1], from_pandas=True).null_count, warm_pandas_support())
+    """)
+    assert out == ["warm-pandas", "True", "1", "None"]
+
+
+def test_with_deferral_a_taskexecutor_does_not_load_pandas():
+    """``process.memory.defer-pandas-import`` still keeps pandas out of a TaskExecutor: the warm-up
+    is skipped, so the idle TaskExecutor process has no pandas mapped."""
+    out = _run("""
+        import subprocess, sys, time
+        code = ("import sys; from yarnflow.worker.__main__ import main; "
+                "sys.argv[1:] = ['--resource-id', 'te', '--work-dir', sys.argv[1], '--rm-address', '127.0.0.1:9', "
+                "'-D', 'process.memory.defer-pandas-import=' + sys.argv[2]]; main()")
+        import tempfile
+        for defer in ("true", "false"):
+            with tempfile.TemporaryDirectory() as d:
+                proc = subprocess.Popen([sys.executable, "-c", code, d, defer], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                try:
+                    loaded = False
+                    for _ in range(30):  # (the warm-up takes ~0.5 s)
+                        time.sleep(0.1)
+                        loaded = "pandas/_libs" in open(f"/proc/{proc.pid}/maps").read()
+                        if loaded:
+                            break
+                    print(defer, loaded)
+                finally:
+                    proc.kill()
+                    proc.wait()
+    """)
+    assert out == ["true", "False", "false", "True"]
+
+
 def test_an_allocator_this_pyarrow_lacks_keeps_the_default_and_says_so():
     out = _run("""
         import logging, sys
