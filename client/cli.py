@@ -69,10 +69,10 @@ RUN_TARGETS = ["local", "remote", "yarn-per-job", "yarn-session", "yarn-applicat
 @click.option("--address", "-a", default=None, help=ADDRESS_HELP + "; without either: an embedded local cluster.")
 @click.option("--parallelism", "-p", type=click.IntRange(min=1), default=None,
               help="Default parallelism of the job's operators.")
-@click.option("--taskexecutors", type=click.IntRange(min=1), default=2, show_default=True,
-              help="TaskExecutors of the embedded local cluster.")
-@click.option("--slots", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Slots per TaskExecutor of the embedded local cluster.")
+@click.option("--taskexecutors", type=click.IntRange(min=1), default=None,
+              help="TaskExecutors of the embedded local cluster [default: as many as the job's slots need].")
+@click.option("--slots", type=click.IntRange(min=1), default=None,
+              help="Slots per TaskExecutor of the embedded local cluster [default: taskmanager.numberOfTaskSlots, 1].")
 @click.option("--no-progress", is_flag=True, help="Do not show the job's progress.")
 @click.option("--from-savepoint", "-s", "savepoint", default=None, metavar="PATH",
               help="Start the job from this savepoint (printed by `yarnflow savepoint`): each operator gets the "
@@ -83,8 +83,8 @@ RUN_TARGETS = ["local", "remote", "yarn-per-job", "yarn-session", "yarn-applicat
 @dynamic_option
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
-def run(target: str | None, detached: bool, address: str | None, parallelism: int | None, taskexecutors: int,
-        slots: int, no_progress: bool, savepoint: str | None, allow_non_restored_state: bool,
+def run(target: str | None, detached: bool, address: str | None, parallelism: int | None,
+        taskexecutors: int | None, slots: int | None, no_progress: bool, savepoint: str | None, allow_non_restored_state: bool,
         dynamic: tuple[str, ...], job_file: str, job_args: tuple[str, ...]) -> None:
     """Run the pipeline defined in JOB_FILE; JOB_ARGS go to the job (as `flink run` does).
 
@@ -346,9 +346,10 @@ def session() -> None:
 @click.option("--detached", "-d", is_flag=True,
               help="yarn: print the application id and return, leaving the session running.")
 @click.option("--taskexecutors", type=click.IntRange(min=1), default=None,
-              help="local: TaskExecutor processes [default: 2]. On YARN TaskExecutor containers start on demand.")
+              help="local: TaskExecutor processes to start with [default: 2]; more start when a job needs their "
+                   "slots. On YARN TaskExecutor containers start on demand.")
 @click.option("--slots", type=click.IntRange(min=1), default=None,
-              help="Slots per TaskExecutor [default: taskmanager.numberOfTaskSlots].")
+              help="Slots per TaskExecutor [default: taskmanager.numberOfTaskSlots, 1].")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
               help="RPC port of the AppMaster (0: any free port).")
 @click.option("--standby", type=click.IntRange(min=0), default=0, show_default=True,
@@ -370,7 +371,6 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     if detached:
         raise CliError("--detached is for --target yarn (a local session runs in this terminal)")
     taskexecutors = taskexecutors or 2
-    slots = slots or 2
     if port:
         if standby:
             raise CliError("--port names one AppMaster's port: leave it out with --standby")

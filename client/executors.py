@@ -246,10 +246,14 @@ def print_table(table: pa.Table | None) -> None:
 
 
 class LocalContext(ClusterContext):
-    """Starts an embedded local cluster for each ``execute`` and stops it afterwards."""
+    """Starts an embedded local cluster for each ``execute`` and stops it afterwards: ``slots``
+    per TaskExecutor (default ``taskmanager.numberOfTaskSlots``, 1) and ``taskexecutors`` of
+    them (default: as many as the job's slots need, so a job at parallelism 4 gets 4 processes
+    of one slot: per-row Python code then runs on as many cores as it has subtasks)."""
 
-    def __init__(self, taskexecutors: int = 2, slots: int = 2, conf: Mapping[str, str] | None = None,
-                 job_file: str | None = None, progress: bool | None = None) -> None:
+    def __init__(self, taskexecutors: int | None = None, slots: int | None = None,
+                 conf: Mapping[str, str] | None = None, job_file: str | None = None,
+                 progress: bool | None = None) -> None:
         super().__init__("", conf, job_file, progress)
         self.taskexecutors = taskexecutors
         self.slots = slots
@@ -258,11 +262,15 @@ class LocalContext(ClusterContext):
     def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
         from yarnflow.local_cluster import LocalCluster
 
-        compile_job(env, job_name)  # fail on a bad pipeline before starting any process
+        job = compile_job(env, job_name)  # fail on a bad pipeline before starting any process
+        config = Configuration.load(self.conf)
+        # (-D taskmanager.numberOfTaskSlots wins over the argument, as in LocalCluster)
+        slots = self.slots if self.slots and Options.NUM_SLOTS.key not in self.conf else config[Options.NUM_SLOTS]
+        taskexecutors = self.taskexecutors or max(1, -(-job.num_slots // slots))
         # the AppMaster on this process's threads (one process fewer), unless it must be able to
         # fail over (high availability): then it runs as a process of its own
-        in_process = not ha_enabled(Configuration.load(self.conf))
-        cluster = LocalCluster(self.taskexecutors, self.slots, self.conf, appmaster_in_process=in_process)
+        in_process = not ha_enabled(config)
+        cluster = LocalCluster(taskexecutors, slots, self.conf, appmaster_in_process=in_process)
         self.cluster = cluster
         try:
             cluster.start(wait_for_taskexecutors=False)

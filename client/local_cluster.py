@@ -48,7 +48,7 @@ class ClusterStartError(YarnflowError, RuntimeError):
 
 
 class LocalCluster:
-    def __init__(self, taskexecutors: int = 2, slots: int = 2, conf: Mapping[str, str] | None = None,
+    def __init__(self, taskexecutors: int = 2, slots: int | None = None, conf: Mapping[str, str] | None = None,
                  work_dir: str | None = None, keep_work_dir: bool = False, die_with_parent: bool = True,
                  standby: int = 0, appmaster_in_process: bool = False) -> None:
         self.taskexecutors = taskexecutors
@@ -56,7 +56,7 @@ class LocalCluster:
         self.config = Configuration.load(self.conf)
         # -D taskmanager.numberOfTaskSlots names the slots of each TaskExecutor as surely as
         # --slots: the slots kept (taskexecutors x slots) must count with it
-        self.slots = self.config[Options.NUM_SLOTS] if Options.NUM_SLOTS.key in self.conf else slots
+        self.slots = self.config[Options.NUM_SLOTS] if Options.NUM_SLOTS.key in self.conf or slots is None else slots
         self.ha = ha_enabled(self.config)
         if standby and not self.ha:
             raise ClusterStartError("standby AppMasters need ZooKeeper high availability: set "

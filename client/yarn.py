@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from yarnflow.common.config import Configuration, Options
+from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 from yarnflow.common.errors import ConfigurationError, YarnError
 from yarnflow.common.yarn import ADDRESS_KEY
 
@@ -257,7 +257,7 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
             # skein must neither restart them nor end the application for a failure
             instances=0, max_restarts=0, allow_failures=True,
             resources=skein.Resources(memory=_mib(config[Options.TM_MEMORY]),
-                                      vcores=max(1, math.ceil(config[Options.TM_CPU]))),
+                                      vcores=max(1, math.ceil(taskexecutor_cores(config)))),
             files=files, script=_script(config, te_args))
         spark_master, spark_worker = _spark_services(config, files)
         spec = skein.ApplicationSpec(
@@ -311,7 +311,7 @@ def _refusal(message: str, config: Configuration) -> str:
     return (f"a container is larger than the cluster allows (AppMaster: jobmanager.memory.process.size="
             f"{_mib(config[Options.JM_MEMORY])} MiB, yarn.appmaster.vcores={config[Options.YARN_AM_VCORES]}; "
             f"TaskExecutor: taskmanager.memory.process.size={_mib(config[Options.TM_MEMORY])} MiB, "
-            f"taskmanager.cpu.cores={config[Options.TM_CPU]:g}): {message}")
+            f"taskmanager.cpu.cores={taskexecutor_cores(config):g}): {message}")
 
 
 class ApplicationLocator:

@@ -27,6 +27,7 @@ from yarnflow.common.config_types import (
     _opt,
     _parse_bool,
     _parse_float,
+    _parse_optional_float,
     _parse_int,
     _parse_optional_duration_ms,
     _parse_optional_size,
@@ -131,7 +132,8 @@ class Options:
     HEARTBEAT_INTERVAL = _opt("heartbeat.interval", parse_duration_ms, "heartbeat period")
     HEARTBEAT_TIMEOUT = _opt("heartbeat.timeout", parse_duration_ms, "heartbeat timeout")
     NUM_SLOTS = _opt("taskmanager.numberOfTaskSlots", _parse_int, "slots per TaskExecutor", minimum=1)
-    TM_CPU = _opt("taskmanager.cpu.cores", _parse_float, "cores per TaskExecutor", minimum=0)
+    TM_CPU = _opt("taskmanager.cpu.cores", _parse_optional_float,
+                  "cores per TaskExecutor (empty or 0: one per slot; use taskexecutor_cores())", minimum=0)
     TM_MEMORY = _opt("taskmanager.memory.process.size", parse_size_bytes, "TaskExecutor memory")
     MANAGED_MEMORY_SIZE = _opt("taskmanager.memory.managed.size", _parse_optional_size,
                                "managed memory of a TaskExecutor, split evenly between its slots: the working "
@@ -405,3 +407,9 @@ class Configuration:
 
     def spark_conf(self) -> dict[str, str]:
         return {k: v for k, v in self._raw.items() if k.startswith("spark.")}
+
+
+def taskexecutor_cores(config: Configuration) -> float:
+    """A TaskExecutor's cores (its YARN container's vcores): ``taskmanager.cpu.cores``, or one per
+    slot when that is empty (Flink's default)."""
+    return config[Options.TM_CPU] or float(config[Options.NUM_SLOTS])

@@ -57,6 +57,13 @@ def _parse_optional_size(value: Any) -> int:
     return parse_size_bytes(value)
 
 
+def _parse_optional_float(value: Any) -> float:
+    """Like ``_parse_float``; empty (unset) is 0."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return 0.0
+    return _parse_float(value)
+
+
 def _parse_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("expected an integer")

@@ -30,7 +30,7 @@ from yarnflow.am.resourcemanager.slotmanager.slot_manager import (
     TaskExecutorLost,
 )
 from yarnflow.common.clock import SystemClock
-from yarnflow.common.config import Configuration, Options
+from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 from yarnflow.common.errors import RefusedError, RpcError
 from yarnflow.common.ids import AllocationID, JobID, ResourceID
 from yarnflow.common.messages import (MemoryStatus, RegistrationResponse, ResourceProfile, SlotReport,
@@ -72,7 +72,7 @@ class ResourceManager(RpcEndpoint):
             max_slots=config[Options.MAX_SLOTS], heartbeat_timeout_ms=config[Options.HEARTBEAT_TIMEOUT],
             pending_allocation_timeout_ms=max(config[Options.RPC_TIMEOUT], 2 * self._heartbeat_ms),
             idle_timeout_ms=config[Options.TM_IDLE_TIMEOUT],
-            worker_slot_profile=ResourceProfile(config[Options.TM_CPU] / config[Options.NUM_SLOTS],
+            worker_slot_profile=ResourceProfile(taskexecutor_cores(config) / config[Options.NUM_SLOTS],
                                                 config[Options.TM_MEMORY] // (1 << 20) // config[Options.NUM_SLOTS]))
         self.slot_manager = SlotManager(SystemClock(), settings)
         self._main = MainThreadExecutor("resourcemanager")

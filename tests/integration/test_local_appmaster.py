@@ -92,6 +92,36 @@ def test_env_execute_runs_on_an_in_process_appmaster_and_leaves_nothing_behind(p
     _assert_nothing_left(threads_before, logger_before)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("conf, layout", [({}, (3, 1)), ({"taskmanager.numberOfTaskSlots": "2"}, (2, 2))],
+                         ids=["default-layout", "two-slots"])
+def test_the_embedded_cluster_starts_the_taskexecutors_the_job_needs(process_tag, tmp_path, monkeypatch, conf, layout):
+    """The default layout: one slot per TaskExecutor process, and ``env.execute()`` (``yarnflow
+    run``) starts as many as the job's slots need, so a per-row job at parallelism 3 runs its three
+    subtasks in three processes (three cores' worth of Python), not on threads of one; with two
+    slots per TaskExecutor, two processes. Rows from files, counted exactly."""
+    import yarnflow
+    from yarnflow import executors
+    from tests.conftest import TAG_VAR
+
+    monkeypatch.setenv(TAG_VAR, process_tag)
+    src = tmp_path / "in"
+    expected = _write_files(src, files=3, rows=3000)
+    ctx = executors.LocalContext(conf={"heartbeat.interval": "200 ms", **conf}, progress=False)
+    executors.set_context(ctx)
+    try:
+        env = yarnflow.StreamExecutionEnvironment(parallelism=3)
+        env.set_runtime_mode("BATCH")
+        env.read_text(str(src)).map(_to_row).key_by("k").sum("n").collect()
+        result = env.execute("sized")
+    finally:
+        executors.set_context(None)
+    assert result.status == JobStatus.FINISHED
+    table = result.collected()
+    assert collections.Counter(dict(zip(table["k"].to_pylist(), table["n"].to_pylist()))) == expected
+    assert (ctx.cluster.taskexecutors, ctx.cluster.slots) == layout  # (3 slots: every subtask in a process of its own)
+
+
 @pytest.mark.timeout(60)
 def test_log_lines_go_to_the_cluster_log_and_the_clients_also_to_the_callers_handlers(tmp_path):
     root = logging.getLogger()

@@ -15,6 +15,7 @@ from yarnflow.common.config import (
     parse_duration_ms,
     parse_dynamic_properties,
     parse_size_bytes,
+    taskexecutor_cores,
 )
 from yarnflow.common.errors import ConfigurationError, YarnflowError
 
@@ -36,12 +37,15 @@ def _shipped_yaml() -> dict:
 
 def test_defaults_load_with_typed_values() -> None:
     conf = Configuration.load()
-    assert conf[Options.NUM_SLOTS] == 2
+    assert conf[Options.NUM_SLOTS] == 1
     assert conf[Options.HEARTBEAT_INTERVAL] == 1_000
     assert conf[Options.HEARTBEAT_TIMEOUT] == 10_000
     assert conf[Options.BUFFER_TIMEOUT] == 100
     assert conf[Options.TM_MEMORY] == 1 << 30
-    assert conf[Options.TM_CPU] == 2.0
+    assert conf[Options.TM_CPU] == 0.0 and taskexecutor_cores(conf) == 1.0  # one per slot
+    assert taskexecutor_cores(Configuration.load({"taskmanager.numberOfTaskSlots": "3"})) == 3.0
+    assert taskexecutor_cores(Configuration.load({"taskmanager.numberOfTaskSlots": "3",
+                                                  "taskmanager.cpu.cores": "1.5"})) == 1.5
     assert conf[Options.HA_TYPE] == "none"
     assert conf[Options.RUNTIME_MODE] == "AUTOMATIC"
     assert conf[Options.RPC_PORT] == 0
@@ -334,7 +338,7 @@ def test_with_overrides_returns_a_new_configuration() -> None:
     assert changed[Options.NUM_SLOTS] == 4
     assert changed[Options.HEARTBEAT_INTERVAL] == 2_000
     assert changed[Options.PARALLELISM] == 3  # kept from the base
-    assert base[Options.NUM_SLOTS] == 2  # the base is unchanged
+    assert base[Options.NUM_SLOTS] == 1  # the base is unchanged
     assert base[Options.HEARTBEAT_INTERVAL] == 1_000
 
 

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from yarnflow.common.clock import SystemClock
-from yarnflow.common.config import Configuration, Options
+from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcError,
                                     UnavailableError)
@@ -104,7 +104,7 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
         host = config[Options.TM_HOST]
         num_slots = config[Options.NUM_SLOTS]
-        profile = ResourceProfile(config[Options.TM_CPU] / num_slots,
+        profile = ResourceProfile(taskexecutor_cores(config) / num_slots,
                                   config[Options.TM_MEMORY] // (1 << 20) // num_slots)
         #: slots, tasks, JobMaster connections and heartbeats, tokens: the pure core
         self.core = TaskExecutorCore(resource_id, SlotTable(num_slots, profile),
