@@ -164,12 +164,13 @@ class RssSampler:
 def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: str,
              conf: dict[str, str] | None = None,
              watch: Callable[[Any], Callable[[], None]] | None = None,
-             layout: tuple[int, int] = (2, 2)) -> tuple[pa.Table, float, RssSampler]:
+             layout: tuple[int, int] | None = None) -> tuple[pa.Table, float, RssSampler]:
     """Runs the pipeline ``build(env)`` on a fresh local session (configured with ``conf``);
     returns (collected result, seconds from submit to result in hand, the memory peaks). The
     job's final status is left in ``LAST_JOB``. ``watch(cluster)``, when given, starts watching
     the cluster before the submit and returns what stops it. ``layout``: (TaskExecutors, slots
-    each) of the cluster. The AppMaster runs on this
+    each) of the cluster; default: what ``env.execute()`` starts, one TaskExecutor of one slot
+    per subtask (``parallelism`` x 1). The AppMaster runs on this
     process's threads, as under ``env.execute()``, except when watched (the watcher counts the
     CPU of the cluster's processes by their pids) or with high availability."""
     import yarnflow
@@ -184,6 +185,7 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
     from yarnflow.common.ha import ha_enabled
 
     in_process = watch is None and not ha_enabled(Configuration.load(conf or {}))
+    layout = layout or (parallelism, 1)
     with LocalCluster(layout[0], layout[1], conf or {}, appmaster_in_process=in_process) as cluster:
         gw = RemoteDispatcherGateway(cluster.address, 600_000)
         storage = gw.cluster_info().storage_dir
