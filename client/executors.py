@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pyarrow as pa
 
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import InvalidRequestError, JobFailedError, RefusedError, RpcTimeoutError, UnavailableError
+from yarnflow.common.errors import (InvalidRequestError, JobDefinitionError, JobFailedError, RefusedError,
+                                    RpcTimeoutError, UnavailableError)
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo, VertexStatus
@@ -165,6 +166,7 @@ class ClusterContext:
                                   self.config[Options.ARTIFACT_UPLOAD])
             jg = job.job_graph
             jg.config.update({k: v for k, v in self.conf.items()})
+            restore_from_checkpoint(jg.config)
 
             def submit(gw: RemoteDispatcherGateway) -> JobID:
                 try:
@@ -245,6 +247,27 @@ def print_table(table: pa.Table | None) -> None:
             print("\t".join("" if v is None else str(v) for v in row))
 
 
+def restore_from_checkpoint(config: dict[str, str]) -> None:
+    """A job started from a retained checkpoint (``run -s <chk folder>``, or the job's checkpoint
+    folder for its latest) starts from a savepoint written from it here, beside it: the same
+    mapping by uid and rescaling as a savepoint's, and the checkpoint stays as it was (the new job
+    never deletes what another job's checkpoint holds). Raises JobDefinitionError when that
+    checkpoint cannot become a savepoint."""
+    from yarnflow.am.checkpoint.savepoints import SavepointError, savepoint_of_checkpoint
+
+    path = config.get(Options.SAVEPOINT_PATH.key, "")
+    if not path:
+        return
+    try:
+        savepoint = savepoint_of_checkpoint(path)
+    except SavepointError as exc:
+        raise JobDefinitionError(f"cannot start from the checkpoint at {path}: {exc}") from None
+    if savepoint is not None:
+        print(f"{path} is a retained checkpoint: starting from the savepoint {savepoint} written from it",
+              file=sys.stderr)
+        config[Options.SAVEPOINT_PATH.key] = savepoint
+
+
 class LocalContext(ClusterContext):
     """Starts an embedded local cluster for each ``execute`` and stops it afterwards: ``slots``
     per TaskExecutor (default ``taskmanager.numberOfTaskSlots``, 1) and ``taskexecutors`` of
@@ -303,6 +326,7 @@ class YarnPerJobContext(ClusterContext):
         job = compile_job(env, job_name)
         jg = job.job_graph
         jg.config.update({k: v for k, v in self.conf.items()})
+        restore_from_checkpoint(jg.config)
         client = skein_client()
         app_id = submit_application(self.config, Submission(job_name, message_to_bytes(jg),
                                                             build_artifact(job, self.job_file), self.detached),

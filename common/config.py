@@ -95,6 +95,13 @@ class Options:
                                    "completed checkpoints kept", minimum=1)
     CHECKPOINT_DIR = _opt("execution.checkpointing.dir", _parse_str,
                           "fsspec URL of the checkpoints (empty: <storage dir>/checkpoints)")
+    CHECKPOINT_RETENTION = _opt("execution.checkpointing.externalized-checkpoint-retention", _parse_str,
+                                "what becomes of a job's checkpoints when it ends: deleted "
+                                "(NO_EXTERNALIZED_CHECKPOINTS), kept when it fails (DELETE_ON_CANCELLATION), or "
+                                "kept when it fails or is cancelled (RETAIN_ON_CANCELLATION), to start it again "
+                                "with run -s",
+                                choices=("NO_EXTERNALIZED_CHECKPOINTS", "DELETE_ON_CANCELLATION",
+                                         "RETAIN_ON_CANCELLATION"))
     CHECKPOINT_INCREMENTAL = _opt("execution.checkpointing.incremental", _parse_bool,
                                   "rocksdb state backend: checkpoints upload only new SST files and reference "
                                   "the unchanged ones in <checkpoint dir>/shared")

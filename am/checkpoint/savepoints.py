@@ -138,6 +138,39 @@ def _redistribution(schema: pa.Schema) -> str:
     return "none" if (schema.metadata or {}).get(REDISTRIBUTE_KEY) == b"none" else "list"
 
 
+def savepoint_of_checkpoint(path: str) -> str | None:
+    """When ``path`` is a retained checkpoint (a ``chk-<n>`` folder or its ``_metadata``; or a
+    job's checkpoint folder, meaning its latest complete ``chk-<n>``), write a savepoint of it
+    beside it (``<job's checkpoint folder>/savepoint-...``, the state copied as
+    ``write_savepoint`` copies it: a RocksDB snapshot as canonical tables, each file marked with
+    how it is dealt to another parallelism) and return the savepoint's URL, so a job starts
+    from it as from any savepoint (mapped by uid, rescaled) while the checkpoint stays as it was.
+    None when ``path`` holds no checkpoint (a savepoint, or nothing: ``read_savepoint`` says
+    which). Raises SavepointError when the checkpoint cannot become a savepoint (unaligned)."""
+    fs, root = fsspec.core.url_to_fs(path)
+    root = root.rstrip("/")
+    if root.endswith(f"/{METADATA}"):
+        root = root[: -len(METADATA) - 1]
+    if not fs.exists(posixpath.join(root, METADATA)):  # a job's checkpoint folder: its latest chk-<n>
+        try:
+            ids = [int(posixpath.basename(p)[4:]) for p in fs.ls(root, detail=False)
+                   if posixpath.basename(p).startswith("chk-") and posixpath.basename(p)[4:].isdigit()
+                   and fs.exists(posixpath.join(p, METADATA))]
+        except OSError:
+            return None
+        if not ids:
+            return None
+        root = posixpath.join(root, f"chk-{max(ids)}")
+    try:
+        with fs.open(posixpath.join(root, METADATA), "r") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") == "savepoint" or not {"subtasks", "vertices"} <= doc.keys():
+        return None
+    return write_savepoint(str(fs.unstrip_protocol(posixpath.dirname(root))), str(doc.get("job_id", "")), doc)
+
+
 def read_savepoint(path: str) -> dict[str, Any]:
     """The ``_metadata`` of the savepoint folder ``path`` (any fsspec URL)."""
     fs, root = fsspec.core.url_to_fs(path)

@@ -23,6 +23,7 @@ import pyarrow.ipc as ipc
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.messages import SHARED_STATE_FILE, TaskRestore
+from yarnflow.common.states import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,21 @@ METADATA = "_metadata"
 
 class CheckpointNotReadableError(YarnflowError):
     """A checkpoint's metadata or one of its state files is missing or corrupt."""
+
+
+def checkpoints_retained(status: JobStatus, retention: str) -> bool:
+    """Whether a job that ended ``status`` keeps its checkpoints, by
+    ``execution.checkpointing.externalized-checkpoint-retention`` (Flink's rules): a FINISHED
+    job's go whatever it says, a CANCELED one's stay with RETAIN_ON_CANCELLATION, a FAILED one's
+    with DELETE_ON_CANCELLATION or RETAIN_ON_CANCELLATION; a SUSPENDED job's (or one not ended)
+    always stay: its next leader restores from them."""
+    if status == JobStatus.FINISHED:
+        return False
+    if status == JobStatus.CANCELED:
+        return retention == "RETAIN_ON_CANCELLATION"
+    if status == JobStatus.FAILED:
+        return retention != "NO_EXTERNALIZED_CHECKPOINTS"
+    return True
 
 
 def job_checkpoint_dir(base: str, job_id: str) -> str:

@@ -466,7 +466,7 @@ class Dispatcher(RpcEndpoint):
                 log.warning("job %s ended %s, but its result could not be recorded (%s): the leader runs it "
                             "again from its latest checkpoint", job_id, result.status.name, exc)
             else:  # its artifact too, unless a job uses it: on this thread, so no submission slips in between
-                if forget_ended_job(self._ha, self._storage_dir, job_id):
+                if forget_ended_job(self._ha, self._storage_dir, job_id, jm.checkpoints_to_delete()):
                     delete_unreferenced_artifact(self._ha, self._storage_dir, jm.job_graph.artifact_uri)
             self._ended[job_id] = (info, result)
             self._graphs[job_id] = jm.job_graph

@@ -63,10 +63,23 @@ def delete_unreferenced_artifact(ha: HighAvailabilityServices, storage_dir: str,
     return True
 
 
-def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID) -> bool:
+def delete_checkpoints(job_checkpoint_dir: str) -> None:
+    """Delete an ended job's checkpoint folder (its retention does not keep it); a failure is
+    logged, never raised."""
+    try:
+        fs, path = fsspec.core.url_to_fs(job_checkpoint_dir)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+            log.info("deleted the ended job's checkpoints at %s", job_checkpoint_dir)
+    except Exception:  # noqa: BLE001 - any filesystem's error; they are garbage now
+        log.warning("could not delete the checkpoints at %s", job_checkpoint_dir, exc_info=True)
+
+
+def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID,
+                     checkpoints: str | None = None) -> bool:
     """Forget the HA data of an ended job (its result stays in the JobResultStore) and delete
-    its intermediate data in the job's storage dir (in the background); True when done. A
-    deposed leader forgets nothing: the next leader does."""
+    its intermediate data in the job's storage dir, and its ``checkpoints`` folder when given
+    (in the background); True when done. A deposed leader forgets nothing: the next leader does."""
     try:
         ha.job_graph_store().remove(job_id)
         ha.checkpoint_store(job_id).clear()
@@ -74,6 +87,10 @@ def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: Job
     except NotLeaderError as exc:
         log.warning("job %s: its JobGraph and checkpoint pointers stay for the next leader: %s", job_id, exc)
         return False
-    threading.Thread(target=delete_intermediate_data, args=(job_storage_dir(storage_dir, job_id),),
-                     name=f"clean-up-{job_id}", daemon=True).start()
+    def clean_up() -> None:
+        delete_intermediate_data(job_storage_dir(storage_dir, job_id))
+        if checkpoints:
+            delete_checkpoints(checkpoints)
+
+    threading.Thread(target=clean_up, name=f"clean-up-{job_id}", daemon=True).start()
     return True

@@ -28,6 +28,7 @@ from yarnflow.am.checkpoint.shared import delete_shared_files
 from yarnflow.am.checkpoint.storage import (
     CheckpointNotReadableError,
     CheckpointStorage,
+    checkpoints_retained,
     job_checkpoint_dir,
 )
 from yarnflow.am.jobmaster.actions import (
@@ -136,6 +137,7 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         self._savepoint_path = str(job_config[Options.SAVEPOINT_PATH])
         self._allow_non_restored = bool(job_config[Options.SAVEPOINT_IGNORE_UNCLAIMED])
         self._checkpoint_timeout_ms = int(job_config[Options.CHECKPOINT_TIMEOUT])
+        self._retention = str(job_config[Options.CHECKPOINT_RETENTION])
         #: checkpoint id -> (target folder, the savepoint's URL once written)
         self._savepoints: dict[int, tuple[str, Future[str]]] = {}
         #: the checkpoints among them that stop the job (stop-with-savepoint)
@@ -362,6 +364,13 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         self.result = JobResult(self.job_id, status, self.core.start_time_ms, self.core.end_time_ms,
                                 self.core.failure_cause, collected)
         self._on_terminal(self)
+
+    def checkpoints_to_delete(self) -> str | None:
+        """The job's checkpoint folder (its ``chk-<n>`` folders and shared files) once it ended in
+        a way its retention does not keep (``checkpoints_retained``); None while it runs."""
+        if self.result is None or checkpoints_retained(self.result.status, self._retention):
+            return None
+        return self._checkpoints.job_dir
 
     def _list_collected(self) -> dict[str, list[str]]:
         return list_collected(self._storage)

@@ -49,6 +49,11 @@ JOB = textwrap.dedent("""\
 @pytest.fixture
 def setup(cli: Cli, local_cluster: Any, tmp_path: Path) -> tuple[Cli, str, Path, collections.Counter]:
     cluster = local_cluster(taskexecutors=2, slots=2)
+    return cli, cluster.address, tmp_path, write_job(tmp_path)
+
+
+def write_job(tmp_path: Path) -> collections.Counter:
+    """The input files in ``tmp_path/in`` and ``job.py``; returns each key's count."""
     src = tmp_path / "in"
     src.mkdir()
     expected: collections.Counter = collections.Counter()
@@ -58,7 +63,7 @@ def setup(cli: Cli, local_cluster: Any, tmp_path: Path) -> tuple[Cli, str, Path,
         expected.update(keys)
         (src / f"part-{f}.txt").write_text("".join(f"{k} {f} {r}\n" for r, k in enumerate(keys)))
     (tmp_path / "job.py").write_text(JOB)
-    return cli, cluster.address, tmp_path, expected
+    return expected
 
 
 def _job_id(cli: Cli, address: str) -> str:

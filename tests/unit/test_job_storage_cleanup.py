@@ -9,7 +9,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from yarnflow.am.dispatcher.job_data import delete_intermediate_data
+from yarnflow.am.checkpoint.storage import checkpoints_retained
+from yarnflow.am.dispatcher.job_data import delete_checkpoints, delete_intermediate_data
+from yarnflow.common.states import JobStatus
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -85,3 +87,30 @@ def test_an_artifact_goes_with_the_last_job_that_uses_it_and_never_one_stored_el
     elsewhere = tmp_path / "mine.zip"
     elsewhere.write_bytes(b"a user's own artifact")
     assert not delete_unreferenced_artifact(ha, storage, elsewhere.as_uri()) and elsewhere.exists()
+
+
+@pytest.mark.parametrize("retention, kept", [
+    ("NO_EXTERNALIZED_CHECKPOINTS", set()),
+    ("DELETE_ON_CANCELLATION", {"FAILED"}),
+    ("RETAIN_ON_CANCELLATION", {"FAILED", "CANCELED"}),
+])
+def test_an_ended_jobs_checkpoints_stay_as_their_retention_says(retention: str, kept: set[str]) -> None:
+    """Flink's rules: a finished job's go with every retention; a suspended job's (its next leader
+    restores from them) and a running one's stay."""
+    ended = {s.name for s in (JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.FAILED)
+             if checkpoints_retained(s, retention)}
+    assert ended == kept
+    assert checkpoints_retained(JobStatus.SUSPENDED, retention) and checkpoints_retained(JobStatus.RUNNING, retention)
+
+
+def test_deleting_an_ended_jobs_checkpoints_takes_the_whole_folder_and_never_raises(tmp_path: Path, caplog) -> None:
+    folder = tmp_path / "chk" / "j1"
+    for sub in ("chk-3/_metadata", "chk-4/v#0/op0-s.arrow", "shared/abc.sst"):
+        (folder / sub).parent.mkdir(parents=True, exist_ok=True)
+        (folder / sub).write_bytes(b"x")
+    delete_checkpoints(str(folder))
+    assert not folder.exists() and (tmp_path / "chk").exists()
+    delete_checkpoints(str(folder))  # gone already: nothing to do
+    with caplog.at_level(logging.WARNING):
+        delete_checkpoints("nosuchprotocol://x/y")  # a filesystem error is logged
+    assert "could not delete the checkpoints" in caplog.text

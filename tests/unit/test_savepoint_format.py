@@ -186,3 +186,37 @@ def test_an_unaligned_checkpoint_with_in_flight_data_does_not_become_a_savepoint
          "path": _state_file(tmp_path / "chk-7" / "sum-0" / "@in-1.arrow", 1)})
     with pytest.raises(SavepointError, match="checkpoint 7 was taken unaligned: it holds the in-flight data"):
         write_savepoint(str(tmp_path / "sps"), str(old.job_id), metadata)
+
+
+def test_a_retained_checkpoint_becomes_a_savepoint_beside_it_and_the_latest_is_found(tmp_path: Path) -> None:
+    """``run -s`` of a retained checkpoint (``restore_from_checkpoint``): given a ``chk-<n>`` folder,
+    its ``_metadata``, or the job's checkpoint folder (its latest complete checkpoint: a folder
+    without ``_metadata`` is one that did not complete), a savepoint is written beside it and
+    the job's config points at it; the checkpoint is left as it was. A savepoint, or a path
+    with no checkpoint, is left to ``read_savepoint``; an unaligned checkpoint is refused."""
+    from yarnflow.executors import restore_from_checkpoint
+    from yarnflow.common.errors import JobDefinitionError
+
+    graph = _graph(chained=False)
+    job_dir = tmp_path / "chk" / str(graph.job_id)
+    metadata = _checkpoint(job_dir, graph)
+    (job_dir / "chk-7" / "_metadata").write_text(json.dumps(metadata))
+    (job_dir / "chk-9").mkdir()  # an incomplete one
+    for given in (job_dir / "chk-7", job_dir / "chk-7" / "_metadata", job_dir):
+        config = {"execution.savepoint.path": str(given)}
+        restore_from_checkpoint(config)
+        savepoint = read_savepoint(config["execution.savepoint.path"])
+        assert savepoint["checkpoint_id"] == 7 and savepoint["_folder"].startswith(f"file://{job_dir}/savepoint-")
+        restored = restore_metadata(savepoint, graph, False)
+        assert sorted(restored["subtasks"]) == sorted(metadata["subtasks"])
+    assert json.loads((job_dir / "chk-7" / "_metadata").read_text()) == metadata
+    for untouched in (savepoint["_folder"], str(tmp_path / "nothing"), ""):
+        config = {"execution.savepoint.path": untouched}
+        restore_from_checkpoint(config)
+        assert config == {"execution.savepoint.path": untouched}
+    metadata["subtasks"][next(iter(metadata["subtasks"]))]["files"].append(
+        {"operator_index": 0, "name": "@out-1", "size_bytes": 5,
+         "path": _state_file(job_dir / "chk-7" / "x" / "@out-1.arrow", 1)})
+    (job_dir / "chk-7" / "_metadata").write_text(json.dumps(metadata))
+    with pytest.raises(JobDefinitionError, match="cannot start from the checkpoint at .*taken unaligned"):
+        restore_from_checkpoint({"execution.savepoint.path": str(job_dir / "chk-7")})
