@@ -220,3 +220,24 @@ def test_releasing_partitions_of_a_job_never_served_here_does_nothing() -> None:
     [release] = c.release_partitions(JOB, [f"{JOB}.p1"])
     assert release.covers(f"{JOB}.p1") and not release.covers(f"{JOB}.p2") and not release.covers("job-2.p1")
     assert ReleasePartitions(JOB).covers(f"{JOB}.p2")
+
+
+def test_the_taskexecutor_gives_freed_memory_back_when_its_last_task_ends(monkeypatch) -> None:
+    """When no task runs any more, what the tasks freed (glibc's heap fragments, Arrow's pool,
+    cycles) goes back to the system, on a thread of its own, so an idle TaskExecutor does not
+    sit at its busiest size (W2 at 20,000,000 records: the whole cluster peaked at 504-514 MB
+    while the client read the result beside the idle TaskExecutors, 466-474 MB with this)."""
+    import threading
+    import types
+
+    from yarnflow.worker.taskexecutor import task_executor
+
+    released = threading.Semaphore(0)
+    monkeypatch.setattr(task_executor, "release_free_memory", released.release)
+    a, b = ExecutionAttemptID("a"), ExecutionAttemptID("b")
+    te = types.SimpleNamespace(core=types.SimpleNamespace(task_ended=lambda u: None), tasks={a: object(), b: object()})
+    done = TaskExecutionStateUpdate(JOB, a, ExecutionState.FINISHED)
+    task_executor.TaskExecutor._task_done(te, done)  # type: ignore[arg-type]
+    assert not released.acquire(timeout=0.2)  # b still runs
+    task_executor.TaskExecutor._task_done(te, TaskExecutionStateUpdate(JOB, b, ExecutionState.FAILED))  # type: ignore[arg-type]
+    assert released.acquire(timeout=5)

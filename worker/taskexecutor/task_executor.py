@@ -44,6 +44,7 @@ from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, crea
 from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcError,
                                     UnavailableError)
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
+from yarnflow.common.memory import release_free_memory
 from yarnflow.common.messages import (
     ResourceProfile,
     SlotReport,
@@ -432,6 +433,8 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
     def _task_done(self, update: TaskExecutionStateUpdate) -> None:
         self.core.task_ended(update)
         self.tasks.pop(update.execution_attempt_id, None)
+        if not self.tasks:  # nothing runs here now: what the tasks freed goes back to the system
+            threading.Thread(target=release_free_memory, name="release-memory", daemon=True).start()
 
     def _watch_cancellation(self, task: Task) -> None:
         """Flink's task cancellation watchdog: a task thread stuck in user code cannot be
