@@ -79,3 +79,21 @@ def stop(address: str | None, dynamic: tuple[str, ...], target_dir: str, drain: 
     if state != "FINISHED":
         raise CliError(f"the savepoint {path} was taken, but job {job_id} ended {state}")
     click.echo(path)
+
+
+@click.command()
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+@click.option("--parallelism", "-p", type=click.IntRange(min=1), required=True,
+              help="the job's new parallelism (operators at another parallelism than the job's keep theirs)")
+@click.argument("job_id")
+def rescale(address: str | None, dynamic: tuple[str, ...], parallelism: int, job_id: str) -> None:
+    """Rescale the running job JOB_ID to --parallelism: it stops at a consistent point (sinks
+    commit), its state is dealt to the new parallelism (keyed state by key group, a file
+    source's splits and a sink's pending files round robin) and it runs on under the same id,
+    from where it stopped. The job must take checkpoints (execution.checkpointing.interval);
+    its keyed operators cannot go above their max parallelism (pipeline.max-parallelism).
+    Needs a free slot for every new subtask: on YARN they are asked for."""
+    now, conn = _call(address, dynamic, lambda gw: gw.rescale_job(job_id, parallelism), "rescaleJob")
+    conn.close()
+    click.echo(f"job {job_id} runs at parallelism {now}")

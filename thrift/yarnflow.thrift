@@ -217,6 +217,10 @@ service DispatcherService {
   // complete (the job may still be finishing).
   string stopWithSavepoint(1: string fencing_token, 2: string job_id, 3: string target_dir, 4: bool drain)
       throws (1: RpcError err),
+  // Rescale the running job: its operators at the job's parallelism go to `parallelism`. The job
+  // stops at a consistent point (sinks commit), its state is dealt to the new parallelism and it
+  // runs on under the same id; returns the new parallelism once the job runs with it.
+  i32 rescaleJob(1: string fencing_token, 2: string job_id, 3: i32 parallelism) throws (1: RpcError err),
 }
 
 // ---- ResourceManager ---------------------------------------------------------------------

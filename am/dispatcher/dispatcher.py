@@ -32,7 +32,6 @@ from typing import Any, Callable
 import fsspec
 
 from yarnflow.common.version import __version__
-from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata
 from yarnflow.am.jobmaster.job_master import JobMaster
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.config import Configuration, Options
@@ -52,7 +51,9 @@ from yarnflow.common.clock import TimerHandle
 from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc, settle
 from yarnflow.common.rpc.gateways import job_master_service
 from yarnflow.common.rpc.server import RpcServer
-from yarnflow.am.dispatcher.job_data import delete_unreferenced_artifact, forget_ended_job, job_storage_dir
+from yarnflow.am.dispatcher.job_data import (check_savepoint, delete_unreferenced_artifact, forget_ended_job,
+                                             job_storage_dir)
+from yarnflow.am.dispatcher.rescaling import Rescales
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.states import JobStatus
 
@@ -98,6 +99,7 @@ class Dispatcher(RpcEndpoint):
         self._done: dict[JobID, Future[None]] = {}
         #: per job: settled once a client fetched its result
         self._fetched: dict[JobID, Future[None]] = {}
+        self._rescales = Rescales(config, self._main.execute, self._restart_rescaled)
         #: clients waiting for a job's result: (their answer, the timer that ends their wait)
         self._result_waiters: dict[JobID, list[tuple[Future[JobResult], TimerHandle]]] = {}
         self.address = ""
@@ -157,7 +159,7 @@ class Dispatcher(RpcEndpoint):
             raise InvalidRequestError(f"cannot check the job artifact {job_graph.artifact_uri}: {exc}") from None
         if not exists:
             raise InvalidRequestError(f"the job artifact {job_graph.artifact_uri} does not exist")
-        self._check_savepoint(job_graph)
+        check_savepoint(self._config.with_overrides(job_graph.config), job_graph)
         if job_graph.job_id in self._running or job_graph.job_id in self._ended:
             raise RefusedError(f"job {job_graph.job_id} was already submitted")
         try:
@@ -168,20 +170,6 @@ class Dispatcher(RpcEndpoint):
         log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))
         jm.start()
         return job_graph.job_id
-
-    def _check_savepoint(self, job_graph: JobGraph) -> None:
-        """Refuse a job that is to start from a savepoint it cannot use, before it is accepted."""
-        config = self._config.with_overrides(job_graph.config)
-        path = str(config[Options.SAVEPOINT_PATH])
-        if not path:
-            return
-        try:
-            restore_metadata(read_savepoint(path), job_graph, bool(config[Options.SAVEPOINT_IGNORE_UNCLAIMED]))
-        except SavepointError as exc:
-            raise InvalidRequestError(str(exc)) from None
-        if int(config[Options.CHECKPOINT_INTERVAL]) <= 0:
-            raise InvalidRequestError("a job started from a savepoint must take checkpoints: set "
-                                      "execution.checkpointing.interval (a STREAMING job)")
 
     @fenced()
     def trigger_savepoint(self, job_id: JobID, target_dir: str, stop: str = "") -> Future[str]:
@@ -202,6 +190,16 @@ class Dispatcher(RpcEndpoint):
         and window fires first); answers the savepoint's URL once it is complete, after which
         the job's tasks end and it reaches FINISHED."""
         return self.trigger_savepoint(job_id, target_dir, stop="drain" if drain else "stop")
+
+    @fenced()
+    def rescale_job(self, job_id: JobID, parallelism: int) -> Future[int]:
+        """Rescale the running job (``rescaling.py``); answers the new parallelism once it runs."""
+        return self._rescales.start(self._running_job(job_id), parallelism)
+
+    def _restart_rescaled(self, job_graph: JobGraph) -> None:
+        self._ha.job_graph_store().put(job_graph)  # a next leader recovers the rescaled job
+        self._ha.checkpoint_store(job_graph.job_id).clear()  # (it starts from its savepoint)
+        self._job_master(job_graph, recover=False).start()
 
     def _default_job_master(self, job_graph: JobGraph, recover: bool,
                             on_terminal: Callable[[JobMaster], None]) -> JobMaster:
@@ -455,6 +453,9 @@ class Dispatcher(RpcEndpoint):
         job_id = jm.job_id
         self._running.pop(job_id, None)
         self._unserve(jm)
+        if self._rescales.take_over(jm, result.status):  # a new JobMaster runs the job on, rescaled
+            threading.Timer(2.0, jm.stop).start()
+            return
         if result.status == JobStatus.SUSPENDED:  # the new leader goes on with it
             self._suspended.add(job_id)
             threading.Timer(0.1, jm.stop).start()

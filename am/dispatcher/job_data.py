@@ -9,10 +9,13 @@ import threading
 
 import fsspec
 
+from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata
 from yarnflow.common.artifacts import artifact_uri
-from yarnflow.common.errors import NotLeaderError
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import InvalidRequestError, NotLeaderError
 from yarnflow.common.ha import HighAvailabilityServices
 from yarnflow.common.ids import JobID
+from yarnflow.common.messages import JobGraph
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +97,18 @@ def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: Job
 
     threading.Thread(target=clean_up, name=f"clean-up-{job_id}", daemon=True).start()
     return True
+
+
+def check_savepoint(config: Configuration, job_graph: JobGraph) -> None:
+    """Refuse (InvalidRequestError) a job that is to start from a savepoint it cannot use, before
+    it is accepted; ``config``: the cluster's with the job's overrides."""
+    path = str(config[Options.SAVEPOINT_PATH])
+    if not path:
+        return
+    try:
+        restore_metadata(read_savepoint(path), job_graph, bool(config[Options.SAVEPOINT_IGNORE_UNCLAIMED]))
+    except SavepointError as exc:
+        raise InvalidRequestError(str(exc)) from None
+    if int(config[Options.CHECKPOINT_INTERVAL]) <= 0:
+        raise InvalidRequestError("a job started from a savepoint must take checkpoints: set "
+                                  "execution.checkpointing.interval (a STREAMING job)")

@@ -365,6 +365,11 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
                                 self.core.failure_cause, collected)
         self._on_terminal(self)
 
+    @property
+    def checkpoint_dir(self) -> str:
+        """The job's checkpoint folder (``<checkpoints dir>/<job id>``)."""
+        return self._checkpoints.job_dir
+
     def checkpoints_to_delete(self) -> str | None:
         """The job's checkpoint folder (its ``chk-<n>`` folders and shared files) once it ended in
         a way its retention does not keep (``checkpoints_retained``); None while it runs."""

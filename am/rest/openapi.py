@@ -163,6 +163,14 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/savepoints/{triggerid}": _get(
                 "A savepoint's status", "SavepointStatus", 400, 404,
                 params=[_JOB, {"name": "triggerid", "in": "path", "required": True, "schema": _STR}]),
+            "/jobs/{jobid}/rescaling": {"patch": {
+                "summary": "Rescale the running job (asynchronous)",
+                "parameters": [*job, {"name": "parallelism", "in": "query", "required": True,
+                                      "schema": {"type": "integer", "minimum": 1}}],
+                "responses": _answers("TriggerResponse", "202", 400, 404, 409)}},
+            "/jobs/{jobid}/rescaling/{triggerid}": _get(
+                "A rescaling's status", "SavepointStatus", 400, 404,
+                params=[_JOB, {"name": "triggerid", "in": "path", "required": True, "schema": _STR}]),
             "/jobs/{jobid}/logs": _get("The job's log lines (AppMaster and local TaskExecutors)", "Logs", 400, 404,
                                        params=[_JOB, {"name": "taskexecutor", "in": "query", "required": False,
                                                       "schema": _STR}]),

@@ -200,6 +200,8 @@ class RestServer:
                 ("/jobs/<jobid>/vertices/<vertexid>/backpressure", self.backpressure, ("GET",)),
                 ("/jobs/<jobid>/savepoints", self.trigger_savepoint, ("POST",)),
                 ("/jobs/<jobid>/savepoints/<triggerid>", self.savepoint_status, ("GET",)),
+                ("/jobs/<jobid>/rescaling", self.trigger_rescaling, ("PATCH",)),
+                ("/jobs/<jobid>/rescaling/<triggerid>", self.rescaling_status, ("GET",)),
                 ("/jobs/<jobid>/logs", self.job_logs, ("GET",)),
                 ("/taskmanagers", self.taskmanagers, ("GET",)),
                 ("/taskmanagers/<tmid>", self.taskmanager, ("GET",)),
@@ -304,19 +306,40 @@ class RestServer:
                 dispatcher.ask(dispatcher.cancel_job, job_id)
             return path
 
+        return self._trigger(job_id, take)
+
+    def trigger_rescaling(self, jobid: str) -> tuple[Response, int]:
+        """Flink's ``PATCH /jobs/:jobid/rescaling?parallelism=N``: the rescale runs on the pool
+        (``Dispatcher.rescale_job``); its status under the answered ``request-id``."""
+        raw = request.args.get("parallelism", "")
+        if not raw.isdigit() or int(raw) < 1:
+            raise ApiError(400, "parallelism must be a positive integer (?parallelism=N)")
+        info = self._job(jobid)
+        if info.status.is_globally_terminal:
+            raise ApiError(409, f"job {jobid} already ended {info.status.name}")
+        dispatcher, job_id, parallelism = self._dispatcher(), info.job_id, int(raw)
+        return self._trigger(job_id, lambda: dispatcher.ask(dispatcher.rescale_job, job_id, parallelism, timeout=None))
+
+    def _trigger(self, job_id: JobID, work: Any) -> tuple[Response, int]:
         trigger_id = uuid.uuid4().hex
         with self._lock:
-            self._triggers[trigger_id] = (job_id, self._pool.submit(take))
+            self._triggers[trigger_id] = (job_id, self._pool.submit(work))
             while len(self._triggers) > MAX_TRIGGERS:
                 self._triggers.popitem(last=False)
         return jsonify({"request-id": trigger_id}), 202
 
     def savepoint_status(self, jobid: str, triggerid: str) -> Response:
+        return self._status(jobid, triggerid, "savepoint", lambda path: {"location": path})
+
+    def rescaling_status(self, jobid: str, triggerid: str) -> Response:
+        return self._status(jobid, triggerid, "rescaling", lambda parallelism: {"parallelism": parallelism})
+
+    def _status(self, jobid: str, triggerid: str, what: str, done: Any) -> Response:
         job_id = self._job_id(jobid)
         with self._lock:
             entry = self._triggers.get(triggerid)
         if entry is None or entry[0] != job_id:
-            raise ApiError(404, f"no savepoint trigger {triggerid} for job {jobid}")
+            raise ApiError(404, f"no {what} trigger {triggerid} for job {jobid}")
         future = entry[1]
         if not future.done():
             return jsonify({"status": {"id": "IN_PROGRESS"}, "operation": None})
@@ -324,7 +347,7 @@ class RestServer:
         if exc is not None:
             return jsonify({"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {
                 "class": type(exc).__name__, "stack-trace": str(exc), "serialized-throwable": None}}})
-        return jsonify({"status": {"id": "COMPLETED"}, "operation": {"location": future.result()}})
+        return jsonify({"status": {"id": "COMPLETED"}, "operation": done(future.result())})
 
     def job_logs(self, jobid: str) -> Response:
         job_id = self._job_id(jobid)

@@ -99,6 +99,10 @@ class RemoteDispatcherGateway:
         """Stop the job with a savepoint; the savepoint's URL once it is complete."""
         return self._c.stop_with_savepoint(self.fencing_token, job_id, target_dir, drain, rpc_timeout_ms=timeout_ms)
 
+    def rescale_job(self, job_id: str, parallelism: int, timeout_ms: int = 15 * 60_000) -> int:
+        """Rescale the running job to ``parallelism``; returns it once the job runs with it."""
+        return self._c.rescale_job(self.fencing_token, job_id, parallelism, rpc_timeout_ms=timeout_ms)
+
     def close(self) -> None:
         self._c.close()
 

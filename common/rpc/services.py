@@ -43,6 +43,7 @@ DISPATCHER_METHODS = {
     "shutdown_cluster": True,
     "trigger_savepoint": True,
     "stop_with_savepoint": True,
+    "rescale_job": True,
 }
 #: JobMasterService's methods: Python name -> whether the IDL fences it
 JOB_MASTER_METHODS = {
@@ -96,6 +97,8 @@ class DispatcherServiceCalls(Protocol):
 
     def stop_with_savepoint(self, fencing_token: str, job_id: str, target_dir: str, drain: bool) -> str: ...
 
+    def rescale_job(self, fencing_token: str, job_id: str, parallelism: int) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -134,6 +137,9 @@ class DispatcherServiceGateway:
 
     def stop_with_savepoint(self, fencing_token: str, job_id: str, target_dir: str, drain: bool, *, rpc_timeout_ms: int | None = None) -> str:
         return str(self._c.call("stopWithSavepoint", str(fencing_token), str(job_id), str(target_dir), drain, timeout_ms=rpc_timeout_ms))
+
+    def rescale_job(self, fencing_token: str, job_id: str, parallelism: int, *, rpc_timeout_ms: int | None = None) -> int:
+        return int(self._c.call("rescaleJob", str(fencing_token), str(job_id), parallelism, timeout_ms=rpc_timeout_ms))
 
     def close(self) -> None:
         self._c.close()
@@ -187,6 +193,11 @@ class DispatcherServiceHandler:
     def stopWithSavepoint(self, fencing_token: Any, job_id: Any, target_dir: Any, drain: Any) -> Any:  # noqa: N802 - Thrift's names
         result = self._e.rpc_invoke("stop_with_savepoint", fencing_token, (JobID(job_id), str(target_dir), bool(drain), ))
         return str(result)
+
+    @translated
+    def rescaleJob(self, fencing_token: Any, job_id: Any, parallelism: Any) -> Any:  # noqa: N802 - Thrift's names
+        result = self._e.rpc_invoke("rescale_job", fencing_token, (JobID(job_id), int(parallelism), ))
+        return result
 
     def processor(self) -> Any:
         return DispatcherService.Processor(self)

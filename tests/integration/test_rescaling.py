@@ -177,3 +177,57 @@ def test_a_collection_source_cannot_be_rescaled_and_says_why(cli: Cli, local_clu
 def _last(cli: Cli, address: str) -> str:
     listed = cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()
     return str(json.loads(listed[-1])["id"]) if listed else ""
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 1)], ids=["2to3", "3to1"])
+def test_a_running_job_rescaled_by_hand_commits_what_an_unchanged_run_does(setup: Any, before: int,
+                                                                           after: int) -> None:
+    """``yarnflow rescale JOB -p N`` (issue 30): the job, mid-way through its files with output
+    committed, stops at a consistent point and runs on under the same id at the new parallelism
+    (every vertex was at the job's), ending FINISHED with exactly what an unchanged run commits."""
+    cli, address, tmp_path, events = setup
+    job = _start(cli, address, tmp_path, before)
+    wait_until(lambda: list((tmp_path / "out" / "sum").glob("part-*")), 30, "nothing was committed")
+    rescaled = cli.run("rescale", "-a", address, job, "-p", str(after), timeout=120)
+    assert rescaled.returncode == 0, rescaled.stderr
+    assert rescaled.stdout.strip() == f"job {job} runs at parallelism {after}"
+    info = cli.run("info", "-a", address, job, check=True).stdout
+    assert f"(parallelism {after})" in info and f"(parallelism {before})" not in info, info
+    wait_until(lambda: cli.job_status("-a", address, job) == "FINISHED", 120, "the rescaled job did not finish")
+    assert len(cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()) == 1  # one job, same id
+    _check(tmp_path / "out", events)
+
+
+def test_a_job_whose_state_cannot_be_rescaled_runs_on_at_its_parallelism(cli: Cli, local_cluster: Any,
+                                                                         tmp_path: Path) -> None:
+    """A parallelism above the keyed operators' max parallelism is refused before anything
+    stops; a collection source's per-subtask position cannot be dealt to another parallelism:
+    the rescale is refused saying why, and the job runs on from where it stopped, exactly."""
+    cluster = local_cluster(taskexecutors=1, slots=4)
+    (tmp_path / "gen.py").write_text(textwrap.dedent("""\
+        import sys, time
+        import yarnflow
+        env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(2)
+        env.set_runtime_mode("STREAMING")
+        slow = lambda b: (time.sleep(0.1), b)[1]
+        (env.from_collection([{"k": i % 5, "n": 1} for i in range(4000)]).uid("numbers")
+            .map_batches(slow).uid("slow").key_by("k").sum("n").uid("sum").sink_to_parquet(sys.argv[1]).uid("out"))
+        env.execute("collection")
+    """))
+    cli.run("run", "-a", cluster.address, "--detached", *CHECKPOINTS, "gen.py", str(tmp_path / "o"), check=True)
+    job = wait_until(lambda: "COMPLETED" in cli.run("info", "-a", cluster.address, _last(cli, cluster.address)).stdout
+                     and _last(cli, cluster.address), 60, "no checkpoint", interval_s=0.2)
+    too_many = cli.run("rescale", "-a", cluster.address, job, "-p", "200")
+    assert too_many.returncode == 1 and "max parallelism 128" in too_many.stderr
+    refused = cli.run("rescale", "-a", cluster.address, job, "-p", "3", timeout=120)
+    assert refused.returncode == 1
+    assert "operator 'numbers'" in refused.stderr and "the job runs on at its parallelism" in refused.stderr
+    wait_until(lambda: cli.job_status("-a", cluster.address, job) == "FINISHED", 120, "the job did not finish")
+    counts = {k: 800 for k in range(5)}
+    table = pads.dataset(str(tmp_path / "o"), format="parquet").to_table()
+    per_key: dict[int, list[int]] = {}
+    for k, n in zip(table["k"].to_pylist(), table["n"].to_pylist()):
+        per_key.setdefault(k, []).append(n)
+    assert {k: max(v) for k, v in per_key.items()} == counts
+    assert all(len(v) == len(set(v)) for v in per_key.values())  # each running total committed once

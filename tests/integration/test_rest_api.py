@@ -162,6 +162,32 @@ def test_savepoints_are_triggered_and_reported_asynchronously(cluster: Any, tmp_
     assert late.status_code == 409
 
 
+def test_rescaling_is_triggered_and_reported_asynchronously(cluster: Any, tmp_path: Path) -> None:
+    """Flink's ``PATCH /jobs/:id/rescaling?parallelism=N`` and its status: a bad parallelism is a
+    400; the job's own parallelism completes at once; a generator source's per-subtask position
+    cannot go to another parallelism, so that rescale completes with the reason as its failure
+    cause and the job runs on (the rescales that do happen: tests/integration/test_rescaling.py)."""
+    web = cluster.web
+    job_id = submit(cluster, generator_job(str(tmp_path / "out")), "rescaled", CHECKPOINTED)
+    wait_flowing(web, job_id)
+    for bad in ("", "?parallelism=0", "?parallelism=two"):
+        response = requests.patch(f"{web}/jobs/{job_id}/rescaling{bad}", timeout=10)
+        assert response.status_code == 400 and "positive integer" in response.json()["errors"][0]
+
+    def status(parallelism: int) -> dict[str, Any]:
+        response = requests.patch(f"{web}/jobs/{job_id}/rescaling?parallelism={parallelism}", timeout=10)
+        assert response.status_code == 202
+        trigger = response.json()["request-id"]
+        return wait_until(lambda: (lambda s: s if s["status"]["id"] == "COMPLETED" else None)(
+            get(f"{web}/jobs/{job_id}/rescaling/{trigger}")), 90, "the rescaling never completed", interval_s=0.2)
+    assert status(2)["operation"] == {"parallelism": 2}
+    refused = status(3)["operation"]["failure-cause"]
+    assert "operator 'source'" in refused["stack-trace"] and "runs on at its parallelism" in refused["stack-trace"]
+    wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "RUNNING", 30, "the job did not run on")
+    assert {v["parallelism"] for v in get(f"{web}/jobs/{job_id}")["vertices"]} == {2}
+    assert requests.get(f"{web}/jobs/{job_id}/rescaling/{'0' * 32}", timeout=10).status_code == 404
+
+
 def test_a_failing_job_shows_its_exceptions(cluster: Any, tmp_path: Path) -> None:
     web = cluster.web
     job_id = submit(cluster, generator_job(str(tmp_path / "out"), fail_after=3000), "failing",

@@ -97,6 +97,16 @@ class Iface(object):
         """
         pass
 
+    def rescaleJob(self, fencing_token, job_id, parallelism):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - parallelism
+
+        """
+        pass
+
 
 class Client(Iface):
     def __init__(self, iprot, oprot=None):
@@ -421,6 +431,44 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "stopWithSavepoint failed: unknown result")
 
+    def rescaleJob(self, fencing_token, job_id, parallelism):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - parallelism
+
+        """
+        self.send_rescaleJob(fencing_token, job_id, parallelism)
+        return self.recv_rescaleJob()
+
+    def send_rescaleJob(self, fencing_token, job_id, parallelism):
+        self._oprot.writeMessageBegin('rescaleJob', TMessageType.CALL, self._seqid)
+        args = rescaleJob_args()
+        args.fencing_token = fencing_token
+        args.job_id = job_id
+        args.parallelism = parallelism
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_rescaleJob(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = rescaleJob_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "rescaleJob failed: unknown result")
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -435,6 +483,7 @@ class Processor(Iface, TProcessor):
         self._processMap["shutdownCluster"] = Processor.process_shutdownCluster
         self._processMap["triggerSavepoint"] = Processor.process_triggerSavepoint
         self._processMap["stopWithSavepoint"] = Processor.process_stopWithSavepoint
+        self._processMap["rescaleJob"] = Processor.process_rescaleJob
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -687,6 +736,32 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("stopWithSavepoint", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_rescaleJob(self, seqid, iprot, oprot):
+        args = rescaleJob_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = rescaleJob_result()
+        try:
+            result.success = self._handler.rescaleJob(args.fencing_token, args.job_id, args.parallelism)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("rescaleJob", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -1997,6 +2072,165 @@ class stopWithSavepoint_result(object):
 all_structs.append(stopWithSavepoint_result)
 stopWithSavepoint_result.thrift_spec = (
     (0, TType.STRING, 'success', 'UTF8', None, ),  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class rescaleJob_args(object):
+    """
+    Attributes:
+     - fencing_token
+     - job_id
+     - parallelism
+
+    """
+
+
+    def __init__(self, fencing_token=None, job_id=None, parallelism=None,):
+        self.fencing_token = fencing_token
+        self.job_id = job_id
+        self.parallelism = parallelism
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.parallelism = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('rescaleJob_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.parallelism is not None:
+            oprot.writeFieldBegin('parallelism', TType.I32, 3)
+            oprot.writeI32(self.parallelism)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(rescaleJob_args)
+rescaleJob_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.I32, 'parallelism', None, None, ),  # 3
+)
+
+
+class rescaleJob_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.I32:
+                    self.success = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('rescaleJob_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.I32, 0)
+            oprot.writeI32(self.success)
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(rescaleJob_result)
+rescaleJob_result.thrift_spec = (
+    (0, TType.I32, 'success', None, None, ),  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )
 fix_spec(all_structs)
