@@ -250,3 +250,64 @@ def frozen_then_one_killed(processes: Sequence[Any]) -> Iterator[None]:
         for p in processes[1:]:
             p.send_signal(signal.SIGCONT)
         processes[0].send_signal(signal.SIGKILL)
+
+
+class CheckpointRecorder:
+    """Watches a checkpoints folder while a job runs (every 20 ms, on a thread) and keeps what a
+    test reads of its checkpoints afterwards, since an ended job's checkpoints are deleted
+    (``execution.checkpointing.externalized-checkpoint-retention``; always when it FINISHED):
+    each completed checkpoint's ``_metadata`` (``docs``: {checkpoint id: doc}), every shared
+    file seen (``shared``), and the Arrow tables of the state files named in ``tables``, read as
+    soon as their checkpoint completes (``files``: {path: table}; ``rocksdb`` manifests also with
+    the canonical tables of the SST files they reference, in ``canonical``: {path: [(name,
+    batch)]}, as those files go when no retained checkpoint references them)."""
+
+    def __init__(self, root: Any, tables: Sequence[str] = ()) -> None:
+        import pathlib
+        import threading
+
+        self._root = pathlib.Path(root)
+        self._tables = set(tables)
+        self.docs: dict[int, dict[str, Any]] = {}
+        self.shared: set[str] = set()
+        self.files: dict[str, pa.Table] = {}
+        self.canonical: dict[str, list[tuple[str, pa.RecordBatch]]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="checkpoint-recorder", daemon=True)
+
+    def __enter__(self) -> CheckpointRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.poll()
+
+    def poll(self) -> None:
+        import json
+
+        from yarnflow.common.rocksdb_snapshot import CorruptStateFileError, native_to_canonical
+
+        self.shared.update(str(p) for p in self._root.glob("*/shared/*"))
+        for meta in self._root.glob("*/chk-*/_metadata"):
+            try:
+                doc = json.loads(meta.read_text())
+                if doc["checkpoint_id"] in self.docs:
+                    continue
+                named = {f["path"].removeprefix("file://"): f["name"] for st in doc["subtasks"].values()
+                         for f in st["files"] if f["name"] in self._tables}
+                files = {path: pa.ipc.open_file(path).read_all() for path in named}
+                canonical = {path: list(native_to_canonical(files[path])) for path, name in named.items()
+                             if name == "rocksdb"}
+            except (OSError, ValueError, KeyError, pa.ArrowInvalid, CorruptStateFileError):
+                continue  # deleted (subsumed) while read, or not complete yet: the next look decides
+            self.files.update(files)
+            self.canonical.update(canonical)
+            self.docs[doc["checkpoint_id"]] = doc
+
+    def latest(self) -> dict[str, Any]:
+        return self.docs[max(self.docs)]

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Cli
-from tests.harness import assert_upsert_counts, frozen_then_one_killed, wait_until
+from tests.harness import CheckpointRecorder, assert_upsert_counts, frozen_then_one_killed, wait_until
 from tests.integration.test_batch_exactly_once import _run_in_thread
 from tests.integration.test_cluster_failures import _te_processes
 from tests.integration.test_streaming_exactly_once import (
@@ -99,10 +99,12 @@ def test_a_sigkilled_taskexecutor_on_rocksdb_loses_and_repeats_nothing(local_clu
     src, out = tmp_path / "in", tmp_path / "out"
     rows = _write(src)
     cluster = local_cluster(taskexecutors=2, slots=2)
-    info = run_killing_one_taskexecutor(cluster, _build(src, out), "rocksdb-kill", _rocksdb(tmp_path),
-                                        random.Random(4), (0.0, 1.0))
+    with CheckpointRecorder(tmp_path / "checkpoints") as checkpoints:  # (deleted once the job finished)
+        run_killing_one_taskexecutor(cluster, _build(src, out), "rocksdb-kill", _rocksdb(tmp_path),
+                                     random.Random(4), (0.0, 1.0))
     assert_upsert_counts(out, _counts(rows))
-    assert list((tmp_path / "checkpoints" / info.job_id / "shared").glob("*.sst")), "no incremental checkpoint"
+    assert any(p.endswith(".sst") for p in checkpoints.shared), "no incremental checkpoint"
+    assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
     _removed_soon(tmp_path)  # the killed TaskExecutor's too: the restarted tasks removed them
 
 
@@ -111,22 +113,19 @@ def test_a_vectorised_sum_keeps_its_table_in_rocksdb_and_survives_a_sigkilled_ta
         local_cluster: Any, tmp_path: Path) -> None:
     import random
 
-    import pyarrow as pa
     import pyarrow.dataset as pads
 
     from yarnflow.common.rocksdb_columnar import columnar_states
-    from yarnflow.common.rocksdb_snapshot import native_to_canonical
 
     src, out = tmp_path / "in", tmp_path / "out"
     rows = _write(src)
     cluster = local_cluster(taskexecutors=2, slots=2)
-    info = run_killing_one_taskexecutor(cluster, _build(src, out, None), "rocksdb-sum-kill", _rocksdb(tmp_path),
-                                        random.Random(5), (0.0, 1.0))
+    with CheckpointRecorder(tmp_path / "checkpoints", tables=("rocksdb",)) as checkpoints:
+        run_killing_one_taskexecutor(cluster, _build(src, out, None), "rocksdb-sum-kill", _rocksdb(tmp_path),
+                                     random.Random(5), (0.0, 1.0))
     assert_upsert_counts(out, _counts(rows))
     # the sum's table is a column family in the RocksDB checkpoints, not an Arrow table of its own
-    job_dir = tmp_path / "checkpoints" / info.job_id
-    latest = max(job_dir.glob("chk-*/_metadata"), key=lambda p: int(p.parent.name.split("-")[1]))
-    doc = json.loads(latest.read_text())
+    doc = checkpoints.latest()
     names = collections.Counter(f["name"] for st in doc["subtasks"].values() for f in st["files"])
     # (a sum subtask that had finished before the latest checkpoint has no files in it: FLIP-147)
     assert "aggregates" not in names and names["rocksdb"] >= 1 and names["@shared"] >= 1, names
@@ -139,10 +138,10 @@ def test_a_vectorised_sum_keeps_its_table_in_rocksdb_and_survives_a_sigkilled_ta
         for f in st["files"]:
             if f["name"] != "rocksdb":
                 continue
-            manifest = pa.ipc.open_file(f["path"].removeprefix("file://")).read_all()
-            if "aggregates" not in columnar_states(manifest.schema.metadata):
+            path = f["path"].removeprefix("file://")
+            if "aggregates" not in columnar_states(checkpoints.files[path].schema.metadata):
                 continue
-            for name, batch in native_to_canonical(manifest):
+            for name, batch in checkpoints.canonical[path]:
                 assert name == "aggregates"
                 for k, n in zip(batch["k"].to_pylist(), batch["n"].to_pylist()):
                     assert n in totals[k], f"{k}: {n} in the checkpoint was never committed"
@@ -152,16 +151,23 @@ def test_a_vectorised_sum_keeps_its_table_in_rocksdb_and_survives_a_sigkilled_ta
 
 @pytest.mark.timeout(240)
 def test_incremental_checkpoints_reuse_files_and_delete_those_of_subsumed_ones(local_cluster: Any,
-                                                                               tmp_path: Path) -> None:
+                                                                               tmp_path: Path, request: Any) -> None:
+    """While the job runs, each checkpoint reuses SST files of the one before and the files no
+    retained checkpoint references any more are deleted; the job is then cancelled with
+    RETAIN_ON_CANCELLATION (issue 30): its two retained checkpoints stay with exactly the shared
+    files they reference, and what it committed has every running total once."""
     src, out = tmp_path / "in", tmp_path / "out"
-    rows = _write(src)
+    _write(src)
     cluster = local_cluster(taskexecutors=2, slots=2)
-    thread, outcome = _run_in_thread(cluster, _build(src, out), "incremental",
-                                     _rocksdb(tmp_path, **{"execution.checkpointing.num-retained": "2"}), 2)
+    gw = cluster.gateway()
+    request.addfinalizer(gw.close)
+    conf = _rocksdb(tmp_path, **{"execution.checkpointing.num-retained": "2",
+                                 "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"})
+    thread, outcome = _run_in_thread(cluster, _build(src, out), "incremental", conf, 2)
     seen: set[str] = set()
     seen_local: set[str] = set()
     every: dict[int, set[str]] = {}  # the shared files of every checkpoint completed meanwhile
-    while thread.is_alive():
+    while len(every) < 8 and thread.is_alive():
         for shared in (tmp_path / "checkpoints").glob("*/shared"):
             seen.update(str(p) for p in shared.glob("*.sst"))
             try:
@@ -170,9 +176,10 @@ def test_incremental_checkpoints_reuse_files_and_delete_those_of_subsumed_ones(l
                 pass  # a checkpoint deleted while read
         seen_local.update(_local_dirs(tmp_path))
         time.sleep(0.05)
-    thread.join()
-    assert "error" not in outcome, outcome.get("error")
-    assert_upsert_counts(out, _counts(rows))
+    info = _job(gw, "incremental")
+    gw.cancel_job(info.job_id)
+    thread.join(60)
+    assert "was canceled" in str(outcome.get("error")), outcome
     [job_dir] = [p for p in (tmp_path / "checkpoints").iterdir() if p.is_dir()]
     refs = _shared_refs(job_dir)
     assert len(refs) == 2, f"retained checkpoints: {sorted(refs)}"
@@ -185,6 +192,11 @@ def test_incremental_checkpoints_reuse_files_and_delete_those_of_subsumed_ones(l
     assert on_disk == older | newer, f"unreferenced shared files left: {sorted(on_disk - older - newer)}"
     assert len(seen) > len(on_disk), "no file of a subsumed checkpoint was ever deleted"
     assert seen_local
+    import pyarrow.dataset as pads
+
+    table = pads.dataset(str(out), format="parquet").to_table()
+    totals = list(zip(table["k"].to_pylist(), table["n"].to_pylist()))
+    assert totals and len(totals) == len(set(totals)), "a running total was committed twice"
     _removed_soon(tmp_path)
 
 

@@ -11,18 +11,16 @@ RocksDB backend too, whose open windows are then a column family of its checkpoi
 from __future__ import annotations
 
 import collections
-import json
 import random
 import time
 
-import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
+from tests.harness import CheckpointRecorder
 from tests.integration.test_streaming_exactly_once import CHECKPOINTS, run_killing_one_taskexecutor
 from yarnflow.common.api import AggregateFunction
 from yarnflow.common.rocksdb_columnar import columnar_states
-from yarnflow.common.rocksdb_snapshot import native_to_canonical
 
 pytestmark = [pytest.mark.integration]
 
@@ -101,7 +99,9 @@ def test_windows_survive_a_sigkill_with_every_result_committed_once(local_cluste
     if backend == "rocksdb":  # every checkpoint retained, to look for open windows in them
         conf.update({"execution.checkpointing.incremental": "true", "state.backend.rocksdb.localdir": str(tmp_path / "local"),
                      "execution.checkpointing.num-retained": "1000"})
-    info = run_killing_one_taskexecutor(cluster, _build(src, out, engine), f"windows-{engine}", conf, rng, (0.5, 1.5))
+    with CheckpointRecorder(tmp_path / "checkpoints", tables=("rocksdb",)) as checkpoints:  # (gone once it ended)
+        info = run_killing_one_taskexecutor(cluster, _build(src, out, engine), f"windows-{engine}", conf, rng,
+                                            (0.5, 1.5))
     expected = collections.Counter((k, ts - ts % WINDOW_MS) for k, ts in events)
     table = pads.dataset(str(out), format="parquet").to_table()
     results = list(zip(table["k"].to_pylist(), table["window_start"].to_pylist(), table["n"].to_pylist()))
@@ -111,31 +111,30 @@ def test_windows_survive_a_sigkill_with_every_result_committed_once(local_cluste
     assert {(k, start): n for k, start, n in results} == dict(expected)
     # the split enumerator's part of the checkpoint is in its _metadata, for a JobMaster that
     # would start the job again from it
-    latest = info.latest_completed_checkpoint_id
-    metadata = json.loads((tmp_path / "checkpoints" / info.job_id / f"chk-{latest}" / "_metadata").read_text())
+    metadata = checkpoints.latest()
     [source] = [v.vertex_id for v in info.vertices if v.name.startswith("read_text")]
     assert source in metadata["split_enumerator"]
     if backend == "rocksdb":
-        _check_open_windows_in_rocksdb(tmp_path / "checkpoints" / info.job_id, expected)
+        _check_open_windows_in_rocksdb(checkpoints, expected)
     if unaligned:  # the restart restored an unaligned checkpoint
         kinds = {c.checkpoint_id: c.unaligned for c in info.checkpoints}
         restored = [f.restored_checkpoint_id for f in info.failure_history if f.restored_checkpoint_id]
         assert restored and any(kinds.values()) and all(kinds.get(i, True) for i in restored), (restored, kinds)
 
 
-def _check_open_windows_in_rocksdb(job_dir, expected) -> None:
+def _check_open_windows_in_rocksdb(checkpoints: CheckpointRecorder, expected) -> None:
     """The open windows are a column family of the RocksDB checkpoints (no Arrow table of their
     own), and each holds partial counts of windows that were open then."""
     open_rows = 0
-    for meta in job_dir.glob("chk-*/_metadata"):
-        files = [f for st in json.loads(meta.read_text())["subtasks"].values() for f in st["files"]]
+    for doc in checkpoints.docs.values():
+        files = [f for st in doc["subtasks"].values() for f in st["files"]]
         assert "__window_partials__" not in {f["name"] for f in files}
         for f in files:
             if f["name"] != "rocksdb":
                 continue
-            manifest = pa.ipc.open_file(f["path"].removeprefix("file://")).read_all()
-            assert columnar_states(manifest.schema.metadata) == {"__window_partials__": "namespaced_tables"}
-            for name, batch in native_to_canonical(manifest):
+            path = f["path"].removeprefix("file://")
+            assert columnar_states(checkpoints.files[path].schema.metadata) == {"__window_partials__": "namespaced_tables"}
+            for name, batch in checkpoints.canonical[path]:
                 assert name == "__window_partials__"
                 # the vectorised engine's partials: key as __k0, the partial sum as __p0
                 for k, start, n in zip(batch["__k0"].to_pylist(), batch["namespace"].to_pylist(),

@@ -77,6 +77,13 @@ class FakeJobMaster:
     def status_info(self) -> JobStatusInfo:
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, 1, 0)
 
+    @property
+    def checkpoint_dir(self) -> str:
+        return f"memory://checkpoints/{self.job_id}"
+
+    def checkpoints_to_delete(self) -> str | None:
+        return None
+
     _status_info = status_info
 
     def stop(self) -> None:
@@ -262,16 +269,18 @@ def client_waiting_for_result(bed: Bed, job_id: str) -> tuple[threading.Thread, 
     return waiting, got
 
 
-def test_every_call_runs_on_the_dispatchers_main_thread(bed: Bed) -> None:
-    seen: list[str] = []
-    real_submit = bed.d._check_savepoint  # noqa: SLF001
+def test_every_call_runs_on_the_dispatchers_main_thread(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    from yarnflow.am.dispatcher import dispatcher
 
-    def spy(job_graph: JobGraph) -> None:
+    seen: list[str] = []
+    real_check = dispatcher.check_savepoint
+
+    def spy(config: Any, job_graph: JobGraph) -> None:
         seen.append(threading.current_thread().name)
         assert bed.d.main_thread is not None and bed.d.main_thread.in_main_thread()
-        real_submit(job_graph)
+        real_check(config, job_graph)
 
-    bed.d._check_savepoint = spy  # type: ignore[method-assign]  # noqa: SLF001
+    monkeypatch.setattr(dispatcher, "check_savepoint", spy)
     bed.call("submit_job", bed.graph("j1"))
     assert bed.d.ask(bed.d.get_job, JobID("j1")).status == JobStatus.RUNNING  # the AppMaster's own parts: ask
     assert len(seen) == 1
@@ -341,3 +350,87 @@ def test_a_deposed_dispatcher_ends_its_main_thread_once_its_jobs_ended_and_answe
     for method, args in (("list_jobs", ()), ("get_job", (JobID("j1"),)), ("submit_job", (bed.graph("j2"),))):
         with pytest.raises(NotLeaderRpcError):
             bed.call(method, *args)
+
+
+def _streaming(bed: Bed, job_id: str, parallelism: int = 2) -> JobGraph:
+    graph = bed.graph(job_id)
+    return dataclasses.replace(graph, vertices=[dataclasses.replace(graph.vertices[0], parallelism=parallelism),
+                                                JobVertex(JobVertexID("one"), "one", 1, 1, ["one"])],
+                               config={"execution.checkpointing.interval": "1 s"})
+
+
+def test_a_rescale_stops_the_job_with_a_savepoint_and_runs_it_on_rescaled_under_its_id(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rescale_job``: a stop-with-savepoint into the job's checkpoint folder; when the job then
+    ends FINISHED, a new JobMaster runs the same job id at the new parallelism from that
+    savepoint (vertices at the job's parallelism change, the others keep theirs), stored for a
+    next leader; no result is recorded and a waiting client keeps waiting."""
+    from yarnflow.am.dispatcher import rescaling
+
+    monkeypatch.setattr(rescaling, "check_savepoint", lambda config, graph: None)
+    bed.call("submit_job", _streaming(bed, "j1"))
+    old = bed.masters["j1"]
+    waiting, got = client_waiting_for_result(bed, "j1")
+    pending: Future[str] = Future()
+    old.savepoint_answer = pending
+    rescaling_, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
+    wait_until(lambda: old.savepoints, 5, "no stop-with-savepoint")
+    assert old.savepoints == [("memory://checkpoints/j1/rescale-1", "stop")]
+    pending.set_result("memory://checkpoints/j1/rescale-1/savepoint-9")
+    old.end(JobStatus.FINISHED)
+    rescaling_.join(5)
+    assert answer == [3]
+    new = bed.masters["j1"]
+    assert new is not old and new.started and not new.recover
+    assert [v.parallelism for v in new.job_graph.vertices] == [3, 1]
+    assert new.job_graph.config["execution.savepoint.path"] == "memory://checkpoints/j1/rescale-1/savepoint-9"
+    assert [v.parallelism for v in bed.ha.job_graph_store().get("j1").vertices] == [3, 1]
+    assert bed.ha.job_result_store().get("j1") is None and not got
+    new.end(JobStatus.FINISHED)  # the rescaled job's own end is the job's
+    waiting.join(5)
+    assert got and got[0].status == JobStatus.FINISHED
+
+
+def test_rescales_that_cannot_be_are_refused_and_the_job_runs_on(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused before anything stops: no checkpoints, above the max parallelism, one already in
+    progress. A stop that fails leaves the job running; state that cannot go to the new
+    parallelism starts the job again at its own; a job cancelled meanwhile ends as it did."""
+    from yarnflow.am.dispatcher import rescaling
+    from yarnflow.common.errors import InvalidRequestError, RefusedError
+
+    bed.call("submit_job", bed.graph("plain"))
+    with pytest.raises(RefusedError, match="takes checkpoints"):
+        bed.call("rescale_job", JobID("plain"), 2)
+    bed.call("submit_job", _streaming(bed, "j1"))
+    with pytest.raises(InvalidRequestError, match="max parallelism 128"):
+        bed.call("rescale_job", JobID("j1"), 129)
+    assert bed.call("rescale_job", JobID("j1"), 2) == 2 and not bed.masters["j1"].savepoints  # already there
+    jm = bed.masters["j1"]
+    jm.savepoint_answer = Future()
+    first, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
+    wait_until(lambda: jm.savepoints, 5, "no stop-with-savepoint")
+    with pytest.raises(RefusedError, match="being rescaled already"):
+        bed.call("rescale_job", JobID("j1"), 4)
+    jm.savepoint_answer.set_exception(RefusedError("a task declined the checkpoint"))
+    first.join(5)
+    assert isinstance(answer[0], RefusedError) and "runs on at its parallelism" in str(answer[0])
+    assert bed.masters["j1"] is jm and jm.status == JobStatus.RUNNING
+
+    monkeypatch.setattr(rescaling, "check_savepoint", lambda config, graph: (_ for _ in ()).throw(
+        InvalidRequestError("operator 'numbers' cannot be rescaled")))
+    jm.savepoint_answer = None
+    second, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
+    wait_until(lambda: len(jm.savepoints) == 2, 5, "no second stop-with-savepoint")
+    jm.end(JobStatus.FINISHED)
+    second.join(5)
+    assert isinstance(answer[0], RefusedError) and "operator 'numbers'" in str(answer[0])
+    again = bed.masters["j1"]
+    assert again is not jm and [v.parallelism for v in again.job_graph.vertices] == [2, 1]
+
+    again.savepoint_answer = Future()
+    third, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
+    wait_until(lambda: again.savepoints, 5, "no third stop-with-savepoint")
+    again.cancel()
+    third.join(5)
+    assert isinstance(answer[0], RefusedError) and "ended CANCELED" in str(answer[0])
+    assert bed.ha.job_result_store().get("j1") is not None
