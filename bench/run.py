@@ -151,6 +151,12 @@ def _state(args: argparse.Namespace) -> dict[str, Any]:
     return run_state(args.backend, args.keys, args.work_dir, args.vectorised, args.rocksdb_memory_mb)
 
 
+def _rescale(args: argparse.Namespace) -> dict[str, Any]:
+    from rescale import run_rescale
+
+    return run_rescale(args.keys, args.rows)
+
+
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
     from chaos import run_chaos
 
@@ -226,6 +232,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                     lambda p: (p.add_argument("--rows", type=int, default=200_000),
                                p.add_argument("--interval", default="500 ms"),
                                p.add_argument("--session-timeout", default="2 s")), _am_failover),
+    "rescale": ("a running STREAMING keyed sum with N keys of state rescaled by hand 2 -> 4 -> 2 on a local "
+                "session: seconds per rescale, rows lost / duplicated",
+                lambda p: (p.add_argument("--keys", type=int, default=1_000_000),
+                           p.add_argument("--rows", type=int, default=8_000_000)), _rescale),
     "chaos": ("STREAMING keyed job with checkpoints; N SIGKILLs of random TaskExecutors; rows lost / duplicated",
               lambda p: (p.add_argument("--kills", type=int, default=20),
                          p.add_argument("--rows", type=int, default=400_000),
