@@ -40,6 +40,7 @@ class SavepointsAndRecovery:
     _checkpoints: CheckpointStorage
     _checkpoint_store: CompletedCheckpointStore
     _allow_non_restored: bool
+    _savepoint_path: str
     _checkpoint_timeout_ms: int
     #: checkpoint id -> (target folder, the savepoint's URL once written)
     _savepoints: dict[int, tuple[str, Future[str]]]
@@ -73,6 +74,10 @@ class SavepointsAndRecovery:
                 self.splits.restore(latest["split_enumerator"])
             log.info("job %s recovered with %d retained checkpoints; it resumes from checkpoint %d", self.job_id,
                      len(readable), latest_id)
+        elif self._savepoint_path:  # started from a savepoint (run -s, or rescaled) before its first checkpoint
+            log.info("job %s recovered without a completed checkpoint: it starts from its savepoint %s again",
+                     self.job_id, self._savepoint_path)
+            self._restore_savepoint(self._savepoint_path)
         else:
             log.info("job %s recovered without a completed checkpoint, so it starts from the beginning", self.job_id)
 

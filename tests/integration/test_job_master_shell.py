@@ -6,6 +6,7 @@ turning an error inside the core into a visible job failure."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,6 +187,35 @@ def test_a_recovered_job_resumes_from_the_latest_readable_retained_checkpoint(tm
                 tdd.job_id, tdd.execution_attempt_id, ExecutionState.RUNNING))
         wait_until(lambda: c.te.triggered, 10, "no checkpoint was triggered")
         assert {cid for _, cid in c.te.triggered} == {6}  # ids go on after the previous leader's
+
+
+def test_a_recovered_job_without_a_checkpoint_starts_from_its_savepoint_again(tmp_path: Any) -> None:
+    """A job started from a savepoint (``run -s``, or rescaled: a new JobMaster under the same
+    id) whose leader died before the job recorded a checkpoint of its own is recovered from
+    that savepoint again, not from the beginning (its checkpoint pointers were cleared)."""
+    import dataclasses
+    import json
+
+    from yarnflow.am.checkpoint.savepoints import write_savepoint
+    from yarnflow.am.checkpoint.storage import CheckpointStorage, job_checkpoint_dir
+    from yarnflow.common.ha import EmbeddedHaServices
+
+    base = job("STREAMING")
+    jg = dataclasses.replace(base, vertices=[dataclasses.replace(v, operator_uids=[v.name]) for v in base.vertices])
+    old = CheckpointStorage(job_checkpoint_dir((tmp_path / "old").as_uri(), str(jg.job_id)))
+    url = _checkpoint(old, jg, 7, tmp_path)
+    doc = json.loads(Path(url.removeprefix("file://")).read_text())
+    doc["vertices"] = {str(v.vertex_id): {"name": v.name, "parallelism": v.parallelism,
+                                          "max_parallelism": v.max_parallelism, "operator_uids": v.operator_uids}
+                       for v in jg.vertices}
+    savepoint = write_savepoint((tmp_path / "sp").as_uri(), str(jg.job_id), doc)
+    started = dataclasses.replace(jg, config={"execution.savepoint.path": savepoint})
+    ha = EmbeddedHaServices()  # no checkpoint pointers: the leader died before the first was recorded
+    with Cluster(started, finish=False, ha=ha, recover=True, checkpoints_dir=(tmp_path / "new").as_uri(),
+                 **{"execution.checkpointing.interval": "200 ms"}) as c:
+        wait_until(lambda: len(c.te.submitted) == 4, 10, "the recovered job was not deployed")
+        assert {t.restore.checkpoint_id if t.restore else None for t in c.te.submitted} == {7}
+        assert [cid for cid, _ in ha.checkpoint_store(str(jg.job_id)).checkpoints()] == [7]
 
 
 def test_a_job_master_that_no_longer_leads_suspends_its_job_and_writes_nothing(tmp_path: Any) -> None:
