@@ -52,7 +52,7 @@ from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced
 from yarnflow.common.rpc.gateways import job_master_service
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.am.dispatcher.job_data import (check_savepoint, delete_unreferenced_artifact, forget_ended_job,
-                                             job_storage_dir)
+                                             job_storage_dir, unretained_checkpoints)
 from yarnflow.am.dispatcher.rescaling import Rescales
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.states import JobStatus
@@ -99,7 +99,7 @@ class Dispatcher(RpcEndpoint):
         self._done: dict[JobID, Future[None]] = {}
         #: per job: settled once a client fetched its result
         self._fetched: dict[JobID, Future[None]] = {}
-        self._rescales = Rescales(config, self._main.execute, self._restart_rescaled)
+        self._rescales = Rescales(config, self._ha, self._main.execute, lambda g: self._job_master(g, False).start())
         #: clients waiting for a job's result: (their answer, the timer that ends their wait)
         self._result_waiters: dict[JobID, list[tuple[Future[JobResult], TimerHandle]]] = {}
         self.address = ""
@@ -196,11 +196,6 @@ class Dispatcher(RpcEndpoint):
         """Rescale the running job (``rescaling.py``); answers the new parallelism once it runs."""
         return self._rescales.start(self._running_job(job_id), parallelism)
 
-    def _restart_rescaled(self, job_graph: JobGraph) -> None:
-        self._ha.job_graph_store().put(job_graph)  # a next leader recovers the rescaled job
-        self._ha.checkpoint_store(job_graph.job_id).clear()  # (it starts from its savepoint)
-        self._job_master(job_graph, recover=False).start()
-
     def _default_job_master(self, job_graph: JobGraph, recover: bool,
                             on_terminal: Callable[[JobMaster], None]) -> JobMaster:
         return JobMaster(job_graph, self._config, self._rm, self.address,
@@ -239,9 +234,10 @@ class Dispatcher(RpcEndpoint):
                 self._take_in_result(entry)
         started: list[JobMaster] = []
         for job_id in graphs.job_ids():
-            if results.get(job_id) is not None:
+            if (ended := results.get(job_id)) is not None:  # its end was recorded, its clean-up maybe not done
                 log.info("job %s has a result already: it is not run again", job_id)
-                forget_ended_job(self._ha, self._storage_dir, JobID(job_id))
+                forget_ended_job(self._ha, self._storage_dir, JobID(job_id), unretained_checkpoints(
+                    self._ha, self._config, self._storage_dir, JobID(job_id), ended.result.status))
                 continue
             try:
                 job_graph = graphs.get(job_id)

@@ -10,12 +10,14 @@ import threading
 import fsspec
 
 from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, restore_metadata
+from yarnflow.am.checkpoint.storage import checkpoints_retained, job_checkpoint_dir
 from yarnflow.common.artifacts import artifact_uri
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import InvalidRequestError, NotLeaderError
 from yarnflow.common.ha import HighAvailabilityServices
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import JobGraph
+from yarnflow.common.states import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -112,3 +114,19 @@ def check_savepoint(config: Configuration, job_graph: JobGraph) -> None:
     if int(config[Options.CHECKPOINT_INTERVAL]) <= 0:
         raise InvalidRequestError("a job started from a savepoint must take checkpoints: set "
                                   "execution.checkpointing.interval (a STREAMING job)")
+
+
+def unretained_checkpoints(ha: HighAvailabilityServices, config: Configuration, storage_dir: str, job_id: JobID,
+                           status: JobStatus) -> str | None:
+    """The checkpoint folder of job ``job_id``, which ended ``status``, when its retention does
+    not keep it (as ``JobMaster.checkpoints_to_delete``); None when kept or its JobGraph cannot
+    be read. For a new leader that finds a job whose end was recorded but not cleaned up."""
+    try:
+        graph = ha.job_graph_store().get(job_id)
+    except Exception:  # noqa: BLE001 - any store's error: the checkpoints stay, as garbage at worst
+        return None
+    job_config = config.with_overrides(graph.config)
+    if checkpoints_retained(status, str(job_config[Options.CHECKPOINT_RETENTION])):
+        return None
+    return job_checkpoint_dir(str(job_config[Options.CHECKPOINT_DIR]) or f"{storage_dir.rstrip('/')}/checkpoints",
+                              str(job_id))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from yarnflow.am.dispatcher.job_data import check_savepoint
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import InvalidRequestError, RefusedError
+from yarnflow.common.ha import HighAvailabilityServices
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import JobGraph
 from yarnflow.common.rpc.endpoint import settle
@@ -67,11 +68,12 @@ class Rescales:
     ``take_over`` is asked when a job ends whether a rescale started a new JobMaster for it
     instead (then the end is not the job's)."""
 
-    def __init__(self, config: Configuration, run_on_main: Callable[..., None],
-                 restart: Callable[[JobGraph], None]) -> None:
+    def __init__(self, config: Configuration, ha: HighAvailabilityServices, run_on_main: Callable[..., None],
+                 start: Callable[[JobGraph], None]) -> None:
         self._config = config
+        self._ha = ha
         self._run_on_main = run_on_main
-        self._restart = restart
+        self._start = start
         self._pending: dict[JobID, _Rescale] = {}
         self._count: dict[JobID, int] = {}
 
@@ -128,7 +130,9 @@ class Rescales:
             refused = str(exc)
             graph = rescaled_graph(jm.job_graph, max(v.parallelism for v in jm.job_graph.vertices), rescale.savepoint)
         try:
-            self._restart(graph)
+            self._ha.job_graph_store().put(graph)  # a next leader recovers the rescaled job,
+            self._ha.checkpoint_store(graph.job_id).clear()  # from its savepoint (JobMaster recovery)
+            self._start(graph)
         except Exception as exc:  # noqa: BLE001 - the caller learns it; the job's end is then recorded
             settle(rescale.answer, exc)
             return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -434,3 +435,31 @@ def test_rescales_that_cannot_be_are_refused_and_the_job_runs_on(bed: Bed, monke
     third.join(5)
     assert isinstance(answer[0], RefusedError) and "ended CANCELED" in str(answer[0])
     assert bed.ha.job_result_store().get("j1") is not None
+
+
+@pytest.mark.parametrize("retention, kept", [("", False), ("RETAIN_ON_CANCELLATION", True)],
+                         ids=["default", "retained"])
+def test_a_new_leader_deletes_the_checkpoints_an_ended_jobs_retention_does_not_keep(
+        tmp_path: Path, retention: str, kept: bool) -> None:
+    """The old leader recorded the job's end (CANCELED) and died before cleaning up: the new one
+    deletes the job's checkpoints unless its retention keeps them."""
+    ha = EmbeddedHaServices()
+    first = Bed(tmp_path, ha)
+    graph = first.graph("ended")
+    if retention:
+        graph = dataclasses.replace(graph, config={"execution.checkpointing.externalized-checkpoint-retention":
+                                                   retention})
+    ha.job_graph_store().put(graph)
+    ha.job_result_store().put(JobResultEntry(JobResult(JobID("ended"), JobStatus.CANCELED, 1, 2), 5))
+    chk = tmp_path / "storage" / "checkpoints" / "ended" / "chk-3"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_text("{}")
+    bed = Bed(tmp_path, ha)
+    assert bed.d.recover_jobs() == []
+    if kept:
+        time.sleep(0.3)
+        assert chk.exists()
+    else:
+        wait_until(lambda: not chk.parent.exists(), 5, "the ended job's checkpoints stayed")
+    bed.d.stop(grace_s=0)
+    first.d.stop(grace_s=0)
