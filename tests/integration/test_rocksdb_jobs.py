@@ -104,7 +104,7 @@ def test_a_sigkilled_taskexecutor_on_rocksdb_loses_and_repeats_nothing(local_clu
                                      random.Random(4), (0.0, 1.0))
     assert_upsert_counts(out, _counts(rows))
     assert any(p.endswith(".sst") for p in checkpoints.shared), "no incremental checkpoint"
-    wait_until(lambda: not any((tmp_path / "checkpoints").glob("*/chk-*")), 10,
+    wait_until(lambda: not any((tmp_path / "checkpoints").glob("*/chk-*")), 30,
                "the finished job's checkpoints were not deleted")  # (on a thread, once its result is recorded)
     _removed_soon(tmp_path)  # the killed TaskExecutor's too: the restarted tasks removed them
 
