@@ -138,6 +138,13 @@ def _redistribution(schema: pa.Schema) -> str:
     return "none" if (schema.metadata or {}).get(REDISTRIBUTE_KEY) == b"none" else "list"
 
 
+def _folder(path: str) -> tuple[Any, str]:
+    """(filesystem, folder) of a savepoint or checkpoint given as its folder or its ``_metadata``."""
+    fs, root = fsspec.core.url_to_fs(path)
+    root = root.rstrip("/")
+    return fs, root[: -len(METADATA) - 1] if root.endswith(f"/{METADATA}") else root
+
+
 def savepoint_of_checkpoint(path: str) -> str | None:
     """When ``path`` is a retained checkpoint (a ``chk-<n>`` folder or its ``_metadata``; or a
     job's checkpoint folder, meaning its latest complete ``chk-<n>``), write a savepoint of it
@@ -147,10 +154,7 @@ def savepoint_of_checkpoint(path: str) -> str | None:
     from it as from any savepoint (mapped by uid, rescaled) while the checkpoint stays as it was.
     None when ``path`` holds no checkpoint (a savepoint, or nothing: ``read_savepoint`` says
     which). Raises SavepointError when the checkpoint cannot become a savepoint (unaligned)."""
-    fs, root = fsspec.core.url_to_fs(path)
-    root = root.rstrip("/")
-    if root.endswith(f"/{METADATA}"):
-        root = root[: -len(METADATA) - 1]
+    fs, root = _folder(path)
     if not fs.exists(posixpath.join(root, METADATA)):  # a job's checkpoint folder: its latest chk-<n>
         try:
             ids = [int(posixpath.basename(p)[4:]) for p in fs.ls(root, detail=False)
@@ -173,10 +177,7 @@ def savepoint_of_checkpoint(path: str) -> str | None:
 
 def read_savepoint(path: str) -> dict[str, Any]:
     """The ``_metadata`` of the savepoint folder ``path`` (any fsspec URL)."""
-    fs, root = fsspec.core.url_to_fs(path)
-    root = root.rstrip("/")
-    if root.endswith(f"/{METADATA}"):
-        root = root[: -len(METADATA) - 1]
+    fs, root = _folder(path)
     try:
         with fs.open(posixpath.join(root, METADATA), "r") as fh:
             doc = json.load(fh)

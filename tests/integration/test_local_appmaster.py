@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+from typing import Any
 
 import psutil
 import pytest
@@ -44,12 +45,30 @@ def _assert_nothing_left(threads_before: set[threading.Thread],
     assert _yarnflow_logger_state() == logger_before
 
 
+def _count_exactly(ctx: Any, src: Any, expected: collections.Counter, parallelism: int) -> None:
+    """``env.execute()`` under ``ctx`` of a BATCH keyed sum of the files in ``src``: FINISHED,
+    every key counted exactly."""
+    import yarnflow
+    from yarnflow import executors
+
+    executors.set_context(ctx)
+    try:
+        env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism)
+        env.set_runtime_mode("BATCH")
+        env.read_text(str(src)).map(_to_row).key_by("k").sum("n").collect()
+        result = env.execute("embedded")
+    finally:
+        executors.set_context(None)
+    assert result.status == JobStatus.FINISHED
+    table = result.collected()
+    assert collections.Counter(dict(zip(table["k"].to_pylist(), table["n"].to_pylist()))) == expected
+
+
 @pytest.mark.timeout(120)
 def test_env_execute_runs_on_an_in_process_appmaster_and_leaves_nothing_behind(process_tag, tmp_path, monkeypatch):
     """The user's path: ``env.execute()`` with no cluster address starts the embedded cluster with
     its AppMaster on this process's threads, runs the job (rows from files, counted exactly) and
     stops it: no TaskExecutor, thread or change to the ``yarnflow`` logger is left."""
-    import yarnflow
     from yarnflow import executors
     from tests.conftest import TAG_VAR
 
@@ -74,19 +93,11 @@ def test_env_execute_runs_on_an_in_process_appmaster_and_leaves_nothing_behind(p
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     ctx = executors.LocalContext(2, 1, {"heartbeat.interval": "200 ms"}, progress=False)
-    executors.set_context(ctx)
     try:
-        env = yarnflow.StreamExecutionEnvironment(parallelism=2)
-        env.set_runtime_mode("BATCH")
-        env.read_text(str(src)).map(_to_row).key_by("k").sum("n").collect()
-        result = env.execute("in-process")
+        _count_exactly(ctx, src, expected, 2)
     finally:
-        executors.set_context(None)
         done.set()
         watcher.join(5)
-    assert result.status == JobStatus.FINISHED
-    table = result.collected()
-    assert collections.Counter(dict(zip(table["k"].to_pylist(), table["n"].to_pylist()))) == expected
     assert len(seen["workers"]) == 2 and seen["appmasters"] == set()
     assert ctx.cluster.appmaster_in_process and ctx.cluster.proc.pid == os.getpid()
     _assert_nothing_left(threads_before, logger_before)
@@ -100,7 +111,6 @@ def test_the_embedded_cluster_starts_the_taskexecutors_the_job_needs(process_tag
     run``) starts as many as the job's slots need, so a per-row job at parallelism 3 runs its three
     subtasks in three processes (three cores' worth of Python), not on threads of one; with two
     slots per TaskExecutor, two processes. Rows from files, counted exactly."""
-    import yarnflow
     from yarnflow import executors
     from tests.conftest import TAG_VAR
 
@@ -108,17 +118,7 @@ def test_the_embedded_cluster_starts_the_taskexecutors_the_job_needs(process_tag
     src = tmp_path / "in"
     expected = _write_files(src, files=3, rows=3000)
     ctx = executors.LocalContext(conf={"heartbeat.interval": "200 ms", **conf}, progress=False)
-    executors.set_context(ctx)
-    try:
-        env = yarnflow.StreamExecutionEnvironment(parallelism=3)
-        env.set_runtime_mode("BATCH")
-        env.read_text(str(src)).map(_to_row).key_by("k").sum("n").collect()
-        result = env.execute("sized")
-    finally:
-        executors.set_context(None)
-    assert result.status == JobStatus.FINISHED
-    table = result.collected()
-    assert collections.Counter(dict(zip(table["k"].to_pylist(), table["n"].to_pylist()))) == expected
+    _count_exactly(ctx, src, expected, 3)
     assert (ctx.cluster.taskexecutors, ctx.cluster.slots) == layout  # (3 slots: every subtask in a process of its own)
 
 
