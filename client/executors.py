@@ -286,14 +286,12 @@ class LocalContext(ClusterContext):
         from yarnflow.local_cluster import LocalCluster
 
         job = compile_job(env, job_name)  # fail on a bad pipeline before starting any process
-        config = Configuration.load(self.conf)
-        # (-D taskmanager.numberOfTaskSlots wins over the argument, as in LocalCluster)
-        slots = self.slots if self.slots and Options.NUM_SLOTS.key not in self.conf else config[Options.NUM_SLOTS]
-        taskexecutors = self.taskexecutors or max(1, -(-job.num_slots // slots))
         # the AppMaster on this process's threads (one process fewer), unless it must be able to
         # fail over (high availability): then it runs as a process of its own
-        in_process = not ha_enabled(config)
-        cluster = LocalCluster(taskexecutors, slots, self.conf, appmaster_in_process=in_process)
+        in_process = not ha_enabled(Configuration.load(self.conf))
+        cluster = LocalCluster(self.taskexecutors or 1, self.slots, self.conf, appmaster_in_process=in_process)
+        if not self.taskexecutors:  # one per slot the job needs, at the slots per TaskExecutor it settled on
+            cluster.taskexecutors = max(1, -(-job.num_slots // cluster.slots))
         self.cluster = cluster
         try:
             cluster.start(wait_for_taskexecutors=False)
