@@ -101,6 +101,8 @@ class JobCheckpoints:
         #: which retained checkpoints reference each file of the shared folder (incremental ones)
         self.shared = SharedStateRegistry()
         self.ever_completed = False
+        #: a final checkpoint was wanted (``task_finished``) while another was pending
+        self._final_wanted = False
         #: set by the core: fails the job (too many failed checkpoints)
         self.on_fail_job: Callable[[str], None] = lambda reason: None
 
@@ -139,7 +141,8 @@ class JobCheckpoints:
         When that leaves a running task whose upstream tasks have all finished (its input is
         ending, and a two-phase sink in it waits for a final checkpoint to commit), a
         checkpoint is triggered now rather than at the next interval, so a bounded job does
-        not wait up to an interval to end (min-pause and max-concurrent still apply)."""
+        not wait up to an interval to end (min-pause and max-concurrent still apply); when one
+        is pending, as soon as that one ends (``checkpoint_ended``)."""
         self.coordinator.acknowledge_finished(ex.attempt_id, (self._sid_of(ex), None))
         for checkpoint_id in sorted(self.coordinator.pending):
             # tasks the pending checkpoint waits for whose inputs have now all ended: their
@@ -149,7 +152,17 @@ class JobCheckpoints:
             self.coordinator.trigger_tasks(checkpoint_id, [
                 e.attempt_id for e in self._graph.current_executions()
                 if e.attempt_id in awaiting and e.state == ExecutionState.RUNNING and self._inputs_ended(e)])
-        if not self.coordinator.pending and self._an_input_ended():
+        if self._an_input_ended():
+            self._final_wanted = bool(self.coordinator.pending)
+            if not self._final_wanted:
+                self.coordinator.trigger()
+
+    def checkpoint_ended(self) -> None:
+        """A checkpoint completed or was aborted: if a final checkpoint was wanted meanwhile
+        (the pending one may have been triggered before the input ended, so it does not count as
+        final for the tasks waiting), it starts now, not at the next interval."""
+        if self._final_wanted and not self.coordinator.pending and self._an_input_ended():
+            self._final_wanted = False
             self.coordinator.trigger()
 
     def _an_input_ended(self) -> bool:

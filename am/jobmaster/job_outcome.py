@@ -166,15 +166,19 @@ class CheckpointEvents:
     def decline_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, reason: str) -> None:
         if self.checkpoints is not None:
             self.checkpoints.coordinator.decline(checkpoint_id, attempt_id, reason)
+            self.checkpoints.checkpoint_ended()
 
     def checkpoint_trigger_failed(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, error: ErrorInfo) -> None:
         if self.checkpoints is not None:
             self.checkpoints.coordinator.trigger_failed(checkpoint_id, attempt_id, error.describe())
+            self.checkpoints.checkpoint_ended()
 
     def checkpoint_metadata_written(self, checkpoint_id: int) -> None:
         if self.checkpoints is not None:
             self.checkpoints.coordinator.metadata_written(checkpoint_id)
+            self.checkpoints.checkpoint_ended()
 
     def checkpoint_metadata_failed(self, checkpoint_id: int, detail: str) -> None:
         if self.checkpoints is not None:
             self.checkpoints.coordinator.metadata_failed(checkpoint_id, detail)
+            self.checkpoints.checkpoint_ended()

@@ -229,6 +229,35 @@ def test_a_task_finishing_during_a_checkpoint_counts_as_finished_in_it() -> None
     assert write.metadata["subtasks"][f"{src.vertex_id}#0"] == {"finished": True, "files": []}  # type: ignore[index]
 
 
+def test_a_final_checkpoint_wanted_while_another_is_pending_starts_when_that_one_ends() -> None:
+    """The source takes checkpoint 1's barrier, then its input ends; its consumer may take that
+    barrier before its own input ends, so checkpoint 1 need not be the final checkpoint its
+    two-phase sink waits for. As soon as 1 completes a new one starts, instead of the bounded
+    job waiting up to an interval (1 s here) to end."""
+    src, sink = vertex("src", 1, source=True), vertex("sink", 1)
+    jg = JobGraph(JOB, "final", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
+                                                      ExchangeMode.PIPELINED, ["k"])],
+                  artifact_uri="file:///job.zip", runtime_mode="STREAMING")
+    d = CkptDriver(jg)
+    deploys = d.running()
+    source = next(x for x in deploys if x.tdd.task_name == "src")
+    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    d.advance(1_000)                      # checkpoint 1 at the source
+    d.ack(source, 1)
+    d.report(source, S.FINISHED)          # its input ends while 1 is pending: no second one yet
+    d.ack(consumer, 1)
+    d.actions.clear()
+    d.core.checkpoint_metadata_written(1)
+    d.drain()
+    triggers = d.of(TriggerTaskCheckpoint)  # at once, the clock has not moved
+    assert [(t.attempt_id, t.checkpoint_id) for t in triggers] == [(consumer.attempt_id, 2)]
+    d.ack(consumer, 2)
+    d.actions.clear()
+    d.core.checkpoint_metadata_written(2)
+    d.drain()
+    assert not d.of(TriggerTaskCheckpoint)  # once: the next comes at the interval, as usual
+
+
 def test_a_subtask_restored_as_finished_is_not_asked_for_snapshots() -> None:
     src, sink = vertex("src", 1, source=True), vertex("sink", 1)
     jg = JobGraph(JOB, "drained", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
