@@ -15,6 +15,7 @@ import functools
 import glob
 import importlib.util
 import os
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -82,17 +83,11 @@ def _hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         arr = arr.combine_chunks()
     t = arr.type
     if pa.types.is_dictionary(t):
-        codes = arr.indices.to_numpy(zero_copy_only=False)
-        dictionary = arr.dictionary
-        dict_hash = hash_array(dictionary.to_numpy(zero_copy_only=False).astype(object), categorize=False) \
-            if (pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)
-                or pa.types.is_binary(dictionary.type)) else _hash_array(dictionary)
-        out = dict_hash[np.nan_to_num(codes, nan=0).astype(np.int64)] if len(dictionary) \
-            else np.zeros(len(arr), dtype=np.uint64)  # all null: no values to index
+        return _by_dictionary(arr, _distinct_hashes(arr.dictionary))
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
             or pa.types.is_large_binary(t):
-        if len(arr) > 64:  # hash each distinct value once
-            return _hash_array(pc.dictionary_encode(arr))
+        if len(arr) > 64:  # hash each distinct value once (the values seen before not again)
+            return _STRING_HASHES.hash(arr)
         out = hash_array(arr.fill_null("").to_numpy(zero_copy_only=False).astype(object), categorize=False)
     elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) \
             or pa.types.is_temporal(t):
@@ -104,9 +99,29 @@ def _hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         out = hash_array(values.to_numpy(zero_copy_only=False))
     else:
         out = hash_array(np.asarray(arr.to_pylist(), dtype=object))
+    return _with_nulls(arr, out)
+
+
+def _with_nulls(arr: pa.Array, out: np.ndarray) -> np.ndarray:
     if arr.null_count:
         out = np.where(arr.is_null().to_numpy(zero_copy_only=False), np.uint64(0x9E3779B97F4A7C15), out)
     return out
+
+
+def _distinct_hashes(dictionary: pa.Array) -> np.ndarray:
+    """The hashes of a dictionary's values (distinct, no nulls)."""
+    t = dictionary.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return hash_array(dictionary.to_numpy(zero_copy_only=False).astype(object), categorize=False)
+    return _hash_array(dictionary)
+
+
+def _by_dictionary(arr: pa.DictionaryArray, dict_hash: np.ndarray) -> np.ndarray:
+    """Each row's hash from its dictionary value's (``dict_hash``); nulls hashed as nulls."""
+    if not len(arr.dictionary):  # all null: no values to index
+        return _with_nulls(arr, np.zeros(len(arr), dtype=np.uint64))
+    indices = arr.indices.fill_null(0) if arr.indices.null_count else arr.indices
+    return _with_nulls(arr, dict_hash[indices.to_numpy(zero_copy_only=False)])
 
 
 def hash_keys(batch: pa.RecordBatch | pa.Table, key_columns: Sequence[str]) -> np.ndarray:
@@ -130,3 +145,56 @@ def key_groups(batch: pa.RecordBatch | pa.Table, key_columns: Sequence[str], max
 def operator_index_for_key_groups(kg: np.ndarray, max_parallelism: int, parallelism: int) -> np.ndarray:
     """Flink's computeOperatorIndexForKeyGroup: contiguous key-group ranges per subtask."""
     return (kg * parallelism) // max_parallelism
+
+
+class _StringHashCache(threading.local):
+    """The hashes of the strings a thread has hashed before, so that a batch of keys from a
+    known vocabulary (most keyed streams: words, the ids of active users, ...) costs an Arrow
+    ``index_in`` and a numpy ``take``, both without the GIL, instead of turning each distinct
+    value into a Python string and hashing it under the GIL, which the slots of one
+    TaskExecutor (threads of one process) wait for each other on. Per thread and per type, up to
+    ``LIMIT`` values and ``LIMIT_BYTES`` of them each; when most values of batch after batch are new (unique ids), it stops
+    looking and hashes as before. The hashes are the same either way."""
+
+    LIMIT = 1 << 16
+    LIMIT_BYTES = 4 << 20
+    GIVE_UP_AFTER = 8  # batches in a row with more new values than known ones
+
+    def __init__(self) -> None:
+        self._known: dict[pa.DataType, tuple[pa.Array, np.ndarray]] = {}
+        self._misses = 0
+
+    def hash(self, arr: pa.Array) -> np.ndarray:
+        if self._misses >= self.GIVE_UP_AFTER:
+            encoded = pc.dictionary_encode(arr)
+            return _by_dictionary(encoded, _distinct_hashes(encoded.dictionary))
+        known = self._known.get(arr.type)
+        if known is None:
+            return self._learn(arr, None)
+        values, hashes = known
+        index = pc.index_in(arr, value_set=values)
+        if not index.null_count:  # every value seen before
+            self._misses = 0
+            return hashes[index.to_numpy(zero_copy_only=False)]
+        new = index.is_null().to_numpy(zero_copy_only=False)
+        out = np.empty(len(arr), dtype=np.uint64)
+        out[~new] = hashes[index.drop_null().to_numpy(zero_copy_only=False)]
+        fresh = arr.filter(pa.array(new))
+        out[new] = self._learn(fresh, known)
+        self._misses = self._misses + 1 if 2 * len(fresh) > len(arr) else 0
+        return out
+
+    def _learn(self, arr: pa.Array, known: tuple[pa.Array, np.ndarray] | None) -> np.ndarray:
+        """The hashes of ``arr``; its distinct values are remembered while there is room."""
+        encoded = pc.dictionary_encode(arr)
+        dictionary = encoded.dictionary
+        dict_hash = _distinct_hashes(dictionary)
+        held, held_bytes = (0, 0) if known is None else (len(known[0]), known[0].nbytes)
+        if len(dictionary) and held + len(dictionary) <= self.LIMIT \
+                and held_bytes + dictionary.nbytes <= self.LIMIT_BYTES:
+            self._known[arr.type] = (dictionary, dict_hash) if known is None else (
+                pa.concat_arrays([known[0], dictionary]), np.concatenate([known[1], dict_hash]))
+        return _by_dictionary(encoded, dict_hash)
+
+
+_STRING_HASHES = _StringHashCache()

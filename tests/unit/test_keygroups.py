@@ -273,3 +273,61 @@ def test_hashing_keys_does_not_import_pandas():
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+# -- the per-thread cache of string hashes ---------------------------------------------------------
+
+def _uncached(arr: pa.Array) -> list[int]:
+    """The hashes as computed without the cache: every distinct value hashed afresh."""
+    from yarnflow.worker.key_assignment import hash_array
+
+    values = arr.to_pylist()
+    distinct = sorted({v for v in values if v is not None}, key=repr)
+    h = dict(zip(distinct, hash_array(np.array(distinct, dtype=object), categorize=False).tolist()))
+    null = hash_keys(_batch(k=pa.array([None] * 65, arr.type)), ["k"]).tolist()[0]
+    return [null if v is None else h[v] for v in values]
+
+
+@pytest.mark.parametrize("type_", [pa.string(), pa.large_string(), pa.binary()], ids=str)
+def test_batches_of_known_new_and_mixed_strings_hash_as_without_the_cache(type_: pa.DataType):
+    """A thread remembers the hashes of the strings it hashed (so a vocabulary seen before costs
+    no Python string per value): batches all known, all new, mixed and with nulls hash exactly as
+    each value hashes on its own."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(7)
+
+    def value(i: int) -> object:
+        return f"w{i}-ü".encode() if type_ == pa.binary() else f"w{i}-ü"
+
+    def run() -> None:  # in a thread of its own: a fresh cache
+        vocabulary = [value(i) for i in range(500)]
+        batches = [[rng.choice(vocabulary) for _ in range(300)],                       # learns them
+                   [rng.choice(vocabulary) for _ in range(300)],                       # all known
+                   [rng.choice(vocabulary) if rng.random() < 0.5 else value(1000 + i)  # mixed
+                    for i in range(300)],
+                   [None if rng.random() < 0.2 else rng.choice(vocabulary) for _ in range(300)]]
+        for rows in batches:
+            arr = pa.array(rows, type_)
+            assert hash_keys(_batch(k=arr), ["k"]).tolist() == _uncached(arr)
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(run).result()
+
+
+def test_unique_keys_make_the_cache_stop_looking_and_hash_alike():
+    """Batch after batch of new values (unique ids): the cache gives up looking them up (it would
+    only cost), and the hashes stay the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from yarnflow.worker import key_assignment
+
+    def run() -> int:
+        for b in range(key_assignment._StringHashCache.GIVE_UP_AFTER + 3):
+            arr = pa.array([f"id-{b}-{i}" for i in range(200)])
+            assert hash_keys(_batch(k=arr), ["k"]).tolist() == _uncached(arr)
+        return key_assignment._STRING_HASHES._misses
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(run).result() >= key_assignment._StringHashCache.GIVE_UP_AFTER
