@@ -39,7 +39,9 @@ every function is called once per row), each followed by the same vectorised key
   each word's count in a ValueState and emits it from an event-time timer at the input's end
 - ``all``: each of the five in turn (``functions``: the figures of each).
 
-Every result is checked against pyarrow's group_by of the same files."""
+Every job (and Bytewax's dataflow) runs ``--repeat`` times (default 3) and each figure is the
+median of its runs; the two layouts' runs alternate. Every result is checked against pyarrow's
+group_by of the same files."""
 
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -203,11 +206,36 @@ def _expected(function: str, word_counts: dict[str, int]) -> dict[str, int]:
 
 
 def _time_job(function: str, folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
-              expected: dict[str, int], layout: tuple[int, int] | None = None) -> tuple[float, dict[str, int], bool]:
-    """(records/s, peaks in bytes, verified) of one job, run from a fresh client process: what an
-    earlier job left in a client's heap is not counted again."""
-    return in_child(_job_in_child, function, folder, n, parallelism, mode, conf, expected,  # type: ignore[no-any-return]
-                    layout)
+              expected: dict[str, int], layout: tuple[int, int] | None = None,
+              repeat: int = 1) -> tuple[float, dict[str, int], bool]:
+    """(records/s, peaks in bytes, verified) of a job run ``repeat`` times, each from a fresh
+    client process (what an earlier job left in a client's heap is not counted again): the median
+    rate, the largest peaks, and whether every run's result was right."""
+    runs = [in_child(_job_in_child, function, folder, n, parallelism, mode, conf, expected, layout)
+            for _ in range(repeat)]
+    peaks = {key: max(run[1][key] for run in runs) for key in runs[0][1]}
+    return statistics.median(run[0] for run in runs), peaks, all(run[2] for run in runs)
+
+
+def _layout_rates(function: str, folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
+                  expected: dict[str, int], repeat: int) -> tuple[dict[tuple[int, int], float], bool]:
+    """The median records/s on 1 x 2 and on 2 x 1, their runs taken in turn (1x2, 2x1, 1x2, ...)
+    so that a slow minute of the machine falls on both layouts alike."""
+    runs: dict[tuple[int, int], list[float]] = {(1, 2): [], (2, 1): []}
+    verified = True
+    for _ in range(repeat):
+        for layout, rates in runs.items():
+            rate, _, ok = _time_job(function, folder, n, parallelism, mode, conf, expected, layout)
+            rates.append(rate)
+            verified = verified and ok
+    return {layout: statistics.median(rates) for layout, rates in runs.items()}, verified
+
+
+def _bytewax(python: str, folder: str, processes: int, findall: bool, repeat: int) -> tuple[float, dict[str, int]]:
+    """The median seconds of ``repeat`` Bytewax runs, and the counts of the last (all are checked)."""
+    runs = [run_bytewax(python, folder, processes, findall) for _ in range(repeat)]
+    counts = runs[-1][1] if all(run[1] == runs[-1][1] for run in runs) else {}
+    return statistics.median(run[0] for run in runs), counts
 
 
 def _job_in_child(function: str, folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
@@ -287,7 +315,7 @@ def run_layout(records: int, parallelism: int, layout: tuple[int, int], mode: st
 
 
 def _findall(words_folder: str, n: int, parallelism: int, mode: str, conf: dict[str, str],
-             expected: dict[str, int], bytewax_python: str | None) -> tuple[dict[str, Any], bool]:
+             expected: dict[str, int], bytewax_python: str | None, repeat: int) -> tuple[dict[str, Any], bool]:
     """The realistic flat_map (``split_words``: ``re.findall`` over lines of 8 words, the same
     words), per row, in the default layout and in 1 x 2 and 2 x 1, with its own loop and Bytewax
     in the same run: ``findall_*`` figures, in words (the flat_map's output records) per second."""
@@ -296,25 +324,23 @@ def _findall(words_folder: str, n: int, parallelism: int, mode: str, conf: dict[
         loop_counts, loop_s = in_child(python_loop, folder, "findall")
         out: dict[str, Any] = {"findall_python_loop_records_per_s": round(n / loop_s)}
         verified = loop_counts == expected
-        rates = {}
-        for layout in (None, (1, 2), (2, 1)):
-            rate, _, ok = _time_job("findall", folder, n, parallelism, mode, conf, expected, layout)
-            rates[layout] = rate
-            verified = verified and ok
-        out["findall_records_per_s"] = round(rates[None])
-        out["findall_ratio_to_python_loop"] = round(rates[None] / (n / loop_s), 2)
+        default_rate, _, ok = _time_job("findall", folder, n, parallelism, mode, conf, expected, repeat=repeat)
+        rates, layouts_ok = _layout_rates("findall", folder, n, parallelism, mode, conf, expected, repeat)
+        verified = verified and ok and layouts_ok
+        out["findall_records_per_s"] = round(default_rate)
+        out["findall_ratio_to_python_loop"] = round(default_rate / (n / loop_s), 2)
         out["findall_1x2_records_per_s"] = round(rates[(1, 2)])
         out["findall_2x1_records_per_s"] = round(rates[(2, 1)])
         out["findall_layout_ratio"] = round(rates[(1, 2)] / rates[(2, 1)], 2)
         per_row = {**conf, "python.row-functions.vectorize": "false"}  # the function called once per line
-        rate, _, ok = _time_job("findall", folder, n, parallelism, mode, per_row, expected)
+        rate, _, ok = _time_job("findall", folder, n, parallelism, mode, per_row, expected, repeat=repeat)
         out["findall_per_row_records_per_s"] = round(rate)
         out["findall_per_row_ratio_to_python_loop"] = round(rate / (n / loop_s), 2)
         verified = verified and ok
         if bytewax_python:
-            seconds, counts = run_bytewax(bytewax_python, folder, parallelism, findall=True)
+            seconds, counts = _bytewax(bytewax_python, folder, parallelism, True, repeat)
             out["findall_bytewax_records_per_s"] = round(n / seconds)
-            out["findall_ratio_to_bytewax"] = round(rates[None] / (n / seconds), 2)
+            out["findall_ratio_to_bytewax"] = round(default_rate / (n / seconds), 2)
             out["findall_per_row_ratio_to_bytewax"] = round(out["findall_per_row_records_per_s"] / (n / seconds), 2)
             verified = verified and counts == expected
         return out, verified
@@ -324,7 +350,7 @@ def _findall(words_folder: str, n: int, parallelism: int, mode: str, conf: dict[
 
 def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str | None = None,
                 mode: str = "BATCH", conf: dict[str, str] | None = None, function: str = "map",
-                bytewax_python: str | None = None) -> dict[str, Any]:
+                bytewax_python: str | None = None, repeat: int = 3) -> dict[str, Any]:
     if function not in (*FUNCTIONS, "realistic", "all"):
         raise ValueError(f"unknown function {function!r}: expected one of {FUNCTIONS} or 'all'")
     folder, owned, n = _prepare("w1", records, input_dir)
@@ -333,11 +359,12 @@ def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str |
         expected, _ = _reference("w1", folder)
         loop_rate = n / loop_s
         out: dict[str, Any] = {"name": "rowpath", "function": function, "mode": mode, "records": n,
-                               "parallelism": parallelism, "python_loop_records_per_s": round(loop_rate)}
+                               "parallelism": parallelism, "repeat": repeat,
+                               "python_loop_records_per_s": round(loop_rate)}
         verified = loop_counts == expected
         per_row = {**(conf or {}), "python.row-functions.vectorize": "false"}
         if function in ("map", "realistic"):
-            runs = {label: _time_job(function, folder, n, parallelism, mode, c, expected)
+            runs = {label: _time_job(function, folder, n, parallelism, mode, c, expected, repeat=repeat)
                     for label, c in (("", {**(conf or {}), "python.row-functions.vectorize": "true"}),
                                      ("per_row_", per_row))}
             for label, (rate, peak, ok) in runs.items():
@@ -348,30 +375,28 @@ def run_rowpath(records: int = 5_000_000, parallelism: int = 2, input_dir: str |
                 verified = verified and ok
             if function == "realistic":  # the two layouts of two slots, both ways
                 for label, c in (("", {**(conf or {}), "python.row-functions.vectorize": "true"}), ("per_row_", per_row)):
-                    rates = {}
-                    for layout in ((1, 2), (2, 1)):
-                        rate, _, ok = _time_job(function, folder, n, parallelism, mode, c, expected, layout)
-                        rates[layout] = rate
+                    rates, ok = _layout_rates(function, folder, n, parallelism, mode, c, expected, repeat)
+                    verified = verified and ok
+                    for layout, rate in rates.items():
                         out[f"{label}{layout[0]}x{layout[1]}_records_per_s"] = round(rate)
-                        verified = verified and ok
                     out[f"{label}layout_ratio"] = round(rates[(1, 2)] / rates[(2, 1)], 2)
                 python = bytewax_python or os.environ.get("BYTEWAX_PYTHON")
                 if not python:
                     out["bytewax"] = ("skipped: give a Python with bytewax 0.21 installed (--bytewax-python or "
                                       "$BYTEWAX_PYTHON)")
                 else:
-                    seconds, counts = run_bytewax(python, folder, parallelism)
+                    seconds, counts = _bytewax(python, folder, parallelism, False, repeat)
                     out["bytewax_records_per_s"] = round(n / seconds)
                     out["ratio_to_bytewax"] = round(out["records_per_s"] / (n / seconds), 2)
                     out["per_row_ratio_to_bytewax"] = round(out["per_row_records_per_s"] / (n / seconds), 2)
                     verified = verified and counts == expected
-                figures, ok = _findall(folder, n, parallelism, mode, conf or {}, expected, python)
+                figures, ok = _findall(folder, n, parallelism, mode, conf or {}, expected, python, repeat)
                 out.update(figures)
                 verified = verified and ok
         else:
             figures = {}
             for name in (FUNCTIONS if function == "all" else (function,)):
-                rate, peak, ok = _time_job(name, folder, n, parallelism, mode, per_row, expected)
+                rate, peak, ok = _time_job(name, folder, n, parallelism, mode, per_row, expected, repeat=repeat)
                 figures[name] = {"records_per_s": round(rate), "ratio_to_python_loop": round(rate / loop_rate, 2),
                                  "peak_rss_mb": round(peak["rss"] / 2**20), "verified": ok}
                 verified = verified and ok

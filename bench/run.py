@@ -53,7 +53,7 @@ def _rowpath(args: argparse.Namespace) -> dict[str, Any]:
 
     return run_rowpath(records=args.records, parallelism=args.parallelism, input_dir=args.input,
                        mode=args.mode or "BATCH", conf=_conf(args), function=args.function,
-                       bytewax_python=args.bytewax_python)
+                       bytewax_python=args.bytewax_python, repeat=args.repeat)
 
 
 def _rowpath_layout(args: argparse.Namespace) -> dict[str, Any]:
@@ -72,6 +72,9 @@ def _rowpath_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bytewax-python", default=None,
                    help="realistic: a Python with bytewax 0.21 installed, to run the same word count as a Bytewax "
                         "dataflow in the same run (default: $BYTEWAX_PYTHON; without it, skipped)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of each job (and of Bytewax's dataflow); every figure is their median (default: 3: "
+                        "a job of 5,000,000 records takes well under a second, so one run is mostly noise)")
 
 
 def _w_args(p: argparse.ArgumentParser) -> None:
