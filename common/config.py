@@ -53,6 +53,26 @@ class Options:
     RPC_PORT = _opt("jobmanager.rpc.port", _parse_int, "AppMaster RPC port (0: any free port)", minimum=0)
     FAILOVER_STRATEGY = _opt("jobmanager.execution.failover-strategy", _parse_str,
                              "region (restart the failed pipelined region) or full", choices=("full", "region"))
+    SCHEDULER = _opt("jobmanager.scheduler", _parse_str,
+                     "default (a job runs at the parallelism it was given) or adaptive (at the parallelism the "
+                     "cluster's slots allow, up to the one it was given; it follows slots lost and added)",
+                     choices=("default", "adaptive"))
+    SCHEDULER_MODE = _opt("scheduler-mode", _parse_str,
+                          "reactive: every job uses all of the cluster's slots, up to its max parallelism "
+                          "(the adaptive scheduler, with no stabilization wait)", choices=("", "reactive"))
+    ADAPTIVE_RESOURCE_WAIT = _opt("jobmanager.adaptive-scheduler.resource-wait-timeout", parse_duration_ms,
+                                  "adaptive: how long a job short of slots waits for workers being started before "
+                                  "it runs on at the parallelism of the slots it has")
+    ADAPTIVE_STABILIZATION = _opt("jobmanager.adaptive-scheduler.resource-stabilization-timeout",
+                                  parse_duration_ms, "adaptive: how long a job short of slots, with no workers "
+                                  "being started, waits before it runs on at the parallelism of the slots it has")
+    ADAPTIVE_MIN_INCREASE = _opt("jobmanager.adaptive-scheduler.min-parallelism-increase", _parse_int,
+                                 "adaptive: the smallest increase of parallelism worth a rescale", minimum=1)
+    ADAPTIVE_SCALING_INTERVAL = _opt("jobmanager.adaptive-scheduler.scaling-interval.min", parse_duration_ms,
+                                     "adaptive: the least time between a job's rescale and its next rescale up")
+    ADAPTIVE_DESIRED = _opt("jobmanager.adaptive-scheduler.desired-parallelism", _parse_int,
+                            "adaptive: the parallelism a job grows to when slots allow (0: the one it was "
+                            "submitted with; reactive mode: its max parallelism)", minimum=0)
     RESTART_STRATEGY = _opt("restart-strategy.type", _parse_str, "restart strategy",
                             choices=("", "none", "off", "disable", "fixed-delay", "fixeddelay", "failure-rate",
                                      "failurerate", "exponential-delay", "exponentialdelay"))

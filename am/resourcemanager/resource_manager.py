@@ -178,6 +178,10 @@ class ResourceManager(RpcEndpoint):
         sm = self.slot_manager
         return self._main.call(lambda: (len(sm.task_executors), sm.total_slots(), sm.free_slot_count()))
 
+    def slots_for_job(self, job_id: JobID) -> tuple[int, int]:
+        """(slots ``job_id`` could use now, slots of workers being started): the SlotManager's."""
+        return self._main.call(lambda: self.slot_manager.slots_for_job(job_id))
+
     def task_executor_details(self) -> list[TaskExecutorDetails]:
         """Every registered TaskExecutor with its slots, for the REST API and metrics."""
         sm = self.slot_manager

@@ -281,6 +281,14 @@ class SlotManager:
     def free_slot_count(self) -> int:
         return sum(len(te.free_slots()) for te in self.task_executors.values())
 
+    def slots_for_job(self, job_id: JobID) -> tuple[int, int]:
+        """(the slots ``job_id`` could run in now: the free ones and its own, on TaskExecutors
+        that reported; the slots of the workers being started): what the adaptive scheduler
+        sizes a job by."""
+        usable = sum(1 for te in self.task_executors.values() if te.reported for s in te.slots
+                     if s.state == SlotState.FREE or s.job_id == job_id)
+        return usable, self.pending_workers * max(1, self.settings.slots_per_worker)
+
     # -- internals --------------------------------------------------------------------------
     def _slot_of(self, allocation_id: AllocationID) -> tuple[RegisteredTaskExecutor, SlotInfo] | None:
         for te in self.task_executors.values():
