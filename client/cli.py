@@ -284,6 +284,8 @@ def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
     click.echo(f"job {j.name} ({j.job_id}): {j.status.name}")
     if j.restart_strategy:
         click.echo(f"restart strategy: {j.restart_strategy}")
+    if j.scaling:
+        click.echo(f"scheduler: {j.scaling}")
     for v in j.vertices:
         states = ", ".join(f"{n} {s.name}" for s, n in sorted(v.state_counts.items()) if n)
         click.echo(f"  {v.name} (parallelism {v.parallelism}): {states}")

@@ -230,6 +230,7 @@ class JobStatusInfo(Message):
     latest_completed_checkpoint_id: int = 0
     num_restarts: int = 0
     checkpoint_counts: CheckpointCounts = field(default_factory=CheckpointCounts)
+    scaling: str = ""  # the adaptive scheduler's: "parallelism 2, desired 4: <why it waits>"
 
 
 @dataclass(frozen=True)

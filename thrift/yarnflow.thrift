@@ -171,6 +171,7 @@ struct JobStatusInfo {
   12: i64 latest_completed_checkpoint_id, // 0: none yet
   13: i32 num_restarts,            // restarts of any of the job's subtasks (Flink's numRestarts)
   14: CheckpointCounts checkpoint_counts,
+  15: string scaling,              // the adaptive scheduler: its parallelism, the desired one, why it waits ("": none)
 }
 
 struct JobResult {

@@ -18,6 +18,7 @@ not, or a store refuses a write (NotLeaderError), the job is SUSPENDED here, not
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -119,6 +120,8 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         self._storage = job_storage_dir
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
         self._rm_check_ms = job_config[Options.HEARTBEAT_INTERVAL]
+        #: the adaptive scheduler's view of the job (``JobStatusInfo.scaling``), set by the Dispatcher
+        self.scaling = ""
         self._main = MainThreadExecutor(f"jobmaster-{self.job_id[:8]}")
         super().__init__(f"JobMaster of job {self.job_id}", self._main)
         #: its Thrift processor, which the Dispatcher serves while the job runs here
@@ -448,8 +451,12 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         self._execute(self.core.cancel)
 
     def status_info(self) -> JobStatusInfo:
-        return self._main.call(self.core.status_info)
+        return self._with_scaling(self._main.call(self.core.status_info))
 
     def _status_info(self) -> JobStatusInfo:
         """For a caller already on the main thread (the Dispatcher's terminal callback)."""
-        return self.core.status_info()
+        return self._with_scaling(self.core.status_info())
+
+    def _with_scaling(self, info: JobStatusInfo) -> JobStatusInfo:
+        # ``scaling``: set by the Dispatcher's adaptive scheduler (a str: read and written whole)
+        return dataclasses.replace(info, scaling=self.scaling) if self.scaling else info

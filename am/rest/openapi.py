@@ -59,7 +59,7 @@ _SCHEMAS: dict[str, Any] = {
                             "status-counts", "plan"], **{
         "jid": _STR, "name": _STR, "isStoppable": _BOOL, "state": _STR, "job-type": _STR, "start-time": _INT,
         "end-time": _INT, "duration": _INT, "now": _INT, "maxParallelism": _INT, "num-restarts": _INT,
-        "checkpointing": _BOOL,
+        "checkpointing": _BOOL, "scheduler": _STR,
         "timestamps": {"type": "object", "additionalProperties": _INT},
         "vertices": {"type": "array", "items": _ref("Vertex")}, "status-counts": _TASKS,
         "plan": {"type": "object"}}),

@@ -130,7 +130,8 @@ def job_details(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
             "duration": _duration(info.start_time_ms, info.end_time_ms), "now": now_ms(),
             "maxParallelism": max(max_par.values(), default=-1), "timestamps": timestamps,
             "vertices": vertices, "status-counts": status_counts,
-            "plan": plan(info, graph)["plan"], "num-restarts": info.num_restarts}
+            "plan": plan(info, graph)["plan"], "num-restarts": info.num_restarts,
+            **({"scheduler": info.scaling} if info.scaling else {})}
 
 
 def plan(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:

@@ -1694,11 +1694,12 @@ class JobStatusInfo(object):
      - latest_completed_checkpoint_id
      - num_restarts
      - checkpoint_counts
+     - scaling
 
     """
 
 
-    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None, failure_history=None, restart_strategy=None, checkpoints=None, latest_completed_checkpoint_id=None, num_restarts=None, checkpoint_counts=None,):
+    def __init__(self, job_id=None, name=None, status=None, start_time_ms=None, end_time_ms=None, vertices=None, failure_cause=None, all_running_time_ms=None, failure_history=None, restart_strategy=None, checkpoints=None, latest_completed_checkpoint_id=None, num_restarts=None, checkpoint_counts=None, scaling=None,):
         self.job_id = job_id
         self.name = name
         self.status = status
@@ -1713,6 +1714,7 @@ class JobStatusInfo(object):
         self.latest_completed_checkpoint_id = latest_completed_checkpoint_id
         self.num_restarts = num_restarts
         self.checkpoint_counts = checkpoint_counts
+        self.scaling = scaling
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1813,6 +1815,11 @@ class JobStatusInfo(object):
                     self.checkpoint_counts.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 15:
+                if ftype == TType.STRING:
+                    self.scaling = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1887,6 +1894,10 @@ class JobStatusInfo(object):
         if self.checkpoint_counts is not None:
             oprot.writeFieldBegin('checkpoint_counts', TType.STRUCT, 14)
             self.checkpoint_counts.write(oprot)
+            oprot.writeFieldEnd()
+        if self.scaling is not None:
+            oprot.writeFieldBegin('scaling', TType.STRING, 15)
+            oprot.writeString(self.scaling.encode('utf-8') if sys.version_info[0] == 2 else self.scaling)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4265,6 +4276,7 @@ JobStatusInfo.thrift_spec = (
     (12, TType.I64, 'latest_completed_checkpoint_id', None, None, ),  # 12
     (13, TType.I32, 'num_restarts', None, None, ),  # 13
     (14, TType.STRUCT, 'checkpoint_counts', [CheckpointCounts, None], None, ),  # 14
+    (15, TType.STRING, 'scaling', 'UTF8', None, ),  # 15
 )
 all_structs.append(JobResult)
 JobResult.thrift_spec = (
