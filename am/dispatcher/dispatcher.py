@@ -53,6 +53,7 @@ from yarnflow.common.rpc.gateways import job_master_service
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.am.dispatcher.job_data import (check_savepoint, delete_unreferenced_artifact, forget_ended_job,
                                              job_storage_dir, unretained_checkpoints)
+from yarnflow.am.dispatcher.adaptive import AdaptiveScaling
 from yarnflow.am.dispatcher.rescaling import Rescales
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.states import JobStatus
@@ -99,7 +100,8 @@ class Dispatcher(RpcEndpoint):
         self._done: dict[JobID, Future[None]] = {}
         #: per job: settled once a client fetched its result
         self._fetched: dict[JobID, Future[None]] = {}
-        self._rescales = Rescales(config, self._ha, self._main.execute, lambda g: self._job_master(g, False).start())
+        self._rescales = Rescales(config, self._ha, self._main.execute, lambda g, r: self._job_master(g, r).start())
+        self.adaptive = AdaptiveScaling(config, rm, self._rescales, self._running, self._main)
         #: clients waiting for a job's result: (their answer, the timer that ends their wait)
         self._result_waiters: dict[JobID, list[tuple[Future[JobResult], TimerHandle]]] = {}
         self.address = ""
@@ -194,7 +196,7 @@ class Dispatcher(RpcEndpoint):
     @fenced()
     def rescale_job(self, job_id: JobID, parallelism: int) -> Future[int]:
         """Rescale the running job (``rescaling.py``); answers the new parallelism once it runs."""
-        return self._rescales.start(self._running_job(job_id), parallelism)
+        return self._rescales.start(self._running_job(job_id), parallelism, desired=parallelism)
 
     def _default_job_master(self, job_graph: JobGraph, recover: bool,
                             on_terminal: Callable[[JobMaster], None]) -> JobMaster:
@@ -350,6 +352,7 @@ class Dispatcher(RpcEndpoint):
     def cancel_job(self, job_id: JobID) -> None:
         jm = self._running_job(job_id)
         log.info("cancelling job %s", job_id)
+        self._rescales.forget(job_id)  # (the adaptive scheduler's rescale under way does not run it on)
         jm.cancel()
 
     @fenced()

@@ -22,6 +22,7 @@ import logging
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable
 
+from yarnflow.am.checkpoint.savepoints import SavepointError, savepoint_of_checkpoint
 from yarnflow.am.dispatcher.job_data import check_savepoint
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import InvalidRequestError, RefusedError
@@ -37,8 +38,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def rescaled_graph(job_graph: JobGraph, parallelism: int, savepoint: str) -> JobGraph:
-    """``job_graph`` at ``parallelism`` (see the module doc), to start from ``savepoint``.
+def job_parallelism(job_graph: JobGraph) -> int:
+    """The job's parallelism: the largest of its vertices' (the one a rescale changes)."""
+    return max(v.parallelism for v in job_graph.vertices)
+
+
+def rescaled_graph(job_graph: JobGraph, parallelism: int, savepoint: str, desired: int | None = None) -> JobGraph:
+    """``job_graph`` at ``parallelism`` (see the module doc), to start from ``savepoint`` (none:
+    from the start). For the adaptive scheduler it keeps the parallelism the job grows back to
+    (``desired``, else the one it had before its first rescale).
     Raises InvalidRequestError when a vertex cannot go there."""
     if parallelism < 1:
         raise InvalidRequestError(f"parallelism must be at least 1, not {parallelism}")
@@ -53,7 +61,16 @@ def rescaled_graph(job_graph: JobGraph, parallelism: int, savepoint: str) -> Job
         vertices.append(v)
     config = {**job_graph.config, Options.SAVEPOINT_PATH.key: savepoint,
               Options.SAVEPOINT_IGNORE_UNCLAIMED.key: "false"}
+    if desired is not None:
+        config[Options.ADAPTIVE_DESIRED.key] = str(desired)
+    elif int(config.get(Options.ADAPTIVE_DESIRED.key) or 0) <= 0:
+        config[Options.ADAPTIVE_DESIRED.key] = str(current)
     return dataclasses.replace(job_graph, vertices=vertices, config=config)
+
+
+class RescaleRefused(RefusedError):
+    """The job's state cannot go to that parallelism (a source that cannot be rescaled, ...): it
+    runs on at its own."""
 
 
 @dataclasses.dataclass
@@ -61,6 +78,11 @@ class _Rescale:
     parallelism: int
     answer: Future[int]
     savepoint: str = ""
+    #: the adaptive scheduler's rescale after slots were lost: the job was cancelled and runs on
+    #: from its latest completed checkpoint (it cannot stop with a savepoint without its slots)
+    from_checkpoint: bool = False
+    #: a rescale by hand sets the parallelism an adaptive job grows back to
+    desired: int | None = None
 
 
 class Rescales:
@@ -69,7 +91,7 @@ class Rescales:
     instead (then the end is not the job's)."""
 
     def __init__(self, config: Configuration, ha: HighAvailabilityServices, run_on_main: Callable[..., None],
-                 start: Callable[[JobGraph], None]) -> None:
+                 start: Callable[[JobGraph, bool], None]) -> None:
         self._config = config
         self._ha = ha
         self._run_on_main = run_on_main
@@ -77,7 +99,25 @@ class Rescales:
         self._pending: dict[JobID, _Rescale] = {}
         self._count: dict[JobID, int] = {}
 
-    def start(self, jm: JobMaster, parallelism: int) -> Future[int]:
+    def busy(self, job_id: JobID) -> bool:
+        return job_id in self._pending
+
+    def forget(self, job_id: JobID) -> None:
+        """The job was cancelled by a user: a rescale under way does not run it on."""
+        self._pending.pop(job_id, None)
+
+    def restart_from_checkpoint(self, jm: JobMaster, parallelism: int) -> Future[int]:
+        """The adaptive scheduler's rescale when the job lost slots: it is cancelled, and runs on
+        at ``parallelism`` from its latest completed checkpoint (from the start without one:
+        nothing was committed then), as a restart after a failure would at its old parallelism."""
+        answer: Future[int] = Future()
+        self._pending[jm.job_id] = _Rescale(parallelism, answer, from_checkpoint=True)
+        jm.cancel()
+        return answer
+
+    def start(self, jm: JobMaster, parallelism: int, desired: int | None = None) -> Future[int]:
+        """Rescale ``jm``'s job through a savepoint (by hand: ``desired`` is the parallelism an
+        adaptive job then grows back to, the one asked for)."""
         job_id = jm.job_id
         if job_id in self._pending:
             raise RefusedError(f"job {job_id} is being rescaled already")
@@ -87,12 +127,12 @@ class Rescales:
                                "execution.checkpointing.interval): its state moves through one")
         rescaled_graph(jm.job_graph, parallelism, "")  # refuse what cannot be, before stopping anything
         answer: Future[int] = Future()
-        if parallelism == max(v.parallelism for v in jm.job_graph.vertices):
+        if parallelism == job_parallelism(jm.job_graph):
             settle(answer, parallelism)
             return answer
         self._count[job_id] = self._count.get(job_id, 0) + 1
         target = f"{jm.checkpoint_dir.rstrip('/')}/rescale-{self._count[job_id]}"
-        rescale = self._pending[job_id] = _Rescale(parallelism, answer)
+        rescale = self._pending[job_id] = _Rescale(parallelism, answer, desired=desired)
         log.info("rescaling job %s to parallelism %d: stopping it with a savepoint into %s", job_id, parallelism,
                  target)
 
@@ -119,28 +159,50 @@ class Rescales:
         rescale = self._pending.pop(jm.job_id, None)
         if rescale is None:
             return False
-        if status != JobStatus.FINISHED or not rescale.savepoint:
+        if rescale.from_checkpoint and status == JobStatus.CANCELED:
+            try:
+                rescale.savepoint = self._latest_checkpoint(jm)
+            except Exception as exc:  # noqa: BLE001 - it cannot move: on at its parallelism, recovered
+                log.warning("job %s: its latest checkpoint could not be made a savepoint (%s): it runs on at its "
+                            "parallelism from that checkpoint", jm.job_id, exc)
+                settle(rescale.answer, RefusedError(f"its latest checkpoint could not be read to rescale: {exc}"))
+                self._start(jm.job_graph, True)
+                return True
+        elif status != JobStatus.FINISHED or not rescale.savepoint:
             settle(rescale.answer, RefusedError(f"the job ended {status.name} while it was being rescaled"))
             return False
-        graph = rescaled_graph(jm.job_graph, rescale.parallelism, rescale.savepoint)
+        graph = rescaled_graph(jm.job_graph, rescale.parallelism, rescale.savepoint, rescale.desired)
         refused = ""
         try:
-            check_savepoint(self._config.with_overrides(graph.config), graph)
+            if rescale.savepoint:
+                check_savepoint(self._config.with_overrides(graph.config), graph)
         except InvalidRequestError as exc:  # state that cannot go to that parallelism: on at the old one
             refused = str(exc)
-            graph = rescaled_graph(jm.job_graph, max(v.parallelism for v in jm.job_graph.vertices), rescale.savepoint)
+            graph = rescaled_graph(jm.job_graph, job_parallelism(jm.job_graph), rescale.savepoint, rescale.desired)
         try:
             self._ha.job_graph_store().put(graph)  # a next leader recovers the rescaled job,
             self._ha.checkpoint_store(graph.job_id).clear()  # from its savepoint (JobMaster recovery)
-            self._start(graph)
+            self._start(graph, False)
         except Exception as exc:  # noqa: BLE001 - the caller learns it; the job's end is then recorded
             settle(rescale.answer, exc)
             return False
         if refused:
             log.warning("job %s cannot be rescaled (%s): it runs on at its parallelism from %s", jm.job_id, refused,
                         rescale.savepoint)
-            settle(rescale.answer, RefusedError(f"{refused}; the job runs on at its parallelism"))
+            settle(rescale.answer, RescaleRefused(f"{refused}; the job runs on at its parallelism"))
         else:
-            log.info("job %s runs on at parallelism %d from %s", jm.job_id, rescale.parallelism, rescale.savepoint)
+            log.info("job %s runs on at parallelism %d from %s", jm.job_id, rescale.parallelism,
+                     rescale.savepoint or "the start (it had no completed checkpoint)")
             settle(rescale.answer, rescale.parallelism)
         return True
+
+    def _latest_checkpoint(self, jm: JobMaster) -> str:
+        """A savepoint of the cancelled job's latest completed checkpoint (without one, the
+        savepoint the job started from, if any: it has committed nothing since)."""
+        completed = self._ha.checkpoint_store(jm.job_id).checkpoints()
+        if not completed:
+            return str(jm.job_graph.config.get(Options.SAVEPOINT_PATH.key) or "")
+        savepoint = savepoint_of_checkpoint(completed[-1][1])
+        if savepoint is None:
+            raise SavepointError(f"{completed[-1][1]} holds no checkpoint")
+        return savepoint

@@ -75,18 +75,24 @@ JOB = textwrap.dedent("""\
 @pytest.fixture
 def setup(cli: Cli, local_cluster: Any, tmp_path: Path) -> tuple[Cli, str, Path, list[tuple[str, int]]]:
     cluster = local_cluster(taskexecutors=2, slots=6)
+    return cli, cluster.address, tmp_path, write_input(tmp_path, FILES, PER_FILE)
+
+
+def write_input(tmp_path: Path, files: int, per_file: int) -> list[tuple[str, int]]:
+    """``job.py`` and its input folder ``in``: file f holds event times [1000 f, 1000 f +
+    per_file), names in event-time order (a source takes its splits by name); the events."""
     src = tmp_path / "in"
     src.mkdir()
     events = []
-    for f in range(FILES):  # file f holds event times [1000 f, 1000 f + PER_FILE)
+    for f in range(files):
         lines = []
-        for r in range(PER_FILE):
+        for r in range(per_file):
             key, ts = f"k{(f * 5 + r) % KEYS}", f * 1000 + r
             events.append((key, ts))
             lines.append(f"{key} {ts}\n")
-        (src / f"in-{f}.txt").write_text("".join(lines))
+        (src / f"in-{f:03d}.txt").write_text("".join(lines))
     (tmp_path / "job.py").write_text(JOB)
-    return cli, cluster.address, tmp_path, events
+    return events
 
 
 def _start(cli: Cli, address: str, tmp_path: Path, parallelism: int, *flags: str) -> str:
