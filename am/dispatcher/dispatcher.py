@@ -54,6 +54,7 @@ from yarnflow.common.rpc.server import RpcServer
 from yarnflow.am.dispatcher.job_data import (check_savepoint, delete_unreferenced_artifact, forget_ended_job,
                                              job_storage_dir, unretained_checkpoints)
 from yarnflow.am.dispatcher.adaptive import AdaptiveScaling
+from yarnflow.am.dispatcher.elastic_calls import ElasticCalls
 from yarnflow.am.dispatcher.rescaling import Rescales
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.states import JobStatus
@@ -66,7 +67,7 @@ log = logging.getLogger(__name__)
 JobMasterFactory = Callable[[JobGraph, bool, Callable[[JobMaster], None]], JobMaster]
 
 
-class Dispatcher(RpcEndpoint):
+class Dispatcher(ElasticCalls, RpcEndpoint):
     """Every call runs on its main thread (the ``Dispatcher`` executor), so its state needs no
     lock. What waits (a client for a job's result, a savepoint) is answered with a Future that
     the RPC thread waits for; the main thread is never blocked by it. The AppMaster's own parts
@@ -172,31 +173,6 @@ class Dispatcher(RpcEndpoint):
         log.info("job %s (%s) submitted: %d vertices", job_graph.name, job_graph.job_id, len(job_graph.vertices))
         jm.start()
         return job_graph.job_id
-
-    @fenced()
-    def trigger_savepoint(self, job_id: JobID, target_dir: str, stop: str = "") -> Future[str]:
-        """A savepoint of the running job into a new folder under ``target_dir`` (default:
-        ``state.savepoints.dir``); answers its URL once written. ``stop``: see
-        ``stop_with_savepoint``."""
-        jm = self._running_job(job_id)
-        target = target_dir or str(self._config.with_overrides(jm.job_graph.config)[Options.SAVEPOINTS_DIR])
-        if not target:
-            raise InvalidRequestError("no savepoint folder: give one (yarnflow savepoint JOB_ID DIR) or set "
-                                      "state.savepoints.dir")
-        log.info("%s of job %s into %s", f"stop-with-savepoint ({stop})" if stop else "savepoint", job_id, target)
-        return jm.trigger_savepoint(target, stop=stop)
-
-    @fenced()
-    def stop_with_savepoint(self, job_id: JobID, target_dir: str, drain: bool) -> Future[str]:
-        """Stop the running job with a savepoint (its sources stop; with ``drain`` every timer
-        and window fires first); answers the savepoint's URL once it is complete, after which
-        the job's tasks end and it reaches FINISHED."""
-        return self.trigger_savepoint(job_id, target_dir, stop="drain" if drain else "stop")
-
-    @fenced()
-    def rescale_job(self, job_id: JobID, parallelism: int) -> Future[int]:
-        """Rescale the running job (``rescaling.py``); answers the new parallelism once it runs."""
-        return self._rescales.start(self._running_job(job_id), parallelism, desired=parallelism)
 
     def _default_job_master(self, job_graph: JobGraph, recover: bool,
                             on_terminal: Callable[[JobMaster], None]) -> JobMaster:
