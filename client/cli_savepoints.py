@@ -97,3 +97,19 @@ def rescale(address: str | None, dynamic: tuple[str, ...], parallelism: int, job
     now, conn = _call(address, dynamic, lambda gw: gw.rescale_job(job_id, parallelism), "rescaleJob")
     conn.close()
     click.echo(f"job {job_id} runs at parallelism {now}")
+
+
+@click.command("scale")
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+@click.option("--taskexecutors", "-n", type=click.IntRange(min=0), required=True,
+              help="how many TaskExecutors the session runs from now on")
+def session_scale(address: str | None, dynamic: tuple[str, ...], taskexecutors: int) -> None:
+    """Grow or shrink a running session to --taskexecutors TaskExecutors (YARN containers on
+    YARN, processes locally), and keep it there: the idle ones go first, then those running
+    the fewest tasks. Jobs with the adaptive scheduler or in reactive mode
+    (-D jobmanager.scheduler=adaptive, -D scheduler-mode=reactive) follow the slots; other
+    jobs that lose a TaskExecutor restart and wait for slots."""
+    now, conn = _call(address, dynamic, lambda gw: gw.scale_session(taskexecutors), "scaleSession")
+    conn.close()
+    click.echo(f"the session runs {now} TaskExecutors")

@@ -222,6 +222,8 @@ service DispatcherService {
   // stops at a consistent point (sinks commit), its state is dealt to the new parallelism and it
   // runs on under the same id; returns the new parallelism once the job runs with it.
   i32 rescaleJob(1: string fencing_token, 2: string job_id, 3: i32 parallelism) throws (1: RpcError err),
+  // run this many TaskExecutors from now on (yarnflow session scale); answers the count
+  i32 scaleSession(1: string fencing_token, 2: i32 taskexecutors) throws (1: RpcError err),
 }
 
 // ---- ResourceManager ---------------------------------------------------------------------

@@ -31,7 +31,7 @@ from yarnflow.am.resourcemanager.slotmanager.slot_manager import (
 )
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
-from yarnflow.common.errors import RefusedError, RpcError
+from yarnflow.common.errors import InvalidRequestError, RefusedError, RpcError
 from yarnflow.common.ids import AllocationID, JobID, ResourceID
 from yarnflow.common.messages import (MemoryStatus, RegistrationResponse, ResourceProfile, SlotReport,
                                       TaskExecutorRegistration)
@@ -75,6 +75,7 @@ class ResourceManager(RpcEndpoint):
             worker_slot_profile=ResourceProfile(taskexecutor_cores(config) / config[Options.NUM_SLOTS],
                                                 config[Options.TM_MEMORY] // (1 << 20) // config[Options.NUM_SLOTS]))
         self.slot_manager = SlotManager(SystemClock(), settings)
+        self._max_slots = settings.max_slots  # what scale_to may go up to
         self._main = MainThreadExecutor("resourcemanager")
         super().__init__("ResourceManager", self._main)
         self._io = ThreadPoolExecutor(8, thread_name_prefix="rm-io")
@@ -177,6 +178,20 @@ class ResourceManager(RpcEndpoint):
         """(registered TaskExecutors, total slots, free slots)."""
         sm = self.slot_manager
         return self._main.call(lambda: (len(sm.task_executors), sm.total_slots(), sm.free_slot_count()))
+
+    def scale_to(self, workers: int) -> int:
+        """Run ``workers`` TaskExecutors from now on (``SlotManager.scale_to``); answers it.
+        Raises InvalidRequestError above ``slotmanager.number-of-slots.max``."""
+        def scale() -> int:
+            try:
+                actions = self.slot_manager.scale_to(workers, self._max_slots)
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc)) from None
+            log.info("scaling the cluster to %d TaskExecutors", workers)
+            self._apply(actions)
+            return workers
+
+        return self._main.call(scale)
 
     def slots_for_job(self, job_id: JobID) -> tuple[int, int]:
         """(slots ``job_id`` could use now, slots of workers being started): the SlotManager's."""

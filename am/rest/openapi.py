@@ -92,6 +92,7 @@ _SCHEMAS: dict[str, Any] = {
                                                  checkpoint_type=_STR, persisted_data=_INT,
                                                  alignment_duration=_INT)}),
     "TriggerResponse": _obj(["request-id"], **{"request-id": _STR}),
+    "ScaledTaskManagers": _obj(["taskmanagers"], taskmanagers=_INT),
     "SavepointStatus": _obj(["status"], status=_obj(["id"], id={"type": "string",
                                                               "enum": ["IN_PROGRESS", "COMPLETED"]}),
                             operation={"type": ["object", "null"]}),
@@ -174,7 +175,11 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/logs": _get("The job's log lines (AppMaster and local TaskExecutors)", "Logs", 400, 404,
                                        params=[_JOB, {"name": "taskexecutor", "in": "query", "required": False,
                                                       "schema": _STR}]),
-            "/taskmanagers": _get("Registered TaskExecutors", "TaskManagers"),
+            "/taskmanagers": {**_get("Registered TaskExecutors", "TaskManagers"), "patch": {
+                "summary": "Run this many TaskExecutors from now on (yarnflow session scale)",
+                "parameters": [{"name": "count", "in": "query", "required": True,
+                                "schema": {"type": "integer", "minimum": 0}}],
+                "responses": _answers("ScaledTaskManagers", "200", 400)}},
             "/taskmanagers/{tmid}": _get("One TaskExecutor with its slots", "TaskManager", 404, params=[
                 {"name": "tmid", "in": "path", "required": True, "schema": _STR}]),
             "/artifacts": {"post": {

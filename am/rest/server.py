@@ -204,6 +204,7 @@ class RestServer:
                 ("/jobs/<jobid>/rescaling/<triggerid>", self.rescaling_status, ("GET",)),
                 ("/jobs/<jobid>/logs", self.job_logs, ("GET",)),
                 ("/taskmanagers", self.taskmanagers, ("GET",)),
+                ("/taskmanagers", self.scale_taskmanagers, ("PATCH",)),
                 ("/taskmanagers/<tmid>", self.taskmanager, ("GET",)),
                 ("/metrics/prometheus-targets", self.prometheus_targets, ("GET",)),
                 ("/artifacts", self.upload_artifact, ("POST",))):
@@ -368,6 +369,15 @@ class RestServer:
     def taskmanagers(self) -> Response:
         return jsonify(taskmanagers=[{k: v for k, v in tm.items() if k != "allocatedSlots"}
                                      for tm in self._task_executors()])
+
+    def scale_taskmanagers(self) -> Response:
+        """``PATCH /taskmanagers?count=N`` (yarnflow's own, ``yarnflow session scale``): the cluster
+        runs N TaskExecutors from now on (``Dispatcher.scale_session``)."""
+        raw = request.args.get("count", "")
+        if not raw.isdigit():
+            raise ApiError(400, "count must be a whole number of TaskExecutors (?count=N)")
+        dispatcher = self._dispatcher()
+        return jsonify(taskmanagers=dispatcher.ask(dispatcher.scale_session, int(raw)))
 
     def upload_artifact(self) -> Response:
         """A job artifact streamed by a client that cannot write the storage dir (``uploads.py``)."""

@@ -103,6 +103,10 @@ class RemoteDispatcherGateway:
         """Rescale the running job to ``parallelism``; returns it once the job runs with it."""
         return self._c.rescale_job(self.fencing_token, job_id, parallelism, rpc_timeout_ms=timeout_ms)
 
+    def scale_session(self, taskexecutors: int) -> int:
+        """Have the cluster run ``taskexecutors`` TaskExecutors from now on."""
+        return self._c.scale_session(self.fencing_token, taskexecutors)
+
     def close(self) -> None:
         self._c.close()
 

@@ -44,6 +44,7 @@ DISPATCHER_METHODS = {
     "trigger_savepoint": True,
     "stop_with_savepoint": True,
     "rescale_job": True,
+    "scale_session": True,
 }
 #: JobMasterService's methods: Python name -> whether the IDL fences it
 JOB_MASTER_METHODS = {
@@ -99,6 +100,8 @@ class DispatcherServiceCalls(Protocol):
 
     def rescale_job(self, fencing_token: str, job_id: str, parallelism: int) -> int: ...
 
+    def scale_session(self, fencing_token: str, taskexecutors: int) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -140,6 +143,9 @@ class DispatcherServiceGateway:
 
     def rescale_job(self, fencing_token: str, job_id: str, parallelism: int, *, rpc_timeout_ms: int | None = None) -> int:
         return int(self._c.call("rescaleJob", str(fencing_token), str(job_id), parallelism, timeout_ms=rpc_timeout_ms))
+
+    def scale_session(self, fencing_token: str, taskexecutors: int, *, rpc_timeout_ms: int | None = None) -> int:
+        return int(self._c.call("scaleSession", str(fencing_token), taskexecutors, timeout_ms=rpc_timeout_ms))
 
     def close(self) -> None:
         self._c.close()
@@ -197,6 +203,11 @@ class DispatcherServiceHandler:
     @translated
     def rescaleJob(self, fencing_token: Any, job_id: Any, parallelism: Any) -> Any:  # noqa: N802 - Thrift's names
         result = self._e.rpc_invoke("rescale_job", fencing_token, (JobID(job_id), int(parallelism), ))
+        return result
+
+    @translated
+    def scaleSession(self, fencing_token: Any, taskexecutors: Any) -> Any:  # noqa: N802 - Thrift's names
+        result = self._e.rpc_invoke("scale_session", fencing_token, (int(taskexecutors), ))
         return result
 
     def processor(self) -> Any:

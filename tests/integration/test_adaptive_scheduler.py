@@ -9,11 +9,13 @@ exactly what an unchanged run commits."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,10 +30,10 @@ from tests.integration.test_rescaling import WINDOW_MS, _check, write_input
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 FILES, PER_FILE = 32, 600  # ~0.1 s per 40-row batch: ~12 s at parallelism 4, ~24 s at 2 (files apart in event time)
+CHECKPOINTS = ["-D", "execution.checkpointing.interval=300 ms", "-D", "execution.batch-size=40"]
 ADAPTIVE = ["-D", "jobmanager.scheduler=adaptive",
             "-D", "jobmanager.adaptive-scheduler.resource-stabilization-timeout=1 s",
-            "-D", "jobmanager.adaptive-scheduler.scaling-interval.min=2 s",
-            "-D", "execution.checkpointing.interval=300 ms", "-D", "execution.batch-size=40"]
+            "-D", "jobmanager.adaptive-scheduler.scaling-interval.min=2 s", *CHECKPOINTS]
 
 
 @pytest.fixture
@@ -115,3 +117,43 @@ def _lose_and_get_back_slots(cli: Cli, cluster: Any, gw: Any, extra_taskexecutor
     wait_until(lambda: cli.job_status("-a", cluster.address, job) == "FINISHED", 180, "the job did not finish")
     assert [j.job_id for j in gw.list_jobs()] == [job]  # one job, one id throughout
     _check(tmp_path / "out", events)
+
+
+def test_a_reactive_job_follows_a_session_scaled_up_and_down_and_commits_exactly(
+        cli: Cli, local_cluster: Any, tmp_path: Path) -> None:
+    """``scheduler-mode: reactive``: the job takes every slot of the session. ``yarnflow session
+    scale`` from 1 to 3 TaskExecutors (2 slots each): it grows to 6; REST ``PATCH /taskmanagers
+    ?count=2``: it runs on at 4. Output exact."""
+    cluster = local_cluster(taskexecutors=1, slots=2)
+    events = write_input(tmp_path, 48, PER_FILE)
+    cli.run("run", "-a", cluster.address, "--detached", "-D", "scheduler-mode=reactive", *CHECKPOINTS,
+            "-D", "jobmanager.adaptive-scheduler.scaling-interval.min=1 s", "job.py", str(tmp_path / "in"),
+            str(tmp_path / "out"), "2", check=True)
+    with closing(cluster.gateway()) as gw:
+        job = wait_until(lambda: (gw.list_jobs() or [None])[0], 30, "no job").job_id
+        wait_until(lambda: _parallelism(gw, job) == 2 and _checkpointed(gw, job), 60,
+                   "the job did not run at parallelism 2 with a completed checkpoint", interval_s=0.2)
+
+        scaled = cli.run("session", "scale", "-a", cluster.address, "--taskexecutors", "3", check=True)
+        assert scaled.stdout.strip() == "the session runs 3 TaskExecutors"
+        wait_until(lambda: _parallelism(gw, job) == 6, 60, "the job did not grow to the session's 6 slots",
+                   interval_s=0.2)
+        assert "scheduler: reactive: parallelism 6, desired 128" in cli.run("info", "-a", cluster.address,
+                                                                            job).stdout
+
+        web = gw.cluster_info().web_url
+        request = urllib.request.Request(f"{web}/taskmanagers?count=2", method="PATCH")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.load(answer) == {"taskmanagers": 2}
+        wait_until(lambda: _parallelism(gw, job) == 4 and gw.cluster_info().total_slots == 4, 60,
+                   "the job did not run on at 4 when the session shrank to 2 TaskExecutors", interval_s=0.2)
+
+        wait_until(lambda: cli.job_status("-a", cluster.address, job) == "FINISHED", 180, "the job did not finish")
+    _check(tmp_path / "out", events)
+
+
+def test_scaling_a_session_beyond_its_max_slots_is_refused(cli: Cli, local_cluster: Any) -> None:
+    cluster = local_cluster(taskexecutors=1, slots=2, **{"slotmanager.number-of-slots.max": "4"})
+    refused = cli.run("session", "scale", "-a", cluster.address, "--taskexecutors", "3")
+    assert refused.returncode == 1
+    assert "3 TaskExecutors of 2 slots: the cluster allows 2 (slotmanager.number-of-slots.max 4)" in refused.stderr

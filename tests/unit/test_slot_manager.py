@@ -545,3 +545,51 @@ def test_a_request_no_slot_could_ever_meet_fails_at_once() -> None:
     fits = request(2, profile=ResourceProfile(0, 256))
     assert sm.request_slot(fits) == [StartWorkers(1)]
     assert AllocationID("alloc-2") in sm.pending
+
+
+# ---- scaling a session (yarnflow session scale) and what a job could use -----------------------
+
+def test_scaling_up_starts_the_missing_workers_and_keeps_the_cluster_at_that_size() -> None:
+    sm, _ = manager(slots_per_worker=2, max_slots=100)
+    join(sm, registration(TE_A), "reg-a")
+    assert sm.scale_to(3, 100) == [StartWorkers(2)]
+    assert sm.settings.min_slots == sm.settings.max_slots == 6
+    assert sm.scale_to(3, 100) == []                              # the coming ones count
+    for i in range(8):                                            # requests beyond it start nothing
+        assert not any(isinstance(a, StartWorkers) for a in sm.request_slot(request(i)))
+
+
+def test_scaling_down_releases_idle_workers_first_then_the_least_busy_and_tells_their_jobs() -> None:
+    sm, _ = manager(slots_per_worker=2, max_slots=100)
+    for rid, reg in ((TE_A, "reg-a"), (TE_B, "reg-b"), (TE_C, "reg-c")):
+        join(sm, registration(rid), reg)
+    for i in range(2):                                            # spread: one slot on each of two
+        sm.request_slot(request(i))
+    busy = {rid: sum(s.state != SlotState.FREE for s in te.slots) for rid, te in sm.task_executors.items()}
+    assert sorted(busy.values()) == [0, 1, 1]
+    idle = next(rid for rid, n in busy.items() if n == 0)
+    actions = sm.scale_to(1, 100)
+    lost = [a for a in actions if isinstance(a, TaskExecutorLost)]
+    assert len(lost) == 2 and lost[0].resource_id == idle and not lost[0].allocations
+    assert lost[1].allocations                                    # its job learns it lost the slot
+    assert len(sm.task_executors) == 1 and not any(isinstance(a, StartWorkers) for a in actions)
+    assert "scaled to 1 TaskExecutors" in lost[0].reason
+
+
+def test_scaling_beyond_the_configured_max_is_refused() -> None:
+    sm, _ = manager(slots_per_worker=2, max_slots=4)
+    with pytest.raises(ValueError, match="allows 2"):
+        sm.scale_to(3, 4)
+    assert sm.settings.min_slots == 0
+
+
+def test_slots_for_job_counts_free_slots_and_the_jobs_own_on_reported_workers_and_those_coming() -> None:
+    sm, _ = manager(slots_per_worker=2)
+    join(sm, registration(TE_A), "reg-a")
+    sm.request_slot(request(0))
+    sm.request_slot(request(1, job=OTHER_JOB))
+    assert sm.slots_for_job(JOB) == (1, 0) and sm.slots_for_job(OTHER_JOB) == (1, 0)
+    assert sm.request_slot(request(2)) == [StartWorkers(1)]      # none free: a worker is started
+    assert sm.slots_for_job(JOB) == (1, 2)
+    sm.register(registration(TE_B), "reg-b")                      # registered, no slot report yet:
+    assert sm.slots_for_job(JOB) == (1, 0)                        # its slots are not counted yet

@@ -274,6 +274,25 @@ class SlotManager:
     def ensure_min_resources(self) -> list[Action]:
         return self._check_resources()
 
+    def scale_to(self, workers: int, configured_max_slots: int) -> list[Action]:
+        """The cluster is to have ``workers`` TaskExecutors (``yarnflow session scale``): it keeps
+        exactly their slots (min and max), starts what is missing and releases the rest, idle
+        ones first, then those running the fewest tasks (whose jobs lose them: the adaptive
+        scheduler runs them on at fewer). Raises ValueError above ``configured_max_slots``."""
+        spw = max(1, self.settings.slots_per_worker)
+        if workers < 0 or workers * spw > configured_max_slots:
+            raise ValueError(f"{workers} TaskExecutors of {spw} slots: the cluster allows "
+                             f"{configured_max_slots // spw} (slotmanager.number-of-slots.max {configured_max_slots})")
+        self.settings.min_slots = self.settings.max_slots = workers * spw
+        surplus = len(self.task_executors) + self.pending_workers - workers
+        self.pending_workers -= min(max(surplus, 0), self.pending_workers)  # started, not yet here: not waited for
+        actions: list[Action] = []
+        by_load = sorted(self.task_executors.values(),
+                         key=lambda te: (sum(s.state != SlotState.FREE for s in te.slots), te.registration_id))
+        for te in by_load[:max(len(self.task_executors) - workers, 0)]:
+            actions += self.unregister(te.resource_id, f"released: the cluster was scaled to {workers} TaskExecutors")
+        return actions + self._check_resources()
+
     # -- queries ----------------------------------------------------------------------------
     def total_slots(self) -> int:
         return sum(len(te.slots) for te in self.task_executors.values())

@@ -107,6 +107,15 @@ class Iface(object):
         """
         pass
 
+    def scaleSession(self, fencing_token, taskexecutors):
+        """
+        Parameters:
+         - fencing_token
+         - taskexecutors
+
+        """
+        pass
+
 
 class Client(Iface):
     def __init__(self, iprot, oprot=None):
@@ -469,6 +478,42 @@ class Client(Iface):
             raise result.err
         raise TApplicationException(TApplicationException.MISSING_RESULT, "rescaleJob failed: unknown result")
 
+    def scaleSession(self, fencing_token, taskexecutors):
+        """
+        Parameters:
+         - fencing_token
+         - taskexecutors
+
+        """
+        self.send_scaleSession(fencing_token, taskexecutors)
+        return self.recv_scaleSession()
+
+    def send_scaleSession(self, fencing_token, taskexecutors):
+        self._oprot.writeMessageBegin('scaleSession', TMessageType.CALL, self._seqid)
+        args = scaleSession_args()
+        args.fencing_token = fencing_token
+        args.taskexecutors = taskexecutors
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_scaleSession(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = scaleSession_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "scaleSession failed: unknown result")
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -484,6 +529,7 @@ class Processor(Iface, TProcessor):
         self._processMap["triggerSavepoint"] = Processor.process_triggerSavepoint
         self._processMap["stopWithSavepoint"] = Processor.process_stopWithSavepoint
         self._processMap["rescaleJob"] = Processor.process_rescaleJob
+        self._processMap["scaleSession"] = Processor.process_scaleSession
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -762,6 +808,32 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("rescaleJob", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_scaleSession(self, seqid, iprot, oprot):
+        args = scaleSession_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = scaleSession_result()
+        try:
+            result.success = self._handler.scaleSession(args.fencing_token, args.taskexecutors)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("scaleSession", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -2230,6 +2302,153 @@ class rescaleJob_result(object):
         return not (self == other)
 all_structs.append(rescaleJob_result)
 rescaleJob_result.thrift_spec = (
+    (0, TType.I32, 'success', None, None, ),  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class scaleSession_args(object):
+    """
+    Attributes:
+     - fencing_token
+     - taskexecutors
+
+    """
+
+
+    def __init__(self, fencing_token=None, taskexecutors=None,):
+        self.fencing_token = fencing_token
+        self.taskexecutors = taskexecutors
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.taskexecutors = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('scaleSession_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
+        if self.taskexecutors is not None:
+            oprot.writeFieldBegin('taskexecutors', TType.I32, 2)
+            oprot.writeI32(self.taskexecutors)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(scaleSession_args)
+scaleSession_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.I32, 'taskexecutors', None, None, ),  # 2
+)
+
+
+class scaleSession_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.I32:
+                    self.success = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('scaleSession_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.I32, 0)
+            oprot.writeI32(self.success)
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(scaleSession_result)
+scaleSession_result.thrift_spec = (
     (0, TType.I32, 'success', None, None, ),  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )
