@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import (InvalidRequestError, JobDefinitionError, JobFailedError, RefusedError,
-                                    RpcTimeoutError, UnavailableError)
+                                    RpcTimeoutError, UnavailableError, YarnflowError)
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo, VertexStatus
@@ -225,10 +225,14 @@ class ClusterContext:
             while True:
                 try:
                     result = conn.call(lambda gw: gw.request_job_result(job_id, 200), "requestJobResult")
-                    progress.update(conn.call(lambda gw: gw.get_job(job_id), "getJob"))
-                    return result
                 except (UnavailableError, RpcTimeoutError):
                     progress.update(conn.call(lambda gw: gw.get_job(job_id), "getJob"))
+                    continue
+                try:  # the final figures, when the cluster is still there: a yarn-per-job
+                    progress.update(conn.call(lambda gw: gw.get_job(job_id), "getJob"))
+                except YarnflowError:  # application may end as soon as its result was fetched
+                    pass
+                return result
         except KeyboardInterrupt:
             print(f"\ncancelling job {job_id} ...", file=sys.stderr)
             conn.call(lambda gw: gw.cancel_job(job_id), "cancelJob")
