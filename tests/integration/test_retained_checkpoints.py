@@ -95,3 +95,26 @@ def test_cancelling_deletes_the_checkpoints_unless_they_are_retained(setup: Any,
     refused = cli.run("run", "-a", address, "--no-progress", "-s", str(folder), "job.py", str(tmp_path / "in"),
                       str(tmp_path / "out2"))
     assert refused.returncode != 0 and "no savepoint" in refused.stderr
+
+
+def test_a_retained_incremental_rocksdb_checkpoint_keeps_its_shared_files_and_restores(setup: Any) -> None:
+    """An incremental RocksDB checkpoint references SST files in the job's ``shared/`` folder
+    that earlier checkpoints uploaded: retained, every one of them stays, and the job starts
+    again from it (at another parallelism) exactly."""
+    import json
+
+    cli, address, tmp_path, expected = setup
+    job, folder = _start(cli, address, tmp_path, "RETAIN_ON_CANCELLATION", "-D", "state.backend.type=rocksdb",
+                         "-D", "execution.checkpointing.incremental=true")
+    wait_until(lambda: len(_checkpoints(folder)) >= 1 and any((folder / "shared").glob("*")), 30,
+               "no incremental checkpoint with shared files")
+    cli.run("cancel", "-a", address, job, check=True)
+    wait_until(lambda: cli.job_status("-a", address, job) == "CANCELED", 30, "not cancelled")
+    latest = _checkpoints(folder)[-1]
+    referenced = [f["path"] for entry in json.loads(latest.read_text())["subtasks"].values() for f in entry["files"]]
+    shared = [p for p in referenced if "/shared/" in p]
+    assert shared, f"the latest checkpoint references no shared file: {referenced}"
+    missing = [p for p in referenced if not Path(p.removeprefix("file://")).exists()]
+    assert not missing, f"files the retained checkpoint needs are gone: {missing}"
+    _restore(cli, address, tmp_path, latest.parent, "3")
+    assert_upsert_counts(tmp_path / "out", expected)
