@@ -705,3 +705,29 @@ def test_a_killed_spark_executor_container_is_retried_by_spark_and_the_result_st
     started = containers_started(sandbox, app_id)
     assert killed in started and len(started) >= 7, started  # and a worker that replaced it
     assert report(app_id).final_status == "SUCCEEDED"
+
+
+def test_session_scale_asks_yarn_for_taskexecutor_containers_and_releases_them(yarn_cli: Cli, sandbox: Sandbox,
+                                                                                tmp_path: Path) -> None:
+    """``yarnflow session scale`` on YARN: containers are requested up to the count and killed
+    down to it (issue 30); a job then runs on what is there."""
+    expected = write_input(tmp_path / "in", files=2, rows=300)
+    app_id, keys, _ = start_session(yarn_cli)
+    with skein.Client.from_global_driver() as client:
+        app = client.connect(app_id)
+        grown = yarn_cli.run("session", "scale", *keys, "--taskexecutors", "2", timeout=60)
+        assert grown.returncode == 0, grown.stderr
+        assert grown.stdout.strip() == "the session runs 2 TaskExecutors"
+        wait_until(lambda: len(app.get_containers(services=["taskexecutor"], states=["RUNNING"])) == 2, 60,
+                   "no 2 TaskExecutor containers")
+        yarn_cli.run("session", "scale", *keys, "--taskexecutors", "1", check=True, timeout=60)
+        wait_until(lambda: len(app.get_containers(services=["taskexecutor"], states=["RUNNING"])) == 1
+                   and len(app.get_containers(services=["taskexecutor"], states=["KILLED", "SUCCEEDED"])) == 1,
+                   30, lambda: f"the surplus TaskExecutor container was not released: "
+                               f"{[(c.id, c.state) for c in app.get_containers(services=['taskexecutor'], states=['WAITING', 'REQUESTED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'KILLED'])]}")
+    ran = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "once",
+                       timeout=90)
+    assert ran.returncode == 0, ran.stderr
+    assert_batch_exact(tmp_path / "out", expected)
+    yarn_cli.run("session", "stop", *keys, check=True)
+    assert wait_final(app_id).final_status == "SUCCEEDED"

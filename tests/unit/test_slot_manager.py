@@ -593,3 +593,13 @@ def test_slots_for_job_counts_free_slots_and_the_jobs_own_on_reported_workers_an
     assert sm.slots_for_job(JOB) == (1, 2)
     sm.register(registration(TE_B), "reg-b")                      # registered, no slot report yet:
     assert sm.slots_for_job(JOB) == (1, 0)                        # its slots are not counted yet
+
+
+def test_a_worker_started_before_a_scale_down_is_released_when_it_registers() -> None:
+    sm, _ = manager(slots_per_worker=2, max_slots=100)
+    join(sm, registration(TE_A), "reg-a")
+    assert sm.scale_to(2, 100) == [StartWorkers(1)]
+    assert sm.scale_to(1, 100) == []                              # the coming one is not waited for
+    assert sm.register(registration(TE_B), "reg-b") == [ReleaseWorker(TE_B, "the cluster was scaled to 1 "
+                                                                             "TaskExecutors")]
+    assert list(sm.task_executors) == [TE_A] and sm.pending_workers == 0

@@ -142,6 +142,8 @@ class SlotManager:
     #: until then (monotonic ms) no worker is started: the previous leader's TaskExecutors are
     #: expected to register (Flink's resourcemanager.previous-worker.recovery.timeout)
     recovering_until_ms: int = 0
+    #: the TaskExecutors the cluster was scaled to (``scale_to``); None: never scaled
+    scaled_to: int | None = None
 
     def recover_previous_workers(self, timeout_ms: int) -> None:
         """A new leader: start no workers for ``timeout_ms`` (min slots or slot requests), so
@@ -165,6 +167,11 @@ class SlotManager:
         self.task_executors[registration.resource_id] = RegisteredTaskExecutor(
             registration, registration_id, slots, now, now)
         log.info("TaskExecutor %s registered with %d slots", registration.resource_id, registration.num_slots)
+        if old is None and self.scaled_to is not None and len(self.task_executors) > self.scaled_to:
+            # started before the cluster was scaled down: not wanted any more
+            del self.task_executors[registration.resource_id]
+            return actions + [ReleaseWorker(registration.resource_id,
+                                            f"the cluster was scaled to {self.scaled_to} TaskExecutors")]
         return actions + self._check_resources()  # its slots count as coming; handed out after its first report
 
     def by_registration(self, registration_id: str) -> RegisteredTaskExecutor | None:
@@ -278,12 +285,14 @@ class SlotManager:
         """The cluster is to have ``workers`` TaskExecutors (``yarnflow session scale``): it keeps
         exactly their slots (min and max), starts what is missing and releases the rest, idle
         ones first, then those running the fewest tasks (whose jobs lose them: the adaptive
-        scheduler runs them on at fewer). Raises ValueError above ``configured_max_slots``."""
+        scheduler runs them on at fewer); a worker started before and registering after is
+        released as it registers. Raises ValueError above ``configured_max_slots``."""
         spw = max(1, self.settings.slots_per_worker)
         if workers < 0 or workers * spw > configured_max_slots:
             raise ValueError(f"{workers} TaskExecutors of {spw} slots: the cluster allows "
                              f"{configured_max_slots // spw} (slotmanager.number-of-slots.max {configured_max_slots})")
         self.settings.min_slots = self.settings.max_slots = workers * spw
+        self.scaled_to = workers
         surplus = len(self.task_executors) + self.pending_workers - workers
         self.pending_workers -= min(max(surplus, 0), self.pending_workers)  # started, not yet here: not waited for
         actions: list[Action] = []
