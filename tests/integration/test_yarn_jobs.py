@@ -146,6 +146,16 @@ def start_session(yarn_cli: Cli, conf: dict[str, str] = YARN_CONF) -> tuple[str,
     return app_id, ["-D", f"yarn.application.id={app_id}"], started
 
 
+def _run_once_then_stop(yarn_cli: Cli, keys: list[str], tmp_path: Path, expected: Any, app_id: str) -> None:
+    """A BATCH job on the session counts every row once; then the session stops, SUCCEEDED."""
+    ran = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "once",
+                       timeout=90)
+    assert ran.returncode == 0, ran.stderr
+    assert_batch_exact(tmp_path / "out", expected)
+    yarn_cli.run("session", "stop", *keys, check=True)
+    assert wait_final(app_id).final_status == "SUCCEEDED"
+
+
 def report(app_id: str) -> Any:
     with skein.Client.from_global_driver() as client:
         return client.application_report(app_id)
@@ -485,12 +495,7 @@ def test_a_taskexecutor_started_by_scaling_the_service_joins_the_session_whose_u
     page = requests.get(tracking, timeout=10)
     assert page.status_code == 200 and "<title>yarnflow" in page.text, tracking
     assert requests.get(tracking.rstrip("/") + "/overview", timeout=10).json()["taskmanagers"] == 1
-    ran = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "once",
-                       timeout=90)
-    assert ran.returncode == 0, ran.stderr
-    assert_batch_exact(tmp_path / "out", expected)
-    yarn_cli.run("session", "stop", *keys, check=True)
-    assert wait_final(app_id).final_status == "SUCCEEDED"
+    _run_once_then_stop(yarn_cli, keys, tmp_path, expected, app_id)
 
 
 def test_application_mode_runs_main_in_the_appmaster_and_counts_every_row(yarn_cli: Cli, sandbox: Sandbox,
@@ -723,11 +728,5 @@ def test_session_scale_asks_yarn_for_taskexecutor_containers_and_releases_them(y
         yarn_cli.run("session", "scale", *keys, "--taskexecutors", "1", check=True, timeout=60)
         wait_until(lambda: len(app.get_containers(services=["taskexecutor"], states=["RUNNING"])) == 1
                    and len(app.get_containers(services=["taskexecutor"], states=["KILLED", "SUCCEEDED"])) == 1,
-                   30, lambda: f"the surplus TaskExecutor container was not released: "
-                               f"{[(c.id, c.state) for c in app.get_containers(services=['taskexecutor'], states=['WAITING', 'REQUESTED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'KILLED'])]}")
-    ran = yarn_cli.run("run", *keys, "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "0", "once",
-                       timeout=90)
-    assert ran.returncode == 0, ran.stderr
-    assert_batch_exact(tmp_path / "out", expected)
-    yarn_cli.run("session", "stop", *keys, check=True)
-    assert wait_final(app_id).final_status == "SUCCEEDED"
+                   30, "the surplus TaskExecutor container was not released")
+    _run_once_then_stop(yarn_cli, keys, tmp_path, expected, app_id)
