@@ -71,6 +71,7 @@ class AdaptiveScaling:
         self._running = running
         self._main = main
         self._jobs: dict[JobID, _Watch] = {}
+        self._configs: dict[JobID, tuple[JobMaster, Configuration | None]] = {}
         self._failing = ""
         self._main.schedule(CHECK_MS, self._tick)
 
@@ -89,14 +90,26 @@ class AdaptiveScaling:
         if not self._main.stopped:
             self._main.schedule(CHECK_MS, self._tick)
 
+    def _config_of(self, job_id: JobID, jm: JobMaster) -> Configuration | None:
+        """The job's configuration when it is adaptive or reactive, else None (worked out once
+        per JobMaster: a session may run many jobs, checked 4 times a second)."""
+        cached = self._configs.get(job_id)
+        if cached is None or cached[0] is not jm:
+            config = self._config.with_overrides(jm.job_graph.config)
+            elastic = config[Options.SCHEDULER_MODE] == "reactive" or config[Options.SCHEDULER] == "adaptive"
+            cached = self._configs[job_id] = (jm, config if elastic else None)
+        return cached[1]
+
     def _check_all(self) -> None:
         for job_id in [j for j in self._jobs if j not in self._running and not self._rescales.busy(j)]:
             del self._jobs[job_id]  # ended
+        for job_id in [j for j in self._configs if j not in self._running]:
+            del self._configs[job_id]
         for job_id, jm in list(self._running.items()):
-            config = self._config.with_overrides(jm.job_graph.config)
-            reactive = config[Options.SCHEDULER_MODE] == "reactive"
-            if not reactive and config[Options.SCHEDULER] != "adaptive":
+            config = self._config_of(job_id, jm)
+            if config is None:
                 continue
+            reactive = config[Options.SCHEDULER_MODE] == "reactive"
             if self._rescales.busy(job_id):
                 continue
             watch = self._jobs.get(job_id)
