@@ -14,8 +14,9 @@ it was submitted with; in reactive mode its max parallelism, so it takes every s
   checkpoint (``Rescales.restart_from_checkpoint``: keyed state dealt by key group, source
   splits and pending sink files as a savepoint's, so nothing is lost or repeated);
 - at least ``min-parallelism-increase`` more, below its desired parallelism, with every task
-  running and ``scaling-interval.min`` since its last rescale: it is rescaled up through a
-  savepoint, as ``yarnflow rescale`` does (no data is processed twice).
+  running and ``scaling-interval.min`` since its last rescale (none before its first: a reactive
+  job takes a session's slots as soon as it runs): it is rescaled up through a savepoint, as
+  ``yarnflow rescale`` does (no data is processed twice).
 
 Only the vertices at the job's parallelism change (``rescaling.py``). A job whose state cannot
 move to another parallelism (a collection source) is not tried again after it was refused once.
@@ -55,7 +56,7 @@ class _Watch:
 
     desired: int
     short_since_ms: int | None = None  # since when it has had fewer usable slots than it runs at
-    last_rescale_ms: int = 0
+    last_rescale_ms: int | None = None  # None: not rescaled yet (the first growth need not wait)
     refused: str = ""  # a rescale was refused for good: the job stays at its parallelism
     reason: str = ""   # why it is not at its desired parallelism (for its status and the logs)
 
@@ -115,7 +116,6 @@ class AdaptiveScaling:
             watch = self._jobs.get(job_id)
             if watch is None:
                 watch = self._jobs[job_id] = _Watch(self._desired(config, jm, reactive))
-                watch.last_rescale_ms = self._now()
             if not watch.refused:
                 self._check(jm, watch, config, reactive)
             jm.scaling = (f"{'reactive' if reactive else 'adaptive'}: parallelism {job_parallelism(jm.job_graph)}, "
@@ -160,7 +160,7 @@ class AdaptiveScaling:
             watch.reason = (f"{target - current} more slots: below "
                             f"jobmanager.adaptive-scheduler.min-parallelism-increase")
             return
-        if now - watch.last_rescale_ms < config[Options.ADAPTIVE_SCALING_INTERVAL]:
+        if watch.last_rescale_ms is not None and now - watch.last_rescale_ms < config[Options.ADAPTIVE_SCALING_INTERVAL]:
             watch.reason = "slots to grow: waiting for jobmanager.adaptive-scheduler.scaling-interval.min"
             return
         info = jm.status_info()

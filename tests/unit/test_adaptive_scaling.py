@@ -122,16 +122,20 @@ def test_no_slot_at_all_does_not_rescale_to_zero(monkeypatch):
     assert rescales.calls == []
 
 
-def test_a_job_grows_back_to_its_desired_parallelism_after_the_scaling_interval(monkeypatch):
-    graph = pipeline(2)
-    scaler, rm, rescales, now = _scaler(graph, monkeypatch, **{
-        "jobmanager.adaptive-scheduler.desired-parallelism": "4"})
-    rm.usable = 8                                   # more than it wants: it grows to 4, not 8
-    _tick(scaler, now, 0)
-    _tick(scaler, now, 4_000)
-    assert rescales.calls == [] and "scaling-interval.min" in scaler.reason(JOB)
+def test_a_job_grows_to_its_desired_parallelism_at_once_then_only_after_the_scaling_interval(monkeypatch):
+    scaler, rm, rescales, now = _scaler(pipeline(4), monkeypatch, **{
+        "jobmanager.adaptive-scheduler.desired-parallelism": "8"})
+    rm.usable = 6
+    _tick(scaler, now, 1_000)                       # never rescaled: no interval to wait for
+    assert rescales.calls == [("savepoint", 6)]
+    rescales.answer.set_result(6)
+    scaler._running[JOB].job_graph = dataclasses.replace(pipeline(6), config=scaler._running[JOB].job_graph.config)
+    rescales.answer = Future()
+    rm.usable = 12                                  # more than it wants: it grows to 8, not 12
     _tick(scaler, now, 5_000)
-    assert rescales.calls == [("savepoint", 4)]
+    assert rescales.calls == [("savepoint", 6)] and "scaling-interval.min" in scaler.reason(JOB)
+    _tick(scaler, now, 6_000)
+    assert rescales.calls == [("savepoint", 6), ("savepoint", 8)]
 
 
 def test_growth_below_the_min_increase_or_while_tasks_are_not_all_running_waits(monkeypatch):
@@ -155,8 +159,7 @@ def test_reactive_mode_grows_a_job_to_its_max_parallelism_and_shrinks_it_at_once
     scaler, rm, rescales, now = _scaler(pipeline(2), monkeypatch, **{
         "jobmanager.scheduler": "default", "scheduler-mode": "reactive"})
     rm.usable = 200
-    _tick(scaler, now, 0)
-    _tick(scaler, now, 5_000)
+    _tick(scaler, now, 0)                           # as soon as it runs
     assert rescales.calls == [("savepoint", 128)]   # its max parallelism (key groups)
     rescales.calls.clear()
     scaler._running[JOB].job_graph = dataclasses.replace(pipeline(128), config=scaler._running[JOB].job_graph.config)
@@ -180,7 +183,6 @@ def test_a_job_whose_state_cannot_move_is_not_tried_again(monkeypatch):
         "jobmanager.adaptive-scheduler.desired-parallelism": "4"})
     rm.usable = 4
     _tick(scaler, now, 0)
-    _tick(scaler, now, 5_000)
     assert rescales.calls == [("savepoint", 4)]
     rescales.answer.set_exception(RescaleRefused("operator 'numbers' cannot be rescaled"))
     assert "cannot be rescaled" in scaler.reason(JOB)
