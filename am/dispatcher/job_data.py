@@ -5,6 +5,7 @@ data (JobGraph, checkpoint pointers, checkpoint id counter)."""
 from __future__ import annotations
 
 import logging
+import time
 import threading
 
 import fsspec
@@ -68,16 +69,29 @@ def delete_unreferenced_artifact(ha: HighAvailabilityServices, storage_dir: str,
     return True
 
 
-def delete_checkpoints(job_checkpoint_dir: str) -> None:
-    """Delete an ended job's checkpoint folder (its retention does not keep it); a failure is
-    logged, never raised."""
-    try:
-        fs, path = fsspec.core.url_to_fs(job_checkpoint_dir)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
-            log.info("deleted the ended job's checkpoints at %s", job_checkpoint_dir)
-    except Exception:  # noqa: BLE001 - any filesystem's error; they are garbage now
-        log.warning("could not delete the checkpoints at %s", job_checkpoint_dir, exc_info=True)
+def delete_checkpoints(job_checkpoint_dir: str, attempts: int = 5, settle_s: float = 1.0) -> None:
+    """Delete an ended job's checkpoint folder (its retention does not keep it), on a thread of
+    the caller's; a failure is logged, never raised. A checkpoint that was in flight when the
+    job ended may still be written or discarded meanwhile (its JobMaster's I/O, for a moment):
+    a removal that meets files vanishing under it, or files that appear after it, is made again,
+    ``settle_s`` later, up to ``attempts`` times."""
+    error: Exception | None = None
+    for _ in range(attempts):
+        try:
+            fs, path = fsspec.core.url_to_fs(job_checkpoint_dir)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+            time.sleep(settle_s)  # anything written late shows by now
+            if not fs.exists(path):
+                log.info("deleted the ended job's checkpoints at %s", job_checkpoint_dir)
+                return
+        except FileNotFoundError as exc:  # removed under it by the JobMaster's discard: again
+            error = exc
+            time.sleep(settle_s)
+        except Exception as exc:  # noqa: BLE001 - any filesystem's error; they are garbage now
+            error = exc
+            break
+    log.warning("could not delete the checkpoints at %s: %r", job_checkpoint_dir, error)
 
 
 def forget_ended_job(ha: HighAvailabilityServices, storage_dir: str, job_id: JobID,

@@ -114,3 +114,31 @@ def test_deleting_an_ended_jobs_checkpoints_takes_the_whole_folder_and_never_rai
     with caplog.at_level(logging.WARNING):
         delete_checkpoints("nosuchprotocol://x/y")  # a filesystem error is logged
     assert "could not delete the checkpoints" in caplog.text
+
+
+def test_checkpoint_files_written_or_removed_while_the_folder_is_deleted_do_not_leave_it_behind(tmp_path: Path,
+                                                                                                 monkeypatch) -> None:
+    """A checkpoint in flight when the job ended is written (or discarded) by its JobMaster
+    while the Dispatcher deletes the folder: a file vanishing under the removal, and a
+    checkpoint written just after it, are both dealt with by trying again."""
+    import threading
+
+    from yarnflow.am.dispatcher import job_data
+
+    folder = tmp_path / "chk" / "j1"
+    (folder / "chk-23").mkdir(parents=True)
+    (folder / "chk-23" / "_metadata").write_bytes(b"x")
+    real_rm = job_data.fsspec.implementations.local.LocalFileSystem.rm
+    calls = []
+
+    def racing_rm(self, path, recursive=False, **kw):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        if len(calls) == 1:  # the JobMaster discards chk-24 under the first removal
+            raise FileNotFoundError(2, "No such file or directory", "chk-24")
+        real_rm(self, path, recursive=recursive, **kw)
+        if len(calls) == 2:  # ... and writes a late one just after the second
+            threading.Timer(0.02, lambda: (folder / "chk-25").mkdir(parents=True)).start()
+
+    monkeypatch.setattr(job_data.fsspec.implementations.local.LocalFileSystem, "rm", racing_rm)
+    job_data.delete_checkpoints(str(folder), settle_s=0.2)
+    assert not folder.exists() and len(calls) == 3
