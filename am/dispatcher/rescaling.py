@@ -22,7 +22,7 @@ import logging
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable
 
-from yarnflow.am.checkpoint.savepoints import SavepointError, savepoint_of_checkpoint
+from yarnflow.am.checkpoint.savepoints import SavepointError, read_savepoint, savepoint_of_checkpoint
 from yarnflow.am.dispatcher.job_data import check_savepoint
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import InvalidRequestError, RefusedError
@@ -200,8 +200,13 @@ class Rescales:
         """A savepoint of the cancelled job's latest completed checkpoint (without one, the
         savepoint the job started from, if any: it has committed nothing since)."""
         completed = self._ha.checkpoint_store(jm.job_id).checkpoints()
+        started_from = str(jm.job_graph.config.get(Options.SAVEPOINT_PATH.key) or "")
+        if started_from and (not completed or completed[-1][0] <= read_savepoint(started_from)["checkpoint_id"]):
+            # no checkpoint since the savepoint it started from (recorded as its first checkpoint,
+            # with the savepoint's files dealt to this parallelism): that savepoint is the state
+            return started_from
         if not completed:
-            return str(jm.job_graph.config.get(Options.SAVEPOINT_PATH.key) or "")
+            return ""
         savepoint = savepoint_of_checkpoint(completed[-1][1])
         if savepoint is None:
             raise SavepointError(f"{completed[-1][1]} holds no checkpoint")

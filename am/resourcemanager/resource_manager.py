@@ -280,8 +280,8 @@ class ResourceManager(RpcEndpoint):
                     gw.close()
                 for listener in list(self._listeners.values()):
                     listener.on_task_executor_lost(action.resource_id, action.reason)
-                if action.stop_worker:
-                    self._driver.stop_worker(action.resource_id)
+                if action.stop_worker:  # (off the main thread: a live worker may take seconds to stop)
+                    self._io.submit(self._driver.stop_worker, action.resource_id)
             elif isinstance(action, StartWorkers):
                 for _ in range(action.count):
                     self._start_worker()
