@@ -7,6 +7,7 @@ cannot move is not tried again. (tests/integration/test_adaptive_scheduler.py ru
 from __future__ import annotations
 
 import dataclasses
+import json
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -189,3 +190,25 @@ def test_a_job_whose_state_cannot_move_is_not_tried_again(monkeypatch):
     for t in (60_000, 120_000):
         _tick(scaler, now, t)
     assert rescales.calls == [("savepoint", 4)]
+
+
+def test_a_job_with_no_checkpoint_since_its_savepoint_runs_on_from_that_savepoint(tmp_path) -> None:
+    """A job started from a savepoint records it as its first checkpoint (the savepoint's files
+    dealt to its parallelism); made a savepoint again and dealt once more, key groups would be
+    restored twice. With no checkpoint since, the rescale from the latest checkpoint uses the
+    savepoint itself; with a later one, that checkpoint."""
+    from yarnflow.am.dispatcher.rescaling import Rescales as RealRescales
+    from yarnflow.common.ha import EmbeddedHaServices
+
+    savepoint = tmp_path / "savepoint-x"
+    savepoint.mkdir()
+    (savepoint / "_metadata").write_text(json.dumps({"version": 1, "kind": "savepoint", "job_id": str(JOB),
+                                                     "checkpoint_id": 10, "operators": {}}))
+    ha = EmbeddedHaServices()
+    ha.checkpoint_store(JOB).add(10, f"file://{tmp_path}/chk/chk-10/_metadata")
+    rescales = RealRescales(Configuration.load({}), ha, lambda fn, *a: fn(*a), lambda g, r: None)
+    jm = JM(dataclasses.replace(pipeline(4), config={"execution.savepoint.path": f"file://{savepoint}"}))
+    assert rescales._latest_checkpoint(jm) == f"file://{savepoint}"  # type: ignore[arg-type]
+    ha.checkpoint_store(JOB).add(11, f"file://{tmp_path}/chk/chk-11/_metadata")  # a real one since: not it
+    with pytest.raises(Exception, match="chk-11"):
+        rescales._latest_checkpoint(jm)  # type: ignore[arg-type]  # (its metadata does not exist here)
