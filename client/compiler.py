@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
+from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.ids import JobID, JobVertexID
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex, ResourceProfile
@@ -136,18 +137,28 @@ def _runtime_mode(env: StreamExecutionEnvironment, ts: list[Transformation]) -> 
     return mode
 
 
-def _broadcast_threshold(conf: Mapping[str, str]) -> int:
-    from yarnflow.common.config import Options
-
-    raw = conf.get(Options.JOIN_BROADCAST_THRESHOLD.key)
+def _option(conf: Mapping[str, str], option: Any) -> Any:
+    """``option``'s value in the job's configuration, else its default."""
+    raw = conf.get(option.key)
     if raw is None or raw == "":
-        from yarnflow.common.config import Configuration
-
-        return int(Configuration.load({})[Options.JOIN_BROADCAST_THRESHOLD])
+        return Configuration.load({})[option]
     try:
-        return int(Options.JOIN_BROADCAST_THRESHOLD.convert(raw))
+        return option.convert(raw)
     except ValueError as exc:
-        raise JobDefinitionError(f"{Options.JOIN_BROADCAST_THRESHOLD.key}: {exc}") from None
+        raise JobDefinitionError(f"{option.key}: {exc}") from None
+
+
+def _auto_parallelism(env: StreamExecutionEnvironment, mode: str) -> tuple[int, int] | None:
+    """For a BATCH job with the adaptive batch scheduler on: the most parallelism it may decide
+    for an operator given none, and the parallelism of sources given none; else None."""
+    if mode != "BATCH" or not _option(env.conf, Options.AUTO_PARALLELISM):
+        return None
+    bound = int(_option(env.conf, Options.AUTO_MAX_PARALLELISM)) or env.parallelism
+    least = int(_option(env.conf, Options.AUTO_MIN_PARALLELISM))
+    if least > bound:
+        raise JobDefinitionError(f"{Options.AUTO_MIN_PARALLELISM.key} ({least}) is above the most parallelism the "
+                                 f"adaptive batch scheduler may decide ({bound})")
+    return bound, int(_option(env.conf, Options.AUTO_SOURCE_PARALLELISM)) or env.parallelism
 
 
 def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
@@ -156,10 +167,33 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         raise JobDefinitionError("the pipeline is empty: add a source, transformations and a sink")
     inputs = {t.id: _expand(t.inputs) for t in ts}
 
-    def parallelism(t: Transformation) -> int:
-        return t.parallelism or env.parallelism
-
     mode = _runtime_mode(env, ts)
+    auto = _auto_parallelism(env, mode)
+
+    def follows(t: Transformation) -> Transformation | None:
+        """Adaptive batch: the upstream whose parallelism ``t`` takes (given none itself, with one
+        input, forward: Flink's forward group), so that it chains onto it."""
+        if auto is None or t.parallelism or t.is_source or len(inputs.get(t.id, [])) != 1:
+            return None
+        inp = inputs[t.id][0]
+        return inp.upstream if inp.partitioner == Partitioner.FORWARD and not inp.output_tag else None
+
+    def parallelism(t: Transformation) -> int:
+        if t.parallelism or auto is None:
+            return t.parallelism or env.parallelism
+        if t.is_source:
+            return auto[1]
+        up = follows(t)
+        if up is not None:
+            return parallelism(up)
+        return min(auto[0], t.max_parallelism or env.max_parallelism)  # the upper bound of a decided one
+
+    def dynamic(t: Transformation) -> bool:
+        """Its parallelism is decided at run time (adaptive batch; one given none)."""
+        if auto is None or t.parallelism or t.is_source or isinstance(t.operator, SparkStage):
+            return False
+        up = follows(t)
+        return dynamic(up) if up is not None else True
     for t in ts:
         if isinstance(t.operator, SparkStage) and mode != "BATCH" and not _checkpointing(env.conf):
             raise JobDefinitionError(f"Spark stage '{t.operator.name}' in a STREAMING job runs once per completed "
@@ -175,7 +209,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
                                      f"{why}; a STREAMING job cannot have one")
     uids = operator_uids(ts, inputs)
     if mode == "BATCH":
-        ts = plan_batch(ts, inputs, uids, parallelism, _broadcast_threshold(env.conf))
+        ts = plan_batch(ts, inputs, uids, parallelism, int(_option(env.conf, Options.JOIN_BROADCAST_THRESHOLD)))
     else:
         ts = plan_streaming(ts, inputs, uids, parallelism)
     consumers: dict[int, list[tuple[Transformation, Input]]] = {t.id: [] for t in ts}
@@ -251,9 +285,10 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         names = [t.operator.name for t in chain if t.operator is not None]
         resources = ResourceProfile(sum(t.cpu_cores for t in chain), sum(t.memory_mb for t in chain))
         vertices.append(JobVertex(
-            vertex_ids[hid], " -> ".join(names), parallelism(head), head.max_parallelism or max_par, names,
+            vertex_ids[hid], " -> ".join(names), parallelism(head),
+            parallelism(head) if dynamic(head) else head.max_parallelism or max_par, names,
             head.slot_sharing_group, resources, is_source=head.is_source, is_sink=not consumers[chain[-1].id],
-            operator_uids=[uids[t.id] for t in chain if t.operator is not None]))
+            operator_uids=[uids[t.id] for t in chain if t.operator is not None], dynamic_parallelism=dynamic(head)))
         vertex_inputs = [(inp, inp.input_index) for inp in inputs[head.id]]
         next_index = max((i for _, i in vertex_inputs), default=-1) + 1
         for member in chain[1:]:
@@ -266,6 +301,8 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
                 next_index += 1
         for inp, index in vertex_inputs:
             part = edge_partitioner(inp.upstream, head, inp.partitioner)
+            if part == Partitioner.FORWARD and dynamic(head):  # its parallelism is its own: decided later
+                part = Partitioner.REBALANCE
             edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,
                                  _exchange(exchange, inp.upstream, head), list(inp.keys), index, inp.output_tag))
     jg = JobGraph(job_id, job_name, _topological(vertices, edges), edges, runtime_mode=mode)

@@ -171,6 +171,19 @@ class Options:
     JOIN_BROADCAST_THRESHOLD = _opt("table.optimizer.join.broadcast-threshold", parse_size_bytes,
                                     "a BATCH join whose smaller input is estimated at most this large sends "
                                     "that input to every subtask of the join (a broadcast join; 0: never)")
+    AUTO_PARALLELISM = _opt("execution.batch.adaptive.auto-parallelism.enabled", _parse_bool,
+                            "BATCH jobs: the parallelism of an operator given none is decided when its inputs are "
+                            "complete, from their bytes (the adaptive batch scheduler)")
+    AUTO_MIN_PARALLELISM = _opt("execution.batch.adaptive.auto-parallelism.min-parallelism", _parse_int,
+                                "adaptive batch: the least parallelism it decides", minimum=1)
+    AUTO_MAX_PARALLELISM = _opt("execution.batch.adaptive.auto-parallelism.max-parallelism", _parse_int,
+                                "adaptive batch: the most parallelism it decides (0: the job's default "
+                                "parallelism)", minimum=0)
+    AUTO_AVG_BYTES = _opt("execution.batch.adaptive.auto-parallelism.avg-data-volume-per-task", parse_size_bytes,
+                          "adaptive batch: the input bytes each subtask is meant to get")
+    AUTO_SOURCE_PARALLELISM = _opt("execution.batch.adaptive.auto-parallelism.default-source-parallelism",
+                                   _parse_int, "adaptive batch: the parallelism of sources given none (0: the "
+                                   "job's default parallelism)", minimum=0)
     TASK_OFF_HEAP = _opt("taskmanager.memory.task.off-heap.size", _parse_optional_size,
                          "the most Arrow's memory pool of a TaskExecutor may hold (its operators' batches); "
                          "more fails its tasks naming this key (empty: only the process size bounds it)")

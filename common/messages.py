@@ -74,6 +74,11 @@ class JobVertex(Message):
     is_source: bool = False
     is_sink: bool = False
     operator_uids: list[str] = field(default_factory=list)
+    #: BATCH jobs with execution.batch.adaptive.auto-parallelism.enabled: the parallelism is
+    #: decided when the vertex's producers have finished, from the bytes they wrote for it,
+    #: between 1 and ``parallelism`` (which is then its max parallelism too: the number of
+    #: subpartitions its producers write)
+    dynamic_parallelism: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,7 @@ class TaskMetrics(Message):
     spilled_bytes: int = 0
     inflight_bytes_peak: int = 0
     operator_paths: list[str] = field(default_factory=list)
+    result_bytes: list[int] = field(default_factory=list)  # per result partition, in the task's output order
 
 
 @dataclass(frozen=True)
@@ -432,6 +438,13 @@ class InputGateDescriptor(Message):
     channels: list[InputChannelDescriptor]
     subpartition_index: int = 0
     exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
+    #: > 0: the consumer reads subpartitions ``[subpartition_index, subpartition_end)`` of each
+    #: channel, one after another (a consumer whose parallelism was decided at run time)
+    subpartition_end: int = 0
+
+    @property
+    def subpartitions(self) -> range:
+        return range(self.subpartition_index, max(self.subpartition_end, self.subpartition_index + 1))
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ struct JobVertex {
   8: bool is_source,
   9: bool is_sink,
   10: list<string> operator_uids,  // the chained operators' stable uids (uid() or generated), head first
+  11: bool dynamic_parallelism,     // BATCH, adaptive: parallelism decided from its inputs' bytes, up to `parallelism`
 }
 
 struct JobEdge {
@@ -116,6 +117,7 @@ struct TaskMetrics {
   17: i64 spilled_bytes,                  // spilledBytes: written to spill files by batch operators
   18: i64 inflight_bytes_peak,            // the most bytes one remote input channel held (<= its credit x segment size)
   19: list<string> operator_paths,        // per operator: how its user function runs ("" for none), see Operator.execution_path
+  20: list<i64> result_bytes,             // per result partition (the task's outputs, in order): bytes written
 }
 
 struct CheckpointCounts {
@@ -394,6 +396,7 @@ struct InputGateDescriptor {
   2: list<InputChannelDescriptor> channels,
   3: i32 subpartition_index,
   4: ExchangeMode exchange_mode,   // BLOCKING_PERSISTENT: read from the job storage dir, not from the producer
+  5: i32 subpartition_end,         // > 0: read subpartitions [subpartition_index, subpartition_end) of each channel
 }
 
 struct ResultPartitionDescriptor {

@@ -109,7 +109,8 @@ class TaskMetricGroup:
                            round(busy, 1), round(backpressured, 1), round(idle, 1),
                            list(now.operators_in), list(now.operators_out),
                            managed, used, peak, self.spilled_bytes(), self._inflight_peak(),
-                           self._task.operator_paths() if self._task is not None else [])
+                           self._task.operator_paths() if self._task is not None else [],
+                           [w.bytes_out for w in self._task.writers] if self._task is not None else [])
 
     def _inflight_peak(self) -> int:
         st = self._task

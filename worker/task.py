@@ -11,6 +11,7 @@ StreamTask takes them on the task thread. Snapshots are written and acknowledged
 
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
 import threading
@@ -40,7 +41,7 @@ from yarnflow.worker.runtime.checkpoints import (
     read_channel_state,
     read_task_state,
 )
-from yarnflow.worker.network.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel
+from yarnflow.worker.network.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel, SequenceChannel
 from yarnflow.common.states import ExchangeMode
 from yarnflow.worker.network.partition import ResultPartitionManager, read_stored, stored_partition_url
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
@@ -214,14 +215,18 @@ class Task:
         for g in tdd.input_gates:
             for ch in g.channels:
                 channel_inputs.append(g.input_index)
-                channels.append((ch, g.subpartition_index, g.exchange_mode))
+                channels.append((ch, g.subpartitions, g.exchange_mode))
         debloat = Options.DEBLOAT_ENABLED.convert(conf.get(Options.DEBLOAT_ENABLED.key, "false"))
         if channels:
             gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics or debloat,
                              floating_buffers=int(conf.get(Options.FLOATING_BUFFERS.key, "8")))
             exclusive = int(conf.get(Options.EXCLUSIVE_BUFFERS.key, "2"))
-            for i, (ch, sub, mode) in enumerate(channels):
-                gate.set_channel(i, self._channel(gate, ch, sub, mode, exclusive))
+            for i, (ch, subs, mode) in enumerate(channels):
+                if len(subs) == 1:
+                    gate.set_channel(i, self._channel(gate, ch, subs[0], mode, exclusive))
+                else:  # a range of the producer's subpartitions, one after another
+                    gate.set_channel(i, SequenceChannel(subs, functools.partial(self._channel, gate, ch, mode=mode,
+                                                                                exclusive_buffers=exclusive)))
             self._gate = gate
         restore = tdd.restore
         if self._responder is not None:

@@ -6,6 +6,13 @@
 
 Each attempt of a producer writes one result partition per outgoing edge, named
 ``<job id>.<attempt id>.<edge index>`` so a TaskExecutor can release a job's partitions.
+
+A vertex with ``dynamic_parallelism`` (the adaptive batch scheduler) has as many subtasks as
+its JobVertex's parallelism, its upper bound, until ``decide`` sets how many of them run (the
+first ones): the others never run and are left out of everything but ``subtasks``. Its
+producers write one subpartition per possible subtask (per key group: its max parallelism is
+that same bound; one only for a broadcast), and subtask i reads the contiguous range of them
+that key-group range i covers (Flink's consumed subpartition range).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from yarnflow.common.errors import IllegalStateTransition
+from yarnflow.common.keygroups import key_group_range
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID, ResultPartitionID
 from yarnflow.common.messages import (
     ErrorInfo,
@@ -45,13 +53,16 @@ class LogicalSlot:
 
 
 class Stamp:
-    """A counter shared by the subtasks of one vertex: bumped whenever one of them gets a new
-    attempt or a slot, so descriptors built from the vertex's locations can be cached."""
+    """Shared by the subtasks of one vertex: a counter bumped whenever one of them gets a new
+    attempt or a slot (or the vertex its parallelism), so descriptors built from the vertex's
+    locations can be cached; and the vertex's parallelism (decided at run time for a vertex
+    with dynamic parallelism)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "parallelism")
 
-    def __init__(self) -> None:
+    def __init__(self, parallelism: int = 1) -> None:
         self.value = 0
+        self.parallelism = parallelism
 
 
 @dataclass
@@ -103,7 +114,7 @@ class ExecutionVertex:
 
     @property
     def name(self) -> str:
-        return f"{self.job_vertex.name} ({self.subtask_index + 1}/{self.job_vertex.parallelism})"
+        return f"{self.job_vertex.name} ({self.subtask_index + 1}/{self.stamp.parallelism})"
 
     def reset_for_new_attempt(self) -> Execution:
         if not self.current.state.is_terminal:
@@ -117,7 +128,18 @@ class ExecutionVertex:
 @dataclass
 class ExecutionJobVertex:
     job_vertex: JobVertex
-    subtasks: list[ExecutionVertex]
+    subtasks: list[ExecutionVertex]  # all possible ones: see ``active``
+    #: False until a vertex with dynamic parallelism has its parallelism decided
+    decided: bool = True
+
+    @property
+    def parallelism(self) -> int:
+        return self.subtasks[0].stamp.parallelism
+
+    @property
+    def active(self) -> list[ExecutionVertex]:
+        """The subtasks that run (all but those a decided parallelism left out)."""
+        return self.subtasks[:self.parallelism]
 
 
 class ExecutionGraph:
@@ -126,9 +148,10 @@ class ExecutionGraph:
         self.job_graph = job_graph
         self.vertices: dict[JobVertexID, ExecutionJobVertex] = {}
         for jv in job_graph.vertices:
-            stamp = Stamp()
+            stamp = Stamp(jv.parallelism)
             self.vertices[jv.vertex_id] = ExecutionJobVertex(
-                jv, [ExecutionVertex(jv, job_graph.job_id, i, stamp) for i in range(jv.parallelism)])
+                jv, [ExecutionVertex(jv, job_graph.job_id, i, stamp) for i in range(jv.parallelism)],
+                decided=not jv.dynamic_parallelism)
         self._channel_cache: dict[int, tuple[int, list[InputChannelDescriptor]]] = {}
         self._by_attempt: dict[ExecutionAttemptID, Execution] = {}
         for ev in self.all_vertices():
@@ -142,8 +165,27 @@ class ExecutionGraph:
         """``(edge index, edge)`` of the vertex's outgoing edges."""
         return self._out_edges[JobVertexID(vertex_id)]
 
+    def in_edges(self, vertex_id: str) -> list[tuple[int, JobEdge]]:
+        """``(edge index, edge)`` of the vertex's incoming edges."""
+        return self._in_edges[JobVertexID(vertex_id)]
+
     def all_vertices(self) -> list[ExecutionVertex]:
-        return [ev for ejv in self.vertices.values() for ev in ejv.subtasks]
+        return [ev for ejv in self.vertices.values() for ev in ejv.active]
+
+    def decide(self, vertex_id: str, parallelism: int) -> list[ExecutionVertex]:
+        """Set the parallelism of a vertex with dynamic parallelism (once, before any of its
+        subtasks was scheduled); returns the subtasks that will not run."""
+        ejv = self.vertices[JobVertexID(vertex_id)]
+        if ejv.decided:
+            raise IllegalStateTransition(f"{ejv.job_vertex.name}: its parallelism is decided already")
+        if not 1 <= parallelism <= len(ejv.subtasks):
+            raise ValueError(f"{ejv.job_vertex.name}: parallelism {parallelism} is not between 1 and "
+                             f"{len(ejv.subtasks)}")
+        ejv.decided = True
+        stamp = ejv.subtasks[0].stamp
+        stamp.parallelism = parallelism
+        stamp.value += 1
+        return ejv.subtasks[parallelism:]
 
     def current_executions(self) -> list[Execution]:
         return [ev.current for ev in self.all_vertices()]
@@ -169,9 +211,9 @@ class ExecutionGraph:
         out = []
         for vid, ejv in self.vertices.items():
             counts: dict[ExecutionState, int] = {}
-            for ev in ejv.subtasks:
+            for ev in ejv.active:
                 counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
-            out.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts))
+            out.append(VertexStatus(vid, ejv.job_vertex.name, ejv.parallelism, counts))
         return out
 
     # -- deployment -------------------------------------------------------------------------
@@ -194,8 +236,9 @@ class ExecutionGraph:
         jv = ex.vertex.job_vertex
         i = ex.vertex.subtask_index
         gates: list[InputGateDescriptor] = []
+        parallelism = ex.vertex.stamp.parallelism
         for idx, edge in self._in_edges[jv.vertex_id]:
-            producers = self.vertices[edge.source_vertex_id].subtasks
+            producers = self.vertices[edge.source_vertex_id].active
             if edge.partitioner == Partitioner.FORWARD:
                 gates.append(InputGateDescriptor(edge.input_index, self._channels(ex, idx, [producers[i]]), 0,
                                                  edge.exchange_mode))
@@ -205,11 +248,20 @@ class ExecutionGraph:
             if cached is None or cached[0] != stamp:
                 cached = (stamp, self._channels(ex, idx, producers))
                 self._channel_cache[idx] = cached
-            gates.append(InputGateDescriptor(edge.input_index, cached[1], i, edge.exchange_mode))
+            if not jv.dynamic_parallelism:
+                gates.append(InputGateDescriptor(edge.input_index, cached[1], i, edge.exchange_mode))
+            elif edge.partitioner == Partitioner.BROADCAST:  # one subpartition, read by every subtask
+                gates.append(InputGateDescriptor(edge.input_index, cached[1], 0, edge.exchange_mode))
+            else:
+                owned = key_group_range(jv.parallelism, parallelism, i)
+                gates.append(InputGateDescriptor(edge.input_index, cached[1], owned.start, edge.exchange_mode,
+                                                 owned.stop))
         partitions = []
         for idx, edge in self._out_edges[jv.vertex_id]:
             target = jg.vertex(edge.target_vertex_id)
             n = 1 if edge.partitioner == Partitioner.FORWARD else target.parallelism
+            if target.dynamic_parallelism and edge.partitioner == Partitioner.BROADCAST:
+                n = 1
             partitions.append(ResultPartitionDescriptor(
                 ex.partition_id(idx), n, edge.partitioner, list(edge.key_columns),
                 edge.exchange_mode, target.max_parallelism, edge.output_tag))
@@ -217,7 +269,7 @@ class ExecutionGraph:
             raise LookupError(f"{ex.vertex.name} has no slot yet")
         return TaskDeploymentDescriptor(
             job_id=jg.job_id, vertex_id=jv.vertex_id, task_name=jv.name, execution_attempt_id=ex.attempt_id,
-            subtask_index=i, attempt_number=ex.attempt_number, parallelism=jv.parallelism,
+            subtask_index=i, attempt_number=ex.attempt_number, parallelism=parallelism,
             max_parallelism=jv.max_parallelism, allocation_id=ex.slot.allocation_id, artifact_uri=artifact_uri,
             artifact_sha256=artifact_sha256,
             input_gates=sorted(gates, key=lambda g: g.input_index),

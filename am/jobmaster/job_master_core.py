@@ -17,8 +17,10 @@ shell turns into a visible job failure.
 Its parts: ``SlotRequests`` (asking the ResourceManager for slots, their timeout, giving
 them back), ``JobTaskExecutors`` (where the job's TaskExecutors are, their heartbeats, the lost
 ones), ``JobCheckpoints`` (STREAMING jobs' checkpoints), ``job_metrics`` (the status report)
-the ``TaskFailover`` mixin (a failed task's restart: cancel, backoff, new attempts) and the
-``JobOutcome`` and ``CheckpointEvents`` mixins (how the job ends; the tasks' checkpoint events).
+the ``TaskFailover`` mixin (a failed task's restart: cancel, backoff, new attempts), the
+``TaskExecutorEvents`` mixin (heartbeats and losses of the job's TaskExecutors), the
+``JobOutcome`` and ``CheckpointEvents`` mixins (how the job ends; the tasks' checkpoint events)
+and ``AutoParallelism`` (the adaptive batch scheduler's decisions).
 
 Timeouts (each measured from its own start):
 - ``slot.request.timeout`` and ``slot.idle.timeout``: see ``slot_requests.py``;
@@ -48,9 +50,11 @@ from yarnflow.am.jobmaster.job_metrics import checkpoint_summary, vertex_statuse
 from yarnflow.am.jobmaster.slot_assignment import SlotAssignment
 from yarnflow.am.jobmaster.slot_requests import SlotRequests
 from yarnflow.am.jobmaster.task_executors import JobTaskExecutors
+from yarnflow.am.jobmaster.task_executor_events import TaskExecutorEvents
 from yarnflow.am.jobmaster.task_failover import TaskFailover
 from yarnflow.am.jobmaster.job_outcome import CheckpointEvents, JobOutcome
 from yarnflow.am.scheduler.failover import make_failover_strategy
+from yarnflow.am.jobmaster.auto_parallelism import AutoParallelism
 from yarnflow.am.scheduler.region_progress import RegionProgress
 from yarnflow.am.scheduler.regions import BlockingExchange, PipelinedRegion, SubtaskId, compute_pipelined_regions
 from yarnflow.am.scheduler.restart import make_restart_strategy, max_memory_failures
@@ -74,7 +78,7 @@ CHECKPOINT_NOT_READABLE = "CheckpointNotReadableError"
 UNREACHABLE = "RpcConnectionError"
 
 
-class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
+class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEvents):
     def __init__(self, job_graph: JobGraph, config: Configuration, address: str, fencing_token: str,
                  storage_dir: str, clock: Clock, timers: TimerService, checkpoint_dir: str = "",
                  checkpoint_ids: CheckpointIDCounter | None = None) -> None:
@@ -105,6 +109,7 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
         self._persistent_output = {v for v, modes in outputs.items()
                                    if all(m == ExchangeMode.BLOCKING_PERSISTENT for m in modes)}
         self.progress = RegionProgress(self.regions)
+        self.auto = AutoParallelism(self.graph, config)
         self.slots = SlotAssignment(job_graph, self.regions, streaming=job_graph.runtime_mode != "BATCH")
         self.task_executors = JobTaskExecutors()
         self.requests = SlotRequests(self.job_id, address, fencing_token, config, self.slots, self.task_executors,
@@ -202,12 +207,27 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
                 continue
             if any(s in self._restart_pending for s in region.subtasks):
                 continue
+            if self.auto.undecided and self._decide_parallelism(region):
+                continue
             self._scheduled.add(rid)
             for s in region.subtasks:
                 self._ev(s).current.transition(ExecutionState.SCHEDULED)
             for request in self.slots.acquire_for_region(region, self._now()):
                 self.requests.request(request)
             self._deploy_if_ready(region)
+
+    def _decide_parallelism(self, region: PipelinedRegion) -> bool:
+        """Decide the parallelism of the region's vertices that wait for it (adaptive batch);
+        True when the region itself is left out. (In BATCH jobs every edge is blocking: each
+        region is one subtask, so a region is left out whole.)"""
+        for ev in self.auto.decide(region):
+            left_out = self._region_of[SubtaskId(str(ev.job_vertex.vertex_id), ev.subtask_index)]
+            if self.progress.subtask_finished(left_out):
+                ready, released = self.progress.mark_finished(left_out)
+                for exchange in released:
+                    self._release_exchange(exchange)
+                self._schedule(ready)
+        return all(s in self.auto.retired for s in region.subtasks)
 
     def _deploy_if_ready(self, region: PipelinedRegion) -> None:
         rid = region.region_id
@@ -364,7 +384,7 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
         ex.transition(target)
         if not self.all_running_time_ms and target in (ExecutionState.RUNNING, ExecutionState.FINISHED):
             self._all_running.add(self._sid(ex))
-            if len(self._all_running) == len(self._region_of):
+            if len(self._all_running) == len(self._region_of) - len(self.auto.retired):
                 self.all_running_time_ms = self._clock.now_ms()
         if target == ExecutionState.FINISHED:
             if self.checkpoints is not None:
@@ -408,86 +428,13 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover):
             return True
         return ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id)
 
-    # -- TaskExecutors --------------------------------------------------------------------------
-    def task_executor_heartbeat(self, resource_id: ResourceID, executions: list[TaskExecutionStateUpdate],
-                                allocation_ids: list[AllocationID]) -> list[AllocationID]:
-        """A TaskExecutor reports the job's tasks it runs (terminal ones it could not deliver
-        included) and the slots it holds for the job. Missed updates are applied; a task the
-        JobMaster believes runs there but that is missing from two reports in a row failed;
-        an attempt that is no longer current is cancelled. Returns the slots the job holds on
-        that TaskExecutor: the TaskExecutor frees the others."""
-        executors = self.task_executors
-        if resource_id in executors.lost:
-            return []
-        executors.heard_from(resource_id, self._now())
-        reported: set[ExecutionAttemptID] = set()
-        for update in executions:
-            reported.add(update.execution_attempt_id)
-            ex = self.graph.execution(update.execution_attempt_id)
-            if ex is not None and self.graph.is_current(ex) and not ex.state.is_terminal:
-                self.task_state_changed(update)
-            elif not update.state.is_terminal and resource_id in executors.address:
-                log.info("job %s: %s still runs %s, an attempt this job gave up: cancelling it", self.job_id,
-                         resource_id, update.execution_attempt_id)
-                self._emit(CancelTask(update.execution_attempt_id, resource_id, executors.address[resource_id]))
-        for ex in executors.missing_twice(resource_id, self.graph.current_executions(), reported):
-            self._task_failed(ex, ErrorInfo("TaskLostError", f"{resource_id} no longer runs this task",
-                                            location=f"TaskExecutor {resource_id}"))
-        held = self.slots.slots_on(resource_id)
-        stray = set(allocation_ids) - set(held)
-        if stray:
-            log.info("job %s: %s holds %d slots this job does not: it frees them", self.job_id, resource_id,
-                     len(stray))
-        return held
-
-    def _check_heartbeats(self) -> None:
-        if self.status.is_globally_terminal:
-            return
-        now = self._now()
-        holding = {s.resource_id for s in self.slots.pool.slots.values() if s.resource_id is not None}
-        holding |= {ex.slot.resource_id for ex in self.graph.current_executions()
-                    if ex.slot is not None and not ex.state.is_terminal}
-        for rid, silent_ms in self.task_executors.silent(holding, now, self._heartbeat_timeout):
-            self.task_executor_lost(rid, f"no heartbeat for {silent_ms} ms (heartbeat.timeout "
-                                         f"{self._heartbeat_timeout} ms)")
-        self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
-
-    def task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:
-        if not self.task_executors.mark_lost(resource_id):
-            return
-        self.slots.task_executor_lost(resource_id)
-        error = ErrorInfo("TaskExecutorLostError", f"TaskExecutor {resource_id} was lost: {reason}",
-                          location=f"TaskExecutor {resource_id}")
-        affected = [ex for ex in self.graph.current_executions()
-                    if ex.slot is not None and ex.slot.resource_id == resource_id and not ex.state.is_terminal]
-        log.info("job %s: TaskExecutor %s lost (%s): %d running tasks affected", self.job_id, resource_id, reason,
-                 len(affected))
-        self._blame_lost_task_executor(error, self._heartbeat_timeout + self._heartbeat_interval)
-        for ex in affected:
-            if not ex.state.is_terminal:  # an earlier failure's restart may have settled it
-                self._task_failed(ex, error)
-        self._reacquire_missing_groups()
-
-    def _reacquire_missing_groups(self) -> None:
-        """Scheduled regions not yet deployed whose slot vanished ask again."""
-        if self.status != JobStatus.RUNNING:
-            return
-        for rid in sorted(self._scheduled - self._deployed):
-            region = self.regions[rid]
-            if any(s in self._restart_pending for s in region.subtasks):
-                continue
-            self._waiting_groups.pop(rid, None)
-            for request in self.slots.reacquire_missing(region, self._now()):
-                self.requests.request(request)
-            self._deploy_if_ready(region)
-
     # -- queries --------------------------------------------------------------------------------
     def status_info(self) -> JobStatusInfo:
         checkpoints, latest, counts = checkpoint_summary(self.checkpoints)
         return JobStatusInfo(self.job_id, self.job_graph.name, self.status, self.start_time_ms, self.end_time_ms,
                              vertex_statuses(self.graph), self.failure_cause, self.all_running_time_ms,
                              self.failures.history(), self.failures.describe(), checkpoints, latest,
-                             self.failures.restarts, counts)
+                             self.failures.restarts, counts, scaling=self.auto.describe())
 
     def is_current_attempt(self, attempt_id: str) -> bool:
         ex = self.graph.execution(attempt_id)

@@ -18,15 +18,15 @@ def vertex_statuses(graph: ExecutionGraph) -> list[VertexStatus]:
     statuses = []
     for vid, ejv in graph.vertices.items():
         counts: dict[ExecutionState, int] = {}
-        for ev in ejv.subtasks:
+        active = ejv.active
+        for ev in active:
             counts[ev.current.state] = counts.get(ev.current.state, 0) + 1
-        statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.job_vertex.parallelism, counts,
-                                     [ev.current.attempt_number for ev in ejv.subtasks],
-                                     [str(ev.current.slot.resource_id) if ev.current.slot else ""
-                                      for ev in ejv.subtasks],
-                                     [ev.current.state for ev in ejv.subtasks],
+        statuses.append(VertexStatus(vid, ejv.job_vertex.name, ejv.parallelism, counts,
+                                     [ev.current.attempt_number for ev in active],
+                                     [str(ev.current.slot.resource_id) if ev.current.slot else "" for ev in active],
+                                     [ev.current.state for ev in active],
                                      [ev.current.metrics or TaskMetrics(ev.current.records_in, ev.current.records_out)
-                                      for ev in ejv.subtasks]))
+                                      for ev in active]))
     return statuses
 
 

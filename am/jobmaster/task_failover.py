@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 from yarnflow.am.checkpoint.coordinator import TimerService
 from yarnflow.am.jobmaster.actions import Action, CancelTask
+from yarnflow.am.jobmaster.auto_parallelism import AutoParallelism
 from yarnflow.am.jobmaster.checkpointing import JobCheckpoints
 from yarnflow.am.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
 from yarnflow.am.jobmaster.failure_handler import FailureHandler, explained_by
@@ -60,6 +61,7 @@ class TaskFailover:
     _clock: Clock
     failure_cause: ErrorInfo | None
     _region_of: dict[SubtaskId, PipelinedRegion]
+    auto: AutoParallelism
     _scheduled: set[int]
     _deployed: set[int]
     _all_running: set[SubtaskId]
@@ -135,12 +137,12 @@ class TaskFailover:
         if not decision.can_restart:
             self._fail(decision.error)
             return
-        log.info("job %s: restarting %d subtasks (%s)", self.job_id, len(decision.to_restart),
-                 self.failures.describe())
-        if len(decision.to_restart) == len(self._region_of):
+        to_restart = decision.to_restart - self.auto.retired  # (never run: past a decided parallelism)
+        log.info("job %s: restarting %d subtasks (%s)", self.job_id, len(to_restart), self.failures.describe())
+        if len(to_restart) == len(self._region_of) - len(self.auto.retired):
             self._set_status(JobStatus.RESTARTING)
-        self._restart_pending |= decision.to_restart
-        for s in decision.to_restart:
+        self._restart_pending |= to_restart
+        for s in to_restart:
             self._cancel_execution(self._ev(s).current)
         self._maybe_restart()
 

@@ -143,7 +143,7 @@ def plan(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
                    "exchange": e.exchange_mode.name.lower()}
                   for e in graph.edges if e.target_vertex_id == jv.vertex_id] if graph else []
         v = names.get(str(jv.vertex_id))
-        nodes.append({"id": str(jv.vertex_id), "parallelism": jv.parallelism, "operator": "",
+        nodes.append({"id": str(jv.vertex_id), "parallelism": v.parallelism if v else jv.parallelism, "operator": "",
                       "operator_strategy": "", "description": " -> ".join(jv.operator_names) or jv.name,
                       "optimizer_properties": {}, "inputs": inputs,
                       "name": v.name if v else jv.name})

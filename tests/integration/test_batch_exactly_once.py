@@ -102,6 +102,22 @@ def _vertex(info, prefix):
     return next(v for v in info.vertices if v.name.startswith(prefix))
 
 
+def kill_between_stages(cluster, gw, name, consumers):
+    """Once job ``name``'s two sources (read_text) have finished and its ``consumers`` sum
+    subtasks all run, kill a TaskExecutor that holds a finished source's blocking output and a
+    running consumer; returns the job's status as it was then."""
+    def between_stages(i):
+        s1, s2 = _vertex(i, "read_text"), _vertex(i, "sum")
+        return s1.state_counts.get(ExecutionState.FINISHED) == 2 and \
+            s2.state_counts.get(ExecutionState.RUNNING) == consumers and set(s1.subtask_locations) & set(s2.subtask_locations)
+
+    info = _wait_for(gw, name, between_stages, 60,
+                     "the consumer stage never ran, next to a finished source, while the sources were finished")
+    s1, s2 = _vertex(info, "read_text"), _vertex(info, "sum")
+    _kill(cluster, sorted(set(s1.subtask_locations) & set(s2.subtask_locations))[0])
+    return info
+
+
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("strategy", ["region", "full"])
 def test_map_failing_once_counts_every_row_once(run, tmp_path, strategy):
@@ -181,17 +197,7 @@ def test_blocking_partition_lost_after_the_sources_finished_counts_every_row_onc
     gw = cluster.gateway()
     thread, outcome = _run_in_thread(cluster, _pipeline(src, out, _to_row, slow), "lost-partition", conf, 2)
 
-    def between_stages(i):
-        s1, s2 = _vertex(i, "read_text"), _vertex(i, "sum")
-        return s1.state_counts.get(ExecutionState.FINISHED) == 2 and s2.state_counts.get(ExecutionState.RUNNING) == 2 \
-            and set(s1.subtask_locations) & set(s2.subtask_locations)
-
-    info = _wait_for(gw, "lost-partition", between_stages, 60,
-                     "the consumer stage never ran, next to a finished source, while the sources were finished")
-    s1, s2 = _vertex(info, "read_text"), _vertex(info, "sum")
-    # a TaskExecutor that holds a finished source's blocking output and a running consumer
-    victim = sorted(set(s1.subtask_locations) & set(s2.subtask_locations))[0]
-    _kill(cluster, victim)
+    kill_between_stages(cluster, gw, "lost-partition", consumers=2)
     thread.join(120)
     assert "result" in outcome, outcome
     info = _job(gw, "lost-partition")

@@ -222,6 +222,67 @@ class IteratorChannel:
             close()
 
 
+class SequenceChannel:
+    """Subpartitions ``[a, b)`` of one producer's partition read as one channel, one after
+    another (Flink's consumed subpartition range: a consumer whose parallelism was decided at
+    run time reads a contiguous range of the subpartitions its producers wrote). ``open(i)``
+    makes the channel of subpartition ``i``; the ends of partition of all but the last are
+    swallowed. Only for blocking exchanges: no checkpoint barrier travels through it."""
+
+    def __init__(self, subpartitions: range, open: Callable[[int], Any]) -> None:
+        self._left = list(subpartitions)
+        self._open = open
+        self._current: Any = None
+        self.listener: Callable[[], None] = lambda: None
+        self.priority = False
+
+    def _next_channel(self) -> None:
+        channel = self._open(self._left.pop(0))
+        channel.listener = self.listener
+        channel.start()
+        self._current = channel
+
+    def start(self) -> None:
+        self._next_channel()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._current is not None and self._current.pending)
+
+    @property
+    def producer_finished(self) -> bool:
+        return bool(self._current is not None and self._current.producer_finished)
+
+    def overtake(self, checkpoint_id: int) -> list[Any] | None:
+        return None
+
+    def overtaken_by(self, checkpoint_id: int) -> list[Any]:
+        return []
+
+    def poll(self) -> Any | None:
+        if self._current is None:
+            self._next_channel()
+        element = self._current.poll()
+        while isinstance(element, EndOfPartition) and self._left:
+            self._current.cancel()
+            self._next_channel()
+            element = self._current.poll()
+        return element
+
+    def backlog(self) -> int:
+        return self._current.backlog() if self._current is not None else 0
+
+    def take_rest(self) -> None:
+        take_rest = getattr(self._current, "take_rest", None)
+        if take_rest is not None:
+            take_rest()
+
+    def cancel(self) -> None:
+        self._left = []
+        if self._current is not None:
+            self._current.cancel()
+
+
 class InputGate:
     """``num_channels`` channels (``set_channel``; until then each an in-process queue of
     ``capacity`` batches, fed by ``push``). ``floating_buffers``: the pool its remote channels

@@ -148,6 +148,9 @@ class RecordWriter:
     @property
     def bytes_out(self) -> int:
         """Bytes of the batches sent (each copy of a broadcast counts)."""
+        written = getattr(self._partition, "bytes_written", None)
+        if written is not None:  # a blocking partition counts what it wrote, I/O metrics or not
+            return int(written)
         if self._subs_count_bytes:
             return sum(sub.bytes_added for sub in self._subs)
         return self._bytes_out

@@ -1076,11 +1076,11 @@ class listJobs_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype221, _size218) = iprot.readListBegin()
-                    for _i222 in range(_size218):
-                        _elem223 = JobStatusInfo()
-                        _elem223.read(iprot)
-                        self.success.append(_elem223)
+                    (_etype228, _size225) = iprot.readListBegin()
+                    for _i229 in range(_size225):
+                        _elem230 = JobStatusInfo()
+                        _elem230.read(iprot)
+                        self.success.append(_elem230)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1102,8 +1102,8 @@ class listJobs_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter224 in self.success:
-                iter224.write(oprot)
+            for iter231 in self.success:
+                iter231.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

@@ -569,11 +569,11 @@ class offerSlots_args(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype237, _size234) = iprot.readListBegin()
-                    for _i238 in range(_size234):
-                        _elem239 = SlotOffer()
-                        _elem239.read(iprot)
-                        self.offers.append(_elem239)
+                    (_etype244, _size241) = iprot.readListBegin()
+                    for _i245 in range(_size241):
+                        _elem246 = SlotOffer()
+                        _elem246.read(iprot)
+                        self.offers.append(_elem246)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -602,8 +602,8 @@ class offerSlots_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter240 in self.offers:
-                iter240.write(oprot)
+            for iter247 in self.offers:
+                iter247.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -657,11 +657,11 @@ class offerSlots_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype244, _size241) = iprot.readListBegin()
-                    for _i245 in range(_size241):
-                        _elem246 = SlotOffer()
-                        _elem246.read(iprot)
-                        self.success.append(_elem246)
+                    (_etype251, _size248) = iprot.readListBegin()
+                    for _i252 in range(_size248):
+                        _elem253 = SlotOffer()
+                        _elem253.read(iprot)
+                        self.success.append(_elem253)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -683,8 +683,8 @@ class offerSlots_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter247 in self.success:
-                iter247.write(oprot)
+            for iter254 in self.success:
+                iter254.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

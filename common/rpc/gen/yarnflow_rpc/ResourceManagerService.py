@@ -809,11 +809,11 @@ class requestSparkMaster_args(object):
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.settings = {}
-                    (_ktype226, _vtype227, _size225) = iprot.readMapBegin()
-                    for _i229 in range(_size225):
-                        _key230 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val231 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.settings[_key230] = _val231
+                    (_ktype233, _vtype234, _size232) = iprot.readMapBegin()
+                    for _i236 in range(_size232):
+                        _key237 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val238 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.settings[_key237] = _val238
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -834,9 +834,9 @@ class requestSparkMaster_args(object):
         if self.settings is not None:
             oprot.writeFieldBegin('settings', TType.MAP, 2)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.settings))
-            for kiter232, viter233 in self.settings.items():
-                oprot.writeString(kiter232.encode('utf-8') if sys.version_info[0] == 2 else kiter232)
-                oprot.writeString(viter233.encode('utf-8') if sys.version_info[0] == 2 else viter233)
+            for kiter239, viter240 in self.settings.items():
+                oprot.writeString(kiter239.encode('utf-8') if sys.version_info[0] == 2 else kiter239)
+                oprot.writeString(viter240.encode('utf-8') if sys.version_info[0] == 2 else viter240)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

@@ -442,11 +442,12 @@ class JobVertex(object):
      - is_source
      - is_sink
      - operator_uids
+     - dynamic_parallelism
 
     """
 
 
-    def __init__(self, vertex_id=None, name=None, parallelism=None, max_parallelism=None, operator_names=None, slot_sharing_group=None, resources=None, is_source=None, is_sink=None, operator_uids=None,):
+    def __init__(self, vertex_id=None, name=None, parallelism=None, max_parallelism=None, operator_names=None, slot_sharing_group=None, resources=None, is_source=None, is_sink=None, operator_uids=None, dynamic_parallelism=None,):
         self.vertex_id = vertex_id
         self.name = name
         self.parallelism = parallelism
@@ -457,6 +458,7 @@ class JobVertex(object):
         self.is_source = is_source
         self.is_sink = is_sink
         self.operator_uids = operator_uids
+        self.dynamic_parallelism = dynamic_parallelism
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -528,6 +530,11 @@ class JobVertex(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 11:
+                if ftype == TType.BOOL:
+                    self.dynamic_parallelism = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -583,6 +590,10 @@ class JobVertex(object):
             for iter13 in self.operator_uids:
                 oprot.writeString(iter13.encode('utf-8') if sys.version_info[0] == 2 else iter13)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.dynamic_parallelism is not None:
+            oprot.writeFieldBegin('dynamic_parallelism', TType.BOOL, 11)
+            oprot.writeBool(self.dynamic_parallelism)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -917,11 +928,12 @@ class TaskMetrics(object):
      - spilled_bytes
      - inflight_bytes_peak
      - operator_paths
+     - result_bytes
 
     """
 
 
-    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None, operator_paths=None,):
+    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None, operator_paths=None, result_bytes=None,):
         self.records_in = records_in
         self.records_out = records_out
         self.bytes_in = bytes_in
@@ -941,6 +953,7 @@ class TaskMetrics(object):
         self.spilled_bytes = spilled_bytes
         self.inflight_bytes_peak = inflight_bytes_peak
         self.operator_paths = operator_paths
+        self.result_bytes = result_bytes
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1061,6 +1074,16 @@ class TaskMetrics(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 20:
+                if ftype == TType.LIST:
+                    self.result_bytes = []
+                    (_etype65, _size62) = iprot.readListBegin()
+                    for _i66 in range(_size62):
+                        _elem67 = iprot.readI64()
+                        self.result_bytes.append(_elem67)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1118,15 +1141,15 @@ class TaskMetrics(object):
         if self.operator_records_in is not None:
             oprot.writeFieldBegin('operator_records_in', TType.LIST, 12)
             oprot.writeListBegin(TType.I64, len(self.operator_records_in))
-            for iter62 in self.operator_records_in:
-                oprot.writeI64(iter62)
+            for iter68 in self.operator_records_in:
+                oprot.writeI64(iter68)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.operator_records_out is not None:
             oprot.writeFieldBegin('operator_records_out', TType.LIST, 13)
             oprot.writeListBegin(TType.I64, len(self.operator_records_out))
-            for iter63 in self.operator_records_out:
-                oprot.writeI64(iter63)
+            for iter69 in self.operator_records_out:
+                oprot.writeI64(iter69)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.managed_memory_bytes is not None:
@@ -1152,8 +1175,15 @@ class TaskMetrics(object):
         if self.operator_paths is not None:
             oprot.writeFieldBegin('operator_paths', TType.LIST, 19)
             oprot.writeListBegin(TType.STRING, len(self.operator_paths))
-            for iter64 in self.operator_paths:
-                oprot.writeString(iter64.encode('utf-8') if sys.version_info[0] == 2 else iter64)
+            for iter70 in self.operator_paths:
+                oprot.writeString(iter70.encode('utf-8') if sys.version_info[0] == 2 else iter70)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.result_bytes is not None:
+            oprot.writeFieldBegin('result_bytes', TType.LIST, 20)
+            oprot.writeListBegin(TType.I64, len(self.result_bytes))
+            for iter71 in self.result_bytes:
+                oprot.writeI64(iter71)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1305,52 +1335,52 @@ class VertexStatus(object):
             elif fid == 4:
                 if ftype == TType.MAP:
                     self.state_counts = {}
-                    (_ktype66, _vtype67, _size65) = iprot.readMapBegin()
-                    for _i69 in range(_size65):
-                        _key70 = iprot.readI32()
-                        _val71 = iprot.readI32()
-                        self.state_counts[_key70] = _val71
+                    (_ktype73, _vtype74, _size72) = iprot.readMapBegin()
+                    for _i76 in range(_size72):
+                        _key77 = iprot.readI32()
+                        _val78 = iprot.readI32()
+                        self.state_counts[_key77] = _val78
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.subtask_attempts = []
-                    (_etype75, _size72) = iprot.readListBegin()
-                    for _i76 in range(_size72):
-                        _elem77 = iprot.readI32()
-                        self.subtask_attempts.append(_elem77)
+                    (_etype82, _size79) = iprot.readListBegin()
+                    for _i83 in range(_size79):
+                        _elem84 = iprot.readI32()
+                        self.subtask_attempts.append(_elem84)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.subtask_locations = []
-                    (_etype81, _size78) = iprot.readListBegin()
-                    for _i82 in range(_size78):
-                        _elem83 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.subtask_locations.append(_elem83)
+                    (_etype88, _size85) = iprot.readListBegin()
+                    for _i89 in range(_size85):
+                        _elem90 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.subtask_locations.append(_elem90)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 7:
                 if ftype == TType.LIST:
                     self.subtask_states = []
-                    (_etype87, _size84) = iprot.readListBegin()
-                    for _i88 in range(_size84):
-                        _elem89 = iprot.readI32()
-                        self.subtask_states.append(_elem89)
+                    (_etype94, _size91) = iprot.readListBegin()
+                    for _i95 in range(_size91):
+                        _elem96 = iprot.readI32()
+                        self.subtask_states.append(_elem96)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 8:
                 if ftype == TType.LIST:
                     self.subtask_metrics = []
-                    (_etype93, _size90) = iprot.readListBegin()
-                    for _i94 in range(_size90):
-                        _elem95 = TaskMetrics()
-                        _elem95.read(iprot)
-                        self.subtask_metrics.append(_elem95)
+                    (_etype100, _size97) = iprot.readListBegin()
+                    for _i101 in range(_size97):
+                        _elem102 = TaskMetrics()
+                        _elem102.read(iprot)
+                        self.subtask_metrics.append(_elem102)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1379,37 +1409,37 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter96, viter97 in self.state_counts.items():
-                oprot.writeI32(kiter96)
-                oprot.writeI32(viter97)
+            for kiter103, viter104 in self.state_counts.items():
+                oprot.writeI32(kiter103)
+                oprot.writeI32(viter104)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.subtask_attempts is not None:
             oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
-            for iter98 in self.subtask_attempts:
-                oprot.writeI32(iter98)
+            for iter105 in self.subtask_attempts:
+                oprot.writeI32(iter105)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_locations is not None:
             oprot.writeFieldBegin('subtask_locations', TType.LIST, 6)
             oprot.writeListBegin(TType.STRING, len(self.subtask_locations))
-            for iter99 in self.subtask_locations:
-                oprot.writeString(iter99.encode('utf-8') if sys.version_info[0] == 2 else iter99)
+            for iter106 in self.subtask_locations:
+                oprot.writeString(iter106.encode('utf-8') if sys.version_info[0] == 2 else iter106)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_states is not None:
             oprot.writeFieldBegin('subtask_states', TType.LIST, 7)
             oprot.writeListBegin(TType.I32, len(self.subtask_states))
-            for iter100 in self.subtask_states:
-                oprot.writeI32(iter100)
+            for iter107 in self.subtask_states:
+                oprot.writeI32(iter107)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_metrics is not None:
             oprot.writeFieldBegin('subtask_metrics', TType.LIST, 8)
             oprot.writeListBegin(TType.STRUCT, len(self.subtask_metrics))
-            for iter101 in self.subtask_metrics:
-                iter101.write(oprot)
+            for iter108 in self.subtask_metrics:
+                iter108.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1753,11 +1783,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype105, _size102) = iprot.readListBegin()
-                    for _i106 in range(_size102):
-                        _elem107 = VertexStatus()
-                        _elem107.read(iprot)
-                        self.vertices.append(_elem107)
+                    (_etype112, _size109) = iprot.readListBegin()
+                    for _i113 in range(_size109):
+                        _elem114 = VertexStatus()
+                        _elem114.read(iprot)
+                        self.vertices.append(_elem114)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1775,11 +1805,11 @@ class JobStatusInfo(object):
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.failure_history = []
-                    (_etype111, _size108) = iprot.readListBegin()
-                    for _i112 in range(_size108):
-                        _elem113 = FailureEntry()
-                        _elem113.read(iprot)
-                        self.failure_history.append(_elem113)
+                    (_etype118, _size115) = iprot.readListBegin()
+                    for _i119 in range(_size115):
+                        _elem120 = FailureEntry()
+                        _elem120.read(iprot)
+                        self.failure_history.append(_elem120)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1791,11 +1821,11 @@ class JobStatusInfo(object):
             elif fid == 11:
                 if ftype == TType.LIST:
                     self.checkpoints = []
-                    (_etype117, _size114) = iprot.readListBegin()
-                    for _i118 in range(_size114):
-                        _elem119 = CheckpointInfo()
-                        _elem119.read(iprot)
-                        self.checkpoints.append(_elem119)
+                    (_etype124, _size121) = iprot.readListBegin()
+                    for _i125 in range(_size121):
+                        _elem126 = CheckpointInfo()
+                        _elem126.read(iprot)
+                        self.checkpoints.append(_elem126)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1853,8 +1883,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter120 in self.vertices:
-                iter120.write(oprot)
+            for iter127 in self.vertices:
+                iter127.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -1868,8 +1898,8 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter121 in self.failure_history:
-                iter121.write(oprot)
+            for iter128 in self.failure_history:
+                iter128.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
@@ -1879,8 +1909,8 @@ class JobStatusInfo(object):
         if self.checkpoints is not None:
             oprot.writeFieldBegin('checkpoints', TType.LIST, 11)
             oprot.writeListBegin(TType.STRUCT, len(self.checkpoints))
-            for iter122 in self.checkpoints:
-                iter122.write(oprot)
+            for iter129 in self.checkpoints:
+                iter129.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.latest_completed_checkpoint_id is not None:
@@ -1976,16 +2006,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype124, _vtype125, _size123) = iprot.readMapBegin()
-                    for _i127 in range(_size123):
-                        _key128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val129 = []
-                        (_etype133, _size130) = iprot.readListBegin()
-                        for _i134 in range(_size130):
-                            _elem135 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val129.append(_elem135)
+                    (_ktype131, _vtype132, _size130) = iprot.readMapBegin()
+                    for _i134 in range(_size130):
+                        _key135 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val136 = []
+                        (_etype140, _size137) = iprot.readListBegin()
+                        for _i141 in range(_size137):
+                            _elem142 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val136.append(_elem142)
                         iprot.readListEnd()
-                        self.collected[_key128] = _val129
+                        self.collected[_key135] = _val136
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2022,11 +2052,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter136, viter137 in self.collected.items():
-                oprot.writeString(kiter136.encode('utf-8') if sys.version_info[0] == 2 else kiter136)
-                oprot.writeListBegin(TType.STRING, len(viter137))
-                for iter138 in viter137:
-                    oprot.writeString(iter138.encode('utf-8') if sys.version_info[0] == 2 else iter138)
+            for kiter143, viter144 in self.collected.items():
+                oprot.writeString(kiter143.encode('utf-8') if sys.version_info[0] == 2 else kiter143)
+                oprot.writeListBegin(TType.STRING, len(viter144))
+                for iter145 in viter144:
+                    oprot.writeString(iter145.encode('utf-8') if sys.version_info[0] == 2 else iter145)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -2445,11 +2475,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype142, _size139) = iprot.readListBegin()
-                    for _i143 in range(_size139):
-                        _elem144 = SlotStatus()
-                        _elem144.read(iprot)
-                        self.slots.append(_elem144)
+                    (_etype149, _size146) = iprot.readListBegin()
+                    for _i150 in range(_size146):
+                        _elem151 = SlotStatus()
+                        _elem151.read(iprot)
+                        self.slots.append(_elem151)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2477,8 +2507,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter145 in self.slots:
-                iter145.write(oprot)
+            for iter152 in self.slots:
+                iter152.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.blocking_partitions is not None:
@@ -3117,21 +3147,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype149, _size146) = iprot.readListBegin()
-                    for _i150 in range(_size146):
-                        _elem151 = TaskExecutionStateUpdate()
-                        _elem151.read(iprot)
-                        self.executions.append(_elem151)
+                    (_etype156, _size153) = iprot.readListBegin()
+                    for _i157 in range(_size153):
+                        _elem158 = TaskExecutionStateUpdate()
+                        _elem158.read(iprot)
+                        self.executions.append(_elem158)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype155, _size152) = iprot.readListBegin()
-                    for _i156 in range(_size152):
-                        _elem157 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem157)
+                    (_etype162, _size159) = iprot.readListBegin()
+                    for _i163 in range(_size159):
+                        _elem164 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem164)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3152,15 +3182,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter158 in self.executions:
-                iter158.write(oprot)
+            for iter165 in self.executions:
+                iter165.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter159 in self.allocation_ids:
-                oprot.writeString(iter159.encode('utf-8') if sys.version_info[0] == 2 else iter159)
+            for iter166 in self.allocation_ids:
+                oprot.writeString(iter166.encode('utf-8') if sys.version_info[0] == 2 else iter166)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3204,10 +3234,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype163, _size160) = iprot.readListBegin()
-                    for _i164 in range(_size160):
-                        _elem165 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem165)
+                    (_etype170, _size167) = iprot.readListBegin()
+                    for _i171 in range(_size167):
+                        _elem172 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem172)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3224,8 +3254,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter166 in self.allocation_ids:
-                oprot.writeString(iter166.encode('utf-8') if sys.version_info[0] == 2 else iter166)
+            for iter173 in self.allocation_ids:
+                oprot.writeString(iter173.encode('utf-8') if sys.version_info[0] == 2 else iter173)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3369,11 +3399,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype170, _size167) = iprot.readListBegin()
-                    for _i171 in range(_size167):
-                        _elem172 = OperatorStateFile()
-                        _elem172.read(iprot)
-                        self.files.append(_elem172)
+                    (_etype177, _size174) = iprot.readListBegin()
+                    for _i178 in range(_size174):
+                        _elem179 = OperatorStateFile()
+                        _elem179.read(iprot)
+                        self.files.append(_elem179)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3415,8 +3445,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter173 in self.files:
-                iter173.write(oprot)
+            for iter180 in self.files:
+                iter180.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -3489,11 +3519,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype177, _size174) = iprot.readListBegin()
-                    for _i178 in range(_size174):
-                        _elem179 = OperatorStateFile()
-                        _elem179.read(iprot)
-                        self.files.append(_elem179)
+                    (_etype184, _size181) = iprot.readListBegin()
+                    for _i185 in range(_size181):
+                        _elem186 = OperatorStateFile()
+                        _elem186.read(iprot)
+                        self.files.append(_elem186)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3519,8 +3549,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter180 in self.files:
-                iter180.write(oprot)
+            for iter187 in self.files:
+                iter187.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -3631,15 +3661,17 @@ class InputGateDescriptor(object):
      - channels
      - subpartition_index
      - exchange_mode
+     - subpartition_end
 
     """
 
 
-    def __init__(self, input_index=None, channels=None, subpartition_index=None, exchange_mode=None,):
+    def __init__(self, input_index=None, channels=None, subpartition_index=None, exchange_mode=None, subpartition_end=None,):
         self.input_index = input_index
         self.channels = channels
         self.subpartition_index = subpartition_index
         self.exchange_mode = exchange_mode
+        self.subpartition_end = subpartition_end
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -3658,11 +3690,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype184, _size181) = iprot.readListBegin()
-                    for _i185 in range(_size181):
-                        _elem186 = InputChannelDescriptor()
-                        _elem186.read(iprot)
-                        self.channels.append(_elem186)
+                    (_etype191, _size188) = iprot.readListBegin()
+                    for _i192 in range(_size188):
+                        _elem193 = InputChannelDescriptor()
+                        _elem193.read(iprot)
+                        self.channels.append(_elem193)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3674,6 +3706,11 @@ class InputGateDescriptor(object):
             elif fid == 4:
                 if ftype == TType.I32:
                     self.exchange_mode = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I32:
+                    self.subpartition_end = iprot.readI32()
                 else:
                     iprot.skip(ftype)
             else:
@@ -3693,8 +3730,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter187 in self.channels:
-                iter187.write(oprot)
+            for iter194 in self.channels:
+                iter194.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -3704,6 +3741,10 @@ class InputGateDescriptor(object):
         if self.exchange_mode is not None:
             oprot.writeFieldBegin('exchange_mode', TType.I32, 4)
             oprot.writeI32(self.exchange_mode)
+            oprot.writeFieldEnd()
+        if self.subpartition_end is not None:
+            oprot.writeFieldBegin('subpartition_end', TType.I32, 5)
+            oprot.writeI32(self.subpartition_end)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -3773,10 +3814,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype191, _size188) = iprot.readListBegin()
-                    for _i192 in range(_size188):
-                        _elem193 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem193)
+                    (_etype198, _size195) = iprot.readListBegin()
+                    for _i199 in range(_size195):
+                        _elem200 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem200)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3820,8 +3861,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter194 in self.key_columns:
-                oprot.writeString(iter194.encode('utf-8') if sys.version_info[0] == 2 else iter194)
+            for iter201 in self.key_columns:
+                oprot.writeString(iter201.encode('utf-8') if sys.version_info[0] == 2 else iter201)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -3968,22 +4009,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype198, _size195) = iprot.readListBegin()
-                    for _i199 in range(_size195):
-                        _elem200 = InputGateDescriptor()
-                        _elem200.read(iprot)
-                        self.input_gates.append(_elem200)
+                    (_etype205, _size202) = iprot.readListBegin()
+                    for _i206 in range(_size202):
+                        _elem207 = InputGateDescriptor()
+                        _elem207.read(iprot)
+                        self.input_gates.append(_elem207)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype204, _size201) = iprot.readListBegin()
-                    for _i205 in range(_size201):
-                        _elem206 = ResultPartitionDescriptor()
-                        _elem206.read(iprot)
-                        self.result_partitions.append(_elem206)
+                    (_etype211, _size208) = iprot.readListBegin()
+                    for _i212 in range(_size208):
+                        _elem213 = ResultPartitionDescriptor()
+                        _elem213.read(iprot)
+                        self.result_partitions.append(_elem213)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3995,11 +4036,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype208, _vtype209, _size207) = iprot.readMapBegin()
-                    for _i211 in range(_size207):
-                        _key212 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val213 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key212] = _val213
+                    (_ktype215, _vtype216, _size214) = iprot.readMapBegin()
+                    for _i218 in range(_size214):
+                        _key219 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val220 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key219] = _val220
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -4081,15 +4122,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter214 in self.input_gates:
-                iter214.write(oprot)
+            for iter221 in self.input_gates:
+                iter221.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter215 in self.result_partitions:
-                iter215.write(oprot)
+            for iter222 in self.result_partitions:
+                iter222.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -4099,9 +4140,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter216, viter217 in self.config.items():
-                oprot.writeString(kiter216.encode('utf-8') if sys.version_info[0] == 2 else kiter216)
-                oprot.writeString(viter217.encode('utf-8') if sys.version_info[0] == 2 else viter217)
+            for kiter223, viter224 in self.config.items():
+                oprot.writeString(kiter223.encode('utf-8') if sys.version_info[0] == 2 else kiter223)
+                oprot.writeString(viter224.encode('utf-8') if sys.version_info[0] == 2 else viter224)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -4171,6 +4212,7 @@ JobVertex.thrift_spec = (
     (8, TType.BOOL, 'is_source', None, None, ),  # 8
     (9, TType.BOOL, 'is_sink', None, None, ),  # 9
     (10, TType.LIST, 'operator_uids', (TType.STRING, 'UTF8', False), None, ),  # 10
+    (11, TType.BOOL, 'dynamic_parallelism', None, None, ),  # 11
 )
 all_structs.append(JobEdge)
 JobEdge.thrift_spec = (
@@ -4217,6 +4259,7 @@ TaskMetrics.thrift_spec = (
     (17, TType.I64, 'spilled_bytes', None, None, ),  # 17
     (18, TType.I64, 'inflight_bytes_peak', None, None, ),  # 18
     (19, TType.LIST, 'operator_paths', (TType.STRING, 'UTF8', False), None, ),  # 19
+    (20, TType.LIST, 'result_bytes', (TType.I64, None, False), None, ),  # 20
 )
 all_structs.append(CheckpointCounts)
 CheckpointCounts.thrift_spec = (
@@ -4431,6 +4474,7 @@ InputGateDescriptor.thrift_spec = (
     (2, TType.LIST, 'channels', (TType.STRUCT, [InputChannelDescriptor, None], False), None, ),  # 2
     (3, TType.I32, 'subpartition_index', None, None, ),  # 3
     (4, TType.I32, 'exchange_mode', None, None, ),  # 4
+    (5, TType.I32, 'subpartition_end', None, None, ),  # 5
 )
 all_structs.append(ResultPartitionDescriptor)
 ResultPartitionDescriptor.thrift_spec = (
