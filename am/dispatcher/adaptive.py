@@ -15,8 +15,8 @@ it was submitted with; in reactive mode its max parallelism, so it takes every s
   splits and pending sink files as a savepoint's, so nothing is lost or repeated);
 - at least ``min-parallelism-increase`` more, below its desired parallelism, with every task
   running and ``scaling-interval.min`` since its last rescale (none before its first: a reactive
-  job takes a session's slots as soon as it runs): it is rescaled up through a savepoint, as
-  ``yarnflow rescale`` does (no data is processed twice).
+  job takes a session's slots as soon as it runs): it is rescaled up through a checkpoint taken
+  then, as ``yarnflow rescale`` does.
 
 Only the vertices at the job's parallelism change (``rescaling.py``). A job whose state cannot
 move to another parallelism (a collection source) is not tried again after it was refused once.
@@ -183,7 +183,7 @@ class AdaptiveScaling:
                         "checkpoint (the adaptive scheduler)", jm.job_id, parallelism, current, parallelism)
             answer = self._rescales.restart_from_checkpoint(jm, parallelism)
         else:
-            log.info("job %s: %d slots can be used: rescaling it from %d to %d through a savepoint (the adaptive "
+            log.info("job %s: %d slots can be used: rescaling it from %d to %d through a checkpoint (the adaptive "
                      "scheduler)", jm.job_id, parallelism, current, parallelism)
             try:
                 answer = self._rescales.start(jm, parallelism)

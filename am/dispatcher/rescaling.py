@@ -1,14 +1,17 @@
-"""Rescaling a running job by hand (``yarnflow rescale JOB_ID -p N``; Flink's
-``PATCH /jobs/:id/rescaling?parallelism=N``).
+"""Rescaling a running job (``yarnflow rescale JOB_ID -p N``; Flink's
+``PATCH /jobs/:id/rescaling?parallelism=N``; the adaptive scheduler's rescales).
 
-The job stops at a consistent point through the stop-with-savepoint path (its sources stop, a
-savepoint of that checkpoint is written into ``<job's checkpoint folder>/rescale-<k>/``, sinks
-commit on its completion, the tasks end), and the Dispatcher, instead of recording the job as
-FINISHED, starts a new JobMaster for the same job id with the rescaled JobGraph, which restores
-that savepoint as savepoints are restored (keyed state by key-group range, a file source's
-splits and a sink's pending files round robin, the split enumerator's unassigned splits as
-they were) and takes its checkpoint ids on from it. The savepoint lives with the job's
-checkpoints, so the job's checkpoint retention decides when it goes.
+Through a checkpoint, not a savepoint (as Flink's adaptive scheduler rescales): the JobMaster
+takes a checkpoint at once (``trigger_checkpoint``: a regular checkpoint of the job, started
+as a savepoint would be), the job is cancelled once it completed, and the Dispatcher, instead
+of recording the job as CANCELED, starts a new JobMaster for the same job id with the rescaled
+JobGraph from its latest completed checkpoint (that one, or a later periodic one), made
+restorable at the new parallelism beside it (``savepoint_of_checkpoint``: keyed state by
+key-group range, a file source's splits and a sink's pending files round robin, the split
+enumerator's unassigned splits as they were); it takes its checkpoint ids on from it. What the
+job did after that checkpoint is done again, as after a failure: two-phase sinks commit it
+once. The adaptive scheduler's rescale after slots were lost cancels at once and runs on from
+the latest checkpoint there is (``restart_from_checkpoint``).
 
 Which vertices change: those at the job's parallelism (the largest of its vertices'); one at
 another parallelism (a non-parallel source, an operator given its own) keeps it. A changed
@@ -78,8 +81,8 @@ class _Rescale:
     parallelism: int
     answer: Future[int]
     savepoint: str = ""
-    #: the adaptive scheduler's rescale after slots were lost: the job was cancelled and runs on
-    #: from its latest completed checkpoint (it cannot stop with a savepoint without its slots)
+    #: the job was cancelled to rescale (its checkpoint completed, or, the adaptive scheduler's
+    #: rescale after slots were lost, at once): it runs on from its latest completed checkpoint
     from_checkpoint: bool = False
     #: a rescale by hand sets the parallelism an adaptive job grows back to
     desired: int | None = None
@@ -97,7 +100,6 @@ class Rescales:
         self._run_on_main = run_on_main
         self._start = start
         self._pending: dict[JobID, _Rescale] = {}
-        self._count: dict[JobID, int] = {}
 
     def busy(self, job_id: JobID) -> bool:
         return job_id in self._pending
@@ -116,8 +118,8 @@ class Rescales:
         return answer
 
     def start(self, jm: JobMaster, parallelism: int, desired: int | None = None) -> Future[int]:
-        """Rescale ``jm``'s job through a savepoint (by hand: ``desired`` is the parallelism an
-        adaptive job then grows back to, the one asked for)."""
+        """Rescale ``jm``'s job through a checkpoint taken now (by hand: ``desired`` is the
+        parallelism an adaptive job then grows back to, the one asked for)."""
         job_id = jm.job_id
         if job_id in self._pending:
             raise RefusedError(f"job {job_id} is being rescaled already")
@@ -130,32 +132,34 @@ class Rescales:
         if parallelism == job_parallelism(jm.job_graph):
             settle(answer, parallelism)
             return answer
-        self._count[job_id] = self._count.get(job_id, 0) + 1
-        target = f"{jm.checkpoint_dir.rstrip('/')}/rescale-{self._count[job_id]}"
         rescale = self._pending[job_id] = _Rescale(parallelism, answer, desired=desired)
-        log.info("rescaling job %s to parallelism %d: stopping it with a savepoint into %s", job_id, parallelism,
-                 target)
+        log.info("rescaling job %s to parallelism %d through a checkpoint", job_id, parallelism)
 
-        def stopped(done: Future[str]) -> None:  # (any thread)
-            self._run_on_main(self._stopped, job_id, rescale, done)
+        def checkpointed(done: Future[str]) -> None:  # (any thread)
+            self._run_on_main(self._checkpointed, jm, rescale, done)
 
-        jm.trigger_savepoint(target, stop="stop").add_done_callback(stopped)
+        jm.trigger_checkpoint().add_done_callback(checkpointed)
         return answer
 
-    def _stopped(self, job_id: JobID, rescale: _Rescale, done: Future[str]) -> None:
+    def _checkpointed(self, jm: JobMaster, rescale: _Rescale, done: Future[str]) -> None:
+        if self._pending.get(jm.job_id) is not rescale:  # cancelled by a user meanwhile
+            return
         exc = done.exception()
         if exc is not None:  # the job runs on at its parallelism
-            self._pending.pop(job_id, None)
-            log.warning("rescaling job %s failed: its stop with a savepoint did not complete: %s", job_id, exc)
-            settle(rescale.answer, RefusedError(f"the job could not be stopped at a consistent point ({exc}); it "
-                                                "runs on at its parallelism"))
+            self._pending.pop(jm.job_id, None)
+            log.warning("rescaling job %s failed: its checkpoint did not complete: %s", jm.job_id, exc)
+            settle(rescale.answer, RefusedError(f"the checkpoint to rescale through did not complete ({exc}); the "
+                                                "job runs on at its parallelism"))
             return
-        rescale.savepoint = done.result()
+        log.info("job %s: checkpoint %s taken to rescale through; the job is cancelled and runs on at parallelism %d",
+                 jm.job_id, done.result(), rescale.parallelism)
+        rescale.from_checkpoint = True
+        jm.cancel()
 
     def take_over(self, jm: JobMaster, status: JobStatus) -> bool:
-        """Job ``jm`` ended ``status``: when it is a rescale's stop (FINISHED after its
-        savepoint), start the rescaled job and return True; else False (a rescale in progress
-        fails with the job's end)."""
+        """Job ``jm`` ended ``status``: when it is a rescale's (CANCELED for it), start the
+        rescaled job and return True; else False (a rescale in progress fails with the job's
+        end)."""
         rescale = self._pending.pop(jm.job_id, None)
         if rescale is None:
             return False
@@ -168,7 +172,7 @@ class Rescales:
                 settle(rescale.answer, RefusedError(f"its latest checkpoint could not be read to rescale: {exc}"))
                 self._start(jm.job_graph, True)
                 return True
-        elif status != JobStatus.FINISHED or not rescale.savepoint:
+        else:
             settle(rescale.answer, RefusedError(f"the job ended {status.name} while it was being rescaled"))
             return False
         graph = rescaled_graph(jm.job_graph, rescale.parallelism, rescale.savepoint, rescale.desired)

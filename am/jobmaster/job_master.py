@@ -308,7 +308,9 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
             url = self._checkpoints.write_metadata(action.checkpoint_id, action.metadata)
             self._checkpoint_store.add(action.checkpoint_id, url)
             savepoint = self._savepoints.get(action.checkpoint_id)
-            if savepoint is not None:  # copied before the checkpoint completes: no newer one subsumes it meanwhile
+            if savepoint is not None and not savepoint[0]:  # a checkpoint asked for (trigger_checkpoint)
+                savepoint[1].set_result(url)
+            elif savepoint is not None:  # copied before the checkpoint completes: no newer one subsumes it meanwhile
                 try:
                     savepoint[1].set_result(write_savepoint(savepoint[0], str(self.job_id), action.metadata))
                 except SavepointError as exc:

@@ -107,6 +107,12 @@ class SavepointsAndRecovery:
                  checkpoint_id, savepoint.get("job_id"))
 
     # -- savepoints -----------------------------------------------------------------------------
+    def trigger_checkpoint(self, timeout_s: float | None = None) -> Future[str]:
+        """Take a checkpoint now, as a savepoint would be taken (at once, aligned, its failure not
+        counted against the job) but not copied anywhere: a Future of its metadata URL once it
+        completed (a rescale goes through it)."""
+        return self.trigger_savepoint("", timeout_s)
+
     def trigger_savepoint(self, target_dir: str, timeout_s: float | None = None, stop: str = "") -> Future[str]:
         """Take a checkpoint now and copy it into a new savepoint folder under ``target_dir``.
         Answers at once (on any thread) with a Future of the folder's URL; it fails with
@@ -176,7 +182,10 @@ class SavepointsAndRecovery:
         self._savepoints[checkpoint_id] = (target_dir, Future())
         if stop:
             self._stop_savepoints.add(checkpoint_id)
-        log.info("job %s: checkpoint %d is a savepoint into %s", self.job_id, checkpoint_id, target_dir)
+        if target_dir:
+            log.info("job %s: checkpoint %d is a savepoint into %s", self.job_id, checkpoint_id, target_dir)
+        else:
+            log.info("job %s: checkpoint %d was asked for", self.job_id, checkpoint_id)
         return checkpoint_id
 
     def _checkpoint_failure(self, checkpoint_id: int) -> str:

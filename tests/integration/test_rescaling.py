@@ -189,7 +189,7 @@ def _last(cli: Cli, address: str) -> str:
 def test_a_running_job_rescaled_by_hand_commits_what_an_unchanged_run_does(setup: Any, before: int,
                                                                            after: int) -> None:
     """``yarnflow rescale JOB -p N`` (issue 30): the job, mid-way through its files with output
-    committed, stops at a consistent point and runs on under the same id at the new parallelism
+    committed, goes through a checkpoint taken then and runs on under the same id at the new parallelism
     (every vertex was at the job's), ending FINISHED with exactly what an unchanged run commits."""
     cli, address, tmp_path, events = setup
     job = _start(cli, address, tmp_path, before)

@@ -52,6 +52,9 @@ class FakeJobMaster:
         self.savepoints: list[tuple[str, str]] = []
         #: what trigger_savepoint answers next (settled at once unless a test holds it)
         self.savepoint_answer: Future[str] | None = None
+        self.checkpoints_asked = 0
+        #: what trigger_checkpoint answers next (settled at once unless a test holds it)
+        self.checkpoint_answer: Future[str] | None = None
 
     def start(self) -> None:
         self.started = True
@@ -67,6 +70,13 @@ class FakeJobMaster:
 
     def suspend(self, reason: str) -> None:
         self.end(JobStatus.SUSPENDED)
+
+    def trigger_checkpoint(self) -> Future[str]:
+        self.checkpoints_asked += 1
+        answer = self.checkpoint_answer or Future()
+        if self.checkpoint_answer is None:
+            answer.set_result(f"memory://checkpoints/{self.job_id}/chk-1/_metadata")
+        return answer
 
     def trigger_savepoint(self, target_dir: str, stop: str = "") -> Future[str]:
         self.savepoints.append((target_dir, stop))
@@ -360,31 +370,33 @@ def _streaming(bed: Bed, job_id: str, parallelism: int = 2) -> JobGraph:
                                config={"execution.checkpointing.interval": "1 s"})
 
 
-def test_a_rescale_stops_the_job_with_a_savepoint_and_runs_it_on_rescaled_under_its_id(
+def test_a_rescale_takes_a_checkpoint_and_runs_the_job_on_rescaled_under_its_id_from_it(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``rescale_job``: a stop-with-savepoint into the job's checkpoint folder; when the job then
-    ends FINISHED, a new JobMaster runs the same job id at the new parallelism from that
-    savepoint (vertices at the job's parallelism change, the others keep theirs), stored for a
-    next leader; no result is recorded and a waiting client keeps waiting."""
+    """``rescale_job``: a checkpoint is taken at once; once it completed the job is cancelled and
+    a new JobMaster runs the same job id at the new parallelism from its latest checkpoint (made
+    restorable at that parallelism beside it; vertices at the job's parallelism change, the
+    others keep theirs), stored for a next leader; no result is recorded and a waiting client
+    keeps waiting."""
     from yarnflow.am.dispatcher import rescaling
 
     monkeypatch.setattr(rescaling, "check_savepoint", lambda config, graph: None)
+    monkeypatch.setattr(rescaling, "savepoint_of_checkpoint", lambda url: f"{url.rsplit('/', 1)[0]}/savepoint")
     bed.call("submit_job", _streaming(bed, "j1"))
     old = bed.masters["j1"]
     waiting, got = client_waiting_for_result(bed, "j1")
     pending: Future[str] = Future()
-    old.savepoint_answer = pending
+    old.checkpoint_answer = pending
     rescaling_, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
-    wait_until(lambda: old.savepoints, 5, "no stop-with-savepoint")
-    assert old.savepoints == [("memory://checkpoints/j1/rescale-1", "stop")]
-    pending.set_result("memory://checkpoints/j1/rescale-1/savepoint-9")
-    old.end(JobStatus.FINISHED)
+    wait_until(lambda: old.checkpoints_asked, 5, "no checkpoint asked for")
+    assert old.status == JobStatus.RUNNING and not old.savepoints  # no savepoint, no stop
+    bed.ha.checkpoint_store(JobID("j1")).add(9, "memory://checkpoints/j1/chk-9/_metadata")
+    pending.set_result("memory://checkpoints/j1/chk-9/_metadata")
     rescaling_.join(5)
-    assert answer == [3]
+    assert answer == [3] and old.status == JobStatus.CANCELED
     new = bed.masters["j1"]
     assert new is not old and new.started and not new.recover
     assert [v.parallelism for v in new.job_graph.vertices] == [3, 1]
-    assert new.job_graph.config["execution.savepoint.path"] == "memory://checkpoints/j1/rescale-1/savepoint-9"
+    assert new.job_graph.config["execution.savepoint.path"] == "memory://checkpoints/j1/chk-9/savepoint"
     assert [v.parallelism for v in bed.ha.job_graph_store().get("j1").vertices] == [3, 1]
     assert bed.ha.job_result_store().get("j1") is None and not got
     new.end(JobStatus.FINISHED)  # the rescaled job's own end is the job's
@@ -394,8 +406,8 @@ def test_a_rescale_stops_the_job_with_a_savepoint_and_runs_it_on_rescaled_under_
 
 def test_rescales_that_cannot_be_are_refused_and_the_job_runs_on(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """Refused before anything stops: no checkpoints, above the max parallelism, one already in
-    progress. A stop that fails leaves the job running; state that cannot go to the new
-    parallelism starts the job again at its own; a job cancelled meanwhile ends as it did."""
+    progress. A checkpoint that fails leaves the job running; state that cannot go to the new
+    parallelism starts the job again at its own; a job that ends meanwhile ends as it did."""
     from yarnflow.am.dispatcher import rescaling
     from yarnflow.common.errors import InvalidRequestError, RefusedError
 
@@ -405,35 +417,36 @@ def test_rescales_that_cannot_be_are_refused_and_the_job_runs_on(bed: Bed, monke
     bed.call("submit_job", _streaming(bed, "j1"))
     with pytest.raises(InvalidRequestError, match="max parallelism 128"):
         bed.call("rescale_job", JobID("j1"), 129)
-    assert bed.call("rescale_job", JobID("j1"), 2) == 2 and not bed.masters["j1"].savepoints  # already there
+    assert bed.call("rescale_job", JobID("j1"), 2) == 2 and not bed.masters["j1"].checkpoints_asked  # already there
     jm = bed.masters["j1"]
-    jm.savepoint_answer = Future()
+    jm.checkpoint_answer = Future()
     first, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
-    wait_until(lambda: jm.savepoints, 5, "no stop-with-savepoint")
+    wait_until(lambda: jm.checkpoints_asked, 5, "no checkpoint asked for")
     with pytest.raises(RefusedError, match="being rescaled already"):
         bed.call("rescale_job", JobID("j1"), 4)
-    jm.savepoint_answer.set_exception(RefusedError("a task declined the checkpoint"))
+    jm.checkpoint_answer.set_exception(RefusedError("a task declined the checkpoint"))
     first.join(5)
     assert isinstance(answer[0], RefusedError) and "runs on at its parallelism" in str(answer[0])
     assert bed.masters["j1"] is jm and jm.status == JobStatus.RUNNING
 
     monkeypatch.setattr(rescaling, "check_savepoint", lambda config, graph: (_ for _ in ()).throw(
         InvalidRequestError("operator 'numbers' cannot be rescaled")))
-    jm.savepoint_answer = None
+    monkeypatch.setattr(rescaling, "savepoint_of_checkpoint", lambda url: "memory://checkpoints/j1/chk-4/savepoint")
+    bed.ha.checkpoint_store(JobID("j1")).add(4, "memory://checkpoints/j1/chk-4/_metadata")
+    jm.checkpoint_answer = None
     second, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
-    wait_until(lambda: len(jm.savepoints) == 2, 5, "no second stop-with-savepoint")
-    jm.end(JobStatus.FINISHED)
     second.join(5)
     assert isinstance(answer[0], RefusedError) and "operator 'numbers'" in str(answer[0])
     again = bed.masters["j1"]
     assert again is not jm and [v.parallelism for v in again.job_graph.vertices] == [2, 1]
+    assert again.job_graph.config["execution.savepoint.path"] == "memory://checkpoints/j1/chk-4/savepoint"
 
-    again.savepoint_answer = Future()
+    again.checkpoint_answer = Future()
     third, answer = on_thread(lambda: bed.call("rescale_job", JobID("j1"), 3))
-    wait_until(lambda: again.savepoints, 5, "no third stop-with-savepoint")
-    again.cancel()
+    wait_until(lambda: again.checkpoints_asked, 5, "no third checkpoint asked for")
+    again.end(JobStatus.FINISHED)  # it ended before its checkpoint completed
     third.join(5)
-    assert isinstance(answer[0], RefusedError) and "ended CANCELED" in str(answer[0])
+    assert isinstance(answer[0], RefusedError) and "ended FINISHED" in str(answer[0])
     assert bed.ha.job_result_store().get("j1") is not None
 
 
