@@ -29,6 +29,7 @@ from yarnflow.am.resourcemanager.drivers.local import LocalProcessDriver
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.config import Configuration, Options
+from yarnflow.common.security import internal_credentials
 from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError, UnavailableError
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.metrics import PrometheusEndpoint, start_prometheus
@@ -118,10 +119,12 @@ class AppMaster:
         # typed as what they forward to
         self.rm_proxy = cast(ResourceManager, _LeaderComponent(self, "rm"))
         self.dispatcher_proxy = cast(Dispatcher, _LeaderComponent(self, "dispatcher"))
+        #: the cluster's credentials (security.ssl.internal.*): mutual TLS on its RPC server
+        self.tls = internal_credentials(config)
         self.server = RpcServer(config[Options.RPC_ADDRESS], config[Options.RPC_PORT], {
             DISPATCHER: DispatcherServiceHandler(self.dispatcher_proxy).processor(),
             RESOURCE_MANAGER: ResourceManagerServiceHandler(self.rm_proxy).processor(),
-        }, name="appmaster")
+        }, name="appmaster", tls=self.tls)
         # each running job's JobMaster is served as jobmaster/<job id> (by the Dispatcher)
         self.server.fallback(JOB_MASTER, JobMasterServiceHandler(_NoJobMaster(self)).processor())
         self._election = self.ha.leader_election()

@@ -12,13 +12,16 @@ from typing import Any
 
 import click
 
-from yarnflow.cli_common import CliError, SessionSignals, check_address, conf_from, connect, echo_web_url, rpc_error
+from yarnflow.cli_common import (CliError, SessionSignals, check_address, conf_from, connect, echo_web_url,
+                                 rpc_error, user_set)
 from yarnflow.cli_views import operator_paths, size
 from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.cli_savepoints import rescale, savepoint, session_scale, stop
 from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options
+from yarnflow.common.ha import ha_enabled
+from yarnflow.common.security import published_folder
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.errors import (
     JobDefinitionError,
@@ -373,6 +376,10 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     if detached:
         raise CliError("--detached is for --target yarn (a local session runs in this terminal)")
     taskexecutors = taskexecutors or 2
+    if not user_set(Options.SSL_INTERNAL.key, conf) and not standby and not ha_enabled(Configuration.load(conf)):
+        # a session is closed to anyone without its credentials (with high availability its
+        # clients cannot find them yet: there give the cert-file and key-file keys to all)
+        conf[Options.SSL_INTERNAL.key] = "true"
     if port:
         if standby:
             raise CliError("--port names one AppMaster's port: leave it out with --standby")
@@ -392,6 +399,10 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
     echo_web_url(cluster.web_url)
+    if cluster.tls is not None:
+        where = published_folder(cluster.address) if not cluster.ha else os.path.dirname(cluster.tls.cert_file)
+        click.echo(f"  TLS:     mutual, with the session's credentials in {where} (clients on this machine find "
+                   "them by its address)")
     if cluster.ha:
         ha_keys = " ".join(f"-D {k}={v}" for k, v in conf.items() if k.startswith("high-availability."))
         click.echo(f"  {standby} standby AppMaster{'s' if standby != 1 else ''}; the leader is found in ZooKeeper:")

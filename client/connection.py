@@ -30,6 +30,7 @@ from yarnflow.common.errors import (
 )
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services, ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+from yarnflow.common.security import client_credentials
 from yarnflow.common.yarn import application_config
 
 __all__ = ["ClusterConnection"]
@@ -109,7 +110,8 @@ class ClusterConnection:
         if self._gateway is None or leader != self._gateway_of:
             if self._gateway is not None:
                 self._gateway.close()
-            self._gateway = RemoteDispatcherGateway(leader.address, self._call_timeout_ms)
+            self._gateway = RemoteDispatcherGateway(leader.address, self._call_timeout_ms,
+                                                    tls=client_credentials(self._config, leader.address))
             self._gateway_of = leader
         return self._gateway
 

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 import psutil
 
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import UnavailableError, YarnflowError
+from yarnflow.common.errors import ConfigurationError, UnavailableError, YarnflowError
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+from yarnflow.common.security import TlsCredentials, internal_credentials, new_credentials, publish, unpublish
 
 if TYPE_CHECKING:
     from yarnflow.local_appmaster import InProcessAppMaster
@@ -75,6 +76,19 @@ class LocalCluster:
         self.procs: list[AppMasterHandle] = []  # every AppMaster, the first (proc) included
         self.address = ""
         self.log_path = os.path.join(self.work_dir, "log", "appmaster.log")
+        #: the cluster's credentials with security.ssl.internal.enabled (made here unless given)
+        self.tls: TlsCredentials | None = None
+        if self.config[Options.SSL_INTERNAL]:
+            if not self.config[Options.SSL_INTERNAL_CERT] and not self.config[Options.SSL_INTERNAL_KEY]:
+                made = new_credentials(os.path.join(self.work_dir, "security"))
+                self.conf[Options.SSL_INTERNAL_CERT.key] = made.cert_file
+                self.conf[Options.SSL_INTERNAL_KEY.key] = made.key_file
+                self.config = Configuration.load(self.conf)
+            try:
+                self.tls = internal_credentials(self.config)
+            except ConfigurationError as exc:
+                raise ClusterStartError(str(exc)) from None
+        self._published = ""
 
     def start(self, timeout_s: float = 30.0, wait_for_taskexecutors: bool = True,
               interrupted: Callable[[], bool] | None = None) -> LocalCluster:
@@ -104,6 +118,9 @@ class LocalCluster:
             self.address = fh.read().strip()
         if self.ha:
             self.address = self.leader_address(deadline - time.monotonic())
+        elif self.tls is not None:  # clients on this machine find them by the session's address
+            self._published = self.address
+            publish(self.tls, self.address)
         if wait_for_taskexecutors:
             self.wait_for_taskexecutors(self.taskexecutors, deadline - time.monotonic(), interrupted)
         return self
@@ -202,7 +219,7 @@ class LocalCluster:
             gw.close()
 
     def gateway(self, timeout_ms: int = 30_000) -> RemoteDispatcherGateway:
-        return RemoteDispatcherGateway(self.address, timeout_ms)
+        return RemoteDispatcherGateway(self.address, timeout_ms, tls=self.tls)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -239,7 +256,7 @@ class LocalCluster:
                 except (ClusterStartError, YarnflowError):
                     pass
             if self.address:
-                gw = RemoteDispatcherGateway(self.address, 5000)
+                gw = RemoteDispatcherGateway(self.address, 5000, tls=self.tls)
                 try:
                     gw.shutdown_cluster()  # standbys see the cluster shut down and exit too
                     asked = True
@@ -266,6 +283,9 @@ class LocalCluster:
                     except subprocess.TimeoutExpired:  # an AppMaster on our threads, stuck: its TaskExecutors are gone
                         log.warning("the AppMaster's shutdown did not end; leaving its threads")
         _wait_gone(others + self._descendants(), 5.0)  # orphaned TaskExecutors must not write into a removed dir
+        if self._published:
+            unpublish(self._published)
+            self._published = ""
         if self._own_dir and not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 

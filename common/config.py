@@ -203,6 +203,13 @@ class Options:
     TASK_CANCELLATION_TIMEOUT = _opt("task.cancellation.timeout", parse_duration_ms,
                                      "a task that does not stop this long after its cancel ends its TaskExecutor "
                                      "(0: never)")
+    SSL_INTERNAL = _opt("security.ssl.internal.enabled", _parse_bool,
+                        "mutual TLS on every RPC and data connection inside the cluster (docs/security.md)")
+    SSL_INTERNAL_CERT = _opt("security.ssl.internal.cert-file", _parse_str,
+                             "the cluster's certificate (PEM; empty: made when the cluster starts)")
+    SSL_INTERNAL_KEY = _opt("security.ssl.internal.key-file", _parse_str,
+                            "the cluster's private key (PEM, readable by its owner only; empty: made with the "
+                            "certificate)")
     REST_MAX_CONTENT_LENGTH = _opt("rest.server.max-content-length", parse_size_bytes,
                                    "the largest request body the REST API takes (a job artifact upload)")
     ARTIFACT_UPLOAD = _opt("client.artifact-upload", _parse_str,

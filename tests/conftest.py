@@ -109,6 +109,7 @@ def cli(process_tag: str, tmp_path) -> Iterator[Cli]:  # type: ignore[no-untyped
     env = dict(os.environ)
     env[TAG_VAR] = process_tag
     env["YARNFLOW_LOG_LEVEL"] = "INFO"
+    env["YARNFLOW_HOME"] = str(tmp_path / "yarnflow-home")  # where sessions leave their credentials
     env.pop("PYTHONHASHSEED", None)
     c = Cli(process_tag, env, str(tmp_path))
     yield c

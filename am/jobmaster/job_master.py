@@ -55,6 +55,7 @@ from yarnflow.common import logs
 from yarnflow.common.clock import Clock, SystemClock, TimerHandle
 from yarnflow.common.collect import list_collected
 from yarnflow.common.config import Configuration, Options
+from yarnflow.common.security import internal_credentials
 from yarnflow.am.checkpoint.savepoints import SavepointError, write_savepoint
 from yarnflow.common.errors import (
     FencingTokenError,
@@ -129,7 +130,9 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         self._io = ThreadPoolExecutor(4, thread_name_prefix=f"jm-io-{self.job_id[:8]}", initializer=logs.bind_job,
                                       initargs=(self.job_id,))
         self._gateways: dict[str, TaskExecutorGateway] = {}
-        self._new_gateway = task_executor_gateways or (lambda a: RemoteTaskExecutorGateway(a, self._rpc_timeout))
+        tls = internal_credentials(config)
+        self._new_gateway = task_executor_gateways or (lambda a: RemoteTaskExecutorGateway(a, self._rpc_timeout,
+                                                                                           tls=tls))
         self._collect_results = collect_results or self._list_collected
         base = str(job_config[Options.CHECKPOINT_DIR]) or checkpoints_dir or f"{job_storage_dir.rstrip('/')}/checkpoints"
         self._checkpoints = CheckpointStorage(job_checkpoint_dir(base, self.job_id))

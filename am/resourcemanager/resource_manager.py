@@ -31,6 +31,7 @@ from yarnflow.am.resourcemanager.slotmanager.slot_manager import (
 )
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
+from yarnflow.common.security import internal_credentials
 from yarnflow.common.errors import InvalidRequestError, RefusedError, RpcError
 from yarnflow.common.ids import AllocationID, JobID, ResourceID
 from yarnflow.common.messages import (MemoryStatus, RegistrationResponse, ResourceProfile, SlotReport,
@@ -66,6 +67,7 @@ class ResourceManager(RpcEndpoint):
         self._config = config
         self._driver = driver
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
+        self._tls = internal_credentials(config)
         self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
         settings = SlotManagerSettings(
             slots_per_worker=config[Options.NUM_SLOTS], min_slots=config[Options.MIN_SLOTS],
@@ -224,7 +226,7 @@ class ResourceManager(RpcEndpoint):
         if old is not None:
             old.close()
         self._gateways[registration.resource_id] = RemoteTaskExecutorGateway(registration.rpc_address,
-                                                                             self._rpc_timeout)
+                                                                             self._rpc_timeout, tls=self._tls)
         self._apply([a for a in actions if not isinstance(a, TaskExecutorLost)])
         return RegistrationResponse(True, self.fencing_token, registration_id, self._heartbeat_ms)
 

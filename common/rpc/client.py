@@ -1,14 +1,16 @@
 """A Thrift client for one service at one address, safe to share between threads.
 
 Calls are serialised over one connection, opened lazily and re-opened after a transport
-error. Every error is translated into the project's own exceptions (``rpc.errors``)."""
+error. Every error is translated into the project's own exceptions (``rpc.errors``). With
+``tls`` (the cluster's credentials) the connection is mutual TLS."""
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from thrift.protocol.TMultiplexedProtocol import TMultiplexedProtocol
 from thrift.transport import TSocket, TTransport
@@ -16,6 +18,9 @@ from thrift.transport import TSocket, TTransport
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.rpc.errors import from_wire_error
 from yarnflow.common.rpc.server import protocol_factory
+
+if TYPE_CHECKING:
+    from yarnflow.common.security import TlsCredentials
 
 # TSocket logs every failed connect at ERROR; callers get a RpcConnectionError instead.
 logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
@@ -30,8 +35,9 @@ def split_address(address: str) -> tuple[str, int]:
 
 class RpcClient:
     def __init__(self, address: str, service: str, client_cls: type, timeout_ms: int = 10_000,
-                 connect_timeout_ms: int | None = None) -> None:
+                 connect_timeout_ms: int | None = None, tls: TlsCredentials | None = None) -> None:
         self.address = address
+        self._tls = tls
         self._host, self._port = split_address(address)
         self._service = service
         self._client_cls = client_cls
@@ -55,6 +61,14 @@ class RpcClient:
             # Nothing was sent: even a connect that timed out means the peer cannot be reached.
             reason = getattr(exc, "message", None) or exc
             raise RpcConnectionError(f"cannot reach {self.address}: {reason}") from None
+        if self._tls is not None:
+            try:
+                sock.handle = self._tls.client_context().wrap_socket(sock.handle)
+            except (OSError, ssl.SSLError) as exc:
+                transport.close()
+                reason = getattr(exc, "reason", None) or exc
+                raise RpcConnectionError(f"cannot reach {self.address}: the TLS handshake failed ({reason}): is it "
+                                         "a cluster with other credentials, or without TLS?") from None
         if sock.handle is not None:
             sock.handle.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setTimeout(self._timeout_ms)

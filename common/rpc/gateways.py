@@ -7,6 +7,8 @@ out, project exceptions on failure); the handlers of the server side are in serv
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from yarnflow.common import ids
 from yarnflow.common.messages import ClusterInfo, JobGraph, JobResult, JobStatusInfo
 from yarnflow.common.rpc.services import (
@@ -23,6 +25,9 @@ from yarnflow.common.rpc.services import (
     TaskExecutorServiceGateway,
     TaskExecutorServiceHandler,
 )
+
+if TYPE_CHECKING:
+    from yarnflow.common.security import TlsCredentials
 
 __all__ = [
     "job_master_service",
@@ -49,9 +54,10 @@ class RemoteDispatcherGateway:
     refuses as stale raises ``FencingTokenError``: the client talks to a deposed leader; it
     may ``refresh_fencing_token()`` once it knows the new leader is the one it wants."""
 
-    def __init__(self, address: str, timeout_ms: int = 10_000, fencing_token: str | None = None) -> None:
+    def __init__(self, address: str, timeout_ms: int = 10_000, fencing_token: str | None = None,
+                 tls: TlsCredentials | None = None) -> None:
         self.address = address
-        self._c = DispatcherServiceGateway(address, timeout_ms)
+        self._c = DispatcherServiceGateway(address, timeout_ms, tls=tls)
         self._token = fencing_token
 
     @property

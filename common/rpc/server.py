@@ -9,6 +9,10 @@ the listening socket and every open connection, so no thread outlives the server
 
 Bad bytes on the wire end that one connection, never the server: strings and containers are
 length-limited so garbage cannot make it allocate gigabytes.
+
+With ``tls`` (the cluster's credentials) every connection must complete a mutual TLS handshake
+with the cluster's certificate before a byte is read; the handshake runs on the connection's
+own thread with a deadline, and a refused peer is logged once per host.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from thrift.protocol.TBinaryProtocol import TBinaryProtocolAcceleratedFactory
 from thrift.protocol.TMultiplexedProtocol import SEPARATOR
@@ -24,6 +28,9 @@ from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.TMultiplexedProcessor import TMultiplexedProcessor
 from thrift.transport import TSocket, TTransport
+
+if TYPE_CHECKING:
+    from yarnflow.common.security import TlsCredentials
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +75,14 @@ class _Multiplexer(TMultiplexedProcessor):  # type: ignore[misc]  # thrift is un
 class RpcServer:
     """Serves ``services`` (name -> Thrift processor) on ``host:port`` (port 0: a free one)."""
 
-    def __init__(self, host: str, port: int, services: Mapping[str, Any], name: str = "rpc") -> None:
+    def __init__(self, host: str, port: int, services: Mapping[str, Any], name: str = "rpc",
+                 tls: TlsCredentials | None = None) -> None:
+        self._tls = tls
+        self._handshakes: Any = None
+        if tls is not None:
+            from yarnflow.common.security import HandshakeLog
+
+            self._handshakes = HandshakeLog(name)
         self._processor = _Multiplexer()
         for service_name, processor in services.items():
             self._processor.registerProcessor(service_name, processor)
@@ -140,6 +154,8 @@ class RpcServer:
             t.start()
 
     def _serve(self, client: TTransport.TTransportBase) -> None:
+        if self._tls is not None and not self._handshake(client):
+            return
         itrans = self._tfactory.getTransport(client)
         otrans = self._tfactory.getTransport(client)
         iprot = self._pfactory.getProtocol(itrans)
@@ -158,6 +174,27 @@ class RpcServer:
             with self._lock:
                 self._clients.discard(client)
                 self._threads.discard(threading.current_thread())
+
+    def _handshake(self, client: Any) -> bool:
+        from yarnflow.common.security import server_handshake
+
+        assert self._tls is not None
+        try:
+            host, port = client.handle.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            peer = "?"
+        try:
+            server_handshake(client, self._tls)
+            return True
+        except Exception as exc:  # noqa: BLE001 - not a peer of the cluster (or gone): refused
+            if not self._stopped.is_set():
+                self._handshakes.refused(peer, exc)
+            client.close()
+            with self._lock:
+                self._clients.discard(client)
+                self._threads.discard(threading.current_thread())
+            return False
 
     def stop(self, timeout: float = 5.0) -> None:
         if self._stopped.is_set():

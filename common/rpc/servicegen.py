@@ -143,9 +143,10 @@ def _gateway(service: str, methods: list[_Method]) -> list[str]:
         "",
         f"    SERVICE = {constant(service)}",
         "",
-        "    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None) -> None:",
+        "    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None,",
+        "                 tls: TlsCredentials | None = None) -> None:",
         "        self.address = address",
-        f"        self._c = RpcClient(address, service or self.SERVICE, {service}.Client, timeout_ms)",
+        f"        self._c = RpcClient(address, service or self.SERVICE, {service}.Client, timeout_ms, tls=tls)",
         "",
     ]
     for m in methods:
@@ -219,7 +220,7 @@ def render(package: str, modules: dict[str, ModuleType]) -> str:
         "",
         "from __future__ import annotations",
         "",
-        "from typing import Any, Protocol",
+        "from typing import TYPE_CHECKING, Any, Protocol",
         "",
         f"from yarnflow.common.ids import {', '.join(ids)}",
         "from yarnflow.common.messages import (",
@@ -228,6 +229,9 @@ def render(package: str, modules: dict[str, ModuleType]) -> str:
         "from yarnflow.common.rpc.client import RpcClient",
         "from yarnflow.common.rpc.endpoint import RpcTarget, translated",
         f"from {package} import {', '.join(sorted(services))}",
+        "",
+        "if TYPE_CHECKING:",
+        "    from yarnflow.common.security import TlsCredentials",
         "",
     ]
     for name in sorted(services):

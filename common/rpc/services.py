@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
 from yarnflow.common.messages import (
@@ -26,6 +26,9 @@ from yarnflow.common.messages import (
 from yarnflow.common.rpc.client import RpcClient
 from yarnflow.common.rpc.endpoint import RpcTarget, translated
 from yarnflow.common.rpc.gen.yarnflow_rpc import DispatcherService, JobMasterService, ResourceManagerService, TaskExecutorService
+
+if TYPE_CHECKING:
+    from yarnflow.common.security import TlsCredentials
 
 DISPATCHER = "dispatcher"
 JOB_MASTER = "jobmaster"
@@ -110,9 +113,10 @@ class DispatcherServiceGateway:
 
     SERVICE = DISPATCHER
 
-    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None) -> None:
+    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None,
+                 tls: TlsCredentials | None = None) -> None:
         self.address = address
-        self._c = RpcClient(address, service or self.SERVICE, DispatcherService.Client, timeout_ms)
+        self._c = RpcClient(address, service or self.SERVICE, DispatcherService.Client, timeout_ms, tls=tls)
 
     def submit_job(self, fencing_token: str, job_graph: JobGraph, *, rpc_timeout_ms: int | None = None) -> str:
         return str(self._c.call("submitJob", str(fencing_token), job_graph.to_thrift(), timeout_ms=rpc_timeout_ms))
@@ -237,9 +241,10 @@ class JobMasterServiceGateway:
 
     SERVICE = JOB_MASTER
 
-    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None) -> None:
+    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None,
+                 tls: TlsCredentials | None = None) -> None:
         self.address = address
-        self._c = RpcClient(address, service or self.SERVICE, JobMasterService.Client, timeout_ms)
+        self._c = RpcClient(address, service or self.SERVICE, JobMasterService.Client, timeout_ms, tls=tls)
 
     def offer_slots(self, fencing_token: str, job_id: str, resource_id: str, offers: list[SlotOffer], *, rpc_timeout_ms: int | None = None) -> list[SlotOffer]:
         return [SlotOffer.from_thrift(v) for v in self._c.call("offerSlots", str(fencing_token), str(job_id), str(resource_id), [v.to_thrift() for v in offers], timeout_ms=rpc_timeout_ms) or ()]
@@ -320,9 +325,10 @@ class ResourceManagerServiceGateway:
 
     SERVICE = RESOURCE_MANAGER
 
-    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None) -> None:
+    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None,
+                 tls: TlsCredentials | None = None) -> None:
         self.address = address
-        self._c = RpcClient(address, service or self.SERVICE, ResourceManagerService.Client, timeout_ms)
+        self._c = RpcClient(address, service or self.SERVICE, ResourceManagerService.Client, timeout_ms, tls=tls)
 
     def register_task_executor(self, registration: TaskExecutorRegistration, *, rpc_timeout_ms: int | None = None) -> RegistrationResponse:
         return RegistrationResponse.from_thrift(self._c.call("registerTaskExecutor", registration.to_thrift(), timeout_ms=rpc_timeout_ms))
@@ -399,9 +405,10 @@ class TaskExecutorServiceGateway:
 
     SERVICE = TASK_EXECUTOR
 
-    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None) -> None:
+    def __init__(self, address: str, timeout_ms: int = 10_000, service: str | None = None,
+                 tls: TlsCredentials | None = None) -> None:
         self.address = address
-        self._c = RpcClient(address, service or self.SERVICE, TaskExecutorService.Client, timeout_ms)
+        self._c = RpcClient(address, service or self.SERVICE, TaskExecutorService.Client, timeout_ms, tls=tls)
 
     def request_slot(self, rm_fencing_token: str, slot_index: int, job_id: str, allocation_id: str, profile: ResourceProfile, jobmaster_address: str, jobmaster_fencing_token: str, *, rpc_timeout_ms: int | None = None) -> None:
         self._c.call("requestSlot", str(rm_fencing_token), slot_index, str(job_id), str(allocation_id), profile.to_thrift(), str(jobmaster_address), str(jobmaster_fencing_token), timeout_ms=rpc_timeout_ms)

@@ -10,6 +10,8 @@ import pytest
 
 from tests.e2e.jobs import WORDCOUNT, reference_wordcount, slow_job, write_text_corpus
 from tests.harness import wait_until
+from yarnflow.common.errors import RpcConnectionError
+from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -30,6 +32,12 @@ def test_session_runs_lists_cancels_and_stops(cli, tmp_path):
     session = cli.start("session", "start", "--target", "local", "--taskexecutors", "2", "--slots", "2",
                         "-D", "execution.batch-size=10")
     address = _address(session)
+    # closed by default (mutual TLS): a client without the session's credentials is refused, the
+    # CLI finds them by the address
+    plain = RemoteDispatcherGateway(address, 3000)
+    with pytest.raises(RpcConnectionError):
+        plain.cluster_info()
+    plain.close()
 
     # two jobs, one after the other, on the same cluster
     lines = write_text_corpus(str(tmp_path / "in"), files=2, lines_per_file=1000)

@@ -9,7 +9,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -18,6 +18,9 @@ from yarnflow.common.errors import RpcConnectionError
 from yarnflow.worker.network.credit import FloatingBufferPool, ReceiverCredit
 from yarnflow.worker.network.flight import EMPTY_SCHEMA, EXCHANGE, HEADER, PartitionNotFoundError, frame
 from yarnflow.worker.elements import CheckpointBarrier, EndOfPartition, decode_event
+
+if TYPE_CHECKING:
+    from yarnflow.common.security import TlsCredentials
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +34,9 @@ class _ClientConnection:
     def __init__(self, owner: DataClient, address: str) -> None:
         self._owner = owner
         self.address = address
-        self._client = flight.connect(f"grpc+tcp://{address}")
+        tls = owner.tls
+        self._client = (flight.connect(f"grpc+tcp://{address}") if tls is None else
+                        flight.connect(f"grpc+tls://{address}", **tls.flight_client_options()))
         self._writer, self._reader = self._client.do_exchange(EXCHANGE)
         self._writer.begin(EMPTY_SCHEMA)
         self._lock = threading.Lock()
@@ -161,7 +166,8 @@ class _ClientConnection:
 class DataClient:
     """A TaskExecutor's connections to other TaskExecutors' data servers, one per address."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: TlsCredentials | None = None) -> None:
+        self.tls = tls  # the cluster's credentials: mutual TLS to other TaskExecutors
         self._lock = threading.Lock()
         self._connections: dict[str, _ClientConnection] = {}
 

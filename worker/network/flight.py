@@ -31,7 +31,7 @@ import logging
 import struct
 import threading
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -46,6 +46,9 @@ from yarnflow.worker.network.partition import (
     StoredResultPartition,
     Subpartition,
 )
+
+if TYPE_CHECKING:
+    from yarnflow.common.security import TlsCredentials
 
 log = logging.getLogger(__name__)
 
@@ -371,8 +374,11 @@ class _ServerConnection:
 
 class DataServer(flight.FlightServerBase):
     def __init__(self, host: str, partitions: ResultPartitionManager, wait_for_partition_s: float = 10.0,
-                 segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
-        super().__init__(f"grpc+tcp://{host}:0")
+                 segment_size: int = DEFAULT_SEGMENT_SIZE, tls: TlsCredentials | None = None) -> None:
+        if tls is None:
+            super().__init__(f"grpc+tcp://{host}:0")
+        else:  # mutual TLS: only peers with the cluster's certificate get through the handshake
+            super().__init__(f"grpc+tls://{host}:0", **tls.flight_server_options())
         self._host = host
         self.partitions = partitions
         self.wait_s = wait_for_partition_s

@@ -40,6 +40,7 @@ from typing import Any
 
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
+from yarnflow.common.security import internal_credentials
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcError,
                                     UnavailableError)
@@ -116,8 +117,9 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         self._io = ThreadPoolExecutor(4, thread_name_prefix="te-io")
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="te-updates")  # keeps per-task order
         self.partitions = ResultPartitionManager(os.path.join(work_dir, "partitions"))
-        self._data_server = DataServer(host, self.partitions, segment_size=config[Options.SEGMENT_SIZE])
-        self._data_client = DataClient()
+        self._tls = internal_credentials(config)
+        self._data_server = DataServer(host, self.partitions, segment_size=config[Options.SEGMENT_SIZE], tls=self._tls)
+        self._data_client = DataClient(self._tls)
         self._artifacts = ArtifactCache.bounded(config, work_dir, lambda: {t.tdd.artifact_sha256 for t in self.tasks.values()})
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
         self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
@@ -127,9 +129,10 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         self.spill_roots = spill_roots(config[Options.TMP_DIRS], work_dir)
         remove_orphan_spills(self.spill_roots)  # of TaskExecutors that were killed
         self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorServiceHandler(self).processor()},
-                              name=f"taskexecutor-{resource_id}")
-        self._rm: RemoteResourceManagerGateway | None = (RemoteResourceManagerGateway(rm_address, self._rpc_timeout)
-                                                         if rm_address else None)  # None: no leader known yet
+                              name=f"taskexecutor-{resource_id}", tls=self._tls)
+        self._rm: RemoteResourceManagerGateway | None = (
+            RemoteResourceManagerGateway(rm_address, self._rpc_timeout, tls=self._tls)
+            if rm_address else None)  # None: no leader known yet
         self._jms: dict[tuple[str, JobID], RemoteJobMasterGateway] = {}
         self.tasks: dict[ExecutionAttemptID, Task] = {}  # the running Task objects of core.tasks
         self._last_rm_contact = time.monotonic()
@@ -234,7 +237,7 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         if not same_address:
             if self._rm is not None:
                 self._old_rms.append(self._rm)
-            self._rm = RemoteResourceManagerGateway(leader.address, self._rpc_timeout)
+            self._rm = RemoteResourceManagerGateway(leader.address, self._rpc_timeout, tls=self._tls)
             self._rm_address = leader.address
         self._last_rm_contact = time.monotonic()
         self._rm_changed.set()
@@ -370,7 +373,7 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         gw = self._jms.get((address, job_id))
         if gw is None:
             gw = self._jms[(address, job_id)] = RemoteJobMasterGateway(address, self._rpc_timeout,
-                                                                       service=job_master_service(job_id))
+                                                                       service=job_master_service(job_id), tls=self._tls)
         return gw
 
     def _offer(self, action: OfferSlot) -> None:

@@ -1,0 +1,216 @@
+"""Mutual TLS inside a cluster (``security.ssl.internal.*``, Flink's key).
+
+A cluster has one pair of credentials: a self-signed certificate and its private key (PEM),
+made when the cluster starts (skein's ``Security.new_credentials``: what a YARN application
+gets from skein, so on YARN the application's own ``.skein.crt`` / ``.skein.pem`` serve) or
+given as files. Every Thrift server and Arrow Flight data server of the cluster presents that
+certificate and accepts only peers presenting it too (the certificate is its own and only
+trust anchor: a peer without it, or with one of another cluster, fails the handshake); every
+client presents it. Holding the key is what makes a process part of the cluster.
+
+Files, not bytes, travel: processes of the cluster get the two paths in their configuration
+(``security.ssl.internal.cert-file``, ``.key-file``), the key file readable by its owner only.
+A client finds a local session's credentials under ``$YARNFLOW_HOME/clusters/<host>_<port>/``
+(default ``~/.yarnflow``), where the session put them, so neither path is typed by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+#: the name the credentials' certificate carries (skein's): what a TLS client checks it against
+CERT_NAME = "skein-internal"
+CERT_FILE, KEY_FILE = "cluster.crt", "cluster.key"
+#: how long a peer may take to complete the TLS handshake
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class TlsCredentials:
+    """A cluster's certificate and key, as two PEM files."""
+
+    cert_file: str
+    key_file: str
+    _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def cert_pem(self) -> bytes:
+        with open(self.cert_file, "rb") as f:
+            return f.read()
+
+    @property
+    def key_pem(self) -> bytes:
+        with open(self.key_file, "rb") as f:
+            return f.read()
+
+    def _context(self, server: bool) -> ssl.SSLContext:
+        kind = "server" if server else "client"
+        ctx = self._contexts.get(kind)
+        if ctx is None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            ctx.check_hostname = False  # the peer is checked by its certificate: the cluster's own
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+            ctx.load_verify_locations(cadata=self.cert_pem.decode("ascii"))
+            self._contexts[kind] = ctx
+        return ctx
+
+    def server_context(self) -> ssl.SSLContext:
+        return self._context(True)
+
+    def client_context(self) -> ssl.SSLContext:
+        return self._context(False)
+
+    def flight_server_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``pyarrow.flight.FlightServerBase`` for mutual TLS."""
+        cert = self.cert_pem
+        return {"tls_certificates": [(cert, self.key_pem)], "verify_client": True, "root_certificates": cert}
+
+    def flight_client_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``pyarrow.flight.connect`` for mutual TLS."""
+        cert = self.cert_pem
+        return {"tls_root_certs": cert, "cert_chain": cert, "private_key": self.key_pem,
+                "override_hostname": CERT_NAME}
+
+
+def new_credentials(folder: str) -> TlsCredentials:
+    """Make a cluster's credentials in ``folder`` (created, readable by its owner only)."""
+    import skein
+
+    made = skein.Security.new_credentials()
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    paths = []
+    for name, data in ((CERT_FILE, made.cert_bytes), (KEY_FILE, made.key_bytes)):
+        path = os.path.join(folder, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        paths.append(path)
+    return TlsCredentials(paths[0], paths[1])
+
+
+def clusters_dir() -> str:
+    """Where sessions on this machine leave their credentials for clients."""
+    return os.path.join(os.environ.get("YARNFLOW_HOME") or os.path.expanduser("~/.yarnflow"), "clusters")
+
+
+def published_folder(address: str) -> str:
+    return os.path.join(clusters_dir(), address.replace(":", "_").replace("/", "_"))
+
+
+def publish(credentials: TlsCredentials, address: str) -> str:
+    """Copy a session's credentials where clients on this machine find them by its address."""
+    folder = published_folder(address)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    for src, name in ((credentials.cert_file, CERT_FILE), (credentials.key_file, KEY_FILE)):
+        dest = os.path.join(folder, name)
+        fd = os.open(dest + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f, open(src, "rb") as s:
+            f.write(s.read())
+        os.replace(dest + ".tmp", dest)
+    return folder
+
+
+def unpublish(address: str) -> None:
+    shutil.rmtree(published_folder(address), ignore_errors=True)
+
+
+def internal_credentials(config: Configuration, address: str = "") -> TlsCredentials | None:
+    """The credentials a process of the cluster (or a client of it at ``address``) uses, or None
+    when ``security.ssl.internal.enabled`` is off. Raises ConfigurationError when it is on and
+    no credentials can be found or read."""
+    if not config[Options.SSL_INTERNAL]:
+        return None
+    cert, key = config[Options.SSL_INTERNAL_CERT], config[Options.SSL_INTERNAL_KEY]
+    if not cert and not key and address:
+        folder = published_folder(address)
+        cert, key = os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE)
+        if not os.path.exists(cert):
+            raise ConfigurationError(
+                f"{Options.SSL_INTERNAL.key} is on but no credentials for the cluster at {address} were found "
+                f"(a session on this machine leaves them in {folder}); give "
+                f"{Options.SSL_INTERNAL_CERT.key} and {Options.SSL_INTERNAL_KEY.key}")
+    if not cert or not key:
+        raise ConfigurationError(f"{Options.SSL_INTERNAL.key} is on: give both {Options.SSL_INTERNAL_CERT.key} "
+                                 f"and {Options.SSL_INTERNAL_KEY.key} (PEM files)")
+    credentials = TlsCredentials(cert, key)
+    try:
+        credentials.server_context()
+        credentials.client_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"cannot use the TLS credentials {cert} / {key}: {exc}") from None
+    return credentials
+
+
+def client_credentials(config: Configuration, address: str) -> TlsCredentials | None:
+    """What a client uses to reach the cluster at ``address``: the configured credentials, else
+    those a local session published for that address (TLS then on whatever the configuration
+    says), else none."""
+    if config[Options.SSL_INTERNAL] or config[Options.SSL_INTERNAL_CERT]:
+        return internal_credentials(config.with_overrides({Options.SSL_INTERNAL.key: "true"}), address)
+    folder = published_folder(address)
+    if address and os.path.exists(os.path.join(folder, CERT_FILE)):
+        return TlsCredentials(os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE))
+    return None
+
+
+class HandshakeLog:
+    """Refused handshakes, logged once per peer host (a scanner or a misconfigured client must
+    not flood the log): the first at WARNING, later ones counted at DEBUG."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def refused(self, peer: str, why: BaseException) -> None:
+        host = peer.rsplit(":", 1)[0]
+        with self._lock:
+            n = self._seen[host] = self._seen.get(host, 0) + 1
+        if n == 1:
+            log.warning("%s: refused a connection from %s without the cluster's certificate (%s); further ones "
+                        "from that host are logged at DEBUG", self._name, peer, _reason(why))
+        else:
+            log.debug("%s: refused connection %d from %s: %s", self._name, n, peer, _reason(why))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or exc.__class__.__name__
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "no handshake in time"
+    return str(exc) or exc.__class__.__name__
+
+
+def server_handshake(connection: Any, credentials: TlsCredentials) -> None:
+    """Wrap an accepted connection (a Thrift ``TSocket``: its ``handle`` becomes the TLS socket
+    at once, so a server that stops can shut it down mid-handshake) and complete the TLS
+    handshake, on the connection's own thread, with a deadline: a silent peer holds only its
+    thread. Raises on failure."""
+    sock: socket.socket = connection.handle
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)
+    started = time.monotonic()
+    wrapped = credentials.server_context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+    connection.handle = wrapped
+    try:
+        wrapped.do_handshake()
+    except BaseException:
+        wrapped.close()  # (it owns the connection's file descriptor now)
+        raise
+    wrapped.settimeout(None)
+    log.debug("TLS handshake in %.1f ms", (time.monotonic() - started) * 1000)

@@ -1,0 +1,130 @@
+"""Mutual TLS on the RPC layer over real loopback Thrift (issue 31): an RpcServer with the
+cluster's credentials serves clients holding them; a client without TLS, with another
+cluster's certificate, or one that connects and says nothing is refused at the handshake
+without holding up anyone else, and each refusing host is logged once. Also how a process
+finds its credentials (configuration, a local session's published folder)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.integration.test_rpc import TaskExecutorHandler
+from yarnflow.common import errors
+from yarnflow.common.config import Configuration
+from yarnflow.common.rpc.client import RpcClient
+from yarnflow.common.rpc.gen.yarnflow_rpc import TaskExecutorService
+from yarnflow.common.rpc.server import RpcServer
+from yarnflow.common.security import (
+    client_credentials,
+    internal_credentials,
+    new_credentials,
+    publish,
+    published_folder,
+    unpublish,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def served(tmp_path: Any) -> Any:
+    creds = new_credentials(str(tmp_path / "cluster"))
+    handler = TaskExecutorHandler()
+    server = RpcServer("127.0.0.1", 0, {"taskexecutor": TaskExecutorService.Processor(handler)}, name="te-test",
+                       tls=creds).start()
+    yield server, creds, handler
+    server.stop()
+
+
+def _client(server: RpcServer, tls: Any) -> RpcClient:
+    return RpcClient(server.address, "taskexecutor", TaskExecutorService.Client, 3000, tls=tls)
+
+
+def test_the_credentials_are_readable_by_their_owner_only(tmp_path: Any) -> None:
+    creds = new_credentials(str(tmp_path / "c"))
+    assert stat.S_IMODE(os.stat(creds.key_file).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "c").st_mode) == 0o700
+    assert b"BEGIN CERTIFICATE" in creds.cert_pem and b"PRIVATE KEY" in creds.key_pem
+
+
+def test_a_client_with_the_clusters_credentials_is_served(served: Any) -> None:
+    server, creds, handler = served
+    client = _client(server, creds)
+    for _ in range(3):  # one connection, kept
+        client.call("ping")
+    assert [c[0] for c in handler.calls] == ["ping"] * 3
+    client.close()
+
+
+def test_clients_without_them_are_refused_and_logged_once_per_host(served: Any, tmp_path: Any,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    server, creds, handler = served
+    other = new_credentials(str(tmp_path / "other"))
+    caplog.set_level(logging.DEBUG, logger="yarnflow.common.security")
+    for tls in (None, other, None, other):
+        client = _client(server, tls)
+        with pytest.raises(errors.RpcConnectionError):
+            client.call("ping")
+        client.close()
+    assert handler.calls == []
+    time.sleep(0.2)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "refused a connection" in r.message]
+    assert len(warnings) == 1 and "te-test" in warnings[0].message
+    assert sum("refused connection" in r.message for r in caplog.records if r.levelno == logging.DEBUG) >= 2
+    assert not any(r.exc_info for r in caplog.records)  # no traceback
+
+
+def test_a_silent_connection_does_not_hold_up_others(served: Any) -> None:
+    server, creds, handler = served
+    silent = socket.create_connection(("127.0.0.1", server.port), timeout=5)  # never starts a handshake
+    try:
+        client = _client(server, creds)
+        started = time.monotonic()
+        client.call("ping")
+        assert time.monotonic() - started < 2.0
+        client.close()
+    finally:
+        silent.close()
+
+
+def test_a_server_stops_with_connections_in_their_handshake(tmp_path: Any) -> None:
+    creds = new_credentials(str(tmp_path / "cluster"))
+    server = RpcServer("127.0.0.1", 0, {"taskexecutor": TaskExecutorService.Processor(TaskExecutorHandler())},
+                       name="te-stop", tls=creds).start()
+    sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+    time.sleep(0.1)
+    before = threading.active_count()
+    server.stop(timeout=15)
+    assert threading.active_count() <= before
+    for s in sockets:
+        s.close()
+
+
+def test_how_a_process_finds_its_credentials(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("YARNFLOW_HOME", str(tmp_path / "home"))
+    assert internal_credentials(Configuration.load({})) is None
+    with pytest.raises(errors.ConfigurationError, match="give both"):
+        internal_credentials(Configuration.load({"security.ssl.internal.enabled": "true"}))
+    creds = new_credentials(str(tmp_path / "cluster"))
+    given = Configuration.load({"security.ssl.internal.enabled": "true",
+                                "security.ssl.internal.cert-file": creds.cert_file,
+                                "security.ssl.internal.key-file": creds.key_file})
+    assert internal_credentials(given) == creds
+    # a client of a local session: none configured, the session's published ones by its address
+    assert client_credentials(Configuration.load({}), "127.0.0.1:5000") is None
+    folder = publish(creds, "127.0.0.1:5000")
+    assert folder == published_folder("127.0.0.1:5000") and stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    found = client_credentials(Configuration.load({}), "127.0.0.1:5000")
+    assert found is not None and found.cert_pem == creds.cert_pem
+    with pytest.raises(errors.ConfigurationError, match="no credentials for the cluster at 127.0.0.1:6000"):
+        client_credentials(Configuration.load({"security.ssl.internal.enabled": "true"}), "127.0.0.1:6000")
+    unpublish("127.0.0.1:5000")
+    assert client_credentials(Configuration.load({}), "127.0.0.1:5000") is None
