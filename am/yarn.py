@@ -42,7 +42,7 @@ from yarnflow.common.ha import ha_enabled
 from yarnflow.common.messages import JobGraph
 from yarnflow.common.rpc.serialization import message_from_bytes
 from yarnflow.common.states import ExecutionState, JobStatus
-from yarnflow.common.yarn import ADDRESS_KEY, application_config, container_attempt
+from yarnflow.common.yarn import ADDRESS_KEY, TLS_KEY, application_config, container_attempt
 
 if TYPE_CHECKING:
     from yarnflow.am.appmaster import AppMaster
@@ -70,7 +70,8 @@ class YarnApplication:
         self._finished = False
         self._lock = threading.Lock()
 
-    def publish_address(self, address: str) -> None:
+    def publish_address(self, address: str, tls: bool = False) -> None:
+        self.app.kv[TLS_KEY] = b"mutual" if tls else b"off"  # before the address: a client reads it after
         self.app.kv[ADDRESS_KEY] = address.encode()
         log.info("published the AppMaster address %s in application %s", address, self.id)
 
@@ -262,7 +263,7 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
         return 1
     if yarn.attempt > 1:
         log.info("AppMaster attempt %d: recovering the cluster's jobs through ZooKeeper", yarn.attempt)
-    am.on_leadership.append(lambda: yarn.publish_address(am.address))
+    am.on_leadership.append(lambda: yarn.publish_address(am.address, am.tls is not None))
     am.on_leadership.append(lambda: yarn.publish_web_ui(am.web_url))
 
     def on_shutdown(cluster_ends: bool, reason: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from yarnflow.cli_common import (CliError, SessionSignals, check_address, conf_from, connect, echo_web_url,
-                                 rpc_error, user_set)
+                                 rpc_error)
 from yarnflow.cli_views import operator_paths, size
 from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
@@ -376,7 +376,8 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     if detached:
         raise CliError("--detached is for --target yarn (a local session runs in this terminal)")
     taskexecutors = taskexecutors or 2
-    if not user_set(Options.SSL_INTERNAL.key, conf) and not standby and not ha_enabled(Configuration.load(conf)):
+    loaded = Configuration.load(conf)
+    if not loaded.is_set(Options.SSL_INTERNAL) and not standby and not ha_enabled(loaded):
         # a session is closed to anyone without its credentials (with high availability its
         # clients cannot find them yet: there give the cert-file and key-file keys to all)
         conf[Options.SSL_INTERNAL.key] = "true"

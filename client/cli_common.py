@@ -3,7 +3,6 @@ the -D configuration, the connection to a cluster, and the signals of a foregrou
 
 from __future__ import annotations
 
-import os
 import signal
 from typing import Any
 
@@ -90,21 +89,3 @@ class SessionSignals:
 
     def names(self) -> str:
         return ", ".join(dict.fromkeys(signal.Signals(s).name for s in self._received))
-
-
-def user_set(key: str, conf: dict[str, str]) -> bool:
-    """``key`` was given with -D or in the user's configuration file."""
-    if key in conf:
-        return True
-    folder = os.environ.get("YARNFLOW_CONF_DIR")
-    path = os.path.join(folder, "yarnflow.yaml") if folder else ""
-    if not path or not os.path.exists(path):
-        return False
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError):
-        return False  # Configuration.load reports it
-    return isinstance(data, dict) and key in data

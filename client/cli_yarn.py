@@ -50,7 +50,7 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
         raise
     keys = f"-D yarn.application.id={app_id}"
     click.echo(f"yarnflow session running: YARN application {app_id}, AppMaster at {address}")
-    echo_web_url(lambda: _cluster_info(address).web_url)
+    echo_web_url(lambda: _cluster_info(address, locator.credentials()).web_url)
     click.echo(f"  submit:  yarnflow run {keys} JOB.py")
     click.echo(f"  stop:    yarnflow session stop {keys}")
     sys.stdout.flush()
@@ -86,10 +86,10 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
     click.echo(f"session stopped{why}: YARN application {app_id} {state}")
 
 
-def _cluster_info(address: str) -> Any:
+def _cluster_info(address: str, tls: Any = None) -> Any:
     from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 
-    gw = RemoteDispatcherGateway(address, 10_000)
+    gw = RemoteDispatcherGateway(address, 10_000, tls=tls)
     try:
         return gw.cluster_info()
     finally:

@@ -111,7 +111,7 @@ class ClusterConnection:
             if self._gateway is not None:
                 self._gateway.close()
             self._gateway = RemoteDispatcherGateway(leader.address, self._call_timeout_ms,
-                                                    tls=client_credentials(self._config, leader.address))
+                                                    tls=self._credentials(leader.address))
             self._gateway_of = leader
         return self._gateway
 
@@ -136,6 +136,15 @@ class ClusterConnection:
                     except (RpcConnectionError, UnavailableError):
                         pass
                 time.sleep(0.2)
+
+    def _credentials(self, address: str) -> Any:
+        """The configured credentials, a YARN application's (its skein client's), or a local
+        session's published for ``address``; None: plain."""
+        if self._yarn is not None and not self._config.is_set(Options.SSL_INTERNAL_CERT):
+            found = self._yarn.credentials()
+            if found is not None:
+                return found
+        return client_credentials(self._config, address)
 
     def _follow_application(self, exc: Exception, deadline: float) -> None:
         """The YARN application's AppMaster did not answer: say so when the application ended

@@ -45,7 +45,7 @@ import yaml
 
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 from yarnflow.common.errors import ConfigurationError, YarnError
-from yarnflow.common.yarn import ADDRESS_KEY
+from yarnflow.common.yarn import ADDRESS_KEY, TLS_KEY
 
 __all__ = ["ApplicationLocator", "Submission", "application_spec", "skein_client", "submit_application"]
 
@@ -277,6 +277,8 @@ def submit_application(config: Configuration, submission: Submission, client: An
     there is no skein driver or YARN refuses the application (e.g. a container larger than
     the cluster allows), ConfigurationError for a spec that cannot be built."""
     staging = tempfile.mkdtemp(prefix="yarnflow-submit-")
+    if not config.is_set(Options.SSL_INTERNAL):  # on YARN the application's skein credentials close it
+        config = config.with_overrides({Options.SSL_INTERNAL.key: "true"}, source="yarnflow on YARN")
     try:
         spec = application_spec(config, submission, staging)
         client = client or skein_client()
@@ -358,6 +360,21 @@ class ApplicationLocator:
                 raise YarnError(f"YARN application {self.app_id} is {report.state} but no yarnflow AppMaster "
                                 f"published its address within {timeout_s:.0f} s (is it a yarnflow application?)")
             time.sleep(0.2)
+
+    def credentials(self) -> Any:
+        """The credentials a client needs for the application's RPC: the skein client's (the
+        application was submitted with them, so its containers hold them) when its AppMaster
+        published that it runs mutual TLS; None when it does not."""
+        from yarnflow.common.security import skein_client_credentials
+
+        try:
+            if self._app is None:
+                self._app = self.client.connect(self.app_id, wait=False)
+            value = self._app.kv.get(TLS_KEY)
+        except Exception as exc:  # noqa: BLE001 - the application ended meanwhile: the call fails on
+            log.debug("reading the TLS setting of %s: %s", self.app_id, exc)
+            return None
+        return skein_client_credentials(self.client.security) if value == b"mutual" else None
 
     def _read_address(self) -> str:
         try:

@@ -368,9 +368,10 @@ def parse_dynamic_properties(pairs: Iterable[str]) -> dict[str, str]:
 class Configuration:
     """An immutable set of typed option values. ``conf[Options.X]`` gives the typed value."""
 
-    def __init__(self, values: Mapping[str, Any], raw: Mapping[str, str]) -> None:
+    def __init__(self, values: Mapping[str, Any], raw: Mapping[str, str], explicit: Iterable[str] = ()) -> None:
         self._values = dict(values)
         self._raw = dict(raw)
+        self._explicit = frozenset(explicit)  # keys given by a file or an override, not defaults
 
     @classmethod
     def load(cls, overrides: Mapping[str, Any] | None = None, *, conf_file: str | None = None,
@@ -398,10 +399,11 @@ class Configuration:
             for key, value in layer.items():
                 merged[str(key)] = value
                 origin[str(key)] = name
-        return cls._build(merged, origin)
+        return cls._build(merged, origin, {k for k, o in origin.items() if o != "defaults"})
 
     @classmethod
-    def _build(cls, merged: Mapping[str, Any], origin: Mapping[str, str]) -> Configuration:
+    def _build(cls, merged: Mapping[str, Any], origin: Mapping[str, str], explicit: Iterable[str] = ()
+               ) -> Configuration:
         values: dict[str, Any] = {}
         raw: dict[str, str] = {}
         for key, value in merged.items():
@@ -430,7 +432,7 @@ class Configuration:
         missing = set(OPTIONS) - set(values)
         if missing:
             raise ConfigurationError(f"no value for configuration keys: {', '.join(sorted(missing))}")
-        return cls(values, raw)
+        return cls(values, raw, explicit)
 
     def __getitem__(self, option: ConfigOption[T]) -> T:
         return self._values[option.key]  # type: ignore[no-any-return]
@@ -446,7 +448,11 @@ class Configuration:
         for k, v in overrides.items():
             merged[k] = v
             origin[k] = source
-        return self._build(merged, origin)
+        return self._build(merged, origin, self._explicit | set(overrides))
+
+    def is_set(self, option: ConfigOption[Any]) -> bool:
+        """The option was given (a configuration file, -D, an override), not left at its default."""
+        return option.key in self._explicit
 
     def to_strings(self) -> dict[str, str]:
         """The configuration as ``key -> string``: ships to another process as -D pairs."""

@@ -137,6 +137,10 @@ def internal_credentials(config: Configuration, address: str = "") -> TlsCredent
     if not config[Options.SSL_INTERNAL]:
         return None
     cert, key = config[Options.SSL_INTERNAL_CERT], config[Options.SSL_INTERNAL_KEY]
+    if not cert and not key and not address:
+        container = skein_container_credentials()
+        if container is not None:  # a YARN container: the application's own credentials
+            cert, key = container.cert_file, container.key_file
     if not cert and not key and address:
         folder = published_folder(address)
         cert, key = os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE)
@@ -155,6 +159,39 @@ def internal_credentials(config: Configuration, address: str = "") -> TlsCredent
     except (OSError, ssl.SSLError) as exc:
         raise ConfigurationError(f"cannot use the TLS credentials {cert} / {key}: {exc}") from None
     return credentials
+
+
+def skein_container_credentials() -> TlsCredentials | None:
+    """In a YARN container started by skein: the application's credentials, which YARN put in
+    the container's directory (``.skein.crt``, ``.skein.pem``); else None."""
+    if not os.environ.get("SKEIN_APPLICATION_ID"):
+        return None
+    for folder in (os.environ.get("PWD") or "", os.getcwd()):
+        cert, key = os.path.join(folder, ".skein.crt"), os.path.join(folder, ".skein.pem")
+        if folder and os.path.exists(cert) and os.path.exists(key):
+            return TlsCredentials(cert, key)
+    return None
+
+
+def skein_client_credentials(security: Any) -> TlsCredentials:
+    """A skein client's security (what the applications it submits get, so what their
+    containers hold) as credentials; ones given as bytes are written to a private folder."""
+    cert, key = getattr(security, "cert_file", None), getattr(security, "key_file", None)
+    cert_path = getattr(cert, "source", cert)
+    key_path = getattr(key, "source", key)
+    if isinstance(cert_path, str) and isinstance(key_path, str) and cert_path and key_path:
+        return TlsCredentials(cert_path.removeprefix("file://"), key_path.removeprefix("file://"))
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="yarnflow-skein-credentials-")
+    paths = []
+    for name, data in ((CERT_FILE, security.cert_bytes), (KEY_FILE, security.key_bytes)):
+        path = os.path.join(folder, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        paths.append(path)
+    return TlsCredentials(paths[0], paths[1])
 
 
 def client_credentials(config: Configuration, address: str) -> TlsCredentials | None:

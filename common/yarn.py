@@ -13,6 +13,8 @@ __all__ = ["ADDRESS_KEY", "application_config", "container_attempt"]
 #: key of the application's skein key-value store under which the leading AppMaster publishes
 #: its RPC address (HOST:PORT)
 ADDRESS_KEY = "yarnflow.address"
+#: "mutual" when the application's RPC is mutual TLS with its skein credentials
+TLS_KEY = "yarnflow.tls"
 _DEFAULT_CLUSTER_ID = "default"
 
 

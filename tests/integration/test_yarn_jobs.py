@@ -35,7 +35,9 @@ from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_ha_failover import ha_conf
 from tests.yarn import MAX_MEMORY_MB
 from yarnflow.common.config import Configuration
+from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
+from yarnflow.common.security import TlsCredentials, new_credentials, skein_client_credentials
 from yarnflow.common.yarn import ADDRESS_KEY
 from yarnflow.common.states import JobStatus
 from yarnflow.connection import ClusterConnection
@@ -283,6 +285,18 @@ def test_a_session_runs_two_jobs_and_answers_list_info_cancel_and_stop(yarn_cli:
     expected = write_input(tmp_path / "in", files=2, rows=1000)
     app_id, keys, started = start_session(yarn_cli)
     assert f"yarnflow run {' '.join(keys)} JOB.py" in started.stdout
+    # mutual TLS with the application's skein credentials (issue 31): refused without them, or with
+    # another cluster's; the CLI below finds them through its skein driver
+    address = re.search(r"AppMaster at (\S+:\d+)", started.stdout).group(1)  # type: ignore[union-attr]
+    for tls in (None, new_credentials(str(tmp_path / "other"))):
+        stranger = RemoteDispatcherGateway(address, 5000, tls=tls)
+        with pytest.raises(RpcConnectionError):
+            stranger.cluster_info()
+        stranger.close()
+    member = RemoteDispatcherGateway(address, 5000, tls=TlsCredentials(f"{sandbox.config_dir}/skein.crt",
+                                                                        f"{sandbox.config_dir}/skein.pem"))
+    assert member.cluster_info().leader_session_id
+    member.close()
     # a long STREAMING job (about 15 s: it must outlast the next job and the list / info below on a
     # loaded machine), detached, then a BATCH job beside it, attached
     slow = yarn_cli.run("run", "--target", "yarn-session", "--detached", *keys, "job.py", str(tmp_path / "in"),
@@ -483,7 +497,8 @@ def test_a_taskexecutor_started_by_scaling_the_service_joins_the_session_whose_u
     app_id, keys, _ = start_session(yarn_cli)
     with skein.Client.from_global_driver() as client:
         app = client.connect(app_id)
-        dispatcher = RemoteDispatcherGateway(app.kv.wait(ADDRESS_KEY).decode())
+        dispatcher = RemoteDispatcherGateway(app.kv.wait(ADDRESS_KEY).decode(),
+                                             tls=skein_client_credentials(client.security))
         assert dispatcher.cluster_info().registered_taskexecutors == 0
         app.scale("taskexecutor", count=1)
         wait_until(lambda: dispatcher.cluster_info().registered_taskexecutors == 1, 60,

@@ -110,8 +110,12 @@ def test_a_job_that_allocates_without_bound_fails_with_a_cause_naming_the_memory
         cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
     cli.env["SKEIN_CONFIG"] = sandbox.config_dir
     (tmp_path / "job.py").write_text(HOG_JOB)
+    # the hog takes ~5 s to reach the limit from a fresh attempt: with checkpoints every 1 s one
+    # completed between its failures whenever the failed attempt's memory had been freed (that
+    # restarts the count of memory failures in a row), and the job restarted for minutes (a suite
+    # run timed out so); at 60 s none completes before the limit
     conf = {**MEMORY_CONF, "taskmanager.memory.process.size": "512 mb", "state.backend.type": "hashmap",
-            "execution.checkpointing.interval": "1 s"}
+            "execution.checkpointing.interval": "60 s"}
     proc = cli.run("run", "--target", "yarn-per-job", "--no-progress", *dconf(conf), "job.py", str(tmp_path / "in"),
                    str(tmp_path / "out"), timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]

@@ -160,3 +160,44 @@ def test_the_spark_daemons_services_are_sized_from_spark_executor_keys(tmp_path)
     assert '--report-key "$YARNFLOW_SPARK_KEY"' in master.script
     with pytest.raises(ConfigurationError, match="spark.executor.memory: 'lots' is not a memory size"):
         spec_of(tmp_path, {"spark.executor.memory": "lots"})
+
+
+class _RecordingClient:
+    """A skein client that keeps the configuration an application would ship."""
+
+    def submit(self, spec):
+        path = spec.master.files["yarnflow.yaml"].source.removeprefix("file://")
+        self.shipped = Configuration.load(conf_file=path)
+        return "application_1_0001"
+
+
+@pytest.mark.parametrize("conf, on", [({}, True), ({"security.ssl.internal.enabled": "false"}, False)],
+                         ids=["default", "turned-off"])
+def test_an_application_runs_mutual_tls_unless_told_not_to(conf, on):
+    from yarnflow.yarn import submit_application
+
+    client = _RecordingClient()
+    assert submit_application(Configuration.load(conf), Submission("session"), client) == "application_1_0001"
+    assert client.shipped[Options.SSL_INTERNAL] is on
+
+
+def test_in_a_skein_container_the_applications_credentials_are_the_clusters(tmp_path, monkeypatch):
+    from yarnflow.common.security import internal_credentials, new_credentials, skein_client_credentials
+
+    made = new_credentials(str(tmp_path / "made"))
+    (tmp_path / ".skein.crt").write_bytes(made.cert_pem)
+    (tmp_path / ".skein.pem").write_bytes(made.key_pem)
+    on = Configuration.load({"security.ssl.internal.enabled": "true"})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.delenv("SKEIN_APPLICATION_ID", raising=False)
+    with pytest.raises(ConfigurationError, match="give both"):  # not in a container: nothing to use
+        internal_credentials(on)
+    monkeypatch.setenv("SKEIN_APPLICATION_ID", "application_1_0001")
+    found = internal_credentials(on)
+    assert found is not None and found.cert_file == str(tmp_path / ".skein.crt")
+    # the client's side: its skein security, as files or as bytes
+    assert skein_client_credentials(skein.Security(cert_file=made.cert_file, key_file=made.key_file)).cert_pem == \
+        made.cert_pem
+    from_bytes = skein_client_credentials(skein.Security(cert_bytes=made.cert_pem, key_bytes=made.key_pem))
+    assert from_bytes.key_pem == made.key_pem and oct(os.stat(from_bytes.key_file).st_mode & 0o777) == "0o600"
