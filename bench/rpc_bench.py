@@ -8,7 +8,9 @@ A ResourceManagerService runs in a separate process (this file with ``--serve MO
   fencing check, a hop to the endpoint's main thread) -> a ``@fenced`` method that validates
   its arguments;
 - ``bare``: Thrift alone: the generated client and processor on a plain ``TSimpleServer``,
-  the handler validating the same arguments (the token by hand).
+  the handler validating the same arguments (the token by hand);
+- ``tls``: as ``yarnflow``, on mutual TLS with a cluster's credentials
+  (``security.ssl.internal.enabled``: made for the run in a temporary folder).
 
 Each heartbeat carries a fencing token, a registration id and a SlotReport of 2-4 SlotStatus.
 The two modes alternate (``--rounds`` each) and the best round of each is reported, with
@@ -16,7 +18,8 @@ The two modes alternate (``--rounds`` each) and the best round of each is report
 
     python bench/rpc_bench.py [--calls N] [--warmup N] [--rounds N]
     {"name": "rpc", "calls_per_s": ..., "bare_calls_per_s": ..., "ratio_to_bare": ..., "median_us": ...,
-     "p95_us": ..., "bare_median_us": ..., "calls": N, "verified": true}
+     "p95_us": ..., "bare_median_us": ..., "tls_calls_per_s": ..., "tls_ratio_to_bare": ...,
+     "tls_median_us": ..., "calls": N, "verified": true}
 
 ``verified`` is true only when every call returned without error (and a deliberately malformed
 heartbeat and a stale token were rejected, which shows the server really checks what it
@@ -120,6 +123,20 @@ def _endpoint() -> Any:
     return HeartbeatOnly()
 
 
+def _credentials() -> Any:
+    """The run's cluster credentials (one folder for the client and its server processes)."""
+    import tempfile
+
+    from yarnflow.common.security import TlsCredentials, new_credentials
+
+    folder = os.environ.get("YARNFLOW_BENCH_TLS_DIR")
+    if folder:
+        return TlsCredentials(os.path.join(folder, "cluster.crt"), os.path.join(folder, "cluster.key"))
+    folder = os.path.join(tempfile.mkdtemp(prefix="rpc-bench-"), "tls")
+    os.environ["YARNFLOW_BENCH_TLS_DIR"] = folder
+    return new_credentials(folder)
+
+
 def serve(mode: str) -> int:
     """Serve until stdin closes (or the parent kills this process); prints the address first."""
     import threading
@@ -145,7 +162,7 @@ def serve(mode: str) -> int:
     from yarnflow.common.rpc.services import ResourceManagerServiceHandler
 
     rpc_server = RpcServer("127.0.0.1", 0, {SERVICE: ResourceManagerServiceHandler(_endpoint()).processor()},
-                           name="bench-rpc").start()
+                           name="bench-rpc", tls=_credentials() if mode == "tls" else None).start()
     print(rpc_server.address, flush=True)
     try:
         sys.stdin.read()
@@ -218,6 +235,8 @@ def _round(mode: str, calls: int, warmup: int) -> dict[str, Any]:
     reports = _slot_reports()
     errors = 0
     latencies_ns: list[int] = []
+    if mode == "tls":
+        _credentials()  # made before the server starts: it inherits where they are
     proc, address = _start_server(mode)
     transport = None
     try:
@@ -233,7 +252,8 @@ def _round(mode: str, calls: int, warmup: int) -> dict[str, Any]:
 
             bad = SlotReport([SlotStatus(0)]).to_thrift()
         else:
-            gateway = ResourceManagerServiceGateway(address, 10_000, service=SERVICE)
+            gateway = ResourceManagerServiceGateway(address, 10_000, service=SERVICE,
+                                                    tls=_credentials() if mode == "tls" else None)
             wire = reports
 
             def heartbeat(token: str, report: Any) -> None:
@@ -275,12 +295,12 @@ def run_rpc(calls: int = 20000, warmup: int = 1000, rounds: int = 2) -> dict[str
     best: dict[str, dict[str, Any]] = {}
     verified = True
     for _ in range(rounds):
-        for mode in ("bare", "yarnflow"):
+        for mode in ("bare", "yarnflow", "tls"):
             r = _round(mode, calls, warmup)
             verified = verified and r["verified"]
             if mode not in best or r["calls_per_s"] > best[mode]["calls_per_s"]:
                 best[mode] = r
-    ours, bare = best["yarnflow"], best["bare"]
+    ours, bare, tls = best["yarnflow"], best["bare"], best["tls"]
     return {
         "name": "rpc",
         "calls_per_s": round(ours["calls_per_s"], 1),
@@ -289,6 +309,9 @@ def run_rpc(calls: int = 20000, warmup: int = 1000, rounds: int = 2) -> dict[str
         "median_us": round(ours["median_us"], 1),
         "p95_us": round(ours["p95_us"], 1),
         "bare_median_us": round(bare["median_us"], 1),
+        "tls_calls_per_s": round(tls["calls_per_s"], 1),
+        "tls_ratio_to_bare": round(tls["calls_per_s"] / bare["calls_per_s"], 3) if bare["calls_per_s"] else 0.0,
+        "tls_median_us": round(tls["median_us"], 1),
         "calls": calls,
         "rounds": rounds,
         "verified": verified,
@@ -300,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each mode (the best is reported)")
-    parser.add_argument("--serve", choices=["bare", "yarnflow"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["bare", "yarnflow", "tls"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.serve)

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from yarnflow.cli_common import (CliError, SessionSignals, check_address, conf_from, connect, echo_web_url,
-                                 rpc_error)
+                                 echo_security, rpc_error)
 from yarnflow.cli_views import operator_paths, size
 from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
@@ -400,10 +400,8 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
     echo_web_url(cluster.web_url)
-    if cluster.tls is not None:
-        where = published_folder(cluster.address) if not cluster.ha else os.path.dirname(cluster.tls.cert_file)
-        click.echo(f"  TLS:     mutual, with the session's credentials in {where} (clients on this machine find "
-                   "them by its address)")
+    echo_security(cluster.tls, cluster.config,
+                  published_folder(cluster.address) if cluster.tls is not None and not cluster.ha else "")
     if cluster.ha:
         ha_keys = " ".join(f"-D {k}={v}" for k, v in conf.items() if k.startswith("high-availability."))
         click.echo(f"  {standby} standby AppMaster{'s' if standby != 1 else ''}; the leader is found in ZooKeeper:")

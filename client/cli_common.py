@@ -3,6 +3,7 @@ the -D configuration, the connection to a cluster, and the signals of a foregrou
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any
 
@@ -89,3 +90,19 @@ class SessionSignals:
 
     def names(self) -> str:
         return ", ".join(dict.fromkeys(signal.Signals(s).name for s in self._received))
+
+
+def echo_security(tls: Any, config: Any, published: str) -> None:
+    """What a session's user needs to know of its security: where its credentials are (clients
+    on this machine find ``published`` ones by the address) and its REST token."""
+    from yarnflow.common.security import rest_auth_token
+
+    if tls is None:
+        return
+    where = published or os.path.dirname(tls.cert_file)
+    click.echo(f"  TLS:     mutual, with the session's credentials in {where}"
+               + (" (clients on this machine find them by its address)" if published else ""))
+    token = rest_auth_token(config, tls)
+    if token:
+        click.echo(f"  REST:    token {token} (Authorization: Bearer TOKEN; curl -u yarnflow:TOKEN; the web UI "
+                   "asks for it)")

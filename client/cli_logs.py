@@ -54,6 +54,7 @@ def _cluster_job_logs(address: str | None, dynamic: tuple[str, ...], job_id: str
     conn = connect(address, dynamic)
     try:
         web_url = conn.call(lambda gw: gw.cluster_info(), "clusterInfo").web_url
+        rest = conn.rest_access()
     except YarnflowError as exc:
         raise rpc_error(conn.address, exc) from None
     finally:
@@ -63,7 +64,8 @@ def _cluster_job_logs(address: str | None, dynamic: tuple[str, ...], job_id: str
     query = f"?{urllib.parse.urlencode({'taskexecutor': taskexecutor})}" if taskexecutor else ""
     url = f"{web_url}/jobs/{urllib.parse.quote(job_id)}/logs{query}"
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=rest.headers), timeout=30,
+                                    context=rest.context) as response:
             body = json.load(response)
     except urllib.error.HTTPError as exc:
         try:

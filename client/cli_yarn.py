@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from yarnflow.cli_common import CliError, SessionSignals, echo_web_url
+from yarnflow.cli_common import CliError, SessionSignals, echo_security, echo_web_url
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import ConfigurationError, YarnError, YarnflowError
 
@@ -50,7 +50,9 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
         raise
     keys = f"-D yarn.application.id={app_id}"
     click.echo(f"yarnflow session running: YARN application {app_id}, AppMaster at {address}")
-    echo_web_url(lambda: _cluster_info(address, locator.credentials()).web_url)
+    tls = locator.credentials()
+    echo_web_url(lambda: _cluster_info(address, tls).web_url)
+    echo_security(tls, config, "")
     click.echo(f"  submit:  yarnflow run {keys} JOB.py")
     click.echo(f"  stop:    yarnflow session stop {keys}")
     sys.stdout.flush()

@@ -30,7 +30,7 @@ from yarnflow.common.errors import (
 )
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services, ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
-from yarnflow.common.security import client_credentials
+from yarnflow.common.security import RestAccess, client_credentials
 from yarnflow.common.yarn import application_config
 
 __all__ = ["ClusterConnection"]
@@ -145,6 +145,11 @@ class ClusterConnection:
             if found is not None:
                 return found
         return client_credentials(self._config, address)
+
+    def rest_access(self) -> RestAccess:
+        """The token header (and HTTPS context) for the leader's REST API."""
+        leader = self._leader
+        return RestAccess.of(self._credentials(leader.address) if leader is not None else None)
 
     def _follow_application(self, exc: Exception, deadline: float) -> None:
         """The YARN application's AppMaster did not answer: say so when the application ended

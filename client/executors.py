@@ -163,7 +163,7 @@ class ClusterContext:
         try:
             info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
             job = upload_artifact(job, self.job_file, info.storage_dir, info.web_url,
-                                  self.config[Options.ARTIFACT_UPLOAD])
+                                  self.config[Options.ARTIFACT_UPLOAD], conn.rest_access())
             jg = job.job_graph
             jg.config.update({k: v for k, v in self.conf.items()})
             restore_from_checkpoint(jg.config)
@@ -181,7 +181,7 @@ class ClusterContext:
                     # the artifact (content-addressed, stored once) was deleted as the last job using
                     # it ended, between storing and submitting: store it again
                     upload_artifact(job, self.job_file, info.storage_dir, info.web_url,
-                                    self.config[Options.ARTIFACT_UPLOAD])
+                                    self.config[Options.ARTIFACT_UPLOAD], conn.rest_access())
                     return gw.submit_job(jg)
 
             job_id = conn.call(submit, "submitJob")

@@ -13,6 +13,8 @@ import sysconfig
 import types
 import zipfile
 
+from typing import Any
+
 import cloudpickle
 
 from yarnflow.common.errors import JobDefinitionError
@@ -21,7 +23,7 @@ from yarnflow.common.artifacts import chain_entry, source_entry, store_artifact
 from yarnflow.worker.operators.base import SourceOperator
 
 
-def upload_to_appmaster(data: bytes, web_url: str) -> tuple[str, str]:
+def upload_to_appmaster(data: bytes, web_url: str, rest: Any = None) -> tuple[str, str]:
     """Stream the artifact to the AppMaster's REST API (``POST /artifacts``); its URI and sha256."""
     import hashlib
     import json
@@ -30,9 +32,11 @@ def upload_to_appmaster(data: bytes, web_url: str) -> tuple[str, str]:
 
     digest = hashlib.sha256(data).hexdigest()
     request = urllib.request.Request(f"{web_url.rstrip('/')}/artifacts?sha256={digest}", data=data, method="POST",
-                                     headers={"Content-Type": "application/octet-stream"})
+                                     headers={"Content-Type": "application/octet-stream",
+                                              **(rest.headers if rest is not None else {})})
     try:
-        with urllib.request.urlopen(request, timeout=300) as response:  # noqa: S310 - the cluster's own URL
+        with urllib.request.urlopen(request, timeout=300,  # noqa: S310 - the cluster's own URL
+                                    context=rest.context if rest is not None else None) as response:
             body = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -98,7 +102,7 @@ def _build(job: CompiledJob, job_file: str | None) -> bytes:
 
 
 def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str, web_url: str = "",
-                    how: str = "auto") -> CompiledJob:
+                    how: str = "auto", rest: Any = None) -> CompiledJob:
     """Store the artifact and return the job with the JobGraph pointing at it: written into
     ``storage_dir``, or streamed to the AppMaster at ``web_url`` (``how``: ``appmaster``; with
     ``auto``, when this client cannot write the storage dir)."""
@@ -107,7 +111,7 @@ def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str, we
         raise JobDefinitionError("client.artifact-upload is appmaster, but the cluster serves no REST API "
                                  "(rest.enabled: false)")
     if how == "appmaster":
-        uri, digest = upload_to_appmaster(data, web_url)
+        uri, digest = upload_to_appmaster(data, web_url, rest)
     else:
         try:
             uri, digest = store_artifact(data, storage_dir)
@@ -116,6 +120,6 @@ def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str, we
                 raise
             print(f"cannot write the job artifact into {storage_dir} ({type(exc).__name__}: {exc}): uploading it "
                   "through the AppMaster", file=sys.stderr)
-            uri, digest = upload_to_appmaster(data, web_url)
+            uri, digest = upload_to_appmaster(data, web_url, rest)
     jg = dataclasses.replace(job.job_graph, artifact_uri=uri, artifact_sha256=digest)
     return dataclasses.replace(job, job_graph=jg)

@@ -318,6 +318,14 @@ class Options:
     REST_PORT = _opt("rest.port", parse_port_range, "port (or range: the first free one) of the REST API "
                      "and web UI; 0: any free port")
     REST_ENABLED = _opt("rest.enabled", _parse_bool, "serve the REST API and web UI")
+    REST_AUTH = _opt("rest.authentication", _parse_str,
+                     "who may use the REST API and web UI: token (the cluster's token: a bearer token, the "
+                     "password of HTTP basic, or the web UI's login), none, or auto (token when "
+                     "security.ssl.internal.enabled is on)", choices=("auto", "token", "none"))
+    SSL_REST = _opt("security.ssl.rest.enabled", _parse_bool, "serve the REST API and web UI over HTTPS")
+    SSL_REST_CERT = _opt("security.ssl.rest.cert-file", _parse_str,
+                         "HTTPS certificate (PEM; empty: the cluster's own, which browsers do not know)")
+    SSL_REST_KEY = _opt("security.ssl.rest.key-file", _parse_str, "its private key (PEM)")
     METRICS_REPORTERS = _opt("metrics.reporters", _parse_str, "metric reporters: prom, or empty for none",
                              choices=("", "prom"))
     PROM_HOST = _opt("metrics.reporter.prom.host", _parse_str, "address the Prometheus endpoints bind to")

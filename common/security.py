@@ -16,6 +16,9 @@ A client finds a local session's credentials under ``$YARNFLOW_HOME/clusters/<ho
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import logging
 import os
 import shutil
@@ -204,6 +207,46 @@ def client_credentials(config: Configuration, address: str) -> TlsCredentials | 
     if address and os.path.exists(os.path.join(folder, CERT_FILE)):
         return TlsCredentials(os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE))
     return None
+
+
+def rest_token(credentials: TlsCredentials) -> str:
+    """The cluster's REST token: derived from its private key, so every AppMaster of the
+    cluster and every client holding its credentials knows it without it being stored or sent
+    anywhere (and it changes with the credentials)."""
+    digest = hmac.new(credentials.key_pem, b"yarnflow REST token v1", hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+def rest_auth_token(config: Configuration, credentials: TlsCredentials | None) -> str:
+    """The token requests must carry, or "" when the REST API is open (``rest.authentication``:
+    none, or auto without the cluster's credentials). Raises ConfigurationError for token
+    without them (the token is derived from them)."""
+    mode = config[Options.REST_AUTH]
+    if mode == "none" or (mode == "auto" and credentials is None):
+        return ""
+    if credentials is None:
+        raise ConfigurationError(f"{Options.REST_AUTH.key}: token needs the cluster's credentials: set "
+                                 f"{Options.SSL_INTERNAL.key} (the token is derived from them)")
+    return rest_token(credentials)
+
+
+@dataclass(frozen=True)
+class RestAccess:
+    """How a client holding the cluster's credentials calls its REST API: the token header and,
+    for HTTPS, a context that trusts the cluster's certificate as well as the usual ones (the
+    cluster's names no host: host names are not checked)."""
+
+    headers: dict[str, str]
+    context: ssl.SSLContext | None
+
+    @classmethod
+    def of(cls, credentials: TlsCredentials | None) -> RestAccess:
+        if credentials is None:
+            return cls({}, None)
+        ctx = ssl.create_default_context()
+        ctx.load_verify_locations(cadata=credentials.cert_pem.decode("ascii"))
+        ctx.check_hostname = False
+        return cls({"Authorization": f"Bearer {rest_token(credentials)}"}, ctx)
 
 
 class HandshakeLog:

@@ -8,6 +8,12 @@ TaskExecutor or trigger, 409 for a job that already ended, 503 while this AppMas
 (naming the leader) or the cluster is not ready. A standby answers ``/config`` and the UI's
 files too, so the UI can say who leads.
 
+Authentication (``rest.authentication``; docs/security.md): with a token, every path but the
+login page (``/login``) and the UI's static files (``/web/...``: no data) needs the cluster's
+REST token, as ``Authorization: Bearer <token>``, as the password of HTTP basic, or in the
+cookie the login page sets; without it a browser asking for the UI is sent to the login page
+and everything else gets 401 JSON. ``security.ssl.rest.enabled`` serves it all over HTTPS.
+
 Savepoints are asynchronous as in Flink: ``POST /jobs/:jobid/savepoints`` answers at once with a
 ``request-id``; the savepoint is taken on a small pool, and ``GET .../savepoints/:triggerid``
 reports IN_PROGRESS, then COMPLETED with the savepoint's location or its failure cause."""
@@ -43,6 +49,7 @@ from yarnflow.common.errors import (
 from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
+from yarnflow.am.rest.auth import https_context, install_token_check, rest_auth_token
 from yarnflow.am.rest.uploads import UploadError, receive_artifact
 from yarnflow.common.metrics import metrics_address
 from yarnflow.common.version import __version__
@@ -81,6 +88,8 @@ class RestServer:
         self._triggers: collections.OrderedDict[str, tuple[JobID, Future[str]]] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.url = ""
+        self._token = rest_auth_token(self._config, am.tls)
+        self._https = https_context(self._config, am.tls)
         self.app = self._make_app()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -90,7 +99,7 @@ class RestServer:
         self._server = server
         port = server.port
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        self.url = f"http://{shown}:{port}"
+        self.url = f"{'https' if self._https is not None else 'http'}://{shown}:{port}"
         self._thread = threading.Thread(target=server.serve_forever, name="rest-server", daemon=True)
         self._thread.start()
         log.info("REST API and web UI at %s", self.url)
@@ -104,7 +113,8 @@ class RestServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
             sock.listen(128)
-            return make_server(host, sock.getsockname()[1], self.app, threaded=True, fd=sock.fileno())
+            return make_server(host, sock.getsockname()[1], self.app, threaded=True, fd=sock.fileno(),
+                               ssl_context=self._https)
         finally:
             sock.close()  # the server holds a duplicate of it
 
@@ -180,6 +190,9 @@ class RestServer:
         def internal_error(exc: Exception) -> tuple[Response, int]:
             log.exception("REST %s %s failed", request.method, request.path)
             return jsonify(errors=[f"internal error: {type(exc).__name__}: {exc}"]), 500
+
+        if self._token:
+            install_token_check(app, self._token, secure=self._https is not None)
 
         @app.after_request
         def no_cache(response: Response) -> Response:

@@ -15,6 +15,10 @@ function esc(value) {
 
 async function api(path, options) {
   const response = await fetch(path, options);
+  if (response.status === 401) {  // the REST API wants the cluster's token: sign in first
+    location.href = "/login";
+    throw new Error("401: sign in with the cluster's REST token");
+  }
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
     const message = (body.errors || [response.statusText]).join("; ");

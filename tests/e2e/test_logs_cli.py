@@ -43,7 +43,12 @@ def test_a_sessions_job_logs_and_web_ui(cli: Cli, tmp_path: Path) -> None:
     web_line = session.stdout.readline()
     web = re.search(r"web UI:\s+(http://\S+)", web_line)
     assert web, web_line
-    assert requests.get(f"{web.group(1)}/overview", timeout=10).json()["taskmanagers"] == 2
+    # a session's REST API wants its token, which `session start` prints (issue 31)
+    assert requests.get(f"{web.group(1)}/overview", timeout=10).status_code == 401
+    token = next(m.group(1) for line in iter(session.stdout.readline, "")
+                 if (m := re.search(r"REST:\s+token (\S+)", line)))
+    signed = {"Authorization": f"Bearer {token}"}
+    assert requests.get(f"{web.group(1)}/overview", headers=signed, timeout=10).json()["taskmanagers"] == 2
 
     write_text_corpus(str(tmp_path / "books"), files=2, lines_per_file=500)
     ran = cli.run("run", "--address", address, "-p", "2", WORDCOUNT, "--input", str(tmp_path / "books"),

@@ -55,7 +55,9 @@ def _logs(cluster) -> str:
 def test_a_job_runs_exactly_over_tls_and_the_cli_finds_the_credentials(tls_cluster, cli, tmp_path):
     src, out = tmp_path / "in", tmp_path / "out"
     expected = _write_files(src, files=6, rows=6000)
-    result = _run(tls_cluster, _pipeline(src, out, _to_row), "over-tls", {}, parallelism=2)
+    # the artifact goes through the REST API, which wants the cluster's token: the client has it
+    result = _run(tls_cluster, _pipeline(src, out, _to_row), "over-tls", {"client.artifact-upload": "appmaster"},
+                  parallelism=2)
     assert result.status == JobStatus.FINISHED
     got = _committed_counts(out)
     assert sum(got.values()) == 6000 and got == expected

@@ -37,7 +37,7 @@ from tests.yarn import MAX_MEMORY_MB
 from yarnflow.common.config import Configuration
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
-from yarnflow.common.security import TlsCredentials, new_credentials, skein_client_credentials
+from yarnflow.common.security import TlsCredentials, new_credentials, rest_token, skein_client_credentials
 from yarnflow.common.yarn import ADDRESS_KEY
 from yarnflow.common.states import JobStatus
 from yarnflow.connection import ClusterConnection
@@ -505,11 +505,16 @@ def test_a_taskexecutor_started_by_scaling_the_service_joins_the_session_whose_u
                    "the scaled TaskExecutor never registered")
         assert [c.state for c in app.get_containers(services=["taskexecutor"])] == ["RUNNING"]
         dispatcher.close()
-    # YARN links the application to the web UI (a page of skein's web UI; the sandbox reports its target)
+    # YARN links the application to the web UI (a page of skein's web UI; the sandbox reports its
+    # target), which asks for the cluster's REST token (derived from the application's credentials)
     tracking = report(app_id).tracking_url
     page = requests.get(tracking, timeout=10)
-    assert page.status_code == 200 and "<title>yarnflow" in page.text, tracking
-    assert requests.get(tracking.rstrip("/") + "/overview", timeout=10).json()["taskmanagers"] == 1
+    assert page.status_code == 200 and "<title>yarnflow: sign in" in page.text, tracking
+    token = rest_token(TlsCredentials(f"{sandbox.config_dir}/skein.crt", f"{sandbox.config_dir}/skein.pem"))
+    signed = {"Authorization": f"Bearer {token}"}
+    assert "<title>yarnflow</title>" in requests.get(tracking, headers=signed, timeout=10).text
+    assert requests.get(tracking.rstrip("/") + "/overview", timeout=10).status_code == 401
+    assert requests.get(tracking.rstrip("/") + "/overview", headers=signed, timeout=10).json()["taskmanagers"] == 1
     _run_once_then_stop(yarn_cli, keys, tmp_path, expected, app_id)
 
 

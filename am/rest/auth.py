@@ -1,0 +1,107 @@
+"""Who may use the REST API and web UI (``rest.authentication``), and HTTPS for them
+(``security.ssl.rest.*``); see docs/security.md.
+
+The token is the cluster's (``security.rest_token``: derived from its private key), so every
+AppMaster of a cluster checks the same one and a client holding the credentials knows it. A
+request carries it as ``Authorization: Bearer <token>``, as the password of HTTP basic (any
+user name: ``curl -u yarnflow:<token>``), or in the ``yarnflow-token`` cookie that the login
+page sets for the web UI (HttpOnly, SameSite=Strict; Secure over HTTPS).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import logging
+import ssl
+from typing import Any
+
+from flask import Flask, Response, jsonify, redirect, request
+
+from yarnflow.common.config import Configuration, Options
+from yarnflow.common.errors import ConfigurationError
+from yarnflow.common.security import TlsCredentials, rest_auth_token as rest_auth_token
+
+log = logging.getLogger(__name__)
+
+COOKIE = "yarnflow-token"
+#: what anyone may fetch: the login page and the UI's static files (code and style, no data)
+_OPEN = ("/login", "/web/")
+
+_LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>yarnflow: sign in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
+<style>body{font-family:system-ui,sans-serif;background:#f4f6f8;display:flex;justify-content:center;margin-top:12vh}
+form{background:#fff;padding:2em;border-radius:6px;box-shadow:0 1px 4px #0002;min-width:22em}
+h1{font-size:1.2em;margin:0 0 1em}input{width:100%;padding:.5em;margin:.5em 0 1em;box-sizing:border-box}
+button{padding:.5em 1.5em}.error{color:#c23b3b}</style></head>
+<body><form method="post" action="/login"><h1>yarnflow</h1>{error}
+<label for="token">The cluster's REST token (<code>yarnflow session start</code> printed it)</label>
+<input id="token" name="token" type="password" autocomplete="current-password" autofocus>
+<button type="submit">Sign in</button></form></body></html>"""
+
+
+def https_context(config: Configuration, credentials: TlsCredentials | None) -> ssl.SSLContext | None:
+    """The HTTPS server context with ``security.ssl.rest.enabled``, else None."""
+    if not config[Options.SSL_REST]:
+        return None
+    cert, key = config[Options.SSL_REST_CERT], config[Options.SSL_REST_KEY]
+    if not cert and not key and credentials is not None:
+        cert, key = credentials.cert_file, credentials.key_file
+    if not cert or not key:
+        raise ConfigurationError(f"{Options.SSL_REST.key} is on: give {Options.SSL_REST_CERT.key} and "
+                                 f"{Options.SSL_REST_KEY.key}, or turn on {Options.SSL_INTERNAL.key} to use the "
+                                 "cluster's certificate")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"cannot use the HTTPS certificate {cert} / {key}: {exc}") from None
+    return ctx
+
+
+def presented_token() -> str:
+    """The token the current request carries ("" for none)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return request.cookies.get(COOKIE, "")
+
+
+def install_token_check(app: Flask, token: str, secure: bool) -> None:
+    """Every request but those of ``_OPEN`` must carry ``token``; adds the login page."""
+
+    def valid(value: str) -> bool:
+        return bool(value) and hmac.compare_digest(value.encode("utf-8", "replace"), token.encode("ascii"))
+
+    @app.before_request
+    def check() -> Any:
+        if request.path.startswith(_OPEN) or valid(presented_token()):
+            return None
+        if request.method == "GET" and request.path == "/":  # a browser opening the UI
+            return redirect("/login")
+        response = jsonify(errors=["authentication required: the cluster's REST token, as "
+                                   "'Authorization: Bearer <token>', the password of HTTP basic, or the web UI's "
+                                   "login (rest.authentication)"])
+        response.headers["WWW-Authenticate"] = 'Bearer realm="yarnflow"'
+        return response, 401
+
+    def login() -> Any:
+        if request.method == "GET":
+            return Response(_LOGIN_PAGE.replace("{error}", ""), mimetype="text/html")
+        if not valid(request.form.get("token", "")):
+            log.info("REST: a sign-in from %s with a wrong token", request.remote_addr)
+            page = _LOGIN_PAGE.replace("{error}", '<p class="error">That is not the cluster\'s token.</p>')
+            return Response(page, status=401, mimetype="text/html")
+        response = redirect("/")
+        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=secure)
+        return response
+
+    app.add_url_rule("/login", "login", login, methods=["GET", "POST"])
