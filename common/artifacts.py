@@ -167,6 +167,7 @@ class ArtifactCache:
             shutil.rmtree(tmp, ignore_errors=True)
             try:
                 with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                    self._check_members(uri, zf)
                     zf.extractall(tmp)
             except zipfile.BadZipFile as exc:
                 raise ArtifactError(f"job artifact {uri} is not a valid zip: {exc}") from exc
@@ -178,6 +179,18 @@ class ArtifactCache:
                 self._evict(lambda sha, used: now - used >= self._ttl_s, keep=sha256)
             self._bound(keep=sha256)
             return target
+
+    def _check_members(self, uri: str, zf: zipfile.ZipFile) -> None:
+        """Refuse an artifact with a path that leaves its folder (absolute, ``..``) or that
+        unpacks to more than the whole cache may hold (``blob.cache.max-size``: a zip bomb)."""
+        for name in zf.namelist():
+            parts = name.replace("\\", "/").split("/")
+            if name.startswith(("/", "\\")) or ".." in parts or (parts and parts[0].endswith(":")):
+                raise ArtifactError(f"job artifact {uri} holds a path outside its folder: {name!r}")
+        unpacked = sum(info.file_size for info in zf.infolist())
+        if self._max_bytes and unpacked > self._max_bytes:
+            raise ArtifactError(f"job artifact {uri} unpacks to {unpacked} bytes, more than the TaskExecutor's "
+                                f"artifact cache holds (blob.cache.max-size: {self._max_bytes} bytes)")
 
     def load_source(self, uri: str, sha256: str, vertex_id: str) -> Any:
         root = self.fetch(uri, sha256)

@@ -210,6 +210,8 @@ class Options:
     SSL_INTERNAL_KEY = _opt("security.ssl.internal.key-file", _parse_str,
                             "the cluster's private key (PEM, readable by its owner only; empty: made with the "
                             "certificate)")
+    REST_MAX_JSON_DEPTH = _opt("rest.server.max-json-depth", _parse_int,
+                               "the deepest nesting of arrays and objects a REST request body may have", minimum=1)
     REST_MAX_CONTENT_LENGTH = _opt("rest.server.max-content-length", parse_size_bytes,
                                    "the largest request body the REST API takes (a job artifact upload)")
     ARTIFACT_UPLOAD = _opt("client.artifact-upload", _parse_str,

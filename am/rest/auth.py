@@ -105,3 +105,28 @@ def install_token_check(app: Flask, token: str, secure: bool) -> None:
         return response
 
     app.add_url_rule("/login", "login", login, methods=["GET", "POST"])
+
+
+def json_depth(data: bytes) -> int:
+    """How deep arrays and objects nest in the JSON text ``data`` (brackets in strings do not
+    count), read without parsing it."""
+    if data.count(b"[") + data.count(b"{") <= 1:
+        return data.count(b"[") + data.count(b"{")
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest

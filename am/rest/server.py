@@ -49,7 +49,7 @@ from yarnflow.common.errors import (
 from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
-from yarnflow.am.rest.auth import https_context, install_token_check, rest_auth_token
+from yarnflow.am.rest.auth import https_context, install_token_check, json_depth, rest_auth_token
 from yarnflow.am.rest.uploads import UploadError, receive_artifact
 from yarnflow.common.metrics import metrics_address
 from yarnflow.common.version import __version__
@@ -155,8 +155,12 @@ class RestServer:
         return dispatcher.ask(dispatcher.job_graph, JobID(job_id))
 
     def _body(self) -> dict[str, Any]:
-        if not request.get_data():
+        data = request.get_data()
+        if not data:
             return {}
+        limit = self._config[Options.REST_MAX_JSON_DEPTH]
+        if json_depth(data) > limit:  # (json would recurse until it gave up: a 500)
+            raise ApiError(400, f"the request body nests deeper than {limit} levels (rest.server.max-json-depth)")
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")

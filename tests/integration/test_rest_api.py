@@ -217,6 +217,11 @@ def test_a_failing_job_shows_its_exceptions(cluster: Any, tmp_path: Path) -> Non
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", "{not json", 400, "must be a JSON object"),
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"cancel-job": "yes"}', 400, "cancel-job must be"),
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"target-directory": 5}', 400, "target-directory must be"),
+    # issue 31: a 100,000-deep body was a 500 with a traceback in the AppMaster's log
+    pytest.param("POST", "/jobs/" + "0" * 32 + "/savepoints", "[" * 100_000 + "]" * 100_000, 400,
+                 "nests deeper than 64", id="json-100000-deep"),
+    pytest.param("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"a": ' * 65 + "1" + "}" * 65, 400,
+                 "rest.server.max-json-depth", id="json-65-deep"),
     ("GET", "/jobs/" + "0" * 32 + "/savepoints/nope", None, 404, "no savepoint trigger"),
     ("GET", "/taskmanagers/nope", None, 404, "no TaskExecutor nope"),
     ("GET", "/no/such/path", None, 404, "not found"),
@@ -229,6 +234,8 @@ def test_bad_ids_and_bodies_get_json_errors(cluster: Any, method: str, path: str
     assert response.status_code == status, response.text
     assert response.headers["Content-Type"] == "application/json"
     assert message in response.json()["errors"][0].lower() or message in response.json()["errors"][0]
+    with open(cluster.log_path, errors="replace") as log:
+        assert "Traceback" not in log.read()
 
 
 def test_a_bad_job_or_vertex_on_a_running_job(cluster: Any, tmp_path: Path) -> None:

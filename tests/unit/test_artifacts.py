@@ -94,6 +94,22 @@ def test_a_chain_that_cannot_be_unpickled_is_an_artifact_error(tmp_path):
         ArtifactCache(str(tmp_path / "cache")).load_chain(uri, sha, "v")
 
 
+@pytest.mark.parametrize("name", ["../escape.py", "/etc/evil.py", "a/../../b.py", "C:/evil.py", "..\\win.py"])
+def test_an_artifact_with_a_path_outside_its_folder_is_refused_and_nothing_is_written(tmp_path, name):
+    uri, sha = _artifact(tmp_path, {chain_entry("v"): cloudpickle.dumps([1]), name: b"print('owned')"})
+    cache = ArtifactCache(str(tmp_path / "cache"))
+    with pytest.raises(ArtifactError, match="holds a path outside its folder"):
+        cache.load_chain(uri, sha, "v")
+    assert not (tmp_path / "escape.py").exists() and not list((tmp_path / "cache").glob("*/"))
+
+
+def test_an_artifact_that_unpacks_beyond_the_cache_is_refused(tmp_path):
+    uri, sha = _artifact(tmp_path, {chain_entry("v"): cloudpickle.dumps([1]), "zeros.bin": bytes(2_000_000)})
+    with pytest.raises(ArtifactError, match=r"unpacks to 2000017 bytes, .* \(blob.cache.max-size: 1000000 bytes\)"):
+        ArtifactCache(str(tmp_path / "cache"), max_bytes=1_000_000).load_chain(uri, sha, "v")
+    assert ArtifactCache(str(tmp_path / "cache2"), max_bytes=10_000_000).load_chain(uri, sha, "v") == [1]
+
+
 # ---- the bound (blob.cache.max-size) and the cleanup (blob.service.cleanup.interval) ----------
 
 def _distinct(tmp_path, i: int) -> tuple[str, str]:
