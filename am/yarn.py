@@ -42,6 +42,7 @@ from yarnflow.common.ha import ha_enabled
 from yarnflow.common.messages import JobGraph
 from yarnflow.common.rpc.serialization import message_from_bytes
 from yarnflow.common.states import ExecutionState, JobStatus
+from yarnflow.common.kerberos import TicketRenewal
 from yarnflow.common.yarn import ADDRESS_KEY, TLS_KEY, application_config, container_attempt
 
 if TYPE_CHECKING:
@@ -235,6 +236,7 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
 
         app = skein.ApplicationClient.from_current()
     yarn = YarnApplication(app)
+    TicketRenewal.in_container(config)  # (with a shipped keytab: Kerberos tickets renewed from it)
     if yarn.attempt > 1 and not ha_enabled(config):
         reason = (f"AppMaster attempt {yarn.attempt} of application {yarn.id}: the previous AppMaster container "
                   "died, and without high availability (high-availability.type: zookeeper) its jobs' state "

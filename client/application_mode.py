@@ -57,7 +57,7 @@ def package_job(job_file: str) -> bytes:
 def run_application(config: Configuration, job_file: str, job_args: Sequence[str], detached: bool) -> int:
     """Submit ``job_file`` in application mode; attached, follow the application to its end.
     Returns the command's exit status (0: SUCCEEDED)."""
-    client = skein_client()
+    client = skein_client(config)
     name = os.path.splitext(os.path.basename(job_file))[0]
     app_id = submit_application(config, Submission(name, detached=detached, application=package_job(job_file),
                                                    main=os.path.basename(job_file), args=tuple(job_args)), client)

@@ -31,7 +31,7 @@ def yarn_session_start(conf: dict[str, str], detached: bool, taskexecutors: int 
         raise CliError("yarn.application.id names a running session: leave it out to start one")
     config = Configuration.load(conf)
     try:
-        client = skein_client()
+        client = skein_client(config)
         app_id = submit_application(config, Submission("session"), client)
     except (YarnError, ConfigurationError) as exc:
         raise CliError(str(exc)) from None

@@ -329,7 +329,7 @@ class YarnPerJobContext(ClusterContext):
         jg = job.job_graph
         jg.config.update({k: v for k, v in self.conf.items()})
         restore_from_checkpoint(jg.config)
-        client = skein_client()
+        client = skein_client(self.config)
         app_id = submit_application(self.config, Submission(job_name, message_to_bytes(jg),
                                                             build_artifact(job, self.job_file), self.detached),
                                     client)

@@ -45,6 +45,7 @@ import yaml
 
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 from yarnflow.common.errors import ConfigurationError, YarnError
+from yarnflow.common.kerberos import KEYTAB_FILE, delegation_file_systems, login
 from yarnflow.common.yarn import ADDRESS_KEY, TLS_KEY
 
 __all__ = ["ApplicationLocator", "Submission", "application_spec", "skein_client", "submit_application"]
@@ -59,24 +60,36 @@ VENV_DIR = "environment"
 JOB_GRAPH_FILE = "jobgraph.bin"
 ARTIFACT_FILE = "artifact.zip"
 APPLICATION_DIR = "application"  # application mode: the job file and its modules, unpacked
-_RESERVED = (CONF_FILE, VENV_DIR, JOB_GRAPH_FILE, ARTIFACT_FILE, APPLICATION_DIR, "work", "appmaster")
+_RESERVED = (CONF_FILE, VENV_DIR, JOB_GRAPH_FILE, ARTIFACT_FILE, APPLICATION_DIR, "work", "appmaster", KEYTAB_FILE)
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 _MIB = 1024 * 1024
 # keys that describe the client's connection to a cluster, not the cluster
 _CLIENT_ONLY = ("yarn.application.id",)
 
 
-def skein_client() -> Any:
+def skein_client(config: Configuration | None = None) -> Any:
     """The skein driver this machine is configured for ($SKEIN_CONFIG/driver): the one started
-    with ``skein driver start`` on a Hadoop edge node, or ``yarnflow yarn-sandbox``."""
+    with ``skein driver start`` on a Hadoop edge node, or ``yarnflow yarn-sandbox``. With the
+    Kerberos keys (``security.kerberos.login.*``) and no such driver, one of its own, logged in
+    with the keytab (``skein.Client(principal=..., keytab=...)``)."""
     import skein
     from skein.exceptions import ConnectionError as SkeinConnectionError
     from skein.exceptions import DriverNotRunningError
 
+    from yarnflow.common.kerberos import login
+
+    kerberos = login(config) if config is not None else None
     where = os.environ.get("SKEIN_CONFIG") or "~/.skein"
     try:
         return skein.Client.from_global_driver()
     except (DriverNotRunningError, SkeinConnectionError) as exc:
+        if kerberos is not None:
+            principal, keytab = kerberos
+            log.info("no skein driver running: starting one logged in as %s (keytab %s)", principal, keytab)
+            try:
+                return skein.Client(principal=principal, keytab=keytab)
+            except Exception as start_exc:  # noqa: BLE001 - skein.DriverError and Java's errors
+                raise YarnError(f"cannot start a skein driver as {principal} with {keytab}: {start_exc}") from None
         raise YarnError(f"no skein driver reachable (from {where}: {exc}): on a Hadoop cluster start one with "
                         f"`skein driver start`, on this machine `yarnflow yarn-sandbox`") from None
 
@@ -217,6 +230,8 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
     os.makedirs(staging_dir, exist_ok=True)
     conf_file = os.path.join(staging_dir, CONF_FILE)
     shipped = {k: v for k, v in config.to_strings().items() if k not in _CLIENT_ONLY}
+    if shipped.get(Options.KRB_KEYTAB.key):  # the containers find the shipped copy in their directory
+        shipped[Options.KRB_KEYTAB.key] = KEYTAB_FILE
     with open(conf_file, "w", encoding="utf-8") as fh:
         fh.write("# the configuration of the client that submitted this application\n")
         yaml.safe_dump(shipped, fh, sort_keys=True)
@@ -226,6 +241,9 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
     if config[Options.YARN_SHIP_VENV]:
         cache = os.path.join(os.path.expanduser("~"), ".cache", "yarnflow")
         files[VENV_DIR] = skein.File(pack_venv(cache), type="archive")
+    kerberos = login(config)
+    if kerberos is not None:  # private: readable by the application's user only, on every node
+        files[KEYTAB_FILE] = skein.File(kerberos[1], type="file", visibility="private")
     master_files = dict(files)
     master_args = ["-m", "yarnflow.am", "--target", "yarn", "-D", 'jobmanager.rpc.address="$YARNFLOW_HOST"']
     if submission.job_graph is not None:
@@ -264,6 +282,7 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
             name=config[Options.YARN_APP_NAME] or f"yarnflow {submission.name}",
             queue=config[Options.YARN_QUEUE] or "default", tags=sorted(tags),
             max_attempts=config[Options.YARN_ATTEMPTS], master=master,
+            file_systems=delegation_file_systems(config),
             services={TASKEXECUTOR_SERVICE: taskexecutor, SPARK_MASTER_SERVICE: spark_master,
                       SPARK_WORKER_SERVICE: spark_worker})
         spec._validate()

@@ -210,6 +210,15 @@ class Options:
     SSL_INTERNAL_KEY = _opt("security.ssl.internal.key-file", _parse_str,
                             "the cluster's private key (PEM, readable by its owner only; empty: made with the "
                             "certificate)")
+    KRB_KEYTAB = _opt("security.kerberos.login.keytab", _parse_str,
+                      "YARN with Kerberos: the keytab the client logs in with (its skein driver) and ships to "
+                      "the application's containers, which renew their tickets with it")
+    KRB_PRINCIPAL = _opt("security.kerberos.login.principal", _parse_str, "the principal of that keytab")
+    KRB_FILE_SYSTEMS = _opt("security.kerberos.access.hadoopFileSystems", _parse_str,
+                            "comma-separated Hadoop file systems (hdfs://nn:8020) the application gets delegation "
+                            "tokens for, besides the ones of its storage and staging directories")
+    KRB_RELOGIN = _opt("security.kerberos.relogin.period", parse_duration_ms,
+                       "how often a container renews its Kerberos ticket from the keytab")
     REST_MAX_JSON_DEPTH = _opt("rest.server.max-json-depth", _parse_int,
                                "the deepest nesting of arrays and objects a REST request body may have", minimum=1)
     REST_MAX_CONTENT_LENGTH = _opt("rest.server.max-content-length", parse_size_bytes,

@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     from yarnflow.common.memory import warm_pandas_support
     from yarnflow.worker.taskexecutor.task_executor import TaskExecutor
 
+    from yarnflow.common.kerberos import TicketRenewal
+
+    TicketRenewal.in_container(config)  # a YARN container with the application's keytab renews its tickets
     if not config[Options.DEFER_PANDAS]:
         warm_pandas_support()  # (alongside the start below: ~0.3 s of CPU out of the first job's way)
     if not args.rm_address and not ha_enabled(config):

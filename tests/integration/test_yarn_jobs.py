@@ -220,6 +220,36 @@ def test_a_per_job_application_counts_every_row_and_ends_with_the_job(yarn_cli: 
     assert started[0].endswith("_01_000001") and len(started) == 3, started  # the AppMaster, two TaskExecutors
 
 
+def test_with_kerberos_keys_the_keytab_reaches_every_container_privately_and_the_job_runs(
+        yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    """The spec that reaches skein (issue 31, Kerberos): the keytab is a private application file
+    in the AppMaster's and each TaskExecutor's container, each of which starts renewing its ticket
+    from it (this machine has no kinit: each says so once), the file systems to get delegation
+    tokens for are in the application's spec, and the job counts every row once."""
+    expected = write_input(tmp_path / "in", files=2, rows=400)
+    keytab = tmp_path / "etl.keytab"
+    keytab.write_bytes(b"\x05\x02 a keytab")
+    keytab.chmod(0o600)
+    conf = {**YARN_CONF, "security.kerberos.login.keytab": str(keytab),
+            "security.kerberos.login.principal": "etl@EXAMPLE.COM",
+            "security.kerberos.access.hadoopFileSystems": "hdfs://namenode:8020"}
+    proc = yarn_cli.run("run", "--target", "yarn-per-job", "--detached", *dconf(conf), "job.py",
+                        str(tmp_path / "in"), str(tmp_path / "out"), "BATCH", "1", "kerberized", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    app_id = app_id_of(proc.stderr)
+    with skein.Client.from_global_driver() as client:
+        spec = client.connect(app_id).get_specification()
+        assert spec.file_systems == ["hdfs://namenode:8020"]
+        assert str(spec.master.files["krb5.keytab"].visibility).lower() == "private"
+    assert wait_final(app_id).final_status == "SUCCEEDED"
+    assert_batch_exact(tmp_path / "out", expected)
+    containers = sorted((Path(sandbox.work_dir) / "local" / app_id).glob("container_*"))
+    assert len(containers) == 3 and all((c / "krb5.keytab").read_bytes() == keytab.read_bytes() for c in containers)
+    logs = Path(sandbox.work_dir) / "logs" / app_id
+    said = [p for p in logs.rglob("*") if p.is_file() and "no kinit in this container" in p.read_text(errors="replace")]
+    assert len(said) == 3, said
+
+
 def test_a_failed_job_fails_its_application_with_the_cause_as_diagnostics(yarn_cli: Cli, tmp_path: Path) -> None:
     write_input(tmp_path / "in", files=2, rows=200)
     (tmp_path / "in" / "in-01.txt").write_text("k1 fail 0\n")

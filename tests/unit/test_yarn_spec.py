@@ -5,6 +5,7 @@ cluster's configuration."""
 from __future__ import annotations
 
 import os
+import time
 import tarfile
 import zipfile
 
@@ -201,3 +202,93 @@ def test_in_a_skein_container_the_applications_credentials_are_the_clusters(tmp_
         made.cert_pem
     from_bytes = skein_client_credentials(skein.Security(cert_bytes=made.cert_pem, key_bytes=made.key_pem))
     assert from_bytes.key_pem == made.key_pem and oct(os.stat(from_bytes.key_file).st_mode & 0o777) == "0o600"
+
+
+# ---- Kerberos (security.kerberos.*) -------------------------------------------------------------
+
+def _keytab(tmp_path):
+    path = tmp_path / "me.keytab"
+    path.write_bytes(b"\x05\x02 not a real keytab")
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_with_kerberos_the_keytab_ships_privately_and_the_file_systems_get_tokens(tmp_path):
+    spec = spec_of(tmp_path, {"security.kerberos.login.keytab": _keytab(tmp_path),
+                              "security.kerberos.login.principal": "etl@EXAMPLE.COM",
+                              "security.kerberos.access.hadoopFileSystems": "hdfs://nn1:8020, viewfs://cluster",
+                              "high-availability.storageDir": "hdfs://nn2:9000/yarnflow/ha",
+                              "execution.checkpointing.dir": "file:///local/checkpoints"})
+    again = skein.ApplicationSpec.from_yaml(spec.to_yaml())
+    assert sorted(again.file_systems) == ["hdfs://nn1:8020", "hdfs://nn2:9000", "viewfs://cluster"]
+    for files in (again.master.files, again.services[TASKEXECUTOR_SERVICE].files):
+        assert str(files["krb5.keytab"].visibility).lower() == "private"
+    shipped = Configuration.load(conf_file=spec.master.files["yarnflow.yaml"].source.removeprefix("file://"))
+    assert shipped[Options.KRB_KEYTAB] == "krb5.keytab"  # the containers' copy, not the client's path
+    assert shipped[Options.KRB_PRINCIPAL] == "etl@EXAMPLE.COM"
+    plain = skein.ApplicationSpec.from_yaml(spec_of(tmp_path / "plain").to_yaml())
+    assert plain.file_systems == [] and "krb5.keytab" not in plain.master.files
+
+
+@pytest.mark.parametrize("conf, message", [
+    ({"security.kerberos.login.principal": "etl@EXAMPLE.COM"}, "needs both"),
+    ({"security.kerberos.login.keytab": "/nowhere/etl.keytab", "security.kerberos.login.principal": "etl@X"},
+     "cannot read the keytab /nowhere/etl.keytab"),
+])
+def test_kerberos_keys_that_cannot_work_are_refused_before_anything_is_submitted(tmp_path, conf, message):
+    with pytest.raises(ConfigurationError, match=message):
+        spec_of(tmp_path, conf)
+
+
+def test_without_a_running_driver_the_client_starts_one_logged_in_with_the_keytab(tmp_path, monkeypatch):
+    from skein.exceptions import DriverNotRunningError
+
+    from yarnflow.yarn import skein_client
+
+    started = []
+
+    class FakeClient:
+        def __init__(self, **kwargs):
+            started.append(kwargs)
+
+        @classmethod
+        def from_global_driver(cls):
+            raise DriverNotRunningError("no driver")
+
+    monkeypatch.setattr(skein, "Client", FakeClient)
+    keytab = _keytab(tmp_path)
+    skein_client(Configuration.load({"security.kerberos.login.keytab": keytab,
+                                     "security.kerberos.login.principal": "etl@EXAMPLE.COM"}))
+    assert started == [{"principal": "etl@EXAMPLE.COM", "keytab": keytab}]
+
+
+def test_a_container_renews_its_ticket_from_the_shipped_keytab_every_period(tmp_path, monkeypatch, caplog):
+    from yarnflow.common.kerberos import TicketRenewal
+
+    calls = tmp_path / "kinit-calls"
+    kinit = tmp_path / "bin" / "kinit"
+    kinit.parent.mkdir()
+    kinit.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    kinit.chmod(0o755)
+    (tmp_path / "krb5.keytab").write_bytes(b"keytab")
+    monkeypatch.setenv("PATH", f"{kinit.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("SKEIN_APPLICATION_ID", "application_1_0001")
+    config = Configuration.load({"security.kerberos.login.principal": "etl@EXAMPLE.COM",
+                                 "security.kerberos.relogin.period": "100 ms"})
+    renewal = TicketRenewal.in_container(config)
+    assert renewal is not None
+    try:
+        deadline = time.monotonic() + 10
+        while renewal.renewals < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        renewal.stop()
+    assert renewal.renewals >= 3
+    assert calls.read_text().splitlines()[0] == f"-kt {tmp_path / 'krb5.keytab'} etl@EXAMPLE.COM"
+    # no kinit in the container: said once, then nothing more is tried
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    quiet = TicketRenewal("etl@EXAMPLE.COM", str(tmp_path / "krb5.keytab"), 0.05)
+    assert quiet.renew() is False and "no kinit in this container" in caplog.text
+    monkeypatch.delenv("SKEIN_APPLICATION_ID")
+    assert TicketRenewal.in_container(config) is None  # not in a YARN container
