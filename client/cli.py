@@ -20,8 +20,7 @@ from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.cli_savepoints import rescale, savepoint, session_scale, stop
 from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.ha import ha_enabled
-from yarnflow.common.security import published_folder
+from yarnflow.common.security import published_folder, storage_folder
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.errors import (
     JobDefinitionError,
@@ -376,10 +375,7 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     if detached:
         raise CliError("--detached is for --target yarn (a local session runs in this terminal)")
     taskexecutors = taskexecutors or 2
-    loaded = Configuration.load(conf)
-    if not loaded.is_set(Options.SSL_INTERNAL) and not standby and not ha_enabled(loaded):
-        # a session is closed to anyone without its credentials (with high availability its
-        # clients cannot find them yet: there give the cert-file and key-file keys to all)
+    if not Configuration.load(conf).is_set(Options.SSL_INTERNAL):  # closed to anyone without its credentials
         conf[Options.SSL_INTERNAL.key] = "true"
     if port:
         if standby:
@@ -400,8 +396,8 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
         raise CliError(str(exc)) from None
     click.echo(f"yarnflow session running at {cluster.address}")
     echo_web_url(cluster.web_url)
-    echo_security(cluster.tls, cluster.config,
-                  published_folder(cluster.address) if cluster.tls is not None and not cluster.ha else "")
+    echo_security(cluster.tls, cluster.config, storage_folder(cluster.config) if cluster.ha else
+                  published_folder(cluster.address))
     if cluster.ha:
         ha_keys = " ".join(f"-D {k}={v}" for k, v in conf.items() if k.startswith("high-availability."))
         click.echo(f"  {standby} standby AppMaster{'s' if standby != 1 else ''}; the leader is found in ZooKeeper:")

@@ -34,7 +34,16 @@ from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import ConfigurationError, UnavailableError, YarnflowError
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
-from yarnflow.common.security import TlsCredentials, internal_credentials, new_credentials, publish, unpublish
+from yarnflow.common.security import (
+    TlsCredentials,
+    internal_credentials,
+    new_credentials,
+    publish,
+    publish_to_storage,
+    storage_folder,
+    unpublish,
+    unpublish_from_storage,
+)
 
 if TYPE_CHECKING:
     from yarnflow.local_appmaster import InProcessAppMaster
@@ -89,6 +98,10 @@ class LocalCluster:
             except ConfigurationError as exc:
                 raise ClusterStartError(str(exc)) from None
         self._published = ""
+        self._stored = False
+        if self.tls is not None and self.ha and storage_folder(self.config):
+            publish_to_storage(self.tls, self.config)  # its clients find the leader, then these, there
+            self._stored = True
 
     def start(self, timeout_s: float = 30.0, wait_for_taskexecutors: bool = True,
               interrupted: Callable[[], bool] | None = None) -> LocalCluster:
@@ -286,6 +299,9 @@ class LocalCluster:
         if self._published:
             unpublish(self._published)
             self._published = ""
+        if self._stored:
+            unpublish_from_storage(self.config)
+            self._stored = False
         if self._own_dir and not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 

@@ -133,6 +133,78 @@ def unpublish(address: str) -> None:
     shutil.rmtree(published_folder(address), ignore_errors=True)
 
 
+def storage_folder(config: Configuration) -> str:
+    """Where a high-availability cluster keeps its credentials for its clients: beside its job
+    data, ``<high-availability.storageDir>/<cluster id>/security`` ("" without a storage dir)."""
+    storage = str(config[Options.HA_STORAGE_DIR] or "").rstrip("/")
+    return f"{storage}/{config[Options.HA_CLUSTER_ID]}/security" if storage else ""
+
+
+def publish_to_storage(credentials: TlsCredentials, config: Configuration) -> str:
+    """Copy a high-availability cluster's credentials beside its job data, where its clients,
+    which find the leader in ZooKeeper and not by an address, find them too (the storage dir
+    must be private to the cluster's user: it holds its jobs' data already)."""
+    import fsspec
+
+    folder = storage_folder(config)
+    fs, path = fsspec.core.url_to_fs(folder)
+    fs.makedirs(path, exist_ok=True)
+    for src, name in ((credentials.cert_file, CERT_FILE), (credentials.key_file, KEY_FILE)):
+        with open(src, "rb") as s, fs.open(f"{path}/{name}", "wb") as f:
+            f.write(s.read())
+        if getattr(fs, "protocol", None) in ("file", ("file", "local")) or fs.__class__.__name__ == "LocalFileSystem":
+            os.chmod(f"{path}/{name}", 0o600)
+    return folder
+
+
+def unpublish_from_storage(config: Configuration) -> None:
+    import fsspec
+
+    folder = storage_folder(config)
+    if folder:
+        fs, path = fsspec.core.url_to_fs(folder)
+        try:
+            fs.rm(path, recursive=True)
+        except (OSError, FileNotFoundError):
+            pass
+
+
+_FROM_STORAGE: dict[str, TlsCredentials] = {}
+
+
+def _from_storage(config: Configuration) -> TlsCredentials | None:
+    """A high-availability cluster's credentials from its storage dir, copied (once a process)
+    into a private local folder (ssl needs files), removed when the process exits; None when
+    there are none."""
+    import atexit
+    import tempfile
+
+    import fsspec
+
+    folder = storage_folder(config)
+    if not folder:
+        return None
+    known = _FROM_STORAGE.get(folder)
+    if known is not None and os.path.exists(known.cert_file):
+        return known
+    fs, path = fsspec.core.url_to_fs(folder)
+    try:
+        cert, key = fs.cat_file(f"{path}/{CERT_FILE}"), fs.cat_file(f"{path}/{KEY_FILE}")
+    except (OSError, FileNotFoundError):
+        return None
+    local = tempfile.mkdtemp(prefix="yarnflow-credentials-")
+    atexit.register(shutil.rmtree, local, True)
+    paths = []
+    for name, data in ((CERT_FILE, cert), (KEY_FILE, key)):
+        target = os.path.join(local, name)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        paths.append(target)
+    found = _FROM_STORAGE[folder] = TlsCredentials(paths[0], paths[1])
+    return found
+
+
 def internal_credentials(config: Configuration, address: str = "") -> TlsCredentials | None:
     """The credentials a process of the cluster (or a client of it at ``address``) uses, or None
     when ``security.ssl.internal.enabled`` is off. Raises ConfigurationError when it is on and
@@ -199,14 +271,20 @@ def skein_client_credentials(security: Any) -> TlsCredentials:
 
 def client_credentials(config: Configuration, address: str) -> TlsCredentials | None:
     """What a client uses to reach the cluster at ``address``: the configured credentials, else
-    those a local session published for that address (TLS then on whatever the configuration
-    says), else none."""
-    if config[Options.SSL_INTERNAL] or config[Options.SSL_INTERNAL_CERT]:
+    those a local session published for that address, else (high availability) those in the
+    cluster's storage dir (TLS then on whatever the configuration says), else none. Raises
+    ConfigurationError when the configuration turns TLS on and none are found."""
+    from yarnflow.common.ha import ha_enabled
+
+    if config[Options.SSL_INTERNAL_CERT] or config[Options.SSL_INTERNAL_KEY]:
         return internal_credentials(config.with_overrides({Options.SSL_INTERNAL.key: "true"}), address)
     folder = published_folder(address)
     if address and os.path.exists(os.path.join(folder, CERT_FILE)):
         return TlsCredentials(os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE))
-    return None
+    found = _from_storage(config) if ha_enabled(config) else None
+    if found is None and config[Options.SSL_INTERNAL]:
+        return internal_credentials(config, address)  # (raises, naming where they were looked for)
+    return found
 
 
 def rest_token(credentials: TlsCredentials) -> str:

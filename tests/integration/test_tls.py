@@ -19,10 +19,13 @@ import pytest
 
 from tests.integration.test_batch_exactly_once import _committed_counts, _pipeline, _to_row, _write_files
 from tests.integration.test_failover_jobs import _run
+from tests.integration.test_ha_failover import ha_cluster  # noqa: F401 - the fixture
+from yarnflow.common.config import Configuration
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway, RemoteTaskExecutorGateway
-from yarnflow.common.security import new_credentials
+from yarnflow.common.security import new_credentials, storage_folder
 from yarnflow.common.states import JobStatus
+from yarnflow.connection import ClusterConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -127,3 +130,25 @@ def test_a_certificate_that_is_not_the_clusters_cannot_be_used_to_start_one(tmp_
                             "security.ssl.internal.cert-file": str(tmp_path / "cert.pem"),
                             "security.ssl.internal.key-file": str(tmp_path / "key.pem")},
                      work_dir=str(tmp_path / "cluster"))
+
+
+def test_a_high_availability_cluster_keeps_its_credentials_beside_its_job_data_for_its_clients(
+        ha_cluster, tmp_path, monkeypatch):  # noqa: F811
+    """A client that knows only the HA keys finds the leader in ZooKeeper and the credentials in
+    the cluster's storage dir; they go with the cluster."""
+    monkeypatch.setenv("YARNFLOW_HOME", str(tmp_path / "yarnflow-home"))
+    cluster = ha_cluster(standby=1, taskexecutors=1, slots=1, security__ssl__internal__enabled="true")
+    stored = storage_folder(Configuration.load(cluster.ha_keys)).removeprefix("file://")
+    assert os.path.exists(os.path.join(stored, "cluster.key"))
+    assert oct(os.stat(os.path.join(stored, "cluster.key")).st_mode & 0o777) == "0o600"
+    plain = RemoteDispatcherGateway(cluster.address, 3000)
+    with pytest.raises(RpcConnectionError):
+        plain.cluster_info()
+    plain.close()
+    conn = ClusterConnection(Configuration.load(cluster.ha_keys), "")
+    try:
+        assert conn.call(lambda gw: gw.list_jobs(), "listJobs") == []
+    finally:
+        conn.close()
+    cluster.stop()
+    assert not os.path.exists(stored)
