@@ -35,7 +35,13 @@ from typing import Any, Callable, Mapping, Protocol, TypeVar, overload
 
 from yarnflow.common import logs
 from yarnflow.common.clock import TimerHandle
-from yarnflow.common.errors import FencingTokenError, RpcTimeoutError, UnavailableError, YarnflowError
+from yarnflow.common.errors import (
+    FencingTokenError,
+    InvalidRequestError,
+    RpcTimeoutError,
+    UnavailableError,
+    YarnflowError,
+)
 from yarnflow.common.rpc.errors import to_wire_error
 
 log = logging.getLogger(__name__)
@@ -263,6 +269,18 @@ def fenced(token_of: Callable[..., Expected] | None = None) -> Callable[[F], F]:
 
 class RpcTarget(Protocol):
     def rpc_invoke(self, method: str, token: str | None, args: tuple[Any, ...]) -> Any: ...
+
+
+#: what converting a call's wire values raises when the frame left one out or gave it another shape
+MALFORMED = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+
+
+def malformed(method: str, exc: BaseException) -> YarnflowError:
+    """The error a call with arguments that cannot be read gets (not a server failure); one of
+    ours (a JobGraph's own validation) as it is."""
+    if isinstance(exc, YarnflowError):
+        return exc
+    return InvalidRequestError(f"malformed arguments of {method}: {exc}")
 
 
 def translated(fn: F) -> F:

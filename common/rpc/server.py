@@ -72,6 +72,29 @@ class _Multiplexer(TMultiplexedProcessor):  # type: ignore[misc]  # thrift is un
         return handle(processor, seqid, iprot, oprot)
 
 
+class _PerHost:
+    """Connections dropped for a protocol error, logged at WARNING for the first from a host
+    and at DEBUG after it (a fuzzer or a stray client must not flood the log)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def note(self, client: Any, exc: BaseException) -> None:
+        try:
+            host = str(client.handle.getpeername()[0])
+        except (OSError, AttributeError):
+            host = "?"
+        with self._lock:
+            n = self._seen[host] = self._seen.get(host, 0) + 1
+        if n == 1:
+            log.warning("%s: dropping a connection from %s after a protocol error: %s (further ones from that "
+                        "host are logged at DEBUG)", self._name, host, exc)
+        else:
+            log.debug("%s: dropping connection %d from %s after a protocol error: %s", self._name, n, host, exc)
+
+
 class RpcServer:
     """Serves ``services`` (name -> Thrift processor) on ``host:port`` (port 0: a free one)."""
 
@@ -83,6 +106,7 @@ class RpcServer:
             from yarnflow.common.security import HandshakeLog
 
             self._handshakes = HandshakeLog(name)
+        self._protocol_errors = _PerHost(name)
         self._processor = _Multiplexer()
         for service_name, processor in services.items():
             self._processor.registerProcessor(service_name, processor)
@@ -167,7 +191,7 @@ class RpcServer:
             pass  # the client went away
         except Exception as exc:  # garbage on the wire, or a protocol error: drop this connection
             if not self._stopped.is_set():
-                log.warning("%s: dropping connection after a protocol error: %s", self._name, exc)
+                self._protocol_errors.note(client, exc)
         finally:
             itrans.close()
             otrans.close()

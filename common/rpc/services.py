@@ -24,7 +24,7 @@ from yarnflow.common.messages import (
     TaskStateSnapshot,
 )
 from yarnflow.common.rpc.client import RpcClient
-from yarnflow.common.rpc.endpoint import RpcTarget, translated
+from yarnflow.common.rpc.endpoint import MALFORMED, RpcTarget, malformed, translated
 from yarnflow.common.rpc.gen.yarnflow_rpc import DispatcherService, JobMasterService, ResourceManagerService, TaskExecutorService
 
 if TYPE_CHECKING:
@@ -163,55 +163,99 @@ class DispatcherServiceHandler:
 
     @translated
     def submitJob(self, fencing_token: Any, job_graph: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("submit_job", fencing_token, (JobGraph.from_thrift(job_graph), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobGraph.from_thrift(job_graph), )
+        except MALFORMED as exc:
+            raise malformed("submitJob", exc) from None
+        result = self._e.rpc_invoke("submit_job", fencing_token, args)
         return str(result)
 
     @translated
     def listJobs(self, fencing_token: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("list_jobs", fencing_token, ())
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = ()
+        except MALFORMED as exc:
+            raise malformed("listJobs", exc) from None
+        result = self._e.rpc_invoke("list_jobs", fencing_token, args)
         return [v.to_thrift() for v in result]
 
     @translated
     def getJob(self, fencing_token: Any, job_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("get_job", fencing_token, (JobID(job_id), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), )
+        except MALFORMED as exc:
+            raise malformed("getJob", exc) from None
+        result = self._e.rpc_invoke("get_job", fencing_token, args)
         return result.to_thrift()
 
     @translated
     def cancelJob(self, fencing_token: Any, job_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("cancel_job", fencing_token, (JobID(job_id), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), )
+        except MALFORMED as exc:
+            raise malformed("cancelJob", exc) from None
+        self._e.rpc_invoke("cancel_job", fencing_token, args)
 
     @translated
     def requestJobResult(self, fencing_token: Any, job_id: Any, timeout_ms: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("request_job_result", fencing_token, (JobID(job_id), int(timeout_ms), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), int(timeout_ms), )
+        except MALFORMED as exc:
+            raise malformed("requestJobResult", exc) from None
+        result = self._e.rpc_invoke("request_job_result", fencing_token, args)
         return result.to_thrift()
 
     @translated
     def clusterInfo(self) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("cluster_info", None, ())
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = ()
+        except MALFORMED as exc:
+            raise malformed("clusterInfo", exc) from None
+        result = self._e.rpc_invoke("cluster_info", None, args)
         return result.to_thrift()
 
     @translated
     def shutdownCluster(self, fencing_token: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("shutdown_cluster", fencing_token, ())
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = ()
+        except MALFORMED as exc:
+            raise malformed("shutdownCluster", exc) from None
+        self._e.rpc_invoke("shutdown_cluster", fencing_token, args)
 
     @translated
     def triggerSavepoint(self, fencing_token: Any, job_id: Any, target_dir: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("trigger_savepoint", fencing_token, (JobID(job_id), str(target_dir), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), str(target_dir), )
+        except MALFORMED as exc:
+            raise malformed("triggerSavepoint", exc) from None
+        result = self._e.rpc_invoke("trigger_savepoint", fencing_token, args)
         return str(result)
 
     @translated
     def stopWithSavepoint(self, fencing_token: Any, job_id: Any, target_dir: Any, drain: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("stop_with_savepoint", fencing_token, (JobID(job_id), str(target_dir), bool(drain), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), str(target_dir), bool(drain), )
+        except MALFORMED as exc:
+            raise malformed("stopWithSavepoint", exc) from None
+        result = self._e.rpc_invoke("stop_with_savepoint", fencing_token, args)
         return str(result)
 
     @translated
     def rescaleJob(self, fencing_token: Any, job_id: Any, parallelism: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("rescale_job", fencing_token, (JobID(job_id), int(parallelism), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), int(parallelism), )
+        except MALFORMED as exc:
+            raise malformed("rescaleJob", exc) from None
+        result = self._e.rpc_invoke("rescale_job", fencing_token, args)
         return result
 
     @translated
     def scaleSession(self, fencing_token: Any, taskexecutors: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("scale_session", fencing_token, (int(taskexecutors), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (int(taskexecutors), )
+        except MALFORMED as exc:
+            raise malformed("scaleSession", exc) from None
+        result = self._e.rpc_invoke("scale_session", fencing_token, args)
         return result
 
     def processor(self) -> Any:
@@ -276,30 +320,54 @@ class JobMasterServiceHandler:
 
     @translated
     def offerSlots(self, fencing_token: Any, job_id: Any, resource_id: Any, offers: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("offer_slots", fencing_token, (JobID(job_id), ResourceID(resource_id), [SlotOffer.from_thrift(v) for v in offers or ()], ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), ResourceID(resource_id), [SlotOffer.from_thrift(v) for v in offers or ()], )
+        except MALFORMED as exc:
+            raise malformed("offerSlots", exc) from None
+        result = self._e.rpc_invoke("offer_slots", fencing_token, args)
         return [v.to_thrift() for v in result]
 
     @translated
     def updateTaskExecutionState(self, fencing_token: Any, update: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("update_task_execution_state", fencing_token, (TaskExecutionStateUpdate.from_thrift(update), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (TaskExecutionStateUpdate.from_thrift(update), )
+        except MALFORMED as exc:
+            raise malformed("updateTaskExecutionState", exc) from None
+        result = self._e.rpc_invoke("update_task_execution_state", fencing_token, args)
         return result
 
     @translated
     def requestSplit(self, fencing_token: Any, job_id: Any, vertex_id: Any, subtask_index: Any, execution_attempt_id: Any, last_checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("request_split", fencing_token, (JobID(job_id), JobVertexID(vertex_id), int(subtask_index), ExecutionAttemptID(execution_attempt_id), int(last_checkpoint_id), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), JobVertexID(vertex_id), int(subtask_index), ExecutionAttemptID(execution_attempt_id), int(last_checkpoint_id), )
+        except MALFORMED as exc:
+            raise malformed("requestSplit", exc) from None
+        result = self._e.rpc_invoke("request_split", fencing_token, args)
         return result.to_thrift()
 
     @translated
     def acknowledgeCheckpoint(self, fencing_token: Any, job_id: Any, execution_attempt_id: Any, checkpoint_id: Any, snapshot: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("acknowledge_checkpoint", fencing_token, (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), TaskStateSnapshot.from_thrift(snapshot), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), TaskStateSnapshot.from_thrift(snapshot), )
+        except MALFORMED as exc:
+            raise malformed("acknowledgeCheckpoint", exc) from None
+        self._e.rpc_invoke("acknowledge_checkpoint", fencing_token, args)
 
     @translated
     def declineCheckpoint(self, fencing_token: Any, job_id: Any, execution_attempt_id: Any, checkpoint_id: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("decline_checkpoint", fencing_token, (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), str(reason), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), str(reason), )
+        except MALFORMED as exc:
+            raise malformed("declineCheckpoint", exc) from None
+        self._e.rpc_invoke("decline_checkpoint", fencing_token, args)
 
     @translated
     def heartbeatFromTaskExecutor(self, fencing_token: Any, job_id: Any, payload: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, (JobID(job_id), TaskExecutorHeartbeatPayload.from_thrift(payload), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), TaskExecutorHeartbeatPayload.from_thrift(payload), )
+        except MALFORMED as exc:
+            raise malformed("heartbeatFromTaskExecutor", exc) from None
+        result = self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, args)
         return result.to_thrift()
 
     def processor(self) -> Any:
@@ -354,20 +422,36 @@ class ResourceManagerServiceHandler:
 
     @translated
     def registerTaskExecutor(self, registration: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("register_task_executor", None, (TaskExecutorRegistration.from_thrift(registration), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (TaskExecutorRegistration.from_thrift(registration), )
+        except MALFORMED as exc:
+            raise malformed("registerTaskExecutor", exc) from None
+        result = self._e.rpc_invoke("register_task_executor", None, args)
         return result.to_thrift()
 
     @translated
     def heartbeatFromTaskExecutor(self, fencing_token: Any, registration_id: Any, slot_report: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, (str(registration_id), SlotReport.from_thrift(slot_report), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (str(registration_id), SlotReport.from_thrift(slot_report), )
+        except MALFORMED as exc:
+            raise malformed("heartbeatFromTaskExecutor", exc) from None
+        self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, args)
 
     @translated
     def disconnectTaskExecutor(self, fencing_token: Any, resource_id: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("disconnect_task_executor", fencing_token, (ResourceID(resource_id), str(reason), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (ResourceID(resource_id), str(reason), )
+        except MALFORMED as exc:
+            raise malformed("disconnectTaskExecutor", exc) from None
+        self._e.rpc_invoke("disconnect_task_executor", fencing_token, args)
 
     @translated
     def requestSparkMaster(self, fencing_token: Any, settings: Any) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("request_spark_master", fencing_token, (dict(settings or {}), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (dict(settings or {}), )
+        except MALFORMED as exc:
+            raise malformed("requestSparkMaster", exc) from None
+        result = self._e.rpc_invoke("request_spark_master", fencing_token, args)
         return str(result)
 
     def processor(self) -> Any:
@@ -452,43 +536,83 @@ class TaskExecutorServiceHandler:
 
     @translated
     def requestSlot(self, rm_fencing_token: Any, slot_index: Any, job_id: Any, allocation_id: Any, profile: Any, jobmaster_address: Any, jobmaster_fencing_token: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("request_slot", rm_fencing_token, (int(slot_index), JobID(job_id), AllocationID(allocation_id), ResourceProfile.from_thrift(profile), str(jobmaster_address), str(jobmaster_fencing_token), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (int(slot_index), JobID(job_id), AllocationID(allocation_id), ResourceProfile.from_thrift(profile), str(jobmaster_address), str(jobmaster_fencing_token), )
+        except MALFORMED as exc:
+            raise malformed("requestSlot", exc) from None
+        self._e.rpc_invoke("request_slot", rm_fencing_token, args)
 
     @translated
     def submitTask(self, jobmaster_fencing_token: Any, tdd: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("submit_task", jobmaster_fencing_token, (TaskDeploymentDescriptor.from_thrift(tdd), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (TaskDeploymentDescriptor.from_thrift(tdd), )
+        except MALFORMED as exc:
+            raise malformed("submitTask", exc) from None
+        self._e.rpc_invoke("submit_task", jobmaster_fencing_token, args)
 
     @translated
     def cancelTask(self, jobmaster_fencing_token: Any, execution_attempt_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("cancel_task", jobmaster_fencing_token, (ExecutionAttemptID(execution_attempt_id), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (ExecutionAttemptID(execution_attempt_id), )
+        except MALFORMED as exc:
+            raise malformed("cancelTask", exc) from None
+        self._e.rpc_invoke("cancel_task", jobmaster_fencing_token, args)
 
     @translated
     def freeSlot(self, jobmaster_fencing_token: Any, allocation_id: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("free_slot", jobmaster_fencing_token, (AllocationID(allocation_id), str(reason), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (AllocationID(allocation_id), str(reason), )
+        except MALFORMED as exc:
+            raise malformed("freeSlot", exc) from None
+        self._e.rpc_invoke("free_slot", jobmaster_fencing_token, args)
 
     @translated
     def disconnectResourceManager(self, rm_fencing_token: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("disconnect_resource_manager", rm_fencing_token, (str(reason), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (str(reason), )
+        except MALFORMED as exc:
+            raise malformed("disconnectResourceManager", exc) from None
+        self._e.rpc_invoke("disconnect_resource_manager", rm_fencing_token, args)
 
     @translated
     def releasePartitions(self, jobmaster_fencing_token: Any, job_id: Any, partition_ids: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("release_partitions", jobmaster_fencing_token, (JobID(job_id), [str(v) for v in partition_ids or ()], ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (JobID(job_id), [str(v) for v in partition_ids or ()], )
+        except MALFORMED as exc:
+            raise malformed("releasePartitions", exc) from None
+        self._e.rpc_invoke("release_partitions", jobmaster_fencing_token, args)
 
     @translated
     def triggerCheckpoint(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any, timestamp_ms: Any, exactly_once: Any, stop_mode: Any, aligned_timeout_ms: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("trigger_checkpoint", jobmaster_fencing_token, (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), int(timestamp_ms), bool(exactly_once), str(stop_mode), int(aligned_timeout_ms), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), int(timestamp_ms), bool(exactly_once), str(stop_mode), int(aligned_timeout_ms), )
+        except MALFORMED as exc:
+            raise malformed("triggerCheckpoint", exc) from None
+        self._e.rpc_invoke("trigger_checkpoint", jobmaster_fencing_token, args)
 
     @translated
     def notifyCheckpointComplete(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("notify_checkpoint_complete", jobmaster_fencing_token, (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )
+        except MALFORMED as exc:
+            raise malformed("notifyCheckpointComplete", exc) from None
+        self._e.rpc_invoke("notify_checkpoint_complete", jobmaster_fencing_token, args)
 
     @translated
     def notifyCheckpointAborted(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        self._e.rpc_invoke("notify_checkpoint_aborted", jobmaster_fencing_token, (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), ))
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )
+        except MALFORMED as exc:
+            raise malformed("notifyCheckpointAborted", exc) from None
+        self._e.rpc_invoke("notify_checkpoint_aborted", jobmaster_fencing_token, args)
 
     @translated
     def ping(self) -> Any:  # noqa: N802 - Thrift's names
-        result = self._e.rpc_invoke("ping", None, ())
+        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
+            args = ()
+        except MALFORMED as exc:
+            raise malformed("ping", exc) from None
+        result = self._e.rpc_invoke("ping", None, args)
         return str(result)
 
     def processor(self) -> Any:
