@@ -382,18 +382,21 @@ class ApplicationLocator:
 
     def credentials(self) -> Any:
         """The credentials a client needs for the application's RPC: the skein client's (the
-        application was submitted with them, so its containers hold them) when its AppMaster
-        published that it runs mutual TLS; None when it does not."""
+        application was submitted with them, so its containers hold them), unless its AppMaster
+        published that it runs without TLS (also while it has not published anything yet: a
+        next attempt after a failover starts with an empty key-value store, and TLS is the
+        default on YARN)."""
         from yarnflow.common.security import skein_client_credentials
 
         try:
             if self._app is None:
                 self._app = self.client.connect(self.app_id, wait=False)
             value = self._app.kv.get(TLS_KEY)
-        except Exception as exc:  # noqa: BLE001 - the application ended meanwhile: the call fails on
+        except Exception as exc:  # noqa: BLE001 - between attempts, or ended: the default
             log.debug("reading the TLS setting of %s: %s", self.app_id, exc)
-            return None
-        return skein_client_credentials(self.client.security) if value == b"mutual" else None
+            self._app = None
+            value = None
+        return None if value == b"off" else skein_client_credentials(self.client.security)
 
     def _read_address(self) -> str:
         try:

@@ -256,9 +256,15 @@ def skein_client_credentials(security: Any) -> TlsCredentials:
     key_path = getattr(key, "source", key)
     if isinstance(cert_path, str) and isinstance(key_path, str) and cert_path and key_path:
         return TlsCredentials(cert_path.removeprefix("file://"), key_path.removeprefix("file://"))
+    import atexit
     import tempfile
 
+    cert_bytes = security.cert_bytes if isinstance(security.cert_bytes, bytes) else security.cert_bytes.encode()
+    known = _FROM_SKEIN.get(cert_bytes)
+    if known is not None and os.path.exists(known.key_file):
+        return known
     folder = tempfile.mkdtemp(prefix="yarnflow-skein-credentials-")
+    atexit.register(shutil.rmtree, folder, True)
     paths = []
     for name, data in ((CERT_FILE, security.cert_bytes), (KEY_FILE, security.key_bytes)):
         path = os.path.join(folder, name)
@@ -266,13 +272,18 @@ def skein_client_credentials(security: Any) -> TlsCredentials:
         with os.fdopen(fd, "wb") as f:
             f.write(data if isinstance(data, bytes) else data.encode())
         paths.append(path)
-    return TlsCredentials(paths[0], paths[1])
+    found = _FROM_SKEIN[cert_bytes] = TlsCredentials(paths[0], paths[1])
+    return found
+
+
+_FROM_SKEIN: dict[bytes, TlsCredentials] = {}
 
 
 def client_credentials(config: Configuration, address: str) -> TlsCredentials | None:
     """What a client uses to reach the cluster at ``address``: the configured credentials, else
-    those a local session published for that address, else (high availability) those in the
-    cluster's storage dir (TLS then on whatever the configuration says), else none. Raises
+    those a local session published for that address, else, in a YARN container (application
+    mode's main()), the application's, else (high availability) those in the cluster's storage
+    dir (TLS then on whatever the configuration says), else none. Raises
     ConfigurationError when the configuration turns TLS on and none are found."""
     from yarnflow.common.ha import ha_enabled
 
@@ -281,7 +292,9 @@ def client_credentials(config: Configuration, address: str) -> TlsCredentials | 
     folder = published_folder(address)
     if address and os.path.exists(os.path.join(folder, CERT_FILE)):
         return TlsCredentials(os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE))
-    found = _from_storage(config) if ha_enabled(config) else None
+    found = skein_container_credentials()  # a job's main() in its application's AppMaster container
+    if found is None and ha_enabled(config):
+        found = _from_storage(config)
     if found is None and config[Options.SSL_INTERNAL]:
         return internal_credentials(config, address)  # (raises, naming where they were looked for)
     return found
