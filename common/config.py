@@ -219,6 +219,13 @@ class Options:
                             "tokens for, besides the ones of its storage and staging directories")
     KRB_RELOGIN = _opt("security.kerberos.relogin.period", parse_duration_ms,
                        "how often a container renews its Kerberos ticket from the keytab")
+    RPC_MAX_STRING = _opt("rpc.max-string-size", parse_size_bytes,
+                          "the largest string or binary a Thrift call may carry (a bigger one ends its connection)")
+    RPC_MAX_CONTAINER = _opt("rpc.max-container-items", _parse_int,
+                             "the most items of a list, set or map in a Thrift call", minimum=1)
+    MAX_JOB_SUBTASKS = _opt("jobmanager.job-graph.max-subtasks", _parse_int,
+                            "the most subtasks (the sum of its vertices' parallelism) a submitted job may have",
+                            minimum=1)
     REST_MAX_JSON_DEPTH = _opt("rest.server.max-json-depth", _parse_int,
                                "the deepest nesting of arrays and objects a REST request body may have", minimum=1)
     REST_MAX_CONTENT_LENGTH = _opt("rest.server.max-content-length", parse_size_bytes,

@@ -133,13 +133,14 @@ class JobGraph(Message):
                     f"max parallelism {v.max_parallelism}")
             seen.add(v.vertex_id)
         order = {v.vertex_id: i for i, v in enumerate(self.vertices)}
+        parallelism = {v.vertex_id: v.parallelism for v in self.vertices}  # (lookups in O(1): a big graph)
         for e in self.edges:
             if e.source_vertex_id not in order or e.target_vertex_id not in order:
                 raise InvalidRequestError(f"edge {e.source_vertex_id}->{e.target_vertex_id} names an unknown vertex")
             if order[e.source_vertex_id] >= order[e.target_vertex_id]:
                 raise InvalidRequestError("the JobGraph's vertices are not in topological order")
             if e.partitioner == Partitioner.FORWARD and \
-                    self.vertex(e.source_vertex_id).parallelism != self.vertex(e.target_vertex_id).parallelism:
+                    parallelism[e.source_vertex_id] != parallelism[e.target_vertex_id]:
                 raise InvalidRequestError("a forward edge must connect vertices of equal parallelism")
             if e.partitioner == Partitioner.HASH and not e.key_columns:
                 raise InvalidRequestError("a hash edge needs key columns")

@@ -153,6 +153,12 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
     def submit_job(self, job_graph: JobGraph) -> JobID:
         if not self._accepting:
             raise UnavailableError("the cluster is shutting down")
+        limit = self._config[Options.MAX_JOB_SUBTASKS]
+        subtasks = sum(max(0, v.parallelism) for v in job_graph.vertices)
+        if subtasks > limit or len(job_graph.vertices) > limit or len(job_graph.edges) > 4 * limit:
+            raise InvalidRequestError(f"the JobGraph is too large: {len(job_graph.vertices)} vertices, "
+                                      f"{len(job_graph.edges)} edges, {subtasks} subtasks (at most {limit}: "
+                                      f"{Options.MAX_JOB_SUBTASKS.key})")
         job_graph.validate()
         if not job_graph.artifact_uri:
             raise InvalidRequestError("the JobGraph names no job artifact")

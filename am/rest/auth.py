@@ -130,3 +130,21 @@ def json_depth(data: bytes) -> int:
         elif byte in (0x5D, 0x7D):
             depth -= 1
     return deepest
+
+
+def bad_storage_path(path: str) -> str:
+    """Why ``path`` (a folder a REST call names, e.g. a savepoint's target-directory) is refused,
+    or "": it must be an absolute path or a URL (fsspec), at most 4,096 characters, without a
+    NUL, a control character or a ``..`` component."""
+    from urllib.parse import urlparse
+
+    if len(path) > 4096:
+        return "longer than 4,096 characters"
+    if any(ord(c) < 32 for c in path):
+        return "holds a control character"
+    parsed = urlparse(path)
+    if not parsed.scheme and not path.startswith("/"):
+        return "must be an absolute path or a URL (file:///..., hdfs://..., s3://...)"
+    if ".." in (parsed.path or path).split("/"):
+        return "must not climb out of a folder with '..'"
+    return ""

@@ -49,7 +49,7 @@ from yarnflow.common.errors import (
 from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
-from yarnflow.am.rest.auth import https_context, install_token_check, json_depth, rest_auth_token
+from yarnflow.am.rest.auth import bad_storage_path, https_context, install_token_check, json_depth, rest_auth_token
 from yarnflow.am.rest.uploads import UploadError, receive_artifact
 from yarnflow.common.metrics import metrics_address
 from yarnflow.common.version import __version__
@@ -306,6 +306,10 @@ class RestServer:
         cancel_job = body.get("cancel-job", False)
         if target is not None and not isinstance(target, str):
             raise ApiError(400, "target-directory must be a string")
+        if target:
+            why = bad_storage_path(target)
+            if why:
+                raise ApiError(400, f"target-directory {target[:200]!r}: {why}")
         if not isinstance(cancel_job, bool):
             raise ApiError(400, "cancel-job must be true or false")
         info = self._job(jobid)

@@ -38,9 +38,10 @@ MAX_STRING_BYTES = 256 << 20
 MAX_CONTAINER_ITEMS = 1 << 22
 
 
-def protocol_factory() -> TBinaryProtocolAcceleratedFactory:
+def protocol_factory(max_string_bytes: int = MAX_STRING_BYTES,
+                     max_container_items: int = MAX_CONTAINER_ITEMS) -> TBinaryProtocolAcceleratedFactory:
     return TBinaryProtocolAcceleratedFactory(
-        string_length_limit=MAX_STRING_BYTES, container_length_limit=MAX_CONTAINER_ITEMS)
+        string_length_limit=max_string_bytes, container_length_limit=max_container_items)
 
 
 class _Multiplexer(TMultiplexedProcessor):  # type: ignore[misc]  # thrift is untyped
@@ -99,7 +100,8 @@ class RpcServer:
     """Serves ``services`` (name -> Thrift processor) on ``host:port`` (port 0: a free one)."""
 
     def __init__(self, host: str, port: int, services: Mapping[str, Any], name: str = "rpc",
-                 tls: TlsCredentials | None = None) -> None:
+                 tls: TlsCredentials | None = None, max_string_bytes: int = MAX_STRING_BYTES,
+                 max_container_items: int = MAX_CONTAINER_ITEMS) -> None:
         self._tls = tls
         self._handshakes: Any = None
         if tls is not None:
@@ -113,7 +115,7 @@ class RpcServer:
         self._name = name
         self._listen = TSocket.TServerSocket(host=host, port=port)
         self._tfactory = TTransport.TBufferedTransportFactory()
-        self._pfactory = protocol_factory()
+        self._pfactory = protocol_factory(max_string_bytes, max_container_items)
         self._lock = threading.Lock()
         self._clients: set[TTransport.TTransportBase] = set()
         self._threads: set[threading.Thread] = set()

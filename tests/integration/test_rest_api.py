@@ -218,6 +218,9 @@ def test_a_failing_job_shows_its_exceptions(cluster: Any, tmp_path: Path) -> Non
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"cancel-job": "yes"}', 400, "cancel-job must be"),
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"target-directory": 5}', 400, "target-directory must be"),
     # issue 31: a 100,000-deep body was a 500 with a traceback in the AppMaster's log
+    ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"target-directory": "relative/dir"}', 400, "absolute path"),
+    ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"target-directory": "/tmp/sp/../../etc"}', 400, "'..'"),
+    ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"target-directory": "/tmp/a\\u0000b"}', 400, "control character"),
     pytest.param("POST", "/jobs/" + "0" * 32 + "/savepoints", "[" * 100_000 + "]" * 100_000, 400,
                  "nests deeper than 64", id="json-100000-deep"),
     pytest.param("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"a": ' * 65 + "1" + "}" * 65, 400,

@@ -128,3 +128,20 @@ def test_how_a_process_finds_its_credentials(tmp_path: Any, monkeypatch: pytest.
         client_credentials(Configuration.load({"security.ssl.internal.enabled": "true"}), "127.0.0.1:6000")
     unpublish("127.0.0.1:5000")
     assert client_credentials(Configuration.load({}), "127.0.0.1:5000") is None
+
+
+def test_a_call_bigger_than_the_servers_limits_ends_its_connection_and_the_server_serves_on() -> None:
+    handler = TaskExecutorHandler()
+    server = RpcServer("127.0.0.1", 0, {"taskexecutor": TaskExecutorService.Processor(handler)}, name="te-limits",
+                       max_string_bytes=1000, max_container_items=10).start()
+    try:
+        client = _client(server, None)
+        with pytest.raises(errors.YarnflowError) as refused:
+            client.call("cancelTask", "tok", "x" * 5000)  # rpc.max-string-size
+        assert not isinstance(refused.value, errors.NotFoundError)  # never reached the handler
+        assert handler.calls == []
+        with pytest.raises(errors.NotFoundError):  # a call within the limits is answered
+            client.call("cancelTask", "tok", "a1")
+        client.close()
+    finally:
+        server.stop()

@@ -404,6 +404,15 @@ def test_a_rescale_takes_a_checkpoint_and_runs_the_job_on_rescaled_under_its_id_
     assert got and got[0].status == JobStatus.FINISHED
 
 
+def test_a_job_graph_too_large_for_the_cluster_is_refused_before_it_is_read(bed: Bed) -> None:
+    graph = bed.graph("huge")
+    huge = dataclasses.replace(graph, vertices=[dataclasses.replace(graph.vertices[0], parallelism=100_001,
+                                                                    max_parallelism=200_000)])
+    with pytest.raises(InvalidRequestError, match="too large: 1 vertices, 0 edges, 100001 subtasks .*max-subtasks"):
+        bed.call("submit_job", huge)
+    assert "huge" not in bed.masters
+
+
 def test_rescales_that_cannot_be_are_refused_and_the_job_runs_on(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """Refused before anything stops: no checkpoints, above the max parallelism, one already in
     progress. A checkpoint that fails leaves the job running; state that cannot go to the new

@@ -129,7 +129,9 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         self.spill_roots = spill_roots(config[Options.TMP_DIRS], work_dir)
         remove_orphan_spills(self.spill_roots)  # of TaskExecutors that were killed
         self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorServiceHandler(self).processor()},
-                              name=f"taskexecutor-{resource_id}", tls=self._tls)
+                              name=f"taskexecutor-{resource_id}", tls=self._tls,
+                              max_string_bytes=config[Options.RPC_MAX_STRING],
+                              max_container_items=config[Options.RPC_MAX_CONTAINER])
         self._rm: RemoteResourceManagerGateway | None = (
             RemoteResourceManagerGateway(rm_address, self._rpc_timeout, tls=self._tls)
             if rm_address else None)  # None: no leader known yet
