@@ -96,6 +96,12 @@ class RpcClient:
                 translated = from_wire_error(exc, self.address)
                 if not _is_declared(exc):
                     self._drop()  # the connection's state is unknown: start afresh next time
+                if self._tls is None and isinstance(translated, RpcConnectionError) and \
+                        "unexpected exception" in str(translated):
+                    translated = RpcConnectionError(
+                        f"{translated}: it closed the connection at once, as a cluster with mutual TLS does to a "
+                        "client without its credentials (security.ssl.internal.cert-file and .key-file, or those "
+                        "a session on this machine published; docs/security.md)")
                 raise translated from None
             finally:
                 if timeout_ms is not None and self._socket is not None:

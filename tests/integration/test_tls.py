@@ -71,7 +71,7 @@ def test_a_job_runs_exactly_over_tls_and_the_cli_finds_the_credentials(tls_clust
 
 def test_clients_without_the_clusters_certificate_are_refused_at_the_handshake(tls_cluster, tmp_path):
     plain = RemoteDispatcherGateway(tls_cluster.address, 3000)
-    with pytest.raises(RpcConnectionError):
+    with pytest.raises(RpcConnectionError, match="as a cluster with mutual TLS does to a client without its"):
         plain.cluster_info()
     plain.close()
     other = new_credentials(str(tmp_path / "other-cluster"))
