@@ -283,6 +283,15 @@ def malformed(method: str, exc: BaseException) -> YarnflowError:
     return InvalidRequestError(f"malformed arguments of {method}: {exc}")
 
 
+def read_args(method: str, convert: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """A handler's arguments, converted from the wire by ``convert``: a frame without an
+    argument, or with one of another shape, is the caller's error (``malformed``), not ours."""
+    try:
+        return convert()
+    except MALFORMED as exc:
+        raise malformed(method, exc) from None
+
+
 def translated(fn: F) -> F:
     """A handler method: any error becomes the typed ``RpcError`` its caller sees."""
 

@@ -195,13 +195,10 @@ def _handler(service: str, methods: list[_Method]) -> list[str]:
     for m in methods:
         params = ", ".join(f"{p.name}: Any" for p in m.params)
         args = "".join(f"{a.from_wire(a.name)}, " for a in m.args)
-        call = f'self._e.rpc_invoke("{m.py_name}", {m.token or "None"}, args)'
+        call = (f'self._e.rpc_invoke("{m.py_name}", {m.token or "None"}, '
+                f'read_args("{m.name}", lambda: ({args})))')
         out.append("    @translated")
         out.append(f"    def {m.name}(self{', ' if params else ''}{params}) -> Any:  # noqa: N802 - Thrift's names")
-        out.append("        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error")
-        out.append(f"            args = ({args})")
-        out.append("        except MALFORMED as exc:")
-        out.append(f'            raise malformed("{m.name}", exc) from None')
         if m.result is None:
             out.append(f"        {call}")
         else:
@@ -231,7 +228,7 @@ def render(package: str, modules: dict[str, ModuleType]) -> str:
         *[f"    {s}," for s in structs],
         ")",
         "from yarnflow.common.rpc.client import RpcClient",
-        "from yarnflow.common.rpc.endpoint import MALFORMED, RpcTarget, malformed, translated",
+        "from yarnflow.common.rpc.endpoint import RpcTarget, read_args, translated",
         f"from {package} import {', '.join(sorted(services))}",
         "",
         "if TYPE_CHECKING:",

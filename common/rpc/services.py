@@ -24,7 +24,7 @@ from yarnflow.common.messages import (
     TaskStateSnapshot,
 )
 from yarnflow.common.rpc.client import RpcClient
-from yarnflow.common.rpc.endpoint import MALFORMED, RpcTarget, malformed, translated
+from yarnflow.common.rpc.endpoint import RpcTarget, read_args, translated
 from yarnflow.common.rpc.gen.yarnflow_rpc import DispatcherService, JobMasterService, ResourceManagerService, TaskExecutorService
 
 if TYPE_CHECKING:
@@ -163,99 +163,55 @@ class DispatcherServiceHandler:
 
     @translated
     def submitJob(self, fencing_token: Any, job_graph: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobGraph.from_thrift(job_graph), )
-        except MALFORMED as exc:
-            raise malformed("submitJob", exc) from None
-        result = self._e.rpc_invoke("submit_job", fencing_token, args)
+        result = self._e.rpc_invoke("submit_job", fencing_token, read_args("submitJob", lambda: (JobGraph.from_thrift(job_graph), )))
         return str(result)
 
     @translated
     def listJobs(self, fencing_token: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = ()
-        except MALFORMED as exc:
-            raise malformed("listJobs", exc) from None
-        result = self._e.rpc_invoke("list_jobs", fencing_token, args)
+        result = self._e.rpc_invoke("list_jobs", fencing_token, read_args("listJobs", lambda: ()))
         return [v.to_thrift() for v in result]
 
     @translated
     def getJob(self, fencing_token: Any, job_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), )
-        except MALFORMED as exc:
-            raise malformed("getJob", exc) from None
-        result = self._e.rpc_invoke("get_job", fencing_token, args)
+        result = self._e.rpc_invoke("get_job", fencing_token, read_args("getJob", lambda: (JobID(job_id), )))
         return result.to_thrift()
 
     @translated
     def cancelJob(self, fencing_token: Any, job_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), )
-        except MALFORMED as exc:
-            raise malformed("cancelJob", exc) from None
-        self._e.rpc_invoke("cancel_job", fencing_token, args)
+        self._e.rpc_invoke("cancel_job", fencing_token, read_args("cancelJob", lambda: (JobID(job_id), )))
 
     @translated
     def requestJobResult(self, fencing_token: Any, job_id: Any, timeout_ms: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), int(timeout_ms), )
-        except MALFORMED as exc:
-            raise malformed("requestJobResult", exc) from None
-        result = self._e.rpc_invoke("request_job_result", fencing_token, args)
+        result = self._e.rpc_invoke("request_job_result", fencing_token, read_args("requestJobResult", lambda: (JobID(job_id), int(timeout_ms), )))
         return result.to_thrift()
 
     @translated
     def clusterInfo(self) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = ()
-        except MALFORMED as exc:
-            raise malformed("clusterInfo", exc) from None
-        result = self._e.rpc_invoke("cluster_info", None, args)
+        result = self._e.rpc_invoke("cluster_info", None, read_args("clusterInfo", lambda: ()))
         return result.to_thrift()
 
     @translated
     def shutdownCluster(self, fencing_token: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = ()
-        except MALFORMED as exc:
-            raise malformed("shutdownCluster", exc) from None
-        self._e.rpc_invoke("shutdown_cluster", fencing_token, args)
+        self._e.rpc_invoke("shutdown_cluster", fencing_token, read_args("shutdownCluster", lambda: ()))
 
     @translated
     def triggerSavepoint(self, fencing_token: Any, job_id: Any, target_dir: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), str(target_dir), )
-        except MALFORMED as exc:
-            raise malformed("triggerSavepoint", exc) from None
-        result = self._e.rpc_invoke("trigger_savepoint", fencing_token, args)
+        result = self._e.rpc_invoke("trigger_savepoint", fencing_token, read_args("triggerSavepoint", lambda: (JobID(job_id), str(target_dir), )))
         return str(result)
 
     @translated
     def stopWithSavepoint(self, fencing_token: Any, job_id: Any, target_dir: Any, drain: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), str(target_dir), bool(drain), )
-        except MALFORMED as exc:
-            raise malformed("stopWithSavepoint", exc) from None
-        result = self._e.rpc_invoke("stop_with_savepoint", fencing_token, args)
+        result = self._e.rpc_invoke("stop_with_savepoint", fencing_token, read_args("stopWithSavepoint", lambda: (JobID(job_id), str(target_dir), bool(drain), )))
         return str(result)
 
     @translated
     def rescaleJob(self, fencing_token: Any, job_id: Any, parallelism: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), int(parallelism), )
-        except MALFORMED as exc:
-            raise malformed("rescaleJob", exc) from None
-        result = self._e.rpc_invoke("rescale_job", fencing_token, args)
+        result = self._e.rpc_invoke("rescale_job", fencing_token, read_args("rescaleJob", lambda: (JobID(job_id), int(parallelism), )))
         return result
 
     @translated
     def scaleSession(self, fencing_token: Any, taskexecutors: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (int(taskexecutors), )
-        except MALFORMED as exc:
-            raise malformed("scaleSession", exc) from None
-        result = self._e.rpc_invoke("scale_session", fencing_token, args)
+        result = self._e.rpc_invoke("scale_session", fencing_token, read_args("scaleSession", lambda: (int(taskexecutors), )))
         return result
 
     def processor(self) -> Any:
@@ -320,54 +276,30 @@ class JobMasterServiceHandler:
 
     @translated
     def offerSlots(self, fencing_token: Any, job_id: Any, resource_id: Any, offers: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), ResourceID(resource_id), [SlotOffer.from_thrift(v) for v in offers or ()], )
-        except MALFORMED as exc:
-            raise malformed("offerSlots", exc) from None
-        result = self._e.rpc_invoke("offer_slots", fencing_token, args)
+        result = self._e.rpc_invoke("offer_slots", fencing_token, read_args("offerSlots", lambda: (JobID(job_id), ResourceID(resource_id), [SlotOffer.from_thrift(v) for v in offers or ()], )))
         return [v.to_thrift() for v in result]
 
     @translated
     def updateTaskExecutionState(self, fencing_token: Any, update: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (TaskExecutionStateUpdate.from_thrift(update), )
-        except MALFORMED as exc:
-            raise malformed("updateTaskExecutionState", exc) from None
-        result = self._e.rpc_invoke("update_task_execution_state", fencing_token, args)
+        result = self._e.rpc_invoke("update_task_execution_state", fencing_token, read_args("updateTaskExecutionState", lambda: (TaskExecutionStateUpdate.from_thrift(update), )))
         return result
 
     @translated
     def requestSplit(self, fencing_token: Any, job_id: Any, vertex_id: Any, subtask_index: Any, execution_attempt_id: Any, last_checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), JobVertexID(vertex_id), int(subtask_index), ExecutionAttemptID(execution_attempt_id), int(last_checkpoint_id), )
-        except MALFORMED as exc:
-            raise malformed("requestSplit", exc) from None
-        result = self._e.rpc_invoke("request_split", fencing_token, args)
+        result = self._e.rpc_invoke("request_split", fencing_token, read_args("requestSplit", lambda: (JobID(job_id), JobVertexID(vertex_id), int(subtask_index), ExecutionAttemptID(execution_attempt_id), int(last_checkpoint_id), )))
         return result.to_thrift()
 
     @translated
     def acknowledgeCheckpoint(self, fencing_token: Any, job_id: Any, execution_attempt_id: Any, checkpoint_id: Any, snapshot: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), TaskStateSnapshot.from_thrift(snapshot), )
-        except MALFORMED as exc:
-            raise malformed("acknowledgeCheckpoint", exc) from None
-        self._e.rpc_invoke("acknowledge_checkpoint", fencing_token, args)
+        self._e.rpc_invoke("acknowledge_checkpoint", fencing_token, read_args("acknowledgeCheckpoint", lambda: (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), TaskStateSnapshot.from_thrift(snapshot), )))
 
     @translated
     def declineCheckpoint(self, fencing_token: Any, job_id: Any, execution_attempt_id: Any, checkpoint_id: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), str(reason), )
-        except MALFORMED as exc:
-            raise malformed("declineCheckpoint", exc) from None
-        self._e.rpc_invoke("decline_checkpoint", fencing_token, args)
+        self._e.rpc_invoke("decline_checkpoint", fencing_token, read_args("declineCheckpoint", lambda: (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), str(reason), )))
 
     @translated
     def heartbeatFromTaskExecutor(self, fencing_token: Any, job_id: Any, payload: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), TaskExecutorHeartbeatPayload.from_thrift(payload), )
-        except MALFORMED as exc:
-            raise malformed("heartbeatFromTaskExecutor", exc) from None
-        result = self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, args)
+        result = self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, read_args("heartbeatFromTaskExecutor", lambda: (JobID(job_id), TaskExecutorHeartbeatPayload.from_thrift(payload), )))
         return result.to_thrift()
 
     def processor(self) -> Any:
@@ -422,36 +354,20 @@ class ResourceManagerServiceHandler:
 
     @translated
     def registerTaskExecutor(self, registration: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (TaskExecutorRegistration.from_thrift(registration), )
-        except MALFORMED as exc:
-            raise malformed("registerTaskExecutor", exc) from None
-        result = self._e.rpc_invoke("register_task_executor", None, args)
+        result = self._e.rpc_invoke("register_task_executor", None, read_args("registerTaskExecutor", lambda: (TaskExecutorRegistration.from_thrift(registration), )))
         return result.to_thrift()
 
     @translated
     def heartbeatFromTaskExecutor(self, fencing_token: Any, registration_id: Any, slot_report: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (str(registration_id), SlotReport.from_thrift(slot_report), )
-        except MALFORMED as exc:
-            raise malformed("heartbeatFromTaskExecutor", exc) from None
-        self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, args)
+        self._e.rpc_invoke("heartbeat_from_task_executor", fencing_token, read_args("heartbeatFromTaskExecutor", lambda: (str(registration_id), SlotReport.from_thrift(slot_report), )))
 
     @translated
     def disconnectTaskExecutor(self, fencing_token: Any, resource_id: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (ResourceID(resource_id), str(reason), )
-        except MALFORMED as exc:
-            raise malformed("disconnectTaskExecutor", exc) from None
-        self._e.rpc_invoke("disconnect_task_executor", fencing_token, args)
+        self._e.rpc_invoke("disconnect_task_executor", fencing_token, read_args("disconnectTaskExecutor", lambda: (ResourceID(resource_id), str(reason), )))
 
     @translated
     def requestSparkMaster(self, fencing_token: Any, settings: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (dict(settings or {}), )
-        except MALFORMED as exc:
-            raise malformed("requestSparkMaster", exc) from None
-        result = self._e.rpc_invoke("request_spark_master", fencing_token, args)
+        result = self._e.rpc_invoke("request_spark_master", fencing_token, read_args("requestSparkMaster", lambda: (dict(settings or {}), )))
         return str(result)
 
     def processor(self) -> Any:
@@ -536,83 +452,43 @@ class TaskExecutorServiceHandler:
 
     @translated
     def requestSlot(self, rm_fencing_token: Any, slot_index: Any, job_id: Any, allocation_id: Any, profile: Any, jobmaster_address: Any, jobmaster_fencing_token: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (int(slot_index), JobID(job_id), AllocationID(allocation_id), ResourceProfile.from_thrift(profile), str(jobmaster_address), str(jobmaster_fencing_token), )
-        except MALFORMED as exc:
-            raise malformed("requestSlot", exc) from None
-        self._e.rpc_invoke("request_slot", rm_fencing_token, args)
+        self._e.rpc_invoke("request_slot", rm_fencing_token, read_args("requestSlot", lambda: (int(slot_index), JobID(job_id), AllocationID(allocation_id), ResourceProfile.from_thrift(profile), str(jobmaster_address), str(jobmaster_fencing_token), )))
 
     @translated
     def submitTask(self, jobmaster_fencing_token: Any, tdd: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (TaskDeploymentDescriptor.from_thrift(tdd), )
-        except MALFORMED as exc:
-            raise malformed("submitTask", exc) from None
-        self._e.rpc_invoke("submit_task", jobmaster_fencing_token, args)
+        self._e.rpc_invoke("submit_task", jobmaster_fencing_token, read_args("submitTask", lambda: (TaskDeploymentDescriptor.from_thrift(tdd), )))
 
     @translated
     def cancelTask(self, jobmaster_fencing_token: Any, execution_attempt_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (ExecutionAttemptID(execution_attempt_id), )
-        except MALFORMED as exc:
-            raise malformed("cancelTask", exc) from None
-        self._e.rpc_invoke("cancel_task", jobmaster_fencing_token, args)
+        self._e.rpc_invoke("cancel_task", jobmaster_fencing_token, read_args("cancelTask", lambda: (ExecutionAttemptID(execution_attempt_id), )))
 
     @translated
     def freeSlot(self, jobmaster_fencing_token: Any, allocation_id: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (AllocationID(allocation_id), str(reason), )
-        except MALFORMED as exc:
-            raise malformed("freeSlot", exc) from None
-        self._e.rpc_invoke("free_slot", jobmaster_fencing_token, args)
+        self._e.rpc_invoke("free_slot", jobmaster_fencing_token, read_args("freeSlot", lambda: (AllocationID(allocation_id), str(reason), )))
 
     @translated
     def disconnectResourceManager(self, rm_fencing_token: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (str(reason), )
-        except MALFORMED as exc:
-            raise malformed("disconnectResourceManager", exc) from None
-        self._e.rpc_invoke("disconnect_resource_manager", rm_fencing_token, args)
+        self._e.rpc_invoke("disconnect_resource_manager", rm_fencing_token, read_args("disconnectResourceManager", lambda: (str(reason), )))
 
     @translated
     def releasePartitions(self, jobmaster_fencing_token: Any, job_id: Any, partition_ids: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (JobID(job_id), [str(v) for v in partition_ids or ()], )
-        except MALFORMED as exc:
-            raise malformed("releasePartitions", exc) from None
-        self._e.rpc_invoke("release_partitions", jobmaster_fencing_token, args)
+        self._e.rpc_invoke("release_partitions", jobmaster_fencing_token, read_args("releasePartitions", lambda: (JobID(job_id), [str(v) for v in partition_ids or ()], )))
 
     @translated
     def triggerCheckpoint(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any, timestamp_ms: Any, exactly_once: Any, stop_mode: Any, aligned_timeout_ms: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), int(timestamp_ms), bool(exactly_once), str(stop_mode), int(aligned_timeout_ms), )
-        except MALFORMED as exc:
-            raise malformed("triggerCheckpoint", exc) from None
-        self._e.rpc_invoke("trigger_checkpoint", jobmaster_fencing_token, args)
+        self._e.rpc_invoke("trigger_checkpoint", jobmaster_fencing_token, read_args("triggerCheckpoint", lambda: (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), int(timestamp_ms), bool(exactly_once), str(stop_mode), int(aligned_timeout_ms), )))
 
     @translated
     def notifyCheckpointComplete(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )
-        except MALFORMED as exc:
-            raise malformed("notifyCheckpointComplete", exc) from None
-        self._e.rpc_invoke("notify_checkpoint_complete", jobmaster_fencing_token, args)
+        self._e.rpc_invoke("notify_checkpoint_complete", jobmaster_fencing_token, read_args("notifyCheckpointComplete", lambda: (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )))
 
     @translated
     def notifyCheckpointAborted(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )
-        except MALFORMED as exc:
-            raise malformed("notifyCheckpointAborted", exc) from None
-        self._e.rpc_invoke("notify_checkpoint_aborted", jobmaster_fencing_token, args)
+        self._e.rpc_invoke("notify_checkpoint_aborted", jobmaster_fencing_token, read_args("notifyCheckpointAborted", lambda: (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )))
 
     @translated
     def ping(self) -> Any:  # noqa: N802 - Thrift's names
-        try:  # a frame without an argument, or with one of the wrong shape, is the caller's error
-            args = ()
-        except MALFORMED as exc:
-            raise malformed("ping", exc) from None
-        result = self._e.rpc_invoke("ping", None, args)
+        result = self._e.rpc_invoke("ping", None, read_args("ping", lambda: ()))
         return str(result)
 
     def processor(self) -> Any:
