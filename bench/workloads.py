@@ -187,7 +187,7 @@ def _run_job(build: Callable[[Any], None], parallelism: int, name: str, mode: st
     in_process = watch is None and not ha_enabled(Configuration.load(conf or {}))
     layout = layout or (parallelism, 1)
     with LocalCluster(layout[0], layout[1], conf or {}, appmaster_in_process=in_process) as cluster:
-        gw = RemoteDispatcherGateway(cluster.address, 600_000)
+        gw = RemoteDispatcherGateway(cluster.address, 600_000, tls=cluster.tls)
         storage = gw.cluster_info().storage_dir
         env = yarnflow.StreamExecutionEnvironment(parallelism=parallelism, runtime_mode=mode)
         build(env)
