@@ -142,7 +142,10 @@ def bad_storage_path(path: str) -> str:
         return "longer than 4,096 characters"
     if any(ord(c) < 32 for c in path):
         return "holds a control character"
-    parsed = urlparse(path)
+    try:
+        parsed = urlparse(path)
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        return f"is not a valid URL ({exc})"
     if not parsed.scheme and not path.startswith("/"):
         return "must be an absolute path or a URL (file:///..., hdfs://..., s3://...)"
     if ".." in (parsed.path or path).split("/"):

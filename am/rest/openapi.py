@@ -13,6 +13,10 @@ _NUM = {"type": "number"}
 _STR = {"type": "string"}
 _BOOL = {"type": "boolean"}
 _NULLABLE_STR = {"type": ["string", "null"]}
+#: a folder named over REST (``auth.bad_storage_path``): an absolute path or a URL, without a
+#: control character or a ``..`` component
+_FOLDER = {"type": ["string", "null"], "maxLength": 4096,
+           "pattern": r"^(?!.*(^|/)\.\.(/|$))(/|[A-Za-z][A-Za-z0-9+.-]*://)[^\x00-\x1f\[\]]*$"}
 
 
 def _obj(required: list[str], **props: Any) -> dict[str, Any]:
@@ -159,7 +163,7 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/savepoints": {"post": {
                 "summary": "Trigger a savepoint (asynchronous)", "parameters": job,
                 "requestBody": {"required": False, "content": {"application/json": {"schema": {
-                    "type": "object", "properties": {"target-directory": _NULLABLE_STR, "cancel-job": _BOOL}}}}},
+                    "type": "object", "properties": {"target-directory": _FOLDER, "cancel-job": _BOOL}}}}},
                 "responses": _answers("TriggerResponse", "202", 400, 404, 409)}},
             "/jobs/{jobid}/savepoints/{triggerid}": _get(
                 "A savepoint's status", "SavepointStatus", 400, 404,

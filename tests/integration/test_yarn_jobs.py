@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 import pyarrow.dataset as pads
+import pyarrow.flight as flight
 import pytest
 import requests
 import skein
@@ -343,6 +344,16 @@ def test_a_session_runs_two_jobs_and_answers_list_info_cancel_and_stop(yarn_cli:
     assert states == {"slow": "RUNNING", "quick": "FINISHED"}
     info = yarn_cli.run("info", slow_id, *keys, check=True)
     assert "RUNNING" in info.stdout and "parse" in info.stdout
+    # a TaskExecutor container's data port refuses Flight clients without the application's
+    # credentials (plain, or another cluster's certificate)
+    logs = Path(sandbox.work_dir) / "logs" / app_id
+    data = next(m.group(1) for p in logs.rglob("*") if p.is_file()
+                if (m := re.search(r"started: rpc \S+, data (\S+),", p.read_text(errors="replace"))))
+    for client in (flight.connect(f"grpc+tcp://{data}"),
+                   flight.connect(f"grpc+tls://{data}", **new_credentials(str(tmp_path / "other-te")).flight_client_options())):
+        with pytest.raises(flight.FlightError):
+            client.list_actions(options=flight.FlightCallOptions(timeout=5))
+        client.close()
     assert yarn_cli.run("cancel", slow_id, *keys, check=True).stdout.strip() == f"cancelling job {slow_id}"
     wait_until(lambda: job_info(app_id, "slow").status == JobStatus.CANCELED, 30, "the job was not cancelled")
 
