@@ -19,6 +19,7 @@ from yarnflow.common.messages import (
     ErrorInfo,
     JobEdge,
     JobGraph,
+    JobVertex,
     OperatorStateFile,
     TaskExecutionStateUpdate,
     TaskStateSnapshot,
@@ -171,15 +172,22 @@ def test_a_decline_aborts_and_too_many_failed_checkpoints_fail_the_job() -> None
     assert d.core.failure_cause is not None and d.core.failure_cause.error_class == "CheckpointFailureError"
 
 
-def test_finished_sources_are_left_out_and_their_consumers_are_triggered_directly() -> None:
+def _src_to_sink(name: str) -> tuple[CkptDriver, JobVertex, DeployTask, DeployTask]:
+    """A running src (1) --hash--> sink (1) STREAMING job: its driver, the source vertex and the
+    two deployments."""
     src, sink = vertex("src", 1, source=True), vertex("sink", 1)
-    jg = JobGraph(JOB, "f147", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
-                                                     ExchangeMode.PIPELINED, ["k"])],
+    jg = JobGraph(JOB, name, [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
+                                                   ExchangeMode.PIPELINED, ["k"])],
                   artifact_uri="file:///job.zip", runtime_mode="STREAMING")
     d = CkptDriver(jg)
     deploys = d.running()
     source = next(x for x in deploys if x.tdd.task_name == "src")
     consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    return d, src, source, consumer
+
+
+def test_finished_sources_are_left_out_and_their_consumers_are_triggered_directly() -> None:
+    d, src, source, consumer = _src_to_sink("f147")
     d.actions.clear()
     d.report(source, S.FINISHED)
     (trigger,) = d.of(TriggerTaskCheckpoint)  # at once: its input ends, no need to wait for the interval
@@ -210,14 +218,7 @@ def test_acknowledgements_of_old_attempts_do_not_count() -> None:
 
 
 def test_a_task_finishing_during_a_checkpoint_counts_as_finished_in_it() -> None:
-    src, sink = vertex("src", 1, source=True), vertex("sink", 1)
-    jg = JobGraph(JOB, "finishing", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
-                                                          ExchangeMode.PIPELINED, ["k"])],
-                  artifact_uri="file:///job.zip", runtime_mode="STREAMING")
-    d = CkptDriver(jg)
-    deploys = d.running()
-    source = next(x for x in deploys if x.tdd.task_name == "src")
-    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    d, src, source, consumer = _src_to_sink("finishing")
     d.advance(1_000)                      # checkpoint 1 triggered at the source ...
     d.actions.clear()
     d.report(source, S.FINISHED)          # ... which ends before taking its snapshot
@@ -234,14 +235,7 @@ def test_a_final_checkpoint_wanted_while_another_is_pending_starts_when_that_one
     barrier before its own input ends, so checkpoint 1 need not be the final checkpoint its
     two-phase sink waits for. As soon as 1 completes a new one starts, instead of the bounded
     job waiting up to an interval (1 s here) to end."""
-    src, sink = vertex("src", 1, source=True), vertex("sink", 1)
-    jg = JobGraph(JOB, "final", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
-                                                      ExchangeMode.PIPELINED, ["k"])],
-                  artifact_uri="file:///job.zip", runtime_mode="STREAMING")
-    d = CkptDriver(jg)
-    deploys = d.running()
-    source = next(x for x in deploys if x.tdd.task_name == "src")
-    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    d, src, source, consumer = _src_to_sink("final")
     d.advance(1_000)                      # checkpoint 1 at the source
     d.ack(source, 1)
     d.report(source, S.FINISHED)          # its input ends while 1 is pending: no second one yet
@@ -259,14 +253,7 @@ def test_a_final_checkpoint_wanted_while_another_is_pending_starts_when_that_one
 
 
 def test_a_subtask_restored_as_finished_is_not_asked_for_snapshots() -> None:
-    src, sink = vertex("src", 1, source=True), vertex("sink", 1)
-    jg = JobGraph(JOB, "drained", [src, sink], [JobEdge(src.vertex_id, sink.vertex_id, Partitioner.HASH,
-                                                        ExchangeMode.PIPELINED, ["k"])],
-                  artifact_uri="file:///job.zip", runtime_mode="STREAMING")
-    d = CkptDriver(jg)
-    deploys = d.running()
-    source = next(x for x in deploys if x.tdd.task_name == "src")
-    consumer = next(x for x in deploys if x.tdd.task_name == "sink")
+    d, src, source, consumer = _src_to_sink("drained")
     d.report(source, S.FINISHED)
     d.advance(1_000)
     d.ack(consumer, 1)
