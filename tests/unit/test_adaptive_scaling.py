@@ -115,9 +115,11 @@ def test_a_job_short_of_slots_waits_for_workers_being_started_up_to_the_resource
     assert rescales.calls == [("checkpoint", 2)]
 
 
-def test_no_slot_at_all_does_not_rescale_to_zero(monkeypatch):
-    scaler, rm, rescales, now = _scaler(pipeline(4), monkeypatch)
-    rm.usable = 0
+@pytest.mark.parametrize("conf, usable", [({}, 0), ({"jobmanager.scheduler": "default"}, 1)],
+                         ids=["no-slot-at-all-is-not-a-rescale-to-zero", "a-default-scheduler-job-is-left-alone"])
+def test_no_rescale(monkeypatch, conf, usable):
+    scaler, rm, rescales, now = _scaler(pipeline(4), monkeypatch, **conf)
+    rm.usable = usable
     for t in (0, 5_000, 60_000):
         _tick(scaler, now, t)
     assert rescales.calls == []
@@ -169,14 +171,6 @@ def test_reactive_mode_grows_a_job_to_its_max_parallelism_and_shrinks_it_at_once
     rm.usable = 3
     _tick(scaler, now, 6_000)                       # reactive: no stabilization wait
     assert rescales.calls == [("checkpoint", 3)]
-
-
-def test_a_default_scheduler_job_is_left_alone(monkeypatch):
-    scaler, rm, rescales, now = _scaler(pipeline(4), monkeypatch, **{"jobmanager.scheduler": "default"})
-    rm.usable = 1
-    for t in (0, 60_000):
-        _tick(scaler, now, t)
-    assert rescales.calls == []
 
 
 def test_a_job_whose_state_cannot_move_is_not_tried_again(monkeypatch):
