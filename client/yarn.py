@@ -388,26 +388,23 @@ class ApplicationLocator:
         default on YARN)."""
         from yarnflow.common.security import skein_client_credentials
 
-        try:
-            if self._app is None:
-                self._app = self.client.connect(self.app_id, wait=False)
-            value = self._app.kv.get(TLS_KEY)
-        except Exception as exc:  # noqa: BLE001 - between attempts, or ended: the default
-            log.debug("reading the TLS setting of %s: %s", self.app_id, exc)
-            self._app = None
-            value = None
+        value = self._kv(TLS_KEY)  # (none between attempts, or once ended: the default)
         return None if value == b"off" else skein_client_credentials(self.client.security)
 
     def _read_address(self) -> str:
+        value = self._kv(ADDRESS_KEY)  # (none between attempts, or while ending: asked again)
+        return value.decode() if value else ""
+
+    def _kv(self, key: str) -> bytes | None:
+        """``key`` of the application's key-value store; None when unset or unreadable now."""
         try:
             if self._app is None:
                 self._app = self.client.connect(self.app_id, wait=False)
-            value = self._app.kv.get(ADDRESS_KEY)
-        except Exception as exc:  # noqa: BLE001 - between attempts, or ending: ask again
-            log.debug("reading the address of %s: %s", self.app_id, exc)
+            return self._app.kv.get(key)  # type: ignore[no-any-return]
+        except Exception as exc:  # noqa: BLE001 - skein's errors: the caller decides what none means
+            log.debug("reading %s of %s: %s", key, self.app_id, exc)
             self._app = None
-            return ""
-        return value.decode() if value else ""
+            return None
 
     def kill(self) -> None:
         try:

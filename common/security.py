@@ -90,21 +90,29 @@ class TlsCredentials:
                 "override_hostname": CERT_NAME}
 
 
+def _write_private(folder: str, files: list[tuple[str, bytes]]) -> list[str]:
+    """Write ``(name, data)`` files into ``folder`` (made 0700), each readable by its owner
+    only (0600) and complete once its name appears; their paths."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    paths = []
+    for name, data in files:
+        path = os.path.join(folder, name)
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+        paths.append(path)
+    return paths
+
+
 def new_credentials(folder: str) -> TlsCredentials:
     """Make a cluster's credentials in ``folder`` (created, readable by its owner only)."""
     import skein
 
     made = skein.Security.new_credentials()
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    os.chmod(folder, 0o700)
-    paths = []
-    for name, data in ((CERT_FILE, made.cert_bytes), (KEY_FILE, made.key_bytes)):
-        path = os.path.join(folder, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        paths.append(path)
-    return TlsCredentials(paths[0], paths[1])
+    cert, key = _write_private(folder, [(CERT_FILE, made.cert_bytes), (KEY_FILE, made.key_bytes)])
+    return TlsCredentials(cert, key)
 
 
 def clusters_dir() -> str:
@@ -119,13 +127,7 @@ def published_folder(address: str) -> str:
 def publish(credentials: TlsCredentials, address: str) -> str:
     """Copy a session's credentials where clients on this machine find them by its address."""
     folder = published_folder(address)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    for src, name in ((credentials.cert_file, CERT_FILE), (credentials.key_file, KEY_FILE)):
-        dest = os.path.join(folder, name)
-        fd = os.open(dest + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f, open(src, "rb") as s:
-            f.write(s.read())
-        os.replace(dest + ".tmp", dest)
+    _write_private(folder, [(CERT_FILE, credentials.cert_pem), (KEY_FILE, credentials.key_pem)])
     return folder
 
 
@@ -194,14 +196,8 @@ def _from_storage(config: Configuration) -> TlsCredentials | None:
         return None
     local = tempfile.mkdtemp(prefix="yarnflow-credentials-")
     atexit.register(shutil.rmtree, local, True)
-    paths = []
-    for name, data in ((CERT_FILE, cert), (KEY_FILE, key)):
-        target = os.path.join(local, name)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        paths.append(target)
-    found = _FROM_STORAGE[folder] = TlsCredentials(paths[0], paths[1])
+    cert_path, key_path = _write_private(local, [(CERT_FILE, cert), (KEY_FILE, key)])
+    found = _FROM_STORAGE[folder] = TlsCredentials(cert_path, key_path)
     return found
 
 
@@ -265,14 +261,9 @@ def skein_client_credentials(security: Any) -> TlsCredentials:
         return known
     folder = tempfile.mkdtemp(prefix="yarnflow-skein-credentials-")
     atexit.register(shutil.rmtree, folder, True)
-    paths = []
-    for name, data in ((CERT_FILE, security.cert_bytes), (KEY_FILE, security.key_bytes)):
-        path = os.path.join(folder, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode())
-        paths.append(path)
-    found = _FROM_SKEIN[cert_bytes] = TlsCredentials(paths[0], paths[1])
+    key_bytes = security.key_bytes if isinstance(security.key_bytes, bytes) else security.key_bytes.encode()
+    cert_path, key_path = _write_private(folder, [(CERT_FILE, cert_bytes), (KEY_FILE, key_bytes)])
+    found = _FROM_SKEIN[cert_bytes] = TlsCredentials(cert_path, key_path)
     return found
 
 
