@@ -43,6 +43,7 @@ from yarnflow.common.rpc.gateways import (
     ResourceManagerServiceHandler,
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
+from yarnflow.common.rpc.limits import RpcLimits
 from yarnflow.common.rpc.server import RpcServer
 
 log = logging.getLogger(__name__)
@@ -124,8 +125,7 @@ class AppMaster:
         self.server = RpcServer(config[Options.RPC_ADDRESS], config[Options.RPC_PORT], {
             DISPATCHER: DispatcherServiceHandler(self.dispatcher_proxy).processor(),
             RESOURCE_MANAGER: ResourceManagerServiceHandler(self.rm_proxy).processor(),
-        }, name="appmaster", tls=self.tls, max_string_bytes=config[Options.RPC_MAX_STRING],
-            max_container_items=config[Options.RPC_MAX_CONTAINER])
+        }, name="appmaster", tls=self.tls, limits=RpcLimits.from_config(config))
         # each running job's JobMaster is served as jobmaster/<job id> (by the Dispatcher)
         self.server.fallback(JOB_MASTER, JobMasterServiceHandler(_NoJobMaster(self)).processor())
         self._election = self.ha.leader_election()

@@ -223,6 +223,12 @@ class Options:
                           "the largest string or binary a Thrift call may carry (a bigger one ends its connection)")
     RPC_MAX_CONTAINER = _opt("rpc.max-container-items", _parse_int,
                              "the most items of a list, set or map in a Thrift call", minimum=1)
+    RPC_MAX_MESSAGE = _opt("rpc.max-message-size", parse_size_bytes,
+                           "the largest Thrift call (one framed message) a server reads; a bigger one ends its "
+                           "connection before it is read", minimum=1, maximum=0x3FFFFFFF)
+    RPC_MAX_NESTING = _opt("rpc.max-nesting-depth", _parse_int,
+                           "how deep the structs and containers of a Thrift call may nest (Thrift's decoder stops at "
+                           "64; lower: every call is scanned before it is decoded)", minimum=1, maximum=64)
     MAX_JOB_SUBTASKS = _opt("jobmanager.job-graph.max-subtasks", _parse_int,
                             "the most subtasks (the sum of its vertices' parallelism) a submitted job may have",
                             minimum=1)

@@ -120,6 +120,7 @@ class ConfigOption(Generic[T]):
     description: str
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
     def convert(self, raw: Any) -> T:
         value = self.parse(raw)
@@ -131,6 +132,8 @@ class ConfigOption(Generic[T]):
             value = canon  # type: ignore[assignment]
         if self.minimum is not None and value < self.minimum:  # type: ignore[operator]
             raise ValueError(f"must be at least {self.minimum:g}")
+        if self.maximum is not None and value > self.maximum:  # type: ignore[operator]
+            raise ValueError(f"must be at most {self.maximum:g}")
         return value
 
 

@@ -17,6 +17,7 @@ from thrift.transport import TSocket, TTransport
 
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.rpc.errors import from_wire_error
+from yarnflow.common.rpc.limits import LimitedFramedTransport
 from yarnflow.common.rpc.server import protocol_factory
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class RpcClient:
             raise RpcConnectionError(f"client for {self.address} is closed")
         sock = TSocket.TSocket(self._host, self._port)
         sock.setTimeout(self._connect_timeout_ms)
-        transport = TTransport.TBufferedTransport(sock)
+        transport = LimitedFramedTransport(sock)
         try:
             transport.open()
         except Exception as exc:

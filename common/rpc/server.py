@@ -7,8 +7,9 @@ JobMaster as a service of its own), and a call to a service that is not there is
 Each connection gets its own thread (clients keep their connections open). ``stop()`` closes
 the listening socket and every open connection, so no thread outlives the server.
 
-Bad bytes on the wire end that one connection, never the server: strings and containers are
-length-limited so garbage cannot make it allocate gigabytes.
+Bad bytes on the wire end that one connection, never the server: calls are framed, and a
+message's size, its strings, its containers and how deep they nest are limited (``limits``) so
+garbage cannot make it allocate gigabytes or recurse without end.
 
 With ``tls`` (the cluster's credentials) every connection must complete a mutual TLS handshake
 with the cluster's certificate before a byte is read; the handshake runs on the connection's
@@ -29,13 +30,15 @@ from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.TMultiplexedProcessor import TMultiplexedProcessor
 from thrift.transport import TSocket, TTransport
 
+from yarnflow.common.rpc.limits import LimitedFramedTransportFactory, RpcLimits
+
 if TYPE_CHECKING:
     from yarnflow.common.security import TlsCredentials
 
 log = logging.getLogger(__name__)
 
-MAX_STRING_BYTES = 256 << 20
-MAX_CONTAINER_ITEMS = 1 << 22
+MAX_STRING_BYTES = RpcLimits.max_string_bytes
+MAX_CONTAINER_ITEMS = RpcLimits.max_container_items
 
 
 def protocol_factory(max_string_bytes: int = MAX_STRING_BYTES,
@@ -100,8 +103,7 @@ class RpcServer:
     """Serves ``services`` (name -> Thrift processor) on ``host:port`` (port 0: a free one)."""
 
     def __init__(self, host: str, port: int, services: Mapping[str, Any], name: str = "rpc",
-                 tls: TlsCredentials | None = None, max_string_bytes: int = MAX_STRING_BYTES,
-                 max_container_items: int = MAX_CONTAINER_ITEMS) -> None:
+                 tls: TlsCredentials | None = None, limits: RpcLimits = RpcLimits()) -> None:
         self._tls = tls
         self._handshakes: Any = None
         if tls is not None:
@@ -114,8 +116,8 @@ class RpcServer:
             self._processor.registerProcessor(service_name, processor)
         self._name = name
         self._listen = TSocket.TServerSocket(host=host, port=port)
-        self._tfactory = TTransport.TBufferedTransportFactory()
-        self._pfactory = protocol_factory(max_string_bytes, max_container_items)
+        self._tfactory = LimitedFramedTransportFactory(limits)
+        self._pfactory = protocol_factory(limits.max_string_bytes, limits.max_container_items)
         self._lock = threading.Lock()
         self._clients: set[TTransport.TTransportBase] = set()
         self._threads: set[threading.Thread] = set()
@@ -189,8 +191,10 @@ class RpcServer:
         try:
             while not self._stopped.is_set():
                 self._processor.process(iprot, oprot)
-        except TTransport.TTransportException:
-            pass  # the client went away
+        except TTransport.TTransportException as exc:
+            if exc.type in (TTransport.TTransportException.SIZE_LIMIT, TTransport.TTransportException.NEGATIVE_SIZE) \
+                    and not self._stopped.is_set():
+                self._protocol_errors.note(client, exc)  # else the client went away
         except Exception as exc:  # garbage on the wire, or a protocol error: drop this connection
             if not self._stopped.is_set():
                 self._protocol_errors.note(client, exc)

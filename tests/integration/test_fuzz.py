@@ -1,5 +1,5 @@
 """Fuzzing a real local cluster (issue 31, hardened inputs): a call nesting containers 100,000
-deep, then 10,000 malformed Thrift frames at each of the Dispatcher and the ResourceManager (the
+deep and one declaring 1 GB, then 10,000 malformed Thrift frames at each of the Dispatcher and the ResourceManager (the
 AppMaster's port) and at a TaskExecutor, made by mutating real calls (bytes flipped, cut, inserted, lengths made huge or negative,
 frames glued together) and by random bytes; then 1,000 malformed REST requests. No process
 dies, no thread is left behind, the log holds no traceback, and the next job counts every row
@@ -30,6 +30,7 @@ from yarnflow.common.errors import InvalidRequestError
 from yarnflow.common.rpc.gateways import RemoteTaskExecutorGateway
 from yarnflow.common.messages import JobEdge, JobGraph, JobVertex, ResourceProfile, SlotReport, SlotStatus
 from yarnflow.common.rpc.gen.yarnflow_rpc import DispatcherService, ResourceManagerService, TaskExecutorService
+from yarnflow.common.rpc.limits import LimitedFramedTransport
 from yarnflow.common.rpc.server import protocol_factory
 from yarnflow.common.states import JobStatus, Partitioner
 
@@ -45,8 +46,8 @@ def _calls(service: str, client_cls: type, calls: list[tuple[str, tuple[Any, ...
     out = []
     for method, args in calls:
         buf = TTransport.TMemoryBuffer()
-        client = client_cls(TMultiplexedProtocol(protocol_factory().getProtocol(buf), service))
-        getattr(client, f"send_{method}")(*args)
+        client = client_cls(TMultiplexedProtocol(protocol_factory().getProtocol(LimitedFramedTransport(buf)), service))
+        getattr(client, f"send_{method}")(*args)  # framed, as the client sends it: the mutations reach the length
         out.append(buf.getvalue())
     return out
 
@@ -155,11 +156,12 @@ def test_malformed_frames_and_requests_leave_every_process_serving_and_the_next_
         te_gateway._c.call("cancelTask", "token", None)
     te_gateway.close()
     # containers nested 100,000 deep in a field the server does not know (it skips it): Thrift's
-    # own recursion limit ends the connection, not the process
+    # own recursion limit ends the connection, not the process; and a message declaring 1 GB
     deep = (struct.pack("!i", -2147418112 | 1) + struct.pack("!i", 17) + b"taskexecutor:ping" + struct.pack("!i", 1)
             + b"\x0f" + struct.pack("!h", 99) + (b"\x0f" + struct.pack("!i", 1)) * 100_000 + b"\x08" + b"\x00" * 4)
     for address in (te_rpc, cluster.address):
-        _send(address, deep)
+        _send(address, struct.pack("!i", len(deep)) + deep)
+        _send(address, struct.pack("!i", 1 << 30) + deep)
     base = _base_frames()
     _fuzz(cluster.address, base["dispatcher"], SEED)
     _fuzz(cluster.address, base["resourcemanager"], SEED + 1)

@@ -34,6 +34,7 @@ from yarnflow.common.messages import (
 from yarnflow.common.rpc.client import RpcClient
 from yarnflow.common.rpc.errors import to_wire_error
 from yarnflow.common.rpc.gen.yarnflow_rpc import DispatcherService, TaskExecutorService
+from yarnflow.common.rpc.limits import LimitedFramedTransport
 from yarnflow.common.rpc.server import MAX_STRING_BYTES, RpcServer, protocol_factory
 from yarnflow.common.states import JobStatus, Partitioner
 
@@ -339,9 +340,9 @@ def test_a_closed_client_refuses_calls(cluster: Cluster) -> None:
 # ---- garbage on the wire ------------------------------------------------------------------
 
 def _call_bytes(method: str, *args: Any) -> bytes:
-    """The bytes a real client sends for ``method(*args)`` on the taskexecutor service."""
+    """The bytes a real client sends for ``method(*args)`` on the taskexecutor service (framed)."""
     buf = TTransport.TMemoryBuffer()
-    protocol = TMultiplexedProtocol(protocol_factory().getProtocol(buf), "taskexecutor")
+    protocol = TMultiplexedProtocol(protocol_factory().getProtocol(LimitedFramedTransport(buf)), "taskexecutor")
     getattr(TaskExecutorService.Client(protocol), f"send_{method}")(*args)
     return buf.getvalue()
 
@@ -350,6 +351,11 @@ def _message_begin(name: str) -> bytes:
     version_call = struct.pack("!i", -2147418112 | 1)  # VERSION_1 | CALL
     encoded = name.encode()
     return version_call + struct.pack("!i", len(encoded)) + encoded + struct.pack("!i", 1)
+
+
+def _framed(message: bytes) -> bytes:
+    """``message`` as one frame: the lengths inside it lie, its frame's does not."""
+    return struct.pack("!i", len(message)) + message
 
 
 def _send_raw(address: str, payload: bytes, *, wait_for_close: bool = True) -> bytes:
@@ -377,23 +383,25 @@ GARBAGE = {
     "http-request": b"GET / HTTP/1.1\r\nHost: localhost\r\nUser-Agent: curl/8\r\n\r\n",
     "http-post": b"POST /jobs HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
     "tls-client-hello": bytes.fromhex("16030100a5010000a10303") + os.urandom(64),
-    "huge-name-length": struct.pack("!i", -2147418112 | 1) + struct.pack("!i", 0x7FFFFFF0) + b"x" * 64,
-    "huge-old-style-name": struct.pack("!i", 0x7FFFFFFF) + b"x" * 64,
-    "negative-name-length": struct.pack("!i", -2147418112 | 1) + struct.pack("!i", -5),
-    "bad-version": struct.pack("!i", -2147418112 + (7 << 8)) + b"\x00" * 16,
-    "huge-string-argument": _message_begin("taskexecutor:freeSlot") + b"\x0b\x00\x01"
-    + struct.pack("!i", 0x7FFFFFF0) + b"abc",
-    "huge-list-argument": _message_begin("taskexecutor:submitTask") + b"\x0c\x00\x02"  # tdd struct
-    + b"\x0f\x00\x0c\x0c" + struct.pack("!i", 0x7FFFFFF0),  # input_gates: list<struct> of 2**31 items
-    "negative-list-length": _message_begin("taskexecutor:submitTask") + b"\x0c\x00\x02"
-    + b"\x0f\x00\x0c\x0c" + struct.pack("!i", -1),
-    "unknown-service": _message_begin("nope:ping") + b"\x00",
-    "no-service-name": _message_begin("ping") + b"\x00",
-    "unknown-method": _message_begin("taskexecutor:launchMissiles") + b"\x00",
-    "bad-utf8-name": struct.pack("!i", -2147418112 | 1) + struct.pack("!i", 4) + b"\xff\xfe\xfd\xfc"
-    + struct.pack("!i", 1) + b"\x00",
-    "reply-instead-of-call": struct.pack("!i", -2147418112 | 2) + struct.pack("!i", 4) + b"ping"
-    + struct.pack("!i", 1) + b"\x00",
+    "huge-name-length": _framed(struct.pack("!i", -2147418112 | 1) + struct.pack("!i", 0x7FFFFFF0) + b"x" * 64),
+    "huge-old-style-name": _framed(struct.pack("!i", 0x7FFFFFFF) + b"x" * 64),
+    "negative-name-length": _framed(struct.pack("!i", -2147418112 | 1) + struct.pack("!i", -5)),
+    "bad-version": _framed(struct.pack("!i", -2147418112 + (7 << 8)) + b"\x00" * 16),
+    "huge-string-argument": _framed(_message_begin("taskexecutor:freeSlot") + b"\x0b\x00\x01"
+    + struct.pack("!i", 0x7FFFFFF0) + b"abc"),
+    "huge-list-argument": _framed(_message_begin("taskexecutor:submitTask") + b"\x0c\x00\x02"  # tdd struct
+                                  + b"\x0f\x00\x0c\x0c" + struct.pack("!i", 0x7FFFFFF0)),  # list<struct>, 2**31 items
+    "negative-list-length": _framed(_message_begin("taskexecutor:submitTask") + b"\x0c\x00\x02"
+                                    + b"\x0f\x00\x0c\x0c" + struct.pack("!i", -1)),
+    "unknown-service": _framed(_message_begin("nope:ping") + b"\x00"),
+    "no-service-name": _framed(_message_begin("ping") + b"\x00"),
+    "unknown-method": _framed(_message_begin("taskexecutor:launchMissiles") + b"\x00"),
+    "bad-utf8-name": _framed(struct.pack("!i", -2147418112 | 1) + struct.pack("!i", 4) + b"\xff\xfe\xfd\xfc"
+    + struct.pack("!i", 1) + b"\x00"),
+    "reply-instead-of-call": _framed(struct.pack("!i", -2147418112 | 2) + struct.pack("!i", 4) + b"ping"
+    + struct.pack("!i", 1) + b"\x00"),
+    "huge-frame": struct.pack("!i", 0x7FFFFFFF) + b"x" * 64,  # above rpc.max-message-size: not read
+    "negative-frame": struct.pack("!i", -5) + b"x" * 64,
 }
 
 
@@ -422,7 +430,7 @@ def test_garbage_does_not_hurt_the_server(cluster: Cluster, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["huge-name-length", "huge-string-argument", "huge-list-argument",
-                                  "http-request", "bad-version"])
+                                  "http-request", "bad-version", "huge-frame"])
 def test_a_declared_length_beyond_the_limit_closes_the_connection_at_once(cluster: Cluster, name: str) -> None:
     started = time.monotonic()
     reply = _send_raw(cluster.server.address, GARBAGE[name])
@@ -435,7 +443,8 @@ def test_a_large_declared_length_under_the_limit_does_not_allocate_it(cluster: C
     declared = 200 << 20
     assert declared < MAX_STRING_BYTES
     rss_before = psutil.Process().memory_info().rss
-    payload = _message_begin("taskexecutor:freeSlot") + b"\x0b\x00\x01" + struct.pack("!i", declared) + b"a" * 1000
+    message = _message_begin("taskexecutor:freeSlot") + b"\x0b\x00\x01" + struct.pack("!i", declared)
+    payload = struct.pack("!i", len(message) + declared) + message + b"a" * 1000  # a frame of 200 MB, too
     for _ in range(5):
         _send_raw(cluster.server.address, payload, wait_for_close=False)
     wait_until(lambda: cluster.connections() == 0, 5, lambda: f"{cluster.connections()} connections left open")

@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 import threading
 import time
 from typing import Any
@@ -21,6 +22,7 @@ from yarnflow.common import errors
 from yarnflow.common.config import Configuration
 from yarnflow.common.rpc.client import RpcClient
 from yarnflow.common.rpc.gen.yarnflow_rpc import TaskExecutorService
+from yarnflow.common.rpc.limits import RpcLimits
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.security import (
     client_credentials,
@@ -130,18 +132,55 @@ def test_how_a_process_finds_its_credentials(tmp_path: Any, monkeypatch: pytest.
     assert client_credentials(Configuration.load({}), "127.0.0.1:5000") is None
 
 
-def test_a_call_bigger_than_the_servers_limits_ends_its_connection_and_the_server_serves_on() -> None:
+def _deep_call(depth: int) -> bytes:
+    """A framed cancelTask call carrying, in a field the server does not know, lists nested ``depth`` deep."""
+    name = b"taskexecutor:cancelTask"
+    body = (struct.pack("!i", -2147418112 | 1) + struct.pack("!i", len(name)) + name + struct.pack("!i", 1)
+            + b"\x0f" + struct.pack("!h", 99) + (b"\x0f" + struct.pack("!i", 1)) * (depth - 1) + b"\x08"
+            + struct.pack("!i", 0) + b"\x00")
+    return struct.pack("!i", len(body)) + body
+
+
+def _answered(server: RpcServer, payload: bytes) -> bool:
+    """Whether the server answers ``payload`` (a handler's answer) or drops the connection."""
+    with socket.create_connection((server.host, server.port), timeout=5) as s:
+        s.sendall(payload)
+        try:
+            return bool(s.recv(4))
+        except ConnectionResetError:
+            return False
+
+
+@pytest.mark.parametrize("depth_limit", [64, 8])
+def test_a_call_beyond_the_servers_limits_ends_its_connection_and_the_server_serves_on(
+        depth_limit: int, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="yarnflow.common.rpc.server")
     handler = TaskExecutorHandler()
+    limits = RpcLimits(max_message_bytes=20_000, max_string_bytes=1000, max_container_items=10,
+                       max_nesting_depth=depth_limit)
     server = RpcServer("127.0.0.1", 0, {"taskexecutor": TaskExecutorService.Processor(handler)}, name="te-limits",
-                       max_string_bytes=1000, max_container_items=10).start()
+                       limits=limits).start()
     try:
         client = _client(server, None)
-        with pytest.raises(errors.YarnflowError) as refused:
-            client.call("cancelTask", "tok", "x" * 5000)  # rpc.max-string-size
-        assert not isinstance(refused.value, errors.NotFoundError)  # never reached the handler
+        for too_big in ("x" * 5000, "x" * 50_000):  # rpc.max-string-size, then rpc.max-message-size
+            with pytest.raises(errors.YarnflowError) as refused:
+                client.call("cancelTask", "tok", too_big)
+            assert not isinstance(refused.value, errors.NotFoundError)  # never reached the handler
         assert handler.calls == []
         with pytest.raises(errors.NotFoundError):  # a call within the limits is answered
+            client.call("cancelTask", "tok", "a1")
+        # nesting: exactly at the limit is decoded (the unknown field skipped) and answered,
+        # one level deeper ends the connection: Thrift's decoder at 64, the scan below it
+        assert _answered(server, _deep_call(depth_limit - 1))  # the arguments struct is one level
+        assert not _answered(server, _deep_call(depth_limit))
+        assert not _answered(server, struct.pack("!i", 1 << 29) + b"\x80")  # a frame declared huge: not awaited
+        with pytest.raises(errors.NotFoundError):
             client.call("cancelTask", "tok", "a1")
         client.close()
     finally:
         server.stop()
+    dropped = [r for r in caplog.records if "dropping" in r.getMessage()]
+    assert [r.levelno for r in dropped] == [logging.WARNING] + [logging.DEBUG] * 3  # once per host, then DEBUG
+    said = " ".join(r.getMessage() for r in dropped)
+    assert "above rpc.max-message-size (20000)" in said
+    assert ("rpc.max-nesting-depth (8)" if depth_limit == 8 else "Maximum recursion depth exceeded") in said

@@ -61,6 +61,7 @@ from yarnflow.common.rpc.gateways import (
     TaskExecutorServiceHandler,
     job_master_service,
 )
+from yarnflow.common.rpc.limits import RpcLimits
 from yarnflow.common.rpc.server import RpcServer
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.worker.memory.manager import MemoryManager, managed_memory_bytes
@@ -130,8 +131,7 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         remove_orphan_spills(self.spill_roots)  # of TaskExecutors that were killed
         self._rpc = RpcServer(host, 0, {TASK_EXECUTOR: TaskExecutorServiceHandler(self).processor()},
                               name=f"taskexecutor-{resource_id}", tls=self._tls,
-                              max_string_bytes=config[Options.RPC_MAX_STRING],
-                              max_container_items=config[Options.RPC_MAX_CONTAINER])
+                              limits=RpcLimits.from_config(config))
         self._rm: RemoteResourceManagerGateway | None = (
             RemoteResourceManagerGateway(rm_address, self._rpc_timeout, tls=self._tls)
             if rm_address else None)  # None: no leader known yet
