@@ -218,6 +218,11 @@ class CheckpointInfo(Message):
     failure: str = ""
     unaligned: bool = False
     inflight_bytes: int = 0
+    num_subtasks: int = 0
+    num_acknowledged: int = 0
+    is_savepoint: bool = False
+    external_path: str = ""
+    discarded: bool = False
 
 
 @dataclass(frozen=True)

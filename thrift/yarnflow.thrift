@@ -156,6 +156,11 @@ struct CheckpointInfo {
   7: string failure,               // why it was aborted ("" otherwise)
   8: bool unaligned,               // some task took it unaligned
   9: i64 inflight_bytes,           // in-flight data persisted by its tasks (unaligned)
+  10: i32 num_subtasks,            // the tasks that must acknowledge it
+  11: i32 num_acknowledged,
+  12: bool is_savepoint,           // taken on a user's request into a savepoint folder
+  13: string external_path,        // its folder once written (a savepoint's folder)
+  14: bool discarded,              // completed, no longer retained: its files are deleted
 }
 
 struct JobStatusInfo {

@@ -103,6 +103,11 @@ class CheckpointStats:
     inflight_bytes: int = 0
     failure: CheckpointFailureReason | None = None
     failure_detail: str = ""
+    num_subtasks: int = 0  # the tasks that must acknowledge it
+    num_acknowledged: int = 0
+    savepoint: bool = False  # taken on a user's request into a savepoint folder
+    external_path: str = ""  # where it is, once written: its folder (a savepoint's folder)
+    discarded: bool = False  # completed, then no longer retained: its files are deleted
     acknowledged: dict[ExecutionAttemptID, object] = field(default_factory=dict)
     life: Lifecycle[CheckpointStatus] = field(init=False, repr=False)
 
@@ -276,7 +281,7 @@ class CheckpointCoordinator:
             log.debug("checkpoint skipped: not every task is running")
             return None
         checkpoint_id = self._ids.get_and_increment()
-        stats = CheckpointStats(checkpoint_id, now)
+        stats = CheckpointStats(checkpoint_id, now, num_subtasks=len(plan.acknowledge))
         self.pending[checkpoint_id] = stats
         self.history.append(stats)
         self._awaiting[checkpoint_id] = set(plan.acknowledge)
@@ -311,6 +316,7 @@ class CheckpointCoordinator:
             return False
         awaiting.discard(attempt_id)
         stats.acknowledged[attempt_id] = state_handle
+        stats.num_acknowledged += 1
         stats.state_size += state_size
         stats.alignment_ms = max(stats.alignment_ms, alignment_ms)
         stats.unaligned = stats.unaligned or unaligned
@@ -370,9 +376,9 @@ class CheckpointCoordinator:
                         f"{missing} tasks had not acknowledged after {self.settings.timeout_ms} ms")
 
     # -- completion --------------------------------------------------------------------------------
-    def metadata_written(self, checkpoint_id: int) -> None:
-        """``_metadata`` exists: the checkpoint is complete (its pointer may be stored first by
-        the caller in HA mode)."""
+    def metadata_written(self, checkpoint_id: int, external_path: str = "") -> None:
+        """``_metadata`` exists (in ``external_path``): the checkpoint is complete (its pointer
+        may be stored first by the caller in HA mode)."""
         stats = self.pending.pop(checkpoint_id, None)
         if stats is None or stats.status != CheckpointStatus.FINALIZING:
             if stats is None:  # aborted meanwhile (e.g. subsumed): its files must go
@@ -380,6 +386,7 @@ class CheckpointCoordinator:
             return
         self._cancel_timeout(checkpoint_id)
         stats.move(CheckpointStatus.COMPLETED)
+        stats.external_path = external_path
         stats.end_time_ms = self._clock.now_ms()
         self._last_end_ms = stats.end_time_ms
         self.consecutive_failures = 0
@@ -392,6 +399,7 @@ class CheckpointCoordinator:
         self.completed.append(stats)
         while len(self.completed) > self.settings.num_retained:
             gone = self.completed.pop(0)
+            gone.discarded = True
             self._out.append(DiscardCheckpoint(gone.checkpoint_id))
         self._out.append(NotifyCheckpointComplete(checkpoint_id, tasks))
 

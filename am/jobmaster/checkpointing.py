@@ -293,7 +293,8 @@ class JobCheckpoints:
                 failure = "unreadable at restore"
             out.append(CheckpointInfo(stats.checkpoint_id, stats.status.value, stats.trigger_time_ms,
                                       stats.duration_ms, stats.state_size, stats.alignment_ms, failure,
-                                      stats.unaligned, stats.inflight_bytes))
+                                      stats.unaligned, stats.inflight_bytes, stats.num_subtasks,
+                                      stats.num_acknowledged, stats.savepoint, stats.external_path, stats.discarded))
         return out
 
     def latest_completed_id(self) -> int:

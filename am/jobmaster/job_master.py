@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import posixpath
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -310,12 +311,14 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         try:
             url = self._checkpoints.write_metadata(action.checkpoint_id, action.metadata)
             self._checkpoint_store.add(action.checkpoint_id, url)
+            external = posixpath.dirname(url)
             savepoint = self._savepoints.get(action.checkpoint_id)
             if savepoint is not None and not savepoint[0]:  # a checkpoint asked for (trigger_checkpoint)
                 savepoint[1].set_result(url)
             elif savepoint is not None:  # copied before the checkpoint completes: no newer one subsumes it meanwhile
                 try:
-                    savepoint[1].set_result(write_savepoint(savepoint[0], str(self.job_id), action.metadata))
+                    external = write_savepoint(savepoint[0], str(self.job_id), action.metadata)
+                    savepoint[1].set_result(external)
                 except SavepointError as exc:
                     log.warning("job %s: %s", self.job_id, exc)
                     stopping = action.checkpoint_id in self._stop_savepoints
@@ -332,7 +335,7 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
                         action.checkpoint_id, exc)
             self._execute(self.core.checkpoint_metadata_failed, action.checkpoint_id, str(exc))
         else:
-            self._execute(self.core.checkpoint_metadata_written, action.checkpoint_id)
+            self._execute(self.core.checkpoint_metadata_written, action.checkpoint_id, external)
 
     def _discard_checkpoint(self, checkpoint_id: int, shared_files: tuple[str, ...] = ()) -> None:
         """Forget the pointer, then delete the files, and the shared files no retained

@@ -173,9 +173,9 @@ class CheckpointEvents:
             self.checkpoints.coordinator.trigger_failed(checkpoint_id, attempt_id, error.describe())
             self.checkpoints.checkpoint_ended()
 
-    def checkpoint_metadata_written(self, checkpoint_id: int) -> None:
+    def checkpoint_metadata_written(self, checkpoint_id: int, external_path: str = "") -> None:
         if self.checkpoints is not None:
-            self.checkpoints.coordinator.metadata_written(checkpoint_id)
+            self.checkpoints.coordinator.metadata_written(checkpoint_id, external_path)
             self.checkpoints.checkpoint_ended()
 
     def checkpoint_metadata_failed(self, checkpoint_id: int, detail: str) -> None:

@@ -180,6 +180,7 @@ class SavepointsAndRecovery:
         if checkpoint_id is None:
             return "a checkpoint could not start now: not every task is running"
         self._savepoints[checkpoint_id] = (target_dir, Future())
+        checkpoints.coordinator.pending[checkpoint_id].savepoint = bool(target_dir)
         if stop:
             self._stop_savepoints.add(checkpoint_id)
         if target_dir:

@@ -1574,11 +1574,16 @@ class CheckpointInfo(object):
      - failure
      - unaligned
      - inflight_bytes
+     - num_subtasks
+     - num_acknowledged
+     - is_savepoint
+     - external_path
+     - discarded
 
     """
 
 
-    def __init__(self, checkpoint_id=None, status=None, trigger_time_ms=None, duration_ms=None, size_bytes=None, alignment_ms=None, failure=None, unaligned=None, inflight_bytes=None,):
+    def __init__(self, checkpoint_id=None, status=None, trigger_time_ms=None, duration_ms=None, size_bytes=None, alignment_ms=None, failure=None, unaligned=None, inflight_bytes=None, num_subtasks=None, num_acknowledged=None, is_savepoint=None, external_path=None, discarded=None,):
         self.checkpoint_id = checkpoint_id
         self.status = status
         self.trigger_time_ms = trigger_time_ms
@@ -1588,6 +1593,11 @@ class CheckpointInfo(object):
         self.failure = failure
         self.unaligned = unaligned
         self.inflight_bytes = inflight_bytes
+        self.num_subtasks = num_subtasks
+        self.num_acknowledged = num_acknowledged
+        self.is_savepoint = is_savepoint
+        self.external_path = external_path
+        self.discarded = discarded
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1643,6 +1653,31 @@ class CheckpointInfo(object):
                     self.inflight_bytes = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 10:
+                if ftype == TType.I32:
+                    self.num_subtasks = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 11:
+                if ftype == TType.I32:
+                    self.num_acknowledged = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 12:
+                if ftype == TType.BOOL:
+                    self.is_savepoint = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 13:
+                if ftype == TType.STRING:
+                    self.external_path = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 14:
+                if ftype == TType.BOOL:
+                    self.discarded = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1688,6 +1723,26 @@ class CheckpointInfo(object):
         if self.inflight_bytes is not None:
             oprot.writeFieldBegin('inflight_bytes', TType.I64, 9)
             oprot.writeI64(self.inflight_bytes)
+            oprot.writeFieldEnd()
+        if self.num_subtasks is not None:
+            oprot.writeFieldBegin('num_subtasks', TType.I32, 10)
+            oprot.writeI32(self.num_subtasks)
+            oprot.writeFieldEnd()
+        if self.num_acknowledged is not None:
+            oprot.writeFieldBegin('num_acknowledged', TType.I32, 11)
+            oprot.writeI32(self.num_acknowledged)
+            oprot.writeFieldEnd()
+        if self.is_savepoint is not None:
+            oprot.writeFieldBegin('is_savepoint', TType.BOOL, 12)
+            oprot.writeBool(self.is_savepoint)
+            oprot.writeFieldEnd()
+        if self.external_path is not None:
+            oprot.writeFieldBegin('external_path', TType.STRING, 13)
+            oprot.writeString(self.external_path.encode('utf-8') if sys.version_info[0] == 2 else self.external_path)
+            oprot.writeFieldEnd()
+        if self.discarded is not None:
+            oprot.writeFieldBegin('discarded', TType.BOOL, 14)
+            oprot.writeBool(self.discarded)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4301,6 +4356,11 @@ CheckpointInfo.thrift_spec = (
     (7, TType.STRING, 'failure', 'UTF8', None, ),  # 7
     (8, TType.BOOL, 'unaligned', None, None, ),  # 8
     (9, TType.I64, 'inflight_bytes', None, None, ),  # 9
+    (10, TType.I32, 'num_subtasks', None, None, ),  # 10
+    (11, TType.I32, 'num_acknowledged', None, None, ),  # 11
+    (12, TType.BOOL, 'is_savepoint', None, None, ),  # 12
+    (13, TType.STRING, 'external_path', 'UTF8', None, ),  # 13
+    (14, TType.BOOL, 'discarded', None, None, ),  # 14
 )
 all_structs.append(JobStatusInfo)
 JobStatusInfo.thrift_spec = (
