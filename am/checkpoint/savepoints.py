@@ -31,6 +31,7 @@ Every function here does I/O: the JobMaster shell calls them off its main thread
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import uuid
 from typing import Any
@@ -46,6 +47,8 @@ from yarnflow.common.messages import SHARED_STATE_FILE, JobGraph, JobVertex
 from yarnflow.common.rocksdb_snapshot import NATIVE_TABLE, CorruptStateFileError, native_to_canonical
 
 VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 class SavepointError(YarnflowError):
@@ -192,6 +195,16 @@ def read_savepoint(path: str) -> dict[str, Any]:
                              f"reads version {VERSION}")
     doc["_folder"] = str(fs.unstrip_protocol(root))
     return doc
+
+
+def dispose_savepoint(path: str) -> bool:
+    """Delete the savepoint folder ``path`` (Flink's savepoint disposal): only a yarnflow savepoint
+    (``read_savepoint`` says what else it is), never a checkpoint or another folder."""
+    read_savepoint(path)
+    fs, root = _folder(path)
+    fs.rm(root, recursive=True)
+    log.info("savepoint %s disposed of", path)
+    return True
 
 
 def restore_metadata(savepoint: dict[str, Any], job_graph: JobGraph, allow_non_restored: bool) -> dict[str, Any]:

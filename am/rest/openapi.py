@@ -111,6 +111,49 @@ _SCHEMAS: dict[str, Any] = {
                         hardware={"type": "object"}, allocatedSlots={"type": "array", "items": {"type": "object"}}),
     "TaskManagers": _obj(["taskmanagers"], taskmanagers={"type": "array", "items": _ref("TaskManager")}),
     "Artifact": _obj(["uri", "sha256", "size"], uri=_STR, sha256=_STR, size=_INT),
+    "JobStatus": _obj(["status"], status=_STR),
+    "JobConfig": _obj(["jid", "name", "execution-config"], jid=_STR, name=_STR, **{"execution-config": _obj(
+        ["execution-mode", "restart-strategy", "job-parallelism"], **{
+            "execution-mode": _STR, "restart-strategy": _STR, "job-parallelism": _INT, "object-reuse-mode": _BOOL,
+            "user-config": {"type": "object", "additionalProperties": _STR}})}),
+    "KeyValues": {"type": "array", "items": _obj(["key", "value"], key=_STR, value=_STR)},
+    "CheckpointConfig": _obj(["mode", "interval", "timeout", "min_pause", "max_concurrent", "externalization"], **{
+        "mode": {"type": "string", "enum": ["EXACTLY_ONCE", "AT_LEAST_ONCE"]}, "interval": _INT, "timeout": _INT,
+        "min_pause": _INT, "max_concurrent": _INT, "externalization": _obj(
+            ["enabled", "delete_on_cancellation"], enabled=_BOOL, delete_on_cancellation=_BOOL),
+        "state_backend": _STR, "checkpoint_storage": _STR, "unaligned_checkpoints": _BOOL,
+        "tolerable_failed_checkpoints": _INT, "aligned_checkpoint_timeout": _INT,
+        "checkpoints_after_tasks_finish": _BOOL, "state_changelog_enabled": _BOOL,
+        "checkpoint_storage_path": _NULLABLE_STR, "num_retained": _INT}),
+    "Checkpoint": _obj(["id", "status", "is_savepoint", "trigger_timestamp", "num_subtasks",
+                        "num_acknowledged_subtasks"], **{
+        "className": _STR, "id": _INT, "status": {"type": "string", "enum": ["IN_PROGRESS", "COMPLETED", "FAILED"]},
+        "is_savepoint": _BOOL, "checkpoint_type": _STR, "trigger_timestamp": _INT, "latest_ack_timestamp": _INT,
+        "state_size": _INT, "end_to_end_duration": _INT, "num_subtasks": _INT, "num_acknowledged_subtasks": _INT,
+        "external_path": _NULLABLE_STR, "discarded": _BOOL, "failure_message": _NULLABLE_STR}),
+    "ExecutionResult": _obj(["status"], status=_obj(["id"], id={"type": "string", "enum": ["IN_PROGRESS", "COMPLETED"]}),
+                            **{"job-execution-result": _obj(["id", "application-status", "net-runtime"], **{
+                                "id": _STR, "application-status": {
+                                    "type": "string", "enum": ["SUCCEEDED", "FAILED", "CANCELED", "UNKNOWN"]},
+                                "accumulator-results": {"type": "object"}, "net-runtime": _INT,
+                                "failure-cause": {"type": "object"}})}),
+    "Accumulators": _obj(["job-accumulators", "user-task-accumulators"], **{
+        "job-accumulators": {"type": "array"}, "user-task-accumulators": {"type": "array"},
+        "serialized-user-task-accumulators": {"type": "object"}}),
+    "Subtask": _obj(["subtask", "status", "attempt", "duration", "metrics"], subtask=_INT, status=_STR, attempt=_INT,
+                    host=_STR, endpoint=_STR, duration=_INT, start_time=_INT, **{
+                        "taskmanager-id": _STR, "start-time": _INT, "end-time": _INT, "metrics": _ref("IOMetrics")}),
+    "VertexTaskManagers": _obj(["id", "name", "taskmanagers"], id=_STR, name=_STR, now=_INT, taskmanagers={
+        "type": "array", "items": _obj(["taskmanager-id", "status", "status-counts"], endpoint=_STR, host=_STR,
+                                       status=_STR, duration=_INT, **{
+                                           "taskmanager-id": _STR, "start-time": _INT, "end-time": _INT,
+                                           "metrics": _ref("IOMetrics"), "status-counts": _TASKS})}),
+    "LogList": _obj(["logs"], logs={"type": "array", "items": _obj(["name", "size", "mtime"], name=_STR, size=_INT,
+                                                                    mtime=_INT)}),
+    "ThreadDump": _obj(["threadInfos"], threadInfos={"type": "array", "items": _obj(
+        ["threadName", "stringifiedThreadInfo"], threadName=_STR, stringifiedThreadInfo=_STR)}),
+    "Metrics": {"type": "array", "items": _obj(["id"], id=_STR, value=_STR)},
+    "AggregatedMetrics": {"type": "array", "items": _obj(["id"], id=_STR, min=_NUM, max=_NUM, avg=_NUM, sum=_NUM)},
     "PrometheusTargets": {"type": "array", "items": _obj(["targets", "labels"], targets={
         "type": "array", "items": _STR}, labels={"type": "object", "additionalProperties": _STR})},
 }
@@ -129,7 +172,24 @@ def _answers(ok: str | None, code: str = "200", *errors: int) -> dict[str, Any]:
 
 _JOB = {"name": "jobid", "in": "path", "required": True, "description": "32 hex characters",
         "schema": {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"}}
-_VERTEX = {"name": "vertexid", "in": "path", "required": True, "schema": _STR}
+_HEX32 = {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"}
+_VERTEX = {"name": "vertexid", "in": "path", "required": True, "description": "32 hex characters", "schema": _HEX32}
+_TRIGGER = {"name": "triggerid", "in": "path", "required": True, "description": "32 hex characters", "schema": _HEX32}
+_TM = {"name": "tmid", "in": "path", "required": True, "schema": _STR}
+_LONG = {"type": "integer", "minimum": 0, "maximum": (1 << 63) - 1}
+_INDEX = {"name": "index", "in": "path", "required": True, "schema": _LONG}
+_AGG = "(min|max|avg|sum|MIN|MAX|AVG|SUM)"
+_SELECT = {"agg": f"^({_AGG}(,{_AGG})*)?$", "subtasks": r"^(\d{1,9}(-\d{1,9})?(,\d{1,9}(-\d{1,9})?)*)?$"}
+
+
+def _query(*names: str) -> list[dict[str, Any]]:
+    return [{"name": n, "in": "query", "required": False,
+             "schema": {"type": "string", "pattern": _SELECT[n]} if n in _SELECT else _STR} for n in names]
+
+
+def _metrics(summary: str, *path: dict[str, Any], aggregated: bool = False, select: str = "") -> dict[str, Any]:
+    params = [*path, *_query("get", *(["agg"] if aggregated else []), *([select] if select else []))]
+    return _get(summary, "AggregatedMetrics" if aggregated else "Metrics", 400, 404, params=params)
 
 
 def _get(summary: str, schema: str, *errors: int, params: list[Any] | None = None) -> dict[str, Any]:
@@ -148,9 +208,9 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/overview": _get("Every job's overview", "JobsOverview"),
             "/jobs/{jobid}": {
                 **_get("A job's details, vertices and their metrics", "JobDetailsInfo", 400, 404, params=job),
-                "patch": {"summary": "Cancel the job", "parameters": [_JOB, {
+                "patch": {"summary": "Cancel the job (mode=stop: stop it with a savepoint)", "parameters": [_JOB, {
                     "name": "mode", "in": "query", "required": False,
-                    "schema": {"type": "string", "enum": ["cancel"]}}],
+                    "schema": {"type": "string", "enum": ["cancel", "stop"]}}],
                     "responses": _answers(None, "202", 400, 404, 409)}},
             "/jobs/{jobid}/plan": _get("The job's dataflow plan", "Plan", 400, 404, params=job),
             "/jobs/{jobid}/exceptions": _get("Root cause and failure history", "Exceptions", 400, 404, params=job),
@@ -166,16 +226,63 @@ def openapi_document() -> dict[str, Any]:
                     "type": "object", "properties": {"target-directory": _FOLDER, "cancel-job": _BOOL}}}}},
                 "responses": _answers("TriggerResponse", "202", 400, 404, 409)}},
             "/jobs/{jobid}/savepoints/{triggerid}": _get(
-                "A savepoint's status", "SavepointStatus", 400, 404,
-                params=[_JOB, {"name": "triggerid", "in": "path", "required": True, "schema": _STR}]),
+                "A savepoint's (or stop-with-savepoint's) status", "SavepointStatus", 400, 404, params=[_JOB, _TRIGGER]),
             "/jobs/{jobid}/rescaling": {"patch": {
                 "summary": "Rescale the running job (asynchronous)",
                 "parameters": [*job, {"name": "parallelism", "in": "query", "required": True,
                                       "schema": {"type": "integer", "minimum": 1}}],
                 "responses": _answers("TriggerResponse", "202", 400, 404, 409)}},
             "/jobs/{jobid}/rescaling/{triggerid}": _get(
-                "A rescaling's status", "SavepointStatus", 400, 404,
-                params=[_JOB, {"name": "triggerid", "in": "path", "required": True, "schema": _STR}]),
+                "A rescaling's status", "SavepointStatus", 400, 404, params=[_JOB, _TRIGGER]),
+            "/jobs/{jobid}/status": _get("The job's state", "JobStatus", 400, 404, params=job),
+            "/jobs/{jobid}/config": _get("The job's execution configuration", "JobConfig", 400, 404, params=job),
+            "/jobs/{jobid}/jobmanager/config": _get("The job's effective configuration (secrets hidden)", "KeyValues",
+                                                    400, 404, params=job),
+            "/jobs/{jobid}/checkpoints/config": _get("The job's checkpointing configuration", "CheckpointConfig",
+                                                     400, 404, params=job),
+            "/jobs/{jobid}/checkpoints/details/{checkpointid}": _get(
+                "One checkpoint's statistics", "Checkpoint", 400, 404, params=[_JOB, {
+                    "name": "checkpointid", "in": "path", "required": True, "schema": _LONG}]),
+            "/jobs/{jobid}/execution-result": _get("The job's result once it ended", "ExecutionResult", 400, 404,
+                                                   params=job),
+            "/jobs/{jobid}/accumulators": _get("User accumulators (yarnflow has none: empty)", "Accumulators",
+                                               400, 404, params=job),
+            "/jobs/{jobid}/stop": {"post": {
+                "summary": "Stop the job with a savepoint (asynchronous; status under savepoints)", "parameters": job,
+                "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                    "type": "object", "properties": {"targetDirectory": _FOLDER, "drain": _BOOL}}}}},
+                "responses": _answers("TriggerResponse", "202", 400, 404, 409)}},
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}": _get(
+                "One subtask's current attempt", "Subtask", 400, 404, params=[_JOB, _VERTEX, _INDEX]),
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}/attempts/{attempt}": _get(
+                "One subtask's attempt (the current one only)", "Subtask", 400, 404, params=[
+                    _JOB, _VERTEX, _INDEX, {"name": "attempt", "in": "path", "required": True, "schema": _LONG}]),
+            "/jobs/{jobid}/vertices/{vertexid}/taskmanagers": _get(
+                "The vertex's subtasks per TaskExecutor", "VertexTaskManagers", 400, 404, params=[_JOB, _VERTEX]),
+            "/jobs/{jobid}/metrics": _metrics("The job's metrics", _JOB),
+            "/jobs/{jobid}/vertices/{vertexid}/metrics": _metrics("The vertex's metrics, per subtask", _JOB, _VERTEX),
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics": _metrics(
+                "The vertex's metrics aggregated over subtasks", _JOB, _VERTEX, aggregated=True, select="subtasks"),
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}/metrics": _metrics(
+                "One subtask's metrics", _JOB, _VERTEX, _INDEX),
+            "/jobs/metrics": _metrics("Job metrics aggregated over jobs", aggregated=True, select="jobs"),
+            "/jobmanager/metrics": _metrics("The AppMaster's metrics"),
+            "/taskmanagers/metrics": _metrics("TaskExecutor metrics aggregated", aggregated=True, select="taskmanagers"),
+            "/taskmanagers/{tmid}/metrics": _metrics("One TaskExecutor's metrics", _TM),
+            "/jobmanager/config": _get("The cluster's configuration (secrets hidden)", "KeyValues"),
+            "/jobmanager/logs": _get("The AppMaster's log files", "LogList"),
+            "/jobmanager/thread-dump": _get("The AppMaster's threads and their stacks", "ThreadDump"),
+            "/taskmanagers/{tmid}/logs": _get("A TaskExecutor's log files on the AppMaster's host", "LogList", 404,
+                                              params=[_TM]),
+            "/savepoint-disposal": {"post": {
+                "summary": "Delete a savepoint (asynchronous)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _obj(
+                    ["savepoint-path"], **{"savepoint-path": {**_FOLDER, "type": "string", "minLength": 1}})}}},
+                "responses": _answers("TriggerResponse", "202", 400)}},
+            "/savepoint-disposal/{triggerid}": _get("A savepoint disposal's status", "SavepointStatus", 400, 404,
+                                                     params=[_TRIGGER]),
+            "/cluster": {"delete": {"summary": "Shut the cluster down: its jobs are cancelled",
+                                    "responses": _answers(None, "200")}},
             "/jobs/{jobid}/logs": _get("The job's log lines (AppMaster and local TaskExecutors)", "Logs", 400, 404,
                                        params=[_JOB, {"name": "taskexecutor", "in": "query", "required": False,
                                                       "schema": _STR}]),
@@ -184,8 +291,7 @@ def openapi_document() -> dict[str, Any]:
                 "parameters": [{"name": "count", "in": "query", "required": True,
                                 "schema": {"type": "integer", "minimum": 0}}],
                 "responses": _answers("ScaledTaskManagers", "200", 400)}},
-            "/taskmanagers/{tmid}": _get("One TaskExecutor with its slots", "TaskManager", 404, params=[
-                {"name": "tmid", "in": "path", "required": True, "schema": _STR}]),
+            "/taskmanagers/{tmid}": _get("One TaskExecutor with its slots", "TaskManager", 404, params=[_TM]),
             "/artifacts": {"post": {
                 "summary": "Upload a job artifact (for a client that cannot write the storage dir)",
                 "parameters": [{"name": "sha256", "in": "query", "required": True,

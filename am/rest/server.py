@@ -49,6 +49,8 @@ from yarnflow.common.errors import (
 from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
+from yarnflow.am.rest.job_api import JobApi, ask_stop_mode, is_trigger_id
+from yarnflow.am.rest.metrics_api import MetricsApi
 from yarnflow.am.rest.auth import bad_storage_path, https_context, install_token_check, json_depth, rest_auth_token
 from yarnflow.am.rest.uploads import UploadError, receive_artifact
 from yarnflow.common.metrics import metrics_address
@@ -85,11 +87,13 @@ class RestServer:
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="rest-savepoint")
-        self._triggers: collections.OrderedDict[str, tuple[JobID, Future[str]]] = collections.OrderedDict()
+        #: trigger id -> (its job, or None for a savepoint disposal; the operation)
+        self._triggers: collections.OrderedDict[str, tuple[JobID | None, Future[Any]]] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.url = ""
         self._token = rest_auth_token(self._config, am.tls)
         self._https = https_context(self._config, am.tls)
+        self.job_api = JobApi(self)
         self.app = self._make_app()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -144,6 +148,8 @@ class RestServer:
         return dispatcher.ask(dispatcher.get_job, self._job_id(jobid))
 
     def _vertex(self, jobid: str, vertexid: str) -> tuple[Any, Any]:
+        if not _JOB_ID.fullmatch(vertexid):
+            raise ApiError(400, f"{vertexid[:100]!r} is not a vertex id (32 hexadecimal characters)")
         info = self._job(jobid)
         for v in info.vertices:
             if str(v.vertex_id) == vertexid:
@@ -173,7 +179,7 @@ class RestServer:
 
         def route(rule: str, fn: Callable[..., Any], methods: tuple[str, ...] = ("GET",)) -> None:
             for prefix in ("", "/v1"):
-                app.add_url_rule(prefix + rule, f"{prefix}{fn.__name__}", fn, methods=list(methods))
+                app.add_url_rule(prefix + rule, f"{prefix}{fn.__qualname__}", fn, methods=list(methods))
 
         @app.errorhandler(ApiError)
         def api_error(exc: ApiError) -> tuple[Response, int]:
@@ -226,6 +232,8 @@ class RestServer:
                 ("/metrics/prometheus-targets", self.prometheus_targets, ("GET",)),
                 ("/artifacts", self.upload_artifact, ("POST",))):
             route(rule, fn, methods)
+        for more, handler, verbs in self.job_api.routes() + MetricsApi(self).routes():
+            route(more, handler, verbs)
         return app
 
     # -- handlers --------------------------------------------------------------------------------
@@ -267,9 +275,11 @@ class RestServer:
         return graph is None or int(self._config.with_overrides(graph.config)[Options.CHECKPOINT_INTERVAL]) > 0
 
     def cancel(self, jobid: str) -> tuple[Response, int]:
-        mode = request.args.get("mode", "cancel")
+        mode = request.args.get("mode", "cancel").lower()
+        if mode == "stop":  # stop-with-savepoint into state.savepoints.dir
+            return ask_stop_mode(self.job_api, jobid)
         if mode != "cancel":
-            raise ApiError(400, f"mode {mode!r} is not supported: use mode=cancel")
+            raise ApiError(400, f"mode {mode!r} is not supported: use mode=cancel or mode=stop")
         dispatcher = self._dispatcher()
         dispatcher.ask(dispatcher.cancel_job, self._job_id(jobid))
         return jsonify({}), 202
@@ -295,7 +305,10 @@ class RestServer:
 
     def vertex(self, jobid: str, vertexid: str) -> Response:
         info, v = self._vertex(jobid, vertexid)
-        return jsonify(views.subtasks(info, v))
+        graph = self._graph(info.job_id)
+        max_par = next((jv.max_parallelism for jv in graph.vertices if jv.vertex_id == v.vertex_id), -1) \
+            if graph is not None else -1
+        return jsonify(views.subtasks(info, v, max_par))
 
     def backpressure(self, jobid: str, vertexid: str) -> Response:
         return jsonify(views.backpressure(self._vertex(jobid, vertexid)[1]))
@@ -342,7 +355,7 @@ class RestServer:
         dispatcher, job_id, parallelism = self._dispatcher(), info.job_id, int(raw)
         return self._trigger(job_id, lambda: dispatcher.ask(dispatcher.rescale_job, job_id, parallelism, timeout=None))
 
-    def _trigger(self, job_id: JobID, work: Any) -> tuple[Response, int]:
+    def _trigger(self, job_id: JobID | None, work: Any) -> tuple[Response, int]:
         trigger_id = uuid.uuid4().hex
         with self._lock:
             self._triggers[trigger_id] = (job_id, self._pool.submit(work))
@@ -356,12 +369,14 @@ class RestServer:
     def rescaling_status(self, jobid: str, triggerid: str) -> Response:
         return self._status(jobid, triggerid, "rescaling", lambda parallelism: {"parallelism": parallelism})
 
-    def _status(self, jobid: str, triggerid: str, what: str, done: Any) -> Response:
-        job_id = self._job_id(jobid)
+    def _status(self, jobid: str | None, triggerid: str, what: str, done: Any) -> Response:
+        job_id = self._job_id(jobid) if jobid is not None else None
+        if not is_trigger_id(triggerid):
+            raise ApiError(400, f"{triggerid[:100]!r} is not a trigger id (32 hexadecimal characters)")
         with self._lock:
             entry = self._triggers.get(triggerid)
         if entry is None or entry[0] != job_id:
-            raise ApiError(404, f"no {what} trigger {triggerid} for job {jobid}")
+            raise ApiError(404, f"no {what} trigger {triggerid}" + (f" for job {jobid}" if jobid else ""))
         future = entry[1]
         if not future.done():
             return jsonify({"status": {"id": "IN_PROGRESS"}, "operation": None})

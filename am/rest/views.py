@@ -6,8 +6,9 @@ of their own, which Flink clients ignore."""
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from yarnflow.common.messages import (
     CheckpointInfo,
@@ -33,18 +34,26 @@ def _duration(start_ms: int, end_ms: int) -> int:
     return (end_ms if end_ms > 0 else now_ms()) - start_ms
 
 
-def task_counts(states: Iterable[tuple[ExecutionState, int]]) -> dict[str, int]:
-    """Flink's ``tasks`` object: a count per execution state (lower case), zeros included."""
-    counts = {s.name.lower(): 0 for s in ExecutionState}
+def task_counts(states: Iterable[tuple[ExecutionState, int]], upper: bool = False) -> dict[str, int]:
+    """A count per execution state, zeros included: lower case in ``/jobs/overview``'s ``tasks``
+    (Flink's JobDetails), the states' own names (``RUNNING``) in a job's ``status-counts`` and
+    its vertices' ``tasks`` (Flink's maps keyed by ExecutionState)."""
+    name = (lambda s: s.name) if upper else (lambda s: s.name.lower())
+    counts = {name(s): 0 for s in ExecutionState}
+    counts["RECONCILING" if upper else "reconciling"] = 0  # Flink's state for a master failover: none here yet
     for state, n in states:
-        counts[state.name.lower()] = counts.get(state.name.lower(), 0) + n
+        counts[name(state)] += n
     return counts
 
 
 def vertex_status(v: VertexStatus) -> ExecutionState:
-    """A vertex's state as Flink aggregates its subtasks': the furthest-behind state wins,
+    return aggregate_state(v.state_counts)
+
+
+def aggregate_state(state_counts: Mapping[ExecutionState, int]) -> ExecutionState:
+    """Subtasks' states as Flink aggregates them (a vertex's): the furthest-behind state wins,
     except that any failure (or cancellation) shows."""
-    counts = {s: n for s, n in v.state_counts.items() if n}
+    counts = {s: n for s, n in state_counts.items() if n}
     for state in (ExecutionState.FAILED, ExecutionState.CANCELING, ExecutionState.CANCELED):
         if state in counts:
             return state
@@ -106,7 +115,7 @@ def job_overview(info: JobStatusInfo) -> dict[str, Any]:
 
 
 def vertex_details(info: JobStatusInfo, v: VertexStatus, max_parallelism: int) -> dict[str, Any]:
-    counts = task_counts(v.state_counts.items())
+    counts = task_counts(v.state_counts.items(), upper=True)
     return {"id": str(v.vertex_id), "name": v.name, "parallelism": v.parallelism, "maxParallelism": max_parallelism,
             "status": vertex_status(v).name, "start-time": info.start_time_ms, "end-time": info.end_time_ms or -1,
             "duration": _duration(info.start_time_ms, info.end_time_ms), "tasks": counts,
@@ -117,7 +126,7 @@ def job_details(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
     """``/jobs/:jobid`` (Flink's JobDetailsInfo)."""
     max_par = {str(jv.vertex_id): jv.max_parallelism for jv in graph.vertices} if graph else {}
     vertices = [vertex_details(info, v, max_par.get(str(v.vertex_id), -1)) for v in info.vertices]
-    status_counts = task_counts((vertex_status(v), 1) for v in info.vertices)
+    status_counts = task_counts(((vertex_status(v), 1) for v in info.vertices), upper=True)
     timestamps = {s.name: 0 for s in JobStatus}
     timestamps[JobStatus.CREATED.name] = info.start_time_ms
     if info.all_running_time_ms:
@@ -151,20 +160,24 @@ def plan(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
                      "type": graph.runtime_mode if graph else "STREAMING", "nodes": nodes}}
 
 
-def subtasks(info: JobStatusInfo, v: VertexStatus) -> dict[str, Any]:
+def subtask(info: JobStatusInfo, v: VertexStatus, i: int) -> dict[str, Any]:
+    """One subtask's current attempt (Flink's SubtaskExecutionAttemptDetailsInfo). Its times are
+    the job's: from its start (or its latest restart) to its end, or to now while it runs."""
+    state = v.subtask_states[i] if i < len(v.subtask_states) else ExecutionState.CREATED
+    where = v.subtask_locations[i] if i < len(v.subtask_locations) else ""
+    start = info.all_running_time_ms or info.start_time_ms
+    end = info.end_time_ms or -1
+    return {"subtask": i, "status": state.name, "attempt": v.subtask_attempts[i] if i < len(v.subtask_attempts) else 0,
+            "endpoint": where or "(unassigned)", "host": where.split(":")[0] if where else "(unassigned)",
+            "taskmanager-id": where or "(unassigned)", "start-time": start, "start_time": start, "end-time": end,
+            "duration": _duration(start, info.end_time_ms) if state != ExecutionState.CREATED else -1,
+            "metrics": io_metrics(_subtask_metrics(v)[i:i + 1])}
+
+
+def subtasks(info: JobStatusInfo, v: VertexStatus, max_parallelism: int = -1) -> dict[str, Any]:
     """``/jobs/:jobid/vertices/:vertexid`` (Flink's JobVertexDetailsInfo): one entry per subtask."""
-    metrics = _subtask_metrics(v)
-    rows = []
-    for i in range(v.parallelism):
-        state = v.subtask_states[i] if i < len(v.subtask_states) else ExecutionState.CREATED
-        where = v.subtask_locations[i] if i < len(v.subtask_locations) else ""
-        rows.append({"subtask": i, "status": state.name,
-                     "attempt": v.subtask_attempts[i] if i < len(v.subtask_attempts) else 0,
-                     "endpoint": where or "(unassigned)", "taskmanager-id": where or "(unassigned)",
-                     "start-time": info.start_time_ms, "end-time": -1, "duration": -1,
-                     "metrics": io_metrics(metrics[i:i + 1])})
-    return {"id": str(v.vertex_id), "name": v.name, "parallelism": v.parallelism, "now": now_ms(),
-            "subtasks": rows}
+    return {"id": str(v.vertex_id), "name": v.name, "parallelism": v.parallelism, "maxParallelism": max_parallelism,
+            "now": now_ms(), "subtasks": [subtask(info, v, i) for i in range(v.parallelism)]}
 
 
 def backpressure(v: VertexStatus) -> dict[str, Any]:
@@ -181,11 +194,18 @@ def backpressure(v: VertexStatus) -> dict[str, Any]:
             "subtasks": rows}
 
 
+def _where(location: str) -> str | None:
+    """The TaskExecutor a failure's location names (``TaskExecutor te-1-ab12 (pid ...) / task``)."""
+    m = re.match(r"TaskExecutor (\S+)", location)
+    return m.group(1) if m else None
+
+
 def _error_entry(error: ErrorInfo, timestamp: int, task: str) -> dict[str, Any]:
     location = error.location or ""
     return {"exceptionName": error.error_class, "stacktrace": error.traceback or error.describe(),
             "timestamp": timestamp, "taskName": task or None, "endpoint": location or None,
-            "taskManagerId": None, "failureLabels": {}, "concurrentExceptions": []}
+            "taskManagerId": _where(location), "failureLabels": {},
+            "concurrentExceptions": []}
 
 
 def exceptions(info: JobStatusInfo) -> dict[str, Any]:
@@ -196,26 +216,35 @@ def exceptions(info: JobStatusInfo) -> dict[str, Any]:
         "root-exception": (root.traceback or root.describe()) if root else None,
         "timestamp": (info.end_time_ms or now_ms()) if root else None,
         "all-exceptions": [{"exception": e["stacktrace"], "task": e["taskName"], "location": e["endpoint"],
-                            "timestamp": e["timestamp"], "taskManagerId": None} for e in entries],
+                            "timestamp": e["timestamp"], "taskManagerId": e["taskManagerId"]} for e in entries],
         "truncated": False,
         "exceptionHistory": {"entries": entries, "truncated": False},
     }
     return out
 
 
-def _checkpoint_entry(c: CheckpointInfo) -> dict[str, Any]:
+def checkpoint_entry(c: CheckpointInfo) -> dict[str, Any]:
+    """One checkpoint or savepoint (Flink's CheckpointStatistics, with the fields of its completed
+    or failed kind)."""
     status = {"COMPLETED": "COMPLETED", "ABORTED": "FAILED"}.get(c.status, "IN_PROGRESS")
-    return {"className": ".CompletedCheckpointStatistics" if status == "COMPLETED" else
-            ".FailedCheckpointStatistics" if status == "FAILED" else ".PendingCheckpointStatistics",
-            "id": c.checkpoint_id, "status": status, "is_savepoint": False,
-            "checkpoint_type": "UNALIGNED_CHECKPOINT" if c.unaligned else "CHECKPOINT", "unaligned": c.unaligned,
-            "trigger_timestamp": c.trigger_time_ms,
-            "latest_ack_timestamp": c.trigger_time_ms + c.duration_ms if c.duration_ms else -1,
-            "state_size": c.size_bytes, "checkpointed_size": c.size_bytes, "end_to_end_duration": c.duration_ms,
-            # persisted_data: the in-flight data an unaligned checkpoint stored; alignment_duration
-            # (yarnflow's): the longest a task waited for its barriers (or, unaligned, for them to come)
-            "alignment_buffered": 0, "processed_data": 0, "persisted_data": c.inflight_bytes,
-            "alignment_duration": c.alignment_ms, "failure_message": c.failure or None}
+    kind = {"COMPLETED": "Completed", "FAILED": "Failed"}.get(status, "Pending")
+    entry = {"className": f".{kind}CheckpointStatistics", "id": c.checkpoint_id, "status": status,
+             "is_savepoint": c.is_savepoint,
+             "checkpoint_type": "SAVEPOINT" if c.is_savepoint else "UNALIGNED_CHECKPOINT" if c.unaligned
+             else "CHECKPOINT", "unaligned": c.unaligned,
+             "trigger_timestamp": c.trigger_time_ms,
+             "latest_ack_timestamp": c.trigger_time_ms + c.duration_ms if c.duration_ms else -1,
+             "state_size": c.size_bytes, "checkpointed_size": c.size_bytes, "end_to_end_duration": c.duration_ms,
+             # persisted_data: the in-flight data an unaligned checkpoint stored; alignment_duration
+             # (yarnflow's): the longest a task waited for its barriers (or, unaligned, for them to come)
+             "alignment_buffered": 0, "processed_data": 0, "persisted_data": c.inflight_bytes,
+             "alignment_duration": c.alignment_ms, "num_subtasks": c.num_subtasks,
+             "num_acknowledged_subtasks": c.num_acknowledged, "tasks": {}}
+    if status == "COMPLETED":
+        entry.update({"external_path": c.external_path or None, "discarded": c.discarded})
+    elif status == "FAILED":
+        entry.update({"failure_timestamp": c.trigger_time_ms + c.duration_ms, "failure_message": c.failure or None})
+    return entry
 
 
 def _stats(values: list[int]) -> dict[str, Any]:
@@ -230,17 +259,30 @@ def _stats(values: list[int]) -> dict[str, Any]:
             "p90": pct(0.9), "p95": pct(0.95), "p99": pct(0.99), "p999": pct(0.999)}
 
 
+def _restored(info: JobStatusInfo, history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The checkpoint the job last restored from after a failure (Flink's RestoredCheckpointStatistics)."""
+    for f in reversed(info.failure_history):
+        if f.restored_checkpoint_id > 0:
+            known = next((h for h in history if h["id"] == f.restored_checkpoint_id), None)
+            return {"id": f.restored_checkpoint_id, "restore_timestamp": f.timestamp_ms,
+                    "is_savepoint": bool(known and known["is_savepoint"]),
+                    "external_path": known.get("external_path") if known else None}
+    return None
+
+
 def checkpoints(info: JobStatusInfo) -> dict[str, Any]:
-    """``/jobs/:jobid/checkpoints`` (Flink's CheckpointingStatistics)."""
-    history = [_checkpoint_entry(c) for c in reversed(info.checkpoints)]
+    """``/jobs/:jobid/checkpoints`` (Flink's CheckpointingStatistics): checkpoints and savepoints,
+    newest first."""
+    history = [checkpoint_entry(c) for c in reversed(info.checkpoints)]
     completed = [c for c in info.checkpoints if c.status == "COMPLETED"]
-    failed = [h for h in history if h["status"] == "FAILED"]
     counts = info.checkpoint_counts
-    latest_completed = _checkpoint_entry(completed[-1]) if completed else None
-    if latest_completed is not None:
-        latest_completed["external_path"] = None
+
+    def latest(pick: Any) -> dict[str, Any] | None:
+        return next((h for h in history if pick(h)), None)
+
     return {
-        "counts": {"restored": 0, "total": counts.completed + counts.failed + counts.in_progress,
+        "counts": {"restored": sum(1 for f in info.failure_history if f.restored_checkpoint_id > 0),
+                   "total": counts.completed + counts.failed + counts.in_progress,
                    "in_progress": counts.in_progress, "completed": counts.completed, "failed": counts.failed},
         "summary": {"state_size": _stats([c.size_bytes for c in completed]),
                     "checkpointed_size": _stats([c.size_bytes for c in completed]),
@@ -248,8 +290,9 @@ def checkpoints(info: JobStatusInfo) -> dict[str, Any]:
                     "alignment_buffered": _stats([]), "processed_data": _stats([]),
                     "persisted_data": _stats([c.inflight_bytes for c in completed]),
                     "alignment_duration": _stats([c.alignment_ms for c in completed])},
-        "latest": {"completed": latest_completed, "savepoint": None, "failed": failed[0] if failed else None,
-                   "restored": None},
+        "latest": {"completed": latest(lambda h: h["status"] == "COMPLETED" and not h["is_savepoint"]),
+                   "savepoint": latest(lambda h: h["status"] == "COMPLETED" and h["is_savepoint"]),
+                   "failed": latest(lambda h: h["status"] == "FAILED"), "restored": _restored(info, history)},
         "history": history,
     }
 

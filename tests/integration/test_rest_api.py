@@ -212,7 +212,8 @@ def test_a_failing_job_shows_its_exceptions(cluster: Any, tmp_path: Path) -> Non
     ("GET", "/jobs/not-a-job", None, 400, "not a job id"),
     ("GET", "/jobs/" + "0" * 32, None, 404, "no job"),
     ("GET", "/jobs/" + "0" * 32 + "/exceptions", None, 404, "no job"),
-    ("PATCH", "/jobs/" + "0" * 32 + "?mode=stop", None, 400, "mode 'stop' is not supported"),
+    ("PATCH", "/jobs/" + "0" * 32 + "?mode=pause", None, 400, "mode 'pause' is not supported"),
+    ("PATCH", "/jobs/" + "0" * 32 + "?mode=stop", None, 404, "no job"),
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", "[1, 2]", 400, "must be a JSON object"),
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", "{not json", 400, "must be a JSON object"),
     ("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"cancel-job": "yes"}', 400, "cancel-job must be"),
@@ -225,7 +226,15 @@ def test_a_failing_job_shows_its_exceptions(cluster: Any, tmp_path: Path) -> Non
                  "nests deeper than 64", id="json-100000-deep"),
     pytest.param("POST", "/jobs/" + "0" * 32 + "/savepoints", '{"a": ' * 65 + "1" + "}" * 65, 400,
                  "rest.server.max-json-depth", id="json-65-deep"),
-    ("GET", "/jobs/" + "0" * 32 + "/savepoints/nope", None, 404, "no savepoint trigger"),
+    ("GET", "/jobs/" + "0" * 32 + "/savepoints/nope", None, 400, "not a trigger id"),
+    ("GET", "/jobs/" + "0" * 32 + "/savepoints/" + "a" * 32, None, 404, "no savepoint trigger"),
+    ("GET", "/savepoint-disposal/" + "a" * 32, None, 404, "no savepoint disposal trigger"),
+    ("POST", "/savepoint-disposal", '{"savepoint-path": "rel"}', 400, "absolute path"),
+    ("POST", "/savepoint-disposal", "{}", 400, "savepoint-path must name"),
+    ("GET", "/jobs/" + "0" * 32 + "/checkpoints/details/x", None, 400, "not a checkpoint id"),
+    ("GET", "/jobs/" + "0" * 32 + "/vertices/nope/subtasks/0", None, 400, "not a vertex id"),
+    ("GET", "/jobs/metrics?get=numRestarts&agg=median", None, 400, "unknown aggregation"),
+    ("POST", "/jobs/" + "0" * 32 + "/stop", '{"drain": "yes"}', 400, "drain must be"),
     ("GET", "/taskmanagers/nope", None, 404, "no TaskExecutor nope"),
     ("GET", "/no/such/path", None, 404, "not found"),
     ("DELETE", "/jobs", None, 405, "not allowed"),
@@ -245,7 +254,8 @@ def test_a_bad_job_or_vertex_on_a_running_job(cluster: Any, tmp_path: Path) -> N
     web = cluster.web
     job_id = submit(cluster, generator_job(str(tmp_path / "out")), "running")
     wait_flowing(web, job_id)
-    assert requests.get(f"{web}/jobs/{job_id}/vertices/nope", timeout=10).status_code == 404
+    assert requests.get(f"{web}/jobs/{job_id}/vertices/nope", timeout=10).status_code == 400  # not an id
+    assert requests.get(f"{web}/jobs/{job_id}/vertices/{'0' * 32}", timeout=10).status_code == 404
     # no savepoint folder given and none configured: refused before anything starts
     refused = requests.post(f"{web}/jobs/{job_id}/savepoints", json={}, timeout=10)
     assert refused.status_code == 400 and "state.savepoints.dir" in refused.json()["errors"][0]

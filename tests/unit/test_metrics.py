@@ -102,7 +102,7 @@ def test_vertex_metrics_sum_over_subtasks_and_average_the_times() -> None:
     assert (m["read-records"], m["write-records"], m["read-bytes"]) == (400, 400, 4000)
     assert m["write-records-per-second"] == 40.0
     assert m["backpressured-time-ms-per-second"] == 300.0 and m["backpressure-level"] == "low"
-    assert out["status"] == "RUNNING" and out["tasks"]["running"] == 2
+    assert out["status"] == "RUNNING" and out["tasks"]["RUNNING"] == 2  # Flink's ExecutionState names
     assert views.backpressure(v)["backpressure-level"] == "high"  # the worst subtask
     assert [s["backpressure-level"] for s in views.backpressure(v)["subtasks"]] == ["ok", "high"]
 

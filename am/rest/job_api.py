@@ -1,0 +1,315 @@
+"""Flink's REST paths beyond a job's details and its vertices' (issue 32): a job's status,
+configuration, checkpoint configuration and one checkpoint's details, its execution result and
+accumulators, stop-with-savepoint, one subtask and a vertex per TaskExecutor; the AppMaster's
+configuration, log files and thread dump; a TaskExecutor's log files; shutting the cluster
+down and disposing of a savepoint. Shapes and status codes are those of Flink's
+``rest_v1_dispatcher.yml``: 400 for a malformed id or body, 404 for what does not exist.
+
+Configuration values whose key names a secret (Flink's list: ``password``, ``secret``, ``token``,
+...) are shown as ``******``."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+import sys
+import threading
+import traceback
+from typing import TYPE_CHECKING, Any, Callable
+
+from flask import Response, jsonify, request, send_file
+
+from yarnflow.am.logs import log_files
+from yarnflow.am.rest import views
+from yarnflow.am.rest.auth import bad_storage_path
+from yarnflow.common.config import Options
+from yarnflow.common.states import ExecutionState, JobStatus
+
+if TYPE_CHECKING:
+    from yarnflow.am.rest.server import RestServer
+
+_HEX32 = re.compile(r"[0-9a-fA-F]{32}")
+#: parts of a configuration key that mark its value secret (Flink's GlobalConfiguration)
+SENSITIVE = ("password", "secret", "fs.azure.account.key", "apikey", "api-key", "auth-params", "service-key",
+             "token", "basic-auth", "jaas.config", "http-headers")
+HIDDEN = "******"
+_APPLICATION_STATUS = {JobStatus.FINISHED: "SUCCEEDED", JobStatus.FAILED: "FAILED", JobStatus.CANCELED: "CANCELED"}
+
+
+def key_values(config: dict[str, str]) -> list[dict[str, str]]:
+    """Flink's ClusterConfigurationInfo: ``[{"key", "value"}]``, sorted, secrets hidden."""
+    return [{"key": k, "value": HIDDEN if any(s in k.lower() for s in SENSITIVE) else v}
+            for k, v in sorted(config.items())]
+
+
+def _index(raw: str, what: str) -> int:
+    from yarnflow.am.rest.server import ApiError
+
+    if not raw.isascii() or not raw.isdigit() or int(raw) >= 1 << 63:
+        raise ApiError(400, f"{raw[:40]!r} is not a {what} (a non-negative integer)")
+    return int(raw)
+
+
+class JobApi:
+    """The handlers; ``routes()`` lists them for the REST server (under ``/`` and ``/v1``)."""
+
+    def __init__(self, rest: RestServer) -> None:
+        self._r = rest
+
+    def routes(self) -> list[tuple[str, Callable[..., Any], tuple[str, ...]]]:
+        return [
+            ("/jobs/<jobid>/status", self.status, ("GET",)),
+            ("/jobs/<jobid>/config", self.config, ("GET",)),
+            ("/jobs/<jobid>/jobmanager/config", self.job_manager_config, ("GET",)),
+            ("/jobs/<jobid>/checkpoints/config", self.checkpoint_config, ("GET",)),
+            ("/jobs/<jobid>/checkpoints/details/<checkpointid>", self.checkpoint_details, ("GET",)),
+            ("/jobs/<jobid>/execution-result", self.execution_result, ("GET",)),
+            ("/jobs/<jobid>/accumulators", self.accumulators, ("GET",)),
+            ("/jobs/<jobid>/stop", self.stop, ("POST",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>", self.subtask, ("GET",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>/attempts/<attempt>", self.attempt, ("GET",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/taskmanagers", self.vertex_taskmanagers, ("GET",)),
+            ("/jobmanager/config", self.cluster_config, ("GET",)),
+            ("/jobmanager/logs", self.job_manager_logs, ("GET",)),
+            ("/jobmanager/logs/<name>", self.job_manager_log, ("GET",)),
+            ("/jobmanager/thread-dump", self.thread_dump, ("GET",)),
+            ("/taskmanagers/<tmid>/logs", self.task_manager_logs, ("GET",)),
+            ("/taskmanagers/<tmid>/logs/<name>", self.task_manager_log, ("GET",)),
+            ("/cluster", self.shutdown, ("DELETE",)),
+            ("/savepoint-disposal", self.dispose_savepoint, ("POST",)),
+            ("/savepoint-disposal/<triggerid>", self.disposal_status, ("GET",)),
+        ]
+
+    # -- a job -----------------------------------------------------------------------------------
+    def _effective(self, info: Any) -> Any:
+        graph = self._r._graph(info.job_id)
+        return graph, self._r._config.with_overrides(graph.config if graph is not None else {})
+
+    def status(self, jobid: str) -> Response:
+        return jsonify(status=self._r._job(jobid).status.name)
+
+    def config(self, jobid: str) -> Response:
+        info = self._r._job(jobid)
+        graph, config = self._effective(info)
+        parallelism = max((v.parallelism for v in graph.vertices), default=config[Options.PARALLELISM]) \
+            if graph is not None else config[Options.PARALLELISM]
+        return jsonify({"jid": str(info.job_id), "name": info.name, "execution-config": {
+            "execution-mode": graph.runtime_mode if graph is not None else "STREAMING",
+            "restart-strategy": info.restart_strategy or config[Options.RESTART_STRATEGY],
+            "job-parallelism": parallelism, "object-reuse-mode": False,
+            "user-config": {k: v["value"] for k, v in
+                            ((e["key"], e) for e in key_values(dict(graph.config) if graph is not None else {}))}}})
+
+    def job_manager_config(self, jobid: str) -> Response:
+        return jsonify(key_values(self._effective(self._r._job(jobid))[1].to_strings()))
+
+    def checkpoint_config(self, jobid: str) -> Response:
+        from yarnflow.am.rest.server import ApiError
+
+        info = self._r._job(jobid)
+        _, config = self._effective(info)
+        interval = int(config[Options.CHECKPOINT_INTERVAL] or 0)
+        if interval <= 0:
+            raise ApiError(404, f"checkpointing is not enabled for job {jobid} (execution.checkpointing.interval)")
+        retention = config[Options.CHECKPOINT_RETENTION]
+        return jsonify({
+            "mode": config[Options.CHECKPOINT_MODE], "interval": interval,
+            "timeout": config[Options.CHECKPOINT_TIMEOUT], "min_pause": config[Options.CHECKPOINT_MIN_PAUSE],
+            "max_concurrent": config[Options.CHECKPOINT_MAX_CONCURRENT],
+            "externalization": {"enabled": retention != "NO_EXTERNALIZED_CHECKPOINTS",
+                                "delete_on_cancellation": retention != "RETAIN_ON_CANCELLATION"},
+            "state_backend": config[Options.STATE_BACKEND], "checkpoint_storage": "FileSystemCheckpointStorage",
+            "unaligned_checkpoints": config[Options.CHECKPOINT_UNALIGNED],
+            "tolerable_failed_checkpoints": config[Options.CHECKPOINT_TOLERABLE_FAILURES],
+            "aligned_checkpoint_timeout": config[Options.ALIGNED_CHECKPOINT_TIMEOUT],
+            "checkpoints_after_tasks_finish": True, "state_changelog_enabled": False,
+            "checkpoint_storage_path": config[Options.CHECKPOINT_DIR] or None,
+            "num_retained": config[Options.CHECKPOINT_NUM_RETAINED]})
+
+    def checkpoint_details(self, jobid: str, checkpointid: str) -> Response:
+        from yarnflow.am.rest.server import ApiError
+
+        wanted = _index(checkpointid, "checkpoint id")
+        info = self._r._job(jobid)
+        for c in info.checkpoints:
+            if c.checkpoint_id == wanted:
+                return jsonify(views.checkpoint_entry(c))
+        raise ApiError(404, f"no statistics of checkpoint {wanted} of job {jobid} (only the latest are kept)")
+
+    def execution_result(self, jobid: str) -> Response:
+        info = self._r._job(jobid)
+        if not info.status.is_globally_terminal:
+            return jsonify({"status": {"id": "IN_PROGRESS"}})
+        result: dict[str, Any] = {
+            "id": str(info.job_id), "application-status": _APPLICATION_STATUS.get(info.status, "UNKNOWN"),
+            "accumulator-results": {}, "net-runtime": max(0, (info.end_time_ms or 0) - info.start_time_ms)}
+        if info.failure_cause is not None:
+            cause = info.failure_cause
+            result["failure-cause"] = {"class": cause.error_class, "stack-trace": cause.traceback or cause.describe(),
+                                       "serialized-throwable": None}
+        return jsonify({"status": {"id": "COMPLETED"}, "job-execution-result": result})
+
+    def accumulators(self, jobid: str) -> Response:
+        """yarnflow has no user accumulators: the lists are empty (a Flink client still gets its shape)."""
+        self._r._job(jobid)
+        return jsonify({"job-accumulators": [], "user-task-accumulators": [],
+                        "serialized-user-task-accumulators": {}})
+
+    def stop(self, jobid: str) -> tuple[Response, int]:
+        """Flink's stop-with-savepoint: ``{"targetDirectory", "drain"}``; its status is that of a
+        savepoint (``GET /jobs/:jobid/savepoints/:triggerid``)."""
+        from yarnflow.am.rest.server import ApiError
+
+        body = self._r._body()
+        target, drain = body.get("targetDirectory"), body.get("drain", False)
+        if target is not None and not isinstance(target, str):
+            raise ApiError(400, "targetDirectory must be a string")
+        if not isinstance(drain, bool):
+            raise ApiError(400, "drain must be true or false")
+        return self.stop_job(jobid, target or "", drain)
+
+    def stop_job(self, jobid: str, target: str, drain: bool) -> tuple[Response, int]:
+        from yarnflow.am.rest.server import ApiError
+
+        if target:
+            why = bad_storage_path(target)
+            if why:
+                raise ApiError(400, f"targetDirectory {target[:200]!r}: {why}")
+        info = self._r._job(jobid)
+        if info.status.is_globally_terminal:
+            raise ApiError(409, f"job {jobid} already ended {info.status.name}")
+        _, config = self._effective(info)
+        if not target and not config[Options.SAVEPOINTS_DIR]:
+            raise ApiError(400, "no savepoint folder: give targetDirectory or set state.savepoints.dir")
+        dispatcher, job_id = self._r._dispatcher(), info.job_id
+        return self._r._trigger(job_id, lambda: dispatcher.ask(
+            dispatcher.stop_with_savepoint, job_id, target, drain, timeout=None))
+
+    # -- a vertex ----------------------------------------------------------------------------------
+    def _vertex_index(self, jobid: str, vertexid: str, index: str) -> tuple[Any, Any, int]:
+        from yarnflow.am.rest.server import ApiError
+
+        i = _index(index, "subtask index")
+        info, v = self._r._vertex(jobid, vertexid)
+        if i >= v.parallelism:
+            raise ApiError(404, f"vertex {vertexid} has {v.parallelism} subtasks: no subtask {i}")
+        return info, v, i
+
+    def subtask(self, jobid: str, vertexid: str, index: str) -> Response:
+        return jsonify(views.subtask(*self._vertex_index(jobid, vertexid, index)))
+
+    def attempt(self, jobid: str, vertexid: str, index: str, attempt: str) -> Response:
+        """Only the current attempt is kept: an earlier one is 404."""
+        from yarnflow.am.rest.server import ApiError
+
+        row = views.subtask(*self._vertex_index(jobid, vertexid, index))
+        if _index(attempt, "attempt number") != row["attempt"]:
+            raise ApiError(404, f"subtask {index} of vertex {vertexid} is at attempt {row['attempt']}: earlier "
+                                "attempts are not kept")
+        return jsonify(row)
+
+    def vertex_taskmanagers(self, jobid: str, vertexid: str) -> Response:
+        """Flink's JobVertexTaskManagersInfo: the vertex's subtasks grouped by where they run."""
+        info, v = self._r._vertex(jobid, vertexid)
+        rows = [views.subtask(info, v, i) for i in range(v.parallelism)]
+        by_place: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_place.setdefault(row["taskmanager-id"], []).append(row)
+        metrics = list(v.subtask_metrics)
+        out = []
+        for place, group in by_place.items():
+            states = Counter(ExecutionState[r["status"]] for r in group)
+            out.append({"endpoint": place, "host": group[0]["host"], "taskmanager-id": place,
+                        "status": views.aggregate_state(states).name, "start-time": group[0]["start-time"],
+                        "end-time": group[0]["end-time"], "duration": group[0]["duration"],
+                        "metrics": views.io_metrics(metrics[r["subtask"]] for r in group if r["subtask"] < len(metrics)),
+                        "status-counts": views.task_counts(states.items(), upper=True)})
+        return jsonify({"id": str(v.vertex_id), "name": v.name, "now": views.now_ms(), "taskmanagers": out})
+
+    # -- the AppMaster and the cluster --------------------------------------------------------------
+    def cluster_config(self) -> Response:
+        return jsonify(key_values(self._r._config.to_strings()))
+
+    def _logs(self, source: str) -> list[str]:
+        return [path for name, path in log_files(self._r._am.work_dir).items() if name == source]
+
+    @staticmethod
+    def _log_list(paths: list[str]) -> Response:
+        out = []
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            out.append({"name": os.path.basename(path), "size": st.st_size, "mtime": int(st.st_mtime * 1000)})
+        return jsonify(logs=out)
+
+    def _log_file(self, paths: list[str], name: str) -> Response:
+        from yarnflow.am.rest.server import ApiError
+
+        for path in paths:
+            if os.path.basename(path) == name and os.path.isfile(path):
+                return send_file(path, mimetype="text/plain", max_age=0)
+        raise ApiError(404, f"no log file {name[:100]!r} here")
+
+    def job_manager_logs(self) -> Response:
+        return self._log_list(self._logs("appmaster"))
+
+    def job_manager_log(self, name: str) -> Response:
+        return self._log_file(self._logs("appmaster"), name)
+
+    def _task_manager(self, tmid: str) -> list[str]:
+        from yarnflow.am.rest.server import ApiError
+
+        if not any(tm["id"] == tmid for tm in self._r._task_executors()):
+            raise ApiError(404, f"no TaskExecutor {tmid[:100]} is registered")
+        return self._logs(tmid)  # (none: it runs on another host, its logs are YARN's)
+
+    def task_manager_logs(self, tmid: str) -> Response:
+        return self._log_list(self._task_manager(tmid))
+
+    def task_manager_log(self, tmid: str, name: str) -> Response:
+        return self._log_file(self._task_manager(tmid), name)
+
+    def thread_dump(self) -> Response:
+        """Flink's ThreadDumpInfo: every thread of the AppMaster with its stack."""
+        frames = sys._current_frames()
+        infos = []
+        for t in sorted(threading.enumerate(), key=lambda t: t.name):
+            frame = frames.get(t.ident or -1)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+            infos.append({"threadName": t.name, "stringifiedThreadInfo":
+                          f'"{t.name}" daemon={t.daemon} id={t.ident}\n{stack}'})
+        return jsonify(threadInfos=infos)
+
+    def shutdown(self) -> Response:
+        """``DELETE /cluster``: every job is cancelled and the cluster stops (Flink's ShutdownHandler)."""
+        dispatcher = self._r._dispatcher()
+        threading.Thread(target=lambda: dispatcher.ask(dispatcher.shutdown_cluster), name="rest-shutdown",
+                         daemon=True).start()
+        return jsonify({})
+
+    def dispose_savepoint(self) -> tuple[Response, int]:
+        from yarnflow.am.checkpoint.savepoints import dispose_savepoint
+        from yarnflow.am.rest.server import ApiError
+
+        path = self._r._body().get("savepoint-path")
+        if not isinstance(path, str) or not path:
+            raise ApiError(400, "savepoint-path must name the savepoint's folder")
+        why = bad_storage_path(path)
+        if why:
+            raise ApiError(400, f"savepoint-path {path[:200]!r}: {why}")
+        return self._r._trigger(None, lambda: dispose_savepoint(path) and None)
+
+    def disposal_status(self, triggerid: str) -> Response:
+        return self._r._status(None, triggerid, "savepoint disposal", lambda _: None)
+
+
+def is_trigger_id(raw: str) -> bool:
+    return bool(_HEX32.fullmatch(raw))
+
+
+def ask_stop_mode(api: JobApi, jobid: str) -> tuple[Response, int]:
+    """``PATCH /jobs/:jobid?mode=stop``: stop-with-savepoint into ``state.savepoints.dir``."""
+    return api.stop_job(jobid, request.args.get("targetDirectory", ""), False)
