@@ -36,6 +36,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from yarnflow.am.logs import read_job_logs
 from yarnflow.am.rest import views
+from yarnflow.am.rest.access_log import AccessLogHandler
 from yarnflow.am.rest.openapi import openapi_document
 from yarnflow.common.config import Options
 from yarnflow.common.errors import (
@@ -118,7 +119,7 @@ class RestServer:
             sock.bind((host, port))
             sock.listen(128)
             return make_server(host, sock.getsockname()[1], self.app, threaded=True, fd=sock.fileno(),
-                               ssl_context=self._https)
+                               ssl_context=self._https, request_handler=AccessLogHandler)
         finally:
             sock.close()  # the server holds a duplicate of it
 

@@ -185,3 +185,10 @@ def test_the_appmasters_logs_thread_dump_and_shutdown(cluster: Any) -> None:  # 
     assert flink.status("/cluster", "DELETE") == 200
     wait_until(lambda: cluster.proc.poll() is not None, 30, "the cluster did not shut down")
     assert cluster.proc.returncode == 0
+    # the access log: plain lines (werkzeug's own were coloured with ANSI codes in the log file),
+    # changes and errors at INFO, answered GETs at DEBUG
+    text = Path(cluster.log_path).read_text(errors="replace")
+    assert "\x1b[" not in text
+    assert '"DELETE /cluster HTTP/1.1" 200' in text
+    assert '"GET /jobmanager/thread-dump HTTP/1.1" 200' not in text  # answered GETs: DEBUG (the UI polls)
+    assert '"GET /taskmanagers/' + "0" * 32 + '/logs HTTP/1.1" 404' in text
