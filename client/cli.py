@@ -359,9 +359,11 @@ def session() -> None:
 @click.option("--standby", type=click.IntRange(min=0), default=0, show_default=True,
               help="Standby AppMasters beside the active one (needs the ZooKeeper high availability keys); "
                    "one takes over every job when the active one dies.")
+@click.option("--remove-logs", is_flag=True,
+              help="local: remove the session's log folder when it stops (by default it is kept, to look into).")
 @dynamic_option
 def session_start(target: str, detached: bool, taskexecutors: int | None, slots: int | None, port: int,
-                  standby: int, dynamic: tuple[str, ...]) -> None:
+                  standby: int, remove_logs: bool, dynamic: tuple[str, ...]) -> None:
     """Start a session cluster, print its address (on YARN: its application id) and keep
     running until stopped (`yarnflow session stop ...` or Ctrl-C)."""
     from yarnflow.local_cluster import ClusterStartError, LocalCluster
@@ -385,6 +387,7 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
         cluster = LocalCluster(taskexecutors, slots, conf, standby=standby)
     except ClusterStartError as exc:
         raise CliError(str(exc)) from None
+    cluster.keep_logs = not remove_logs
     signals = SessionSignals(cluster)
     try:
         cluster.start(interrupted=signals.received)
@@ -416,6 +419,8 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
     cluster.stop()
     why = f" ({signals.names()})" if signals.received() else ""
     click.echo(f"session stopped{why}")
+    if not remove_logs:
+        click.echo(f"  logs kept in {os.path.dirname(cluster.log_path)} (--remove-logs: removed at stop)", err=True)
 
 
 @session.command("stop")

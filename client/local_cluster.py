@@ -18,6 +18,7 @@ Every process it starts is stopped by ``stop()`` (and dies with this process oth
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -80,6 +81,8 @@ class LocalCluster:
         self._own_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="yarnflow-local-")
         self.keep_work_dir = keep_work_dir
+        #: on stop, keep ``<work dir>/log`` (a session's logs, to investigate it after it ended)
+        self.keep_logs = False
         self._die_with_parent = die_with_parent
         self.proc: AppMasterHandle | None = None
         self.procs: list[AppMasterHandle] = []  # every AppMaster, the first (proc) included
@@ -303,7 +306,17 @@ class LocalCluster:
             unpublish_from_storage(self.config)
             self._stored = False
         if self._own_dir and not self.keep_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
+            if self.keep_logs:  # everything but the log folder goes (a session's logs outlive it)
+                for entry in os.listdir(self.work_dir) if os.path.isdir(self.work_dir) else ():
+                    if entry != "log":
+                        path = os.path.join(self.work_dir, entry)
+                        if os.path.isdir(path) and not os.path.islink(path):
+                            shutil.rmtree(path, ignore_errors=True)
+                        else:
+                            with contextlib.suppress(OSError):
+                                os.remove(path)
+            else:
+                shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def _descendants(self) -> list[psutil.Process]:
         """Every live process of this cluster but the AppMasters it started: found by the

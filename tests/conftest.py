@@ -5,9 +5,11 @@ everything it started, and no process outlives its test."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -111,6 +113,10 @@ def cli(process_tag: str, tmp_path) -> Iterator[Cli]:  # type: ignore[no-untyped
     env["YARNFLOW_LOG_LEVEL"] = "INFO"
     env["YARNFLOW_HOME"] = str(tmp_path / "yarnflow-home")  # where sessions leave their credentials
     env.pop("PYTHONHASHSEED", None)
+    # the clusters' work dirs (and a session's logs, kept after it stops) go here, removed after
+    # the test; short, for the Unix sockets made under it
+    scratch = tempfile.mkdtemp(prefix="yfcli-")
+    env["TMPDIR"] = scratch
     c = Cli(process_tag, env, str(tmp_path))
     yield c
     for proc in c.background:
@@ -125,6 +131,7 @@ def cli(process_tag: str, tmp_path) -> Iterator[Cli]:  # type: ignore[no-untyped
             proc.stdout.close()
         if proc.stderr:
             proc.stderr.close()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 # Fast failure detection for tests that kill things on purpose.

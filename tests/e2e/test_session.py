@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -80,3 +82,20 @@ def test_session_runs_lists_cancels_and_stops(cli, tmp_path):
     assert session.returncode == 0
     after = cli.run("list", "--address", address)
     assert after.returncode == 1 and "cannot reach" in after.stderr
+    # the log folder it printed at start outlives it (the rest of its work dir does not)
+    said = session.stderr.read()
+    folder = re.search(r"logs:\s+(\S+)", said).group(1)
+    assert f"logs kept in {folder}" in said
+    names = sorted(os.listdir(folder))
+    assert "appmaster.log" in names and len(names) >= 3, names  # and the TaskExecutors'
+    assert slow["id"] in (Path(folder) / "appmaster.log").read_text()  # what the session did is still there
+    assert os.listdir(os.path.dirname(folder)) == ["log"]
+
+
+def test_a_session_started_with_remove_logs_leaves_nothing(cli) -> None:
+    session = cli.start("session", "start", "--target", "local", "--taskexecutors", "1", "--remove-logs")
+    address = _address(session)
+    assert cli.run("session", "stop", "--address", address).returncode == 0
+    session.wait(30)
+    folder = re.search(r"logs:\s+(\S+)", session.stderr.read()).group(1)
+    assert session.returncode == 0 and not os.path.exists(os.path.dirname(folder))
