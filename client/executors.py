@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import (InvalidRequestError, JobDefinitionError, JobFailedError, RefusedError,
-                                    RpcTimeoutError, UnavailableError, YarnflowError)
+                                    RemoteTraceback, RpcTimeoutError, UnavailableError, YarnflowError)
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.ids import JobID
 from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo, VertexStatus
@@ -208,8 +208,9 @@ class ClusterContext:
         self.results.append(outcome)
         if result.status == JobStatus.FAILED:
             cause = result.failure_cause
-            raise JobFailedError(f"job {job_name} ({job_id}) failed: "
-                                 f"{cause.describe() if cause else 'unknown cause'}", cause)
+            error = JobFailedError(f"job {job_name} ({job_id}) failed: "
+                                   f"{cause.describe() if cause else 'unknown cause'}", cause)
+            raise error from (RemoteTraceback(cause.traceback) if cause is not None and cause.traceback else None)
         if result.status == JobStatus.CANCELED:
             raise JobFailedError(f"job {job_name} ({job_id}) was canceled")
         printed = [(uid, sink) for uid, sink in job.collect_sinks.items() if sink.print_rows]

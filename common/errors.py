@@ -124,6 +124,19 @@ class JobFailedError(YarnflowError):
         self.cause = cause
 
 
+class RemoteTraceback(Exception):
+    """The traceback of a failure in another process (a TaskExecutor's), set as the cause of the
+    error raised here, so Python's own report of an uncaught error shows the user function's
+    frames (the job file's name and line) before the client's (as multiprocessing does)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text.rstrip()}\n"""'
+
+
 class IllegalStateTransition(YarnflowError, RuntimeError):
     """A state machine was asked to move between two states that have no transition."""
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -83,6 +85,13 @@ def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
     assert "operator 'parse'" in err
     assert "invalid literal for int() with base 10: 'x'" in err
     assert 'line 4, in parse' in err  # the user function's own frame, from the TaskExecutor
+    # run as `python JOB.py`: Python's own report shows the TaskExecutor's traceback as the cause,
+    # with the job file's name and line (it showed only the client's frames)
+    proc = subprocess.run([sys.executable, job], capture_output=True, text=True, timeout=120, env=cli.env,
+                          cwd=cli.cwd, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert f'File "{job}", line 4, in parse' in proc.stderr and "RemoteTraceback" in proc.stderr
+    assert proc.stderr.index("line 4, in parse") < proc.stderr.index("JobFailedError")
 
 
 @pytest.mark.parametrize("args, message", [
