@@ -25,7 +25,7 @@ from tests.harness import wait_until
 from yarnflow.common.errors import RpcConnectionError
 from yarnflow.common.ids import ResultPartitionID
 from yarnflow.worker.network.credit import FloatingBufferPool
-from yarnflow.worker.network.client import DataClient
+from yarnflow.worker.network.client import DataClient, aligned
 from yarnflow.worker.network.flight import DEFAULT_SEGMENT_SIZE, DataServer, PartitionNotFoundError
 from yarnflow.worker.elements import ACTIVE, END_OF_PARTITION, IDLE, Watermark
 from yarnflow.worker.network.partition import PartitionReleasedError, ResultPartitionManager
@@ -553,3 +553,24 @@ def test_a_consumer_learns_its_producer_finished_before_the_data_in_front_of_the
             pass
     finally:
         stream.cancel()
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3, 8, 13])
+def test_a_batch_message_at_any_address_reads_as_a_batch_with_aligned_buffers(offset: int) -> None:
+    """gRPC hands a batch's IPC message over wherever its buffer starts: read from ``aligned()``
+    every buffer sits at a multiple of its type's width, and the values are the same."""
+    batch = pa.record_batch({"i": pa.array(range(1000), pa.int64()), "f": pa.array([x / 3 for x in range(1000)]),
+                             "s": pa.array([str(x) for x in range(1000)]), "b": pa.array([x % 2 == 0 for x in range(1000)])})
+    message = batch.serialize()
+    room = pa.allocate_buffer(message.size + 64)
+    raw = np.frombuffer(room, dtype=np.uint8)
+    raw[offset:offset + message.size] = np.frombuffer(message, dtype=np.uint8)
+    placed = room.slice(offset, message.size)
+    assert (placed.address % 8 == 0) == (offset % 8 == 0)
+    read = pa.ipc.read_record_batch(aligned(placed), batch.schema)
+    assert read.equals(batch)
+    for column in read.columns:
+        for buf in column.buffers():
+            if buf is not None and buf.size:
+                assert buf.address % 8 == 0, (column.type, offset)
+    assert (aligned(placed) is placed) == (offset % 8 == 0)  # an aligned one is not copied

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
@@ -23,6 +24,19 @@ if TYPE_CHECKING:
     from yarnflow.common.security import TlsCredentials
 
 log = logging.getLogger(__name__)
+
+
+def aligned(message: pa.Buffer) -> pa.Buffer:
+    """``message`` (an IPC record batch message, as gRPC handed it over) at an 8-byte aligned
+    address: its body's buffers are at multiples of 8 from its start, so the batch read from it
+    has every buffer aligned to its type's width, as Arrow compute and Acero want (Acero warned
+    about each unaligned one: most of a TaskExecutor's log in a windowed job). gRPC's buffers
+    start anywhere; a misaligned one is copied (memcpy speed), an aligned one used as it is."""
+    if message.address % 8 == 0:
+        return message
+    copy = pa.allocate_buffer(message.size)
+    np.frombuffer(copy, dtype=np.uint8)[:] = np.frombuffer(message, dtype=np.uint8)
+    return copy
 
 
 class _ClientConnection:
@@ -114,7 +128,7 @@ class _ClientConnection:
                     header = None
                     ch = self._channels.get(channel)
                     if ch is not None:
-                        ch.on_batch(pa.ipc.read_record_batch(meta, schemas[channel]), buffers, backlog)
+                        ch.on_batch(pa.ipc.read_record_batch(aligned(meta), schemas[channel]), buffers, backlog)
                     continue
                 raw = meta.to_pybytes()
                 kind, channel, a, b = HEADER.unpack_from(raw)
