@@ -72,8 +72,9 @@ class TaskMetricGroup:
             return _Sample(now, 0, 0, 0, 0, 0, 0)
         gate = st.gate
         operators_in, operators_out = st.operator_records()
+        idle_ns = gate.idle_ns if gate is not None else getattr(st.chain[0], "idle_ns", 0) if st.chain else 0  # a source: its pauses
         return _Sample(now, st.records_in, st.tail.records_out, st.bytes_in,
-                       sum(w.bytes_out for w in st.writers), gate.idle_ns if gate is not None else 0,
+                       sum(w.bytes_out for w in st.writers), idle_ns,
                        sum(w.backpressured_ns for w in st.writers), tuple(operators_in), tuple(operators_out))
 
     def snapshot(self) -> TaskMetrics:

@@ -4,7 +4,9 @@ from the TaskExecutors' heartbeats (``TaskMetrics``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 from yarnflow.am.checkpoint.coordinator import CheckpointStats, CheckpointStatus
 from yarnflow.am.jobmaster.checkpointing import JobCheckpoints
@@ -25,9 +27,21 @@ def vertex_statuses(graph: ExecutionGraph) -> list[VertexStatus]:
                                      [ev.current.attempt_number for ev in active],
                                      [str(ev.current.slot.resource_id) if ev.current.slot else "" for ev in active],
                                      [ev.current.state for ev in active],
-                                     [ev.current.metrics or TaskMetrics(ev.current.records_in, ev.current.records_out)
-                                      for ev in active]))
+                                     [_figures(ev.current) for ev in active]))
     return statuses
+
+
+#: the figures of a moment, not of a total: an ended task's are zero (its last heartbeat's were
+#: shown on a CANCELED job, "out 20.0k/s")
+_RATES = ("records_in_per_second", "records_out_per_second", "bytes_in_per_second", "bytes_out_per_second",
+          "busy_ms_per_second", "backpressured_ms_per_second", "idle_ms_per_second")
+
+
+def _figures(execution: Any) -> TaskMetrics:
+    metrics = execution.metrics or TaskMetrics(execution.records_in, execution.records_out)
+    if execution.state.is_terminal:
+        metrics = dataclasses.replace(metrics, **{rate: 0.0 for rate in _RATES})
+    return metrics
 
 
 def checkpoint_summary(checkpoints: JobCheckpoints | None) -> tuple[list[CheckpointInfo], int, CheckpointCounts]:

@@ -86,6 +86,9 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert set(total) == {"id", "sum", "max"} and total["sum"] >= total["max"] > 0
     [only_one] = flink.get(f"/jobs/{job_id}/vertices/{source}/subtasks/metrics", get="numRecordsOut", subtasks="1")
     assert only_one["sum"] == only_one["max"] == only_one["min"]
+    # the rate-limited source waits most of each second: idle, not busy (it showed 1,000 ms/s busy)
+    wait_until(lambda: flink.metric(f"/jobs/{job_id}/vertices/{source}/metrics", "0.idleTimeMsPerSecond") > 500, 15,
+               "the rate-limited source is not idle most of the time")
     wait_until(lambda: flink.metric(f"/jobs/{job_id}/metrics", "numberOfCompletedCheckpoints") >= 2, 30,
                "no checkpoints counted")
     assert flink.metric(f"/jobs/{job_id}/metrics", "uptime") > 0
@@ -136,6 +139,11 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert result["job-execution-result"]["application-status"] == "SUCCEEDED"
     assert result["job-execution-result"]["net-runtime"] > 0
     assert flink.status(f"/jobs/{job_id}/stop", "POST", json={}) == 409  # it has ended
+    # an ended job's rates are zero, its totals stay (the last heartbeat's rates were shown)
+    for v in flink.get(f"/jobs/{job_id}")["vertices"]:
+        m = v["metrics"]
+        assert m["read-records"] + m["write-records"] > 0 and v["status"] == "FINISHED"
+        assert m["read-records-per-second"] == m["write-records-per-second"] == m["busy-time-ms-per-second"] == 0
 
     # disposal: the first savepoint goes; a folder that is no savepoint is refused
     folder = location.removeprefix("file://")

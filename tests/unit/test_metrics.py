@@ -64,6 +64,26 @@ def test_rates_over_the_window_and_busy_time() -> None:
     assert last.idle_ms_per_second == 0 and last.busy_ms_per_second == 1000
 
 
+def test_a_sources_pauses_are_its_idle_time_not_busy_time() -> None:
+    """A rate-limited source sleeps between batches: that is waiting (idle), not work (it showed
+    busy 1,000 ms/s on a process using 1.5% of a core)."""
+    from yarnflow.worker.operators.base import SourceOperator
+
+    now = [100.0]
+    group = TaskMetricGroup("gen", 0, "j", ["gen"], clock=lambda: now[0])
+    source = SourceOperator("gen")
+    task = FakeTask()
+    task.gate, task.chain = None, [source]  # type: ignore[assignment]
+    group.attach(task)  # type: ignore[arg-type]
+    group.snapshot()
+    for _ in range(3):
+        source.pause(0.02)
+    assert 0.06e9 <= source.idle_ns < 0.5e9
+    now[0] += 0.1  # 60+ ms of the 100 ms paused
+    m = group.snapshot()
+    assert m.idle_ms_per_second >= 600 and m.busy_ms_per_second <= 400
+
+
 def test_operator_rates_count_from_a_sample_taken_before_the_task_was_built() -> None:
     now = [100.0]
     group = TaskMetricGroup("gen -> map", 0, "j", ["gen", "map"], clock=lambda: now[0])

@@ -241,9 +241,18 @@ class SourceOperator(Operator):
     kind = "source"
     bounded = True
     dynamic_splits = False
+    #: time spent in ``pause`` (waiting, not working): the task's idle time, as an input gate's
+    #: wait is a task's with inputs
+    idle_ns = 0
 
     def run(self, cancelled: Callable[[], bool]) -> None:
         raise NotImplementedError
+
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (a rate limit, an empty poll): counted as idle, not busy, time."""
+        started = time.perf_counter_ns()
+        time.sleep(seconds)
+        self.idle_ns += time.perf_counter_ns() - started
 
     def enumerate_splits(self) -> list[tuple[str, Any]]:
         """``(split id, payload)`` pairs; payloads must pickle."""

@@ -129,7 +129,7 @@ class GeneratorSource(SourceOperator):
             if my_rate:
                 ahead = emitted / my_rate - (time.monotonic() - started)
                 while ahead > 0 and not cancelled():
-                    time.sleep(min(ahead, 0.05))
+                    self.pause(min(ahead, 0.05))
                     ahead = emitted / my_rate - (time.monotonic() - started)
 
     def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
