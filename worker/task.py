@@ -52,6 +52,17 @@ from yarnflow.worker.state.localdir import release_attempt
 log = logging.getLogger(__name__)
 
 
+def _knock_on(exc: BaseException) -> bool:
+    """The task failed because an input's producer ended first (it released the partition, or its
+    TaskExecutor is gone): the consequence of another task's end (often a cancel under way)."""
+    from yarnflow.common.errors import RpcConnectionError
+    from yarnflow.worker.network.blocking import PartitionReleasedError
+    from yarnflow.worker.network.flight import PartitionNotFoundError
+
+    return isinstance(exc, (PartitionReleasedError, PartitionNotFoundError)) or (
+        isinstance(exc, RpcConnectionError) and "cannot read partition" in str(exc))
+
+
 class Task:
     def __init__(self, tdd: TaskDeploymentDescriptor, *, resource_id: str, artifacts: ArtifactCache,
                  partitions: ResultPartitionManager, data_client: DataClient,
@@ -172,7 +183,10 @@ class Task:
                 log.info("%s canceled", tdd.display_name)
                 self._report(ExecutionState.CANCELED)
             else:
-                log.warning("%s failed: %s", tdd.display_name, exc, exc_info=True)
+                if _knock_on(exc):  # another task's end, not this one's fault: one line (the JobMaster has it all)
+                    log.info("%s failed: %s", tdd.display_name, exc)
+                else:
+                    log.warning("%s failed: %s", tdd.display_name, exc, exc_info=True)
                 self._report(ExecutionState.FAILED, ErrorInfo.from_exception(exc, self._location))
                 for rpd in tdd.result_partitions:
                     self._partitions.release(rpd.partition_id)

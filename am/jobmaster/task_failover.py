@@ -115,7 +115,10 @@ class TaskFailover:
             return
         was_canceling = ex.state == ExecutionState.CANCELING
         ex.failure = error
-        ex.transition(ExecutionState.FAILED)
+        # a task asked to cancel that fails on its way out (its producer was cancelled first and
+        # released its input) completes the cancellation, as in Flink: a cancelled job's subtasks
+        # all end CANCELED
+        ex.transition(ExecutionState.CANCELED if was_canceling else ExecutionState.FAILED)
         if error.error_class == STATE_RESTORE_ERROR and ex.restore is not None and self.checkpoints is not None:
             self.checkpoints.mark_unreadable(ex.restore.checkpoint_id)  # the task could not read its state
         sid = self._sid(ex)

@@ -22,6 +22,7 @@ from flask import Response, jsonify, request, send_file
 
 from yarnflow.am.logs import log_files
 from yarnflow.am.rest import views
+from yarnflow.am.rest.api_error import ApiError
 from yarnflow.am.rest.auth import bad_storage_path
 from yarnflow.common.config import Options
 from yarnflow.common.states import ExecutionState, JobStatus
@@ -44,8 +45,6 @@ def key_values(config: dict[str, str]) -> list[dict[str, str]]:
 
 
 def _index(raw: str, what: str) -> int:
-    from yarnflow.am.rest.server import ApiError
-
     if not raw.isascii() or not raw.isdigit() or int(raw) >= 1 << 63:
         raise ApiError(400, f"{raw[:40]!r} is not a {what} (a non-negative integer)")
     return int(raw)
@@ -105,8 +104,6 @@ class JobApi:
         return jsonify(key_values(self._effective(self._r._job(jobid))[1].to_strings()))
 
     def checkpoint_config(self, jobid: str) -> Response:
-        from yarnflow.am.rest.server import ApiError
-
         info = self._r._job(jobid)
         _, config = self._effective(info)
         interval = int(config[Options.CHECKPOINT_INTERVAL] or 0)
@@ -128,8 +125,6 @@ class JobApi:
             "num_retained": config[Options.CHECKPOINT_NUM_RETAINED]})
 
     def checkpoint_details(self, jobid: str, checkpointid: str) -> Response:
-        from yarnflow.am.rest.server import ApiError
-
         wanted = _index(checkpointid, "checkpoint id")
         info = self._r._job(jobid)
         for c in info.checkpoints:
@@ -159,8 +154,6 @@ class JobApi:
     def stop(self, jobid: str) -> tuple[Response, int]:
         """Flink's stop-with-savepoint: ``{"targetDirectory", "drain"}``; its status is that of a
         savepoint (``GET /jobs/:jobid/savepoints/:triggerid``)."""
-        from yarnflow.am.rest.server import ApiError
-
         body = self._r._body()
         target, drain = body.get("targetDirectory"), body.get("drain", False)
         if target is not None and not isinstance(target, str):
@@ -170,8 +163,6 @@ class JobApi:
         return self.stop_job(jobid, target or "", drain)
 
     def stop_job(self, jobid: str, target: str, drain: bool) -> tuple[Response, int]:
-        from yarnflow.am.rest.server import ApiError
-
         if target:
             why = bad_storage_path(target)
             if why:
@@ -188,8 +179,6 @@ class JobApi:
 
     # -- a vertex ----------------------------------------------------------------------------------
     def _vertex_index(self, jobid: str, vertexid: str, index: str) -> tuple[Any, Any, int]:
-        from yarnflow.am.rest.server import ApiError
-
         i = _index(index, "subtask index")
         info, v = self._r._vertex(jobid, vertexid)
         if i >= v.parallelism:
@@ -201,8 +190,6 @@ class JobApi:
 
     def attempt(self, jobid: str, vertexid: str, index: str, attempt: str) -> Response:
         """Only the current attempt is kept: an earlier one is 404."""
-        from yarnflow.am.rest.server import ApiError
-
         row = views.subtask(*self._vertex_index(jobid, vertexid, index))
         if _index(attempt, "attempt number") != row["attempt"]:
             raise ApiError(404, f"subtask {index} of vertex {vertexid} is at attempt {row['attempt']}: earlier "
@@ -246,8 +233,6 @@ class JobApi:
         return jsonify(logs=out)
 
     def _log_file(self, paths: list[str], name: str) -> Response:
-        from yarnflow.am.rest.server import ApiError
-
         for path in paths:
             if os.path.basename(path) == name and os.path.isfile(path):
                 return send_file(path, mimetype="text/plain", max_age=0)
@@ -260,8 +245,6 @@ class JobApi:
         return self._log_file(self._logs("appmaster"), name)
 
     def _task_manager(self, tmid: str) -> list[str]:
-        from yarnflow.am.rest.server import ApiError
-
         if not any(tm["id"] == tmid for tm in self._r._task_executors()):
             raise ApiError(404, f"no TaskExecutor {tmid[:100]} is registered")
         return self._logs(tmid)  # (none: it runs on another host, its logs are YARN's)
@@ -292,8 +275,6 @@ class JobApi:
 
     def dispose_savepoint(self) -> tuple[Response, int]:
         from yarnflow.am.checkpoint.savepoints import dispose_savepoint
-        from yarnflow.am.rest.server import ApiError
-
         path = self._r._body().get("savepoint-path")
         if not isinstance(path, str) or not path:
             raise ApiError(400, "savepoint-path must name the savepoint's folder")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import psutil
 from flask import Response, jsonify, request
 
+from yarnflow.am.rest.api_error import ApiError
 from yarnflow.common.messages import TaskMetrics
 
 if TYPE_CHECKING:
@@ -100,8 +101,6 @@ def _answer(metrics: Metrics) -> Response:
 
 def _aggregate(sources: Iterable[Metrics]) -> Response:
     """Flink's AggregatedMetricsResponseBody over ``sources``."""
-    from yarnflow.am.rest.server import ApiError
-
     sources = list(sources)
     names = sorted({n for m in sources for n in m})
     wanted = [n for n in request.args.get("get", "").split(",") if n]
@@ -127,8 +126,6 @@ def _selected(raw: str) -> set[str] | None:
 
 def subtask_range(raw: str) -> set[int] | None:
     """``1,3,5-9`` -> {1, 3, 5, 6, 7, 8, 9}; empty: all (None)."""
-    from yarnflow.am.rest.server import ApiError
-
     if not raw:
         return None
     out: set[int] = set()
@@ -194,8 +191,6 @@ class MetricsApi:
                           if chosen is None or tm["id"] in chosen)
 
     def task_manager(self, tmid: str) -> Response:
-        from yarnflow.am.rest.server import ApiError
-
         for tm in self._r._task_executors():
             if tm["id"] == tmid:
                 return _answer(task_manager_metrics(tm))

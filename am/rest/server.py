@@ -36,6 +36,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from yarnflow.am.logs import read_job_logs
 from yarnflow.am.rest import views
+from yarnflow.am.rest.api_error import ApiError
 from yarnflow.am.rest.access_log import AccessLogHandler
 from yarnflow.am.rest.openapi import openapi_document
 from yarnflow.common.config import Options
@@ -67,12 +68,6 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 _JOB_ID = re.compile(r"[0-9a-fA-F]{32}")
 #: savepoint triggers remembered for their status
 MAX_TRIGGERS = 100
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 _RPC_STATUS: list[tuple[type[Exception], int]] = [

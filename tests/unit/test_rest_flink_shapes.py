@@ -9,7 +9,7 @@ import pytest
 from yarnflow.am.rest import views
 from yarnflow.am.rest.job_api import key_values
 from yarnflow.am.rest.metrics_api import job_metrics, subtask_range, task_metrics
-from yarnflow.am.rest.server import ApiError
+from yarnflow.am.rest.api_error import ApiError
 from yarnflow.common.messages import (
     CheckpointCounts,
     CheckpointInfo,
