@@ -58,11 +58,71 @@ function card(label, value, id) {
   return `<div class="card" id="${id}"><div class="num">${esc(value)}</div><div class="label">${esc(label)}</div></div>`;
 }
 
+// ---- updating in place -------------------------------------------------------------------------
+// Each refresh builds the page's HTML anew and morphs the live DOM into it: only what changed is
+// touched, so the scroll position, an open stack trace (<details open>), a selection or a focused
+// element survive the refresh (replacing the whole page reset them every few seconds).
+
+function morph(live, html) {
+  const next = document.createElement(live.tagName);
+  next.innerHTML = html;
+  morphChildren(live, next);
+}
+
+function morphChildren(live, next) {
+  const a = [...live.childNodes], b = [...next.childNodes];
+  b.forEach((nb, i) => {
+    const na = a[i];
+    if (!na) live.appendChild(nb);
+    else if (na.nodeType !== nb.nodeType || na.nodeName !== nb.nodeName || (na.id || "") !== (nb.id || "")) live.replaceChild(nb, na);
+    else if (na.nodeType === Node.TEXT_NODE || na.nodeType === Node.COMMENT_NODE) {
+      if (na.nodeValue !== nb.nodeValue) na.nodeValue = nb.nodeValue;
+    } else morphElement(na, nb);
+  });
+  for (let i = a.length - 1; i >= b.length; i--) live.removeChild(a[i]);
+}
+
+function morphElement(live, next) {
+  for (const {name, value} of [...next.attributes]) if (live.getAttribute(name) !== value) live.setAttribute(name, value);
+  for (const {name} of [...live.attributes]) {
+    // "open" is the user's (a <details> they opened): kept
+    if (!next.hasAttribute(name) && !(name === "open" && live.tagName === "DETAILS")) live.removeAttribute(name);
+  }
+  morphChildren(live, next);
+}
+
+// Clicks are handled once, on the page: rows link to their page, buttons act (the elements
+// themselves outlive refreshes and must not collect a listener per refresh).
+function onClick(event) {
+  const row = event.target.closest("tr.link");
+  if (row && !event.target.closest("a, summary, button")) location.hash = row.dataset.href;
+  const cancel = event.target.closest("#cancel-job");
+  if (cancel && !cancel.disabled) cancelJob(cancel);
+}
+
+async function cancelJob(button) {
+  button.disabled = true;
+  try {
+    await api(`/jobs/${button.dataset.jid}?mode=cancel`, {method: "PATCH"});
+    render();
+  } catch (e) { showError(`cancel failed: ${e.message}`); button.disabled = false; }
+}
+
+function trace(text) {
+  const first = String(text || "").split("\n").find((l) => l.trim()) || "";
+  return `<details class="trace"><summary>${esc(first.length > 160 ? `${first.slice(0, 159)}…` : first)}</summary>
+      <pre>${esc(text)}</pre></details>`;
+}
+
+function backpressure(level, ms) {
+  return `<span class="bp bp-${esc(level || "ok")}">${esc(level || "ok")}${ms !== undefined ? ` (${Math.round(ms)} ms/s)` : ""}</span>`;
+}
+
 // ---- views ------------------------------------------------------------------------------------
 
-async function overview(view) {
+async function overview() {
   const [o, jobs] = await Promise.all([api("/overview"), api("/jobs/overview")]);
-  view.innerHTML = `<h2>Overview</h2><div class="cards">
+  return `<h2>Overview</h2><div class="cards">
       ${card("TaskExecutors", o.taskmanagers, "card-taskmanagers")}
       ${card("Slots total", o["slots-total"], "card-slots-total")}
       ${card("Slots free", o["slots-available"], "card-slots-available")}
@@ -71,7 +131,6 @@ async function overview(view) {
       ${card("Failed jobs", o["jobs-failed"], "card-jobs-failed")}
       ${card("Canceled jobs", o["jobs-cancelled"], "card-jobs-cancelled")}
     </div><h3>Jobs</h3>${jobTable(jobs.jobs)}`;
-  bindRows(view);
 }
 
 function jobTable(jobs) {
@@ -83,43 +142,28 @@ function jobTable(jobs) {
       <th>Tasks running</th><th>Id</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
-function bindRows(view) {
-  view.querySelectorAll("tr.link").forEach((tr) => tr.addEventListener("click", () => { location.hash = tr.dataset.href; }));
-}
-
-async function jobs(view) {
+async function jobs() {
   const data = await api("/jobs/overview");
-  view.innerHTML = `<h2>Jobs</h2>${jobTable(data.jobs)}`;
-  bindRows(view);
+  return `<h2>Jobs</h2>${jobTable(data.jobs)}`;
 }
 
-async function job(view, jid, tab) {
+async function job(jid, tab) {
   const j = await api(`/jobs/${jid}`);
   const running = !["FINISHED", "FAILED", "CANCELED", "SUSPENDED"].includes(j.state);
   tab = tab || "subtasks";
-  const tabs = ["subtasks", "exceptions", "checkpoints", "spark"].map((t) =>
+  const tabs = ["subtasks", "exceptions", "checkpoints", "configuration", "spark"].map((t) =>
     `<a href="#/jobs/${esc(jid)}/${t}" class="${t === tab ? "active" : ""}" id="tab-${t}">${t[0].toUpperCase() + t.slice(1)}</a>`);
-  view.innerHTML = `<div class="toolbar"><h2>${esc(j.name)}</h2>${state(j.state)}
+  const content = tab === "exceptions" ? await exceptionsTab(jid)
+    : tab === "checkpoints" ? await checkpointsTab(jid, j.checkpointing)
+    : tab === "spark" ? await sparkTab(jid)
+    : tab === "configuration" ? await configurationTab(jid)
+    : await subtasksTab(jid, j.vertices);
+  return `<div class="toolbar"><h2>${esc(j.name)}</h2>${state(j.state)}
       <span class="muted">${esc(j.jid)} · started ${fmtTime(j["start-time"])} · ${fmtDuration(j.duration)}
       · restarts ${j["num-restarts"] ?? 0}</span>
-      ${running ? `<button class="danger" id="cancel-job">Cancel job</button>` : ""}</div>
+      ${running ? `<button class="danger" id="cancel-job" data-jid="${esc(jid)}">Cancel job</button>` : ""}</div>
     <div id="graph">${graph(j)}</div>
-    <div class="tabs">${tabs.join("")}</div><div id="tab-content"></div>`;
-  const cancel = document.getElementById("cancel-job");
-  if (cancel) {
-    cancel.addEventListener("click", async () => {
-      cancel.disabled = true;
-      try {
-        await api(`/jobs/${jid}?mode=cancel`, {method: "PATCH"});
-        render();
-      } catch (e) { showError(`cancel failed: ${e.message}`); cancel.disabled = false; }
-    });
-  }
-  const content = document.getElementById("tab-content");
-  if (tab === "exceptions") content.innerHTML = await exceptionsTab(jid);
-  else if (tab === "checkpoints") content.innerHTML = await checkpointsTab(jid, j.checkpointing);
-  else if (tab === "spark") content.innerHTML = await sparkTab(jid);
-  else content.innerHTML = await subtasksTab(jid, j.vertices);
+    <div class="tabs">${tabs.join("")}</div><div id="tab-content">${content}</div>`;
 }
 
 // The job graph: vertices in columns by their distance from the sources, edges as curves.
@@ -167,7 +211,7 @@ function graph(j) {
         <text x="${x + 14}" y="${y + 20}" font-weight="600" class="vertex-name">${esc(name)}</text>
         <text x="${x + 14}" y="${y + 38}" fill="${color}">${esc(v.status)} · parallelism ${v.parallelism}</text>
         <text x="${x + 14}" y="${y + 56}" class="vertex-rates">in ${fmtRate(m["read-records-per-second"])}/s · out ${fmtRate(m["write-records-per-second"])}/s</text>
-        <text x="${x + 14}" y="${y + 74}" class="vertex-backpressure">back-pressure ${esc(m["backpressure-level"] || "ok")} (${Math.round(bp)} ms/s)</text>
+        <text x="${x + 14}" y="${y + 74}" class="vertex-backpressure bp-${esc(m["backpressure-level"] || "ok")}">back-pressure ${esc(m["backpressure-level"] || "ok")} (${Math.round(bp)} ms/s)</text>
       </g>`;
   });
   return `<svg id="job-graph" xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}">
@@ -182,11 +226,11 @@ async function subtasksTab(jid, vertices) {
       <td>${s.metrics["read-records"]}</td><td>${s.metrics["write-records"]}</td>
       <td>${fmtBytes(s.metrics["read-bytes"])}</td><td>${fmtBytes(s.metrics["write-bytes"])}</td>
       <td>${fmtRate(s.metrics["read-records-per-second"])}/s</td><td>${fmtRate(s.metrics["write-records-per-second"])}/s</td>
-      <td>${Math.round(s.metrics["busy-time-ms-per-second"])}</td><td>${Math.round(s.metrics["backpressured-time-ms-per-second"])}</td>
+      <td>${Math.round(s.metrics["busy-time-ms-per-second"])}</td><td>${backpressure(s.metrics["backpressure-level"], s.metrics["backpressured-time-ms-per-second"])}</td>
       <td>${Math.round(s.metrics["idle-time-ms-per-second"])}</td></tr>`));
   return `<table id="subtasks-table"><thead><tr><th>Vertex</th><th>Subtask</th><th>State</th><th>Attempt</th>
       <th>TaskExecutor</th><th>Records in</th><th>Records out</th><th>Bytes in</th><th>Bytes out</th><th>In</th><th>Out</th>
-      <th>Busy ms/s</th><th>Back-pressured ms/s</th><th>Idle ms/s</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+      <th>Busy ms/s</th><th>Back-pressure</th><th>Idle ms/s</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 async function exceptionsTab(jid) {
@@ -195,22 +239,40 @@ async function exceptionsTab(jid) {
   const entries = e.exceptionHistory.entries;
   if (!entries.length && !root) return `<p class="muted" id="no-exceptions">No failures.</p>`;
   const rows = entries.map((x) => `<tr><td>${fmtTime(x.timestamp)}</td><td>${esc(x.taskName || "(job)")}</td>
-      <td>${esc(x.exceptionName)}</td><td><pre>${esc(x.stacktrace)}</pre></td></tr>`);
+      <td>${esc(x.exceptionName)}</td><td>${esc(x.taskManagerId || "-")}</td><td>${trace(x.stacktrace)}</td></tr>`);
   return `${root}<h3>Failure history</h3><table id="exceptions-table"><thead><tr><th>Time</th><th>Task</th>
-      <th>Exception</th><th>Trace</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+      <th>Exception</th><th>TaskExecutor</th><th>Trace</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 async function checkpointsTab(jid, enabled) {
   if (!enabled) return `<p class="muted">This job takes no checkpoints.</p>`;
   const c = await api(`/jobs/${jid}/checkpoints`);
   const counts = c.counts;
-  const rows = c.history.map((h) => `<tr><td>${h.id}</td><td>${esc(h.status)}</td><td>${h.unaligned ? "unaligned" : "aligned"}</td>
+  const rows = c.history.map((h) => `<tr><td>${h.id}</td><td>${esc(h.status)}</td>
+      <td>${h.is_savepoint ? "savepoint" : h.unaligned ? "unaligned" : "aligned"}</td>
+      <td>${h.num_acknowledged_subtasks}/${h.num_subtasks}</td>
       <td>${fmtTime(h.trigger_timestamp)}</td><td>${h.end_to_end_duration} ms</td><td>${fmtBytes(h.state_size)}</td>
-      <td>${h.alignment_duration} ms</td><td>${fmtBytes(h.persisted_data)}</td><td>${esc(h.failure_message || "")}</td></tr>`);
+      <td>${h.alignment_duration} ms</td><td>${fmtBytes(h.persisted_data)}</td>
+      <td class="muted">${esc(h.external_path || "")}${h.discarded ? " (discarded)" : ""}</td>
+      <td>${esc(h.failure_message || "")}</td></tr>`);
+  const restored = c.latest.restored ? `<p class="muted" id="ck-restored">Last restored from checkpoint
+      ${c.latest.restored.id} at ${fmtTime(c.latest.restored.restore_timestamp)}</p>` : "";
   return `<div class="cards">${card("Completed", counts.completed, "ck-completed")}${card("Failed", counts.failed, "ck-failed")}
-      ${card("In progress", counts.in_progress, "ck-in-progress")}</div><h3>History</h3>
-      <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Type</th><th>Triggered</th><th>Duration</th>
-      <th>Size</th><th>Alignment</th><th>In-flight data</th><th>Failure</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+      ${card("In progress", counts.in_progress, "ck-in-progress")}${card("Restored", counts.restored, "ck-restored-count")}</div>
+      ${restored}<h3>History</h3>
+      <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Type</th><th>Acknowledged</th><th>Triggered</th>
+      <th>Duration</th><th>Size</th><th>Alignment</th><th>In-flight data</th><th>Location</th><th>Failure</th></tr></thead>
+      <tbody>${rows.join("")}</tbody></table>`;
+}
+
+async function configurationTab(jid) {
+  const [config, checkpoints] = await Promise.all([api(`/jobs/${jid}/jobmanager/config`),
+    api(`/jobs/${jid}/checkpoints/config`).catch(() => null)]);
+  const rows = config.map((e) => `<tr><td>${esc(e.key)}</td><td>${esc(e.value)}</td></tr>`);
+  const ck = checkpoints ? `<p class="muted" id="checkpoint-config">Checkpoints: ${esc(checkpoints.mode)} every
+      ${checkpoints.interval} ms, timeout ${checkpoints.timeout} ms, ${checkpoints.unaligned_checkpoints ? "unaligned" : "aligned"},
+      state backend ${esc(checkpoints.state_backend)}</p>` : `<p class="muted">This job takes no checkpoints.</p>`;
+  return `${ck}<table id="config-table"><thead><tr><th>Key</th><th>Value</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 async function sparkTab(jid) {
@@ -224,38 +286,53 @@ async function sparkTab(jid) {
       <th>Micro-batches</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
-async function taskmanagers(view, id) {
+async function taskmanagers(id) {
   if (id) {
-    const tm = await api(`/taskmanagers/${encodeURIComponent(id)}`);
+    const [tm, logs] = await Promise.all([api(`/taskmanagers/${encodeURIComponent(id)}`),
+      api(`/taskmanagers/${encodeURIComponent(id)}/logs`)]);
     const slots = tm.allocatedSlots.map((s) => `<tr><td>${s.index}</td><td>${esc(s.state)}</td>
         <td>${s.jobId ? `<a href="#/jobs/${esc(s.jobId)}">${esc(s.jobId)}</a>` : "-"}</td></tr>`);
-    view.innerHTML = `<h2>TaskExecutor ${esc(tm.id)}</h2><p class="muted">${esc(tm.path)} · pid ${tm.pid} ·
-        data ${esc(tm.dataAddress)} · last heartbeat ${fmtTime(tm.timeSinceLastHeartbeat)}</p>
-        <table id="slots-table"><thead><tr><th>Slot</th><th>State</th><th>Job</th></tr></thead><tbody>${slots.join("")}</tbody></table>`;
-    return;
+    const m = tm.memory;
+    const memory = m ? `<div class="cards">${card("Memory used", fmtBytes(m.used), "tm-memory-used")}
+        ${card("Peak", fmtBytes(m.peak), "tm-memory-peak")}${card("Limit", fmtBytes(m.limit), "tm-memory-limit")}
+        ${card("Managed used", fmtBytes(m.managedUsed), "tm-managed-used")}${card("Level", m.level, "tm-memory-level")}</div>` : "";
+    const files = logs.logs.map((f) => `<li><a href="/taskmanagers/${encodeURIComponent(id)}/logs/${encodeURIComponent(f.name)}"
+        target="_blank">${esc(f.name)}</a> <span class="muted">${fmtBytes(f.size)}</span></li>`);
+    return `<h2>TaskExecutor ${esc(tm.id)}</h2><p class="muted">${esc(tm.path)} · pid ${tm.pid} ·
+        data ${esc(tm.dataAddress)} · last heartbeat ${fmtTime(tm.timeSinceLastHeartbeat)}</p>${memory}
+        <table id="slots-table"><thead><tr><th>Slot</th><th>State</th><th>Job</th></tr></thead><tbody>${slots.join("")}</tbody></table>
+        <h3>Logs</h3>${files.length ? `<ul id="tm-logs">${files.join("")}</ul>` :
+          `<p class="muted" id="tm-logs">Its log files are on its own host (YARN keeps them: yarn logs).</p>`}`;
   }
   const data = await api("/taskmanagers");
   const rows = data.taskmanagers.map((t) => `<tr class="link" data-href="#/taskmanagers/${esc(t.id)}"><td>${esc(t.id)}</td>
-      <td>${esc(t.path)}</td><td>${t.slotsNumber}</td><td>${t.freeSlots}</td><td>${fmtTime(t.timeSinceLastHeartbeat)}</td></tr>`);
-  view.innerHTML = `<h2>TaskExecutors</h2><table id="taskmanagers-table"><thead><tr><th>Id</th><th>Address</th>
-      <th>Slots</th><th>Free</th><th>Last heartbeat</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
-  bindRows(view);
+      <td>${esc(t.path)}</td><td>${t.slotsNumber}</td><td>${t.freeSlots}</td>
+      <td>${t.memory ? fmtBytes(t.memory.used) : "-"}</td><td>${fmtTime(t.timeSinceLastHeartbeat)}</td></tr>`);
+  return `<h2>TaskExecutors</h2><table id="taskmanagers-table"><thead><tr><th>Id</th><th>Address</th>
+      <th>Slots</th><th>Free</th><th>Memory</th><th>Last heartbeat</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 // ---- routing ------------------------------------------------------------------------------------
 
+let shown = "";  // the route the view shows: a new one starts from the top
+
 async function render() {
   clearTimeout(timer);
-  const parts = (location.hash.replace(/^#\/?/, "") || "overview").split("/");
+  const route = location.hash.replace(/^#\/?/, "") || "overview";
+  const parts = route.split("/");
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]));
   const view = document.getElementById("view");
   try {
-    if (parts[0] === "jobs" && parts[1]) await job(view, parts[1], parts[2]);
-    else if (parts[0] === "jobs") await jobs(view);
-    else if (parts[0] === "taskmanagers") await taskmanagers(view, parts[1]);
-    else await overview(view);
+    const html = parts[0] === "jobs" && parts[1] ? await job(parts[1], parts[2])
+      : parts[0] === "jobs" ? await jobs()
+      : parts[0] === "taskmanagers" ? await taskmanagers(parts[1])
+      : await overview();
+    if (route !== shown) { view.innerHTML = ""; window.scrollTo(0, 0); }
+    morph(view, html);
+    shown = route;
     showError("");
   } catch (e) {
+    if (route !== shown) { view.innerHTML = ""; shown = route; }  // not the previous page under the error
     showError(e.message);
   }
   timer = setTimeout(render, REFRESH_MS);
@@ -267,6 +344,7 @@ async function start() {
     document.getElementById("cluster").textContent = `cluster ${config["cluster-id"]} · yarnflow ${config["flink-version"]}`;
   } catch (e) { showError(e.message); }
   window.addEventListener("hashchange", render);
+  document.addEventListener("click", onClick);
   render();
 }
 
