@@ -17,6 +17,7 @@ from yarnflow.cli_common import (CliError, SessionSignals, check_address, conf_f
 from yarnflow.cli_views import operator_paths, size
 from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
+from yarnflow.cli_plan import plan
 from yarnflow.cli_savepoints import rescale, savepoint, session_scale, stop
 from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options
@@ -470,6 +471,7 @@ cli.add_command(logs)
 cli.add_command(savepoint)
 cli.add_command(stop)
 cli.add_command(rescale)
+cli.add_command(plan)
 session.add_command(session_scale)
 
 

@@ -43,6 +43,12 @@ class ArtifactError(YarnflowError, IOError):
 _LOAD_LOCK = threading.RLock()
 
 
+def leaves_folder(name: str) -> bool:
+    """Whether a zip member's path would unpack outside its folder: absolute, a drive, or ``..``."""
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "\\")) or ".." in parts or bool(parts and parts[0].endswith(":"))
+
+
 def artifact_uri(storage_dir: str, sha256: str) -> str:
     """Where the artifact with content hash ``sha256`` lives under ``storage_dir``."""
     return f"{storage_dir.rstrip('/')}/artifacts/{sha256}.zip"
@@ -184,8 +190,7 @@ class ArtifactCache:
         """Refuse an artifact with a path that leaves its folder (absolute, ``..``) or that
         unpacks to more than the whole cache may hold (``blob.cache.max-size``: a zip bomb)."""
         for name in zf.namelist():
-            parts = name.replace("\\", "/").split("/")
-            if name.startswith(("/", "\\")) or ".." in parts or (parts and parts[0].endswith(":")):
+            if leaves_folder(name):
                 raise ArtifactError(f"job artifact {uri} holds a path outside its folder: {name!r}")
         unpacked = sum(info.file_size for info in zf.infolist())
         if self._max_bytes and unpacked > self._max_bytes:

@@ -339,9 +339,9 @@ class Options:
     SPARK_START_TIMEOUT = _opt("spark-stages.start-timeout", parse_duration_ms,
                                "a Spark stage fails when the Spark master it asked for is not up within this time")
     REST_ADDRESS = _opt("rest.address", _parse_str, "address the AppMaster's REST API and web UI bind to")
-    REST_PORT = _opt("rest.port", parse_port_range, "port (or range: the first free one) of the REST API "
-                     "and web UI; 0: any free port")
+    REST_PORT = _opt("rest.port", parse_port_range, "port (or range: the first free one) of the REST API and web UI")
     REST_ENABLED = _opt("rest.enabled", _parse_bool, "serve the REST API and web UI")
+    WEB_SUBMIT = _opt("web.submit.enable", _parse_bool, "job files may be uploaded and run over REST (/jars)")
     REST_AUTH = _opt("rest.authentication", _parse_str,
                      "who may use the REST API and web UI: token (the cluster's token: a bearer token, the "
                      "password of HTTP basic, or the web UI's login), none, or auto (token when "

@@ -154,6 +154,11 @@ _SCHEMAS: dict[str, Any] = {
         ["threadName", "stringifiedThreadInfo"], threadName=_STR, stringifiedThreadInfo=_STR)}),
     "Metrics": {"type": "array", "items": _obj(["id"], id=_STR, value=_STR)},
     "AggregatedMetrics": {"type": "array", "items": _obj(["id"], id=_STR, min=_NUM, max=_NUM, avg=_NUM, sum=_NUM)},
+    "Jars": _obj(["address", "files"], address=_STR, files={"type": "array", "items": _obj(
+        ["id", "name", "uploaded", "entry"], id=_STR, name=_STR, uploaded=_INT, entry={"type": "array", "items": _obj(
+            ["name"], name=_STR, description=_NULLABLE_STR)})}),
+    "JarUploaded": _obj(["filename", "status"], filename=_STR, status={"type": "string", "enum": ["success"]}),
+    "JarRun": _obj(["jobid"], jobid=_STR),
     "PrometheusTargets": {"type": "array", "items": _obj(["targets", "labels"], targets={
         "type": "array", "items": _STR}, labels={"type": "object", "additionalProperties": _STR})},
 }
@@ -179,7 +184,18 @@ _TM = {"name": "tmid", "in": "path", "required": True, "schema": _STR}
 _LONG = {"type": "integer", "minimum": 0, "maximum": (1 << 63) - 1}
 _INDEX = {"name": "index", "in": "path", "required": True, "schema": _LONG}
 _AGG = "(min|max|avg|sum|MIN|MAX|AVG|SUM)"
-_SELECT = {"agg": f"^({_AGG}(,{_AGG})*)?$", "subtasks": r"^(\d{1,9}(-\d{1,9})?(,\d{1,9}(-\d{1,9})?)*)?$"}
+_SELECT = {"agg": f"^({_AGG}(,{_AGG})*)?$", "subtasks": r"^(\d{1,9}(-\d{1,9})?(,\d{1,9}(-\d{1,9})?)*)?$",
+           "parallelism": "^[1-9][0-9]{0,5}$", "allowNonRestoredState": "^(true|false)$",
+           "entry-class": r"^[\w./-]+\.py$"}
+
+
+_JAR = {"name": "jarid", "in": "path", "required": True, "description": "<32 hex>_<file name>, as uploaded",
+        "schema": {"type": "string", "pattern": "^[0-9a-f]{32}_[A-Za-z0-9._-]{1,200}$"}}
+_RUN_BODY = {"required": False, "content": {"application/json": {"schema": {"type": "object", "properties": {
+    "programArgs": {"type": "string"}, "programArgsList": {"type": "array", "items": {"type": "string"}},
+    "parallelism": {"type": "integer", "minimum": 1}, "entryClass": {"type": "string", "pattern": r"^[\w./-]+\.py$"},
+    "savepointPath": {"type": "string"}, "allowNonRestoredState": {"type": "boolean"},
+    "flinkConfiguration": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}
 
 
 def _query(*names: str) -> list[dict[str, Any]]:
@@ -281,6 +297,25 @@ def openapi_document() -> dict[str, Any]:
                 "responses": _answers("TriggerResponse", "202", 400)}},
             "/savepoint-disposal/{triggerid}": _get("A savepoint disposal's status", "SavepointStatus", 400, 404,
                                                      params=[_TRIGGER]),
+            "/jars": _get("Uploaded job files (Flink's jars: Python job files and zips)", "Jars"),
+            "/jars/upload": {"post": {
+                "summary": "Upload a job file (.py) or a zip of one with its modules: multipart field jarfile",
+                "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": _obj(
+                    ["jarfile"], jarfile={"type": "string", "format": "binary"})}}},
+                "responses": _answers("JarUploaded", "200", 400, 411, 413)}},
+            "/jars/{jarid}": {"delete": {"summary": "Delete an uploaded job file", "parameters": [_JAR],
+                                         "responses": _answers(None, "200", 400, 404)}},
+            "/jars/{jarid}/plan": {
+                **_get("The plan of an uploaded job (its file runs up to execute())", "Plan", 400, 404,
+                       params=[_JAR, *_query("programArg", "entry-class", "parallelism")]),
+                "post": {"summary": "The plan of an uploaded job, with arguments in the body",
+                         "parameters": [_JAR], "requestBody": _RUN_BODY,
+                         "responses": _answers("Plan", "200", 400, 404)}},
+            "/jars/{jarid}/run": {"post": {
+                "summary": "Run an uploaded job: arguments, parallelism, savepoint, configuration",
+                "parameters": [_JAR, *_query("programArg", "entry-class", "parallelism", "savepointPath",
+                                             "allowNonRestoredState")],
+                "requestBody": _RUN_BODY, "responses": _answers("JarRun", "200", 400, 404)}},
             "/cluster": {"delete": {"summary": "Shut the cluster down: its jobs are cancelled",
                                     "responses": _answers(None, "200")}},
             "/jobs/{jobid}/logs": _get("The job's log lines (AppMaster and local TaskExecutors)", "Logs", 400, 404,

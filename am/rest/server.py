@@ -52,6 +52,7 @@ from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
 from yarnflow.am.rest.job_api import JobApi, ask_stop_mode, is_trigger_id
+from yarnflow.am.rest.jars import JarApi
 from yarnflow.am.rest.metrics_api import MetricsApi
 from yarnflow.am.rest.auth import bad_storage_path, https_context, install_token_check, json_depth, rest_auth_token
 from yarnflow.am.rest.uploads import UploadError, receive_artifact
@@ -228,7 +229,7 @@ class RestServer:
                 ("/metrics/prometheus-targets", self.prometheus_targets, ("GET",)),
                 ("/artifacts", self.upload_artifact, ("POST",))):
             route(rule, fn, methods)
-        for more, handler, verbs in self.job_api.routes() + MetricsApi(self).routes():
+        for more, handler, verbs in self.job_api.routes() + MetricsApi(self).routes() + JarApi(self).routes():
             route(more, handler, verbs)
         return app
 
@@ -239,7 +240,7 @@ class RestServer:
     def config(self) -> Response:
         return jsonify({"refresh-interval": 3000, "timezone-name": "UTC", "timezone-offset": 0,
                         "flink-version": __version__, "flink-revision": f"yarnflow {__version__}",
-                        "features": {"web-submit": False, "web-cancel": True, "web-rescale": False,
+                        "features": {"web-submit": self._config[Options.WEB_SUBMIT], "web-cancel": True, "web-rescale": False,
                                      "web-history": False},
                         "cluster-id": self._am.cluster_id, "leader": self._am.is_leader})
 

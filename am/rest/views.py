@@ -18,6 +18,7 @@ from yarnflow.common.messages import (
     TaskMetrics,
     VertexStatus,
 )
+from yarnflow.common.plan import job_plan
 from yarnflow.common.states import ExecutionState, JobStatus
 
 #: back-pressure levels as Flink's web UI draws them (ratio of time back-pressured)
@@ -145,19 +146,10 @@ def job_details(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
 
 def plan(info: JobStatusInfo, graph: JobGraph | None) -> dict[str, Any]:
     """``/jobs/:jobid/plan`` (Flink's JobPlanInfo): the nodes with their inputs."""
-    nodes = []
-    names = {str(v.vertex_id): v for v in info.vertices}
-    for jv in (graph.vertices if graph else []):
-        inputs = [{"num": e.input_index, "id": str(e.source_vertex_id), "ship_strategy": e.partitioner.name,
-                   "exchange": e.exchange_mode.name.lower()}
-                  for e in graph.edges if e.target_vertex_id == jv.vertex_id] if graph else []
-        v = names.get(str(jv.vertex_id))
-        nodes.append({"id": str(jv.vertex_id), "parallelism": v.parallelism if v else jv.parallelism, "operator": "",
-                      "operator_strategy": "", "description": " -> ".join(jv.operator_names) or jv.name,
-                      "optimizer_properties": {}, "inputs": inputs,
-                      "name": v.name if v else jv.name})
-    return {"plan": {"jid": str(info.job_id), "name": info.name,
-                     "type": graph.runtime_mode if graph else "STREAMING", "nodes": nodes}}
+    if graph is None:
+        return {"plan": {"jid": str(info.job_id), "name": info.name, "type": "STREAMING", "nodes": []}}
+    return job_plan(graph, info.name, {str(v.vertex_id): v.parallelism for v in info.vertices},
+                    {str(v.vertex_id): v.name for v in info.vertices})
 
 
 def subtask(info: JobStatusInfo, v: VertexStatus, i: int) -> dict[str, Any]:

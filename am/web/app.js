@@ -1,5 +1,5 @@
 // yarnflow web UI: plain JavaScript over the REST API (no build step, no CDN).
-// Views (location hash): #/overview, #/jobs, #/jobs/<jid>[/<tab>], #/taskmanagers[/<id>].
+// Views (location hash): #/overview, #/jobs, #/jobs/<jid>[/<tab>], #/taskmanagers[/<id>], #/submit.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -98,6 +98,8 @@ function onClick(event) {
   if (row && !event.target.closest("a, summary, button")) location.hash = row.dataset.href;
   const cancel = event.target.closest("#cancel-job");
   if (cancel && !cancel.disabled) cancelJob(cancel);
+  const action = event.target.closest("#jar-upload, .jar-run, .jar-plan, .jar-delete");
+  if (action && !action.disabled) onSubmitAction(action);
 }
 
 async function cancelJob(button) {
@@ -312,6 +314,70 @@ async function taskmanagers(id) {
       <th>Slots</th><th>Free</th><th>Memory</th><th>Last heartbeat</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
+// ---- submitting jobs (Flink's /jars) ---------------------------------------------------------------
+
+let submitMessage = "";  // what the last upload, run or plan said (kept across refreshes)
+
+async function submitPage() {
+  const data = await api("/jars");
+  const rows = data.files.map((f) => `<tr id="jar-${esc(f.id)}"><td>${esc(f.name)}</td><td>${fmtTime(f.uploaded)}</td>
+      <td><select class="jar-entry">${f.entry.map((e) => `<option>${esc(e.name)}</option>`).join("")}</select></td>
+      <td><input class="jar-args" placeholder="arguments, space separated" size="30"></td>
+      <td><input class="jar-parallelism" type="number" min="1" placeholder="default" style="width:6em"></td>
+      <td><input class="jar-savepoint" placeholder="savepoint path (optional)" size="22"></td>
+      <td><button class="jar-run" data-jar="${esc(f.id)}">Run</button> <button class="jar-plan" data-jar="${esc(f.id)}">Plan</button>
+        <button class="danger jar-delete" data-jar="${esc(f.id)}">Delete</button></td></tr>`);
+  const table = rows.length ? `<table id="jars-table"><thead><tr><th>Job file</th><th>Uploaded</th><th>Entry</th><th>Arguments</th>
+      <th>Parallelism</th><th>Savepoint</th><th></th></tr></thead><tbody>${rows.join("")}</tbody></table>`
+    : `<p class="muted" id="no-jars">Nothing uploaded yet.</p>`;
+  return `<h2>Submit a job</h2><p class="muted">A Python job file, or a zip of one with the modules it imports.</p>
+    <div class="toolbar"><input type="file" id="jar-file" accept=".py,.zip"><button id="jar-upload">Upload</button></div>
+    <div id="submit-result">${submitMessage}</div>${table}`;
+}
+
+function runRequest(row) {
+  const body = {programArgsList: row.querySelector(".jar-args").value.split(/\s+/).filter(Boolean)};
+  const p = row.querySelector(".jar-parallelism").value;
+  if (p) body.parallelism = Number(p);
+  const sp = row.querySelector(".jar-savepoint").value.trim();
+  if (sp) body.savepointPath = sp;
+  const entry = row.querySelector(".jar-entry").value;
+  if (entry) body.entryClass = entry;
+  return body;
+}
+
+async function onSubmitAction(button) {
+  button.disabled = true;
+  try {
+    if (button.id === "jar-upload") {
+      const file = document.getElementById("jar-file").files[0];
+      if (!file) throw new Error("choose a job file first");
+      const form = new FormData();
+      form.append("jarfile", file);
+      await api("/jars/upload", {method: "POST", body: form});
+      submitMessage = `<p class="ok">Uploaded ${esc(file.name)}.</p>`;
+    } else {
+      const jar = button.dataset.jar;
+      const row = button.closest("tr");
+      if (button.classList.contains("jar-delete")) {
+        await api(`/jars/${encodeURIComponent(jar)}`, {method: "DELETE"});
+        submitMessage = "";
+      } else {
+        const kind = button.classList.contains("jar-run") ? "run" : "plan";
+        const answer = await api(`/jars/${encodeURIComponent(jar)}/${kind}`, {method: "POST",
+          headers: {"Content-Type": "application/json"}, body: JSON.stringify(runRequest(row))});
+        submitMessage = kind === "run"
+          ? `<p class="ok" id="submitted">Submitted job <a href="#/jobs/${esc(answer.jobid)}">${esc(answer.jobid)}</a>.</p>`
+          : `<h3>Plan</h3><ul id="jar-plan">${answer.plan.nodes.map((n) => `<li>${esc(n.description)}
+              (parallelism ${n.parallelism})</li>`).join("")}</ul>`;
+      }
+    }
+    showError("");
+  } catch (e) { showError(e.message); }
+  button.disabled = false;
+  render();
+}
+
 // ---- routing ------------------------------------------------------------------------------------
 
 let shown = "";  // the route the view shows: a new one starts from the top
@@ -326,6 +392,7 @@ async function render() {
     const html = parts[0] === "jobs" && parts[1] ? await job(parts[1], parts[2])
       : parts[0] === "jobs" ? await jobs()
       : parts[0] === "taskmanagers" ? await taskmanagers(parts[1])
+      : parts[0] === "submit" ? await submitPage()
       : await overview();
     if (route !== shown) { view.innerHTML = ""; window.scrollTo(0, 0); }
     morph(view, html);
@@ -342,6 +409,7 @@ async function start() {
   try {
     const config = await api("/config");
     document.getElementById("cluster").textContent = `cluster ${config["cluster-id"]} · yarnflow ${config["flink-version"]}`;
+    document.querySelector('nav a[data-nav="submit"]').hidden = !config.features["web-submit"];
   } catch (e) { showError(e.message); }
   window.addEventListener("hashchange", render);
   document.addEventListener("click", onClick);

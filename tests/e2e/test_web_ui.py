@@ -165,3 +165,36 @@ def test_an_ended_jobs_page_keeps_its_scroll_and_open_traces_across_refreshes(
     browser.save_screenshot(str(tmp_path / "ui-404.png"))
     # (the browser reports the fetch that got the 404 itself; nothing else)
     assert all("/jobs/" + "0" * 32 in e and "404" in e for e in console_errors(browser)), console_errors(browser)
+
+
+def test_the_submit_page_uploads_plans_and_runs_a_job_file(cluster: Any, browser: webdriver.Chrome,  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    web = cluster.web
+    out = tmp_path / "out"
+    job = tmp_path / "doubled.py"
+    job.write_text("import sys\nimport yarnflow\n\nenv = yarnflow.StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.from_collection({'v': list(range(int(sys.argv[2])))}).map(lambda r: {'v': 2 * r['v']})"
+                   ".sink_to_parquet(sys.argv[1])\nenv.execute('from the ui')\n")
+    browser.get(f"{web}/#/submit")
+    wait_for(browser, "#no-jars")
+    wait_for(browser, "#jar-file")[0].send_keys(str(job))
+    click(browser, "#jar-upload")
+    wait_for(browser, "#jars-table tbody tr")
+    assert "doubled.py" in read(browser, "#jars-table tbody tr")[0]
+    browser.find_element(By.CSS_SELECTOR, ".jar-args").send_keys(f"{out} 300")
+    browser.find_element(By.CSS_SELECTOR, ".jar-parallelism").send_keys("2")
+    time.sleep(2.5)  # a refresh in between keeps what was typed (the page is updated in place)
+    assert read(browser, ".jar-args", "value") == [f"{out} 300"]
+    click(browser, ".jar-plan")
+    wait_for(browser, "#jar-plan li", timeout=60)
+    assert "parallelism 2" in read(browser, "#jar-plan li")[0]
+    click(browser, ".jar-run")
+    wait_for(browser, "#submitted a", timeout=60)
+    job_id = read(browser, "#submitted a")[0]
+    wait_until(lambda: get(f"{web}/jobs/{job_id}/status")["status"] == "FINISHED", 60, "the job did not finish")
+    import pyarrow.dataset as pads
+    assert sorted(pads.dataset(str(out), format="parquet").to_table()["v"].to_pylist()) == [2 * v for v in range(300)]
+    browser.save_screenshot(str(tmp_path / "ui-submit.png"))
+    click(browser, ".jar-delete")
+    wait_for(browser, "#no-jars")
+    assert console_errors(browser) == []
