@@ -148,6 +148,10 @@ class JobGraph(Message):
 
 # ---- Dispatcher ----------------------------------------------------------------------------
 
+#: a watermark not yet known (Flink's Long.MIN_VALUE)
+NO_WATERMARK = -(2**63)
+
+
 @dataclass(frozen=True)
 class TaskMetrics(Message):
     """A subtask's I/O figures: totals since its attempt started, rates over the last seconds."""
@@ -173,6 +177,12 @@ class TaskMetrics(Message):
     inflight_bytes_peak: int = 0
     operator_paths: list[str] = field(default_factory=list)
     result_bytes: list[int] = field(default_factory=list)  # per result partition, in the task's output order
+    input_watermark: int = NO_WATERMARK
+    output_watermark: int = NO_WATERMARK
+    late_records_dropped: int = 0
+    busy_ms_total: int = 0
+    backpressured_ms_total: int = 0
+    idle_ms_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -294,6 +304,7 @@ class MemoryStatus(Message):
     managed_used_bytes: int = 0
     rocksdb_bytes: int = 0
     level: str = "ok"
+    cpu_load: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -374,123 +385,18 @@ class TaskExecutorHeartbeatPayload(Message):
     allocation_ids: list[ids.AllocationID] = field(default_factory=list)
 
 
-# ---- checkpoints -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class OperatorStateFile(Message):
-    """One file (Arrow IPC, any fsspec URL) of one operator's state in a checkpoint."""
-
-    _thrift = ttypes.OperatorStateFile
-    operator_index: int
-    name: str
-    path: str
-    size_bytes: int = 0
-
-
-#: ``OperatorStateFile.name`` of a file in the job's shared checkpoint folder that a checkpoint
-#: references (a RocksDB SST file of an incremental checkpoint; not an Arrow file)
-SHARED_STATE_FILE = "@shared"
-
-
-@dataclass(frozen=True)
-class TaskStateSnapshot(Message):
-    """What a task acknowledges for a checkpoint."""
-
-    _thrift = ttypes.TaskStateSnapshot
-    files: list[OperatorStateFile] = field(default_factory=list)
-    alignment_ms: int = 0
-    sync_ms: int = 0
-    async_ms: int = 0
-    unaligned: bool = False
-    inflight_bytes: int = 0
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(f.size_bytes for f in self.files)
-
-
-@dataclass(frozen=True)
-class TaskRestore(Message):
-    """The state a task starts from: its subtask's files in a completed checkpoint."""
-
-    _thrift = ttypes.TaskRestore
-    checkpoint_id: int
-    files: list[OperatorStateFile] = field(default_factory=list)
-    finished: bool = False  # the subtask had finished by then: it emits nothing and ends
-
-
-@dataclass(frozen=True)
-class AllocatedSlotReport(Message):
-    """The JobMaster's answer to a heartbeat: the slots it holds on that TaskExecutor."""
-
-    _thrift = ttypes.AllocatedSlotReport
-    allocation_ids: list[ids.AllocationID] = field(default_factory=list)
-
-
-# ---- TaskExecutor --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class InputChannelDescriptor(Message):
-    _thrift = ttypes.InputChannelDescriptor
-    partition_id: ids.ResultPartitionID
-    producer_resource_id: ids.ResourceID
-    producer_data_address: str
-
-
-@dataclass(frozen=True)
-class InputGateDescriptor(Message):
-    _thrift = ttypes.InputGateDescriptor
-    input_index: int
-    channels: list[InputChannelDescriptor]
-    subpartition_index: int = 0
-    exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
-    #: > 0: the consumer reads subpartitions ``[subpartition_index, subpartition_end)`` of each
-    #: channel, one after another (a consumer whose parallelism was decided at run time)
-    subpartition_end: int = 0
-
-    @property
-    def subpartitions(self) -> range:
-        return range(self.subpartition_index, max(self.subpartition_end, self.subpartition_index + 1))
-
-
-@dataclass(frozen=True)
-class ResultPartitionDescriptor(Message):
-    _thrift = ttypes.ResultPartitionDescriptor
-    partition_id: ids.ResultPartitionID
-    num_subpartitions: int
-    partitioner: Partitioner
-    key_columns: list[str] = field(default_factory=list)
-    exchange_mode: ExchangeMode = ExchangeMode.PIPELINED
-    consumer_max_parallelism: int = 128
-    output_tag: str = ""
-
-
-@dataclass(frozen=True)
-class TaskDeploymentDescriptor(Message):
-    _thrift = ttypes.TaskDeploymentDescriptor
-    job_id: ids.JobID
-    vertex_id: ids.JobVertexID
-    task_name: str
-    execution_attempt_id: ids.ExecutionAttemptID
-    subtask_index: int
-    attempt_number: int
-    parallelism: int
-    max_parallelism: int
-    allocation_id: ids.AllocationID
-    artifact_uri: str
-    artifact_sha256: str
-    input_gates: list[InputGateDescriptor] = field(default_factory=list)
-    result_partitions: list[ResultPartitionDescriptor] = field(default_factory=list)
-    jobmaster_fencing_token: str = ""
-    config: dict[str, str] = field(default_factory=dict)
-    runtime_mode: str = "STREAMING"
-    job_storage_dir: str = ""
-    checkpoint_dir: str = ""
-    restore: TaskRestore | None = None
-
-    @property
-    def display_name(self) -> str:
-        return f"{self.task_name} ({self.subtask_index + 1}/{self.parallelism})"
+# the messages of a task's deployment and checkpoints live in messages_tasks.py
+from yarnflow.common.messages_tasks import (  # noqa: E402 - re-exported
+    SHARED_STATE_FILE as SHARED_STATE_FILE,
+    OperatorStateFile as OperatorStateFile,
+    TaskStateSnapshot as TaskStateSnapshot,
+    TaskRestore as TaskRestore,
+    AllocatedSlotReport as AllocatedSlotReport,
+    InputChannelDescriptor as InputChannelDescriptor,
+    InputGateDescriptor as InputGateDescriptor,
+    ResultPartitionDescriptor as ResultPartitionDescriptor,
+    TaskDeploymentDescriptor as TaskDeploymentDescriptor,
+)
 
 
 ALL_MESSAGES: tuple[type[Message], ...] = tuple(

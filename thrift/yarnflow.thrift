@@ -118,6 +118,12 @@ struct TaskMetrics {
   18: i64 inflight_bytes_peak,            // the most bytes one remote input channel held (<= its credit x segment size)
   19: list<string> operator_paths,        // per operator: how its user function runs ("" for none), see Operator.execution_path
   20: list<i64> result_bytes,             // per result partition (the task's outputs, in order): bytes written
+  21: i64 input_watermark,                // currentInputWatermark: the least of its inputs' (none yet: i64 min)
+  22: i64 output_watermark,               // currentOutputWatermark: the last it emitted (none yet: i64 min)
+  23: i64 late_records_dropped,           // numLateRecordsDropped by its window operators
+  24: i64 busy_ms_total,                  // accumulated-busy-time since the task started
+  25: i64 backpressured_ms_total,
+  26: i64 idle_ms_total,
 }
 
 struct CheckpointCounts {
@@ -252,6 +258,7 @@ struct MemoryStatus {
   6: i64 managed_used_bytes,       // reserved by operators and shared RocksDB memory
   7: i64 rocksdb_bytes,            // the shared RocksDB block caches hold (memtables included)
   8: string level,                 // ok | warning | critical
+  9: double cpu_load,              // cores the process used since the last measurement
 }
 
 struct SlotReport {
@@ -434,6 +441,7 @@ struct TaskDeploymentDescriptor {
   17: string job_storage_dir,     // per-job dir on the storage filesystem (collect results...)
   18: string checkpoint_dir,      // <checkpoints dir>/<job id> ("" when checkpointing is off)
   19: optional TaskRestore restore, // state to restore before the task runs
+  20: string job_name,
 }
 
 service TaskExecutorService {

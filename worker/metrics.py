@@ -13,12 +13,13 @@ needed: busy time is what is left of each second after idle and back-pressured t
 from __future__ import annotations
 
 import collections
+import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from yarnflow.common.messages import TaskMetrics
+from yarnflow.common.messages import NO_WATERMARK, TaskMetrics
 from yarnflow.common.metrics import metrics_address as metrics_address  # the TaskExecutor registers it
 
 if TYPE_CHECKING:
@@ -39,19 +40,25 @@ class _Sample:
     backpressured_ns: int
     operators_in: tuple[int, ...] = ()
     operators_out: tuple[int, ...] = ()
+    input_watermark: int = NO_WATERMARK
+    output_watermark: int = NO_WATERMARK
+    late_records_dropped: int = 0
 
 
 class TaskMetricGroup:
     """One subtask attempt's figures, read from its StreamTask."""
 
     def __init__(self, task_name: str, subtask_index: int, job_id: str, operator_names: Iterable[str],
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, job_name: str = "", attempt: int = 0) -> None:
         self.task_name = task_name
         self.subtask_index = subtask_index
         self.job_id = job_id
+        self.job_name = job_name
+        self.attempt = attempt
         self.operator_names = list(operator_names)
         self._clock = clock
         self._task: StreamTask | None = None
+        self._attached_at = 0.0
         self._samples: collections.deque[_Sample] = collections.deque()
         self._lock = threading.Lock()
         #: per operator of the chain, as of the last ``snapshot``
@@ -64,6 +71,7 @@ class TaskMetricGroup:
     def attach(self, task: StreamTask) -> None:
         """The task's StreamTask was built: its counters are read from now on."""
         self._task = task
+        self._attached_at = self._clock()
 
     def _sample(self) -> _Sample:
         st = self._task
@@ -75,7 +83,9 @@ class TaskMetricGroup:
         idle_ns = gate.idle_ns if gate is not None else getattr(st.chain[0], "idle_ns", 0) if st.chain else 0  # a source: its pauses
         return _Sample(now, st.records_in, st.tail.records_out, st.bytes_in,
                        sum(w.bytes_out for w in st.writers), idle_ns,
-                       sum(w.backpressured_ns for w in st.writers), tuple(operators_in), tuple(operators_out))
+                       sum(w.backpressured_ns for w in st.writers), tuple(operators_in), tuple(operators_out),
+                       getattr(st, "input_watermark", NO_WATERMARK), getattr(st.tail, "watermark", NO_WATERMARK),
+                       sum(getattr(op, "late_records_dropped", 0) for op in getattr(st, "chain", ())))
 
     def snapshot(self) -> TaskMetrics:
         """The totals so far and the rates over the last ``RATE_WINDOW_S`` seconds (since the
@@ -104,6 +114,8 @@ class TaskMetricGroup:
         backpressured = min(1000.0 - idle, rate(first.backpressured_ns, now.backpressured_ns) / 1e6)
         busy = max(0.0, 1000.0 - idle - backpressured) if span > 0 else 0.0
         managed, used, peak = self.managed_memory()
+        idle_total, bp_total = now.idle_ns // 1_000_000, now.backpressured_ns // 1_000_000
+        alive_ms = int((now.at - self._attached_at) * 1000) if self._task is not None else 0
         return TaskMetrics(now.records_in, now.records_out, now.bytes_in, now.bytes_out,
                            rate(first.records_in, now.records_in), rate(first.records_out, now.records_out),
                            rate(first.bytes_in, now.bytes_in), rate(first.bytes_out, now.bytes_out),
@@ -111,7 +123,9 @@ class TaskMetricGroup:
                            list(now.operators_in), list(now.operators_out),
                            managed, used, peak, self.spilled_bytes(), self._inflight_peak(),
                            self._task.operator_paths() if self._task is not None else [],
-                           [w.bytes_out for w in self._task.writers] if self._task is not None else [])
+                           [w.bytes_out for w in self._task.writers] if self._task is not None else [],
+                           now.input_watermark, now.output_watermark, now.late_records_dropped,
+                           max(0, alive_ms - idle_total - bp_total), bp_total, idle_total)
 
     def _inflight_peak(self) -> int:
         st = self._task
@@ -121,8 +135,9 @@ class TaskMetricGroup:
 
 # ---- Prometheus ------------------------------------------------------------------------------
 
-_TASK = ("tm_id", "job_id", "task_name", "subtask_index")
-_OPERATOR = (*_TASK, "operator_name")
+#: Flink's label names (its Prometheus reporter's)
+_TASK = ("tm_id", "host", "job_id", "job_name", "task_name", "subtask_index", "task_attempt_num")
+_OPERATOR = (*_TASK, "operator_name", "operator_id")
 
 
 def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
@@ -132,6 +147,7 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
     memory watchdog measured (``memory``, a ``MemoryStatus``: Status.Process.Memory.*)."""
     from yarnflow.common.metrics import gauge
 
+    host = socket.gethostname()
     if memory is not None:
         levels = {"ok": 0, "warning": 1, "critical": 2}
         for name, value, doc in (("Used", memory.used_bytes, "resident memory of the process and its children"),
@@ -144,6 +160,9 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
             family = gauge(f"taskmanager_Status_Process_Memory_{name}", doc, ("tm_id",))
             family.add_metric([tm_id], float(value))
             yield family
+        family = gauge("taskmanager_Status_Process_CPU_Load", "cores the process used (1.0: one core)", ("tm_id",))
+        family.add_metric([tm_id], float(memory.cpu_load))
+        yield family
 
     if managed_memory is not None:
         for name, value, doc in (("Total", managed_memory[0], "managed memory of the TaskExecutor"),
@@ -170,6 +189,12 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
         "spilledBytes": ("spilled_bytes", "bytes the task's batch operators wrote to spill files"),
         "inflightBytesPeak": ("inflight_bytes_peak", "the most bytes one remote input channel of the task held "
                                                      "(bounded by its credit times the segment size)"),
+        "currentInputWatermark": ("input_watermark", "the least watermark of the task's inputs (ms)"),
+        "currentOutputWatermark": ("output_watermark", "the last watermark the task emitted (ms)"),
+        "numLateRecordsDropped": ("late_records_dropped", "records its window operators dropped as late"),
+        "accumulatedBusyTime": ("busy_ms_total", "ms the task was busy since it started"),
+        "accumulatedBackPressuredTime": ("backpressured_ms_total", "ms the task was back-pressured"),
+        "accumulatedIdleTime": ("idle_ms_total", "ms the task was idle"),
     }
     families = {name: gauge(f"taskmanager_job_task_{name}", doc, _TASK) for name, (_, doc) in task_gauges.items()}
     op_families = {name: gauge(f"taskmanager_job_task_operator_{name}", f"per operator: {doc}", _OPERATOR)
@@ -178,11 +203,12 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
                                      ("numRecordsOutPerSecond", "records out per second"))}
     for group in list(tasks):
         m = group.snapshot()
-        labels = [tm_id, group.job_id, group.task_name, str(group.subtask_index)]
+        labels = [tm_id, host, group.job_id, group.job_name, group.task_name, str(group.subtask_index),
+                  str(group.attempt)]
         for name, (attr, _) in task_gauges.items():
             families[name].add_metric(labels, float(getattr(m, attr)))
         for i, op in enumerate(group.operator_names):
-            op_labels = [*labels, op]
+            op_labels = [*labels, op, f"{group.task_name}#{i}"]  # (its place in the chain: unique in the job)
             for name, values in (("numRecordsIn", m.operator_records_in), ("numRecordsOut", m.operator_records_out),
                                  ("numRecordsInPerSecond", group.operator_rates_in),
                                  ("numRecordsOutPerSecond", group.operator_rates_out)):

@@ -102,7 +102,8 @@ class Task:
         self._python_worker: PythonWorker | None = None
         self._io_metrics = tdd.config.get(Options.TASK_IO_METRICS.key, "true").lower() != "false"
         #: the task's figures (Flink's TaskIOMetricGroup), read by heartbeats and Prometheus
-        self.metrics = TaskMetricGroup(tdd.task_name, tdd.subtask_index, str(tdd.job_id), ())
+        self.metrics = TaskMetricGroup(tdd.task_name, tdd.subtask_index, str(tdd.job_id), (),
+                                       job_name=tdd.job_name, attempt=tdd.attempt_number)
         self.metrics.spilled_bytes = lambda: self.spill.spilled_bytes
         if memory is not None:
             owner = str(tdd.execution_attempt_id)

@@ -275,7 +275,7 @@ class ExecutionGraph:
             input_gates=sorted(gates, key=lambda g: g.input_index),
             result_partitions=partitions, jobmaster_fencing_token=jm_token, config=config,
             runtime_mode=jg.runtime_mode, job_storage_dir=job_storage_dir, checkpoint_dir=checkpoint_dir,
-            restore=ex.restore)
+            restore=ex.restore, job_name=jg.name)
 
 
 def region_sharing_groups(job_graph: JobGraph, region: Any) -> list[tuple[tuple[int, str, int], list[Any]]]:

@@ -20,7 +20,7 @@ import psutil
 from flask import Response, jsonify, request
 
 from yarnflow.am.rest.api_error import ApiError
-from yarnflow.common.messages import TaskMetrics
+from yarnflow.common.messages import NO_WATERMARK, TaskMetrics
 
 if TYPE_CHECKING:
     from yarnflow.am.rest.server import RestServer
@@ -37,13 +37,21 @@ TASK_METRICS = {
     "numBytesOutPerSecond": "bytes_out_per_second", "busyTimeMsPerSecond": "busy_ms_per_second",
     "backPressuredTimeMsPerSecond": "backpressured_ms_per_second", "idleTimeMsPerSecond": "idle_ms_per_second",
     "managedMemoryUsed": "managed_memory_used", "managedMemoryTotal": "managed_memory_bytes",
-    "spilledBytes": "spilled_bytes",
+    "spilledBytes": "spilled_bytes", "numLateRecordsDropped": "late_records_dropped",
+    "accumulatedBusyTime": "busy_ms_total", "accumulatedBackPressuredTime": "backpressured_ms_total",
+    "accumulatedIdleTime": "idle_ms_total",
 }
 
 
-def task_metrics(m: TaskMetrics) -> Metrics:
+def task_metrics(m: TaskMetrics, now_ms: int | None = None) -> Metrics:
     out = {name: float(getattr(m, field)) for name, field in TASK_METRICS.items()}
     out["isBackPressured"] = 1.0 if m.backpressured_ms_per_second >= 500 else 0.0
+    for name, wm in (("currentInputWatermark", m.input_watermark), ("currentOutputWatermark", m.output_watermark)):
+        if wm != NO_WATERMARK:  # (none yet: left out, as Flink shows no value)
+            out[name] = float(wm)
+    if m.output_watermark != NO_WATERMARK and m.output_watermark < 2**62:
+        # how far event time (the watermark it emitted) trails wall-clock time
+        out["watermarkLag"] = float((now_ms if now_ms is not None else int(time.time() * 1000)) - m.output_watermark)
     for path, n_in, n_out in zip(m.operator_paths, m.operator_records_in, m.operator_records_out):
         out[f"{path}.numRecordsIn"] = float(n_in)
         out[f"{path}.numRecordsOut"] = float(n_out)
@@ -76,6 +84,8 @@ def task_manager_metrics(tm: dict[str, Any]) -> Metrics:
                       ("managedTotal", "Managed.Total"), ("managedUsed", "Managed.Used"), ("rocksdb", "RocksDB")):
         if key in memory:
             out[f"Status.Memory.{name}"] = float(memory[key])
+    if "cpuLoad" in memory:
+        out["Status.Process.CPU.Load"] = float(memory["cpuLoad"])
     return out
 
 
@@ -151,6 +161,7 @@ class MetricsApi:
             ("/jobs/<jobid>/vertices/<vertexid>/metrics", self.vertex, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/subtasks/metrics", self.subtasks, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>/metrics", self.subtask, ("GET",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/watermarks", self.watermarks, ("GET",)),
             ("/taskmanagers/metrics", self.task_managers, ("GET",)),
             ("/taskmanagers/<tmid>/metrics", self.task_manager, ("GET",)),
         ]
@@ -174,6 +185,12 @@ class MetricsApi:
         _, v = self._r._vertex(jobid, vertexid)
         return _answer({f"{i}.{name}": value for i, m in enumerate(v.subtask_metrics)
                         for name, value in task_metrics(m).items()})
+
+    def watermarks(self, jobid: str, vertexid: str) -> Response:
+        """Flink's: each subtask's ``currentInputWatermark`` (subtasks without one yet left out)."""
+        _, v = self._r._vertex(jobid, vertexid)
+        return jsonify([{"id": f"{i}.currentInputWatermark", "value": str(m.input_watermark)}
+                        for i, m in enumerate(v.subtask_metrics) if m.input_watermark != NO_WATERMARK])
 
     def subtasks(self, jobid: str, vertexid: str) -> Response:
         _, v = self._r._vertex(jobid, vertexid)

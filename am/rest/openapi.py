@@ -49,6 +49,8 @@ _SCHEMAS: dict[str, Any] = {
         "read-bytes-per-second": _NUM, "write-bytes-per-second": _NUM, "busy-time-ms-per-second": _NUM,
         "backpressured-time-ms-per-second": _NUM, "idle-time-ms-per-second": _NUM,
         "managed-memory-bytes": _INT, "managed-memory-peak-bytes": _INT, "spilled-bytes": _INT, "inflight-bytes-peak": _INT,
+        "accumulated-busy-time": _INT, "accumulated-backpressured-time": _INT, "accumulated-idle-time": _INT,
+        "num-late-records-dropped": _INT,
         "backpressure-level": {"type": "string", "enum": ["ok", "low", "high"]}}),
     "Vertex": _obj(["id", "name", "parallelism", "status", "tasks", "metrics"], **{
         "id": _STR, "name": _STR, "parallelism": _INT, "maxParallelism": _INT, "status": _STR,
@@ -106,7 +108,7 @@ _SCHEMAS: dict[str, Any] = {
                         slotsNumber=_INT, freeSlots=_INT, timeSinceLastHeartbeat=_INT, metricsAddress=_NULLABLE_STR,
                         memory={"oneOf": [{"type": "null"}, _obj(
                             ["used", "peak", "limit", "level"], used=_INT, peak=_INT, limit=_INT, arrow=_INT,
-                            managedTotal=_INT, managedUsed=_INT, rocksdb=_INT,
+                            managedTotal=_INT, managedUsed=_INT, rocksdb=_INT, cpuLoad=_NUM,
                             level={"type": "string", "enum": ["ok", "warning", "critical"]})]},
                         hardware={"type": "object"}, allocatedSlots={"type": "array", "items": {"type": "object"}}),
     "TaskManagers": _obj(["taskmanagers"], taskmanagers={"type": "array", "items": _ref("TaskManager")}),
@@ -279,6 +281,8 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/vertices/{vertexid}/metrics": _metrics("The vertex's metrics, per subtask", _JOB, _VERTEX),
             "/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics": _metrics(
                 "The vertex's metrics aggregated over subtasks", _JOB, _VERTEX, aggregated=True, select="subtasks"),
+            "/jobs/{jobid}/vertices/{vertexid}/watermarks": _get("Each subtask's input watermark", "Metrics",
+                                                                 400, 404, params=[_JOB, _VERTEX]),
             "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}/metrics": _metrics(
                 "One subtask's metrics", _JOB, _VERTEX, _INDEX),
             "/jobs/metrics": _metrics("Job metrics aggregated over jobs", aggregated=True, select="jobs"),

@@ -454,7 +454,8 @@ def memory_view(memory: Any) -> dict[str, Any] | None:
         return None
     return {"used": memory.used_bytes, "peak": memory.peak_bytes, "limit": memory.limit_bytes,
             "arrow": memory.arrow_bytes, "managedTotal": memory.managed_total_bytes,
-            "managedUsed": memory.managed_used_bytes, "rocksdb": memory.rocksdb_bytes, "level": memory.level}
+            "managedUsed": memory.managed_used_bytes, "rocksdb": memory.rocksdb_bytes, "level": memory.level,
+            "cpuLoad": memory.cpu_load}
 
 
 def views_taskmanager(entry: Any) -> dict[str, Any]:

@@ -96,6 +96,10 @@ def io_metrics(metrics: Iterable[TaskMetrics]) -> dict[str, Any]:
         "spilled-bytes": sum(m.spilled_bytes for m in ms),
         # the most bytes one remote input channel of a subtask held (credit-based flow control)
         "inflight-bytes-peak": max((m.inflight_bytes_peak for m in ms), default=0),
+        "accumulated-busy-time": sum(m.busy_ms_total for m in ms),
+        "accumulated-backpressured-time": sum(m.backpressured_ms_total for m in ms),
+        "accumulated-idle-time": sum(m.idle_ms_total for m in ms),
+        "num-late-records-dropped": sum(m.late_records_dropped for m in ms),
     }
     out["backpressure-level"] = backpressure_level(out["backpressured-time-ms-per-second"] / 1000.0)
     return out

@@ -297,7 +297,8 @@ async function taskmanagers(id) {
     const m = tm.memory;
     const memory = m ? `<div class="cards">${card("Memory used", fmtBytes(m.used), "tm-memory-used")}
         ${card("Peak", fmtBytes(m.peak), "tm-memory-peak")}${card("Limit", fmtBytes(m.limit), "tm-memory-limit")}
-        ${card("Managed used", fmtBytes(m.managedUsed), "tm-managed-used")}${card("Level", m.level, "tm-memory-level")}</div>` : "";
+        ${card("Managed used", fmtBytes(m.managedUsed), "tm-managed-used")}${card("Level", m.level, "tm-memory-level")}
+        ${card("CPU", `${Math.round((m.cpuLoad || 0) * 100)}%`, "tm-cpu")}</div>` : "";
     const files = logs.logs.map((f) => `<li><a href="/taskmanagers/${encodeURIComponent(id)}/logs/${encodeURIComponent(f.name)}"
         target="_blank">${esc(f.name)}</a> <span class="muted">${fmtBytes(f.size)}</span></li>`);
     return `<h2>TaskExecutor ${esc(tm.id)}</h2><p class="muted">${esc(tm.path)} · pid ${tm.pid} ·

@@ -111,6 +111,11 @@ def test_a_running_job_in_flinks_shapes(cluster: Any, tmp_path: Path) -> None:
     rates = [v for m in tes for labels, v in m["yarnflow_taskmanager_job_task_operator_numRecordsOutPerSecond"]
              if labels["operator_name"] == "identity" and labels["job_id"] == job_id]
     assert len(out) == 2 and all(v > 0 for v in out)
+    # Flink's label names: the job's name, the host, the attempt, an operator id
+    [labels] = [labels for m in tes for labels, _ in m["yarnflow_taskmanager_job_task_operator_numRecordsOut"]
+                if labels["operator_name"] == "identity" and labels["subtask_index"] == "0"]
+    assert (labels["job_name"], labels["task_attempt_num"], labels["host"]) == ("generated", "0", socket.gethostname())
+    assert labels["operator_id"].endswith("#1")  # identity, after the generator in its chain
     assert RATE * 0.5 < sum(rates) < RATE * 1.5
     for m in tes:
         [(_, limit)] = m["yarnflow_taskmanager_Status_Process_Memory_Limit"]

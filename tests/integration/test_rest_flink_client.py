@@ -96,6 +96,8 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert restarts["sum"] == 0
     [memory] = flink.get("/taskmanagers/metrics", get="Status.Memory.Used", agg="max")
     assert memory["max"] > 10 << 20
+    [cpu] = flink.get("/taskmanagers/metrics", get="Status.Process.CPU.Load", agg="max")
+    assert 0 <= cpu["max"] < 4  # (cores: the TaskExecutors run a rate-limited job)
     assert flink.metric("/jobmanager/metrics", "taskSlotsTotal") == 4
     assert flink.metric("/jobmanager/metrics", "Status.Process.Memory.RSS") > 10 << 20
 
@@ -200,3 +202,24 @@ def test_the_appmasters_logs_thread_dump_and_shutdown(cluster: Any) -> None:  # 
     assert '"DELETE /cluster HTTP/1.1" 200' in text
     assert '"GET /jobmanager/thread-dump HTTP/1.1" 200' not in text  # answered GETs: DEBUG (the UI polls)
     assert '"GET /taskmanagers/' + "0" * 32 + '/logs HTTP/1.1" 404' in text
+
+
+def test_a_windowed_jobs_watermarks_lateness_and_accumulated_times(cluster: Any, tmp_path: Path) -> None:  # noqa: F811
+    from tests.integration.test_cancel_race import _windowed
+
+    flink = FlinkRestClient(cluster.web)
+    job_id = submit(cluster, _windowed(str(tmp_path / "out")), "watermarked", {"execution.checkpointing.interval": "300 ms"})
+    details = wait_flowing(cluster.web, job_id)
+    source, window = (v["id"] for v in details["vertices"])
+    marks = wait_until(lambda: (lambda w: w if len(w) == 2 else None)(
+        flink.get(f"/jobs/{job_id}/vertices/{window}/watermarks")), 20, "the window subtasks show no watermark")
+    assert {m["id"] for m in marks} == {"0.currentInputWatermark", "1.currentInputWatermark"}
+    first = min(int(m["value"]) for m in marks)
+    wait_until(lambda: min(int(m["value"]) for m in flink.get(f"/jobs/{job_id}/vertices/{window}/watermarks")) > first,
+               20, "the watermark does not advance")
+    out_wm = flink.metric(f"/jobs/{job_id}/vertices/{source}/metrics", "0.currentOutputWatermark")
+    assert out_wm >= first - 1000 and flink.metric(f"/jobs/{job_id}/vertices/{source}/metrics", "0.watermarkLag") > 0
+    assert flink.metric(f"/jobs/{job_id}/vertices/{window}/metrics", "0.numLateRecordsDropped") == 0  # in order
+    m = flink.get(f"/jobs/{job_id}")["vertices"][1]["metrics"]
+    assert m["accumulated-busy-time"] + m["accumulated-idle-time"] > 0 and m["num-late-records-dropped"] == 0
+    requests.patch(f"{cluster.web}/jobs/{job_id}?mode=cancel", timeout=10)

@@ -87,6 +87,23 @@ class Measured:
                               fail_tasks=lambda error: self.failed.append(error) or 2, **kw)
 
 
+def test_the_watchdog_measures_the_cpu_the_process_used_between_checks() -> None:
+    import time
+
+    dog = Measured().watchdog()
+    dog.check()
+    busy_until = time.process_time() + 0.3
+    started = time.monotonic()
+    while time.process_time() < busy_until:
+        pass
+    time.sleep(max(0.0, 0.6 - (time.monotonic() - started)))  # about half of the interval busy
+    dog.check()
+    assert 0.1 <= dog.cpu_load <= 1.5 and dog.status().cpu_load == dog.cpu_load
+    time.sleep(0.3)
+    dog.check()
+    assert dog.cpu_load <= 0.3  # idle since (a check itself costs little)
+
+
 def test_the_watchdog_warns_near_the_size_and_fails_the_tasks_at_the_limit_naming_it(caplog) -> None:
     m = Measured()
     dog = m.watchdog(enforce=True)

@@ -235,3 +235,34 @@ def test_lines_of_a_thread_bound_to_a_job_carry_its_id() -> None:
     finally:
         logger.removeHandler(handler)
     assert out.getvalue().splitlines() == [f"MainThread [job {'ab' * 16}]: in the job", "MainThread: outside"]
+
+
+def test_watermarks_late_records_and_accumulated_times() -> None:
+    """currentInputWatermark (the least of its inputs'), currentOutputWatermark (the last it
+    emitted), numLateRecordsDropped (its window operators'), and the busy / back-pressured / idle
+    ms accumulated since the task started (Flink's accumulated-*-time)."""
+    now = [100.0]
+    group = TaskMetricGroup("window", 0, "j", ["window"], clock=lambda: now[0])
+    task = FakeTask()
+    task.valves = {0: SimpleNamespace(current=5_000), 1: SimpleNamespace(current=4_200)}  # type: ignore[attr-defined]
+    task.input_watermark = min(v.current for v in task.valves.values())  # type: ignore[attr-defined]
+    task.tail.watermark = 4_100
+    task.chain = [SimpleNamespace(late_records_dropped=3), SimpleNamespace()]  # type: ignore[attr-defined]
+    group.attach(task)  # type: ignore[arg-type]
+    now[0] += 10.0
+    task.gate.idle_ns, task.writers[0].backpressured_ns = int(4e9), int(1e9)
+    m = group.snapshot()
+    assert (m.input_watermark, m.output_watermark, m.late_records_dropped) == (4_200, 4_100, 3)
+    assert (m.busy_ms_total, m.backpressured_ms_total, m.idle_ms_total) == (5_000, 1_000, 4_000)
+    fresh = TaskMetricGroup("t", 0, "j", []).snapshot()
+    assert fresh.input_watermark == fresh.output_watermark == -(2**63)  # none yet
+
+
+def test_rest_metrics_leave_out_unknown_watermarks_and_give_the_lag() -> None:
+    from yarnflow.am.rest.metrics_api import task_metrics
+
+    known = task_metrics(TaskMetrics(input_watermark=9_000, output_watermark=8_000), now_ms=10_000)
+    assert (known["currentInputWatermark"], known["currentOutputWatermark"], known["watermarkLag"]) == \
+        (9_000, 8_000, 2_000)
+    unknown = task_metrics(TaskMetrics())
+    assert "currentInputWatermark" not in unknown and "watermarkLag" not in unknown

@@ -98,6 +98,10 @@ class MemoryWatchdog:
         self._arrow = arrow_bytes or pa.total_allocated_bytes
         self.level = "ok"
         self.used = self.peak = self.arrow_used = 0
+        self._proc = proc
+        proc.cpu_percent(None)  # (the first reading starts the measurement)
+        #: cores the process used since the previous check (1.5: one and a half)
+        self.cpu_load = 0.0
         #: times the watchdog failed tasks
         self.failures = 0
         self._trims_left = 0
@@ -134,6 +138,7 @@ class MemoryWatchdog:
     def check(self) -> str:
         """Measure once, act on it; returns the level (ok, warning, critical)."""
         used, arrow = self._measure(), int(self._arrow())
+        self.cpu_load = round(self._proc.cpu_percent(None) / 100.0, 3)
         self.used, self.arrow_used, self.peak = used, arrow, max(self.peak, used)
         over_arrow = self.arrow_limit > 0 and arrow > self.arrow_limit
         level = "critical" if used >= self.fail_at or over_arrow else "warning" if used >= self.warn_at else "ok"
@@ -183,4 +188,4 @@ class MemoryWatchdog:
     def status(self) -> MemoryStatus:
         managed_total, managed_used, rocksdb = self._parts()
         return MemoryStatus(self.used, self.peak, self.limit, self.arrow_used, managed_total, managed_used, rocksdb,
-                            self.level)
+                            self.level, self.cpu_load)

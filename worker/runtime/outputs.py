@@ -25,6 +25,7 @@ class WriterOutput:
                 self._side.setdefault(w.output_tag, []).append(w)
         self._all = list(writers)
         self.records_out = 0
+        self.watermark = -(2**63)  # the last watermark emitted (currentOutputWatermark)
 
     def collect(self, batch: pa.RecordBatch) -> None:
         self.records_out += batch.num_rows
@@ -36,6 +37,7 @@ class WriterOutput:
             w.emit(batch)
 
     def emit_watermark(self, watermark: Watermark) -> None:
+        self.watermark = watermark.timestamp
         for w in self._all:
             w.emit_watermark(watermark)
 

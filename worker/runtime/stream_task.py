@@ -109,6 +109,7 @@ class StreamTask(TaskCheckpoints):
         self._timed: list[Operator] = []  # (wire: an operator may ask for timers once set up)
         self._next_timer = 0.0
         self._idle_out = False
+        self.valves: dict[int, WatermarkValve] = {}
         self.mailbox = mailbox if mailbox is not None else Mailbox()
         if gate is not None:
             self.mailbox.on_mail = gate.wakeup
@@ -301,6 +302,7 @@ class StreamTask(TaskCheckpoints):
         self._input_channels = {i: frozenset(ch for ch, inp in enumerate(self.channel_inputs) if inp == i)
                                 for i in inputs}
         valves = {i: WatermarkValve(sorted(self._input_channels[i])) for i in inputs}
+        self.valves = valves  # (their watermarks are the task's currentInputWatermark)
         remaining = {i: len(self._input_channels[i]) for i in inputs}
         timeout: float | None = None
         for ch, elements in sorted(self._restored_inputs.items()):  # a restored unaligned checkpoint's
@@ -423,6 +425,12 @@ class StreamTask(TaskCheckpoints):
                                   or (self.gate is not None and self.gate.has_priority())):
                 self._replay.appendleft((channel, batch.slice(offset)))
                 return
+
+    @property
+    def input_watermark(self) -> int:
+        """currentInputWatermark: the least watermark of its inputs (i64 min before any came)."""
+        valves = list(self.valves.values())
+        return min(v.current for v in valves) if valves else -(2**63)
 
     def _propagate_idleness(self, valves: dict[int, WatermarkValve]) -> None:
         idle = all(v.all_idle for v in valves.values())

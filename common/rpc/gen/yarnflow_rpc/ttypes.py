@@ -929,11 +929,17 @@ class TaskMetrics(object):
      - inflight_bytes_peak
      - operator_paths
      - result_bytes
+     - input_watermark
+     - output_watermark
+     - late_records_dropped
+     - busy_ms_total
+     - backpressured_ms_total
+     - idle_ms_total
 
     """
 
 
-    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None, operator_paths=None, result_bytes=None,):
+    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None, operator_paths=None, result_bytes=None, input_watermark=None, output_watermark=None, late_records_dropped=None, busy_ms_total=None, backpressured_ms_total=None, idle_ms_total=None,):
         self.records_in = records_in
         self.records_out = records_out
         self.bytes_in = bytes_in
@@ -954,6 +960,12 @@ class TaskMetrics(object):
         self.inflight_bytes_peak = inflight_bytes_peak
         self.operator_paths = operator_paths
         self.result_bytes = result_bytes
+        self.input_watermark = input_watermark
+        self.output_watermark = output_watermark
+        self.late_records_dropped = late_records_dropped
+        self.busy_ms_total = busy_ms_total
+        self.backpressured_ms_total = backpressured_ms_total
+        self.idle_ms_total = idle_ms_total
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1084,6 +1096,36 @@ class TaskMetrics(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 21:
+                if ftype == TType.I64:
+                    self.input_watermark = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 22:
+                if ftype == TType.I64:
+                    self.output_watermark = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 23:
+                if ftype == TType.I64:
+                    self.late_records_dropped = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 24:
+                if ftype == TType.I64:
+                    self.busy_ms_total = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 25:
+                if ftype == TType.I64:
+                    self.backpressured_ms_total = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 26:
+                if ftype == TType.I64:
+                    self.idle_ms_total = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1185,6 +1227,30 @@ class TaskMetrics(object):
             for iter71 in self.result_bytes:
                 oprot.writeI64(iter71)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.input_watermark is not None:
+            oprot.writeFieldBegin('input_watermark', TType.I64, 21)
+            oprot.writeI64(self.input_watermark)
+            oprot.writeFieldEnd()
+        if self.output_watermark is not None:
+            oprot.writeFieldBegin('output_watermark', TType.I64, 22)
+            oprot.writeI64(self.output_watermark)
+            oprot.writeFieldEnd()
+        if self.late_records_dropped is not None:
+            oprot.writeFieldBegin('late_records_dropped', TType.I64, 23)
+            oprot.writeI64(self.late_records_dropped)
+            oprot.writeFieldEnd()
+        if self.busy_ms_total is not None:
+            oprot.writeFieldBegin('busy_ms_total', TType.I64, 24)
+            oprot.writeI64(self.busy_ms_total)
+            oprot.writeFieldEnd()
+        if self.backpressured_ms_total is not None:
+            oprot.writeFieldBegin('backpressured_ms_total', TType.I64, 25)
+            oprot.writeI64(self.backpressured_ms_total)
+            oprot.writeFieldEnd()
+        if self.idle_ms_total is not None:
+            oprot.writeFieldBegin('idle_ms_total', TType.I64, 26)
+            oprot.writeI64(self.idle_ms_total)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2380,11 +2446,12 @@ class MemoryStatus(object):
      - managed_used_bytes
      - rocksdb_bytes
      - level
+     - cpu_load
 
     """
 
 
-    def __init__(self, used_bytes=None, peak_bytes=None, limit_bytes=None, arrow_bytes=None, managed_total_bytes=None, managed_used_bytes=None, rocksdb_bytes=None, level=None,):
+    def __init__(self, used_bytes=None, peak_bytes=None, limit_bytes=None, arrow_bytes=None, managed_total_bytes=None, managed_used_bytes=None, rocksdb_bytes=None, level=None, cpu_load=None,):
         self.used_bytes = used_bytes
         self.peak_bytes = peak_bytes
         self.limit_bytes = limit_bytes
@@ -2393,6 +2460,7 @@ class MemoryStatus(object):
         self.managed_used_bytes = managed_used_bytes
         self.rocksdb_bytes = rocksdb_bytes
         self.level = level
+        self.cpu_load = cpu_load
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2443,6 +2511,11 @@ class MemoryStatus(object):
                     self.level = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.DOUBLE:
+                    self.cpu_load = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2484,6 +2557,10 @@ class MemoryStatus(object):
         if self.level is not None:
             oprot.writeFieldBegin('level', TType.STRING, 8)
             oprot.writeString(self.level.encode('utf-8') if sys.version_info[0] == 2 else self.level)
+            oprot.writeFieldEnd()
+        if self.cpu_load is not None:
+            oprot.writeFieldBegin('cpu_load', TType.DOUBLE, 9)
+            oprot.writeDouble(self.cpu_load)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -3972,11 +4049,12 @@ class TaskDeploymentDescriptor(object):
      - job_storage_dir
      - checkpoint_dir
      - restore
+     - job_name
 
     """
 
 
-    def __init__(self, job_id=None, vertex_id=None, task_name=None, execution_attempt_id=None, subtask_index=None, attempt_number=None, parallelism=None, max_parallelism=None, allocation_id=None, artifact_uri=None, artifact_sha256=None, input_gates=None, result_partitions=None, jobmaster_fencing_token=None, config=None, runtime_mode=None, job_storage_dir=None, checkpoint_dir=None, restore=None,):
+    def __init__(self, job_id=None, vertex_id=None, task_name=None, execution_attempt_id=None, subtask_index=None, attempt_number=None, parallelism=None, max_parallelism=None, allocation_id=None, artifact_uri=None, artifact_sha256=None, input_gates=None, result_partitions=None, jobmaster_fencing_token=None, config=None, runtime_mode=None, job_storage_dir=None, checkpoint_dir=None, restore=None, job_name=None,):
         self.job_id = job_id
         self.vertex_id = vertex_id
         self.task_name = task_name
@@ -3996,6 +4074,7 @@ class TaskDeploymentDescriptor(object):
         self.job_storage_dir = job_storage_dir
         self.checkpoint_dir = checkpoint_dir
         self.restore = restore
+        self.job_name = job_name
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -4120,6 +4199,11 @@ class TaskDeploymentDescriptor(object):
                     self.restore.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 20:
+                if ftype == TType.STRING:
+                    self.job_name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -4215,6 +4299,10 @@ class TaskDeploymentDescriptor(object):
         if self.restore is not None:
             oprot.writeFieldBegin('restore', TType.STRUCT, 19)
             self.restore.write(oprot)
+            oprot.writeFieldEnd()
+        if self.job_name is not None:
+            oprot.writeFieldBegin('job_name', TType.STRING, 20)
+            oprot.writeString(self.job_name.encode('utf-8') if sys.version_info[0] == 2 else self.job_name)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4315,6 +4403,12 @@ TaskMetrics.thrift_spec = (
     (18, TType.I64, 'inflight_bytes_peak', None, None, ),  # 18
     (19, TType.LIST, 'operator_paths', (TType.STRING, 'UTF8', False), None, ),  # 19
     (20, TType.LIST, 'result_bytes', (TType.I64, None, False), None, ),  # 20
+    (21, TType.I64, 'input_watermark', None, None, ),  # 21
+    (22, TType.I64, 'output_watermark', None, None, ),  # 22
+    (23, TType.I64, 'late_records_dropped', None, None, ),  # 23
+    (24, TType.I64, 'busy_ms_total', None, None, ),  # 24
+    (25, TType.I64, 'backpressured_ms_total', None, None, ),  # 25
+    (26, TType.I64, 'idle_ms_total', None, None, ),  # 26
 )
 all_structs.append(CheckpointCounts)
 CheckpointCounts.thrift_spec = (
@@ -4423,6 +4517,7 @@ MemoryStatus.thrift_spec = (
     (6, TType.I64, 'managed_used_bytes', None, None, ),  # 6
     (7, TType.I64, 'rocksdb_bytes', None, None, ),  # 7
     (8, TType.STRING, 'level', 'UTF8', None, ),  # 8
+    (9, TType.DOUBLE, 'cpu_load', None, None, ),  # 9
 )
 all_structs.append(SlotReport)
 SlotReport.thrift_spec = (
@@ -4569,6 +4664,7 @@ TaskDeploymentDescriptor.thrift_spec = (
     (17, TType.STRING, 'job_storage_dir', 'UTF8', None, ),  # 17
     (18, TType.STRING, 'checkpoint_dir', 'UTF8', None, ),  # 18
     (19, TType.STRUCT, 'restore', [TaskRestore, None], None, ),  # 19
+    (20, TType.STRING, 'job_name', 'UTF8', None, ),  # 20
 )
 fix_spec(all_structs)
 del all_structs
