@@ -328,6 +328,8 @@ class AppMaster:
                 dispatcher.cancel_all(timeout_s=10)
             else:
                 dispatcher.suspend_all("its AppMaster is shutting down")
+            if self.rest is not None:  # ended jobs' archives are written while their answers are still here
+                self.rest.flush_archives(10.0)
         if rm is not None:
             if cluster_ends:
                 rm.stop()

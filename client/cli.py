@@ -15,6 +15,7 @@ import click
 from yarnflow.cli_common import (CliError, SessionSignals, check_address, conf_from, connect, echo_web_url,
                                  echo_security, rpc_error)
 from yarnflow.cli_views import operator_paths, size
+from yarnflow.cli_history import history_server
 from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.cli_plan import plan
@@ -23,14 +24,8 @@ from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.security import published_folder, storage_folder
 from yarnflow.common.spark_reports import read_spark_reports
-from yarnflow.common.errors import (
-    JobDefinitionError,
-    JobFailedError,
-    NotFoundError,
-    RefusedError,
-    RpcError,
-    YarnflowError,
-)
+from yarnflow.common.errors import (JobDefinitionError, JobFailedError, NotFoundError, RefusedError, RpcError,
+                                    YarnflowError)
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="yarnflow")
@@ -472,6 +467,7 @@ cli.add_command(savepoint)
 cli.add_command(stop)
 cli.add_command(rescale)
 cli.add_command(plan)
+cli.add_command(history_server)
 session.add_command(session_scale)
 
 

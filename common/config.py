@@ -36,12 +36,14 @@ from yarnflow.common.config_types import (
 from yarnflow.common.config_types import parse_duration_ms as parse_duration_ms  # the parsers, also from here
 from yarnflow.common.config_types import parse_port_range as parse_port_range
 from yarnflow.common.config_types import parse_size_bytes as parse_size_bytes
+from yarnflow.common.config_web import WebOptions
 from yarnflow.common.errors import ConfigurationError
 
 T = TypeVar("T")
 
-class Options:
-    """Every configuration option, by attribute."""
+class Options(WebOptions):
+    """Every configuration option, by attribute (those of the REST API, the web UI and the
+    metrics in ``config_web.WebOptions``)."""
 
     PARALLELISM = _opt("parallelism.default", _parse_int, "default parallelism of operators", minimum=1)
     MAX_PARALLELISM = _opt("pipeline.max-parallelism", _parse_int, "number of key groups", minimum=1)
@@ -232,10 +234,6 @@ class Options:
     MAX_JOB_SUBTASKS = _opt("jobmanager.job-graph.max-subtasks", _parse_int,
                             "the most subtasks (the sum of its vertices' parallelism) a submitted job may have",
                             minimum=1)
-    REST_MAX_JSON_DEPTH = _opt("rest.server.max-json-depth", _parse_int,
-                               "the deepest nesting of arrays and objects a REST request body may have", minimum=1)
-    REST_MAX_CONTENT_LENGTH = _opt("rest.server.max-content-length", parse_size_bytes,
-                                   "the largest request body the REST API takes (a job artifact upload)")
     ARTIFACT_UPLOAD = _opt("client.artifact-upload", _parse_str,
                            "how a client stores a job's artifact: auto (into the storage dir, else through the "
                            "AppMaster), appmaster, or storage", choices=("auto", "appmaster", "storage"))
@@ -338,29 +336,10 @@ class Options:
                               "the AppMaster stops its Spark master and workers after this long without a stage")
     SPARK_START_TIMEOUT = _opt("spark-stages.start-timeout", parse_duration_ms,
                                "a Spark stage fails when the Spark master it asked for is not up within this time")
-    REST_ADDRESS = _opt("rest.address", _parse_str, "address the AppMaster's REST API and web UI bind to")
-    REST_PORT = _opt("rest.port", parse_port_range, "port (or range: the first free one) of the REST API and web UI")
-    REST_ENABLED = _opt("rest.enabled", _parse_bool, "serve the REST API and web UI")
-    WEB_SUBMIT = _opt("web.submit.enable", _parse_bool, "job files may be uploaded and run over REST (/jars)")
-    REST_AUTH = _opt("rest.authentication", _parse_str,
-                     "who may use the REST API and web UI: token (the cluster's token: a bearer token, the "
-                     "password of HTTP basic, or the web UI's login), none, or auto (token when "
-                     "security.ssl.internal.enabled is on)", choices=("auto", "token", "none"))
-    SSL_REST = _opt("security.ssl.rest.enabled", _parse_bool, "serve the REST API and web UI over HTTPS")
-    SSL_REST_CERT = _opt("security.ssl.rest.cert-file", _parse_str,
-                         "HTTPS certificate (PEM; empty: the cluster's own, which browsers do not know)")
-    SSL_REST_KEY = _opt("security.ssl.rest.key-file", _parse_str, "its private key (PEM)")
-    METRICS_REPORTERS = _opt("metrics.reporters", _parse_str, "metric reporters: prom, or empty for none",
-                             choices=("", "prom"))
-    PROM_HOST = _opt("metrics.reporter.prom.host", _parse_str, "address the Prometheus endpoints bind to")
-    PROM_PORT = _opt("metrics.reporter.prom.port", parse_port_range,
-                     "port range of the Prometheus endpoints: each process takes the first free one")
-    TASK_IO_METRICS = _opt("metrics.task-io.enabled", _parse_bool,
-                           "count bytes and busy / idle / back-pressured time of every task")
 
 
 OPTIONS: dict[str, ConfigOption[Any]] = {
-    o.key: o for o in vars(Options).values() if isinstance(o, ConfigOption)
+    o.key: o for cls in Options.__mro__ for o in vars(cls).values() if isinstance(o, ConfigOption)
 }
 PASSTHROUGH_PREFIXES = ("spark.",)
 

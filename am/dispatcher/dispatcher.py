@@ -109,6 +109,8 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
         self.web_url = ""  # the REST API and web UI, when served
         #: the JobGraphs of ended jobs (for their plan in the REST API)
         self._graphs: dict[JobID, JobGraph] = {}
+        #: called (on the Dispatcher's main thread) with each job that ended FINISHED, FAILED or CANCELED
+        self.on_job_ended: list[Callable[[JobID], None]] = []
         self._accepting = True
         self._deposed = False  # it lost the leadership: its main thread ends once its jobs did
         self.fencing_token = fencing_token or LeaderSessionID.generate()
@@ -453,6 +455,8 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
             self._ended[job_id] = (info, result)
             self._graphs[job_id] = jm.job_graph
             threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer
+            for listener in self.on_job_ended:
+                listener(job_id)
         settle(self._done.setdefault(job_id, Future()), None)
         for answer, timer in self._result_waiters.pop(job_id, []):
             timer.cancel()

@@ -37,6 +37,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from yarnflow.am.logs import read_job_logs
 from yarnflow.am.rest import views
 from yarnflow.am.rest.api_error import ApiError
+from yarnflow.am.rest.archive import JobArchivist
 from yarnflow.am.rest.access_log import AccessLogHandler
 from yarnflow.am.rest.openapi import openapi_document
 from yarnflow.common.config import Options
@@ -92,6 +93,14 @@ class RestServer:
         self._https = https_context(self._config, am.tls)
         self.job_api = JobApi(self)
         self.app = self._make_app()
+        self._archivist: JobArchivist | None = None
+        if self._config[Options.ARCHIVE_DIR]:  # ended jobs archived for the history server
+            archivist = self._archivist = JobArchivist(self.app, self._config[Options.ARCHIVE_DIR], self._token)
+            am.on_granted.append(lambda dispatcher, _session: dispatcher.on_job_ended.append(archivist.archive))
+
+    def flush_archives(self, timeout_s: float) -> None:
+        if self._archivist is not None:
+            self._archivist.flush(timeout_s)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RestServer:

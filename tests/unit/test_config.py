@@ -75,7 +75,7 @@ def test_every_shipped_default_converts() -> None:
 
 
 def test_options_are_unique_and_described() -> None:
-    declared = [o for o in vars(Options).values() if hasattr(o, "key")]
+    declared = [o for cls in Options.__mro__ for o in vars(cls).values() if hasattr(o, "key")]
     assert len({o.key for o in declared}) == len(declared) == len(OPTIONS)
     for option in declared:
         assert option.description, option.key
