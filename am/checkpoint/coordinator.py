@@ -91,6 +91,10 @@ class CheckpointPlan:
     acknowledge: frozenset[ExecutionAttemptID]
 
 
+#: checkpoints whose statistics are kept (the counts cover all)
+HISTORY_KEPT = 100
+
+
 @dataclass
 class CheckpointStats:
     checkpoint_id: int
@@ -108,7 +112,10 @@ class CheckpointStats:
     savepoint: bool = False  # taken on a user's request into a savepoint folder
     external_path: str = ""  # where it is, once written: its folder (a savepoint's folder)
     discarded: bool = False  # completed, then no longer retained: its files are deleted
+    #: the tasks' state handles, until the checkpoint is finalized or aborted (then released)
     acknowledged: dict[ExecutionAttemptID, object] = field(default_factory=dict)
+    #: per task that acknowledged: (when, state bytes, alignment ms, unaligned, in-flight bytes)
+    acks: dict[ExecutionAttemptID, tuple[int, int, int, bool, int]] = field(default_factory=dict)
     life: Lifecycle[CheckpointStatus] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -207,7 +214,8 @@ class CheckpointCoordinator:
         self._ids = ids or StandaloneCheckpointIDCounter()
         self.pending: dict[int, CheckpointStats] = {}
         self.completed: list[CheckpointStats] = []     # retained, oldest first
-        self.history: list[CheckpointStats] = []       # every checkpoint, for ``info``
+        self.history: list[CheckpointStats] = []       # the latest HISTORY_KEPT checkpoints, for ``info``
+        self.num_completed = self.num_failed = 0       # all the job's (the history keeps the latest only)
         self.consecutive_failures = 0
         self._last_end_ms: int | None = None
         self._out: list[CheckpointAction] = []
@@ -283,7 +291,7 @@ class CheckpointCoordinator:
         checkpoint_id = self._ids.get_and_increment()
         stats = CheckpointStats(checkpoint_id, now, num_subtasks=len(plan.acknowledge))
         self.pending[checkpoint_id] = stats
-        self.history.append(stats)
+        self._remember(stats)
         self._awaiting[checkpoint_id] = set(plan.acknowledge)
         self._tasks[checkpoint_id] = tuple(sorted(plan.acknowledge))
         self._triggered[checkpoint_id] = set(plan.trigger)
@@ -316,6 +324,7 @@ class CheckpointCoordinator:
             return False
         awaiting.discard(attempt_id)
         stats.acknowledged[attempt_id] = state_handle
+        stats.acks[attempt_id] = (self._clock.now_ms(), state_size, alignment_ms, unaligned, inflight_bytes)
         stats.num_acknowledged += 1
         stats.state_size += state_size
         stats.alignment_ms = max(stats.alignment_ms, alignment_ms)
@@ -323,7 +332,8 @@ class CheckpointCoordinator:
         stats.inflight_bytes += inflight_bytes
         if not awaiting:
             stats.move(CheckpointStatus.FINALIZING)
-            self._out.append(FinalizeCheckpoint(checkpoint_id, dict(stats.acknowledged)))
+            self._out.append(FinalizeCheckpoint(checkpoint_id, stats.acknowledged))
+            stats.acknowledged = {}  # (the handles go on in the action; the stats must not hold them)
         return True
 
     def decline(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, reason: str) -> None:
@@ -386,6 +396,7 @@ class CheckpointCoordinator:
             return
         self._cancel_timeout(checkpoint_id)
         stats.move(CheckpointStatus.COMPLETED)
+        self.num_completed += 1
         stats.external_path = external_path
         stats.end_time_ms = self._clock.now_ms()
         self._last_end_ms = stats.end_time_ms
@@ -422,6 +433,8 @@ class CheckpointCoordinator:
             return
         self._cancel_timeout(checkpoint_id)
         stats.move(CheckpointStatus.ABORTED)
+        self.num_failed += 1
+        stats.acknowledged = {}
         stats.failure, stats.failure_detail = reason, detail
         stats.end_time_ms = self._clock.now_ms()
         self._last_end_ms = stats.end_time_ms
@@ -453,7 +466,17 @@ class CheckpointCoordinator:
         stats = CheckpointStats(checkpoint_id, trigger_time_ms, CheckpointStatus.COMPLETED,
                                 end_time_ms=trigger_time_ms, state_size=state_size)
         self.completed.append(stats)
+        self._remember(stats)
+        self.num_completed += 1
+
+    def _remember(self, stats: CheckpointStats) -> None:
         self.history.append(stats)
+        if len(self.history) > HISTORY_KEPT:  # (a job checkpointing every second would hold them all)
+            del self.history[0]
+
+    def counts(self) -> tuple[int, int, int]:
+        """(completed, failed, in progress) checkpoints of the job so far."""
+        return self.num_completed, self.num_failed, len(self.pending)
 
     def retained_ids(self) -> Iterable[int]:
         return [s.checkpoint_id for s in self.completed]

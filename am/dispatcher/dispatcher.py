@@ -322,6 +322,11 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
             raise NotFoundError(f"no job {job_id} on this cluster")
         return jm.status_info()
 
+    def checkpoint_subtasks(self, job_id: JobID, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
+        """A running job's subtasks' parts of a recent checkpoint (None: not kept, or the job ended)."""
+        jm = self._running.get(job_id)
+        return jm.checkpoint_subtasks(checkpoint_id) if jm is not None else None
+
     def _running_job(self, job_id: JobID) -> JobMaster:
         """The running job's JobMaster; RefusedError when it ended, NotFoundError when unknown."""
         ended = self._ended.get(job_id)

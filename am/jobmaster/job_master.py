@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from yarnflow.am.checkpoint.shared import delete_shared_files
+from yarnflow.am.jobmaster.job_metrics import checkpoint_subtasks
 from yarnflow.am.checkpoint.storage import (
     CheckpointNotReadableError,
     CheckpointStorage,
@@ -460,6 +461,10 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
 
     def status_info(self) -> JobStatusInfo:
         return self._with_scaling(self._main.call(self.core.status_info))
+
+    def checkpoint_subtasks(self, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
+        """Each subtask's part of a recent checkpoint, per vertex (``job_metrics.checkpoint_subtasks``)."""
+        return self._main.call(checkpoint_subtasks, self.core, checkpoint_id)
 
     def _status_info(self) -> JobStatusInfo:
         """For a caller already on the main thread (the Dispatcher's terminal callback)."""

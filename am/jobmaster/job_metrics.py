@@ -5,10 +5,8 @@ from the TaskExecutors' heartbeats (``TaskMetrics``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from typing import Any
 
-from yarnflow.am.checkpoint.coordinator import CheckpointStats, CheckpointStatus
 from yarnflow.am.jobmaster.checkpointing import JobCheckpoints
 from yarnflow.am.jobmaster.execution_graph import ExecutionGraph
 from yarnflow.common.messages import CheckpointCounts, CheckpointInfo, TaskMetrics, VertexStatus
@@ -49,17 +47,34 @@ def checkpoint_summary(checkpoints: JobCheckpoints | None) -> tuple[list[Checkpo
     a job without checkpoints (BATCH)."""
     if checkpoints is None:
         return [], 0, CheckpointCounts()
-    return checkpoints.infos(), checkpoints.latest_completed_id(), count_checkpoints(checkpoints.coordinator.history)
+    return checkpoints.infos(), checkpoints.latest_completed_id(), CheckpointCounts(*checkpoints.coordinator.counts())
 
 
-def count_checkpoints(history: Iterable[CheckpointStats]) -> CheckpointCounts:
-    """Completed, failed (aborted) and in-progress checkpoints of the job so far."""
-    completed = failed = in_progress = 0
-    for stats in history:
-        if stats.status == CheckpointStatus.COMPLETED:
-            completed += 1
-        elif stats.status == CheckpointStatus.ABORTED:
-            failed += 1
-        else:
-            in_progress += 1
-    return CheckpointCounts(completed, failed, in_progress)
+def checkpoint_subtasks(core: Any, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
+    """Per vertex, each subtask's part of a recent checkpoint: its acknowledgement (when, state
+    bytes, alignment, unaligned and in-flight bytes) or that it is still pending; None when the
+    checkpoint is not among the kept ones."""
+    checkpoints = core.checkpoints
+    if checkpoints is None:
+        return None
+    coordinator = checkpoints.coordinator
+    stats = next((s for s in coordinator.history if s.checkpoint_id == checkpoint_id), None)
+    if stats is None:
+        return None
+    out: dict[str, list[dict[str, Any]]] = {}
+    for attempt_id, (at, size, alignment, unaligned, inflight) in stats.acks.items():
+        ex = core.graph.execution(attempt_id)
+        if ex is not None:
+            out.setdefault(str(ex.vertex.job_vertex.vertex_id), []).append({
+                "index": ex.vertex.subtask_index, "status": "completed", "ack_timestamp": at,
+                "end_to_end_duration": at - stats.trigger_time_ms, "state_size": size, "checkpointed_size": size,
+                "alignment": {"buffered": 0, "processed": 0, "persisted": inflight, "duration": alignment},
+                "unaligned_checkpoint": unaligned, "aborted": False})
+    for attempt_id in coordinator.awaiting(checkpoint_id):
+        ex = core.graph.execution(attempt_id)
+        if ex is not None:
+            out.setdefault(str(ex.vertex.job_vertex.vertex_id), []).append(
+                {"index": ex.vertex.subtask_index, "status": "pending_or_failed"})
+    for rows in out.values():
+        rows.sort(key=lambda r: r["index"])
+    return out

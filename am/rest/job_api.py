@@ -63,6 +63,8 @@ class JobApi:
             ("/jobs/<jobid>/jobmanager/config", self.job_manager_config, ("GET",)),
             ("/jobs/<jobid>/checkpoints/config", self.checkpoint_config, ("GET",)),
             ("/jobs/<jobid>/checkpoints/details/<checkpointid>", self.checkpoint_details, ("GET",)),
+            ("/jobs/<jobid>/checkpoints/details/<checkpointid>/subtasks/<vertexid>", self.checkpoint_subtasks,
+             ("GET",)),
             ("/jobs/<jobid>/execution-result", self.execution_result, ("GET",)),
             ("/jobs/<jobid>/accumulators", self.accumulators, ("GET",)),
             ("/jobs/<jobid>/stop", self.stop, ("POST",)),
@@ -125,12 +127,37 @@ class JobApi:
             "num_retained": config[Options.CHECKPOINT_NUM_RETAINED]})
 
     def checkpoint_details(self, jobid: str, checkpointid: str) -> Response:
+        info, c = self._checkpoint(jobid, checkpointid)
+        entry = views.checkpoint_entry(c)
+        subtasks = self._subtasks(info, c.checkpoint_id) or {}
+        names = {str(v.vertex_id): v for v in info.vertices}
+        entry["tasks"] = {vid: _task_summary(c, vid, rows, names[vid].parallelism if vid in names else len(rows))
+                          for vid, rows in subtasks.items()}
+        return jsonify(entry)
+
+    def _checkpoint(self, jobid: str, checkpointid: str) -> tuple[Any, Any]:
         wanted = _index(checkpointid, "checkpoint id")
         info = self._r._job(jobid)
         for c in info.checkpoints:
             if c.checkpoint_id == wanted:
-                return jsonify(views.checkpoint_entry(c))
+                return info, c
         raise ApiError(404, f"no statistics of checkpoint {wanted} of job {jobid} (only the latest are kept)")
+
+    def _subtasks(self, info: Any, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
+        dispatcher = self._r._dispatcher()
+        return dispatcher.ask(dispatcher.checkpoint_subtasks, info.job_id, checkpoint_id)
+
+    def checkpoint_subtasks(self, jobid: str, checkpointid: str, vertexid: str) -> Response:
+        """Flink's TaskCheckpointStatisticsWithSubtaskDetails: each subtask's acknowledgement of
+        a recent checkpoint of a running job (a JobMaster keeps them; an ended job's are gone)."""
+        info, v = self._r._vertex(jobid, vertexid)
+        _, c = self._checkpoint(jobid, checkpointid)
+        subtasks = self._subtasks(info, c.checkpoint_id)
+        if subtasks is None:
+            raise ApiError(404, f"the subtasks' statistics of checkpoint {c.checkpoint_id} are no longer kept "
+                                f"(job {jobid} ended, or the checkpoint is old)")
+        rows = subtasks.get(str(v.vertex_id), [])
+        return jsonify({**_task_summary(c, str(v.vertex_id), rows, v.parallelism), "subtasks": rows})
 
     def execution_result(self, jobid: str) -> Response:
         info = self._r._job(jobid)
@@ -285,6 +312,19 @@ class JobApi:
 
     def disposal_status(self, triggerid: str) -> Response:
         return self._r._status(None, triggerid, "savepoint disposal", lambda _: None)
+
+
+def _task_summary(c: Any, vertex_id: str, rows: list[dict[str, Any]], parallelism: int) -> dict[str, Any]:
+    """Flink's TaskCheckpointStatistics: one vertex's part of a checkpoint."""
+    acked = [r for r in rows if r["status"] == "completed"]
+    status = {"COMPLETED": "COMPLETED", "ABORTED": "FAILED"}.get(c.status, "IN_PROGRESS")
+    return {"id": c.checkpoint_id, "vertex": vertex_id, "status": status,
+            "latest_ack_timestamp": max((r["ack_timestamp"] for r in acked), default=-1),
+            "state_size": sum(r["state_size"] for r in acked), "checkpointed_size": sum(r["state_size"] for r in acked),
+            "end_to_end_duration": max((r["end_to_end_duration"] for r in acked), default=-1),
+            "alignment_buffered": 0, "processed_data": 0,
+            "persisted_data": sum(r["alignment"]["persisted"] for r in acked),
+            "num_subtasks": parallelism, "num_acknowledged_subtasks": len(acked)}
 
 
 def is_trigger_id(raw: str) -> bool:

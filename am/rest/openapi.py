@@ -133,6 +133,14 @@ _SCHEMAS: dict[str, Any] = {
         "is_savepoint": _BOOL, "checkpoint_type": _STR, "trigger_timestamp": _INT, "latest_ack_timestamp": _INT,
         "state_size": _INT, "end_to_end_duration": _INT, "num_subtasks": _INT, "num_acknowledged_subtasks": _INT,
         "external_path": _NULLABLE_STR, "discarded": _BOOL, "failure_message": _NULLABLE_STR}),
+    "CheckpointSubtasks": _obj(["id", "status", "num_subtasks", "num_acknowledged_subtasks", "subtasks"], **{
+        "id": _INT, "vertex": _STR, "status": _STR, "latest_ack_timestamp": _INT, "state_size": _INT,
+        "checkpointed_size": _INT, "end_to_end_duration": _INT, "alignment_buffered": _INT, "processed_data": _INT,
+        "persisted_data": _INT, "num_subtasks": _INT, "num_acknowledged_subtasks": _INT,
+        "subtasks": {"type": "array", "items": _obj(["index", "status"], index=_INT, status=_STR, ack_timestamp=_INT,
+                                                    end_to_end_duration=_INT, state_size=_INT, checkpointed_size=_INT,
+                                                    unaligned_checkpoint=_BOOL, aborted=_BOOL,
+                                                    alignment={"type": "object"})}}),
     "ExecutionResult": _obj(["status"], status=_obj(["id"], id={"type": "string", "enum": ["IN_PROGRESS", "COMPLETED"]}),
                             **{"job-execution-result": _obj(["id", "application-status", "net-runtime"], **{
                                 "id": _STR, "application-status": {
@@ -261,6 +269,9 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/checkpoints/details/{checkpointid}": _get(
                 "One checkpoint's statistics", "Checkpoint", 400, 404, params=[_JOB, {
                     "name": "checkpointid", "in": "path", "required": True, "schema": _LONG}]),
+            "/jobs/{jobid}/checkpoints/details/{checkpointid}/subtasks/{vertexid}": _get(
+                "Each subtask's part of a recent checkpoint of a running job", "CheckpointSubtasks", 400, 404,
+                params=[_JOB, {"name": "checkpointid", "in": "path", "required": True, "schema": _LONG}, _VERTEX]),
             "/jobs/{jobid}/execution-result": _get("The job's result once it ended", "ExecutionResult", 400, 404,
                                                    params=job),
             "/jobs/{jobid}/accumulators": _get("User accumulators (yarnflow has none: empty)", "Accumulators",

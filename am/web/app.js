@@ -149,14 +149,14 @@ async function jobs() {
   return `<h2>Jobs</h2>${jobTable(data.jobs)}`;
 }
 
-async function job(jid, tab) {
+async function job(jid, tab, detail) {
   const j = await api(`/jobs/${jid}`);
   const running = !["FINISHED", "FAILED", "CANCELED", "SUSPENDED"].includes(j.state);
   tab = tab || "subtasks";
   const tabs = ["subtasks", "exceptions", "checkpoints", "configuration", "spark"].map((t) =>
     `<a href="#/jobs/${esc(jid)}/${t}" class="${t === tab ? "active" : ""}" id="tab-${t}">${t[0].toUpperCase() + t.slice(1)}</a>`);
   const content = tab === "exceptions" ? await exceptionsTab(jid)
-    : tab === "checkpoints" ? await checkpointsTab(jid, j.checkpointing)
+    : tab === "checkpoints" ? await checkpointsTab(jid, j.checkpointing, detail, j.vertices)
     : tab === "spark" ? await sparkTab(jid)
     : tab === "configuration" ? await configurationTab(jid)
     : await subtasksTab(jid, j.vertices);
@@ -246,11 +246,24 @@ async function exceptionsTab(jid) {
       <th>Exception</th><th>TaskExecutor</th><th>Trace</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
-async function checkpointsTab(jid, enabled) {
+async function checkpointDetail(jid, cid, vertices) {
+  const parts = await Promise.all(vertices.map((v) => api(`/jobs/${jid}/checkpoints/details/${cid}/subtasks/${v.id}`)
+    .then((d) => ({v, d})).catch((e) => ({v, error: e.message}))));
+  const rows = parts.flatMap(({v, d, error}) => error ? [`<tr><td>${esc(v.name)}</td><td colspan="7" class="muted">${esc(error)}</td></tr>`]
+    : d.subtasks.map((s) => `<tr><td>${esc(v.name)}</td><td>${s.index + 1}</td><td>${esc(s.status)}</td>
+      <td>${s.ack_timestamp ? fmtTime(s.ack_timestamp) : "-"}</td><td>${s.end_to_end_duration ?? "-"} ms</td>
+      <td>${s.state_size !== undefined ? fmtBytes(s.state_size) : "-"}</td><td>${s.alignment ? s.alignment.duration : "-"} ms</td>
+      <td>${s.unaligned_checkpoint ? `unaligned, ${fmtBytes(s.alignment.persisted)} in flight` : "aligned"}</td></tr>`));
+  return `<h3>Checkpoint ${esc(cid)} per subtask</h3><table id="checkpoint-subtasks"><thead><tr><th>Vertex</th><th>Subtask</th>
+      <th>Status</th><th>Acknowledged</th><th>Duration</th><th>State</th><th>Alignment</th><th>Kind</th></tr></thead>
+      <tbody>${rows.join("")}</tbody></table>`;
+}
+
+async function checkpointsTab(jid, enabled, detail, vertices) {
   if (!enabled) return `<p class="muted">This job takes no checkpoints.</p>`;
   const c = await api(`/jobs/${jid}/checkpoints`);
   const counts = c.counts;
-  const rows = c.history.map((h) => `<tr><td>${h.id}</td><td>${esc(h.status)}</td>
+  const rows = c.history.map((h) => `<tr class="link" data-href="#/jobs/${esc(jid)}/checkpoints/${h.id}"><td>${h.id}</td><td>${esc(h.status)}</td>
       <td>${h.is_savepoint ? "savepoint" : h.unaligned ? "unaligned" : "aligned"}</td>
       <td>${h.num_acknowledged_subtasks}/${h.num_subtasks}</td>
       <td>${fmtTime(h.trigger_timestamp)}</td><td>${h.end_to_end_duration} ms</td><td>${fmtBytes(h.state_size)}</td>
@@ -261,7 +274,7 @@ async function checkpointsTab(jid, enabled) {
       ${c.latest.restored.id} at ${fmtTime(c.latest.restored.restore_timestamp)}</p>` : "";
   return `<div class="cards">${card("Completed", counts.completed, "ck-completed")}${card("Failed", counts.failed, "ck-failed")}
       ${card("In progress", counts.in_progress, "ck-in-progress")}${card("Restored", counts.restored, "ck-restored-count")}</div>
-      ${restored}<h3>History</h3>
+      ${restored}${detail ? await checkpointDetail(jid, detail, vertices) : ""}<h3>History</h3>
       <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Type</th><th>Acknowledged</th><th>Triggered</th>
       <th>Duration</th><th>Size</th><th>Alignment</th><th>In-flight data</th><th>Location</th><th>Failure</th></tr></thead>
       <tbody>${rows.join("")}</tbody></table>`;
@@ -390,7 +403,7 @@ async function render() {
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]));
   const view = document.getElementById("view");
   try {
-    const html = parts[0] === "jobs" && parts[1] ? await job(parts[1], parts[2])
+    const html = parts[0] === "jobs" && parts[1] ? await job(parts[1], parts[2], parts[3])
       : parts[0] === "jobs" ? await jobs()
       : parts[0] === "taskmanagers" ? await taskmanagers(parts[1])
       : parts[0] === "submit" ? await submitPage()

@@ -106,7 +106,11 @@ def test_pages_graph_and_cancel_in_chromium(cluster: Any, browser: webdriver.Chr
     browser.save_screenshot(str(tmp_path / "ui-job.png"))
 
     click(browser, "#tab-checkpoints")
-    wait_for(browser, "#checkpoints-table")
+    wait_for(browser, "#checkpoints-table tbody tr.link")
+    click(browser, "#checkpoints-table tbody tr.link")  # a checkpoint's part per subtask
+    wait_until(lambda: len(read(browser, "#checkpoint-subtasks tbody tr")) == 4, 20,
+               lambda: f"no per-subtask checkpoint details: {read(browser, '#tab-content')}")
+    assert all("completed" in r or "pending_or_failed" in r for r in read(browser, "#checkpoint-subtasks tbody tr"))
     click(browser, "#tab-exceptions")
     wait_for(browser, "#no-exceptions")
     browser.get(f"{web}/#/taskmanagers")

@@ -125,6 +125,13 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert any(h["discarded"] for h in stats["history"] if h["status"] == "COMPLETED")  # older ones subsumed
     one = flink.get(f"/jobs/{job_id}/checkpoints/details/{completed['id']}")
     assert (one["id"], one["status"]) == (completed["id"], "COMPLETED")
+    assert {vid: t["num_acknowledged_subtasks"] for vid, t in one["tasks"].items()} == {
+        v["id"]: v["parallelism"] for v in details["vertices"]}
+    per_subtask = flink.get(f"/jobs/{job_id}/checkpoints/details/{completed['id']}/subtasks/{source}")
+    assert [r["index"] for r in per_subtask["subtasks"]] == [0, 1]
+    assert all(r["status"] == "completed" and r["ack_timestamp"] >= completed["trigger_timestamp"]
+               and r["state_size"] >= 0 for r in per_subtask["subtasks"])
+    assert per_subtask["num_acknowledged_subtasks"] == per_subtask["num_subtasks"] == 2
     assert flink.status(f"/jobs/{job_id}/checkpoints/details/999999") == 404
     assert flink.get(f"/jobs/{job_id}/execution-result") == {"status": {"id": "IN_PROGRESS"}}
     assert flink.get(f"/jobs/{job_id}/accumulators")["user-task-accumulators"] == []

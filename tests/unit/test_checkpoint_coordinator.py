@@ -184,6 +184,30 @@ def test_only_num_retained_completed_checkpoints_are_kept() -> None:
     assert sorted(a.checkpoint_id for a in d.of(DiscardCheckpoint)) == [1, 2]
 
 
+def test_a_long_running_job_keeps_the_latest_statistics_and_no_state_handles_but_counts_all() -> None:
+    """Every checkpoint's statistics and state handles were kept for the job's life (an
+    AppMaster of a job checkpointing every second grew without bound); now the latest
+    HISTORY_KEPT are, without their handles, and the counts cover all."""
+    from yarnflow.am.checkpoint.coordinator import HISTORY_KEPT
+
+    d = Driver(num_retained=1, tolerable_failures=10_000)
+    for i in range(1, HISTORY_KEPT + 51):
+        assert d.coordinator.trigger() == i
+        if i % 10 == 0:
+            d.coordinator.decline(i, SRC, "no")
+            d.drain()
+        else:
+            d.complete(i)
+    history = d.coordinator.history
+    assert len(history) == HISTORY_KEPT and history[-1].checkpoint_id == HISTORY_KEPT + 50
+    assert all(not s.acknowledged for s in history)  # the handles went with the actions
+    assert d.coordinator.counts() == (135, 15, 0)
+    done = history[-2]
+    assert len(done.acks) == len(ALL) and all(size == 10 for _, size, _, _, _ in done.acks.values())
+    assert d.coordinator.trigger() == HISTORY_KEPT + 51
+    assert d.coordinator.counts() == (135, 15, 1)
+
+
 def test_no_trigger_while_not_every_task_runs_and_ids_keep_counting_after() -> None:
     d = Driver()
     d.running = False
