@@ -204,6 +204,7 @@ class VertexStatus(Message):
     subtask_locations: list[str] = field(default_factory=list)
     subtask_states: list[ExecutionState] = field(default_factory=list)
     subtask_metrics: list[TaskMetrics] = field(default_factory=list)
+    subtask_timestamps: list[dict[ExecutionState, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

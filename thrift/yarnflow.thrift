@@ -141,6 +141,7 @@ struct VertexStatus {
   6: list<string> subtask_locations, // TaskExecutor of each subtask's current attempt ("" if none)
   7: list<ExecutionState> subtask_states,  // state of each subtask's current attempt
   8: list<TaskMetrics> subtask_metrics,    // the latest figures of each subtask's current attempt
+  9: list<map<ExecutionState, i64>> subtask_timestamps,  // when each subtask's current attempt entered each state (ms)
 }
 
 struct FailureEntry {

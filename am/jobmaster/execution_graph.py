@@ -18,6 +18,7 @@ that key-group range i covers (Flink's consumed subpartition range).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,10 @@ class Stamp:
         self.parallelism = parallelism
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 @dataclass
 class Execution:
     vertex: ExecutionVertex
@@ -77,6 +82,8 @@ class Execution:
     records_out: int = 0
     metrics: TaskMetrics | None = None  # the latest figures its TaskExecutor reported
     restore: TaskRestore | None = None  # the checkpoint state this attempt starts from
+    #: when it entered each state (wall clock ms: REST's subtask times)
+    timestamps: dict[ExecutionState, int] = field(default_factory=lambda: {ExecutionState.CREATED: _now_ms()})
 
     @property
     def slot(self) -> LogicalSlot | None:
@@ -94,6 +101,7 @@ class Execution:
             return False
         self.state.check_move_to(target, f"{self.vertex.name} attempt {self.attempt_number}")
         self.state = target
+        self.timestamps[target] = _now_ms()
         return True
 
     def partition_id(self, edge_index: int) -> ResultPartitionID:

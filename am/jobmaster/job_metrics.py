@@ -25,7 +25,8 @@ def vertex_statuses(graph: ExecutionGraph) -> list[VertexStatus]:
                                      [ev.current.attempt_number for ev in active],
                                      [str(ev.current.slot.resource_id) if ev.current.slot else "" for ev in active],
                                      [ev.current.state for ev in active],
-                                     [_figures(ev.current) for ev in active]))
+                                     [_figures(ev.current) for ev in active],
+                                     [dict(ev.current.timestamps) for ev in active]))
     return statuses
 
 

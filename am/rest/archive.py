@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 #: the paths of a job's archive besides its vertices'
 JOB_PATHS = ("", "/status", "/plan", "/exceptions", "/checkpoints", "/config", "/jobmanager/config",
              "/checkpoints/config", "/execution-result", "/accumulators")
-VERTEX_PATHS = ("", "/backpressure", "/taskmanagers", "/watermarks", "/metrics")
+VERTEX_PATHS = ("", "/backpressure", "/taskmanagers", "/watermarks", "/metrics", "/subtasktimes")
 
 
 class JobArchivist:

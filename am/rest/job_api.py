@@ -71,6 +71,7 @@ class JobApi:
             ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>", self.subtask, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>/attempts/<attempt>", self.attempt, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/taskmanagers", self.vertex_taskmanagers, ("GET",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/subtasktimes", self.subtask_times, ("GET",)),
             ("/jobmanager/config", self.cluster_config, ("GET",)),
             ("/jobmanager/logs", self.job_manager_logs, ("GET",)),
             ("/jobmanager/logs/<name>", self.job_manager_log, ("GET",)),
@@ -222,6 +223,9 @@ class JobApi:
             raise ApiError(404, f"subtask {index} of vertex {vertexid} is at attempt {row['attempt']}: earlier "
                                 "attempts are not kept")
         return jsonify(row)
+
+    def subtask_times(self, jobid: str, vertexid: str) -> Response:
+        return jsonify(views.subtasks_times(*self._r._vertex(jobid, vertexid)))
 
     def vertex_taskmanagers(self, jobid: str, vertexid: str) -> Response:
         """Flink's JobVertexTaskManagersInfo: the vertex's subtasks grouped by where they run."""

@@ -141,6 +141,9 @@ _SCHEMAS: dict[str, Any] = {
                                                     end_to_end_duration=_INT, state_size=_INT, checkpointed_size=_INT,
                                                     unaligned_checkpoint=_BOOL, aborted=_BOOL,
                                                     alignment={"type": "object"})}}),
+    "SubtaskTimes": _obj(["id", "name", "subtasks"], id=_STR, name=_STR, now=_INT, subtasks={"type": "array", "items": _obj(
+        ["subtask", "duration", "timestamps"], subtask=_INT, host=_STR, duration=_INT,
+        timestamps={"type": "object", "additionalProperties": _INT})}),
     "ExecutionResult": _obj(["status"], status=_obj(["id"], id={"type": "string", "enum": ["IN_PROGRESS", "COMPLETED"]}),
                             **{"job-execution-result": _obj(["id", "application-status", "net-runtime"], **{
                                 "id": _STR, "application-status": {
@@ -286,6 +289,9 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}/attempts/{attempt}": _get(
                 "One subtask's attempt (the current one only)", "Subtask", 400, 404, params=[
                     _JOB, _VERTEX, _INDEX, {"name": "attempt", "in": "path", "required": True, "schema": _LONG}]),
+            "/jobs/{jobid}/vertices/{vertexid}/subtasktimes": _get(
+                "When each subtask's current attempt entered each state", "SubtaskTimes", 400, 404,
+                params=[_JOB, _VERTEX]),
             "/jobs/{jobid}/vertices/{vertexid}/taskmanagers": _get(
                 "The vertex's subtasks per TaskExecutor", "VertexTaskManagers", 400, 404, params=[_JOB, _VERTEX]),
             "/jobs/{jobid}/metrics": _metrics("The job's metrics", _JOB),

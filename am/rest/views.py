@@ -161,13 +161,39 @@ def subtask(info: JobStatusInfo, v: VertexStatus, i: int) -> dict[str, Any]:
     the job's: from its start (or its latest restart) to its end, or to now while it runs."""
     state = v.subtask_states[i] if i < len(v.subtask_states) else ExecutionState.CREATED
     where = v.subtask_locations[i] if i < len(v.subtask_locations) else ""
-    start = info.all_running_time_ms or info.start_time_ms
-    end = info.end_time_ms or -1
+    start, end = subtask_times(info, v, i, state)
     return {"subtask": i, "status": state.name, "attempt": v.subtask_attempts[i] if i < len(v.subtask_attempts) else 0,
             "endpoint": where or "(unassigned)", "host": where.split(":")[0] if where else "(unassigned)",
             "taskmanager-id": where or "(unassigned)", "start-time": start, "start_time": start, "end-time": end,
-            "duration": _duration(start, info.end_time_ms) if state != ExecutionState.CREATED else -1,
+            "duration": _duration(start, max(end, 0)) if start > 0 else -1,
             "metrics": io_metrics(_subtask_metrics(v)[i:i + 1])}
+
+
+def subtask_times(info: JobStatusInfo, v: VertexStatus, i: int, state: ExecutionState) -> tuple[int, int]:
+    """(start, end) of a subtask's current attempt: from when it was deployed (Flink's start)
+    to when it reached its terminal state, -1 for an end not reached; the job's times where the
+    attempt's are not known."""
+    stamps = v.subtask_timestamps[i] if i < len(v.subtask_timestamps) else {}
+    start = next((stamps[s] for s in (ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING)
+                  if s in stamps), 0)
+    if not stamps:
+        start = (info.all_running_time_ms or info.start_time_ms) if state != ExecutionState.CREATED else 0
+    end = stamps.get(state, -1) if state.is_terminal else -1
+    if state.is_terminal and end < 0:
+        end = info.end_time_ms or -1
+    return start or -1, end
+
+
+def subtasks_times(info: JobStatusInfo, v: VertexStatus) -> dict[str, Any]:
+    """``/jobs/:jobid/vertices/:vertexid/subtasktimes`` (Flink's SubtasksTimesInfo): when each
+    subtask's current attempt entered each state."""
+    rows = []
+    for i in range(v.parallelism):
+        stamps = v.subtask_timestamps[i] if i < len(v.subtask_timestamps) else {}
+        row = subtask(info, v, i)
+        rows.append({"subtask": i, "host": row["host"], "duration": row["duration"],
+                     "timestamps": {s.name: stamps.get(s, 0) for s in ExecutionState}})
+    return {"id": str(v.vertex_id), "name": v.name, "now": now_ms(), "subtasks": rows}
 
 
 def subtasks(info: JobStatusInfo, v: VertexStatus, max_parallelism: int = -1) -> dict[str, Any]:

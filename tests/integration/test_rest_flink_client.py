@@ -74,6 +74,11 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert flink.status(f"/jobs/{job_id}/vertices/{source}/subtasks/1/attempts/{sub['attempt'] + 1}") == 404
     assert flink.status(f"/jobs/{job_id}/vertices/{source}/subtasks/2") == 404
     assert flink.status(f"/jobs/{job_id}/vertices/{source}/subtasks/x") == 400
+    times = flink.get(f"/jobs/{job_id}/vertices/{source}/subtasktimes")["subtasks"]
+    assert [t["subtask"] for t in times] == [0, 1]
+    assert all(0 < t["timestamps"]["DEPLOYING"] <= t["timestamps"]["RUNNING"] and t["timestamps"]["FINISHED"] == 0
+               for t in times)
+    assert sub["start-time"] == times[1]["timestamps"]["DEPLOYING"]
     per_tm = flink.get(f"/jobs/{job_id}/vertices/{source}/taskmanagers")["taskmanagers"]
     assert sum(tm["status-counts"]["RUNNING"] for tm in per_tm) == 2
 
@@ -148,6 +153,9 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert result["job-execution-result"]["application-status"] == "SUCCEEDED"
     assert result["job-execution-result"]["net-runtime"] > 0
     assert flink.status(f"/jobs/{job_id}/stop", "POST", json={}) == 409  # it has ended
+    ended = flink.get(f"/jobs/{job_id}/vertices/{source}/subtasks/0")
+    assert ended["status"] == "FINISHED" and ended["end-time"] >= ended["start-time"] > 0
+    assert ended["duration"] == ended["end-time"] - ended["start-time"]
     # an ended job's rates are zero, its totals stay (the last heartbeat's rates were shown)
     for v in flink.get(f"/jobs/{job_id}")["vertices"]:
         m = v["metrics"]

@@ -1360,11 +1360,12 @@ class VertexStatus(object):
      - subtask_locations
      - subtask_states
      - subtask_metrics
+     - subtask_timestamps
 
     """
 
 
-    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None, subtask_attempts=None, subtask_locations=None, subtask_states=None, subtask_metrics=None,):
+    def __init__(self, vertex_id=None, name=None, parallelism=None, state_counts=None, subtask_attempts=None, subtask_locations=None, subtask_states=None, subtask_metrics=None, subtask_timestamps=None,):
         self.vertex_id = vertex_id
         self.name = name
         self.parallelism = parallelism
@@ -1373,6 +1374,7 @@ class VertexStatus(object):
         self.subtask_locations = subtask_locations
         self.subtask_states = subtask_states
         self.subtask_metrics = subtask_metrics
+        self.subtask_timestamps = subtask_timestamps
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1450,6 +1452,22 @@ class VertexStatus(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.LIST:
+                    self.subtask_timestamps = []
+                    (_etype106, _size103) = iprot.readListBegin()
+                    for _i107 in range(_size103):
+                        _elem108 = {}
+                        (_ktype110, _vtype111, _size109) = iprot.readMapBegin()
+                        for _i113 in range(_size109):
+                            _key114 = iprot.readI32()
+                            _val115 = iprot.readI64()
+                            _elem108[_key114] = _val115
+                        iprot.readMapEnd()
+                        self.subtask_timestamps.append(_elem108)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1475,37 +1493,48 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter103, viter104 in self.state_counts.items():
-                oprot.writeI32(kiter103)
-                oprot.writeI32(viter104)
+            for kiter116, viter117 in self.state_counts.items():
+                oprot.writeI32(kiter116)
+                oprot.writeI32(viter117)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.subtask_attempts is not None:
             oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
-            for iter105 in self.subtask_attempts:
-                oprot.writeI32(iter105)
+            for iter118 in self.subtask_attempts:
+                oprot.writeI32(iter118)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_locations is not None:
             oprot.writeFieldBegin('subtask_locations', TType.LIST, 6)
             oprot.writeListBegin(TType.STRING, len(self.subtask_locations))
-            for iter106 in self.subtask_locations:
-                oprot.writeString(iter106.encode('utf-8') if sys.version_info[0] == 2 else iter106)
+            for iter119 in self.subtask_locations:
+                oprot.writeString(iter119.encode('utf-8') if sys.version_info[0] == 2 else iter119)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_states is not None:
             oprot.writeFieldBegin('subtask_states', TType.LIST, 7)
             oprot.writeListBegin(TType.I32, len(self.subtask_states))
-            for iter107 in self.subtask_states:
-                oprot.writeI32(iter107)
+            for iter120 in self.subtask_states:
+                oprot.writeI32(iter120)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_metrics is not None:
             oprot.writeFieldBegin('subtask_metrics', TType.LIST, 8)
             oprot.writeListBegin(TType.STRUCT, len(self.subtask_metrics))
-            for iter108 in self.subtask_metrics:
-                iter108.write(oprot)
+            for iter121 in self.subtask_metrics:
+                iter121.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.subtask_timestamps is not None:
+            oprot.writeFieldBegin('subtask_timestamps', TType.LIST, 9)
+            oprot.writeListBegin(TType.MAP, len(self.subtask_timestamps))
+            for iter122 in self.subtask_timestamps:
+                oprot.writeMapBegin(TType.I32, TType.I64, len(iter122))
+                for kiter123, viter124 in iter122.items():
+                    oprot.writeI32(kiter123)
+                    oprot.writeI64(viter124)
+                oprot.writeMapEnd()
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1904,11 +1933,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype112, _size109) = iprot.readListBegin()
-                    for _i113 in range(_size109):
-                        _elem114 = VertexStatus()
-                        _elem114.read(iprot)
-                        self.vertices.append(_elem114)
+                    (_etype128, _size125) = iprot.readListBegin()
+                    for _i129 in range(_size125):
+                        _elem130 = VertexStatus()
+                        _elem130.read(iprot)
+                        self.vertices.append(_elem130)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1926,11 +1955,11 @@ class JobStatusInfo(object):
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.failure_history = []
-                    (_etype118, _size115) = iprot.readListBegin()
-                    for _i119 in range(_size115):
-                        _elem120 = FailureEntry()
-                        _elem120.read(iprot)
-                        self.failure_history.append(_elem120)
+                    (_etype134, _size131) = iprot.readListBegin()
+                    for _i135 in range(_size131):
+                        _elem136 = FailureEntry()
+                        _elem136.read(iprot)
+                        self.failure_history.append(_elem136)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1942,11 +1971,11 @@ class JobStatusInfo(object):
             elif fid == 11:
                 if ftype == TType.LIST:
                     self.checkpoints = []
-                    (_etype124, _size121) = iprot.readListBegin()
-                    for _i125 in range(_size121):
-                        _elem126 = CheckpointInfo()
-                        _elem126.read(iprot)
-                        self.checkpoints.append(_elem126)
+                    (_etype140, _size137) = iprot.readListBegin()
+                    for _i141 in range(_size137):
+                        _elem142 = CheckpointInfo()
+                        _elem142.read(iprot)
+                        self.checkpoints.append(_elem142)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2004,8 +2033,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter127 in self.vertices:
-                iter127.write(oprot)
+            for iter143 in self.vertices:
+                iter143.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -2019,8 +2048,8 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter128 in self.failure_history:
-                iter128.write(oprot)
+            for iter144 in self.failure_history:
+                iter144.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
@@ -2030,8 +2059,8 @@ class JobStatusInfo(object):
         if self.checkpoints is not None:
             oprot.writeFieldBegin('checkpoints', TType.LIST, 11)
             oprot.writeListBegin(TType.STRUCT, len(self.checkpoints))
-            for iter129 in self.checkpoints:
-                iter129.write(oprot)
+            for iter145 in self.checkpoints:
+                iter145.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.latest_completed_checkpoint_id is not None:
@@ -2127,16 +2156,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype131, _vtype132, _size130) = iprot.readMapBegin()
-                    for _i134 in range(_size130):
-                        _key135 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val136 = []
-                        (_etype140, _size137) = iprot.readListBegin()
-                        for _i141 in range(_size137):
-                            _elem142 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val136.append(_elem142)
+                    (_ktype147, _vtype148, _size146) = iprot.readMapBegin()
+                    for _i150 in range(_size146):
+                        _key151 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val152 = []
+                        (_etype156, _size153) = iprot.readListBegin()
+                        for _i157 in range(_size153):
+                            _elem158 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val152.append(_elem158)
                         iprot.readListEnd()
-                        self.collected[_key135] = _val136
+                        self.collected[_key151] = _val152
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2173,11 +2202,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter143, viter144 in self.collected.items():
-                oprot.writeString(kiter143.encode('utf-8') if sys.version_info[0] == 2 else kiter143)
-                oprot.writeListBegin(TType.STRING, len(viter144))
-                for iter145 in viter144:
-                    oprot.writeString(iter145.encode('utf-8') if sys.version_info[0] == 2 else iter145)
+            for kiter159, viter160 in self.collected.items():
+                oprot.writeString(kiter159.encode('utf-8') if sys.version_info[0] == 2 else kiter159)
+                oprot.writeListBegin(TType.STRING, len(viter160))
+                for iter161 in viter160:
+                    oprot.writeString(iter161.encode('utf-8') if sys.version_info[0] == 2 else iter161)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -2607,11 +2636,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype149, _size146) = iprot.readListBegin()
-                    for _i150 in range(_size146):
-                        _elem151 = SlotStatus()
-                        _elem151.read(iprot)
-                        self.slots.append(_elem151)
+                    (_etype165, _size162) = iprot.readListBegin()
+                    for _i166 in range(_size162):
+                        _elem167 = SlotStatus()
+                        _elem167.read(iprot)
+                        self.slots.append(_elem167)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2639,8 +2668,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter152 in self.slots:
-                iter152.write(oprot)
+            for iter168 in self.slots:
+                iter168.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.blocking_partitions is not None:
@@ -3279,21 +3308,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype156, _size153) = iprot.readListBegin()
-                    for _i157 in range(_size153):
-                        _elem158 = TaskExecutionStateUpdate()
-                        _elem158.read(iprot)
-                        self.executions.append(_elem158)
+                    (_etype172, _size169) = iprot.readListBegin()
+                    for _i173 in range(_size169):
+                        _elem174 = TaskExecutionStateUpdate()
+                        _elem174.read(iprot)
+                        self.executions.append(_elem174)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype162, _size159) = iprot.readListBegin()
-                    for _i163 in range(_size159):
-                        _elem164 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem164)
+                    (_etype178, _size175) = iprot.readListBegin()
+                    for _i179 in range(_size175):
+                        _elem180 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem180)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3314,15 +3343,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter165 in self.executions:
-                iter165.write(oprot)
+            for iter181 in self.executions:
+                iter181.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter166 in self.allocation_ids:
-                oprot.writeString(iter166.encode('utf-8') if sys.version_info[0] == 2 else iter166)
+            for iter182 in self.allocation_ids:
+                oprot.writeString(iter182.encode('utf-8') if sys.version_info[0] == 2 else iter182)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3366,10 +3395,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype170, _size167) = iprot.readListBegin()
-                    for _i171 in range(_size167):
-                        _elem172 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem172)
+                    (_etype186, _size183) = iprot.readListBegin()
+                    for _i187 in range(_size183):
+                        _elem188 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem188)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3386,8 +3415,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter173 in self.allocation_ids:
-                oprot.writeString(iter173.encode('utf-8') if sys.version_info[0] == 2 else iter173)
+            for iter189 in self.allocation_ids:
+                oprot.writeString(iter189.encode('utf-8') if sys.version_info[0] == 2 else iter189)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3531,11 +3560,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype177, _size174) = iprot.readListBegin()
-                    for _i178 in range(_size174):
-                        _elem179 = OperatorStateFile()
-                        _elem179.read(iprot)
-                        self.files.append(_elem179)
+                    (_etype193, _size190) = iprot.readListBegin()
+                    for _i194 in range(_size190):
+                        _elem195 = OperatorStateFile()
+                        _elem195.read(iprot)
+                        self.files.append(_elem195)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3577,8 +3606,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter180 in self.files:
-                iter180.write(oprot)
+            for iter196 in self.files:
+                iter196.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -3651,11 +3680,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype184, _size181) = iprot.readListBegin()
-                    for _i185 in range(_size181):
-                        _elem186 = OperatorStateFile()
-                        _elem186.read(iprot)
-                        self.files.append(_elem186)
+                    (_etype200, _size197) = iprot.readListBegin()
+                    for _i201 in range(_size197):
+                        _elem202 = OperatorStateFile()
+                        _elem202.read(iprot)
+                        self.files.append(_elem202)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3681,8 +3710,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter187 in self.files:
-                iter187.write(oprot)
+            for iter203 in self.files:
+                iter203.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -3822,11 +3851,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype191, _size188) = iprot.readListBegin()
-                    for _i192 in range(_size188):
-                        _elem193 = InputChannelDescriptor()
-                        _elem193.read(iprot)
-                        self.channels.append(_elem193)
+                    (_etype207, _size204) = iprot.readListBegin()
+                    for _i208 in range(_size204):
+                        _elem209 = InputChannelDescriptor()
+                        _elem209.read(iprot)
+                        self.channels.append(_elem209)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3862,8 +3891,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter194 in self.channels:
-                iter194.write(oprot)
+            for iter210 in self.channels:
+                iter210.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -3946,10 +3975,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype198, _size195) = iprot.readListBegin()
-                    for _i199 in range(_size195):
-                        _elem200 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem200)
+                    (_etype214, _size211) = iprot.readListBegin()
+                    for _i215 in range(_size211):
+                        _elem216 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem216)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3993,8 +4022,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter201 in self.key_columns:
-                oprot.writeString(iter201.encode('utf-8') if sys.version_info[0] == 2 else iter201)
+            for iter217 in self.key_columns:
+                oprot.writeString(iter217.encode('utf-8') if sys.version_info[0] == 2 else iter217)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -4143,22 +4172,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype205, _size202) = iprot.readListBegin()
-                    for _i206 in range(_size202):
-                        _elem207 = InputGateDescriptor()
-                        _elem207.read(iprot)
-                        self.input_gates.append(_elem207)
+                    (_etype221, _size218) = iprot.readListBegin()
+                    for _i222 in range(_size218):
+                        _elem223 = InputGateDescriptor()
+                        _elem223.read(iprot)
+                        self.input_gates.append(_elem223)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype211, _size208) = iprot.readListBegin()
-                    for _i212 in range(_size208):
-                        _elem213 = ResultPartitionDescriptor()
-                        _elem213.read(iprot)
-                        self.result_partitions.append(_elem213)
+                    (_etype227, _size224) = iprot.readListBegin()
+                    for _i228 in range(_size224):
+                        _elem229 = ResultPartitionDescriptor()
+                        _elem229.read(iprot)
+                        self.result_partitions.append(_elem229)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4170,11 +4199,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype215, _vtype216, _size214) = iprot.readMapBegin()
-                    for _i218 in range(_size214):
-                        _key219 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val220 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key219] = _val220
+                    (_ktype231, _vtype232, _size230) = iprot.readMapBegin()
+                    for _i234 in range(_size230):
+                        _key235 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val236 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key235] = _val236
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -4261,15 +4290,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter221 in self.input_gates:
-                iter221.write(oprot)
+            for iter237 in self.input_gates:
+                iter237.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter222 in self.result_partitions:
-                iter222.write(oprot)
+            for iter238 in self.result_partitions:
+                iter238.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -4279,9 +4308,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter223, viter224 in self.config.items():
-                oprot.writeString(kiter223.encode('utf-8') if sys.version_info[0] == 2 else kiter223)
-                oprot.writeString(viter224.encode('utf-8') if sys.version_info[0] == 2 else viter224)
+            for kiter239, viter240 in self.config.items():
+                oprot.writeString(kiter239.encode('utf-8') if sys.version_info[0] == 2 else kiter239)
+                oprot.writeString(viter240.encode('utf-8') if sys.version_info[0] == 2 else viter240)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -4428,6 +4457,7 @@ VertexStatus.thrift_spec = (
     (6, TType.LIST, 'subtask_locations', (TType.STRING, 'UTF8', False), None, ),  # 6
     (7, TType.LIST, 'subtask_states', (TType.I32, None, False), None, ),  # 7
     (8, TType.LIST, 'subtask_metrics', (TType.STRUCT, [TaskMetrics, None], False), None, ),  # 8
+    (9, TType.LIST, 'subtask_timestamps', (TType.MAP, (TType.I32, None, TType.I64, None, False), False), None, ),  # 9
 )
 all_structs.append(FailureEntry)
 FailureEntry.thrift_spec = (
