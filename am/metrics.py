@@ -1,4 +1,5 @@
-"""The AppMaster's Prometheus metrics (Flink's JobManager metrics): TaskExecutors registered,
+"""The AppMaster's Prometheus metrics (Flink's JobManager metrics): its process's CPU and memory,
+TaskExecutors registered,
 slots total and available, running jobs, and per running job its restarts, uptime and
 checkpoint counts, last duration and size. Read live at each scrape from the ResourceManager
 and the JobMasters; a standby AppMaster reports only that it stands by."""
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any, Iterator
+
+import psutil
 
 from yarnflow.common.errors import UnavailableError
 from yarnflow.common.metrics import gauge
@@ -17,10 +20,21 @@ if TYPE_CHECKING:
 _JOB = ("job_id", "job_name")
 
 
+_PROCESS = psutil.Process()
+_PROCESS.cpu_percent(None)  # (the first reading starts the measurement)
+
+
 def appmaster_families(am: AppMaster) -> Iterator[Any]:
     leader = gauge("jobmanager_isLeader", "1 when this AppMaster leads the cluster", ())
     leader.add_metric([], 1.0 if am.is_leader else 0.0)
     yield leader
+    for name, doc, value in (  # the process (Flink's Status.JVM.CPU.Load / Memory, for a Python process)
+            ("Status_Process_CPU_Load", "cores the AppMaster used since the previous scrape",
+             _PROCESS.cpu_percent(None) / 100.0),
+            ("Status_Process_Memory_RSS", "resident memory of the AppMaster", _PROCESS.memory_info().rss)):
+        family = gauge(f"jobmanager_{name}", doc, ())
+        family.add_metric([], float(value))
+        yield family
     dispatcher, rm = am.dispatcher, am.rm
     if dispatcher is None or rm is None:
         return

@@ -72,6 +72,8 @@ class JobApi:
             ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>/attempts/<attempt>", self.attempt, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/taskmanagers", self.vertex_taskmanagers, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/subtasktimes", self.subtask_times, ("GET",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/accumulators", self.vertex_accumulators, ("GET",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/subtasks/accumulators", self.subtasks_accumulators, ("GET",)),
             ("/jobmanager/config", self.cluster_config, ("GET",)),
             ("/jobmanager/logs", self.job_manager_logs, ("GET",)),
             ("/jobmanager/logs/<name>", self.job_manager_log, ("GET",)),
@@ -223,6 +225,17 @@ class JobApi:
             raise ApiError(404, f"subtask {index} of vertex {vertexid} is at attempt {row['attempt']}: earlier "
                                 "attempts are not kept")
         return jsonify(row)
+
+    def vertex_accumulators(self, jobid: str, vertexid: str) -> Response:
+        """(yarnflow has no user accumulators: Flink's shape, empty)"""
+        return jsonify({"id": str(self._r._vertex(jobid, vertexid)[1].vertex_id), "user-accumulators": []})
+
+    def subtasks_accumulators(self, jobid: str, vertexid: str) -> Response:
+        info, v = self._r._vertex(jobid, vertexid)
+        rows = [views.subtask(info, v, i) for i in range(v.parallelism)]
+        return jsonify({"id": str(v.vertex_id), "parallelism": v.parallelism, "subtasks": [
+            {"subtask": r["subtask"], "attempt": r["attempt"], "host": r["host"], "user-accumulators": []}
+            for r in rows]})
 
     def subtask_times(self, jobid: str, vertexid: str) -> Response:
         return jsonify(views.subtasks_times(*self._r._vertex(jobid, vertexid)))

@@ -141,6 +141,10 @@ _SCHEMAS: dict[str, Any] = {
                                                     end_to_end_duration=_INT, state_size=_INT, checkpointed_size=_INT,
                                                     unaligned_checkpoint=_BOOL, aborted=_BOOL,
                                                     alignment={"type": "object"})}}),
+    "VertexAccumulators": _obj(["id", "user-accumulators"], id=_STR, **{"user-accumulators": {"type": "array"}}),
+    "SubtasksAccumulators": _obj(["id", "parallelism", "subtasks"], id=_STR, parallelism=_INT, subtasks={
+        "type": "array", "items": _obj(["subtask", "attempt", "user-accumulators"], subtask=_INT, attempt=_INT,
+                                       host=_STR, **{"user-accumulators": {"type": "array"}})}),
     "SubtaskTimes": _obj(["id", "name", "subtasks"], id=_STR, name=_STR, now=_INT, subtasks={"type": "array", "items": _obj(
         ["subtask", "duration", "timestamps"], subtask=_INT, host=_STR, duration=_INT,
         timestamps={"type": "object", "additionalProperties": _INT})}),
@@ -289,6 +293,12 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}/attempts/{attempt}": _get(
                 "One subtask's attempt (the current one only)", "Subtask", 400, 404, params=[
                     _JOB, _VERTEX, _INDEX, {"name": "attempt", "in": "path", "required": True, "schema": _LONG}]),
+            "/jobs/{jobid}/vertices/{vertexid}/accumulators": _get(
+                "The vertex's user accumulators (yarnflow has none: empty)", "VertexAccumulators", 400, 404,
+                params=[_JOB, _VERTEX]),
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/accumulators": _get(
+                "Each subtask's user accumulators (none: empty)", "SubtasksAccumulators", 400, 404,
+                params=[_JOB, _VERTEX]),
             "/jobs/{jobid}/vertices/{vertexid}/subtasktimes": _get(
                 "When each subtask's current attempt entered each state", "SubtaskTimes", 400, 404,
                 params=[_JOB, _VERTEX]),

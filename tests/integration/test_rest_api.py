@@ -103,6 +103,8 @@ def test_a_running_job_in_flinks_shapes(cluster: Any, tmp_path: Path) -> None:
     assert len(am) == 1 and len(tes) == 2
     assert am[0]["yarnflow_jobmanager_taskSlotsTotal"] == [({}, 4.0)]
     assert am[0]["yarnflow_jobmanager_numRegisteredTaskManagers"] == [({}, 2.0)]
+    assert am[0]["yarnflow_jobmanager_Status_Process_Memory_RSS"][0][1] > 10 << 20
+    assert 0 <= am[0]["yarnflow_jobmanager_Status_Process_CPU_Load"][0][1] < 8
     assert am[0]["yarnflow_jobmanager_job_numRestarts"] == [({"job_id": job_id, "job_name": "generated"}, 0.0)]
     [(_, completed)] = am[0]["yarnflow_jobmanager_job_numberOfCompletedCheckpoints"]
     assert completed >= 1

@@ -140,6 +140,9 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert flink.status(f"/jobs/{job_id}/checkpoints/details/999999") == 404
     assert flink.get(f"/jobs/{job_id}/execution-result") == {"status": {"id": "IN_PROGRESS"}}
     assert flink.get(f"/jobs/{job_id}/accumulators")["user-task-accumulators"] == []
+    assert flink.get(f"/jobs/{job_id}/vertices/{source}/accumulators")["user-accumulators"] == []
+    assert [s["subtask"] for s in flink.get(f"/jobs/{job_id}/vertices/{source}/subtasks/accumulators")["subtasks"]] \
+        == [0, 1]
 
     # stop with a savepoint: the job FINISHES, its result says SUCCEEDED
     stop = requests.post(f"{cluster.web}/jobs/{job_id}/stop",
