@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -90,7 +91,8 @@ def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
     proc = subprocess.run([sys.executable, job], capture_output=True, text=True, timeout=120, env=cli.env,
                           cwd=cli.cwd, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
-    assert f'File "{job}", line 4, in parse' in proc.stderr and "RemoteTraceback" in proc.stderr
+    assert "RemoteTraceback" in proc.stderr and re.search(r'File ".*job\.py", line 4, in parse', proc.stderr), \
+        proc.stderr
     assert proc.stderr.index("line 4, in parse") < proc.stderr.index("JobFailedError")
 
 
