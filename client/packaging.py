@@ -4,8 +4,10 @@ TaskExecutor (and a standby AppMaster) can fetch it."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
+import pickle
 import os
 import site
 import sys
@@ -78,12 +80,37 @@ def build_artifact(job: CompiledJob, job_file: str | None) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
+def _code_reduce(code: types.CodeType) -> Any:
+    """cloudpickle's reduction of a code object, with its file name kept: cloudpickle 3 writes
+    "<dynamic-code>" instead (for byte-identical pickles), so the traceback of a job's function
+    on a TaskExecutor named no file (issue 32); the line numbers were kept either way."""
+    ctor, args = _CLOUDPICKLE_CODE(code)
+    if "<dynamic-code>" in args and code.co_filename != "<dynamic-code>":
+        at = args.index("<dynamic-code>")
+        args = (*args[:at], code.co_filename, *args[at + 1:])
+    return ctor, args
+
+
+_CLOUDPICKLE_CODE = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # (cloudpickle is untyped)
+    dispatch_table = collections.ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+
+
+def dumps(obj: Any) -> bytes:
+    """``cloudpickle.dumps`` keeping the file names of the code it pickles (``_code_reduce``)."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.DEFAULT_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
 def _build(job: CompiledJob, job_file: str | None) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for vertex_id, chain in sorted(job.chains.items()):
             try:
-                data = cloudpickle.dumps(chain)
+                data = dumps(chain)
             except Exception as exc:
                 names = ", ".join(op.name for op in chain)
                 raise JobDefinitionError(f"cannot serialise the operators [{names}]: {type(exc).__name__}: {exc}"
@@ -93,7 +120,7 @@ def _build(job: CompiledJob, job_file: str | None) -> bytes:
             head = chain[0]
             if isinstance(head, SourceOperator) and head.dynamic_splits:
                 info = zipfile.ZipInfo(source_entry(vertex_id), date_time=(1980, 1, 1, 0, 0, 0))
-                zf.writestr(info, cloudpickle.dumps(head))
+                zf.writestr(info, dumps(head))
         if job_file and os.path.isfile(job_file):
             info = zipfile.ZipInfo(f"src/{os.path.basename(job_file)}", date_time=(1980, 1, 1, 0, 0, 0))
             with open(job_file, "rb") as fh:

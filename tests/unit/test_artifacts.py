@@ -154,3 +154,20 @@ def test_artifacts_unused_for_the_cleanup_interval_are_deleted(tmp_path, monkeyp
     clock[0] += 3600
     assert sorted(cache.clean_up()) == sorted([s2, s3])
     assert cache.cached() == [] and list((tmp_path / "cache").iterdir()) == []
+
+
+def test_pickled_job_functions_keep_their_file_name_for_tracebacks() -> None:
+    """cloudpickle 3 writes "<dynamic-code>" as a pickled function's file: a job function's
+    traceback on a TaskExecutor then named no file (issue 32). The artifact's pickler keeps it."""
+    import pickle
+
+    from yarnflow.packaging import dumps
+
+    def parse(row):  # type: ignore[no-untyped-def]
+        return [lambda: int(row)]
+
+    parse.__module__ = "__main__"  # (as a job file's function: pickled by value)
+    back = pickle.loads(dumps(parse))
+    assert back.__code__.co_filename == __file__
+    nested = [c for c in back.__code__.co_consts if hasattr(c, "co_filename")]
+    assert nested and all(c.co_filename == __file__ for c in nested)
