@@ -43,7 +43,7 @@ class Archives:
         for folder in self.folders:
             try:
                 fs, root = fsspec.core.url_to_fs(folder)
-                names = [p for p in fs.ls(root, detail=False)] if fs.exists(root) else []
+                names = fs.ls(root, detail=False) if fs.exists(root) else []
             except OSError as exc:
                 log.warning("history server: cannot list %s: %s", folder, exc)
                 continue

@@ -102,8 +102,7 @@ class JobApi:
             "execution-mode": graph.runtime_mode if graph is not None else "STREAMING",
             "restart-strategy": info.restart_strategy or config[Options.RESTART_STRATEGY],
             "job-parallelism": parallelism, "object-reuse-mode": False,
-            "user-config": {k: v["value"] for k, v in
-                            ((e["key"], e) for e in key_values(dict(graph.config) if graph is not None else {}))}}})
+            "user-config": {e["key"]: e["value"] for e in key_values(dict(graph.config) if graph else {})}}})
 
     def job_manager_config(self, jobid: str) -> Response:
         return jsonify(key_values(self._effective(self._r._job(jobid))[1].to_strings()))

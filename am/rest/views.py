@@ -166,7 +166,7 @@ def subtask(info: JobStatusInfo, v: VertexStatus, i: int) -> dict[str, Any]:
             "endpoint": where or "(unassigned)", "host": where.split(":")[0] if where else "(unassigned)",
             "taskmanager-id": where or "(unassigned)", "start-time": start, "start_time": start, "end-time": end,
             "duration": _duration(start, max(end, 0)) if start > 0 else -1,
-            "metrics": io_metrics(_subtask_metrics(v)[i:i + 1])}
+            "metrics": io_metrics(v.subtask_metrics[i:i + 1])}
 
 
 def subtask_times(info: JobStatusInfo, v: VertexStatus, i: int, state: ExecutionState) -> tuple[int, int]:

@@ -59,7 +59,9 @@ class RpcLimits:
 
 class LimitedFramedTransport(TTransportBase, CReadableTransport):  # type: ignore[misc]  # thrift is untyped
     """Thrift's framed transport, with a message's size checked before it is read and, where
-    ``max_depth`` is below Thrift's own limit, its nesting checked before it is decoded."""
+    ``max_depth`` is below Thrift's own limit, its nesting checked before it is decoded.
+    (Thrift's ``TFramedTransport`` checks a size too, but keeps its read buffer private, so the
+    check between reading a frame and decoding it cannot be added by subclassing it.)"""
 
     def __init__(self, trans: Any, max_bytes: int = RpcLimits.max_message_bytes,
                  max_depth: int = THRIFT_DECODER_DEPTH) -> None:
