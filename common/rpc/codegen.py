@@ -1,6 +1,6 @@
 """Regenerate (or check) the Python generated from thrift/*.thrift: the Thrift compiler's
-output in common/rpc/gen/, and the gateways and handlers built on it in common/rpc/services.py
-(``servicegen``).
+output in common/rpc/gen/, and the gateways and handlers built on it in the package
+common/rpc/services/ (``servicegen``, one module per service).
 
     python -m yarnflow.common.rpc.codegen            # regenerate, run from the repo root
     python -m yarnflow.common.rpc.codegen --check    # exit 1 when gen/ drifted from the IDL
@@ -43,13 +43,14 @@ def generate(root: Path, out: Path) -> dict[str, str]:
     return files
 
 
-def services(out: Path) -> str:
-    """The text of common/rpc/services.py for the compiler's output in ``out``."""
-    return HEADER.format(idl="thrift/*.thrift") + _services(out)
+def services(out: Path) -> dict[str, str]:
+    """The files of common/rpc/services/ for the compiler's output in ``out``: {name: text}."""
+    return {name: HEADER.format(idl="thrift/*.thrift") + text for name, text in _services(out).items()}
 
 
-def _services(out: Path) -> str:
-    """services.py (``servicegen``), rendered from the service modules just generated in ``out``."""
+def _services(out: Path) -> dict[str, str]:
+    """The services package (``servicegen``), rendered from the service modules just generated in
+    ``out``."""
     from yarnflow.common.rpc.servicegen import render
 
     packages = sorted(p.parent for p in out.glob("*/ttypes.py"))
@@ -83,9 +84,13 @@ def drifted(root: Path) -> list[str]:
         fresh = generate(root, Path(tmp))
         gateways = services(Path(tmp))
     bad = []
-    current_services = gen.parent / "services.py"
-    if not current_services.exists() or _strip_comments(current_services.read_text()) != _strip_comments(gateways):
-        bad.append("../services.py")
+    folder = gen.parent / "services"
+    for name, text in gateways.items():
+        current = folder / name
+        if not current.exists() or _strip_comments(current.read_text()) != _strip_comments(text):
+            bad.append(f"../services/{name}")
+    if folder.is_dir():
+        bad.extend(f"../services/{p.name}" for p in sorted(folder.glob("*.py")) if p.name not in gateways)
     for rel, text in fresh.items():
         current = gen / rel
         if not current.exists() or _strip_comments(current.read_text()) != _strip_comments(text):
@@ -103,13 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         bad = drifted(root)
         for rel in bad:
-            print(f"common/rpc/gen/{rel} differs from what thrift/ generates")
+            print(f"common/rpc/gen/{rel} differs from what thrift/ generates".replace("gen/../", ""))
         return 1 if bad else 0
     gen = root / "common" / "rpc" / "gen"
     with tempfile.TemporaryDirectory() as tmp:
         files = generate(root, Path(tmp))
         gateways = services(Path(tmp))
-    (gen.parent / "services.py").write_text(gateways)
+    folder = gen.parent / "services"
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    for name, text in gateways.items():
+        (folder / name).write_text(text)
     for child in gen.iterdir():
         if child.is_dir():
             shutil.rmtree(child)
@@ -117,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         target = gen / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    print(f"regenerated {len(files)} files under {gen} and {gen.parent / 'services.py'}")
+    print(f"regenerated {len(files)} files under {gen} and {len(gateways)} under {folder}")
     return 0
 
 

@@ -11,7 +11,7 @@ than a whole Thrift call on loopback.
 ``RpcEndpoint`` is the base of every component served over Thrift. Its methods that a service
 of thrift/yarnflow.thrift calls are declared with ``@rpc`` (not fenced) or ``@fenced`` (the call
 carries a fencing token, checked here, once, before the method runs); the generated handlers
-(common/rpc/services.py) call ``rpc_invoke``, which checks the token, runs the method on the
+(common/rpc/services/) call ``rpc_invoke``, which checks the token, runs the method on the
 main thread and, when the method answers with a Future (a result that comes later: a job's end,
 a savepoint), waits for it on the RPC thread. A refused call raises ``FencingTokenError``; the
 handler turns every error into the one typed ``RpcError`` the caller sees (``translated``).
@@ -391,7 +391,7 @@ class RpcEndpoint:
 
     @classmethod
     def undeclared(cls, methods: Mapping[str, bool]) -> list[str]:
-        """The methods of a service (name -> fenced, as in services.py) that this class does not
+        """The methods of a service (name -> fenced, as in common/rpc/services/) that this class does not
         declare as the IDL does: missing, not marked, or fenced where the IDL is not (or the
         reverse)."""
         wrong = []

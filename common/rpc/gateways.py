@@ -1,8 +1,8 @@
-"""The gateways components and clients use: generated from the IDL (common/rpc/services.py),
+"""The gateways components and clients use: generated from the IDL (common/rpc/services/),
 plus the Dispatcher's client gateway, which keeps the Dispatcher's fencing token for its caller.
 
 ``Remote*Gateway`` classes are the client side (dataclass messages in, dataclass messages
-out, project exceptions on failure); the handlers of the server side are in services.py too.
+out, project exceptions on failure); the handlers of the server side are in common/rpc/services/ too.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class RemoteDispatcherGateway:
         self._c.close()
 
 
-#: the other services' gateways are generated from the IDL as they are (common/rpc/services.py)
+#: the other services' gateways are generated from the IDL as they are (common/rpc/services/)
 RemoteResourceManagerGateway = ResourceManagerServiceGateway
 RemoteJobMasterGateway = JobMasterServiceGateway
 RemoteTaskExecutorGateway = TaskExecutorServiceGateway

@@ -1,5 +1,7 @@
-"""Render common/rpc/services.py: per Thrift service of thrift/yarnflow.thrift, a typed
-client gateway, a handler for the server side and the service's method table.
+"""Render the package common/rpc/services/: per Thrift service of thrift/yarnflow.thrift, a
+module (``services/<service>.py``) with a typed client gateway, a handler for the server side and
+the service's method table; ``services/__init__.py`` re-exports them all. One module per service
+keeps each under the repository's module size as the interface grows.
 
 Called by ``codegen`` on what the Thrift compiler generated; it reads the compiler's
 ``<method>_args`` / ``<method>_result`` specs, so adding an RPC is an IDL change plus the
@@ -209,45 +211,62 @@ def _handler(service: str, methods: list[_Method]) -> list[str]:
     return out
 
 
-def render(package: str, modules: dict[str, ModuleType]) -> str:
-    """The source of services.py for the generated service ``modules`` (name -> module)."""
+def _header(doc: str) -> list[str]:
+    return [f'"""{doc}"""', "", "from __future__ import annotations", ""]
+
+
+def render(package: str, modules: dict[str, ModuleType]) -> dict[str, str]:
+    """The sources of the services package for the generated service ``modules`` (name ->
+    module): {file name under common/rpc/services/: text}."""
     services = {name: [_Method(mod, n) for n in mod.Iface.__dict__ if not n.startswith("_")]
                 for name, mod in sorted(modules.items())}
-    structs = sorted(set().union(*(_structs(ms) for ms in services.values())))
-    ids = sorted({ID_TYPES[p.name] for ms in services.values() for m in ms for p in m.args
-                  if p.ttype == TType.STRING and p.name in ID_TYPES})
-    lines = [
-        '"""Gateways (client side) and handlers (server side) of every service in the IDL."""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "from typing import TYPE_CHECKING, Any, Protocol",
-        "",
-        f"from yarnflow.common.ids import {', '.join(ids)}",
-        "from yarnflow.common.messages import (",
-        *[f"    {s}," for s in structs],
-        ")",
-        "from yarnflow.common.rpc.client import RpcClient",
-        "from yarnflow.common.rpc.endpoint import RpcTarget, read_args, translated",
-        f"from {package} import {', '.join(sorted(services))}",
-        "",
-        "if TYPE_CHECKING:",
-        "    from yarnflow.common.security import TlsCredentials",
-        "",
-    ]
-    for name in sorted(services):
-        lines.append(f'{constant(name)} = "{service_key(name)}"')
-    lines.append("")
+    files: dict[str, str] = {}
+    exported: dict[str, list[str]] = {}
     for name, methods in services.items():
-        lines.append(f"#: {name}'s methods: Python name -> whether the IDL fences it")
-        lines.append(f"{constant(name)}_METHODS = {{")
-        lines += [f'    "{m.py_name}": {m.token is not None},' for m in methods]
-        lines.append("}")
-    lines += ["", ""]
-    for name, methods in services.items():
+        structs = sorted(_structs(methods))
+        ids = sorted({ID_TYPES[p.name] for m in methods for p in m.args
+                      if p.ttype == TType.STRING and p.name in ID_TYPES})
+        lines = _header(f"Gateway (client side), handler (server side) and method table of {name}.")
+        lines += ["from typing import TYPE_CHECKING, Any, Protocol", ""]
+        if ids:
+            lines.append(f"from yarnflow.common.ids import {', '.join(ids)}")
+        if structs:
+            lines += ["from yarnflow.common.messages import (", *[f"    {s}," for s in structs], ")"]
+        lines += [
+            "from yarnflow.common.rpc.client import RpcClient",
+            "from yarnflow.common.rpc.endpoint import RpcTarget, read_args, translated",
+            f"from {package} import {name}",
+            "",
+            "if TYPE_CHECKING:",
+            "    from yarnflow.common.security import TlsCredentials",
+            "",
+            f'{constant(name)} = "{service_key(name)}"',
+            "",
+            f"#: {name}'s methods: Python name -> whether the IDL fences it",
+            f"{constant(name)}_METHODS = {{",
+            *[f'    "{m.py_name}": {m.token is not None},' for m in methods],
+            "}",
+            "",
+            "",
+        ]
         lines += _calls(name, methods)
         lines += _gateway(name, methods)
         lines += _handler(name, methods)
-    while lines and lines[-1] == "":
-        lines.pop()
-    return "\n".join(lines) + "\n"
+        while lines and lines[-1] == "":
+            lines.pop()
+        module = module_name(name)
+        files[f"{module}.py"] = "\n".join(lines) + "\n"
+        exported[module] = [constant(name), f"{constant(name)}_METHODS", f"{name}Calls", f"{name}Gateway",
+                            f"{name}Handler"]
+    init = _header("Gateways (client side) and handlers (server side) of every service in the IDL, one "
+                   "module per service.")
+    for module, names in exported.items():
+        init += [f"from yarnflow.common.rpc.services.{module} import (",
+                 *[f"    {n} as {n}," for n in names], ")"]
+    files["__init__.py"] = "\n".join(init) + "\n"
+    return files
+
+
+def module_name(service: str) -> str:
+    """The module a service's code is rendered into: ResourceManagerService -> resource_manager."""
+    return snake(service.removesuffix("Service"))

@@ -23,11 +23,12 @@ needs_compiler = pytest.mark.skipif(shutil.which("thrift") is None,
 
 def _copy_repo_parts(dest: Path) -> Path:
     """The parts of the repository that codegen reads: thrift/, common/rpc/gen/ and
-    common/rpc/services.py."""
+    common/rpc/services/."""
     shutil.copytree(REPO / "thrift", dest / "thrift")
     shutil.copytree(REPO / "common" / "rpc" / "gen", dest / "common" / "rpc" / "gen",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "common" / "rpc" / "services.py", dest / "common" / "rpc" / "services.py")
+    shutil.copytree(REPO / "common" / "rpc" / "services", dest / "common" / "rpc" / "services",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 
@@ -64,7 +65,8 @@ def test_a_changed_struct_is_detected(tmp_path: Path) -> None:
 def test_a_changed_method_is_detected(tmp_path: Path) -> None:
     root = _copy_repo_parts(tmp_path)
     _edit_idl(root, "  string ping(),", "  string ping(1: string payload),")
-    assert codegen.drifted(root) == ["../services.py", "yarnflow_rpc/TaskExecutorService.py"]
+    # only the changed service's module of the services package
+    assert codegen.drifted(root) == ["../services/task_executor.py", "yarnflow_rpc/TaskExecutorService.py"]
 
 
 @needs_compiler
@@ -76,7 +78,7 @@ def test_a_new_rpc_is_an_idl_change_the_gateway_and_handler_follow(tmp_path: Pat
                                         "2: string job_id, 3: list<SlotOffer> offers)")
     with tempfile.TemporaryDirectory() as out:
         codegen.generate(root, Path(out))
-        text = codegen.services(Path(out))
+        text = codegen.services(Path(out))["task_executor.py"]
     assert ("    def count_tasks(self, jobmaster_fencing_token: str, job_id: str, offers: list[SlotOffer], *, "
             "rpc_timeout_ms: int | None = None) -> int:") in text
     # the wire values converted by read_args: a frame short of an argument is the caller's error
@@ -93,6 +95,7 @@ def test_a_new_service_is_detected_as_missing(tmp_path: Path) -> None:
     bad = codegen.drifted(root)
     assert "yarnflow_rpc/ProbeService.py" in bad
     assert "yarnflow_rpc/__init__.py" in bad  # lists the services
+    assert "../services/probe.py" in bad and "../services/__init__.py" in bad
 
 
 @needs_compiler
@@ -110,6 +113,16 @@ def test_a_stale_file_left_from_a_removed_service_is_detected(tmp_path: Path) ->
     root = _copy_repo_parts(tmp_path)
     (root / "common" / "rpc" / "gen" / "yarnflow_rpc" / "OldService.py").write_text("# gone from the IDL\n")
     assert codegen.drifted(root) == ["yarnflow_rpc/OldService.py"]
+
+
+@needs_compiler
+def test_a_stale_services_module_or_a_hand_edited_one_is_detected(tmp_path: Path) -> None:
+    root = _copy_repo_parts(tmp_path)
+    services = root / "common" / "rpc" / "services"
+    (services / "old.py").write_text("# a service gone from the IDL\n")
+    dispatcher = services / "dispatcher.py"
+    dispatcher.write_text(dispatcher.read_text().replace('"submit_job": True', '"submit_job": False'))
+    assert codegen.drifted(root) == ["../services/dispatcher.py", "../services/old.py"]
 
 
 @needs_compiler
