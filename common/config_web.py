@@ -48,3 +48,15 @@ class WebOptions:
     HISTORY_ADDRESS = _opt("historyserver.web.address", _parse_str, "address the history server binds to")
     HISTORY_PORT = _opt("historyserver.web.port", _parse_int, "port of the history server (0: any free port)",
                         minimum=0, maximum=65535)
+    FLAMEGRAPH_ENABLED = _opt("rest.flamegraph.enabled", _parse_bool,
+                              "serve flame graphs of a vertex's tasks (sampled by the TaskExecutors only when asked)")
+    FLAMEGRAPH_REFRESH = _opt("rest.flamegraph.refresh-interval", parse_duration_ms,
+                              "a flame graph's samples older than this are taken afresh when it is asked for", minimum=1)
+    FLAMEGRAPH_CLEANUP = _opt("rest.flamegraph.cleanup-interval", parse_duration_ms,
+                              "samples of a flame graph nobody asked for this long are dropped", minimum=1)
+    FLAMEGRAPH_NUM_SAMPLES = _opt("rest.flamegraph.num-samples", _parse_int,
+                                  "samples of each task's thread a flame graph is made of", minimum=1, maximum=1000)
+    FLAMEGRAPH_DELAY = _opt("rest.flamegraph.delay-between-samples", parse_duration_ms,
+                            "time between two samples of a task's thread", minimum=0, maximum=300)
+    FLAMEGRAPH_STACK_DEPTH = _opt("rest.flamegraph.stack-depth", _parse_int,
+                                  "innermost frames of a sampled stack kept", minimum=1, maximum=1000)

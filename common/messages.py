@@ -386,6 +386,29 @@ class TaskExecutorHeartbeatPayload(Message):
     allocation_ids: list[ids.AllocationID] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ThreadInfo(Message):
+    """A thread of a process and its stack (thread dumps)."""
+
+    _thrift = ttypes.ThreadInfo
+    name: str
+    ident: int = 0
+    daemon: bool = False
+    cpu_seconds: float = -1.0
+    frames: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ThreadInfoSample(Message):
+    """``count`` identical samples of a subtask's thread (flame graphs)."""
+
+    _thrift = ttypes.ThreadInfoSample
+    subtask_index: int
+    on_cpu: bool
+    frames: list[str] = field(default_factory=list)
+    count: int = 1
+
+
 # the messages of a task's deployment and checkpoints live in messages_tasks.py
 from yarnflow.common.messages_tasks import (  # noqa: E402 - re-exported
     SHARED_STATE_FILE as SHARED_STATE_FILE,

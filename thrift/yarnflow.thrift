@@ -337,6 +337,23 @@ struct TaskExecutorHeartbeatPayload {
   3: list<string> allocation_ids,   // the slots this TaskExecutor holds for the job
 }
 
+// A thread of a process and where it is (the REST API's thread dumps: Flink's ThreadInfo).
+struct ThreadInfo {
+  1: string name,
+  2: i64 ident,
+  3: bool daemon,
+  4: double cpu_seconds,         // the CPU time the thread used so far (-1: not known)
+  5: list<string> frames,        // its stack, outermost first, as Python's traceback prints it
+}
+
+// Identical samples of a task's thread (flame graphs: Flink's ThreadInfoSample, counted).
+struct ThreadInfoSample {
+  1: i32 subtask_index,
+  2: bool on_cpu,                // the thread used the CPU for most of the time up to the sample
+  3: list<string> frames,        // "module.function:line", outermost first
+  4: i32 count,                  // how many samples had this subtask, on_cpu and stack
+}
+
 // The JobMaster's answer: the slots it holds on that TaskExecutor. The TaskExecutor frees every
 // active slot of the job that is not listed (Flink's AllocatedSlotReport).
 struct AllocatedSlotReport {
@@ -474,6 +491,13 @@ service TaskExecutorService {
                                 3: i64 checkpoint_id) throws (1: RpcError err),
   void notifyCheckpointAborted(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
                                3: i64 checkpoint_id) throws (1: RpcError err),
+  // Every thread of this process with its stack (REST: /taskmanagers/:id/thread-dump).
+  list<ThreadInfo> requestThreadDump() throws (1: RpcError err),
+  // Flame graphs: num_samples samples, delay_ms apart, of the threads of job_id's vertex_id
+  // subtasks running here (every one of them when subtasks is empty), each cut to its innermost
+  // max_depth frames; identical samples counted once.
+  list<ThreadInfoSample> requestThreadInfoSamples(1: string job_id, 2: string vertex_id,
+      3: list<i32> subtasks, 4: i32 num_samples, 5: i32 delay_ms, 6: i32 max_depth) throws (1: RpcError err),
   // Liveness probe used by tests and tools.
   string ping(),
 }

@@ -141,6 +141,16 @@ class Task:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The task's own thread (what its flame graph samples)."""
+        return self._thread
+
+    @property
+    def python_worker(self) -> PythonWorker | None:
+        """The task's Python worker, where its per-row functions run once started (or None)."""
+        return self._python_worker
+
     # -- run --------------------------------------------------------------------------------
     def state_update(self, error: ErrorInfo | None = None) -> TaskExecutionStateUpdate:
         """The task's current state and record counts, as its TaskExecutor reports them."""

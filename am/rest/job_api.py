@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-import sys
 import threading
-import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from flask import Response, jsonify, request, send_file
@@ -26,6 +24,7 @@ from yarnflow.am.rest.api_error import ApiError
 from yarnflow.am.rest.auth import bad_storage_path
 from yarnflow.common.config import Options
 from yarnflow.common.states import ExecutionState, JobStatus
+from yarnflow.common.thread_info import stringified, thread_dump
 
 if TYPE_CHECKING:
     from yarnflow.am.rest.server import RestServer
@@ -300,14 +299,8 @@ class JobApi:
 
     def thread_dump(self) -> Response:
         """Flink's ThreadDumpInfo: every thread of the AppMaster with its stack."""
-        frames = sys._current_frames()
-        infos = []
-        for t in sorted(threading.enumerate(), key=lambda t: t.name):
-            frame = frames.get(t.ident or -1)
-            stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
-            infos.append({"threadName": t.name, "stringifiedThreadInfo":
-                          f'"{t.name}" daemon={t.daemon} id={t.ident}\n{stack}'})
-        return jsonify(threadInfos=infos)
+        return jsonify(threadInfos=[{"threadName": i.name, "stringifiedThreadInfo": stringified(i)}
+                                    for i in thread_dump()])
 
     def shutdown(self) -> Response:
         """``DELETE /cluster``: every job is cancelled and the cluster stops (Flink's ShutdownHandler)."""

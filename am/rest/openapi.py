@@ -169,6 +169,9 @@ _SCHEMAS: dict[str, Any] = {
                                                                     mtime=_INT)}),
     "ThreadDump": _obj(["threadInfos"], threadInfos={"type": "array", "items": _obj(
         ["threadName", "stringifiedThreadInfo"], threadName=_STR, stringifiedThreadInfo=_STR)}),
+    "FlameGraph": _obj(["endTimestamp"], endTimestamp=_INT, data={"$ref": "#/components/schemas/FlameGraphNode"}),
+    "FlameGraphNode": _obj(["name", "value", "children"], name=_STR, value=_INT, children={
+        "type": "array", "items": {"$ref": "#/components/schemas/FlameGraphNode"}}),
     "Metrics": {"type": "array", "items": _obj(["id"], id=_STR, value=_STR)},
     "AggregatedMetrics": {"type": "array", "items": _obj(["id"], id=_STR, min=_NUM, max=_NUM, avg=_NUM, sum=_NUM)},
     "Jars": _obj(["address", "files"], address=_STR, files={"type": "array", "items": _obj(
@@ -203,7 +206,7 @@ _INDEX = {"name": "index", "in": "path", "required": True, "schema": _LONG}
 _AGG = "(min|max|avg|sum|MIN|MAX|AVG|SUM)"
 _SELECT = {"agg": f"^({_AGG}(,{_AGG})*)?$", "subtasks": r"^(\d{1,9}(-\d{1,9})?(,\d{1,9}(-\d{1,9})?)*)?$",
            "parallelism": "^[1-9][0-9]{0,5}$", "allowNonRestoredState": "^(true|false)$",
-           "entry-class": r"^[\w./-]+\.py$"}
+           "entry-class": r"^[\w./-]+\.py$", "type": "^(FULL|ON_CPU|OFF_CPU)$", "subtaskindex": "^[0-9]{1,9}$"}
 
 
 _JAR = {"name": "jarid", "in": "path", "required": True, "description": "<32 hex>_<file name>, as uploaded",
@@ -319,6 +322,11 @@ def openapi_document() -> dict[str, Any]:
             "/jobmanager/config": _get("The cluster's configuration (secrets hidden)", "KeyValues"),
             "/jobmanager/logs": _get("The AppMaster's log files", "LogList"),
             "/jobmanager/thread-dump": _get("The AppMaster's threads and their stacks", "ThreadDump"),
+            "/taskmanagers/{tmid}/thread-dump": _get("A TaskExecutor's threads and their stacks", "ThreadDump", 404,
+                                                     params=[_TM]),
+            "/jobs/{jobid}/vertices/{vertexid}/flamegraph": _get(
+                "A flame graph of the vertex's running tasks (endTimestamp -1: none runs, -2: disabled, -3: "
+                "sampling, ask again)", "FlameGraph", 400, 404, params=[_JOB, _VERTEX, *_query("type", "subtaskindex")]),
             "/taskmanagers/{tmid}/logs": _get("A TaskExecutor's log files on the AppMaster's host", "LogList", 404,
                                               params=[_TM]),
             "/savepoint-disposal": {"post": {

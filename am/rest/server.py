@@ -53,6 +53,7 @@ from yarnflow.common.ids import JobID
 from yarnflow.common.spark_reports import read_spark_reports
 from yarnflow.common.metrics import bind_first_free
 from yarnflow.am.rest.job_api import JobApi, ask_stop_mode, is_trigger_id
+from yarnflow.am.rest.flamegraph import ThreadInfoApi
 from yarnflow.am.rest.jars import JarApi
 from yarnflow.am.rest.metrics_api import MetricsApi
 from yarnflow.am.rest.auth import bad_storage_path, https_context, install_token_check, json_depth, rest_auth_token
@@ -92,6 +93,7 @@ class RestServer:
         self._token = rest_auth_token(self._config, am.tls)
         self._https = https_context(self._config, am.tls)
         self.job_api = JobApi(self)
+        self.thread_api = ThreadInfoApi(self)
         self.app = self._make_app()
         self._archivist: JobArchivist | None = None
         if self._config[Options.ARCHIVE_DIR]:  # ended jobs archived for the history server
@@ -135,6 +137,7 @@ class RestServer:
         if self._thread is not None:
             self._thread.join(5)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.thread_api.stop()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _dispatcher(self) -> Dispatcher:
@@ -238,7 +241,8 @@ class RestServer:
                 ("/metrics/prometheus-targets", self.prometheus_targets, ("GET",)),
                 ("/artifacts", self.upload_artifact, ("POST",))):
             route(rule, fn, methods)
-        for more, handler, verbs in self.job_api.routes() + MetricsApi(self).routes() + JarApi(self).routes():
+        for more, handler, verbs in (self.job_api.routes() + MetricsApi(self).routes() + JarApi(self).routes()
+                                     + self.thread_api.routes()):
             route(more, handler, verbs)
         return app
 

@@ -149,16 +149,17 @@ async function jobs() {
   return `<h2>Jobs</h2>${jobTable(data.jobs)}`;
 }
 
-async function job(jid, tab, detail) {
+async function job(jid, tab, detail, extra) {
   const j = await api(`/jobs/${jid}`);
   const running = !["FINISHED", "FAILED", "CANCELED", "SUSPENDED"].includes(j.state);
   tab = tab || "subtasks";
-  const tabs = ["subtasks", "exceptions", "checkpoints", "configuration", "spark"].map((t) =>
+  const tabs = ["subtasks", "exceptions", "checkpoints", "flamegraph", "configuration", "spark"].map((t) =>
     `<a href="#/jobs/${esc(jid)}/${t}" class="${t === tab ? "active" : ""}" id="tab-${t}">${t[0].toUpperCase() + t.slice(1)}</a>`);
   const content = tab === "exceptions" ? await exceptionsTab(jid)
     : tab === "checkpoints" ? await checkpointsTab(jid, j.checkpointing, detail, j.vertices)
     : tab === "spark" ? await sparkTab(jid)
     : tab === "configuration" ? await configurationTab(jid)
+    : tab === "flamegraph" ? await flameGraphTab(jid, j.vertices, detail, extra)
     : await subtasksTab(jid, j.vertices);
   return `<div class="toolbar"><h2>${esc(j.name)}</h2>${state(j.state)}
       <span class="muted">${esc(j.jid)} · started ${fmtTime(j["start-time"])} · ${fmtDuration(j.duration)}
@@ -246,6 +247,46 @@ async function exceptionsTab(jid) {
       <th>Exception</th><th>TaskExecutor</th><th>Trace</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
+// A flame graph (Flink's): each frame a bar as wide as the samples whose stacks pass through it,
+// the callers below their callees' row; one row per stack depth.
+async function flameGraphTab(jid, vertices, vid, kind) {
+  vid = vid || (vertices[0] && vertices[0].id);
+  kind = kind || "FULL";
+  if (!vid) return `<p class="muted">No vertex.</p>`;
+  const pick = vertices.map((v) => `<a href="#/jobs/${esc(jid)}/flamegraph/${esc(v.id)}/${kind}"
+      class="${v.id === vid ? "active" : ""}">${esc(v.name)}</a>`).join(" · ");
+  const kinds = ["FULL", "ON_CPU", "OFF_CPU"].map((k) => `<a href="#/jobs/${esc(jid)}/flamegraph/${esc(vid)}/${k}"
+      class="${k === kind ? "active" : ""}" id="flame-${k}">${{FULL: "All", ON_CPU: "On CPU", OFF_CPU: "Off CPU"}[k]}</a>`).join(" · ");
+  const g = await api(`/jobs/${jid}/vertices/${vid}/flamegraph?type=${kind}`);
+  const status = {"-1": "None of its tasks runs: nothing to sample.", "-2": "Flame graphs are off (rest.flamegraph.enabled).",
+    "-3": "Sampling its tasks' threads…"}[String(g.endTimestamp)];
+  let body;
+  if (status) body = `<p class="muted" id="flame-status">${esc(status)}</p>`;
+  else if (!g.data || !g.data.value) body = `<p class="muted" id="flame-status">No ${esc(kind)} samples.</p>`;
+  else {
+    const rows = [];
+    const walk = (node, depth, left) => {
+      const width = node.value / g.data.value * 100;
+      if (width < 0.3) return;
+      (rows[depth] = rows[depth] || []).push(`<div class="flame" style="left:${left}%;width:${width}%"
+          title="${esc(node.name)}: ${node.value} samples (${width.toFixed(1)}%)">${esc(node.name)}</div>`);
+      let at = left;
+      for (const c of node.children) { walk(c, depth + 1, at); at += c.value / g.data.value * 100; }
+    };
+    walk(g.data, 0, 0);
+    body = `<p class="muted" id="flame-status">${g.data.value} samples, taken ${fmtTime(g.endTimestamp)}</p>
+      <div id="flamegraph">${rows.reverse().map((r) => `<div class="flame-row">${r.join("")}</div>`).join("")}</div>`;
+  }
+  return `<p>${pick}</p><p>${kinds}</p>${body}`;
+}
+
+async function threadDump(id) {
+  const d = await api(`/taskmanagers/${encodeURIComponent(id)}/thread-dump`);
+  const rows = d.threadInfos.map((t) => `<tr><td>${esc(t.threadName)}</td><td>${trace(t.stringifiedThreadInfo)}</td></tr>`);
+  return `<h2>Thread dump of TaskExecutor ${esc(id)}</h2><p><a href="#/taskmanagers/${esc(id)}">back</a></p>
+      <table id="thread-dump"><thead><tr><th>Thread</th><th>Stack</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+}
+
 async function checkpointDetail(jid, cid, vertices) {
   const parts = await Promise.all(vertices.map((v) => api(`/jobs/${jid}/checkpoints/details/${cid}/subtasks/${v.id}`)
     .then((d) => ({v, d})).catch((e) => ({v, error: e.message}))));
@@ -315,7 +356,8 @@ async function taskmanagers(id) {
     const files = logs.logs.map((f) => `<li><a href="/taskmanagers/${encodeURIComponent(id)}/logs/${encodeURIComponent(f.name)}"
         target="_blank">${esc(f.name)}</a> <span class="muted">${fmtBytes(f.size)}</span></li>`);
     return `<h2>TaskExecutor ${esc(tm.id)}</h2><p class="muted">${esc(tm.path)} · pid ${tm.pid} ·
-        data ${esc(tm.dataAddress)} · last heartbeat ${fmtTime(tm.timeSinceLastHeartbeat)}</p>${memory}
+        data ${esc(tm.dataAddress)} · last heartbeat ${fmtTime(tm.timeSinceLastHeartbeat)} ·
+        <a href="#/taskmanagers/${esc(tm.id)}/thread-dump" id="tm-thread-dump">thread dump</a></p>${memory}
         <table id="slots-table"><thead><tr><th>Slot</th><th>State</th><th>Job</th></tr></thead><tbody>${slots.join("")}</tbody></table>
         <h3>Logs</h3>${files.length ? `<ul id="tm-logs">${files.join("")}</ul>` :
           `<p class="muted" id="tm-logs">Its log files are on its own host (YARN keeps them: yarn logs).</p>`}`;
@@ -403,8 +445,9 @@ async function render() {
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]));
   const view = document.getElementById("view");
   try {
-    const html = parts[0] === "jobs" && parts[1] ? await job(parts[1], parts[2], parts[3])
+    const html = parts[0] === "jobs" && parts[1] ? await job(parts[1], parts[2], parts[3], parts[4])
       : parts[0] === "jobs" ? await jobs()
+      : parts[0] === "taskmanagers" && parts[2] === "thread-dump" ? await threadDump(parts[1])
       : parts[0] === "taskmanagers" ? await taskmanagers(parts[1])
       : parts[0] === "submit" ? await submitPage()
       : await overview();

@@ -121,6 +121,20 @@ def test_pages_graph_and_cancel_in_chromium(cluster: Any, browser: webdriver.Chr
     assert len(read(browser, "#slots-table tbody tr")) == 2
     assert read(browser, "#tm-memory-used .num") and read(browser, "#tm-logs a")  # its memory and its log files
     browser.save_screenshot(str(tmp_path / "ui-taskexecutor.png"))
+    click(browser, "#tm-thread-dump")  # its threads and their stacks
+    wait_until(lambda: any(r.startswith("te-heartbeat") for r in read(browser, "#thread-dump tbody tr")), 20,
+               lambda: f"no thread dump: {read(browser, '#view')}")
+    assert any(r.startswith("task ") for r in read(browser, "#thread-dump tbody tr"))
+    # a vertex's flame graph: "sampling" first, then bars, the root spanning the whole width
+    browser.get(f"{web}/#/jobs/{job_id}/flamegraph")
+    wait_until(lambda: read(browser, "#flamegraph .flame"), 40,
+               lambda: f"no flame graph: {read(browser, '#tab-content')}")
+    assert browser.execute_script("return [...document.querySelectorAll('#flamegraph .flame')]"
+                                  ".find(e => e.textContent === 'root').style.width") == "100%"
+    assert "samples, taken" in read(browser, "#flame-status")[0]
+    click(browser, "#flame-OFF_CPU")
+    wait_until(lambda: "/flamegraph/" in browser.current_url and "OFF_CPU" in browser.current_url, 10, "no OFF_CPU")
+    browser.save_screenshot(str(tmp_path / "ui-flamegraph.png"))
     browser.get(f"{web}/#/jobs/{job_id}/configuration")
     wait_for(browser, "#config-table tbody tr")
     assert "execution.checkpointing.interval" in read(browser, "#config-table")[0]

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from yarnflow.common.errors import YarnflowError
+from yarnflow.common.messages import ThreadInfoSample
 from yarnflow.worker.operators.base import TaskCancelledError, UserFunctionError
 from yarnflow.worker.pyworker import wire
 from yarnflow.worker.pyworker.process import serve_forked
@@ -103,6 +104,10 @@ class PythonWorker:
         self._state = "idle"  # -> starting -> ready | failed; any -> closed
         self._proc: Any = None  # a multiprocessing Process
         self._conn: Connection | None = None
+        #: the worker's second socket: samples of its thread for flame graphs (any thread asks)
+        self._control: Connection | None = None
+        self._control_lock = threading.Lock()
+        self._control_requests = 0
         self._spawning: threading.Thread | None = None
         #: the operators whose batches were sent and not answered yet, oldest first
         self._pending: collections.deque[Any] = collections.deque()
@@ -255,10 +260,13 @@ class PythonWorker:
     def _spawn(self) -> None:
         try:
             ours, theirs = _FORKS.Pipe(duplex=True)
-            proc = _FORKS.Process(target=serve_forked, args=(theirs,), name=f"python worker of {self._name}",
-                                  daemon=True)
+            control, their_control = _FORKS.Pipe(duplex=True)
+            proc = _FORKS.Process(target=serve_forked, args=(theirs, their_control),
+                                  name=f"python worker of {self._name}", daemon=True)
             proc.start()
             theirs.close()
+            their_control.close()
+            self._control = control
             wire.send(ours, dict(chain_file=self._chain_file, src_dir=self._src_dir, sys_path=list(sys.path),
                                  indices=sorted(self._index.values()), context=self._context, name=self._name,
                                  log_level=logging.getLogger().getEffectiveLevel()))
@@ -327,3 +335,29 @@ class PythonWorker:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        control, self._control = self._control, None
+        if control is not None:
+            with self._control_lock:
+                control.close()
+
+    def sample(self, num_samples: int, delay_ms: int, max_depth: int) -> list[ThreadInfoSample]:
+        """Samples of the worker's thread, where the task's per-row functions run (for the
+        task's flame graph; any thread may ask): their stacks under a "python worker (pid N)"
+        frame. [] when no worker runs (or it ended meanwhile)."""
+        control, pid = self._control, self.pid
+        if control is None or self._state != "ready":
+            return []
+        with self._control_lock:
+            self._control_requests += 1
+            ident = self._control_requests
+            deadline = time.monotonic() + num_samples * max(delay_ms, 1) / 1000 + 10
+            try:
+                wire.send(control, (ident, num_samples, delay_ms, max_depth))
+                while control.poll(max(0.0, deadline - time.monotonic())):
+                    answer, found = wire.recv(control)
+                    if answer == ident:  # (an answer that came too late for an earlier request is dropped)
+                        return [ThreadInfoSample(-1, on_cpu, [f"python worker (pid {pid})", *frames], count)
+                                for on_cpu, frames, count in found]
+            except (EOFError, OSError, ValueError):
+                pass
+        return []

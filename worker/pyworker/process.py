@@ -20,6 +20,7 @@ import cloudpickle
 import pyarrow as pa
 
 from yarnflow.common.config import Options
+from yarnflow.common.thread_info import sample
 from yarnflow.worker.elements import Watermark
 from yarnflow.worker.operators.base import RuntimeContext
 from yarnflow.worker.pyworker import wire
@@ -135,9 +136,25 @@ def _read_requests(conn: Connection, requests: queue.SimpleQueue[tuple[int, byte
         requests.put(None)
 
 
-def serve_forked(conn: Connection) -> None:
+def _serve_control(control: Connection, main: threading.Thread) -> None:
+    """Answer the task's requests for samples of this worker's main thread, where its per-row
+    functions run (the task's flame graph): ``(request id, samples, delay ms, depth)`` ->
+    ``(request id, [(on CPU, frames, count)])``."""
+    try:
+        while True:
+            ident, num, delay_ms, depth = wire.recv(control)
+            found = sample({0: main}, num, delay_ms, depth)
+            wire.send(control, (ident, [(s.on_cpu, s.frames, s.count) for s in found]))
+    except (EOFError, OSError):
+        return
+
+
+def serve_forked(conn: Connection, control: Connection | None = None) -> None:
     """The worker's body in the process the fork server made for it."""
     _die_with_parent()
+    if control is not None:
+        threading.Thread(target=_serve_control, args=(control, threading.current_thread()), name="control",
+                         daemon=True).start()
     try:
         code = serve(conn)
     finally:

@@ -35,16 +35,16 @@ import os
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 from yarnflow.common.security import internal_credentials
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
-from yarnflow.common.errors import (FencingTokenError, NotFoundError, RefusedError, RpcError,
-                                    UnavailableError)
-from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
+from yarnflow.common.errors import (FencingTokenError, InvalidRequestError, NotFoundError, RefusedError,
+                                    RpcError, UnavailableError)
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
 from yarnflow.common.memory import release_free_memory
 from yarnflow.common.messages import (
     ResourceProfile,
@@ -52,8 +52,11 @@ from yarnflow.common.messages import (
     TaskDeploymentDescriptor,
     TaskExecutionStateUpdate,
     TaskExecutorRegistration,
+    ThreadInfo,
+    ThreadInfoSample,
 )
-from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc
+from yarnflow.common.rpc.endpoint import MainThreadExecutor, RpcEndpoint, fenced, rpc, settle
+from yarnflow.common.thread_info import check_request, thread_dump
 from yarnflow.common.rpc.gateways import (
     TASK_EXECUTOR,
     RemoteJobMasterGateway,
@@ -88,6 +91,7 @@ from yarnflow.worker.taskexecutor.jm_heartbeats import JobMasterHeartbeats, JobM
 from yarnflow.worker.taskexecutor.job_table import JobTable
 from yarnflow.worker.taskexecutor.slot_table import SlotTable
 from yarnflow.worker.taskexecutor.spark_masters import SparkMasters
+from yarnflow.worker.taskexecutor.thread_samples import sample_tasks
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +348,31 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
                              daemon=True).start()
         else:
             self.core.registration_lost()
+
+    @rpc
+    def request_thread_dump(self) -> list[ThreadInfo]:
+        return thread_dump()
+
+    @rpc
+    def request_thread_info_samples(self, job_id: JobID, vertex_id: JobVertexID, subtasks: list[int],
+                                    num_samples: int, delay_ms: int, max_depth: int) -> Future[list[ThreadInfoSample]]:
+        """Samples of the threads of the vertex's subtasks running here (Flink's
+        requestThreadInfoSamples), taken on a thread of their own: the answer comes later."""
+        why = check_request(num_samples, delay_ms, max_depth)
+        if why:
+            raise InvalidRequestError(why)
+        tasks = [t for t in self.tasks.values() if t.tdd.job_id == job_id and t.tdd.vertex_id == vertex_id
+                 and t.alive and (not subtasks or t.tdd.subtask_index in subtasks)]
+        answer: Future[list[ThreadInfoSample]] = Future()
+
+        def run() -> None:
+            try:
+                settle(answer, sample_tasks(tasks, num_samples, delay_ms, max_depth, self._stopped.is_set))
+            except Exception as exc:  # noqa: BLE001 - the caller's answer
+                settle(answer, exc)
+
+        threading.Thread(target=run, name="thread-sampler", daemon=True).start()
+        return answer
 
     @rpc
     def ping(self) -> str:

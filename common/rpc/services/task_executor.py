@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID
+from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID
 from yarnflow.common.messages import (
     ResourceProfile,
     TaskDeploymentDescriptor,
+    ThreadInfo,
+    ThreadInfoSample,
 )
 from yarnflow.common.rpc.client import RpcClient
 from yarnflow.common.rpc.endpoint import RpcTarget, read_args, translated
@@ -30,6 +32,8 @@ TASK_EXECUTOR_METHODS = {
     "trigger_checkpoint": True,
     "notify_checkpoint_complete": True,
     "notify_checkpoint_aborted": True,
+    "request_thread_dump": False,
+    "request_thread_info_samples": False,
     "ping": False,
 }
 
@@ -54,6 +58,10 @@ class TaskExecutorServiceCalls(Protocol):
     def notify_checkpoint_complete(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int) -> None: ...
 
     def notify_checkpoint_aborted(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int) -> None: ...
+
+    def request_thread_dump(self) -> list[ThreadInfo]: ...
+
+    def request_thread_info_samples(self, job_id: str, vertex_id: str, subtasks: list[int], num_samples: int, delay_ms: int, max_depth: int) -> list[ThreadInfoSample]: ...
 
     def ping(self) -> str: ...
 
@@ -96,6 +104,12 @@ class TaskExecutorServiceGateway:
 
     def notify_checkpoint_aborted(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int, *, rpc_timeout_ms: int | None = None) -> None:
         self._c.call("notifyCheckpointAborted", str(jobmaster_fencing_token), str(execution_attempt_id), checkpoint_id, timeout_ms=rpc_timeout_ms)
+
+    def request_thread_dump(self, *, rpc_timeout_ms: int | None = None) -> list[ThreadInfo]:
+        return [ThreadInfo.from_thrift(v) for v in self._c.call("requestThreadDump", timeout_ms=rpc_timeout_ms) or ()]
+
+    def request_thread_info_samples(self, job_id: str, vertex_id: str, subtasks: list[int], num_samples: int, delay_ms: int, max_depth: int, *, rpc_timeout_ms: int | None = None) -> list[ThreadInfoSample]:
+        return [ThreadInfoSample.from_thrift(v) for v in self._c.call("requestThreadInfoSamples", str(job_id), str(vertex_id), [v for v in subtasks], num_samples, delay_ms, max_depth, timeout_ms=rpc_timeout_ms) or ()]
 
     def ping(self, *, rpc_timeout_ms: int | None = None) -> str:
         return str(self._c.call("ping", timeout_ms=rpc_timeout_ms))
@@ -145,6 +159,16 @@ class TaskExecutorServiceHandler:
     @translated
     def notifyCheckpointAborted(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
         self._e.rpc_invoke("notify_checkpoint_aborted", jobmaster_fencing_token, read_args("notifyCheckpointAborted", lambda: (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )))
+
+    @translated
+    def requestThreadDump(self) -> Any:  # noqa: N802 - Thrift's names
+        result = self._e.rpc_invoke("request_thread_dump", None, read_args("requestThreadDump", lambda: ()))
+        return [v.to_thrift() for v in result]
+
+    @translated
+    def requestThreadInfoSamples(self, job_id: Any, vertex_id: Any, subtasks: Any, num_samples: Any, delay_ms: Any, max_depth: Any) -> Any:  # noqa: N802 - Thrift's names
+        result = self._e.rpc_invoke("request_thread_info_samples", None, read_args("requestThreadInfoSamples", lambda: (JobID(job_id), JobVertexID(vertex_id), [int(v) for v in subtasks or ()], int(num_samples), int(delay_ms), int(max_depth), )))
+        return [v.to_thrift() for v in result]
 
     @translated
     def ping(self) -> Any:  # noqa: N802 - Thrift's names

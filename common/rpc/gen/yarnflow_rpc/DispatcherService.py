@@ -1076,11 +1076,11 @@ class listJobs_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype244, _size241) = iprot.readListBegin()
-                    for _i245 in range(_size241):
-                        _elem246 = JobStatusInfo()
-                        _elem246.read(iprot)
-                        self.success.append(_elem246)
+                    (_etype258, _size255) = iprot.readListBegin()
+                    for _i259 in range(_size255):
+                        _elem260 = JobStatusInfo()
+                        _elem260.read(iprot)
+                        self.success.append(_elem260)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1102,8 +1102,8 @@ class listJobs_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter247 in self.success:
-                iter247.write(oprot)
+            for iter261 in self.success:
+                iter261.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

@@ -569,11 +569,11 @@ class offerSlots_args(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype260, _size257) = iprot.readListBegin()
-                    for _i261 in range(_size257):
-                        _elem262 = SlotOffer()
-                        _elem262.read(iprot)
-                        self.offers.append(_elem262)
+                    (_etype274, _size271) = iprot.readListBegin()
+                    for _i275 in range(_size271):
+                        _elem276 = SlotOffer()
+                        _elem276.read(iprot)
+                        self.offers.append(_elem276)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -602,8 +602,8 @@ class offerSlots_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter263 in self.offers:
-                iter263.write(oprot)
+            for iter277 in self.offers:
+                iter277.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -657,11 +657,11 @@ class offerSlots_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype267, _size264) = iprot.readListBegin()
-                    for _i268 in range(_size264):
-                        _elem269 = SlotOffer()
-                        _elem269.read(iprot)
-                        self.success.append(_elem269)
+                    (_etype281, _size278) = iprot.readListBegin()
+                    for _i282 in range(_size278):
+                        _elem283 = SlotOffer()
+                        _elem283.read(iprot)
+                        self.success.append(_elem283)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -683,8 +683,8 @@ class offerSlots_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter270 in self.success:
-                iter270.write(oprot)
+            for iter284 in self.success:
+                iter284.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

@@ -809,11 +809,11 @@ class requestSparkMaster_args(object):
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.settings = {}
-                    (_ktype249, _vtype250, _size248) = iprot.readMapBegin()
-                    for _i252 in range(_size248):
-                        _key253 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val254 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.settings[_key253] = _val254
+                    (_ktype263, _vtype264, _size262) = iprot.readMapBegin()
+                    for _i266 in range(_size262):
+                        _key267 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val268 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.settings[_key267] = _val268
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -834,9 +834,9 @@ class requestSparkMaster_args(object):
         if self.settings is not None:
             oprot.writeFieldBegin('settings', TType.MAP, 2)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.settings))
-            for kiter255, viter256 in self.settings.items():
-                oprot.writeString(kiter255.encode('utf-8') if sys.version_info[0] == 2 else kiter255)
-                oprot.writeString(viter256.encode('utf-8') if sys.version_info[0] == 2 else viter256)
+            for kiter269, viter270 in self.settings.items():
+                oprot.writeString(kiter269.encode('utf-8') if sys.version_info[0] == 2 else kiter269)
+                oprot.writeString(viter270.encode('utf-8') if sys.version_info[0] == 2 else viter270)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

@@ -115,6 +115,22 @@ class Iface(object):
         """
         pass
 
+    def requestThreadDump(self):
+        pass
+
+    def requestThreadInfoSamples(self, job_id, vertex_id, subtasks, num_samples, delay_ms, max_depth):
+        """
+        Parameters:
+         - job_id
+         - vertex_id
+         - subtasks
+         - num_samples
+         - delay_ms
+         - max_depth
+
+        """
+        pass
+
     def ping(self):
         pass
 
@@ -460,6 +476,78 @@ class Client(Iface):
             raise result.err
         return
 
+    def requestThreadDump(self):
+        self.send_requestThreadDump()
+        return self.recv_requestThreadDump()
+
+    def send_requestThreadDump(self):
+        self._oprot.writeMessageBegin('requestThreadDump', TMessageType.CALL, self._seqid)
+        args = requestThreadDump_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_requestThreadDump(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = requestThreadDump_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "requestThreadDump failed: unknown result")
+
+    def requestThreadInfoSamples(self, job_id, vertex_id, subtasks, num_samples, delay_ms, max_depth):
+        """
+        Parameters:
+         - job_id
+         - vertex_id
+         - subtasks
+         - num_samples
+         - delay_ms
+         - max_depth
+
+        """
+        self.send_requestThreadInfoSamples(job_id, vertex_id, subtasks, num_samples, delay_ms, max_depth)
+        return self.recv_requestThreadInfoSamples()
+
+    def send_requestThreadInfoSamples(self, job_id, vertex_id, subtasks, num_samples, delay_ms, max_depth):
+        self._oprot.writeMessageBegin('requestThreadInfoSamples', TMessageType.CALL, self._seqid)
+        args = requestThreadInfoSamples_args()
+        args.job_id = job_id
+        args.vertex_id = vertex_id
+        args.subtasks = subtasks
+        args.num_samples = num_samples
+        args.delay_ms = delay_ms
+        args.max_depth = max_depth
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_requestThreadInfoSamples(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = requestThreadInfoSamples_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "requestThreadInfoSamples failed: unknown result")
+
     def ping(self):
         self.send_ping()
         return self.recv_ping()
@@ -500,6 +588,8 @@ class Processor(Iface, TProcessor):
         self._processMap["triggerCheckpoint"] = Processor.process_triggerCheckpoint
         self._processMap["notifyCheckpointComplete"] = Processor.process_notifyCheckpointComplete
         self._processMap["notifyCheckpointAborted"] = Processor.process_notifyCheckpointAborted
+        self._processMap["requestThreadDump"] = Processor.process_requestThreadDump
+        self._processMap["requestThreadInfoSamples"] = Processor.process_requestThreadInfoSamples
         self._processMap["ping"] = Processor.process_ping
         self._on_message_begin = None
 
@@ -753,6 +843,58 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("notifyCheckpointAborted", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_requestThreadDump(self, seqid, iprot, oprot):
+        args = requestThreadDump_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = requestThreadDump_result()
+        try:
+            result.success = self._handler.requestThreadDump()
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("requestThreadDump", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_requestThreadInfoSamples(self, seqid, iprot, oprot):
+        args = requestThreadInfoSamples_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = requestThreadInfoSamples_result()
+        try:
+            result.success = self._handler.requestThreadInfoSamples(args.job_id, args.vertex_id, args.subtasks, args.num_samples, args.delay_ms, args.max_depth)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("requestThreadInfoSamples", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -1574,10 +1716,10 @@ class releasePartitions_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype274, _size271) = iprot.readListBegin()
-                    for _i275 in range(_size271):
-                        _elem276 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem276)
+                    (_etype288, _size285) = iprot.readListBegin()
+                    for _i289 in range(_size285):
+                        _elem290 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem290)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1602,8 +1744,8 @@ class releasePartitions_args(object):
         if self.partition_ids is not None:
             oprot.writeFieldBegin('partition_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter277 in self.partition_ids:
-                oprot.writeString(iter277.encode('utf-8') if sys.version_info[0] == 2 else iter277)
+            for iter291 in self.partition_ids:
+                oprot.writeString(iter291.encode('utf-8') if sys.version_info[0] == 2 else iter291)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2181,6 +2323,343 @@ class notifyCheckpointAborted_result(object):
 all_structs.append(notifyCheckpointAborted_result)
 notifyCheckpointAborted_result.thrift_spec = (
     None,  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class requestThreadDump_args(object):
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('requestThreadDump_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(requestThreadDump_args)
+requestThreadDump_args.thrift_spec = (
+)
+
+
+class requestThreadDump_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.LIST:
+                    self.success = []
+                    (_etype295, _size292) = iprot.readListBegin()
+                    for _i296 in range(_size292):
+                        _elem297 = ThreadInfo()
+                        _elem297.read(iprot)
+                        self.success.append(_elem297)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('requestThreadDump_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.LIST, 0)
+            oprot.writeListBegin(TType.STRUCT, len(self.success))
+            for iter298 in self.success:
+                iter298.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(requestThreadDump_result)
+requestThreadDump_result.thrift_spec = (
+    (0, TType.LIST, 'success', (TType.STRUCT, [ThreadInfo, None], False), None, ),  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class requestThreadInfoSamples_args(object):
+    """
+    Attributes:
+     - job_id
+     - vertex_id
+     - subtasks
+     - num_samples
+     - delay_ms
+     - max_depth
+
+    """
+
+
+    def __init__(self, job_id=None, vertex_id=None, subtasks=None, num_samples=None, delay_ms=None, max_depth=None,):
+        self.job_id = job_id
+        self.vertex_id = vertex_id
+        self.subtasks = subtasks
+        self.num_samples = num_samples
+        self.delay_ms = delay_ms
+        self.max_depth = max_depth
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.vertex_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.LIST:
+                    self.subtasks = []
+                    (_etype302, _size299) = iprot.readListBegin()
+                    for _i303 in range(_size299):
+                        _elem304 = iprot.readI32()
+                        self.subtasks.append(_elem304)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.num_samples = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I32:
+                    self.delay_ms = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I32:
+                    self.max_depth = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('requestThreadInfoSamples_args')
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 1)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.vertex_id is not None:
+            oprot.writeFieldBegin('vertex_id', TType.STRING, 2)
+            oprot.writeString(self.vertex_id.encode('utf-8') if sys.version_info[0] == 2 else self.vertex_id)
+            oprot.writeFieldEnd()
+        if self.subtasks is not None:
+            oprot.writeFieldBegin('subtasks', TType.LIST, 3)
+            oprot.writeListBegin(TType.I32, len(self.subtasks))
+            for iter305 in self.subtasks:
+                oprot.writeI32(iter305)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.num_samples is not None:
+            oprot.writeFieldBegin('num_samples', TType.I32, 4)
+            oprot.writeI32(self.num_samples)
+            oprot.writeFieldEnd()
+        if self.delay_ms is not None:
+            oprot.writeFieldBegin('delay_ms', TType.I32, 5)
+            oprot.writeI32(self.delay_ms)
+            oprot.writeFieldEnd()
+        if self.max_depth is not None:
+            oprot.writeFieldBegin('max_depth', TType.I32, 6)
+            oprot.writeI32(self.max_depth)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(requestThreadInfoSamples_args)
+requestThreadInfoSamples_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'job_id', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'vertex_id', 'UTF8', None, ),  # 2
+    (3, TType.LIST, 'subtasks', (TType.I32, None, False), None, ),  # 3
+    (4, TType.I32, 'num_samples', None, None, ),  # 4
+    (5, TType.I32, 'delay_ms', None, None, ),  # 5
+    (6, TType.I32, 'max_depth', None, None, ),  # 6
+)
+
+
+class requestThreadInfoSamples_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.LIST:
+                    self.success = []
+                    (_etype309, _size306) = iprot.readListBegin()
+                    for _i310 in range(_size306):
+                        _elem311 = ThreadInfoSample()
+                        _elem311.read(iprot)
+                        self.success.append(_elem311)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('requestThreadInfoSamples_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.LIST, 0)
+            oprot.writeListBegin(TType.STRUCT, len(self.success))
+            for iter312 in self.success:
+                iter312.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(requestThreadInfoSamples_result)
+requestThreadInfoSamples_result.thrift_spec = (
+    (0, TType.LIST, 'success', (TType.STRUCT, [ThreadInfoSample, None], False), None, ),  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )
 

@@ -3372,6 +3372,213 @@ class TaskExecutorHeartbeatPayload(object):
         return not (self == other)
 
 
+class ThreadInfo(object):
+    """
+    Attributes:
+     - name
+     - ident
+     - daemon
+     - cpu_seconds
+     - frames
+
+    """
+
+
+    def __init__(self, name=None, ident=None, daemon=None, cpu_seconds=None, frames=None,):
+        self.name = name
+        self.ident = ident
+        self.daemon = daemon
+        self.cpu_seconds = cpu_seconds
+        self.frames = frames
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I64:
+                    self.ident = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.BOOL:
+                    self.daemon = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.DOUBLE:
+                    self.cpu_seconds = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.LIST:
+                    self.frames = []
+                    (_etype186, _size183) = iprot.readListBegin()
+                    for _i187 in range(_size183):
+                        _elem188 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.frames.append(_elem188)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('ThreadInfo')
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 1)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        if self.ident is not None:
+            oprot.writeFieldBegin('ident', TType.I64, 2)
+            oprot.writeI64(self.ident)
+            oprot.writeFieldEnd()
+        if self.daemon is not None:
+            oprot.writeFieldBegin('daemon', TType.BOOL, 3)
+            oprot.writeBool(self.daemon)
+            oprot.writeFieldEnd()
+        if self.cpu_seconds is not None:
+            oprot.writeFieldBegin('cpu_seconds', TType.DOUBLE, 4)
+            oprot.writeDouble(self.cpu_seconds)
+            oprot.writeFieldEnd()
+        if self.frames is not None:
+            oprot.writeFieldBegin('frames', TType.LIST, 5)
+            oprot.writeListBegin(TType.STRING, len(self.frames))
+            for iter189 in self.frames:
+                oprot.writeString(iter189.encode('utf-8') if sys.version_info[0] == 2 else iter189)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class ThreadInfoSample(object):
+    """
+    Attributes:
+     - subtask_index
+     - on_cpu
+     - frames
+     - count
+
+    """
+
+
+    def __init__(self, subtask_index=None, on_cpu=None, frames=None, count=None,):
+        self.subtask_index = subtask_index
+        self.on_cpu = on_cpu
+        self.frames = frames
+        self.count = count
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.subtask_index = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.BOOL:
+                    self.on_cpu = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.LIST:
+                    self.frames = []
+                    (_etype193, _size190) = iprot.readListBegin()
+                    for _i194 in range(_size190):
+                        _elem195 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.frames.append(_elem195)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.count = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('ThreadInfoSample')
+        if self.subtask_index is not None:
+            oprot.writeFieldBegin('subtask_index', TType.I32, 1)
+            oprot.writeI32(self.subtask_index)
+            oprot.writeFieldEnd()
+        if self.on_cpu is not None:
+            oprot.writeFieldBegin('on_cpu', TType.BOOL, 2)
+            oprot.writeBool(self.on_cpu)
+            oprot.writeFieldEnd()
+        if self.frames is not None:
+            oprot.writeFieldBegin('frames', TType.LIST, 3)
+            oprot.writeListBegin(TType.STRING, len(self.frames))
+            for iter196 in self.frames:
+                oprot.writeString(iter196.encode('utf-8') if sys.version_info[0] == 2 else iter196)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.count is not None:
+            oprot.writeFieldBegin('count', TType.I32, 4)
+            oprot.writeI32(self.count)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class AllocatedSlotReport(object):
     """
     Attributes:
@@ -3395,10 +3602,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype186, _size183) = iprot.readListBegin()
-                    for _i187 in range(_size183):
-                        _elem188 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem188)
+                    (_etype200, _size197) = iprot.readListBegin()
+                    for _i201 in range(_size197):
+                        _elem202 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem202)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3415,8 +3622,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter189 in self.allocation_ids:
-                oprot.writeString(iter189.encode('utf-8') if sys.version_info[0] == 2 else iter189)
+            for iter203 in self.allocation_ids:
+                oprot.writeString(iter203.encode('utf-8') if sys.version_info[0] == 2 else iter203)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3560,11 +3767,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype193, _size190) = iprot.readListBegin()
-                    for _i194 in range(_size190):
-                        _elem195 = OperatorStateFile()
-                        _elem195.read(iprot)
-                        self.files.append(_elem195)
+                    (_etype207, _size204) = iprot.readListBegin()
+                    for _i208 in range(_size204):
+                        _elem209 = OperatorStateFile()
+                        _elem209.read(iprot)
+                        self.files.append(_elem209)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3606,8 +3813,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter196 in self.files:
-                iter196.write(oprot)
+            for iter210 in self.files:
+                iter210.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -3680,11 +3887,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype200, _size197) = iprot.readListBegin()
-                    for _i201 in range(_size197):
-                        _elem202 = OperatorStateFile()
-                        _elem202.read(iprot)
-                        self.files.append(_elem202)
+                    (_etype214, _size211) = iprot.readListBegin()
+                    for _i215 in range(_size211):
+                        _elem216 = OperatorStateFile()
+                        _elem216.read(iprot)
+                        self.files.append(_elem216)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3710,8 +3917,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter203 in self.files:
-                iter203.write(oprot)
+            for iter217 in self.files:
+                iter217.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -3851,11 +4058,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype207, _size204) = iprot.readListBegin()
-                    for _i208 in range(_size204):
-                        _elem209 = InputChannelDescriptor()
-                        _elem209.read(iprot)
-                        self.channels.append(_elem209)
+                    (_etype221, _size218) = iprot.readListBegin()
+                    for _i222 in range(_size218):
+                        _elem223 = InputChannelDescriptor()
+                        _elem223.read(iprot)
+                        self.channels.append(_elem223)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3891,8 +4098,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter210 in self.channels:
-                iter210.write(oprot)
+            for iter224 in self.channels:
+                iter224.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -3975,10 +4182,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype214, _size211) = iprot.readListBegin()
-                    for _i215 in range(_size211):
-                        _elem216 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem216)
+                    (_etype228, _size225) = iprot.readListBegin()
+                    for _i229 in range(_size225):
+                        _elem230 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem230)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4022,8 +4229,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter217 in self.key_columns:
-                oprot.writeString(iter217.encode('utf-8') if sys.version_info[0] == 2 else iter217)
+            for iter231 in self.key_columns:
+                oprot.writeString(iter231.encode('utf-8') if sys.version_info[0] == 2 else iter231)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -4172,22 +4379,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype221, _size218) = iprot.readListBegin()
-                    for _i222 in range(_size218):
-                        _elem223 = InputGateDescriptor()
-                        _elem223.read(iprot)
-                        self.input_gates.append(_elem223)
+                    (_etype235, _size232) = iprot.readListBegin()
+                    for _i236 in range(_size232):
+                        _elem237 = InputGateDescriptor()
+                        _elem237.read(iprot)
+                        self.input_gates.append(_elem237)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype227, _size224) = iprot.readListBegin()
-                    for _i228 in range(_size224):
-                        _elem229 = ResultPartitionDescriptor()
-                        _elem229.read(iprot)
-                        self.result_partitions.append(_elem229)
+                    (_etype241, _size238) = iprot.readListBegin()
+                    for _i242 in range(_size238):
+                        _elem243 = ResultPartitionDescriptor()
+                        _elem243.read(iprot)
+                        self.result_partitions.append(_elem243)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4199,11 +4406,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype231, _vtype232, _size230) = iprot.readMapBegin()
-                    for _i234 in range(_size230):
-                        _key235 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val236 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key235] = _val236
+                    (_ktype245, _vtype246, _size244) = iprot.readMapBegin()
+                    for _i248 in range(_size244):
+                        _key249 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val250 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key249] = _val250
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -4290,15 +4497,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter237 in self.input_gates:
-                iter237.write(oprot)
+            for iter251 in self.input_gates:
+                iter251.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter238 in self.result_partitions:
-                iter238.write(oprot)
+            for iter252 in self.result_partitions:
+                iter252.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -4308,9 +4515,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter239, viter240 in self.config.items():
-                oprot.writeString(kiter239.encode('utf-8') if sys.version_info[0] == 2 else kiter239)
-                oprot.writeString(viter240.encode('utf-8') if sys.version_info[0] == 2 else viter240)
+            for kiter253, viter254 in self.config.items():
+                oprot.writeString(kiter253.encode('utf-8') if sys.version_info[0] == 2 else kiter253)
+                oprot.writeString(viter254.encode('utf-8') if sys.version_info[0] == 2 else viter254)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -4613,6 +4820,23 @@ TaskExecutorHeartbeatPayload.thrift_spec = (
     (1, TType.STRING, 'resource_id', 'UTF8', None, ),  # 1
     (2, TType.LIST, 'executions', (TType.STRUCT, [TaskExecutionStateUpdate, None], False), None, ),  # 2
     (3, TType.LIST, 'allocation_ids', (TType.STRING, 'UTF8', False), None, ),  # 3
+)
+all_structs.append(ThreadInfo)
+ThreadInfo.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'name', 'UTF8', None, ),  # 1
+    (2, TType.I64, 'ident', None, None, ),  # 2
+    (3, TType.BOOL, 'daemon', None, None, ),  # 3
+    (4, TType.DOUBLE, 'cpu_seconds', None, None, ),  # 4
+    (5, TType.LIST, 'frames', (TType.STRING, 'UTF8', False), None, ),  # 5
+)
+all_structs.append(ThreadInfoSample)
+ThreadInfoSample.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'subtask_index', None, None, ),  # 1
+    (2, TType.BOOL, 'on_cpu', None, None, ),  # 2
+    (3, TType.LIST, 'frames', (TType.STRING, 'UTF8', False), None, ),  # 3
+    (4, TType.I32, 'count', None, None, ),  # 4
 )
 all_structs.append(AllocatedSlotReport)
 AllocatedSlotReport.thrift_spec = (
