@@ -21,6 +21,13 @@ _EXPORTS = {
     # user functions, keyed state, event time and windows (yarnflow.windows has them too)
     "AggregateFunction": "yarnflow.common.api",
     "KeyedProcessFunction": "yarnflow.common.api",
+    "CoMapFunction": "yarnflow.common.api",
+    "CoFlatMapFunction": "yarnflow.common.api",
+    "CoProcessFunction": "yarnflow.common.api",
+    "KeyedCoProcessFunction": "yarnflow.common.api",
+    "BroadcastProcessFunction": "yarnflow.common.api",
+    "KeyedBroadcastProcessFunction": "yarnflow.common.api",
+    "CheckpointedFunction": "yarnflow.common.api",
     "ValueStateDescriptor": "yarnflow.common.api",
     "ListStateDescriptor": "yarnflow.common.api",
     "MapStateDescriptor": "yarnflow.common.api",

@@ -246,9 +246,26 @@ class DataStream:
         """Deal batches round-robin to the next operator's subtasks."""
         return _PartitionedStream(self, Partitioner.REBALANCE)
 
-    def broadcast(self) -> DataStream:
-        """Send every batch to every subtask of the next operator."""
+    def broadcast(self, *descriptors: Any) -> Any:
+        """Send every batch to every subtask of the next operator. With broadcast state
+        descriptors (``MapStateDescriptor``), a BroadcastStream to ``connect`` a stream to (the
+        broadcast state pattern)."""
+        if descriptors:
+            from yarnflow.connected import BroadcastStream
+
+            return BroadcastStream(self, descriptors)
         return _PartitionedStream(self, Partitioner.BROADCAST)
+
+    def connect(self, other: Any) -> Any:
+        """Connect ``other`` (a stream, or a BroadcastStream) to this one: ConnectedStreams
+        (``map``, ``flat_map``, ``process``, ``key_by``) or a BroadcastConnectedStream."""
+        from yarnflow.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
+
+        if isinstance(other, BroadcastStream):
+            return BroadcastConnectedStream(self, other)
+        if not isinstance(other, DataStream):
+            raise JobDefinitionError(f"connect needs a stream or a broadcast stream, got {other!r}")
+        return ConnectedStreams(self, other)
 
     def union(self, *others: DataStream) -> DataStream:
         """One stream of this stream's rows and the others' (they must share a schema)."""

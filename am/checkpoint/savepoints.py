@@ -18,7 +18,9 @@ file's ``redistribute`` says how (read from its schema when the savepoint is wri
 old subtask's, which keeps the rows of its own key groups; ``list`` (operator state: a file
 source's held splits and offsets, a sink's pending files) goes whole from old subtask ``i`` to
 new subtask ``i % parallelism``; ``none`` (a per-subtask position in a collection or generator)
-cannot be redistributed, and such a restore is refused. The split enumerator's unassigned
+cannot be redistributed, and such a restore is refused. User operator state
+(``common/keygroups.py``): ``split`` and ``union`` files go to every new subtask (which keeps its
+share of a split list), ``broadcast`` ones from old subtask ``j % old parallelism`` to new ``j``. The split enumerator's unassigned
 splits do not depend on the parallelism.
 
 A RocksDB backend's checkpoint holds its native snapshot (a manifest of SST files, some in the
@@ -42,7 +44,7 @@ import pyarrow.ipc as ipc
 
 from yarnflow.am.checkpoint.storage import METADATA
 from yarnflow.common.errors import YarnflowError
-from yarnflow.common.keygroups import REDISTRIBUTE_KEY, key_group_range
+from yarnflow.common.keygroups import BROADCAST, REDISTRIBUTE_KEY, SPLIT, UNION, key_group_range
 from yarnflow.common.messages import SHARED_STATE_FILE, JobGraph, JobVertex
 from yarnflow.common.rocksdb_snapshot import NATIVE_TABLE, CorruptStateFileError, native_to_canonical
 
@@ -138,7 +140,8 @@ def _redistribution(schema: pa.Schema) -> str:
     """How a state table of this schema is dealt to another parallelism (see the module doc)."""
     if "key_group" in schema.names:
         return "keyed"
-    return "none" if (schema.metadata or {}).get(REDISTRIBUTE_KEY) == b"none" else "list"
+    mode = (schema.metadata or {}).get(REDISTRIBUTE_KEY, b"").decode()
+    return mode if mode in ("none", SPLIT, UNION, BROADCAST) else "list"
 
 
 def _folder(path: str) -> tuple[Any, str]:
@@ -259,7 +262,11 @@ def _dealt(uid: str, op: dict[str, Any], v: JobVertex) -> list[tuple[int, int, d
     to the new subtask; raises SavepointError when the operator's state cannot be rescaled."""
     old_p, new_p = int(op["parallelism"]), v.parallelism
     entries = {int(sub): entry for sub, entry in op["subtasks"].items()}
+    modes = {f.get("redistribute") for entry in entries.values() for f in entry["files"]}
+    every = UNION in modes or SPLIT in modes  # (every old subtask's files go to every new one)
     if old_p == new_p:
+        if UNION in modes:
+            return [(new, old, entry) for old, entry in sorted(entries.items()) for new in range(new_p)]
         return [(sub, sub, entry) for sub, entry in sorted(entries.items())]
     if int(op["max_parallelism"]) != v.max_parallelism:
         raise SavepointError(f"operator {uid!r} ('{v.name}') had max parallelism {op['max_parallelism']} in the "
@@ -273,14 +280,22 @@ def _dealt(uid: str, op: dict[str, Any], v: JobVertex) -> list[tuple[int, int, d
                              "slice of its input that another parallelism slices differently; keep the "
                              f"parallelism at {old_p}")
     return [(new, old, entry) for old, entry in sorted(entries.items()) for new in range(new_p)
-            if new == old % new_p or _overlap(v.max_parallelism, old_p, old, new_p, new)]
+            if every or new == old % new_p or _overlap(v.max_parallelism, old_p, old, new_p, new)
+            or (BROADCAST in modes and old == new % old_p)]
 
 
 def _goes_to(f: dict[str, Any], old_p: int, v: JobVertex, old: int, new: int) -> bool:
     """Whether the state file ``f`` of old subtask ``old`` is restored by new subtask ``new``."""
-    if old_p == v.parallelism:
+    mode = f.get("redistribute")
+    if mode == UNION:
         return True
-    if f.get("redistribute") == "keyed":
+    if old_p == v.parallelism:
+        return old == new
+    if mode == SPLIT:
+        return True
+    if mode == BROADCAST:
+        return old == new % old_p
+    if mode == "keyed":
         return _overlap(v.max_parallelism, old_p, old, v.parallelism, new)
     return new == old % v.parallelism
 

@@ -52,6 +52,7 @@ from yarnflow.am.scheduler.regions import SubtaskId
 from yarnflow.common.clock import Clock
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.ids import ExecutionAttemptID, JobVertexID
+from yarnflow.common.keygroups import union_state
 from yarnflow.common.messages import CheckpointInfo, JobGraph, OperatorStateFile, TaskRestore, TaskStateSnapshot
 from yarnflow.common.states import ExecutionState
 
@@ -269,10 +270,15 @@ class JobCheckpoints:
         return None
 
     def restore_for(self, checkpoint_id: int, sid: SubtaskId) -> TaskRestore:
-        st = self._states.get(checkpoint_id, {}).get(sid)
+        """What subtask ``sid`` restores: its own files, and every subtask's union-list state
+        (Flink: every subtask gets all of it, on every restore)."""
+        states = self._states.get(checkpoint_id, {})
+        st = states.get(sid)
+        unions = [f for other, o in sorted(states.items()) if other.vertex_id == sid.vertex_id
+                  for f in o.files if union_state(f.name)]
         if st is None:
-            return TaskRestore(checkpoint_id, [], False)
-        return TaskRestore(checkpoint_id, list(st.files), st.finished)
+            return TaskRestore(checkpoint_id, unions, False)
+        return TaskRestore(checkpoint_id, [f for f in st.files if not union_state(f.name)] + unions, st.finished)
 
     def mark_unreadable(self, checkpoint_id: int) -> None:
         self.unreadable.add(checkpoint_id)

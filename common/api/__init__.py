@@ -6,6 +6,15 @@ They live here, on neither side, so that neither the client nor the worker reach
 other for them. Users import them from ``yarnflow`` (or ``yarnflow.windows``); the runtime
 implementations (operators, state backends, timers) stay in ``yarnflow.worker``."""
 
+from yarnflow.common.api.co_functions import (
+    BroadcastProcessFunction,
+    CheckpointedFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+)
 from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
 from yarnflow.common.api.state import (
     ListStateDescriptor,
@@ -32,6 +41,13 @@ __all__ = [
     "EVENT_TIME",
     "PROCESSING_TIME",
     "AggregateFunction",
+    "BroadcastProcessFunction",
+    "CheckpointedFunction",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
+    "KeyedBroadcastProcessFunction",
+    "KeyedCoProcessFunction",
     "EventTimeSessionWindows",
     "KeyedProcessFunction",
     "ListStateDescriptor",

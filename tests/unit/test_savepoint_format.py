@@ -145,6 +145,40 @@ def test_a_rescaled_restore_deals_keyed_state_by_key_group_range_and_operator_st
     assert _files(meta, v, 0) == [("splits", "0"), ("splits", "1"), ("values", "0"), ("values", "1")]
 
 
+def test_user_operator_state_is_split_united_or_copied_as_its_mode_says(tmp_path: Path) -> None:
+    """List state (split) and union-list state go from every old subtask to every new one;
+    broadcast state from old subtask ``j % old`` to new ``j``; union state also at the same
+    parallelism (every subtask gets all of it on every restore, as Flink's)."""
+    from yarnflow.worker.state.operator_state import OperatorStateStore
+    from yarnflow.common.api import ListStateDescriptor, MapStateDescriptor
+
+    old = _graph(chained=False)
+    checkpoint = _checkpoint(tmp_path, old)
+    for i in range(2):
+        store = OperatorStateStore(i, 2, "src")
+        store.get_list_state(ListStateDescriptor("offsets")).update([i])
+        store.get_union_list_state(ListStateDescriptor("seen")).update([i])
+        store.get_broadcast_state(MapStateDescriptor("rules")).put("r", i)
+        files = checkpoint["subtasks"][f"{old.vertices[0].vertex_id}#{i}"]["files"] = []
+        for name, table in store.snapshot().items():
+            files.append({"operator_index": 0, "name": name, "size_bytes": 1,
+                          "path": _state_file(tmp_path / "chk-7" / f"src-{i}" / f"{name}.arrow", 1, table)})
+    doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id), checkpoint))
+    modes = {f["name"]: f["redistribute"] for s in doc["operators"]["src"]["subtasks"].values() for f in s["files"]}
+    assert modes == {"operator.split.offsets": "split", "operator.union.seen": "union",
+                     "operator.broadcast.rules": "broadcast"}
+    v, meta = _rescaled(doc, 3)
+    for new in range(3):
+        files = [f for f in _files(meta, v, new) if f[0].startswith("operator.")]
+        assert files == sorted([("operator.broadcast.rules", str(new % 2)), ("operator.split.offsets", "0"),
+                                ("operator.split.offsets", "1"), ("operator.union.seen", "0"),
+                                ("operator.union.seen", "1")]), (new, files)
+    v, meta = _rescaled(doc, 2)
+    assert [f for f in _files(meta, v, 1) if f[0].startswith("operator.")] == [
+        ("operator.broadcast.rules", "1"), ("operator.split.offsets", "1"), ("operator.union.seen", "0"),
+        ("operator.union.seen", "1")]
+
+
 def test_state_that_cannot_be_rescaled_is_refused_naming_the_operator(tmp_path: Path) -> None:
     old = _graph(chained=False)
     checkpoint = _checkpoint(tmp_path, old)

@@ -66,3 +66,31 @@ def test_a_recovering_job_master_rebuilds_the_counts_from_the_metadata() -> None
     assert deleted(new) == {1: {"a.sst"}}   # "b" is still checkpoint 2's
     checkpoint(new, deploys, 4, ["c"])
     assert deleted(new) == {1: {"a.sst"}, 2: {"b.sst"}}
+
+
+def test_every_subtask_restores_every_subtasks_union_list_state() -> None:
+    """Flink's union-list state: on a restore (here after a failure, at the same parallelism)
+    each subtask gets every subtask's list; its other state stays its own."""
+    from yarnflow.common.keygroups import SPLIT, UNION, operator_table
+
+    d = CkptDriver(pipeline(2))
+    deploys = d.running()
+    d.advance(1_000)
+    for x in deploys:
+        files = [OperatorStateFile(0, name, f"file:///tmp/ckpt/job/chk-1/{x.attempt_id}-{name}", 10)
+                 for name in (operator_table(UNION, "seen"), operator_table(SPLIT, "offsets"))]
+        d.core.acknowledge_checkpoint(x.attempt_id, 1, TaskStateSnapshot(files, 3))
+        d.drain()
+    d.core.checkpoint_metadata_written(1)
+    d.drain()
+    assert d.core.checkpoints is not None
+    subtasks = sorted(d.core.checkpoints._states[1])
+    assert len(subtasks) == 4  # src and sink, 2 subtasks each
+    for sid in subtasks:
+        restore = d.core.checkpoints.restore_for(1, sid)
+        names = sorted((f.name, f.path.rsplit("/", 1)[-1].split("-")[0]) for f in restore.files)
+        unions = [n for n in names if n[0] == operator_table(UNION, "seen")]
+        splits = [n for n in names if n[0] == operator_table(SPLIT, "offsets")]
+        assert len(unions) == 2 and len(splits) == 1, names  # both subtasks of its vertex; its own split list
+    assert operator_table(SPLIT, "a/b:c") == "operator.split.x" + b"a/b:c".hex()
+    assert operator_table(SPLIT, "ok_name-1") == "operator.split.ok_name-1"

@@ -137,7 +137,34 @@ class ProcessContext:
 # --------------------------------------------------------------------------- internals
 
 
-class _KeyedOperator(Operator):
+class BufferedOutputs:
+    """Rows buffered (``_main`` and a RowBuffer per side output tag in ``_sides``, made in the
+    operator's setup) and emitted as batches by ``_flush``: the user-function operators' output."""
+
+    name: str
+    ctx: RuntimeContext
+    output: Output
+    _main: RowBuffer
+    _sides: dict[str, RowBuffer]
+
+    def _side_buffer(self, tag: str) -> RowBuffer:
+        buffer = self._sides.get(tag)
+        if buffer is None:
+            if not isinstance(tag, str) or not tag:
+                raise JobDefinitionError(f"operator '{self.name}': a side output tag must be a non-empty "
+                                         f"string, got {tag!r}")
+            buffer = self._sides[tag] = RowBuffer(self.name, f"side output {tag!r}")
+        return buffer
+
+    def _flush(self) -> None:
+        for batch in self._main.drain(self.ctx.batch_size):
+            self.output.collect(batch)
+        for tag, buffer in self._sides.items():
+            for batch in buffer.drain(self.ctx.batch_size):
+                self.output.collect_side(tag, batch)
+
+
+class _KeyedOperator(BufferedOutputs, Operator):
     """Key extraction, the keyed state backend and output buffering shared by keyed operators."""
 
     def __init__(self, keys: Sequence[str], name: str | None = None) -> None:
@@ -168,22 +195,6 @@ class _KeyedOperator(Operator):
         """(row index, row, key group, key) per row."""
         groups = key_groups(batch, self.keys, self.ctx.max_parallelism).tolist()
         return zip(itertools.count(), row_dicts(batch), groups, key_tuples(batch, self.keys))
-
-    def _side_buffer(self, tag: str) -> RowBuffer:
-        buffer = self._sides.get(tag)
-        if buffer is None:
-            if not isinstance(tag, str) or not tag:
-                raise JobDefinitionError(f"operator '{self.name}': a side output tag must be a non-empty "
-                                         f"string, got {tag!r}")
-            buffer = self._sides[tag] = RowBuffer(self.name, f"side output {tag!r}")
-        return buffer
-
-    def _flush(self) -> None:
-        for batch in self._main.drain(self.ctx.batch_size):
-            self.output.collect(batch)
-        for tag, buffer in self._sides.items():
-            for batch in buffer.drain(self.ctx.batch_size):
-                self.output.collect_side(tag, batch)
 
     def snapshot_state(self, checkpoint_id: int) -> Snapshot:
         """The keyed state backend's snapshot (see ``yarnflow.worker.state.heap``)."""
