@@ -145,3 +145,55 @@ class BroadcastConnectedStream:
                                              b.transformation.event_time_column),
                                name=name or type(fn).__name__)
         return _co_stream(self.first, op, [_input(self.first, 0), _input(b, 1, Partitioner.BROADCAST, ())])
+
+
+class IntervalJoin:
+    """``a.key_by(k).interval_join(b.key_by(k)).between(lower_ms, upper_ms)[.lower_bound_exclusive()]
+    [.upper_bound_exclusive()][.side_output_left_late_data(tag)][.side_output_right_late_data(tag)]
+    .process(fn=None)``: each row of ``a`` at event time ``ta`` with each row of ``b`` of its key at
+    ``ta + lower <= tb <= ta + upper`` (``worker/operators/interval_join.py``). Both streams need
+    event time (``assign_timestamps_and_watermarks``)."""
+
+    def __init__(self, left: DataStream, right: DataStream) -> None:
+        if getattr(left, "keys", None) is None or getattr(right, "keys", None) is None:
+            raise JobDefinitionError("interval_join joins two keyed streams: a.key_by(k).interval_join(b.key_by(k))")
+        for side, s in (("left", left), ("right", right)):
+            if not s.transformation.event_time_column:
+                raise JobDefinitionError(f"interval_join needs event time on the {side} stream: "
+                                         "assign_timestamps_and_watermarks(...) before key_by")
+        self._connected = ConnectedStreams(left, right)
+        self._bounds: tuple[int, int] | None = None
+        self._exclusive = [False, False]
+        self._late: list[str | None] = [None, None]
+
+    def between(self, lower_ms: int, upper_ms: int) -> IntervalJoin:
+        if not isinstance(lower_ms, int) or not isinstance(upper_ms, int) or lower_ms > upper_ms:
+            raise JobDefinitionError(f"interval_join between({lower_ms!r}, {upper_ms!r}): two whole numbers of ms, "
+                                     "the lower one first")
+        self._bounds = (lower_ms, upper_ms)
+        return self
+
+    def lower_bound_exclusive(self) -> IntervalJoin:
+        self._exclusive[0] = True
+        return self
+
+    def upper_bound_exclusive(self) -> IntervalJoin:
+        self._exclusive[1] = True
+        return self
+
+    def side_output_left_late_data(self, tag: str) -> IntervalJoin:
+        self._late[0] = tag
+        return self
+
+    def side_output_right_late_data(self, tag: str) -> IntervalJoin:
+        self._late[1] = tag
+        return self
+
+    def process(self, fn: Any = None, name: str = "interval join") -> DataStream:
+        from yarnflow.worker.operators.interval_join import interval_function
+
+        if self._bounds is None:
+            raise JobDefinitionError("interval_join needs between(lower_ms, upper_ms) before process()")
+        (lower, upper), (lower_exclusive, upper_exclusive) = self._bounds, self._exclusive
+        join = interval_function(lower, upper, lower_exclusive, upper_exclusive, fn, (self._late[0], self._late[1]))
+        return self._connected.process(join, name=name)

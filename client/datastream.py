@@ -400,6 +400,12 @@ class KeyedStream(_PartitionedStream):
         """Group each key's rows into windows (tumbling, sliding, session; event or processing time)."""
         return WindowedStream(self, assigner)
 
+    def interval_join(self, other: KeyedStream) -> Any:
+        """Join with another keyed stream on event-time intervals: ``.between(lo, hi).process()``."""
+        from yarnflow.connected import IntervalJoin
+
+        return IntervalJoin(self, other)
+
 
 class WindowedStream:
     """``key_by(...).window(assigner)``, then an aggregation."""
