@@ -14,7 +14,9 @@ from yarnflow.common.api.co_functions import (
     CoProcessFunction,
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
+    ProcessJoinFunction,
 )
+from yarnflow.common.api.async_function import AsyncFunction
 from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
 from yarnflow.common.api.state import (
     ListStateDescriptor,
@@ -41,6 +43,7 @@ __all__ = [
     "EVENT_TIME",
     "PROCESSING_TIME",
     "AggregateFunction",
+    "AsyncFunction",
     "BroadcastProcessFunction",
     "CheckpointedFunction",
     "CoFlatMapFunction",
@@ -52,6 +55,7 @@ __all__ = [
     "KeyedProcessFunction",
     "ListStateDescriptor",
     "MapStateDescriptor",
+    "ProcessJoinFunction",
     "ProcessingTimeSessionWindows",
     "ReducingStateDescriptor",
     "SlidingEventTimeWindows",

@@ -22,6 +22,7 @@ __all__ = [
     "CoProcessFunction",
     "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
+    "ProcessJoinFunction",
 ]
 
 
@@ -137,4 +138,18 @@ class CheckpointedFunction:
         pass
 
     def snapshot_state(self, ctx: Any) -> None:
+        pass
+
+
+class ProcessJoinFunction:
+    """Subclass it and override ``process_element(left, right, ctx, out)``: called for each
+    joined pair of an interval join (Flink's ProcessJoinFunction)."""
+
+    def open(self, ctx: Any) -> None:
+        pass
+
+    def process_element(self, left: dict[str, Any], right: dict[str, Any], ctx: Any, out: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement process_element")
+
+    def close(self) -> None:
         pass

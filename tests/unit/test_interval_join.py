@@ -13,7 +13,8 @@ import pytest
 from tests.harness import OperatorHarness
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.co_process import CoProcessOperator
-from yarnflow.worker.operators.interval_join import IntervalJoinFunction, ProcessJoinFunction, interval_function
+from yarnflow.common.api import ProcessJoinFunction
+from yarnflow.worker.operators.interval_join import IntervalJoinFunction, interval_function
 from yarnflow.worker.state.tables import materialize
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]

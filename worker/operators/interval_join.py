@@ -23,25 +23,11 @@ from yarnflow.common.api.co_functions import KeyedCoProcessFunction
 from yarnflow.common.api.state import MapStateDescriptor
 from yarnflow.common.errors import JobDefinitionError
 
-__all__ = ["IntervalJoinFunction", "ProcessJoinFunction", "joined_row"]
+__all__ = ["IntervalJoinFunction", "joined_row"]
 
 _MIN_WATERMARK = -(2**63)
 LEFT = MapStateDescriptor("interval-join-left")
 RIGHT = MapStateDescriptor("interval-join-right")
-
-
-class ProcessJoinFunction:
-    """Subclass it and override ``process_element(left, right, ctx, out)``: called for each
-    joined pair of an interval join (Flink's ProcessJoinFunction)."""
-
-    def open(self, ctx: Any) -> None:
-        pass
-
-    def process_element(self, left: dict[str, Any], right: dict[str, Any], ctx: Any, out: Any) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must implement process_element")
-
-    def close(self) -> None:
-        pass
 
 
 def joined_row(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
