@@ -20,10 +20,10 @@ from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.common.api import AggregateFunction, KeyedProcessFunction, WatermarkStrategy
 from yarnflow.worker.operators.sinks import CollectSink, CsvSink, ParquetSink
-from yarnflow.worker.operators.sources import CollectionSource, FileSource, GeneratorSource
 from yarnflow.worker.operators.timestamps import TimestampsAndWatermarks
 from yarnflow.worker.operators.transforms import MapBatches, RowFilter, RowFlatMap, RowMap
 
+from yarnflow.env_sources import SourceMethods
 from yarnflow.joins import JoinedStreams
 from yarnflow.pipeline import Input, Transformation, next_id
 
@@ -33,30 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["StreamExecutionEnvironment", "DataStream", "KeyedStream", "WindowedStream", "JoinedStreams", "Input",
            "Transformation"]
 
-def _to_table(data: Any, schema: pa.Schema | None) -> pa.Table:
-    if isinstance(data, pa.Table):
-        return data if schema is None else data.cast(schema)
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, dict):
-        return pa.table(data, schema=schema)
-    try:
-        import pandas as pd
-
-        if isinstance(data, pd.DataFrame):
-            return pa.Table.from_pandas(data, schema=schema, preserve_index=False)
-    except ImportError:  # pragma: no cover
-        pass
-    rows = list(data)
-    if rows and not isinstance(rows[0], dict):
-        rows = [{"value": r} for r in rows]
-    try:
-        return pa.Table.from_pylist(rows, schema=schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise JobDefinitionError(f"from_collection: cannot make a table of the given rows: {exc}") from None
-
-
-class StreamExecutionEnvironment:
+class StreamExecutionEnvironment(SourceMethods):
     """Where a pipeline is built and from where it is executed."""
 
     def __init__(self, parallelism: int | None = None, max_parallelism: int | None = None,
@@ -101,35 +78,8 @@ class StreamExecutionEnvironment:
         self.transformations.append(t)
         return t
 
-    # -- sources ----------------------------------------------------------------------------
-    def from_collection(self, data: Any, schema: pa.Schema | None = None, name: str = "collection") -> DataStream:
-        """Rows (dicts, or scalars in column 'value'), a dict of columns, a pyarrow Table or a
-        pandas DataFrame."""
-        return DataStream(self, self._add(Transformation(CollectionSource(_to_table(data, schema), name), [])))
-
-    def read_text(self, path: str | list[str], name: str = "read_text") -> DataStream:
-        """Text files (a file, a folder or a glob on any fsspec filesystem): one row per line,
-        column 'line'."""
-        return DataStream(self, self._add(Transformation(FileSource(path, "text", name), [])))
-
-    def read_parquet(self, path: str | list[str], columns: Sequence[str] | None = None,
-                     name: str = "read_parquet") -> DataStream:
-        opts = {"columns": list(columns)} if columns else {}
-        return DataStream(self, self._add(Transformation(FileSource(path, "parquet", name, options=opts), [])))
-
-    def read_csv(self, path: str | list[str], name: str = "read_csv") -> DataStream:
-        return DataStream(self, self._add(Transformation(FileSource(path, "csv", name), [])))
-
-    def read_json(self, path: str | list[str], name: str = "read_json") -> DataStream:
-        """JSON lines files."""
-        return DataStream(self, self._add(Transformation(FileSource(path, "json", name), [])))
-
-    def from_generator(self, fn: Callable[[int, int], Any], count: int | None = None,
-                       rate_per_s: float | None = None, name: str = "generator") -> DataStream:
-        """Rows made by ``fn(start, n)`` for sequence numbers ``[start, start + n)`` (a
-        RecordBatch, Table or dict of columns); unbounded when ``count`` is None;
-        ``rate_per_s`` limits the rows per second over all subtasks."""
-        return DataStream(self, self._add(Transformation(GeneratorSource(fn, count, rate_per_s, name), [])))
+    def _source(self, op: Operator, event_time_column: str | None = None) -> DataStream:
+        return DataStream(self, self._add(Transformation(op, [], event_time_column=event_time_column)))
 
     # -- Spark stages -----------------------------------------------------------------------
     def spark_sql(self, query: str, name: str = "spark_sql", **inputs: DataStream) -> DataStream:

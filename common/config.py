@@ -298,6 +298,8 @@ class Options(WebOptions):
     TMP_DIRS = _opt("io.tmp.dirs", _parse_str, "local working directories, comma-separated (the first holds the "
                     "default storage dir; spill files go to each in turn)")
     JM_MEMORY = _opt("jobmanager.memory.process.size", parse_size_bytes, "AppMaster container memory (YARN)")
+    WATERMARK_INTERVAL = _opt("pipeline.auto-watermark-interval", parse_duration_ms,
+                              "how often a custom watermark generator's on_periodic_emit is called", minimum=1)
     PYTHON_VECTORIZE = _opt("python.row-functions.vectorize", _parse_bool,
                             "run per-row map/filter functions that are plain column expressions (lookups, "
                             "constants, arithmetic, comparisons) as Arrow compute on whole batches")

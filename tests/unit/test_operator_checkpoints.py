@@ -182,7 +182,7 @@ def test_file_source_with_the_split_enumerator_reads_every_row_once_across_resto
         state = first.snapshot
         assert state is not None
         assert state["splits"].schema == pa.schema([("split_id", pa.string()), ("payload", pa.binary()),
-                                                    ("offset", pa.int64())])
+                                                    ("offset", pa.int64()), ("watermark", pa.int64())])
         held = state["splits"].column("split_id").to_pylist()
         enumerator.return_splits("a0", restored_checkpoint_id=1, new_attempt_id="a1")
         booked = enumerator.splits_of("a1")  # held ones, and those read to their end before the snapshot

@@ -14,8 +14,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from yarnflow.common.api.watermarks import MIN_WATERMARK, WatermarkOutput, WatermarkStrategy
 from yarnflow.common.errors import YarnflowError
+from yarnflow.worker.elements import Watermark
 from yarnflow.worker.operators.base import Output, RuntimeContext, SourceOperator
+from yarnflow.worker.operators.timestamps import event_times_ms
 from yarnflow.worker.state.tables import dumps, loads, not_redistributable, require_columns, single_row
 from yarnflow.worker.state.errors import StateRestoreError
 
@@ -173,15 +176,32 @@ def expand_paths(path: str | list[str]) -> tuple[Any, list[str]]:
 
 
 class _HeldSplit:
-    """A split a file source holds, and how many of its rows it emitted."""
+    """A split a file source holds, how many of its rows it emitted, and (with a watermark
+    strategy) its own watermark and generator."""
 
-    __slots__ = ("split_id", "payload", "offset", "payload_bytes")
+    __slots__ = ("split_id", "payload", "offset", "payload_bytes", "watermark", "generator")
 
-    def __init__(self, split_id: str, payload: Any, offset: int = 0, payload_bytes: bytes | None = None) -> None:
+    def __init__(self, split_id: str, payload: Any, offset: int = 0, payload_bytes: bytes | None = None,
+                 watermark: int = MIN_WATERMARK) -> None:
         self.split_id = split_id
         self.payload = payload
         self.offset = offset
         self.payload_bytes = payload_bytes if payload_bytes is not None else dumps(payload)
+        self.watermark = watermark
+        self.generator: Any = None
+
+
+class _SplitOutput(WatermarkOutput):
+    """Where a split's generator emits: the split's own watermark (it only rises)."""
+
+    def __init__(self, split: _HeldSplit) -> None:
+        self.split = split
+
+    def emit_watermark(self, timestamp: int) -> None:
+        self.split.watermark = max(self.split.watermark, int(timestamp))
+
+    def mark_idle(self) -> None:
+        pass  # (a split being read is not idle; the source's watermark is the minimum of its splits')
 
 
 class FileSource(SourceOperator):
@@ -189,9 +209,14 @@ class FileSource(SourceOperator):
     source subtasks ask for work; without a split provider (unit tests), subtask i of p reads
     every p-th split.
 
+    With a watermark strategy (FLIP-27's per-split watermarks): each split has its own generator
+    and watermark, and the source emits the minimum of the watermarks of the splits it holds (the
+    one being read and those restored but not started yet), so a subtask holding several splits
+    (after a restore at a smaller parallelism) neither holds back nor drops the rows of any.
+
     State (table ``splits``, one row per split held, the one being read first): ``split_id``
-    (string), ``payload`` (binary: the pickled split payload) and ``offset`` (int64: rows of the
-    split already emitted). A restored subtask reads those splits first, from their offsets,
+    (string), ``payload`` (binary: the pickled split payload), ``offset`` (int64: rows of the
+    split already emitted) and ``watermark`` (int64: its watermark so far). A restored subtask reads those splits first, from their offsets,
     before it asks for new ones. Without a split provider, table ``static_splits`` (``taken``,
     int64) counts the splits taken from the static list."""
 
@@ -199,7 +224,12 @@ class FileSource(SourceOperator):
     dynamic_splits = True
 
     def __init__(self, path: str | list[str], fmt: str, name: str | None = None, uid: str | None = None,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, watermarks: WatermarkStrategy | None = None) -> None:
+        if watermarks is not None and not watermarks.timestamp_column:
+            raise ValueError("the source's watermark strategy needs a timestamp column: "
+                             "strategy.with_timestamp_column('ts')")
+        self.watermarks = watermarks
+        self._emitted = MIN_WATERMARK
         if fmt not in FORMATS:
             raise ValueError(f"unknown file format {fmt!r}: expected one of {', '.join(FORMATS)}")
         super().__init__(name or f"{fmt}_source", uid)
@@ -278,19 +308,48 @@ class FileSource(SourceOperator):
                     if batch.num_rows:
                         self.output.collect(batch)
                         split.offset += batch.num_rows
+                        if self.watermarks is not None:
+                            self._watermark(split, batch)
             except (pa.ArrowInvalid, pa.ArrowException, UnicodeDecodeError, OSError, ValueError) as exc:
                 if isinstance(exc, SourceReadError):
                     raise
                 raise SourceReadError(f"cannot read {self.fmt} file {fs.unstrip_protocol(file)}: "
                                       f"{type(exc).__name__}: {exc}") from exc
             self._splits.pop(0)  # read to its end: no longer in the state
+            if self.watermarks is not None:
+                self._emit_min()
         log.info("%s (%d/%d) read %d splits", self.name, self.ctx.subtask_index + 1, self.ctx.parallelism, count)
+
+    def _watermark(self, split: _HeldSplit, batch: pa.RecordBatch) -> None:
+        """Feed the split's generator the batch's event times; emit the source's new watermark."""
+        assert self.watermarks is not None
+        if split.generator is None:
+            split.generator = self.watermarks.create_generator()
+        ts = event_times_ms(batch, self.watermarks.timestamp_column, self.name)
+        out = _SplitOutput(split)
+        on_batch = getattr(split.generator, "on_batch", None)
+        if on_batch is not None:
+            self.call_user(on_batch, ts, out)
+        else:
+            for row, t in zip(batch.to_pylist(), ts.tolist()):
+                self.call_user(split.generator.on_event, row, t, out)
+        self.call_user(split.generator.on_periodic_emit, out)
+        self._emit_min()
+
+    def _emit_min(self) -> None:
+        """The minimum of the held splits' watermarks, when it rose (none held: unchanged)."""
+        if self._splits:
+            low = min(s.watermark for s in self._splits)
+            if low > self._emitted:
+                self._emitted = low
+                self.output.emit_watermark(Watermark(low))
 
     def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
         splits = pa.table({
             "split_id": pa.array([s.split_id for s in self._splits], pa.string()),
             "payload": pa.array([s.payload_bytes for s in self._splits], pa.binary()),
             "offset": pa.array([s.offset for s in self._splits], pa.int64()),
+            "watermark": pa.array([s.watermark for s in self._splits], pa.int64()),
         })
         state = {"splits": splits}
         if self.ctx.split_provider is None:  # splits dealt statically (no JobMaster): how many taken
@@ -304,7 +363,8 @@ class FileSource(SourceOperator):
             require_columns(table, "splits", ["split_id", "payload", "offset"])
             for row in table.to_pylist():
                 payload = loads(row["payload"])
-                self._splits.append(_HeldSplit(row["split_id"], payload, int(row["offset"]), row["payload"]))
+                self._splits.append(_HeldSplit(row["split_id"], payload, int(row["offset"]), row["payload"],
+                                               int(row.get("watermark") or MIN_WATERMARK)))
         # restored at a smaller parallelism, a subtask holds the splits of several old ones: it
         # reads them in split order (files named in time order then keep event time in order)
         self._splits.sort(key=lambda s: s.split_id)

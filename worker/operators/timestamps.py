@@ -8,9 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from yarnflow.common.api.watermarks import WatermarkStrategy
+from yarnflow.common.api.watermarks import WatermarkOutput, WatermarkStrategy
 from yarnflow.common.errors import JobDefinitionError, YarnflowError
-from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
+from yarnflow.worker.operators.rows import row_dicts
 from yarnflow.worker.elements import ACTIVE, IDLE, Watermark
 
 
@@ -58,7 +59,45 @@ def event_times_ms(batch: pa.RecordBatch, column: str, op_name: str) -> np.ndarr
                              f"expected integer milliseconds, a timestamp or a date")
 
 
+class GeneratorOutput(WatermarkOutput):
+    """The WatermarkOutput a generator emits through: watermarks only ever rise; ``mark_idle``
+    marks the stream idle until the next row or watermark."""
+
+    def __init__(self, op: Operator) -> None:
+        self._op = op
+        self.emitted = -(2**63)
+        self.idle = False
+
+    def emit_watermark(self, timestamp: int) -> None:
+        timestamp = int(timestamp)
+        if timestamp > self.emitted:
+            self.active()
+            self.emitted = timestamp
+            self._op.output.emit_watermark(Watermark(timestamp))
+
+    def mark_idle(self) -> None:
+        if not self.idle:
+            self.idle = True
+            _status(self._op, IDLE)
+
+    def active(self) -> None:
+        if self.idle:
+            self.idle = False
+            _status(self._op, ACTIVE)
+
+
+def _status(op: Operator, status: object) -> None:
+    emit = getattr(op.output, "emit_status", None)
+    if emit is not None:
+        emit(status)
+
+
 class TimestampsAndWatermarks(Operator):
+    """Applies a WatermarkStrategy to its input: checks each batch's event times, feeds them to
+    the strategy's generator (``on_batch``, else ``on_event`` per row) and calls its
+    ``on_periodic_emit`` every ``periodic_ms`` (a custom generator's ``pipeline.auto-watermark-
+    interval``); marks the output idle when no rows came for the strategy's idleness."""
+
     kind = "timestamps_watermarks"
 
     def __init__(self, strategy: WatermarkStrategy, name: str | None = None) -> None:
@@ -67,43 +106,47 @@ class TimestampsAndWatermarks(Operator):
             raise JobDefinitionError("the watermark strategy needs a timestamp column: "
                                      "strategy.with_timestamp_column('ts')")
         self.strategy = strategy
-        self._max_ts = -(2**63)
-        self._emitted = -(2**63)
         self._last_record_ms = 0
-        self._idle = False
         if strategy.idleness_ms:
             self.processing_time_interval_ms = max(10, min(strategy.idleness_ms // 2, 200))
 
+    def setup(self, ctx: RuntimeContext, output: Output) -> None:
+        super().setup(ctx, output)
+        if self.strategy.generator is not None:  # a custom generator's periodic emits
+            from yarnflow.common.config import Options
+
+            periodic = Options.WATERMARK_INTERVAL.convert(ctx.config.get(Options.WATERMARK_INTERVAL.key) or "200 ms")
+            self.processing_time_interval_ms = min(periodic, self.processing_time_interval_ms or periodic)
+
     def open(self) -> None:
         self._last_record_ms = self.ctx.clock()
+        self._generator = self.strategy.create_generator()
+        self._out = GeneratorOutput(self)
+        self._on_batch = getattr(self._generator, "on_batch", None)
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         ts = event_times_ms(batch, self.strategy.timestamp_column, self.name)
-        if self._idle:
-            self._idle = False
-            self._status(ACTIVE)
+        self._out.active()
         self._last_record_ms = self.ctx.clock()
         self.output.collect(batch)
-        if len(ts):
-            self._max_ts = max(self._max_ts, int(ts.max()))
-            wm = self._max_ts - self.strategy.max_out_of_orderness_ms - 1
-            if wm > self._emitted:
-                self._emitted = wm
-                self.output.emit_watermark(Watermark(wm))
+        if self._on_batch is not None:
+            self.call_user(self._on_batch, ts, self._out)
+        else:
+            on_event = self._generator.on_event
+            for row, t in zip(row_dicts(batch), ts.tolist()):
+                try:
+                    on_event(row, t, self._out)
+                except Exception as exc:
+                    raise self.user_error(on_event, exc) from exc
 
     def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
         # upstream watermarks are replaced by this strategy's, except the final one
-        if watermark.timestamp == 2**63 - 1 and watermark.timestamp > self._emitted:
-            self._emitted = watermark.timestamp
-            self.output.emit_watermark(watermark)
+        if watermark.timestamp == 2**63 - 1:
+            self._out.emit_watermark(watermark.timestamp)
 
     def on_processing_time(self, now_ms: int) -> None:
+        if self.strategy.generator is not None:
+            self.call_user(self._generator.on_periodic_emit, self._out)
         idleness = self.strategy.idleness_ms
-        if idleness and not self._idle and now_ms - self._last_record_ms >= idleness:
-            self._idle = True
-            self._status(IDLE)
-
-    def _status(self, status: object) -> None:
-        emit = getattr(self.output, "emit_status", None)
-        if emit is not None:
-            emit(status)
+        if idleness and not self._out.idle and now_ms - self._last_record_ms >= idleness:
+            self._out.mark_idle()
