@@ -30,6 +30,7 @@ _EXPORTS = {
     "CheckpointedFunction": "yarnflow.common.api",
     "ProcessJoinFunction": "yarnflow.common.api",
     "AsyncFunction": "yarnflow.common.api",
+    "SourceFunction": "yarnflow.common.api",
     "AsyncDataStream": "yarnflow.async_io",
     "ValueStateDescriptor": "yarnflow.common.api",
     "ListStateDescriptor": "yarnflow.common.api",

@@ -88,3 +88,9 @@ class SourceMethods:
         RecordBatch, Table or dict of columns); unbounded when ``count`` is None;
         ``rate_per_s`` limits the rows per second over all subtasks."""
         return self._source(GeneratorSource(fn, count, rate_per_s, name))
+
+    def add_source(self, fn: Any, name: str | None = None) -> DataStream:
+        """A source of your own: a ``SourceFunction`` (one instance per subtask)."""
+        from yarnflow.worker.operators.user_source import UserSource
+
+        return self._source(UserSource(fn, name))

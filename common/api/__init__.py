@@ -15,6 +15,7 @@ from yarnflow.common.api.co_functions import (
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     ProcessJoinFunction,
+    SourceFunction,
 )
 from yarnflow.common.api.async_function import AsyncFunction
 from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
@@ -59,6 +60,7 @@ __all__ = [
     "ProcessingTimeSessionWindows",
     "ReducingStateDescriptor",
     "SlidingEventTimeWindows",
+    "SourceFunction",
     "SlidingProcessingTimeWindows",
     "StateDescriptor",
     "StateDescriptorError",

@@ -23,6 +23,7 @@ __all__ = [
     "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "ProcessJoinFunction",
+    "SourceFunction",
 ]
 
 
@@ -150,6 +151,26 @@ class ProcessJoinFunction:
 
     def process_element(self, left: dict[str, Any], right: dict[str, Any], ctx: Any, out: Any) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement process_element")
+
+    def close(self) -> None:
+        pass
+
+
+class SourceFunction:
+    """A source of your own (Flink's SourceFunction, parallel: ``env.add_source(fn)`` runs one
+    instance per subtask; ``set_parallelism(1)`` for a single one). ``run(ctx)`` emits rows with
+    ``ctx.collect(row)`` until it returns (the end of its input) or ``ctx.is_cancelled()`` says
+    to stop; ``ctx.runtime_context`` has the subtask index and parallelism. Mix in
+    ``CheckpointedFunction`` for state: a checkpoint is taken only inside ``ctx.collect`` (before
+    the row it is given is emitted) or ``ctx.sleep``, so the function's state always matches the
+    rows emitted before it: update it right after each ``collect``, as Flink's checkpoint lock
+    has you do."""
+
+    def open(self, ctx: Any) -> None:
+        pass
+
+    def run(self, ctx: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement run")
 
     def close(self) -> None:
         pass
