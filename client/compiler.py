@@ -69,6 +69,9 @@ def _checkpointing(conf: Mapping[str, str]) -> bool:
 
 
 def _is_stateful(op: Operator) -> bool:
+    declared = getattr(op, "stateful", None)  # (an operator whose state depends on its function)
+    if declared is not None:
+        return bool(declared)
     return type(op).snapshot_state is not Operator.snapshot_state
 
 

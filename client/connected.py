@@ -97,6 +97,13 @@ class ConnectedStreams:
         return self._op(CoProcessOperator(CoFlatMapAdapter(f1, f2), self._keys(), time_columns=self._times(),
                                           name=name or "co-flat-map"))
 
+    def map_batches(self, fn1: Any, fn2: Any, name: str | None = None) -> DataStream:
+        """The vectorised co-map: ``fn1`` / ``fn2`` take a RecordBatch of their stream and return
+        a RecordBatch or Table."""
+        from yarnflow.worker.operators.co_process import CoMapBatches
+
+        return self._op(CoMapBatches(fn1, fn2, name))
+
     def process(self, fn: Any, name: str | None = None) -> DataStream:
         """A CoProcessFunction, or a KeyedCoProcessFunction when both streams are keyed."""
         from yarnflow.common.api.co_functions import KeyedCoProcessFunction

@@ -196,9 +196,19 @@ def test_co_map_and_co_flat_map_merge_two_streams_of_different_shapes(run: Any) 
         words = env.from_collection([{"w": w} for w in ("a", "bb")])
         numbers.connect(words).map(Both()).collect()
         numbers.connect(words).flat_map(lambda r: [{"x": r["n"]}] * 2, lambda r: [{"x": len(r["w"])}]).collect()
+        numbers.connect(words).map_batches(lambda b: b.select(["n"]).rename_columns(["x"]),
+                                           lambda b: pc_lengths(b)).collect()
 
     result = run(build)
-    mapped, flat = (result.collected(uid).to_pylist() for uid in result.collect_uids)
+    mapped, flat, batched = (result.collected(uid).to_pylist() for uid in result.collect_uids)
     assert sorted((r["what"], r["text"]) for r in mapped) == sorted(
         [("number", str(i)) for i in range(5)] + [("word", "A"), ("word", "BB")])
     assert sorted(r["x"] for r in flat) == sorted([0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 1, 2])
+    assert sorted(r["x"] for r in batched) == [0, 1, 1, 2, 2, 3, 4]
+
+
+def pc_lengths(batch: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa.record_batch({"x": pc.cast(pc.utf8_length(batch.column("w")), pa.int64())})

@@ -21,7 +21,7 @@ from tests.integration.test_streaming_exactly_once import CHECKPOINTS, run_killi
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-FILES, PER_FILE, KEYS, LOWER, UPPER, JITTER = 6, 300, 7, -5, 8, 40
+FILES, PER_FILE, KEYS, LOWER, UPPER, JITTER = 8, 300, 7, -5, 8, 40
 
 # argv: A B OUT PARALLELISM
 JOB = textwrap.dedent(f"""\
@@ -31,7 +31,7 @@ JOB = textwrap.dedent(f"""\
     from yarnflow.windows import WatermarkStrategy
 
     def parse(batch):
-        time.sleep(0.12)
+        time.sleep(0.15)
         parts = pc.split_pattern(batch.column("line"), " ")
         return pa.record_batch({{"k": pc.list_element(parts, 0),
                                 "ts": pc.cast(pc.list_element(parts, 1), pa.int64()),
@@ -84,7 +84,9 @@ def joined(out: Path) -> list[tuple[str, str]]:
     return sorted(zip(table["a"].to_pylist(), table["b"].to_pylist()))
 
 
-def test_an_interval_join_is_exact_across_a_killed_taskexecutor(local_cluster: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_an_interval_join_is_exact_across_a_killed_taskexecutor(local_cluster: Any, tmp_path: Path,
+                                                                backend: str) -> None:
     import importlib.util
     import sys
 
@@ -102,7 +104,9 @@ def test_an_interval_join_is_exact_across_a_killed_taskexecutor(local_cluster: A
         module.build(env, str(tmp_path / "a"), str(tmp_path / "b"), str(out))
 
     try:
-        run_killing_one_taskexecutor(cluster, build, "interval", {**CHECKPOINTS, "execution.batch-size": "50"},
+        run_killing_one_taskexecutor(cluster, build, f"interval-{backend}",
+                                     {**CHECKPOINTS, "execution.batch-size": "50", "state.backend.type": backend,
+                                      "state.backend.rocksdb.localdir": str(tmp_path / "local")},
                                      random.Random(3), (0.3, 1.0))
     finally:
         sys.modules.pop("interval_job", None)

@@ -66,3 +66,52 @@ def test_a_stop_ends_the_run_and_errors_name_the_operator() -> None:
         h.run()
     with pytest.raises(JobDefinitionError, match="SourceFunction instance"):
         UserSource(Counter)
+
+
+class Numbering(CheckpointedFunction):
+    """A map that numbers its rows, the count kept in list state (Flink's CheckpointedFunction
+    on a MapFunction)."""
+
+    def initialize_state(self, ctx: Any) -> None:
+        self.state = ctx.get_operator_state_store().get_list_state(ListStateDescriptor("seen"))
+        self.seen = sum(self.state.get())
+        self.opened = False
+
+    def open(self, ctx: Any) -> None:
+        self.opened = True
+
+    def snapshot_state(self, ctx: Any) -> None:
+        self.state.update([self.seen])
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        self.seen += 1
+        return {**row, "n": self.seen}
+
+
+def test_a_checkpointed_map_keeps_its_state_across_a_restore_and_stays_in_the_task() -> None:
+    from yarnflow.worker.operators.transforms import RowMap
+    from yarnflow.worker.pyworker import offloadable
+
+    op = RowMap(Numbering())
+    assert not offloadable(op) and op.stateful  # (its state must stay in the task's process)
+    assert offloadable(RowMap(lambda r: r)) and not RowMap(lambda r: r).stateful
+    h = OperatorHarness(op)
+    assert op.fn.opened
+    h.batch([{"x": 1}, {"x": 2}])
+    snapshot = op.snapshot_state(1)
+    again = RowMap(Numbering())
+    h2 = OperatorHarness(again, open=False)
+    again.initialize_state(snapshot)
+    again.open()
+    h2.batch([{"x": 3}])
+    assert [r["n"] for r in h2.rows()] == [3]
+
+    # rescaled 1 -> 2: the list (one count) is split; one subtask gets it, the other starts at 0
+    counts = []
+    for index in range(2):
+        part = RowMap(Numbering())
+        OperatorHarness(part, open=False, subtask_index=index, parallelism=2)
+        part.initialize_state(snapshot)
+        part.open()
+        counts.append(part.fn.seen)
+    assert sorted(counts) == [0, 2]

@@ -31,6 +31,7 @@ from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.elements import Watermark
 from yarnflow.worker.key_assignment import key_groups
 from yarnflow.worker.operators.base import Output, RuntimeContext, TwoInputOperator
+from yarnflow.worker.operators.checkpointed import InitContext
 from yarnflow.worker.operators.keyed import key_tuples, keyed_backend
 from yarnflow.worker.operators.process import BufferedOutputs, Collector
 from yarnflow.worker.operators.rows import RowBuffer, row_dicts
@@ -38,7 +39,7 @@ from yarnflow.worker.operators.timestamps import event_times_ms
 from yarnflow.worker.state.operator_state import OperatorStateStore, ReadOnlyBroadcastState
 from yarnflow.worker.state.tables import AsyncSnapshot, Snapshot
 
-__all__ = ["CoFlatMapAdapter", "CoMapAdapter", "CoProcessOperator"]
+__all__ = ["CoFlatMapAdapter", "CoMapAdapter", "CoMapBatches", "CoProcessOperator"]
 
 _METHODS = {False: ("process_element1", "process_element2"), True: ("process_element", "process_broadcast_element")}
 
@@ -76,6 +77,27 @@ class CoFlatMapAdapter(CoMapAdapter):
     def process_element2(self, row: dict[str, Any], ctx: Any, out: Any) -> None:
         for r in self.fn2(row) or ():
             out.collect(r)
+
+
+class CoMapBatches(TwoInputOperator):
+    """``connected.map_batches(fn1, fn2)``: the vectorised co-map, a RecordBatch of input 1 to
+    ``fn1`` and one of input 2 to ``fn2`` (each returns a RecordBatch or Table); watermarks are
+    the minimum of both inputs'."""
+
+    kind = "co_map_batches"
+
+    def __init__(self, fn1: Any, fn2: Any, name: str | None = None) -> None:
+        super().__init__(name or "co-map-batches")
+        if not callable(fn1) or not callable(fn2):
+            raise JobDefinitionError(f"operator '{self.name}': map_batches needs two functions of a RecordBatch")
+        self.fns = (fn1, fn2)
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        from yarnflow.worker.operators.transforms import to_batches
+
+        for out in to_batches(self.call_user(self.fns[1 if input_index else 0], batch), self.name):
+            if out.num_rows:
+                self.output.collect(out)
 
 
 class _TimerService:
@@ -155,20 +177,6 @@ class CoContext:
             fn(key[0] if len(key) == 1 else key, state)
 
 
-class _InitContext:
-    """What ``CheckpointedFunction.initialize_state`` / ``snapshot_state`` are given."""
-
-    def __init__(self, store: OperatorStateStore, checkpoint_id: int = 0) -> None:
-        self._store = store
-        self.checkpoint_id = checkpoint_id
-
-    def is_restored(self) -> bool:
-        return self._store.is_restored
-
-    def get_operator_state_store(self) -> OperatorStateStore:
-        return self._store
-
-
 class CoProcessOperator(BufferedOutputs, TwoInputOperator):
     """``connect()``: ``fn`` per row of either input (see the module doc). ``keys``: the key
     columns of input 0 and of input 1 (None for an input that is not keyed: the broadcast one);
@@ -211,7 +219,7 @@ class CoProcessOperator(BufferedOutputs, TwoInputOperator):
         if self._backend is not None:
             self.fn._yarnflow_state_backend = self._backend
         if isinstance(self.fn, CheckpointedFunction):
-            self.call_user(self.fn.initialize_state, _InitContext(self.operator_state))
+            self.call_user(self.fn.initialize_state, InitContext(self.operator_state))
         if callable(getattr(self.fn, "open", None)):
             self.call_user(self.fn.open, self.ctx)
 
@@ -286,7 +294,7 @@ class CoProcessOperator(BufferedOutputs, TwoInputOperator):
     # -- state -----------------------------------------------------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> Snapshot:
         if isinstance(self.fn, CheckpointedFunction):
-            self.call_user(self.fn.snapshot_state, _InitContext(self.operator_state, checkpoint_id))
+            self.call_user(self.fn.snapshot_state, InitContext(self.operator_state, checkpoint_id))
         tables = self.operator_state.snapshot()
         if self._backend is None:
             return tables

@@ -47,7 +47,8 @@ from yarnflow.worker.operators.timestamps import MissingEventTimeError, event_ti
 from yarnflow.worker.elements import Watermark
 from yarnflow.worker.key_assignment import key_groups
 from yarnflow.worker.state.heap import ABSENT, HeapKeyedStateBackend
-from yarnflow.worker.state.tables import Snapshot
+from yarnflow.worker.operators.checkpointed import FunctionState
+from yarnflow.worker.state.tables import AsyncSnapshot, Snapshot
 
 __all__ = [
     "Collector",
@@ -232,10 +233,24 @@ class KeyedProcessOperator(_KeyedOperator):
         self._context = ProcessContext(self)
         self._collector = Collector(self._main)
         self._key_records = KeyRecords()
+        self._function_state = FunctionState(self, self.fn)
 
     def open(self) -> None:
         self.fn._yarnflow_state_backend = self._backend  # type: ignore[attr-defined]
+        self._function_state.initialize()
         self.call_user(self.fn.open, self.ctx)
+
+    def snapshot_state(self, checkpoint_id: int) -> Snapshot:
+        """The keyed state backend's snapshot, and the function's operator state (a
+        CheckpointedFunction's)."""
+        own = self._function_state.snapshot(checkpoint_id)
+        keyed = self._backend.snapshot()
+        if not own:
+            return keyed
+        return keyed.with_tables(own) if isinstance(keyed, AsyncSnapshot) else {**keyed, **own}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        self._backend.restore(self._function_state.restore(state))
 
     def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         if batch.num_rows == 0:

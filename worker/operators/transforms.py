@@ -17,8 +17,10 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
+from yarnflow.common.api.co_functions import CheckpointedFunction
 from yarnflow.common.config import Options
 from yarnflow.worker.operators.base import Operator
+from yarnflow.worker.operators.checkpointed import FunctionState
 from yarnflow.worker.operators.lifting import LiftedFunction, lift_with_reason
 from yarnflow.worker.operators.lifting_flat import LiftedFlatMap, lift_flat_map
 from yarnflow.worker.operators.row_views import RowView, row_view
@@ -45,7 +47,34 @@ def to_batches(value: Any, op_name: str) -> list[pa.RecordBatch]:
                               f"got {type(value).__name__}")
 
 
-class MapBatches(Operator):
+class _UserFunction(Operator):
+    """An operator running the user function ``fn``, whose operator state (a
+    ``CheckpointedFunction``'s) it snapshots and restores (``checkpointed.py``)."""
+
+    fn: Callable[..., Any]
+
+    @property
+    def stateful(self) -> bool:
+        return isinstance(self.fn, CheckpointedFunction)
+
+    def setup(self, ctx: Any, output: Any) -> None:
+        super().setup(ctx, output)
+        self._function_state = FunctionState(self, self.fn)
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        self._function_state.restore(state)
+
+    def open(self) -> None:
+        super().open()
+        self._function_state.initialize()
+        if callable(getattr(self.fn, "open", None)):  # (a class with open(ctx), as Flink's RichFunction)
+            self.call_user(self.fn.open, self.ctx)  # type: ignore[attr-defined]
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        return self._function_state.snapshot(checkpoint_id)
+
+
+class MapBatches(_UserFunction):
     kind = "map_batches"
 
     def __init__(self, fn: Callable[[pa.RecordBatch], Any], name: str | None = None) -> None:
@@ -115,15 +144,19 @@ def _per_row(op: Any, batch: pa.RecordBatch, here: Callable[[pa.RecordBatch], No
     worker.spent(time.perf_counter() - began)
 
 
-class _Offloading(Operator):
-    """A stateless per-row operator: its task may run its batches in its Python worker process
+class _Offloading(_UserFunction):
+    """A per-row operator: its task may run its batches in its Python worker process
     (``worker/pyworker``), which answers later; what was sent comes out before a watermark,
-    a checkpoint's barrier or the end of input goes on."""
+    a checkpoint's barrier or the end of input goes on. Not one whose function keeps operator
+    state (a CheckpointedFunction): that state is in the task's process."""
 
-    runs_in_python_worker = True
     row_schema: pa.Schema | None = None
     fn: Callable[..., Any]
     _view: RowView | None = None
+
+    @property
+    def runs_in_python_worker(self) -> bool:
+        return not self.stateful
 
     def setup(self, ctx: Any, output: Any) -> None:
         super().setup(ctx, output)

@@ -16,7 +16,7 @@ import pyarrow as pa
 from yarnflow.common.api.co_functions import CheckpointedFunction
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Output, RuntimeContext, SourceOperator
-from yarnflow.worker.operators.co_process import _InitContext
+from yarnflow.worker.operators.checkpointed import InitContext
 from yarnflow.worker.operators.rows import RowBuffer
 from yarnflow.worker.state.operator_state import OperatorStateStore
 
@@ -93,7 +93,7 @@ class UserSource(SourceOperator):
 
     def open(self) -> None:
         if isinstance(self.fn, CheckpointedFunction):
-            self.call_user(self.fn.initialize_state, _InitContext(self._state))
+            self.call_user(self.fn.initialize_state, InitContext(self._state))
         if callable(getattr(self.fn, "open", None)):
             self.call_user(self.fn.open, self.ctx)
 
@@ -107,7 +107,7 @@ class UserSource(SourceOperator):
 
     def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
         if isinstance(self.fn, CheckpointedFunction):
-            self.call_user(self.fn.snapshot_state, _InitContext(self._state, checkpoint_id))
+            self.call_user(self.fn.snapshot_state, InitContext(self._state, checkpoint_id))
         return self._state.snapshot()
 
     def close(self) -> None:
