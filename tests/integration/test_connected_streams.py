@@ -7,7 +7,10 @@ state, exactly; CoMap and CoFlatMap functions merge two streams of different sha
 from __future__ import annotations
 
 import collections
+import json
+import os
 import random
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import pyarrow.dataset as pads
 import pytest
 
 import yarnflow
+from tests.harness import wait_until
 from tests.integration.test_streaming_exactly_once import CHECKPOINTS, run_killing_one_taskexecutor
 from yarnflow import (
     KeyedBroadcastProcessFunction,
@@ -28,6 +32,7 @@ from yarnflow import (
 pytestmark = [pytest.mark.integration]
 
 EVENTS, KEYS, VERSIONS, EVENT_FILES = 4000, 11, 20, 8
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
 RULES = MapStateDescriptor("rules")
 WAITING = ListStateDescriptor("waiting")
 DECIDED = ValueStateDescriptor("decided", default=0)
@@ -212,3 +217,50 @@ def pc_lengths(batch: Any) -> Any:
     import pyarrow.compute as pc
 
     return pa.record_batch({"x": pc.cast(pc.utf8_length(batch.column("w")), pa.int64())})
+
+
+# argv: ROOT OUT PARALLELISM; the rules engine above as a job file, for the CLI
+RULES_JOB = textwrap.dedent("""\
+    import sys
+    from pathlib import Path
+    import yarnflow
+    from tests.integration.test_connected_streams import rules_job
+
+    env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(int(sys.argv[3]))
+    rules_job(Path(sys.argv[1]), Path(sys.argv[2]))(env)
+    env.execute("rules rescaled")
+""")
+
+
+@pytest.mark.timeout(240)
+def test_broadcast_state_is_copied_to_every_subtask_of_a_rescaled_job(cli: Any, local_cluster: Any,
+                                                                      tmp_path: Path) -> None:
+    """Savepointed at parallelism 2 after some rules arrived, restored at 3: the new third subtask
+    has the rules from its copy of the broadcast state (the rules source does not read them
+    again), so its keys' events are decided; every event once."""
+    root, out = tmp_path / "in", tmp_path / "out"
+    write_inputs(root)
+    (tmp_path / "job.py").write_text(RULES_JOB)
+    cli.env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, cli.env.get("PYTHONPATH", "")]))
+    address = local_cluster(taskexecutors=2, slots=3).address
+    conf = ["-D", "execution.checkpointing.interval=200 ms", "-D", "execution.batch-size=50"]
+    cli.run("run", "-a", address, "--detached", *conf, "job.py", str(root), str(out), "2", check=True)
+
+    def checkpointed() -> str | None:
+        listed = cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()
+        job = json.loads(listed[-1])["id"] if listed else None
+        return job if job and "COMPLETED" in cli.run("info", "-a", address, job, check=True).stdout else None
+    job = str(wait_until(checkpointed, 60, "the job never completed a checkpoint", interval_s=0.2))
+    [path] = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True).stdout.split()
+    copies = list(Path(path.removeprefix("file://")).glob("rules-engine/*/operator.broadcast.rules.arrow"))
+    assert len(copies) == 2 and all(pads.dataset(str(c), format="arrow").count_rows() > 0 for c in copies), copies
+    cli.run("cancel", "-a", address, job, check=True)
+    wait_until(lambda: cli.job_status("-a", address, job) == "CANCELED", 30, "not cancelled")
+
+    restored = cli.run("run", "-a", address, "--no-progress", "-s", path, *conf, "job.py", str(root), str(out), "3",
+                       timeout=150)
+    assert restored.returncode == 0, restored.stderr
+    table = pads.dataset(str(out), format="parquet").to_table()
+    got = collections.Counter(zip(table["seq"].to_pylist(), table["passed"].to_pylist()))
+    assert got == collections.Counter((s, value(s) >= threshold(s % VERSIONS + 1)) for s in range(EVENTS))
