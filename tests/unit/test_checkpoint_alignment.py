@@ -212,10 +212,15 @@ def test_aligner_trigger_completes_when_every_channel_ended() -> None:
     a = BarrierAligner(2, clock=lambda: 0.0)
     a.on_end_of_partition(0)
     assert a.on_trigger(barrier(4)) == []
-    assert a.on_end_of_partition(1) == [Snapshot(barrier(4), 0)]
+    assert a.on_end_of_partition(1) == [Snapshot(barrier(4), 0, at_end=True)]  # the cut is the end of input
     both_ended = BarrierAligner(1, clock=lambda: 0.0)
     both_ended.on_end_of_partition(0)
-    assert both_ended.on_trigger(barrier(5)) == [Snapshot(barrier(5), 0)]
+    assert both_ended.on_trigger(barrier(5)) == [Snapshot(barrier(5), 0, at_end=True)]
+    # a trigger whose barrier a channel still delivers: the cut is that barrier
+    mixed = BarrierAligner(2, clock=lambda: 0.0)
+    assert mixed.on_trigger(barrier(6)) == []
+    assert mixed.on_end_of_partition(0) == []
+    assert mixed.on_barrier(1, barrier(6)) == [Snapshot(barrier(6), 0, at_end=False)]
 
 
 # -- the StreamTask ---------------------------------------------------------------------------
@@ -507,3 +512,32 @@ def test_a_stop_barrier_keeps_its_mode_on_the_wire() -> None:
         assert decode_event(encode_event(barrier)) == barrier
     with pytest.raises(ValueError, match="malformed checkpoint barrier"):
         decode_event(b"B7:123:1:halt")
+
+
+def test_a_direct_trigger_whose_barrier_came_from_upstream_is_taken_at_that_barrier() -> None:
+    """The JobMaster triggers a task directly once its upstream finished; if the upstream had
+    snapshotted that checkpoint before it finished, its barrier is in the channel: the snapshot is
+    taken there (a consistent cut with the upstream's position), not after the chain finished,
+    which would put rows the upstream replays after a restore into it twice (a Spark stage's
+    STREAMING test saw that)."""
+    import threading
+
+    log: list[Any] = []
+    sink = RecordingSink(log)
+    st = StreamTask([TwoPhase(log)], ScriptedGate([(0, b(1)), (0, barrier(4)), (0, b(2)), (0, END_OF_PARTITION)]),
+                    [0], [RecordingWriter(log)], lambda: False, "sink", snapshots=sink)  # type: ignore[arg-type,list-item]
+    st.wire(lambda _: ctx())
+    st.mailbox.put(TriggerCheckpoint(4, 5, True))  # the direct trigger comes first
+    runner = threading.Thread(target=st.invoke)
+    runner.start()
+    wait_until(lambda: 4 in sink.taken, 5, "checkpoint 4 was never snapshotted")
+    assert sink.seen(4) == [1]  # at the barrier: the row after it is not in checkpoint 4
+    assert log.index(("snapshot", 4)) < log.index(("finished",))
+    st.mailbox.put(NotifyCheckpoint(4, complete=True))  # taken before the end: not the final one
+    wait_until(lambda: ("complete", 4) in log, 5, "checkpoint 4 never completed")
+    assert runner.is_alive()
+    st.mailbox.put(TriggerCheckpoint(5, 6, True))
+    wait_until(lambda: 5 in sink.taken, 5, "the final checkpoint was never snapshotted")
+    st.mailbox.put(NotifyCheckpoint(5, complete=True))
+    runner.join(5)
+    assert not runner.is_alive() and sink.seen(5) == [1, 2]

@@ -58,6 +58,9 @@ class Snapshot:
     alignment_ms: int
     #: taken before every barrier came: the channels still recording hold in-flight data
     unaligned: bool = False
+    #: no channel delivered the barrier, every one ended (a direct trigger at a task whose
+    #: upstream finished before it snapshotted): the cut is the end of the whole input
+    at_end: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,7 @@ class BarrierAligner:
         p = self._pending
         if p is None or len(self._arrived | self._ended) < self._n:
             return []
+        at_end = not self._arrived
         self._pending = None
         self._arrived = set()
         self.last_handled = p.checkpoint_id
@@ -200,4 +204,4 @@ class BarrierAligner:
             self.unaligned = False
             return [InflightComplete(p.checkpoint_id, int(round((self._clock() - self._unaligned_at) * 1000)))]
         alignment_ms = int(round((self._clock() - self._started) * 1000))
-        return [Snapshot(p, alignment_ms)]
+        return [Snapshot(p, alignment_ms, at_end=at_end)]

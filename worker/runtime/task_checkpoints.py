@@ -136,11 +136,13 @@ class TaskCheckpoints(UnalignedCheckpoints):
                 continue
             if isinstance(action, Snapshot) and action.unaligned:
                 self._take_checkpoint(action.barrier, action.alignment_ms, unaligned=True, channel=channel)
-            elif isinstance(action, Snapshot) and action.barrier.checkpoint_id in self._direct \
+            elif isinstance(action, Snapshot) and action.at_end and action.barrier.checkpoint_id in self._direct \
                     and not self._chain_finished:
-                # a direct trigger completes when every input has ended: its snapshot is taken
-                # once the chain has finished too (after ``finish`` emitted the last results), so
-                # it is the final checkpoint a two-phase sink waits for
+                # a direct trigger that completed because every input ended: its snapshot is
+                # taken once the chain has finished too (after ``finish`` emitted the last
+                # results), so it is the final checkpoint a two-phase sink waits for. (When a
+                # channel delivered the barrier, its upstream snapshotted there: the snapshot is
+                # taken now, at that cut, or the upstream would replay rows it already covers.)
                 self._deferred.append((action.barrier, action.alignment_ms))
             elif isinstance(action, Snapshot):
                 self._take_checkpoint(action.barrier, action.alignment_ms)
