@@ -16,7 +16,7 @@ import pytest
 
 from tests.harness import wait_until
 from tests.integration import test_rescaling
-from tests.integration.test_rescaling import CHECKPOINTS, PER_FILE, WINDOW_MS, _check, _held_splits, _start
+from tests.integration.test_rescaling import CHECKPOINTS, WINDOW_MS, _check, _held_splits, _start
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -37,7 +37,7 @@ def test_a_stopped_job_resumes_from_its_savepoint_as_if_never_stopped(setup: Any
     assert path.startswith(f"file://{tmp_path}/savepoints/savepoint-{job[:6]}-")
     assert cli.job_status("-a", address, job) == "FINISHED"
     held = _held_splits(path)
-    assert any(0 < offset < PER_FILE for _, offset in held), f"no source was mid-file: {held}"
+    assert any(offset > 0 for _, offset in held), f"no source was mid-file: {held}"  # (a read split is not held)
     # not drained: the windows still open at the stop were not emitted (they are in the savepoint)
     windows = {(r["k"], r["window_start"]) for r in _rows(tmp_path / "out" / "windows")}
     expected = {(k, ts - ts % WINDOW_MS) for k, ts in events}
