@@ -127,3 +127,26 @@ def _payload(file: str) -> bytes:
     from yarnflow.worker.state.tables import dumps
 
     return dumps((file, 0))
+
+
+def test_with_idleness_a_held_split_without_rows_stops_holding_the_watermark(tmp_path: Path) -> None:
+    """FLIP-27's per-split idleness: the split waiting its turn gave no rows for the idleness, so
+    the watermark follows the split being read (progress over completeness: b's rows may now be
+    late, as in Flink)."""
+    import itertools
+
+    path = _files(tmp_path)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(5).with_timestamp_column("ts").with_idleness(25)
+    source = FileSource(path, "parquet", watermarks=strategy)
+    clock = itertools.count(0, 10)  # 10 ms of processing time per reading of the clock
+    h = OperatorHarness(source, open=False, batch_size=10)
+    h.ctx.clock = lambda: next(clock)
+    source.initialize_state({"splits": pa.table({
+        "split_id": [f"{path}/a.parquet#0", f"{path}/b.parquet#0"],
+        "payload": [_payload(f"{path}/a.parquet"), _payload(f"{path}/b.parquet")],
+        "offset": [50, 20], "watermark": [1044, 14]}), "static_splits": pa.table({"taken": [2]})})
+    source.open()
+    h.run()
+    marks = [e[1] for e in h.out.events if e[0] == "wm"]
+    assert marks[0] == 14 and 1050 - 6 <= max(marks) <= 1099 - 6  # a's own, once b went idle
+    assert marks == sorted(marks)

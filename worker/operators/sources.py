@@ -179,7 +179,7 @@ class _HeldSplit:
     """A split a file source holds, how many of its rows it emitted, and (with a watermark
     strategy) its own watermark and generator."""
 
-    __slots__ = ("split_id", "payload", "offset", "payload_bytes", "watermark", "generator")
+    __slots__ = ("split_id", "payload", "offset", "payload_bytes", "watermark", "generator", "active_at")
 
     def __init__(self, split_id: str, payload: Any, offset: int = 0, payload_bytes: bytes | None = None,
                  watermark: int = MIN_WATERMARK) -> None:
@@ -189,6 +189,7 @@ class _HeldSplit:
         self.payload_bytes = payload_bytes if payload_bytes is not None else dumps(payload)
         self.watermark = watermark
         self.generator: Any = None
+        self.active_at: int | None = None  # processing time of its latest rows (None: not yet counted)
 
 
 class _SplitOutput(WatermarkOutput):
@@ -212,7 +213,10 @@ class FileSource(SourceOperator):
     With a watermark strategy (FLIP-27's per-split watermarks): each split has its own generator
     and watermark, and the source emits the minimum of the watermarks of the splits it holds (the
     one being read and those restored but not started yet), so a subtask holding several splits
-    (after a restore at a smaller parallelism) neither holds back nor drops the rows of any.
+    (after a restore at a smaller parallelism) neither holds back nor drops the rows of any. With
+    the strategy's idleness (FLIP-27's per-split idleness), a held split that gave no rows for
+    that long no longer holds the watermark back: progress over completeness, as in Flink (its
+    rows may then come late).
 
     State (table ``splits``, one row per split held, the one being read first): ``split_id``
     (string), ``payload`` (binary: the pickled split payload), ``offset`` (int64: rows of the
@@ -325,6 +329,7 @@ class FileSource(SourceOperator):
         assert self.watermarks is not None
         if split.generator is None:
             split.generator = self.watermarks.create_generator()
+        split.active_at = self.ctx.clock()
         ts = event_times_ms(batch, self.watermarks.timestamp_column, self.name)
         out = _SplitOutput(split)
         on_batch = getattr(split.generator, "on_batch", None)
@@ -337,9 +342,18 @@ class FileSource(SourceOperator):
         self._emit_min()
 
     def _emit_min(self) -> None:
-        """The minimum of the held splits' watermarks, when it rose (none held: unchanged)."""
-        if self._splits:
-            low = min(s.watermark for s in self._splits)
+        """The minimum of the held splits' watermarks (those not idle), when it rose (none held:
+        unchanged)."""
+        assert self.watermarks is not None
+        idleness, now = self.watermarks.idleness_ms, self.ctx.clock()
+        live = self._splits
+        if idleness and self._splits:
+            for s in self._splits:
+                if s.active_at is None:
+                    s.active_at = now  # (idle from when the subtask first held it)
+            live = [self._splits[0]] + [s for s in self._splits[1:] if now - (s.active_at or now) < idleness]
+        if live:
+            low = min(s.watermark for s in live)
             if low > self._emitted:
                 self._emitted = low
                 self.output.emit_watermark(Watermark(low))
