@@ -311,3 +311,18 @@ class CheckpointRecorder:
 
     def latest(self) -> dict[str, Any]:
         return self.docs[max(self.docs)]
+
+
+def savepoint_after_a_checkpoint(cli: Any, address: str, target: str) -> tuple[str, str]:
+    """(job id, savepoint URL): the cluster's latest job, savepointed into ``target`` through the
+    CLI once it runs with a completed checkpoint."""
+    import json
+
+    def running_with_checkpoint() -> str | None:
+        listed = cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()
+        job = json.loads(listed[-1])["id"] if listed else None
+        info = cli.run("info", "-a", address, job, check=True).stdout if job else ""
+        return job if "RUNNING" in info and "COMPLETED" in info else None
+    job = str(wait_until(running_with_checkpoint, 60, "the job never ran with a completed checkpoint", interval_s=0.2))
+    [path] = cli.run("savepoint", "-a", address, job, target, check=True).stdout.split()
+    return job, path

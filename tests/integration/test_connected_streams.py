@@ -7,7 +7,6 @@ state, exactly; CoMap and CoFlatMap functions merge two streams of different sha
 from __future__ import annotations
 
 import collections
-import json
 import os
 import random
 import textwrap
@@ -19,7 +18,7 @@ import pyarrow.dataset as pads
 import pytest
 
 import yarnflow
-from tests.harness import wait_until
+from tests.harness import savepoint_after_a_checkpoint, wait_until
 from tests.integration.test_streaming_exactly_once import CHECKPOINTS, run_killing_one_taskexecutor
 from yarnflow import (
     KeyedBroadcastProcessFunction,
@@ -247,12 +246,7 @@ def test_broadcast_state_is_copied_to_every_subtask_of_a_rescaled_job(cli: Any, 
     conf = ["-D", "execution.checkpointing.interval=200 ms", "-D", "execution.batch-size=50"]
     cli.run("run", "-a", address, "--detached", *conf, "job.py", str(root), str(out), "2", check=True)
 
-    def checkpointed() -> str | None:
-        listed = cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()
-        job = json.loads(listed[-1])["id"] if listed else None
-        return job if job and "COMPLETED" in cli.run("info", "-a", address, job, check=True).stdout else None
-    job = str(wait_until(checkpointed, 60, "the job never completed a checkpoint", interval_s=0.2))
-    [path] = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True).stdout.split()
+    job, path = savepoint_after_a_checkpoint(cli, address, str(tmp_path / "savepoints"))
     copies = list(Path(path.removeprefix("file://")).glob("rules-engine/*/operator.broadcast.rules.arrow"))
     assert len(copies) == 2 and all(pads.dataset(str(c), format="arrow").count_rows() > 0 for c in copies), copies
     cli.run("cancel", "-a", address, job, check=True)

@@ -6,7 +6,6 @@ parallelism (2 -> 3) through the CLI, into the same output folder."""
 from __future__ import annotations
 
 import collections
-import json
 import random
 import textwrap
 from pathlib import Path
@@ -16,7 +15,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.conftest import Cli
-from tests.harness import wait_until
+from tests.harness import savepoint_after_a_checkpoint, wait_until
 from tests.integration.test_streaming_exactly_once import CHECKPOINTS, run_killing_one_taskexecutor
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -121,13 +120,7 @@ def test_an_interval_join_restored_at_another_parallelism_is_exact(cli: Cli, loc
     checkpoints = ["-D", "execution.checkpointing.interval=300 ms", "-D", "execution.batch-size=50"]
     cli.run("run", "-a", address, "--detached", *checkpoints, "job.py", *args, "2", check=True)
 
-    def running_with_checkpoint() -> str | None:
-        listed = cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()
-        job = json.loads(listed[-1])["id"] if listed else None
-        info = cli.run("info", "-a", address, job, check=True).stdout if job else ""
-        return job if "RUNNING" in info and "COMPLETED" in info else None
-    job = str(wait_until(running_with_checkpoint, 60, "the job never ran with a completed checkpoint", interval_s=0.2))
-    [path] = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True).stdout.split()
+    job, path = savepoint_after_a_checkpoint(cli, address, str(tmp_path / "savepoints"))
     held = [(Path(s).name, o) for side in ("a", "b")
             for f in Path(path.removeprefix("file://")).glob(f"{side}/*/splits.arrow")
             for t in [pads.dataset(str(f), format="arrow").to_table()]

@@ -10,7 +10,6 @@ second's, whose rows would then be dropped as late.)"""
 from __future__ import annotations
 
 import collections
-import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.conftest import Cli
-from tests.harness import wait_until
+from tests.harness import savepoint_after_a_checkpoint, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -62,14 +61,7 @@ def test_a_subtask_holding_two_restored_splits_drops_none_of_their_rows(cli: Cli
     out = tmp_path / "out"
     cli.run("run", "-a", address, "--detached", *conf, "job.py", str(src), str(out), "2", check=True)
 
-    def mid_file_savepoint() -> str | None:
-        listed = cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()
-        job = json.loads(listed[-1])["id"] if listed else None
-        if not job or "COMPLETED" not in cli.run("info", "-a", address, job, check=True).stdout:
-            return None
-        return job
-    job = str(wait_until(mid_file_savepoint, 60, "the job never completed a checkpoint", interval_s=0.2))
-    [path] = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True).stdout.split()
+    job, path = savepoint_after_a_checkpoint(cli, address, str(tmp_path / "savepoints"))
     held = [(Path(s).name, o, w) for f in Path(path.removeprefix("file://")).glob("source/*/splits.arrow")
             for t in [pads.dataset(str(f), format="arrow").to_table()]
             for s, o, w in zip(t["split_id"].to_pylist(), t["offset"].to_pylist(), t["watermark"].to_pylist())]

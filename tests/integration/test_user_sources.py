@@ -8,7 +8,6 @@ committed exactly once."""
 from __future__ import annotations
 
 import collections
-import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.conftest import Cli
-from tests.harness import wait_until
+from tests.harness import savepoint_after_a_checkpoint, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -70,12 +69,7 @@ def test_a_user_source_with_union_list_state_resumes_every_partition_after_a_res
     conf = ["-D", "execution.checkpointing.interval=200 ms"]
     cli.run("run", "-a", address, "--detached", *conf, "job.py", str(out), "2", check=True)
 
-    def checkpointed() -> str | None:
-        listed = cli.run("list", "-a", address, "--json", check=True).stdout.splitlines()
-        job = json.loads(listed[-1])["id"] if listed else None
-        return job if job and "COMPLETED" in cli.run("info", "-a", address, job, check=True).stdout else None
-    job = str(wait_until(checkpointed, 60, "the job never completed a checkpoint", interval_s=0.2))
-    [path] = cli.run("savepoint", "-a", address, job, str(tmp_path / "savepoints"), check=True).stdout.split()
+    job, path = savepoint_after_a_checkpoint(cli, address, str(tmp_path / "savepoints"))
     offsets = [tuple(v) for f in Path(path.removeprefix("file://")).glob("partitions/*/operator.union.offsets.arrow")
                for v in _pairs(f)]
     assert len(offsets) == PARTITIONS and all(0 < o < PER_PARTITION for _, o in offsets), offsets  # mid-way
