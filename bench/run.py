@@ -120,7 +120,7 @@ def _metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
 def _am_failover(args: argparse.Namespace) -> dict[str, Any]:
     from am_failover import run_am_failover
 
-    return run_am_failover(args.rows, args.interval, args.session_timeout)
+    return run_am_failover(args.rows, args.interval, args.session_timeout, extra=_conf(args))
 
 
 def _checkpoint_size(args: argparse.Namespace) -> dict[str, Any]:
@@ -234,7 +234,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                     "job -> every task RUNNING again; rows lost / duplicated",
                     lambda p: (p.add_argument("--rows", type=int, default=200_000),
                                p.add_argument("--interval", default="500 ms"),
-                               p.add_argument("--session-timeout", default="2 s")), _am_failover),
+                               p.add_argument("--session-timeout", default="2 s"),
+                               p.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                                              help="configuration of the cluster, e.g. -D "
+                                                   "high-availability.keep-running-tasks=false")), _am_failover),
     "rescale": ("a running STREAMING keyed sum with N keys of state rescaled by hand 2 -> 4 -> 2 on a local "
                 "session: seconds per rescale, rows lost / duplicated",
                 lambda p: (p.add_argument("--keys", type=int, default=1_000_000),

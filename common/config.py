@@ -292,6 +292,9 @@ class Options(WebOptions):
     ZK_TOLERATE_SUSPENDED = _opt("high-availability.zookeeper.client.tolerate-suspended-connections", _parse_bool,
                                  "keep leadership while the ZooKeeper connection is suspended (until the "
                                  "session is lost)")
+    HA_KEEP_TASKS = _opt("high-availability.keep-running-tasks", _parse_bool,
+                         "TaskExecutors keep running a job's tasks when the leader changes; the new leader's "
+                         "JobMaster adopts those it finds consistent instead of restarting the job")
     JOB_RESULT_RETENTION = _opt("job-result-store.retention", parse_duration_ms,
                                 "with high availability: keep a job's result this long when no client "
                                 "fetches it")

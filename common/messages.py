@@ -362,6 +362,40 @@ class TaskExecutionStateUpdate(Message):
 
 
 @dataclass(frozen=True)
+class TakenSplit(Message):
+    _thrift = ttypes.TakenSplit
+    split_id: str
+    last_checkpoint_id: int = 0
+
+
+@dataclass(frozen=True)
+class ReconciledTask(Message):
+    """A task a TaskExecutor kept running across a change of the AppMaster leader."""
+
+    _thrift = ttypes.ReconciledTask
+    execution_attempt_id: ids.ExecutionAttemptID
+    vertex_id: ids.JobVertexID
+    subtask_index: int
+    attempt_number: int
+    state: ExecutionState
+    allocation_id: ids.AllocationID
+    last_acknowledged_checkpoint: int = 0
+    taken_splits: list[TakenSplit] = field(default_factory=list)
+    restored_checkpoint: int = 0
+
+
+@dataclass(frozen=True)
+class JobReconnectReport(Message):
+    """What a TaskExecutor holds of a job, for the job's new JobMaster."""
+
+    _thrift = ttypes.JobReconnectReport
+    resource_id: ids.ResourceID
+    slots: list[SlotOffer] = field(default_factory=list)
+    tasks: list[ReconciledTask] = field(default_factory=list)
+    final_updates: list[TaskExecutionStateUpdate] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class SourceSplit(Message):
     _thrift = ttypes.SourceSplit
     split_id: str

@@ -7,6 +7,8 @@ ExecutionState (one attempt of one subtask), as in Flink::
        +-----------+------------+-------------+------------+--> CANCELING -> CANCELED
        +-----------+------------+-------------+------------+--> FAILED
     (CANCELING may still end FAILED or FINISHED when the task reports so first.)
+    CREATED -> RECONCILING -> DEPLOYING | INITIALIZING | RUNNING | FINISHED  (a new leader takes
+    over an attempt that kept running), or -> CANCELED / FAILED (it is restarted)
 
 JobStatus::
 
@@ -36,6 +38,8 @@ class ExecutionState(enum.IntEnum):
     CANCELING = 6
     CANCELED = 7
     FAILED = 8
+    #: a new JobMaster leader asks the TaskExecutors whether the task still runs (Flink's)
+    RECONCILING = 9
 
     @property
     def is_terminal(self) -> bool:
@@ -51,7 +55,10 @@ class ExecutionState(enum.IntEnum):
 
 _E = ExecutionState
 _EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
-    _E.CREATED: frozenset({_E.SCHEDULED, _E.CANCELED, _E.FAILED}),
+    _E.CREATED: frozenset({_E.SCHEDULED, _E.RECONCILING, _E.CANCELED, _E.FAILED}),
+    # reconciled: the task runs on (its reported state), or it is restarted (CANCELED)
+    _E.RECONCILING: frozenset({_E.DEPLOYING, _E.INITIALIZING, _E.RUNNING, _E.FINISHED, _E.CANCELING, _E.CANCELED,
+                               _E.FAILED}),
     _E.SCHEDULED: frozenset({_E.DEPLOYING, _E.CANCELED, _E.FAILED}),
     _E.DEPLOYING: frozenset({_E.INITIALIZING, _E.RUNNING, _E.FINISHED, _E.CANCELING, _E.FAILED}),
     _E.INITIALIZING: frozenset({_E.RUNNING, _E.FINISHED, _E.CANCELING, _E.FAILED}),
@@ -97,6 +104,7 @@ TASK_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
     _E.INITIALIZING: frozenset({_E.RUNNING, _E.CANCELED, _E.FAILED}),
     _E.RUNNING: frozenset({_E.FINISHED, _E.CANCELED, _E.FAILED}),
     _E.CANCELING: frozenset({_E.CANCELED}),
+    _E.RECONCILING: frozenset(),  # (the JobMaster's only)
     _E.FINISHED: frozenset(),
     _E.CANCELED: frozenset(),
     _E.FAILED: frozenset(),

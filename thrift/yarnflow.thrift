@@ -30,6 +30,7 @@ exception RpcError {
 enum ExecutionState {
   CREATED = 0, SCHEDULED = 1, DEPLOYING = 2, INITIALIZING = 3, RUNNING = 4,
   FINISHED = 5, CANCELING = 6, CANCELED = 7, FAILED = 8,
+  RECONCILING = 9,                 // a new JobMaster leader learns whether the task still runs
 }
 
 enum JobStatus {
@@ -318,6 +319,34 @@ struct TaskExecutionStateUpdate {
   7: optional TaskMetrics metrics,
 }
 
+// A split a running source task took from the split enumerator, and the last checkpoint
+// barrier the task had emitted when it took it (a master failover keeps it booked there).
+struct TakenSplit {
+  1: string split_id,
+  2: i64 last_checkpoint_id,
+}
+
+// One task of a job a TaskExecutor kept running across a change of the AppMaster leader.
+struct ReconciledTask {
+  1: string execution_attempt_id,
+  2: string vertex_id,
+  3: i32 subtask_index,
+  4: i32 attempt_number,
+  5: ExecutionState state,
+  6: string allocation_id,
+  7: i64 last_acknowledged_checkpoint,
+  8: list<TakenSplit> taken_splits,
+  9: i64 restored_checkpoint,      // the checkpoint it started from (0: none)
+}
+
+// What a TaskExecutor holds of a job, for the job's new JobMaster (reconnectJob).
+struct JobReconnectReport {
+  1: string resource_id,
+  2: list<SlotOffer> slots,
+  3: list<ReconciledTask> tasks,
+  4: list<TaskExecutionStateUpdate> final_updates,  // ended tasks not yet acknowledged
+}
+
 struct SourceSplit {
   1: string split_id,
   2: binary payload,               // the source's own description of the split (pickled)
@@ -491,6 +520,11 @@ service TaskExecutorService {
                                 3: i64 checkpoint_id) throws (1: RpcError err),
   void notifyCheckpointAborted(1: string jobmaster_fencing_token, 2: string execution_attempt_id,
                                3: i64 checkpoint_id) throws (1: RpcError err),
+  // From a new leader's JobMaster of job_id (fenced by the new leader's ResourceManager
+  // token): the job's slots and tasks here now answer to that JobMaster; what they hold.
+  JobReconnectReport reconnectJob(1: string rm_fencing_token, 2: string job_id,
+                                  3: string jobmaster_address, 4: string jobmaster_fencing_token)
+      throws (1: RpcError err),
   // Every thread of this process with its stack (REST: /taskmanagers/:id/thread-dump).
   list<ThreadInfo> requestThreadDump() throws (1: RpcError err),
   // Flame graphs: num_samples samples, delay_ms apart, of the threads of job_id's vertex_id

@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 from yarnflow.common import logs
 from yarnflow.common.config import Options, parse_duration_ms, parse_size_bytes
-from yarnflow.common.messages import ErrorInfo, SplitResponse, TaskDeploymentDescriptor, TaskExecutionStateUpdate
+from yarnflow.common.messages import (ErrorInfo, SplitResponse, TakenSplit, TaskDeploymentDescriptor,
+                                      TaskExecutionStateUpdate)
 from yarnflow.common.lifecycle import Lifecycle
 from yarnflow.common.states import TASK_TRANSITIONS, ExecutionState
 from yarnflow.common.artifacts import ArtifactCache
@@ -81,6 +82,9 @@ class Task:
         self._spark_master = spark_master
         self.spill = SpillFiles(spill_roots, str(tdd.execution_attempt_id)) if spill_roots else SpillFiles()
         self._request_split = request_split
+        #: every split this task took from the enumerator, with the last barrier it had emitted
+        #: then (booked by the TaskExecutor as it takes it: a new leader's JobMaster is told)
+        self.taken_splits: list[TakenSplit] = []
         self._responder = checkpoints
         #: checkpoint calls for the task thread
         self.mailbox = Mailbox()

@@ -262,6 +262,10 @@ class JobCheckpoints:
                                                                     for f in st.files))
         self.ever_completed = True
 
+    def finished_in(self, checkpoint_id: int) -> set[SubtaskId]:
+        """The subtasks that had finished when checkpoint ``checkpoint_id`` was taken."""
+        return {sid for sid, st in self._states.get(checkpoint_id, {}).items() if st.finished}
+
     def restore_point(self) -> CheckpointStats | None:
         """The latest completed checkpoint not known to be unreadable."""
         for stats in reversed(self.coordinator.completed):

@@ -206,6 +206,20 @@ class ExecutionGraph:
         self._by_attempt[ex.attempt_id] = ex
         return ex
 
+    def adopt(self, ev: ExecutionVertex, attempt_id: ExecutionAttemptID, attempt_number: int) -> Execution:
+        """The subtask's attempt is one a TaskExecutor kept running across a change of leader:
+        it replaces the attempt this graph was built with (never run), in RECONCILING."""
+        placeholder = ev.current
+        if placeholder.state not in (ExecutionState.CREATED, ExecutionState.RECONCILING):
+            raise IllegalStateTransition(f"{ev.name}: cannot adopt an attempt while {placeholder.state.name}")
+        self._by_attempt.pop(placeholder.attempt_id, None)
+        ex = ev.current = Execution(ev, attempt_number, ExecutionAttemptID(attempt_id))
+        ex.transition(ExecutionState.RECONCILING)
+        ex.restore = placeholder.restore
+        ev.stamp.value += 1
+        self._by_attempt[ex.attempt_id] = ex
+        return ex
+
     def is_current(self, ex: Execution) -> bool:
         return ex.vertex.current is ex
 

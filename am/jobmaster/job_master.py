@@ -52,6 +52,7 @@ from yarnflow.am.jobmaster.actions import (
 from yarnflow.am.jobmaster.job_master_core import JobMasterCore
 from yarnflow.am.jobmaster.savepointing import SavepointsAndRecovery
 from yarnflow.am.jobmaster.splits import SplitEnumerator
+from yarnflow.am.jobmaster.takeover import TaskTakeover
 from yarnflow.am.resourcemanager.gateway import ResourceManagerGateway
 from yarnflow.common import logs
 from yarnflow.common.clock import Clock, SystemClock, TimerHandle
@@ -65,7 +66,7 @@ from yarnflow.common.errors import (
     NotLeaderError,
     RpcError,
 )
-from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices
+from yarnflow.common.ha import EmbeddedHaServices, HighAvailabilityServices, ha_enabled
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
 from yarnflow.common.messages import (
     AllocatedSlotReport,
@@ -102,7 +103,7 @@ class _MainThreadTimers:
         return self._jm._main.schedule(delay_ms, lambda: self._jm._guarded(fn))
 
 
-class JobMaster(SavepointsAndRecovery, RpcEndpoint):
+class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
     """Fenced by a token of its own (``fencing_token``), which its TaskExecutors get with each
     slot request; served as the service ``jobmaster/<job id>`` on the AppMaster's port."""
 
@@ -142,6 +143,11 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
         self._checkpoint_store = ha.checkpoint_store(self.job_id)
         self._is_leader = is_leader or (lambda: True)
         self._recover = recover
+        #: a new leader: first take over the tasks the TaskExecutors kept running (takeover.py)
+        self._takeover_ms = job_config[Options.PREVIOUS_WORKER_RECOVERY_TIMEOUT] if (
+            recover and ha_enabled(config) and job_config[Options.HA_KEEP_TASKS]
+            and rm.expects_previous_workers()) else 0
+        self._address = address
         self._savepoint_path = str(job_config[Options.SAVEPOINT_PATH])
         self._allow_non_restored = bool(job_config[Options.SAVEPOINT_IGNORE_UNCLAIMED])
         self._checkpoint_timeout_ms = int(job_config[Options.CHECKPOINT_TIMEOUT])
@@ -182,7 +188,9 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
 
     def _start(self) -> None:
         self._rm_token = self._rm.fencing_token
-        self.core.start()
+        self.core.start(reconcile=bool(self._takeover_ms))
+        if self.core.reconciling:
+            self._begin_takeover(self._takeover_ms)
         self._main.schedule(self._rm_check_ms, self._check_resource_manager)
 
     def suspend(self, reason: str) -> None:
@@ -433,6 +441,8 @@ class JobMaster(SavepointsAndRecovery, RpcEndpoint):
     def request_split(self, job_id: JobID, vertex_id: JobVertexID, subtask_index: int, attempt_id: ExecutionAttemptID,
                       last_checkpoint_id: int = 0) -> SplitResponse:
         self._this_job(job_id)
+        if self.core.reconciling:  # which splits the running sources hold is not known yet
+            return SplitResponse(None, False)
         if self.splits is None or not self.core.is_current_attempt(attempt_id):
             raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
         return self.splits.request(vertex_id, subtask_index, attempt_id, last_checkpoint_id)

@@ -53,6 +53,7 @@ from yarnflow.am.jobmaster.task_executors import JobTaskExecutors
 from yarnflow.am.jobmaster.task_executor_events import TaskExecutorEvents
 from yarnflow.am.jobmaster.task_failover import TaskFailover
 from yarnflow.am.jobmaster.job_outcome import CheckpointEvents, JobOutcome
+from yarnflow.am.jobmaster.reconciliation import Reconciliation
 from yarnflow.am.scheduler.failover import make_failover_strategy
 from yarnflow.am.jobmaster.auto_parallelism import AutoParallelism
 from yarnflow.am.scheduler.region_progress import RegionProgress
@@ -78,7 +79,7 @@ CHECKPOINT_NOT_READABLE = "CheckpointNotReadableError"
 UNREACHABLE = "RpcConnectionError"
 
 
-class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEvents):
+class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEvents, Reconciliation):
     def __init__(self, job_graph: JobGraph, config: Configuration, address: str, fencing_token: str,
                  storage_dir: str, clock: Clock, timers: TimerService, checkpoint_dir: str = "",
                  checkpoint_ids: CheckpointIDCounter | None = None) -> None:
@@ -135,6 +136,7 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
         self._restart_pending: set[SubtaskId] = set()
         self._restart_scheduled = False
         self._all_running: set[SubtaskId] = set()
+        self._init_reconciliation()
 
     # -- plumbing -------------------------------------------------------------------------------
     def drain_actions(self) -> list[Action]:
@@ -175,9 +177,11 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
         return self.status.is_globally_terminal
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, reconcile: bool = False) -> None:
         """Schedule the job. When checkpoints recovered from an earlier leader are known
-        (``checkpoints.recover``), every subtask starts from the latest of them."""
+        (``checkpoints.recover``), every subtask starts from the latest of them. ``reconcile``
+        (a new leader, a STREAMING job): first take over the tasks the TaskExecutors kept
+        running (``reconciliation.py``); only what is not taken over starts again."""
         self._set_status(JobStatus.CREATED)
         self._set_status(JobStatus.RUNNING)
         log.info("job %s (%s): %d subtasks in %d pipelined regions, %s failover, restart %s", self.job_graph.name,
@@ -189,11 +193,17 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
                 ex.restore = self.checkpoints.restore_for(point.checkpoint_id, self._sid(ex))
             self.failures.note_restore(point.checkpoint_id)
             log.info("job %s resumes from checkpoint %d", self.job_id, point.checkpoint_id)
-        self._schedule()
-        if self.checkpoints is not None:
-            self.checkpoints.coordinator.start()
+        if reconcile and self.job_graph.runtime_mode != "BATCH":
+            self.begin_reconciliation()
+        else:
+            self._schedule()
+            self._start_checkpointing()
         self.requests.start()
         self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
+
+    def _start_checkpointing(self) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.coordinator.start()
 
     # -- scheduling -----------------------------------------------------------------------------
     def _schedule(self, candidates: Iterable[int] | None = None) -> None:
@@ -354,6 +364,9 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
     def task_state_changed(self, update: TaskExecutionStateUpdate) -> bool:
         """A task reports its state (directly or in a heartbeat). Stale updates (an old
         attempt, an execution already terminal, a step back) are ignored: False."""
+        if self.reconciling:  # applied once the attempts are known
+            self.hold_update(update)
+            return True
         ex = self.graph.execution(update.execution_attempt_id)
         if ex is None or not self.graph.is_current(ex) or ex.state.is_terminal:
             log.debug("stale update %s for %s ignored", update.state.name, update.execution_attempt_id)

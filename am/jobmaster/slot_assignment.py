@@ -110,6 +110,15 @@ class SlotAssignment:
                     requests.append(request)
         return requests
 
+    def adopt(self, region_id: int, key: GroupKey, slot: LogicalSlot, profile: ResourceProfile | None) -> None:
+        """A new leader's JobMaster takes over the group's slot from the earlier leader's (its
+        tasks run on): the group holds it for ``region_id``, as if acquired."""
+        self._users.setdefault(key, set()).add(region_id)
+        if self.group_slots.get(key) == slot.allocation_id:
+            return
+        self.pool.adopt(slot.allocation_id, key, slot.resource_id, slot.rpc_address, slot.data_address, profile)
+        self.group_slots[key] = slot.allocation_id
+
     def slot_of(self, key: GroupKey) -> LogicalSlot | None:
         allocation_id = self.group_slots.get(key)
         slot = self.pool.slots.get(allocation_id) if allocation_id else None

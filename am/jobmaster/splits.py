@@ -135,6 +135,27 @@ class SplitEnumerator:
                 (s["split_id"], pickle.loads(base64.b64decode(s["payload"]))) for s in splits)
         log.info("split enumerator restored: %s", {v: len(s) for v, s in state.items()})
 
+    def adopt(self, attempt_id: object, vertex_id: str, taken: list[tuple[str, int]]) -> int:
+        """A source attempt that kept running across a change of leader, taken over by this
+        JobMaster, holds ``taken``: (split id, last checkpoint barrier it had emitted when it took
+        it). Those still pending here (the restored checkpoint's enumerator state has every split
+        taken after its barrier) are taken out of the queue and booked under the attempt, as if
+        handed out here, so each is read once, and given back if the attempt is replaced. (A
+        split taken before the restored checkpoint is in its source state: never given back.)
+        Returns how many were still pending."""
+        if not taken:
+            return 0
+        pending = self._splits(vertex_id)
+        seen = dict(taken)
+        booked = [(split, seen[split[0]]) for split in pending if split[0] in seen]
+        if booked:
+            ids = {split[0] for split, _ in booked}
+            self._pending[vertex_id] = collections.deque(split for split in pending if split[0] not in ids)
+            self._taken.setdefault(str(attempt_id), (vertex_id, []))[1].extend(booked)
+        log.info("source attempt %s taken over with %d splits (%d of them were pending in the restored state)",
+                 attempt_id, len(taken), len(booked))
+        return len(booked)
+
     def splits_of(self, attempt_id: object) -> list[str]:
         """The ids of the splits attempt ``attempt_id`` holds now."""
         return [split[0] for split, _ in self._taken.get(str(attempt_id), ("", []))[1]]

@@ -42,6 +42,8 @@ class TaskExecutorEvents:
     _task_failed: Callable[[Execution, ErrorInfo], None]
     _blame_lost_task_executor: Callable[[ErrorInfo, int], None]
     _deploy_if_ready: Callable[[PipelinedRegion], None]
+    reconciling: bool
+    reported_slots: Callable[[ResourceID], list[AllocationID]]
 
     def task_executor_heartbeat(self, resource_id: ResourceID, executions: list[TaskExecutionStateUpdate],
                                 allocation_ids: list[AllocationID]) -> list[AllocationID]:
@@ -54,6 +56,8 @@ class TaskExecutorEvents:
         if resource_id in executors.lost:
             return []
         executors.heard_from(resource_id, self._now())
+        if self.reconciling:  # its tasks are judged once every report is in: it keeps its slots
+            return self.reported_slots(resource_id)
         reported: set[ExecutionAttemptID] = set()
         for update in executions:
             reported.add(update.execution_attempt_id)

@@ -42,3 +42,13 @@ class ResourceManagerGateway(Protocol):
     def task_executor_info(self, resource_id: ResourceID) -> TaskExecutorRegistration | None:
         """Addresses of a registered TaskExecutor; None when it is not (or no longer) known."""
         ...
+
+    def task_executors_holding(self, job_id: JobID) -> list[TaskExecutorRegistration]:
+        """The registered TaskExecutors whose slot reports name slots of ``job_id`` (after a
+        change of leader: those that kept the job's tasks running)."""
+        ...
+
+    def expects_previous_workers(self) -> bool:
+        """Whether this ResourceManager leads after another whose TaskExecutors outlive it (they
+        register here, their tasks possibly still running)."""
+        ...

@@ -84,6 +84,7 @@ class ResourceManager(RpcEndpoint):
         self._gateways: dict[ResourceID, RemoteTaskExecutorGateway] = {}
         self._listeners: dict[JobID, JobMasterListener] = {}
         self._started = False
+        self._previous_workers = False
         #: Spark's standalone master and workers for Spark stages, when the driver can run them
         self.spark: SparkCluster | None = None
         if hasattr(driver, "start_spark_master"):
@@ -97,6 +98,7 @@ class ResourceManager(RpcEndpoint):
         ``resourcemanager.previous-worker.recovery.timeout``."""
         self._main.start()
         self._driver.start(rpc_address, self._on_worker_terminated)
+        self._previous_workers = recover_previous_workers
         if recover_previous_workers:
             timeout = self._config[Options.PREVIOUS_WORKER_RECOVERY_TIMEOUT]
             self._main.call(self.slot_manager.recover_previous_workers, timeout)
@@ -194,6 +196,13 @@ class ResourceManager(RpcEndpoint):
             return workers
 
         return self._main.call(scale)
+
+    def expects_previous_workers(self) -> bool:
+        return self._previous_workers
+
+    def task_executors_holding(self, job_id: JobID) -> list[TaskExecutorRegistration]:
+        return self._main.call(lambda: [te.registration for te in self.slot_manager.task_executors.values()
+                                        if te.reported and any(s.job_id == job_id for s in te.slots)])
 
     def slots_for_job(self, job_id: JobID) -> tuple[int, int]:
         """(slots ``job_id`` could use now, slots of workers being started): the SlotManager's."""

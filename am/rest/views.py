@@ -41,7 +41,6 @@ def task_counts(states: Iterable[tuple[ExecutionState, int]], upper: bool = Fals
     its vertices' ``tasks`` (Flink's maps keyed by ExecutionState)."""
     name = (lambda s: s.name) if upper else (lambda s: s.name.lower())
     counts = {name(s): 0 for s in ExecutionState}
-    counts["RECONCILING" if upper else "reconciling"] = 0  # Flink's state for a master failover: none here yet
     for state, n in states:
         counts[name(state)] += n
     return counts
@@ -58,7 +57,7 @@ def aggregate_state(state_counts: Mapping[ExecutionState, int]) -> ExecutionStat
     for state in (ExecutionState.FAILED, ExecutionState.CANCELING, ExecutionState.CANCELED):
         if state in counts:
             return state
-    order = [ExecutionState.CREATED, ExecutionState.SCHEDULED, ExecutionState.DEPLOYING,
+    order = [ExecutionState.CREATED, ExecutionState.RECONCILING, ExecutionState.SCHEDULED, ExecutionState.DEPLOYING,
              ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED]
     for state in order:
         if state in counts:

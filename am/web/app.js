@@ -5,6 +5,7 @@
 const REFRESH_MS = 2000;
 const STATE_COLORS = {
   RUNNING: "#2d8a4e", INITIALIZING: "#2d8a4e", DEPLOYING: "#3f9a62", SCHEDULED: "#8a94a3", CREATED: "#8a94a3",
+  RECONCILING: "#8a94a3",
   FINISHED: "#5b6b7c", FAILED: "#c23b3b", CANCELING: "#b0771c", CANCELED: "#b0771c",
 };
 let timer = null;

@@ -2,7 +2,8 @@
 standby, a real ZooKeeper server (tests/zookeeper.py), real TaskExecutor processes.
 
 The leader is SIGKILLed mid-job (STREAMING with checkpoints, and BATCH), frozen past its session
-timeout and resumed (it must notice, suspend its jobs and be refused everywhere), ZooKeeper is
+timeout and resumed (it must notice, suspend its jobs and be refused everywhere, while the new
+leader takes the running tasks over), ZooKeeper is
 restarted under a running job; every time the job's committed output holds each input row once.
 A finished job is not run again by the next leader; the CLI finds the leader in ZooKeeper and
 follows it; an unreachable quorum is one clear error."""
@@ -203,6 +204,9 @@ def test_a_frozen_leader_is_fenced_off_and_suspends_its_jobs_when_it_wakes(ha_cl
     after = log[log.index("lost the leadership"):]
     # once it knew, the old leader completed no checkpoint: it wrote no pointer and no _metadata
     assert not re.search(r"checkpoint \d+ complete", after), after[:2000]
+    # the tasks ran on through it all: the new leader took every one over (issue 34)
+    assert "reconciled: 2 subtasks adopted as they run, 0 to restart" in _appmaster_log(
+        cluster, cluster.appmasters()[new])
 
 
 def _refused(gw: RemoteDispatcherGateway) -> bool:

@@ -43,7 +43,7 @@ TABLES = {
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_each_table_is_walked_and_every_listed_move_is_the_only_legal_one(name: str) -> None:
     table, initial, terminal = TABLES[name]
-    if name != "task":  # (a TaskExecutor's task never takes CREATED, SCHEDULED or CANCELING: see below)
+    if name != "task":  # (a TaskExecutor's task never takes CREATED, SCHEDULED, CANCELING or RECONCILING: see below)
         check_table(table, initial, terminal)
     for a, b in itertools.product(type(initial), repeat=2):
         life = Lifecycle("x", table, a)

@@ -191,3 +191,21 @@ def test_without_a_checkpoint_to_restore_every_split_goes_back() -> None:
     assert [split_at(e, "a0", 0), split_at(e, "a0", 4)] == ["s0", "s1"]
     assert e.return_splits("a0", restored_checkpoint_id=0, new_attempt_id="a1") == 2
     assert e.splits_of("a1") == []
+
+
+def test_a_new_leader_books_the_splits_running_sources_took_after_its_checkpoint_and_hands_out_the_rest() -> None:
+    old = enumerator(v=FakeSource(6))
+    assert [old.request("v", 0, "a0", 0).split.split_id, old.request("v", 1, "a1", 0).split.split_id] == ["s0", "s1"]
+    state = old.snapshot(3)  # checkpoint 3: both taken before its barrier: pending are s0..s5 minus none read yet
+    # after checkpoint 3 the running sources take two more, then the leader dies
+    after = [old.request("v", 0, "a0", 3).split.split_id, old.request("v", 1, "a1", 3).split.split_id]
+    assert after == ["s2", "s3"]
+    new = enumerator(v=FakeSource(6))
+    new.restore(state)
+    assert new.adopt("a0", "v", [("s0", 0), ("s2", 3)]) == sum(1 for s in state["v"] if s["split_id"] in ("s0", "s2"))
+    new.adopt("a1", "v", [("s1", 0), ("s3", 3)])
+    # every split is read once: the rest go to whoever asks; none of the adopted ones again
+    assert drain(new, "a0") == ["s4", "s5"]
+    # a0 fails later and is restored from checkpoint 3: what it took after 3 goes back, nothing else
+    assert new.return_splits("a0", 3, "a0-2") == 1
+    assert drain(new, "a0-2") == ["s2"]

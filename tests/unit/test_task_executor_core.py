@@ -4,6 +4,8 @@ sent, what an answer frees, a silent or refusing JobMaster) and the tokens calls
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from yarnflow.common.clock import ManualClock
@@ -241,3 +243,80 @@ def test_the_taskexecutor_gives_freed_memory_back_when_its_last_task_ends(monkey
     assert not released.acquire(timeout=0.2)  # b still runs
     task_executor.TaskExecutor._task_done(te, TaskExecutionStateUpdate(JOB, b, ExecutionState.FAILED))  # type: ignore[arg-type]
     assert released.acquire(timeout=5)
+
+
+# -- a change of leader with high-availability.keep-running-tasks (jm_links.py) -------------------
+
+def keeping_core(orphan_timeout_ms: int = 5000) -> tuple[TaskExecutorCore, ManualClock]:
+    clock = ManualClock()
+    c = TaskExecutorCore(ResourceID("te-1"), SlotTable(2, ResourceProfile(1.0, 512)),
+                         JobTable(clock, 1000, orphan_timeout_ms), keep_tasks=True)
+    c.registered("rm-token", "reg-1")
+    return c, clock
+
+
+def test_a_new_leader_leaves_streaming_tasks_running_until_its_jobmaster_takes_them_over() -> None:
+    c, clock = keeping_core()
+    alloc = allocate(c)
+    t = tdd(alloc)
+    c.deploy(t)
+    assert c.leader_changed(keep_tasks=True) == []  # nothing cancelled, freed or closed
+    assert c.orphaned(JOB) and t.execution_attempt_id in c.tasks and c.slots.slots[0].state == SlotState.ACTIVE
+    assert (c.rm_token, c.registration_id) == ("", "")
+    clock.advance(900)
+    assert c.heartbeats_due({}, []) == []  # nobody to send them to while orphaned
+    # the final update of a task that ended meanwhile waits for the new JobMaster
+    c.task_ended(update(t, ExecutionState.FINISHED))
+    t2 = tdd(alloc, n=1)
+    c.deploy(t2)
+    c.registered("rm-token-2", "reg-2")
+    [running] = c.reconnect_job(JOB, "am:2", "jm-2")
+    assert running.execution_attempt_id == t2.execution_attempt_id and running.jobmaster_fencing_token == "jm-2"
+    assert not c.orphaned(JOB)
+    assert [u.execution_attempt_id for u in c.jobs.unacknowledged(JOB)] == [t.execution_attempt_id]
+    # from now on calls must carry the new JobMaster's token: the old leader's are refused
+    assert c.task_token(t2.execution_attempt_id) == "jm-2" and c.slot_token(alloc) == "jm-2"
+    assert c.job_token(JOB) == "jm-2"
+    [beat] = c.heartbeats_due({}, [])
+    assert isinstance(beat, SendHeartbeat) and (beat.address, beat.token) == ("am:2", "jm-2")
+
+
+def test_orphaned_tasks_are_cancelled_when_no_new_jobmaster_takes_them_over_in_time() -> None:
+    c, clock = keeping_core(orphan_timeout_ms=3000)
+    alloc = allocate(c)
+    t = tdd(alloc)
+    c.deploy(t)
+    c.leader_changed(keep_tasks=True)
+    clock.advance(2900)
+    assert c.heartbeats_due({}, []) == []
+    clock.advance(200)
+    actions = c.heartbeats_due({}, [])
+    assert CancelTask(t.execution_attempt_id) in actions and CloseJobMasterConnection(JOB) in actions
+    assert c.slots.slots[0].state == SlotState.RELEASING  # (free once its task has stopped)
+    c.task_ended(update(t, ExecutionState.CANCELED))
+    with pytest.raises(NotFoundError):
+        c.reconnect_job(JOB, "am:2", "jm-2")  # nothing of the job is left to take over
+
+
+def test_a_silent_jobmaster_orphans_its_tasks_instead_of_cancelling_them() -> None:
+    c, clock = keeping_core(orphan_timeout_ms=3000)
+    alloc = allocate(c)
+    c.deploy(tdd(alloc))
+    clock.advance(1100)  # heartbeat.timeout: the AppMaster may be dying; a new leader may come
+    assert [a for a in c.heartbeats_due({}, []) if not isinstance(a, SendHeartbeat)] == []
+    assert c.orphaned(JOB)
+    clock.advance(3100)
+    assert CloseJobMasterConnection(JOB) in c.heartbeats_due({}, [])
+
+
+def test_batch_tasks_and_a_core_that_does_not_keep_tasks_give_the_job_up_on_a_new_leader() -> None:
+    c, _ = keeping_core()
+    alloc = allocate(c)
+    batch = dataclasses.replace(tdd(alloc), runtime_mode="BATCH")
+    c.deploy(batch)
+    assert CancelTask(batch.execution_attempt_id) in c.leader_changed(keep_tasks=True)
+    assert c.slots.slots[0].state == SlotState.RELEASING and not c.orphaned(JOB)
+    c2, _ = core()
+    alloc2 = allocate(c2)
+    c2.deploy(tdd(alloc2))
+    assert CloseJobMasterConnection(JOB) in c2.leader_changed(keep_tasks=False)

@@ -9,6 +9,7 @@ heartbeat timeouts), so tests drive it without sockets or sleeps.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -83,8 +84,11 @@ Action = OfferSlot | StartTask | CancelTask | ReleasePartitions | SendHeartbeat 
 
 
 class TaskExecutorCore:
-    def __init__(self, resource_id: ResourceID, slots: SlotTable, jobs: JobTable) -> None:
+    def __init__(self, resource_id: ResourceID, slots: SlotTable, jobs: JobTable, keep_tasks: bool = False) -> None:
         self.resource_id = resource_id
+        #: a leader change (or a JobMaster silent for heartbeat.timeout) orphans the job's tasks
+        #: instead of cancelling them: a new leader's JobMaster may take them over
+        self.keep_tasks = keep_tasks
         self.slots = slots
         self.jobs = jobs
         #: the tasks deployed here and not yet ended
@@ -101,15 +105,54 @@ class TaskExecutorCore:
         """The ResourceManager does not know this TaskExecutor (any more): register again."""
         self.registration_id = ""
 
-    def leader_changed(self) -> list[Action]:
-        """Another AppMaster leads: the old leader's jobs here are gone (their JobMasters are
-        deposed; the new leader restarts them), and this TaskExecutor registers anew."""
+    def leader_changed(self, keep_tasks: bool = False) -> list[Action]:
+        """Another AppMaster leads, and this TaskExecutor registers anew. The old leader's
+        JobMasters are deposed: with ``keep_tasks`` the jobs' tasks run on and wait (orphaned)
+        for the new leader's JobMaster of their job to take them over (``reconnect_job``), for
+        at most the JobTable's orphan timeout; without, everything of those jobs goes here
+        (the new leader restarts them)."""
         actions: list[Action] = []
-        for job_id in sorted({*(c.job_id for c in self.jobs.connections()),
-                              *(s.job_id for s in self.slots.slots if s.job_id is not None)}):
-            actions += self.job_master_gone(job_id, "the AppMaster that led its job lost the leadership")
+        jobs = sorted({*(c.job_id for c in self.jobs.connections()),
+                       *(s.job_id for s in self.slots.slots if s.job_id is not None)})
+        if keep_tasks:
+            orphaned = set(self.jobs.orphan_all())
+            batch = {tdd.job_id for tdd in self.tasks.values() if tdd.runtime_mode == "BATCH"}
+            for job_id in jobs:
+                if job_id in orphaned and job_id not in batch:
+                    log.info("job %s: its tasks here run on, waiting for the new leader's JobMaster", job_id)
+                else:  # a BATCH job starts again from its inputs; slots without a connection: nobody takes them
+                    actions += self.job_master_gone(job_id, "the AppMaster that led its job lost the leadership")
+            self._heartbeats_in_flight.clear()
+        else:
+            for job_id in jobs:
+                actions += self.job_master_gone(job_id, "the AppMaster that led its job lost the leadership")
         self.rm_token = self.registration_id = ""
         return actions
+
+    def reconnect_job(self, job_id: JobID, address: str, token: str) -> list[TaskDeploymentDescriptor]:
+        """The job's JobMaster at ``address`` (a new leader's) takes over the job's slots and
+        tasks here: their calls now carry ``token``. Returns the job's running tasks. Raises
+        NotFoundError when nothing of the job is here (any more)."""
+        slots = [s for s in self.slots.slots if s.job_id == job_id and s.allocation_id is not None]
+        conn = self.jobs.connection(job_id)
+        if not slots and conn is None:
+            raise NotFoundError(f"TaskExecutor {self.resource_id} holds nothing of job {job_id}")
+        self.jobs.reconnect(job_id, address, token)
+        for slot in slots:
+            slot.jobmaster_address, slot.jobmaster_token = address, token
+        tasks = []
+        for attempt_id, tdd in list(self.tasks.items()):
+            if tdd.job_id == job_id:
+                tdd = self.tasks[attempt_id] = dataclasses.replace(tdd, jobmaster_fencing_token=token)
+                tasks.append(tdd)
+        self._heartbeats_in_flight.discard(job_id)
+        log.info("job %s: the JobMaster at %s took over %d slots and %d tasks here", job_id, address, len(slots),
+                 len(tasks))
+        return tasks
+
+    def orphaned(self, job_id: JobID) -> bool:
+        conn = self.jobs.connection(job_id)
+        return conn is not None and conn.orphaned_since_ms is not None
 
     # -- which token a call must carry (RpcEndpoint's token_of) ------------------------------------
     def rm_token_expected(self) -> Expected:
@@ -220,11 +263,25 @@ class TaskExecutorCore:
         result partitions held here."""
         actions: list[Action] = []
         for conn in self.jobs.timed_out():
-            actions += self.job_master_gone(conn.job_id, f"its JobMaster at {conn.address} did not answer for "
-                                                         f"{self.jobs.silent_ms(conn) / 1000:.1f} s (heartbeat.timeout)")
+            if conn.orphaned_since_ms is None and self.keep_tasks and not any(
+                    tdd.job_id == conn.job_id and tdd.runtime_mode == "BATCH" for tdd in self.tasks.values()):
+                log.info("job %s: its JobMaster at %s did not answer for %.1f s (heartbeat.timeout): its tasks run "
+                         "on, waiting for a new leader's JobMaster", conn.job_id, conn.address,
+                         self.jobs.silent_ms(conn) / 1000)
+                self.jobs.orphan(conn.job_id)
+                continue
+            if conn.orphaned_since_ms is not None:
+                reason = ("no JobMaster of the new AppMaster leader took it over within "
+                          "resourcemanager.previous-worker.recovery.timeout")
+            else:
+                reason = (f"its JobMaster at {conn.address} did not answer for "
+                          f"{self.jobs.silent_ms(conn) / 1000:.1f} s (heartbeat.timeout)")
+            actions += self.job_master_gone(conn.job_id, reason)
         held = list(partition_ids)
         for conn in self.jobs.connections():
             job_id = conn.job_id
+            if conn.orphaned_since_ms is not None:
+                continue  # nobody to send it to until the new leader's JobMaster takes over
             slots = [s for s in self.slots.slots if s.job_id == job_id and s.allocation_id is not None]
             tasks = [a for a, tdd in self.tasks.items() if tdd.job_id == job_id]
             unacked = self.jobs.unacknowledged(job_id)

@@ -1,5 +1,4 @@
-"""The TaskExecutor's side of the JobMaster <-> TaskExecutor heartbeat (Flink's), and the
-checkpoint answers of its tasks to their JobMaster.
+"""The TaskExecutor's side of the JobMaster <-> TaskExecutor heartbeat (Flink's).
 
 Every ``heartbeat.interval`` the TaskExecutor sends each job's JobMaster the job's tasks and
 slots here, and acts on the answer (the JobMaster's allocated-slot report, see ``core.py``). A
@@ -17,14 +16,14 @@ from typing import Any
 from yarnflow.common.errors import (FencingTokenError, NotFoundError, RpcConnectionError, RpcError, RpcTimeoutError,
                                     UnavailableError)
 from yarnflow.common.ids import ExecutionAttemptID, JobID
-from yarnflow.common.messages import AllocatedSlotReport, TaskStateSnapshot
+from yarnflow.common.messages import AllocatedSlotReport
 from yarnflow.common.rpc.endpoint import MainThreadExecutor
 from yarnflow.common.rpc.gateways import RemoteJobMasterGateway
 from yarnflow.worker.taskexecutor.core import SendHeartbeat, TaskExecutorCore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JobMasterHeartbeats", "JobMasterResponder"]
+__all__ = ["JobMasterHeartbeats"]
 
 
 class JobMasterHeartbeats:
@@ -82,21 +81,3 @@ class JobMasterHeartbeats:
             self._main.execute(self.core.heartbeat_failed, job_id)
             return
         self._main.execute(lambda: self._carry_out(self.core.heartbeat_answered(beat, report)))
-
-
-class JobMasterResponder:
-    """A task's checkpoint answers, to its JobMaster (called on the task's writer thread)."""
-
-    def __init__(self, te: Any, address: str, token: str, job_id: JobID,
-                 attempt_id: ExecutionAttemptID) -> None:
-        self._te, self._address, self._token = te, address, token
-        self._job_id, self._attempt_id = job_id, attempt_id
-
-    def _gateway(self) -> RemoteJobMasterGateway:
-        return self._te._main.call(self._te._jm, self._address, self._job_id)
-
-    def acknowledge(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
-        self._gateway().acknowledge_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, snapshot)
-
-    def decline(self, checkpoint_id: int, reason: str) -> None:
-        self._gateway().decline_checkpoint(self._token, self._job_id, self._attempt_id, checkpoint_id, reason)

@@ -7,6 +7,9 @@ Flink's JobTable and JobLeaderService in one small table. Per job it keeps:
   NOT_FOUND or FENCING to a heartbeat, or was silent for ``heartbeat.timeout``);
 * the **fencing token** the job's JobMaster was last known by, kept after the connection is
   closed, so a call from a deposed JobMaster is refused even when its slot or task is gone;
+* whether the connection is **orphaned**: the AppMaster leader changed and the job's tasks run
+  on (``high-availability.keep-running-tasks``) until the new leader's JobMaster reconnects
+  (``reconnect``), for at most the orphan timeout (then the job is given up here);
 * the **final updates not yet acknowledged**: a task's FINISHED / CANCELED / FAILED update is
   kept until a direct ``updateTaskExecutionState`` or a heartbeat carrying it succeeds, so an
   update lost in transit reaches the JobMaster with the next heartbeat.
@@ -39,12 +42,15 @@ class JobMasterConnection:
     token: str
     last_contact_ms: int
     unacknowledged: dict[ExecutionAttemptID, TaskExecutionStateUpdate] = field(default_factory=dict)
+    #: the leader changed then (monotonic ms): waiting for the job's new JobMaster; None: connected
+    orphaned_since_ms: int | None = None
 
 
 class JobTable:
-    def __init__(self, clock: Clock, heartbeat_timeout_ms: int) -> None:
+    def __init__(self, clock: Clock, heartbeat_timeout_ms: int, orphan_timeout_ms: int = 0) -> None:
         self._clock = clock
         self._timeout_ms = heartbeat_timeout_ms
+        self._orphan_timeout_ms = orphan_timeout_ms
         self._connections: dict[JobID, JobMasterConnection] = {}
         self._tokens: dict[JobID, str] = {}
         self._retired: collections.OrderedDict[str, JobID] = collections.OrderedDict()
@@ -60,6 +66,33 @@ class JobTable:
                 log.info("job %s: JobMaster %s (token %s) replaces %s (token %s)", job_id, address, token,
                          conn.address, conn.token)
             conn = self._connections[job_id] = JobMasterConnection(job_id, address, token, self._clock.monotonic_ms())
+        self._tokens[job_id] = token
+        return conn
+
+    def orphan_all(self) -> list[JobID]:
+        """The AppMaster leader changed: every job's connection waits for its new JobMaster
+        (the orphan timeout counts from now)."""
+        for job_id in self._connections:
+            self.orphan(job_id)
+        return sorted(self._connections)
+
+    def orphan(self, job_id: JobID) -> None:
+        conn = self._connections.get(job_id)
+        if conn is not None:
+            conn.orphaned_since_ms = self._clock.monotonic_ms()
+
+    def reconnect(self, job_id: JobID, address: str, token: str) -> JobMasterConnection:
+        """The job's new JobMaster took over the connection: calls about the job must carry its
+        token from now on; the final updates not yet acknowledged are for it now."""
+        conn = self._connections.get(job_id)
+        if conn is None:
+            conn = self._connections[job_id] = JobMasterConnection(job_id, address, token, self._clock.monotonic_ms())
+        elif conn.token != token or conn.address != address:
+            log.info("job %s: JobMaster %s (token %s) takes over from %s (token %s)", job_id, address, token,
+                     conn.address, conn.token)
+        conn.address, conn.token = address, token
+        conn.orphaned_since_ms = None
+        conn.last_contact_ms = self._clock.monotonic_ms()
         self._tokens[job_id] = token
         return conn
 
@@ -87,9 +120,12 @@ class JobTable:
         return self._clock.monotonic_ms() - conn.last_contact_ms
 
     def timed_out(self) -> list[JobMasterConnection]:
-        """The connections whose JobMaster answered nothing for longer than heartbeat.timeout."""
+        """The connections whose JobMaster answered nothing for longer than heartbeat.timeout,
+        and the orphaned ones no new JobMaster took over within the orphan timeout."""
         now = self._clock.monotonic_ms()
-        return [c for c in self._connections.values() if now - c.last_contact_ms > self._timeout_ms]
+        return [c for c in self._connections.values()
+                if (now - c.orphaned_since_ms > self._orphan_timeout_ms if c.orphaned_since_ms is not None
+                    else now - c.last_contact_ms > self._timeout_ms)]
 
     # -- fencing -------------------------------------------------------------------------------
     def token_of(self, job_id: JobID) -> str | None:

@@ -22,10 +22,12 @@ on helper threads and post their outcome back. When no ResourceManager has answe
 an orphan after its AppMaster is gone.
 
 Leader retrieval (``common/ha``): the TaskExecutor follows the cluster's leader (with ZooKeeper
-HA it is looked up there; otherwise it is ``rm_address``). When another AppMaster becomes leader,
-everything of the old leader's jobs here goes (tasks cancelled, slots freed, partitions
-released: their JobMasters are deposed and the new leader restarts the jobs from their
-checkpoints) and the TaskExecutor registers with the new ResourceManager.
+HA it is looked up there; otherwise it is ``rm_address``). When another AppMaster becomes leader
+the TaskExecutor registers with the new ResourceManager, and the old leader's JobMasters are
+deposed: with ``high-availability.keep-running-tasks`` the jobs' tasks run on until the new
+leader's JobMaster of each takes them over (``jm_links.py``); without it (or when none does in
+time) everything of those jobs here goes (tasks cancelled, slots freed, partitions released)
+and the new leader restarts the jobs from their checkpoints.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 from yarnflow.common.clock import SystemClock
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 from yarnflow.common.security import internal_credentials
-from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
+from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services, ha_enabled
 from yarnflow.common.errors import (FencingTokenError, InvalidRequestError, NotFoundError, RefusedError,
                                     RpcError, UnavailableError)
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
@@ -87,7 +89,8 @@ from yarnflow.worker.taskexecutor.core import (
     StartTask,
     TaskExecutorCore,
 )
-from yarnflow.worker.taskexecutor.jm_heartbeats import JobMasterHeartbeats, JobMasterResponder
+from yarnflow.worker.taskexecutor.jm_heartbeats import JobMasterHeartbeats
+from yarnflow.worker.taskexecutor.jm_links import JobMasterLinks, JobMasterResponder
 from yarnflow.worker.taskexecutor.job_table import JobTable
 from yarnflow.worker.taskexecutor.slot_table import SlotTable
 from yarnflow.worker.taskexecutor.spark_masters import SparkMasters
@@ -96,7 +99,7 @@ from yarnflow.worker.taskexecutor.thread_samples import sample_tasks
 log = logging.getLogger(__name__)
 
 
-class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
+class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
     def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str,
                  ha: HighAvailabilityServices | None = None) -> None:
         self.config = config
@@ -114,8 +117,11 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         profile = ResourceProfile(taskexecutor_cores(config) / num_slots,
                                   config[Options.TM_MEMORY] // (1 << 20) // num_slots)
         #: slots, tasks, JobMaster connections and heartbeats, tokens: the pure core
+        #: a new leader's JobMaster may take the tasks over (jm_links.py); until then they run on
+        orphan_timeout = config[Options.PREVIOUS_WORKER_RECOVERY_TIMEOUT] + config[Options.HEARTBEAT_TIMEOUT]
         self.core = TaskExecutorCore(resource_id, SlotTable(num_slots, profile),
-                                     JobTable(SystemClock(), config[Options.HEARTBEAT_TIMEOUT]))
+                                     JobTable(SystemClock(), config[Options.HEARTBEAT_TIMEOUT], orphan_timeout),
+                                     keep_tasks=ha_enabled(config) and config[Options.HA_KEEP_TASKS])
         self.slots, self.jobs = self.core.slots, self.core.jobs
         self._main = MainThreadExecutor(f"taskexecutor-{resource_id}")
         super().__init__(f"TaskExecutor {resource_id}", self._main)
@@ -238,7 +244,7 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
             return
         log.info("the AppMaster leading the cluster is now %s (session %s); it was %s", leader.address,
                  leader.session_id, self._rm_address)
-        self._carry_out(self.core.leader_changed())
+        self._carry_out(self.core.leader_changed(self.core.keep_tasks))
         self._leader_session = leader.session_id
         if not same_address:
             if self._rm is not None:
@@ -421,48 +427,18 @@ class TaskExecutor(JobMasterHeartbeats, RpcEndpoint):
         self._main.execute(lambda: self._carry_out(self.core.offer_answered(action.offer, bool(accepted))))
 
     def _start_task(self, action: StartTask) -> None:
-        tdd, address, token = action.tdd, action.address, action.token
+        tdd = action.tdd
         task = Task(tdd, resource_id=self.resource_id, artifacts=self._artifacts, partitions=self.partitions,
                     data_client=self._data_client,
-                    on_state=lambda u: self._updates.submit(self._send_update, address, token, u),
+                    on_state=lambda u: self._updates.submit(self._send_update, u),
                     location=f"TaskExecutor {self.resource_id} (pid {os.getpid()} on {socket.gethostname()})",
-                    request_split=lambda last_checkpoint_id: self._main.call(self._jm, address, tdd.job_id).request_split(
-                        token, tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.execution_attempt_id,
-                        last_checkpoint_id),
-                    checkpoints=JobMasterResponder(self, address, token, tdd.job_id, tdd.execution_attempt_id),
+                    request_split=self._split_requester(tdd, lambda: task._cancelled.is_set()),
+                    checkpoints=JobMasterResponder(self, tdd.job_id, tdd.execution_attempt_id),
                     memory=self.memory, slot_index=action.slot_index, spill_roots=self.spill_roots,
                     spark_master=self.spark_masters)
         self.tasks[tdd.execution_attempt_id] = task
         log.info("deploying %s (%s)", tdd.display_name, tdd.execution_attempt_id)
         task.start()
-
-    def _send_update(self, address: str, token: str, update: TaskExecutionStateUpdate) -> None:
-        """Report a state change (on the updates thread, in order). A final update is kept
-        until acknowledged: when every try here fails, the next heartbeat carries it."""
-        if update.state.is_terminal:
-            self._main.execute(self._task_done, update)
-        for attempt in range(3):
-            if self._stopped.is_set():
-                return
-            try:
-                self._main.call(self._jm, address, update.job_id).update_task_execution_state(token, update)
-            except (FencingTokenError, NotFoundError) as exc:
-                # a definite answer: that JobMaster does not want it (the heartbeat will tell
-                # whether the job is gone)
-                log.debug("JobMaster ignored %s: %s", update.state.name, exc)
-            except RpcError as exc:
-                log.warning("reporting %s of %s failed (try %d): %s", update.state.name,
-                            update.execution_attempt_id, attempt + 1, exc)
-                time.sleep(0.2 * (attempt + 1))
-                continue
-            else:
-                self._main.execute(self.jobs.heard_from, update.job_id, token)
-            if update.state.is_terminal:
-                self._main.execute(self.jobs.acknowledged, update.job_id, [update.execution_attempt_id])
-            return
-        if update.state.is_terminal:
-            log.info("%s of %s not delivered: the next heartbeat to the JobMaster of job %s carries it",
-                     update.state.name, update.execution_attempt_id, update.job_id)
 
     def _task_done(self, update: TaskExecutionStateUpdate) -> None:
         self.core.task_ended(update)

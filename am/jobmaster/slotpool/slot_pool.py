@@ -97,6 +97,15 @@ class SlotPool:
         chosen.owner = owner
         return chosen_id
 
+    def adopt(self, allocation_id: AllocationID, owner: Hashable, resource_id: ResourceID, rpc_address: str,
+              data_address: str, profile: ResourceProfile | None = None) -> None:
+        """A slot an earlier leader's JobMaster of the job held, whose tasks this one takes over:
+        IN_USE by ``owner`` at once (no request, no offer)."""
+        if allocation_id in self.slots:
+            raise ValueError(f"allocation {allocation_id} is in the pool already")
+        self.slots[allocation_id] = PooledSlot(allocation_id, PoolSlotState.IN_USE, owner, resource_id, rpc_address,
+                                               data_address, profile=profile)
+
     def offer(self, allocation_id: AllocationID, resource_id: ResourceID, rpc_address: str,
               data_address: str, profile: ResourceProfile | None = None) -> bool:
         """A TaskExecutor offers a slot; accepted when we asked for this allocation."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID
 from yarnflow.common.messages import (
+    JobReconnectReport,
     ResourceProfile,
     TaskDeploymentDescriptor,
     ThreadInfo,
@@ -32,6 +33,7 @@ TASK_EXECUTOR_METHODS = {
     "trigger_checkpoint": True,
     "notify_checkpoint_complete": True,
     "notify_checkpoint_aborted": True,
+    "reconnect_job": True,
     "request_thread_dump": False,
     "request_thread_info_samples": False,
     "ping": False,
@@ -58,6 +60,8 @@ class TaskExecutorServiceCalls(Protocol):
     def notify_checkpoint_complete(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int) -> None: ...
 
     def notify_checkpoint_aborted(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int) -> None: ...
+
+    def reconnect_job(self, rm_fencing_token: str, job_id: str, jobmaster_address: str, jobmaster_fencing_token: str) -> JobReconnectReport: ...
 
     def request_thread_dump(self) -> list[ThreadInfo]: ...
 
@@ -104,6 +108,9 @@ class TaskExecutorServiceGateway:
 
     def notify_checkpoint_aborted(self, jobmaster_fencing_token: str, execution_attempt_id: str, checkpoint_id: int, *, rpc_timeout_ms: int | None = None) -> None:
         self._c.call("notifyCheckpointAborted", str(jobmaster_fencing_token), str(execution_attempt_id), checkpoint_id, timeout_ms=rpc_timeout_ms)
+
+    def reconnect_job(self, rm_fencing_token: str, job_id: str, jobmaster_address: str, jobmaster_fencing_token: str, *, rpc_timeout_ms: int | None = None) -> JobReconnectReport:
+        return JobReconnectReport.from_thrift(self._c.call("reconnectJob", str(rm_fencing_token), str(job_id), str(jobmaster_address), str(jobmaster_fencing_token), timeout_ms=rpc_timeout_ms))
 
     def request_thread_dump(self, *, rpc_timeout_ms: int | None = None) -> list[ThreadInfo]:
         return [ThreadInfo.from_thrift(v) for v in self._c.call("requestThreadDump", timeout_ms=rpc_timeout_ms) or ()]
@@ -159,6 +166,11 @@ class TaskExecutorServiceHandler:
     @translated
     def notifyCheckpointAborted(self, jobmaster_fencing_token: Any, execution_attempt_id: Any, checkpoint_id: Any) -> Any:  # noqa: N802 - Thrift's names
         self._e.rpc_invoke("notify_checkpoint_aborted", jobmaster_fencing_token, read_args("notifyCheckpointAborted", lambda: (ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), )))
+
+    @translated
+    def reconnectJob(self, rm_fencing_token: Any, job_id: Any, jobmaster_address: Any, jobmaster_fencing_token: Any) -> Any:  # noqa: N802 - Thrift's names
+        result = self._e.rpc_invoke("reconnect_job", rm_fencing_token, read_args("reconnectJob", lambda: (JobID(job_id), str(jobmaster_address), str(jobmaster_fencing_token), )))
+        return result.to_thrift()
 
     @translated
     def requestThreadDump(self) -> Any:  # noqa: N802 - Thrift's names

@@ -569,11 +569,11 @@ class offerSlots_args(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype274, _size271) = iprot.readListBegin()
-                    for _i275 in range(_size271):
-                        _elem276 = SlotOffer()
-                        _elem276.read(iprot)
-                        self.offers.append(_elem276)
+                    (_etype302, _size299) = iprot.readListBegin()
+                    for _i303 in range(_size299):
+                        _elem304 = SlotOffer()
+                        _elem304.read(iprot)
+                        self.offers.append(_elem304)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -602,8 +602,8 @@ class offerSlots_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter277 in self.offers:
-                iter277.write(oprot)
+            for iter305 in self.offers:
+                iter305.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -657,11 +657,11 @@ class offerSlots_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype281, _size278) = iprot.readListBegin()
-                    for _i282 in range(_size278):
-                        _elem283 = SlotOffer()
-                        _elem283.read(iprot)
-                        self.success.append(_elem283)
+                    (_etype309, _size306) = iprot.readListBegin()
+                    for _i310 in range(_size306):
+                        _elem311 = SlotOffer()
+                        _elem311.read(iprot)
+                        self.success.append(_elem311)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -683,8 +683,8 @@ class offerSlots_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter284 in self.success:
-                iter284.write(oprot)
+            for iter312 in self.success:
+                iter312.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

@@ -809,11 +809,11 @@ class requestSparkMaster_args(object):
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.settings = {}
-                    (_ktype263, _vtype264, _size262) = iprot.readMapBegin()
-                    for _i266 in range(_size262):
-                        _key267 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val268 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.settings[_key267] = _val268
+                    (_ktype291, _vtype292, _size290) = iprot.readMapBegin()
+                    for _i294 in range(_size290):
+                        _key295 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val296 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.settings[_key295] = _val296
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -834,9 +834,9 @@ class requestSparkMaster_args(object):
         if self.settings is not None:
             oprot.writeFieldBegin('settings', TType.MAP, 2)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.settings))
-            for kiter269, viter270 in self.settings.items():
-                oprot.writeString(kiter269.encode('utf-8') if sys.version_info[0] == 2 else kiter269)
-                oprot.writeString(viter270.encode('utf-8') if sys.version_info[0] == 2 else viter270)
+            for kiter297, viter298 in self.settings.items():
+                oprot.writeString(kiter297.encode('utf-8') if sys.version_info[0] == 2 else kiter297)
+                oprot.writeString(viter298.encode('utf-8') if sys.version_info[0] == 2 else viter298)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

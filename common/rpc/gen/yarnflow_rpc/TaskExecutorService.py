@@ -115,6 +115,17 @@ class Iface(object):
         """
         pass
 
+    def reconnectJob(self, rm_fencing_token, job_id, jobmaster_address, jobmaster_fencing_token):
+        """
+        Parameters:
+         - rm_fencing_token
+         - job_id
+         - jobmaster_address
+         - jobmaster_fencing_token
+
+        """
+        pass
+
     def requestThreadDump(self):
         pass
 
@@ -476,6 +487,46 @@ class Client(Iface):
             raise result.err
         return
 
+    def reconnectJob(self, rm_fencing_token, job_id, jobmaster_address, jobmaster_fencing_token):
+        """
+        Parameters:
+         - rm_fencing_token
+         - job_id
+         - jobmaster_address
+         - jobmaster_fencing_token
+
+        """
+        self.send_reconnectJob(rm_fencing_token, job_id, jobmaster_address, jobmaster_fencing_token)
+        return self.recv_reconnectJob()
+
+    def send_reconnectJob(self, rm_fencing_token, job_id, jobmaster_address, jobmaster_fencing_token):
+        self._oprot.writeMessageBegin('reconnectJob', TMessageType.CALL, self._seqid)
+        args = reconnectJob_args()
+        args.rm_fencing_token = rm_fencing_token
+        args.job_id = job_id
+        args.jobmaster_address = jobmaster_address
+        args.jobmaster_fencing_token = jobmaster_fencing_token
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_reconnectJob(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = reconnectJob_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "reconnectJob failed: unknown result")
+
     def requestThreadDump(self):
         self.send_requestThreadDump()
         return self.recv_requestThreadDump()
@@ -588,6 +639,7 @@ class Processor(Iface, TProcessor):
         self._processMap["triggerCheckpoint"] = Processor.process_triggerCheckpoint
         self._processMap["notifyCheckpointComplete"] = Processor.process_notifyCheckpointComplete
         self._processMap["notifyCheckpointAborted"] = Processor.process_notifyCheckpointAborted
+        self._processMap["reconnectJob"] = Processor.process_reconnectJob
         self._processMap["requestThreadDump"] = Processor.process_requestThreadDump
         self._processMap["requestThreadInfoSamples"] = Processor.process_requestThreadInfoSamples
         self._processMap["ping"] = Processor.process_ping
@@ -843,6 +895,32 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("notifyCheckpointAborted", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_reconnectJob(self, seqid, iprot, oprot):
+        args = reconnectJob_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = reconnectJob_result()
+        try:
+            result.success = self._handler.reconnectJob(args.rm_fencing_token, args.job_id, args.jobmaster_address, args.jobmaster_fencing_token)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("reconnectJob", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -1716,10 +1794,10 @@ class releasePartitions_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype288, _size285) = iprot.readListBegin()
-                    for _i289 in range(_size285):
-                        _elem290 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem290)
+                    (_etype316, _size313) = iprot.readListBegin()
+                    for _i317 in range(_size313):
+                        _elem318 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem318)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1744,8 +1822,8 @@ class releasePartitions_args(object):
         if self.partition_ids is not None:
             oprot.writeFieldBegin('partition_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter291 in self.partition_ids:
-                oprot.writeString(iter291.encode('utf-8') if sys.version_info[0] == 2 else iter291)
+            for iter319 in self.partition_ids:
+                oprot.writeString(iter319.encode('utf-8') if sys.version_info[0] == 2 else iter319)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2327,6 +2405,178 @@ notifyCheckpointAborted_result.thrift_spec = (
 )
 
 
+class reconnectJob_args(object):
+    """
+    Attributes:
+     - rm_fencing_token
+     - job_id
+     - jobmaster_address
+     - jobmaster_fencing_token
+
+    """
+
+
+    def __init__(self, rm_fencing_token=None, job_id=None, jobmaster_address=None, jobmaster_fencing_token=None,):
+        self.rm_fencing_token = rm_fencing_token
+        self.job_id = job_id
+        self.jobmaster_address = jobmaster_address
+        self.jobmaster_fencing_token = jobmaster_fencing_token
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.rm_fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.jobmaster_address = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRING:
+                    self.jobmaster_fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('reconnectJob_args')
+        if self.rm_fencing_token is not None:
+            oprot.writeFieldBegin('rm_fencing_token', TType.STRING, 1)
+            oprot.writeString(self.rm_fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.rm_fencing_token)
+            oprot.writeFieldEnd()
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.jobmaster_address is not None:
+            oprot.writeFieldBegin('jobmaster_address', TType.STRING, 3)
+            oprot.writeString(self.jobmaster_address.encode('utf-8') if sys.version_info[0] == 2 else self.jobmaster_address)
+            oprot.writeFieldEnd()
+        if self.jobmaster_fencing_token is not None:
+            oprot.writeFieldBegin('jobmaster_fencing_token', TType.STRING, 4)
+            oprot.writeString(self.jobmaster_fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.jobmaster_fencing_token)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(reconnectJob_args)
+reconnectJob_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'rm_fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'jobmaster_address', 'UTF8', None, ),  # 3
+    (4, TType.STRING, 'jobmaster_fencing_token', 'UTF8', None, ),  # 4
+)
+
+
+class reconnectJob_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = JobReconnectReport()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('reconnectJob_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(reconnectJob_result)
+reconnectJob_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [JobReconnectReport, None], None, ),  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
 class requestThreadDump_args(object):
 
 
@@ -2395,11 +2645,11 @@ class requestThreadDump_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype295, _size292) = iprot.readListBegin()
-                    for _i296 in range(_size292):
-                        _elem297 = ThreadInfo()
-                        _elem297.read(iprot)
-                        self.success.append(_elem297)
+                    (_etype323, _size320) = iprot.readListBegin()
+                    for _i324 in range(_size320):
+                        _elem325 = ThreadInfo()
+                        _elem325.read(iprot)
+                        self.success.append(_elem325)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2421,8 +2671,8 @@ class requestThreadDump_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter298 in self.success:
-                iter298.write(oprot)
+            for iter326 in self.success:
+                iter326.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:
@@ -2495,10 +2745,10 @@ class requestThreadInfoSamples_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.subtasks = []
-                    (_etype302, _size299) = iprot.readListBegin()
-                    for _i303 in range(_size299):
-                        _elem304 = iprot.readI32()
-                        self.subtasks.append(_elem304)
+                    (_etype330, _size327) = iprot.readListBegin()
+                    for _i331 in range(_size327):
+                        _elem332 = iprot.readI32()
+                        self.subtasks.append(_elem332)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2538,8 +2788,8 @@ class requestThreadInfoSamples_args(object):
         if self.subtasks is not None:
             oprot.writeFieldBegin('subtasks', TType.LIST, 3)
             oprot.writeListBegin(TType.I32, len(self.subtasks))
-            for iter305 in self.subtasks:
-                oprot.writeI32(iter305)
+            for iter333 in self.subtasks:
+                oprot.writeI32(iter333)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.num_samples is not None:
@@ -2607,11 +2857,11 @@ class requestThreadInfoSamples_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype309, _size306) = iprot.readListBegin()
-                    for _i310 in range(_size306):
-                        _elem311 = ThreadInfoSample()
-                        _elem311.read(iprot)
-                        self.success.append(_elem311)
+                    (_etype337, _size334) = iprot.readListBegin()
+                    for _i338 in range(_size334):
+                        _elem339 = ThreadInfoSample()
+                        _elem339.read(iprot)
+                        self.success.append(_elem339)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2633,8 +2883,8 @@ class requestThreadInfoSamples_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter312 in self.success:
-                iter312.write(oprot)
+            for iter340 in self.success:
+                iter340.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

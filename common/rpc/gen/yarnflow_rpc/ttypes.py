@@ -57,6 +57,7 @@ class ExecutionState(object):
     CANCELING = 6
     CANCELED = 7
     FAILED = 8
+    RECONCILING = 9
 
     _VALUES_TO_NAMES = {
         0: "CREATED",
@@ -68,6 +69,7 @@ class ExecutionState(object):
         6: "CANCELING",
         7: "CANCELED",
         8: "FAILED",
+        9: "RECONCILING",
     }
 
     _NAMES_TO_VALUES = {
@@ -80,6 +82,7 @@ class ExecutionState(object):
         "CANCELING": 6,
         "CANCELED": 7,
         "FAILED": 8,
+        "RECONCILING": 9,
     }
 
 
@@ -3139,6 +3142,345 @@ class TaskExecutionStateUpdate(object):
         return not (self == other)
 
 
+class TakenSplit(object):
+    """
+    Attributes:
+     - split_id
+     - last_checkpoint_id
+
+    """
+
+
+    def __init__(self, split_id=None, last_checkpoint_id=None,):
+        self.split_id = split_id
+        self.last_checkpoint_id = last_checkpoint_id
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.split_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I64:
+                    self.last_checkpoint_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TakenSplit')
+        if self.split_id is not None:
+            oprot.writeFieldBegin('split_id', TType.STRING, 1)
+            oprot.writeString(self.split_id.encode('utf-8') if sys.version_info[0] == 2 else self.split_id)
+            oprot.writeFieldEnd()
+        if self.last_checkpoint_id is not None:
+            oprot.writeFieldBegin('last_checkpoint_id', TType.I64, 2)
+            oprot.writeI64(self.last_checkpoint_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class ReconciledTask(object):
+    """
+    Attributes:
+     - execution_attempt_id
+     - vertex_id
+     - subtask_index
+     - attempt_number
+     - state
+     - allocation_id
+     - last_acknowledged_checkpoint
+     - taken_splits
+     - restored_checkpoint
+
+    """
+
+
+    def __init__(self, execution_attempt_id=None, vertex_id=None, subtask_index=None, attempt_number=None, state=None, allocation_id=None, last_acknowledged_checkpoint=None, taken_splits=None, restored_checkpoint=None,):
+        self.execution_attempt_id = execution_attempt_id
+        self.vertex_id = vertex_id
+        self.subtask_index = subtask_index
+        self.attempt_number = attempt_number
+        self.state = state
+        self.allocation_id = allocation_id
+        self.last_acknowledged_checkpoint = last_acknowledged_checkpoint
+        self.taken_splits = taken_splits
+        self.restored_checkpoint = restored_checkpoint
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.execution_attempt_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.vertex_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.subtask_index = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.attempt_number = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I32:
+                    self.state = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRING:
+                    self.allocation_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I64:
+                    self.last_acknowledged_checkpoint = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.LIST:
+                    self.taken_splits = []
+                    (_etype172, _size169) = iprot.readListBegin()
+                    for _i173 in range(_size169):
+                        _elem174 = TakenSplit()
+                        _elem174.read(iprot)
+                        self.taken_splits.append(_elem174)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.I64:
+                    self.restored_checkpoint = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('ReconciledTask')
+        if self.execution_attempt_id is not None:
+            oprot.writeFieldBegin('execution_attempt_id', TType.STRING, 1)
+            oprot.writeString(self.execution_attempt_id.encode('utf-8') if sys.version_info[0] == 2 else self.execution_attempt_id)
+            oprot.writeFieldEnd()
+        if self.vertex_id is not None:
+            oprot.writeFieldBegin('vertex_id', TType.STRING, 2)
+            oprot.writeString(self.vertex_id.encode('utf-8') if sys.version_info[0] == 2 else self.vertex_id)
+            oprot.writeFieldEnd()
+        if self.subtask_index is not None:
+            oprot.writeFieldBegin('subtask_index', TType.I32, 3)
+            oprot.writeI32(self.subtask_index)
+            oprot.writeFieldEnd()
+        if self.attempt_number is not None:
+            oprot.writeFieldBegin('attempt_number', TType.I32, 4)
+            oprot.writeI32(self.attempt_number)
+            oprot.writeFieldEnd()
+        if self.state is not None:
+            oprot.writeFieldBegin('state', TType.I32, 5)
+            oprot.writeI32(self.state)
+            oprot.writeFieldEnd()
+        if self.allocation_id is not None:
+            oprot.writeFieldBegin('allocation_id', TType.STRING, 6)
+            oprot.writeString(self.allocation_id.encode('utf-8') if sys.version_info[0] == 2 else self.allocation_id)
+            oprot.writeFieldEnd()
+        if self.last_acknowledged_checkpoint is not None:
+            oprot.writeFieldBegin('last_acknowledged_checkpoint', TType.I64, 7)
+            oprot.writeI64(self.last_acknowledged_checkpoint)
+            oprot.writeFieldEnd()
+        if self.taken_splits is not None:
+            oprot.writeFieldBegin('taken_splits', TType.LIST, 8)
+            oprot.writeListBegin(TType.STRUCT, len(self.taken_splits))
+            for iter175 in self.taken_splits:
+                iter175.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.restored_checkpoint is not None:
+            oprot.writeFieldBegin('restored_checkpoint', TType.I64, 9)
+            oprot.writeI64(self.restored_checkpoint)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class JobReconnectReport(object):
+    """
+    Attributes:
+     - resource_id
+     - slots
+     - tasks
+     - final_updates
+
+    """
+
+
+    def __init__(self, resource_id=None, slots=None, tasks=None, final_updates=None,):
+        self.resource_id = resource_id
+        self.slots = slots
+        self.tasks = tasks
+        self.final_updates = final_updates
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.resource_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.LIST:
+                    self.slots = []
+                    (_etype179, _size176) = iprot.readListBegin()
+                    for _i180 in range(_size176):
+                        _elem181 = SlotOffer()
+                        _elem181.read(iprot)
+                        self.slots.append(_elem181)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.LIST:
+                    self.tasks = []
+                    (_etype185, _size182) = iprot.readListBegin()
+                    for _i186 in range(_size182):
+                        _elem187 = ReconciledTask()
+                        _elem187.read(iprot)
+                        self.tasks.append(_elem187)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.LIST:
+                    self.final_updates = []
+                    (_etype191, _size188) = iprot.readListBegin()
+                    for _i192 in range(_size188):
+                        _elem193 = TaskExecutionStateUpdate()
+                        _elem193.read(iprot)
+                        self.final_updates.append(_elem193)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('JobReconnectReport')
+        if self.resource_id is not None:
+            oprot.writeFieldBegin('resource_id', TType.STRING, 1)
+            oprot.writeString(self.resource_id.encode('utf-8') if sys.version_info[0] == 2 else self.resource_id)
+            oprot.writeFieldEnd()
+        if self.slots is not None:
+            oprot.writeFieldBegin('slots', TType.LIST, 2)
+            oprot.writeListBegin(TType.STRUCT, len(self.slots))
+            for iter194 in self.slots:
+                iter194.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.tasks is not None:
+            oprot.writeFieldBegin('tasks', TType.LIST, 3)
+            oprot.writeListBegin(TType.STRUCT, len(self.tasks))
+            for iter195 in self.tasks:
+                iter195.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.final_updates is not None:
+            oprot.writeFieldBegin('final_updates', TType.LIST, 4)
+            oprot.writeListBegin(TType.STRUCT, len(self.final_updates))
+            for iter196 in self.final_updates:
+                iter196.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class SourceSplit(object):
     """
     Attributes:
@@ -3308,21 +3650,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype172, _size169) = iprot.readListBegin()
-                    for _i173 in range(_size169):
-                        _elem174 = TaskExecutionStateUpdate()
-                        _elem174.read(iprot)
-                        self.executions.append(_elem174)
+                    (_etype200, _size197) = iprot.readListBegin()
+                    for _i201 in range(_size197):
+                        _elem202 = TaskExecutionStateUpdate()
+                        _elem202.read(iprot)
+                        self.executions.append(_elem202)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype178, _size175) = iprot.readListBegin()
-                    for _i179 in range(_size175):
-                        _elem180 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem180)
+                    (_etype206, _size203) = iprot.readListBegin()
+                    for _i207 in range(_size203):
+                        _elem208 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem208)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3343,15 +3685,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter181 in self.executions:
-                iter181.write(oprot)
+            for iter209 in self.executions:
+                iter209.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter182 in self.allocation_ids:
-                oprot.writeString(iter182.encode('utf-8') if sys.version_info[0] == 2 else iter182)
+            for iter210 in self.allocation_ids:
+                oprot.writeString(iter210.encode('utf-8') if sys.version_info[0] == 2 else iter210)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3423,10 +3765,10 @@ class ThreadInfo(object):
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.frames = []
-                    (_etype186, _size183) = iprot.readListBegin()
-                    for _i187 in range(_size183):
-                        _elem188 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.frames.append(_elem188)
+                    (_etype214, _size211) = iprot.readListBegin()
+                    for _i215 in range(_size211):
+                        _elem216 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.frames.append(_elem216)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3459,8 +3801,8 @@ class ThreadInfo(object):
         if self.frames is not None:
             oprot.writeFieldBegin('frames', TType.LIST, 5)
             oprot.writeListBegin(TType.STRING, len(self.frames))
-            for iter189 in self.frames:
-                oprot.writeString(iter189.encode('utf-8') if sys.version_info[0] == 2 else iter189)
+            for iter217 in self.frames:
+                oprot.writeString(iter217.encode('utf-8') if sys.version_info[0] == 2 else iter217)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3520,10 +3862,10 @@ class ThreadInfoSample(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.frames = []
-                    (_etype193, _size190) = iprot.readListBegin()
-                    for _i194 in range(_size190):
-                        _elem195 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.frames.append(_elem195)
+                    (_etype221, _size218) = iprot.readListBegin()
+                    for _i222 in range(_size218):
+                        _elem223 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.frames.append(_elem223)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3553,8 +3895,8 @@ class ThreadInfoSample(object):
         if self.frames is not None:
             oprot.writeFieldBegin('frames', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.frames))
-            for iter196 in self.frames:
-                oprot.writeString(iter196.encode('utf-8') if sys.version_info[0] == 2 else iter196)
+            for iter224 in self.frames:
+                oprot.writeString(iter224.encode('utf-8') if sys.version_info[0] == 2 else iter224)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.count is not None:
@@ -3602,10 +3944,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype200, _size197) = iprot.readListBegin()
-                    for _i201 in range(_size197):
-                        _elem202 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem202)
+                    (_etype228, _size225) = iprot.readListBegin()
+                    for _i229 in range(_size225):
+                        _elem230 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem230)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3622,8 +3964,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter203 in self.allocation_ids:
-                oprot.writeString(iter203.encode('utf-8') if sys.version_info[0] == 2 else iter203)
+            for iter231 in self.allocation_ids:
+                oprot.writeString(iter231.encode('utf-8') if sys.version_info[0] == 2 else iter231)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3767,11 +4109,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype207, _size204) = iprot.readListBegin()
-                    for _i208 in range(_size204):
-                        _elem209 = OperatorStateFile()
-                        _elem209.read(iprot)
-                        self.files.append(_elem209)
+                    (_etype235, _size232) = iprot.readListBegin()
+                    for _i236 in range(_size232):
+                        _elem237 = OperatorStateFile()
+                        _elem237.read(iprot)
+                        self.files.append(_elem237)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3813,8 +4155,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter210 in self.files:
-                iter210.write(oprot)
+            for iter238 in self.files:
+                iter238.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -3887,11 +4229,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype214, _size211) = iprot.readListBegin()
-                    for _i215 in range(_size211):
-                        _elem216 = OperatorStateFile()
-                        _elem216.read(iprot)
-                        self.files.append(_elem216)
+                    (_etype242, _size239) = iprot.readListBegin()
+                    for _i243 in range(_size239):
+                        _elem244 = OperatorStateFile()
+                        _elem244.read(iprot)
+                        self.files.append(_elem244)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3917,8 +4259,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter217 in self.files:
-                iter217.write(oprot)
+            for iter245 in self.files:
+                iter245.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -4058,11 +4400,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype221, _size218) = iprot.readListBegin()
-                    for _i222 in range(_size218):
-                        _elem223 = InputChannelDescriptor()
-                        _elem223.read(iprot)
-                        self.channels.append(_elem223)
+                    (_etype249, _size246) = iprot.readListBegin()
+                    for _i250 in range(_size246):
+                        _elem251 = InputChannelDescriptor()
+                        _elem251.read(iprot)
+                        self.channels.append(_elem251)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4098,8 +4440,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter224 in self.channels:
-                iter224.write(oprot)
+            for iter252 in self.channels:
+                iter252.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -4182,10 +4524,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype228, _size225) = iprot.readListBegin()
-                    for _i229 in range(_size225):
-                        _elem230 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem230)
+                    (_etype256, _size253) = iprot.readListBegin()
+                    for _i257 in range(_size253):
+                        _elem258 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem258)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4229,8 +4571,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter231 in self.key_columns:
-                oprot.writeString(iter231.encode('utf-8') if sys.version_info[0] == 2 else iter231)
+            for iter259 in self.key_columns:
+                oprot.writeString(iter259.encode('utf-8') if sys.version_info[0] == 2 else iter259)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -4379,22 +4721,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype235, _size232) = iprot.readListBegin()
-                    for _i236 in range(_size232):
-                        _elem237 = InputGateDescriptor()
-                        _elem237.read(iprot)
-                        self.input_gates.append(_elem237)
+                    (_etype263, _size260) = iprot.readListBegin()
+                    for _i264 in range(_size260):
+                        _elem265 = InputGateDescriptor()
+                        _elem265.read(iprot)
+                        self.input_gates.append(_elem265)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype241, _size238) = iprot.readListBegin()
-                    for _i242 in range(_size238):
-                        _elem243 = ResultPartitionDescriptor()
-                        _elem243.read(iprot)
-                        self.result_partitions.append(_elem243)
+                    (_etype269, _size266) = iprot.readListBegin()
+                    for _i270 in range(_size266):
+                        _elem271 = ResultPartitionDescriptor()
+                        _elem271.read(iprot)
+                        self.result_partitions.append(_elem271)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4406,11 +4748,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype245, _vtype246, _size244) = iprot.readMapBegin()
-                    for _i248 in range(_size244):
-                        _key249 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val250 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key249] = _val250
+                    (_ktype273, _vtype274, _size272) = iprot.readMapBegin()
+                    for _i276 in range(_size272):
+                        _key277 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val278 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key277] = _val278
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -4497,15 +4839,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter251 in self.input_gates:
-                iter251.write(oprot)
+            for iter279 in self.input_gates:
+                iter279.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter252 in self.result_partitions:
-                iter252.write(oprot)
+            for iter280 in self.result_partitions:
+                iter280.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -4515,9 +4857,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter253, viter254 in self.config.items():
-                oprot.writeString(kiter253.encode('utf-8') if sys.version_info[0] == 2 else kiter253)
-                oprot.writeString(viter254.encode('utf-8') if sys.version_info[0] == 2 else viter254)
+            for kiter281, viter282 in self.config.items():
+                oprot.writeString(kiter281.encode('utf-8') if sys.version_info[0] == 2 else kiter281)
+                oprot.writeString(viter282.encode('utf-8') if sys.version_info[0] == 2 else viter282)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -4801,6 +5143,33 @@ TaskExecutionStateUpdate.thrift_spec = (
     (5, TType.I64, 'records_in', None, None, ),  # 5
     (6, TType.I64, 'records_out', None, None, ),  # 6
     (7, TType.STRUCT, 'metrics', [TaskMetrics, None], None, ),  # 7
+)
+all_structs.append(TakenSplit)
+TakenSplit.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'split_id', 'UTF8', None, ),  # 1
+    (2, TType.I64, 'last_checkpoint_id', None, None, ),  # 2
+)
+all_structs.append(ReconciledTask)
+ReconciledTask.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'execution_attempt_id', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'vertex_id', 'UTF8', None, ),  # 2
+    (3, TType.I32, 'subtask_index', None, None, ),  # 3
+    (4, TType.I32, 'attempt_number', None, None, ),  # 4
+    (5, TType.I32, 'state', None, None, ),  # 5
+    (6, TType.STRING, 'allocation_id', 'UTF8', None, ),  # 6
+    (7, TType.I64, 'last_acknowledged_checkpoint', None, None, ),  # 7
+    (8, TType.LIST, 'taken_splits', (TType.STRUCT, [TakenSplit, None], False), None, ),  # 8
+    (9, TType.I64, 'restored_checkpoint', None, None, ),  # 9
+)
+all_structs.append(JobReconnectReport)
+JobReconnectReport.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'resource_id', 'UTF8', None, ),  # 1
+    (2, TType.LIST, 'slots', (TType.STRUCT, [SlotOffer, None], False), None, ),  # 2
+    (3, TType.LIST, 'tasks', (TType.STRUCT, [ReconciledTask, None], False), None, ),  # 3
+    (4, TType.LIST, 'final_updates', (TType.STRUCT, [TaskExecutionStateUpdate, None], False), None, ),  # 4
 )
 all_structs.append(SourceSplit)
 SourceSplit.thrift_spec = (
