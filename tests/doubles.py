@@ -63,7 +63,7 @@ class TestingResourceManagerGateway:
     def task_executor_info(self, resource_id: ResourceID) -> TaskExecutorRegistration:
         return TaskExecutorRegistration(resource_id, f"{resource_id}:1", f"{resource_id}:2", self._spt)
 
-    def task_executors_holding(self, job_id: JobID) -> list[TaskExecutorRegistration]:
+    def task_executors_holding(self, job_id: JobID) -> list[tuple[TaskExecutorRegistration, list[AllocationID]]]:
         return []  # no earlier leader here
 
     def expects_previous_workers(self) -> bool:

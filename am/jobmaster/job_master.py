@@ -124,6 +124,7 @@ class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
         self._storage = job_storage_dir
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
         self._rm_check_ms = job_config[Options.HEARTBEAT_INTERVAL]
+        self._heartbeat_timeout_ms = job_config[Options.HEARTBEAT_TIMEOUT]
         #: the adaptive scheduler's view of the job (``JobStatusInfo.scaling``), set by the Dispatcher
         self.scaling = ""
         self._main = MainThreadExecutor(f"jobmaster-{self.job_id[:8]}")
@@ -189,8 +190,8 @@ class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
     def _start(self) -> None:
         self._rm_token = self._rm.fencing_token
         self.core.start(reconcile=bool(self._takeover_ms))
-        if self.core.reconciling:
-            self._begin_takeover(self._takeover_ms)
+        if self.core.reconciling:  # (TaskExecutors give up unclaimed tasks after this plus heartbeat.timeout)
+            self._begin_takeover(self._takeover_ms, self._takeover_ms + self._heartbeat_timeout_ms)
         self._main.schedule(self._rm_check_ms, self._check_resource_manager)
 
     def suspend(self, reason: str) -> None:

@@ -181,15 +181,20 @@ class Reconciliation:
         for sid, stray in sorted(found.items()):
             if sid not in known:  # not a subtask of this job's graph (any more)
                 self._cancel_reported(stray)
+        held = {(rid, o.allocation_id) for rid, (_, _, report) in self._reports.items() for o in report.slots}
         for region in self.regions:
             groups = self.slots.groups_of(region.region_id)
             for key, members in groups:
-                slot = next((found[s].slot for s in members if s in found), None)
+                # the group's slot: where its running members run (a finished one's may be freed)
+                placed = [found[s] for s in members if s in found
+                          and (found[s].slot.resource_id, found[s].slot.allocation_id) in held]
+                slot = next((w.slot for w in placed if not w.finished), placed[0].slot if placed else None)
                 for s in members:
                     ev = self._ev(s)
                     where = found.get(s)
                     why = "no TaskExecutor reported it running" if where is None else self._consistent(where, latest)
-                    if where is not None and slot is not None and where.slot.allocation_id != slot.allocation_id:
+                    if (where is not None and not where.finished and slot is not None
+                            and where.slot.allocation_id != slot.allocation_id):
                         why = f"it runs in slot {where.slot.allocation_id}, its sharing group in {slot.allocation_id}"
                     if where is None and s in finished_before:
                         ev.current.transition(ExecutionState.FINISHED)
@@ -199,7 +204,7 @@ class Reconciliation:
                         lost.append((ev.current, why))
                         continue
                     ex = self.graph.adopt(ev, where.task.execution_attempt_id, where.task.attempt_number)
-                    ex.slot = where.slot
+                    ex.slot = where.slot if (where.slot.resource_id, where.slot.allocation_id) in held else None
                     self.task_executors.used(where.slot.resource_id, where.slot.rpc_address)
                     ex.transition(ExecutionState.FINISHED if where.finished else where.task.state)
                     if self.on_attempt_adopted is not None:
@@ -236,8 +241,8 @@ class Reconciliation:
                     self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
                 self._task_failed(ex, ErrorInfo("TaskLostError", f"{ex.vertex.name} after the change of AppMaster "
                                                                  f"leader: {why}"))
-        held, self._held_updates = self._held_updates, []
-        for update in held:
+        updates, self._held_updates = self._held_updates, []
+        for update in updates:
             self.task_state_changed(update)
 
     # -- what is not taken over ------------------------------------------------------------------
@@ -259,12 +264,12 @@ class Reconciliation:
     def _reject_late_report(self, resource_id: ResourceID, rpc_address: str, report: JobReconnectReport) -> None:
         log.info("job %s: %s reported after the reconciliation: its tasks and slots of the job are given up",
                  self.job_id, resource_id)
-        held = set(self.slots.slots_on(resource_id))
+        known = self.slots.pool.slots  # (a slot still on its way to this JobMaster is PENDING there)
         for task in report.tasks:
             ex = self.graph.execution(task.execution_attempt_id)
             if ex is None or not self.graph.is_current(ex):
                 self._emit(CancelTask(task.execution_attempt_id, resource_id, rpc_address))
         for offer in report.slots:
-            if offer.allocation_id not in held:
+            if offer.allocation_id not in known:
                 self._emit(FreeSlot(offer.allocation_id, resource_id, rpc_address, "reported after the "
                                                                                    "reconciliation"))

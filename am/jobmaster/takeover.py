@@ -12,6 +12,7 @@ A mixin of ``JobMaster``; the attributes it uses are declared below.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -44,9 +45,12 @@ class TaskTakeover:
     _gateway: Callable[[str], Any]
     _execute: Callable[..., None]
 
-    def _begin_takeover(self, timeout_ms: int) -> None:
-        """(main thread) The core reconciles: find the TaskExecutors and ask them."""
+    def _begin_takeover(self, timeout_ms: int, late_ms: int) -> None:
+        """(main thread) The core reconciles: find the TaskExecutors and ask them. Until
+        ``late_ms`` from now, a TaskExecutor that registers late with slots of the job this
+        JobMaster does not know is asked too: its tasks are cancelled and those slots freed."""
         self._asked: set[ResourceID] = set()
+        self._late_until = time.monotonic() + late_ms / 1000
         if self.splits is not None:
             splits = self.splits
             self.core.on_attempt_adopted = lambda ex, task: splits.adopt(
@@ -55,15 +59,19 @@ class TaskTakeover:
         self._poll_task_executors()
 
     def _poll_task_executors(self) -> None:
-        if not self.core.reconciling:
+        reconciling = self.core.reconciling
+        if (not reconciling and time.monotonic() > self._late_until) or self.core.is_terminal:
             return
         try:
             holders = self._rm.task_executors_holding(self.job_id)
         except Exception as exc:  # noqa: BLE001 - the ResourceManager is stopping: the next round
             log.debug("asking the ResourceManager for the job's TaskExecutors failed: %s", exc)
             holders = []
-        for registration in holders:
-            if registration.resource_id not in self._asked:
+        known = self.core.slots.pool.slots
+        for registration, allocations in holders:
+            if registration.resource_id in self._asked:
+                continue
+            if reconciling or any(a not in known for a in allocations):
                 self._asked.add(registration.resource_id)
                 self._io.submit(self._reconnect, registration)
         self._main.schedule(_POLL_MS, self._poll_task_executors)

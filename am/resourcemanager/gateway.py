@@ -43,9 +43,9 @@ class ResourceManagerGateway(Protocol):
         """Addresses of a registered TaskExecutor; None when it is not (or no longer) known."""
         ...
 
-    def task_executors_holding(self, job_id: JobID) -> list[TaskExecutorRegistration]:
+    def task_executors_holding(self, job_id: JobID) -> list[tuple[TaskExecutorRegistration, list[AllocationID]]]:
         """The registered TaskExecutors whose slot reports name slots of ``job_id`` (after a
-        change of leader: those that kept the job's tasks running)."""
+        change of leader: those that kept the job's tasks running), with those slots."""
         ...
 
     def expects_previous_workers(self) -> bool:

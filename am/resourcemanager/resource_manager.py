@@ -200,9 +200,16 @@ class ResourceManager(RpcEndpoint):
     def expects_previous_workers(self) -> bool:
         return self._previous_workers
 
-    def task_executors_holding(self, job_id: JobID) -> list[TaskExecutorRegistration]:
-        return self._main.call(lambda: [te.registration for te in self.slot_manager.task_executors.values()
-                                        if te.reported and any(s.job_id == job_id for s in te.slots)])
+    def task_executors_holding(self, job_id: JobID) -> list[tuple[TaskExecutorRegistration, list[AllocationID]]]:
+        def holding() -> list[tuple[TaskExecutorRegistration, list[AllocationID]]]:
+            out = []
+            for te in self.slot_manager.task_executors.values():
+                slots = [s.allocation_id for s in te.slots if s.job_id == job_id and s.allocation_id is not None]
+                if te.reported and slots:
+                    out.append((te.registration, slots))
+            return out
+
+        return self._main.call(holding)
 
     def slots_for_job(self, job_id: JobID) -> tuple[int, int]:
         """(slots ``job_id`` could use now, slots of workers being started): the SlotManager's."""

@@ -197,3 +197,40 @@ def test_a_taskexecutor_killed_during_the_failover_restarts_only_its_region(ha_c
     exact_rows(out, rows)
     log = _appmaster_log(cluster, cluster.appmasters()[new])
     assert "reconciled: 1 subtasks adopted as they run, 1 to restart" in log
+
+
+@pytest.mark.timeout(300)
+def test_a_taskexecutor_back_after_the_reconciliation_has_its_tasks_cancelled(ha_cluster, tmp_path):  # noqa: F811
+    src, out = tmp_path / "in", tmp_path / "out"
+    rows = write_input(src, files=10, per_file=1200)
+    cluster = ha_cluster(standby=1, taskexecutors=2, slots=1)
+    thread, outcome = run_following_the_leader(cluster, forward_job(src, out), "late-te", CONF)
+    conn = connection(cluster)
+    try:
+        info = running_with_checkpoint_after(conn, "late-te", 1, pending=False)
+        [vertex] = info.vertices
+        late_location = vertex.subtask_locations[1]
+        late = next(p for p in cluster._descendants()
+                    if "yarnflow.worker" in p.cmdline() and any(late_location in a for a in p.cmdline()))
+        old, proc = leader(cluster)
+        proc.send_signal(signal.SIGKILL)
+        late.send_signal(signal.SIGSTOP)  # it misses the failover and the new leader's reconciliation
+        try:
+            new = wait_for_new_leader(cluster, old)
+            wait_until(lambda: "reconciled: 1 subtasks adopted as they run, 1 to restart"
+                       in _appmaster_log(cluster, cluster.appmasters()[new]), 30, "the new leader never reconciled")
+        finally:
+            late.send_signal(signal.SIGCONT)
+        # it registers with the new leader, its slot and task of the job unknown there: given up
+        wait_until(lambda: "reported after the reconciliation" in _appmaster_log(cluster, cluster.appmasters()[new]),
+                   30, "the late TaskExecutor's tasks were never given up")
+        thread.join(240)
+        assert not thread.is_alive(), "the job did not end"
+        final = job_info(conn, "late-te")
+    finally:
+        conn.close()
+    assert "error" not in outcome, outcome.get("error")
+    assert final.status == JobStatus.FINISHED
+    [vertex] = final.vertices
+    assert vertex.subtask_attempts[0] == 0 and vertex.subtask_attempts[1] >= 1, vertex.subtask_attempts
+    exact_rows(out, rows)

@@ -19,6 +19,7 @@ from yarnflow.common.messages import (
     SourceSplit,
     SplitResponse,
     TaskDeploymentDescriptor,
+    TaskExecutionStateUpdate,
     TaskStateSnapshot,
 )
 from yarnflow.common.states import ExecutionState
@@ -44,7 +45,8 @@ class Inline:
 
 
 class FakeTask:
-    def __init__(self) -> None:
+    def __init__(self, tdd: TaskDeploymentDescriptor) -> None:
+        self.tdd = tdd
         self.taken_splits: list[Any] = []
         self.state = ExecutionState.RUNNING
         self._responder: Any = None
@@ -82,10 +84,15 @@ class Links(JobMasterLinks):
         self._stopped = threading.Event()
         self.gateways: dict[str, Gateway] = {}
         self.tasks = {}
+        self._ended = {}
         self.resource_id = ResourceID("te-1")
 
     def _jm(self, address: str, job_id: JobID) -> Any:  # type: ignore[override]
         return self.gateways[address]
+
+    def _task_done(self, update: TaskExecutionStateUpdate) -> None:  # (TaskExecutor's)
+        self._remember_ended(self.tasks.pop(update.execution_attempt_id), update)
+        self.core.task_ended(update)
 
 
 def split(split_id: str) -> SplitResponse:
@@ -98,7 +105,7 @@ def deployed(te: Links) -> TaskDeploymentDescriptor:
     tdd = TaskDeploymentDescriptor(JOB, JobVertexID("src"), "src (1/1)", ExecutionAttemptID("attempt-1"), 0, 0, 1,
                                    128, alloc, "file:///job.zip", "0" * 64, jobmaster_fencing_token="jm-1")
     te.core.deploy(tdd)
-    te.tasks[tdd.execution_attempt_id] = FakeTask()
+    te.tasks[tdd.execution_attempt_id] = FakeTask(tdd)
     return tdd
 
 
@@ -154,3 +161,19 @@ def test_checkpoint_answers_while_orphaned_are_dropped_and_a_gone_job_ends_a_wai
     te.core.heartbeats_due({}, [])
     with pytest.raises(UnavailableError):
         te._split_requester(tdd, lambda: False)(6)
+
+
+def test_a_source_that_finished_while_orphaned_is_reported_with_its_splits_until_acknowledged() -> None:
+    te = Links()
+    tdd = deployed(te)
+    te.gateways["am-1"] = Gateway("old", te, [split("s4")])
+    te._split_requester(tdd, lambda: False)(2)
+    te.core.leader_changed(keep_tasks=True)
+    # it read its split to the end while no JobMaster led: its final update waits
+    finished = TaskExecutionStateUpdate(JOB, tdd.execution_attempt_id, ExecutionState.FINISHED)
+    te._task_done(finished)
+    te.core.registered("rm-2", "reg-2")
+    report = te.reconnect_job(JOB, "am-2", "jm-2")
+    assert [(t.execution_attempt_id, t.state, [s.split_id for s in t.taken_splits]) for t in report.tasks] == [
+        (tdd.execution_attempt_id, ExecutionState.FINISHED, ["s4"])]
+    assert report.final_updates == [finished]

@@ -180,3 +180,31 @@ def test_a_duplicate_attempt_of_a_subtask_is_cancelled_and_the_latest_adopted() 
     d.drain()
     assert [a.attempt_id for a in d.of(CancelTask)] == ["older-attempt"]
     assert d.core.reconciled == (len(deploys), 0)
+
+
+def test_sources_that_finished_during_the_failover_or_before_the_checkpoint_are_not_run_again() -> None:
+    deploys = first_leader()
+    sources = [dep for dep in deploys if "src" in dep.tdd.vertex_id]
+    d = new_leader(deploys)
+    for rid, tes in by_te(deploys).items():
+        ended = [dep for dep in tes if dep in sources]
+        finals = [TaskExecutionStateUpdate(JOB, dep.attempt_id, S.FINISHED) for dep in ended]
+        d.core.task_executor_reconnected(ResourceID(rid), tes[0].rpc_address, f"{rid}:7000",
+                                         report(tes, finals=finals))
+    d.drain()
+    assert d.core.reconciled == (len(deploys), 0) and d.of(DeployTask) == [] and d.of(CancelTask) == []
+    states = {ex.attempt_id: ex.state for ex in d.core.graph.current_executions()}
+    assert {states[dep.attempt_id] for dep in sources} == {S.FINISHED}
+    # FLIP-147: subtasks finished when the latest checkpoint was taken are gone from every
+    # TaskExecutor; they stay FINISHED and the others are adopted without waiting for them
+    d2 = Driver(pipeline(2), execution_checkpointing_interval="1 h")
+    assert d2.core.checkpoints is not None
+    src_vertex = sources[0].tdd.vertex_id
+    d2.core.checkpoints.recover(7, metadata(deploys, finished=frozenset({src_vertex})))
+    d2.core.start(reconcile=True)
+    for tes in by_te(deploys).values():
+        running = [dep for dep in tes if dep not in sources]
+        if running:
+            reconnect(d2, running)
+    assert not d2.core.reconciling and d2.core.reconciled == (len(deploys), 0)
+    assert d2.of(DeployTask) == [] and d2.of(CancelTask) == []

@@ -237,7 +237,8 @@ def test_the_taskexecutor_gives_freed_memory_back_when_its_last_task_ends(monkey
     released = threading.Semaphore(0)
     monkeypatch.setattr(task_executor, "release_free_memory", released.release)
     a, b = ExecutionAttemptID("a"), ExecutionAttemptID("b")
-    te = types.SimpleNamespace(core=types.SimpleNamespace(task_ended=lambda u: None), tasks={a: object(), b: object()})
+    te = types.SimpleNamespace(core=types.SimpleNamespace(task_ended=lambda u: None), tasks={a: object(), b: object()},
+                               _remember_ended=lambda task, update: None)
     done = TaskExecutionStateUpdate(JOB, a, ExecutionState.FINISHED)
     task_executor.TaskExecutor._task_done(te, done)  # type: ignore[arg-type]
     assert not released.acquire(timeout=0.2)  # b still runs

@@ -46,6 +46,7 @@ from yarnflow.common.messages import (
 )
 from yarnflow.common.rpc.endpoint import MainThreadExecutor, fenced
 from yarnflow.common.rpc.gateways import RemoteJobMasterGateway
+from yarnflow.common.states import ExecutionState
 from yarnflow.worker.taskexecutor.core import TaskExecutorCore
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class JobMasterLinks:
     _stopped: threading.Event
     _jm: Callable[[str, JobID], RemoteJobMasterGateway]
     _task_done: Callable[[TaskExecutionStateUpdate], None]
+    #: tasks that ended, as a takeover report names them, until their final update is acknowledged
+    _ended: dict[ExecutionAttemptID, ReconciledTask]
 
     def _link(self, job_id: JobID) -> tuple[str, str] | None:
         """(address, token) of the job's JobMaster now; None while orphaned or once gone."""
@@ -170,22 +173,32 @@ class JobMasterLinks:
         return request
 
     # -- the takeover (RPC, on the main thread) -----------------------------------------------------
+    def _reconciled(self, task: Any, state: ExecutionState) -> ReconciledTask:
+        tdd = task.tdd
+        return ReconciledTask(tdd.execution_attempt_id, tdd.vertex_id, tdd.subtask_index, tdd.attempt_number, state,
+                              tdd.allocation_id, getattr(task._responder, "last_acknowledged", 0),
+                              list(task.taken_splits), tdd.restore.checkpoint_id if tdd.restore is not None else 0)
+
+    def _remember_ended(self, task: Any, update: TaskExecutionStateUpdate) -> None:
+        """(main thread) A task ended: until its final update is acknowledged, a takeover report
+        names it too (a source that finished during a failover read its splits to the end:
+        the new JobMaster must book them, not hand them out again)."""
+        ended = self._ended
+        ended[update.execution_attempt_id] = self._reconciled(task, update.state)
+        unacked = {u.execution_attempt_id for c in self.core.jobs.connections() for u in c.unacknowledged.values()}
+        for attempt_id in [a for a in ended if a not in unacked and a != update.execution_attempt_id]:
+            del ended[attempt_id]
+
     @fenced(lambda te, *args: te.core.rm_token_expected())
     def reconnect_job(self, job_id: JobID, jobmaster_address: str, jobmaster_token: str) -> JobReconnectReport:
         tdds = self.core.reconnect_job(job_id, jobmaster_address, jobmaster_token)
         slots = [SlotOffer(s.allocation_id, s.index, s.profile) for s in self.core.slots.slots
                  if s.job_id == job_id and s.allocation_id is not None]
-        tasks = []
-        for tdd in tdds:
-            task = self.tasks.get(tdd.execution_attempt_id)
-            if task is None:
-                continue
-            responder = task._responder
-            tasks.append(ReconciledTask(
-                tdd.execution_attempt_id, tdd.vertex_id, tdd.subtask_index, tdd.attempt_number, task.state,
-                tdd.allocation_id, getattr(responder, "last_acknowledged", 0), list(task.taken_splits),
-                tdd.restore.checkpoint_id if tdd.restore is not None else 0))
-        return JobReconnectReport(self.resource_id, slots, tasks, self.core.jobs.unacknowledged(job_id))
+        tasks = [self._reconciled(task, task.state) for tdd in tdds
+                 if (task := self.tasks.get(tdd.execution_attempt_id)) is not None]
+        finals = self.core.jobs.unacknowledged(job_id)
+        tasks += [self._ended[u.execution_attempt_id] for u in finals if u.execution_attempt_id in self._ended]
+        return JobReconnectReport(self.resource_id, slots, tasks, finals)
 
 
 class JobMasterResponder:

@@ -49,6 +49,7 @@ from yarnflow.common.errors import (FencingTokenError, InvalidRequestError, NotF
 from yarnflow.common.ids import AllocationID, ExecutionAttemptID, JobID, JobVertexID, ResourceID
 from yarnflow.common.memory import release_free_memory
 from yarnflow.common.messages import (
+    ReconciledTask,
     ResourceProfile,
     SlotReport,
     TaskDeploymentDescriptor,
@@ -147,6 +148,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
             if rm_address else None)  # None: no leader known yet
         self._jms: dict[tuple[str, JobID], RemoteJobMasterGateway] = {}
         self.tasks: dict[ExecutionAttemptID, Task] = {}  # the running Task objects of core.tasks
+        self._ended: dict[ExecutionAttemptID, ReconciledTask] = {}
         self._last_rm_contact = time.monotonic()
         self._stopped = threading.Event()
         self._rm_changed = threading.Event()  # wakes the registration loop for a new leader at once
@@ -441,8 +443,10 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
         task.start()
 
     def _task_done(self, update: TaskExecutionStateUpdate) -> None:
+        task = self.tasks.pop(update.execution_attempt_id, None)
+        if task is not None:
+            self._remember_ended(task, update)
         self.core.task_ended(update)
-        self.tasks.pop(update.execution_attempt_id, None)
         if not self.tasks:  # nothing runs here now: what the tasks freed goes back to the system
             threading.Thread(target=release_free_memory, name="release-memory", daemon=True).start()
 
