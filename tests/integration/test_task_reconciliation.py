@@ -6,7 +6,8 @@ The leader is SIGKILLed three times at random moments (one of them while a check
 pending): the TaskExecutors keep the job's tasks running, each new leader's JobMaster takes them
 over, and no attempt number changes; every input row is committed exactly once, with its key's
 running count (keyed state) exact and gapless. A TaskExecutor killed during a failover: only
-its region restarts (the other region's tasks are adopted as they run)."""
+its region restarts (the other region's tasks are adopted as they run). A TaskExecutor frozen
+through the failover and the reconciliation: when it comes back its tasks are given up."""
 
 from __future__ import annotations
 
@@ -121,10 +122,32 @@ def running_with_checkpoint_after(conn: Any, name: str, after: int, pending: boo
     return wait_until(ready, 60, f"{name} never went on checkpointing after checkpoint {after}", interval_s=0.01)
 
 
+def taskexecutor_of_subtask(cluster: Any, info: Any, index: int) -> Any:
+    """The TaskExecutor process running subtask ``index`` of the job's one vertex."""
+    [vertex] = info.vertices
+    location = vertex.subtask_locations[index]
+    return next(p for p in cluster._descendants()
+                if "yarnflow.worker" in p.cmdline() and any(location in a for a in p.cmdline()))
+
+
+def ended_with_only_subtask_1_restarted(thread: Any, outcome: dict[str, Any], conn: Any, name: str, out: Any,
+                                        rows: list[str]) -> None:
+    """The job ended FINISHED, subtask 0's region taken over as it ran, subtask 1's restarted
+    from the checkpoint, every row committed once."""
+    thread.join(240)
+    assert not thread.is_alive(), "the job did not end"
+    assert "error" not in outcome, outcome.get("error")
+    final = job_info(conn, name)
+    assert final.status == JobStatus.FINISHED
+    [vertex] = final.vertices
+    assert vertex.subtask_attempts[0] == 0 and vertex.subtask_attempts[1] >= 1, vertex.subtask_attempts
+    exact_rows(out, rows)
+
+
 @pytest.mark.timeout(300)
 def test_three_leader_kills_keep_every_task_running_and_commit_every_row_once(ha_cluster, tmp_path):  # noqa: F811
     src, out = tmp_path / "in", tmp_path / "out"
-    rows = write_input(src, files=16, per_file=1500)
+    rows = write_input(src, files=16, per_file=3000)
     cluster = ha_cluster(standby=3)
     thread, outcome = run_following_the_leader(cluster, keyed_job(src, out), "keep-running", CONF)
     conn = connection(cluster)
@@ -174,27 +197,15 @@ def test_a_taskexecutor_killed_during_the_failover_restarts_only_its_region(ha_c
     conn = connection(cluster)
     try:
         info = running_with_checkpoint_after(conn, "one-region", 1, pending=False)
-        [vertex] = info.vertices
-        assert list(vertex.subtask_attempts) == [0, 0]
-        doomed_location = vertex.subtask_locations[1]
-        doomed = next(p for p in cluster._descendants()
-                      if "yarnflow.worker" in p.cmdline() and any(doomed_location.split(" ")[0] in a
-                                                                   for a in p.cmdline()))
+        assert [list(v.subtask_attempts) for v in info.vertices] == [[0, 0]]
+        doomed = taskexecutor_of_subtask(cluster, info, 1)
         old, proc = leader(cluster)
         proc.send_signal(signal.SIGKILL)
         doomed.send_signal(signal.SIGKILL)  # while no AppMaster leads
         new = wait_for_new_leader(cluster, old)
-        thread.join(240)
-        assert not thread.is_alive(), "the job did not end"
-        final = job_info(conn, "one-region")
+        ended_with_only_subtask_1_restarted(thread, outcome, conn, "one-region", out, rows)
     finally:
         conn.close()
-    assert "error" not in outcome, outcome.get("error")
-    assert final.status == JobStatus.FINISHED
-    [vertex] = final.vertices
-    # subtask 0's region was taken over as it ran; subtask 1's restarted from the checkpoint
-    assert vertex.subtask_attempts[0] == 0 and vertex.subtask_attempts[1] >= 1, vertex.subtask_attempts
-    exact_rows(out, rows)
     log = _appmaster_log(cluster, cluster.appmasters()[new])
     assert "reconciled: 1 subtasks adopted as they run, 1 to restart" in log
 
@@ -207,11 +218,7 @@ def test_a_taskexecutor_back_after_the_reconciliation_has_its_tasks_cancelled(ha
     thread, outcome = run_following_the_leader(cluster, forward_job(src, out), "late-te", CONF)
     conn = connection(cluster)
     try:
-        info = running_with_checkpoint_after(conn, "late-te", 1, pending=False)
-        [vertex] = info.vertices
-        late_location = vertex.subtask_locations[1]
-        late = next(p for p in cluster._descendants()
-                    if "yarnflow.worker" in p.cmdline() and any(late_location in a for a in p.cmdline()))
+        late = taskexecutor_of_subtask(cluster, running_with_checkpoint_after(conn, "late-te", 1, pending=False), 1)
         old, proc = leader(cluster)
         proc.send_signal(signal.SIGKILL)
         late.send_signal(signal.SIGSTOP)  # it misses the failover and the new leader's reconciliation
@@ -224,13 +231,6 @@ def test_a_taskexecutor_back_after_the_reconciliation_has_its_tasks_cancelled(ha
         # it registers with the new leader, its slot and task of the job unknown there: given up
         wait_until(lambda: "reported after the reconciliation" in _appmaster_log(cluster, cluster.appmasters()[new]),
                    30, "the late TaskExecutor's tasks were never given up")
-        thread.join(240)
-        assert not thread.is_alive(), "the job did not end"
-        final = job_info(conn, "late-te")
+        ended_with_only_subtask_1_restarted(thread, outcome, conn, "late-te", out, rows)
     finally:
         conn.close()
-    assert "error" not in outcome, outcome.get("error")
-    assert final.status == JobStatus.FINISHED
-    [vertex] = final.vertices
-    assert vertex.subtask_attempts[0] == 0 and vertex.subtask_attempts[1] >= 1, vertex.subtask_attempts
-    exact_rows(out, rows)
