@@ -9,16 +9,14 @@ Every input row must be committed exactly once."""
 from __future__ import annotations
 
 import signal
-import time
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from tests.harness import wait_until
 from tests.integration.test_batch_exactly_once import _run_in_thread
 from tests.integration.test_cluster_failures import _resource_id, _te_processes
 from tests.integration.test_ha_failover import exact_rows
+from tests.integration.test_task_reconciliation import slow_parse  # ~50 ms a 100-row batch
 from yarnflow.common.states import ExecutionState, JobStatus
 
 pytestmark = [pytest.mark.integration]
@@ -39,18 +37,10 @@ def write_uneven(folder) -> list[str]:
     return rows
 
 
-def slow_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """~60 ms a 100-row batch: the slow task between the sources and the sink."""
-    time.sleep(0.06)
-    parts = pc.split_pattern(batch.column("line"), " ")
-    return pa.record_batch({"k": pc.list_element(parts, 0), "file": pc.list_element(parts, 1),
-                            "row": pc.list_element(parts, 2)})
-
-
 def build(src, out):
     def pipeline(env):
         env.set_runtime_mode("STREAMING")
-        (env.read_text(str(src)).rebalance().map_batches(slow_columns, name="slow")
+        (env.read_text(str(src)).rebalance().map_batches(slow_parse, name="slow")
          .sink_to_parquet(str(out)))
     return pipeline
 
