@@ -172,6 +172,9 @@ class Reconciliation:
 
     def finish_reconciliation(self) -> None:
         self.reconciling = False
+        if self.status != JobStatus.RUNNING:  # suspended meanwhile: a deposed JobMaster takes nothing over
+            self._held_updates = []
+            return
         latest = self.checkpoints.latest_completed_id() if self.checkpoints is not None else 0
         found = self._attempts()
         finished_before = self._finished_before()

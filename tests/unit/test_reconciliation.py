@@ -208,3 +208,33 @@ def test_sources_that_finished_during_the_failover_or_before_the_checkpoint_are_
             reconnect(d2, running)
     assert not d2.core.reconciling and d2.core.reconciled == (len(deploys), 0)
     assert d2.of(DeployTask) == [] and d2.of(CancelTask) == []
+
+
+def test_a_cancel_while_reconciling_cancels_the_reported_tasks_where_they_run() -> None:
+    deploys = first_leader()
+    d = new_leader(deploys)
+    groups = list(by_te(deploys).values())
+    reconnect(d, groups[0])  # the other TaskExecutor has not reported yet
+    d.core.cancel()
+    d.drain()
+    assert not d.core.reconciling
+    assert {a.attempt_id for a in d.of(CancelTask)} == {dep.attempt_id for dep in groups[0]}
+    assert d.core.status == JobStatus.CANCELLING
+    for dep in groups[0]:
+        d.core.task_state_changed(TaskExecutionStateUpdate(JOB, dep.attempt_id, S.CANCELED))
+    d.drain()
+    assert d.core.status == JobStatus.CANCELED
+    # a report after that: its tasks are cancelled too
+    late = reconnect(d, groups[1])
+    assert {a.attempt_id for a in d.of(CancelTask, late)} == {dep.attempt_id for dep in groups[1]}
+
+
+def test_a_job_suspended_while_reconciling_takes_nothing_over() -> None:
+    deploys = first_leader()
+    d = new_leader(deploys)
+    d.core.suspend("the leadership was lost again")
+    d.drain()
+    for tes in by_te(deploys).values():
+        reconnect(d, tes)
+    d.core.reconciliation_timed_out()
+    assert d.drain() == [] and d.core.status == JobStatus.SUSPENDED
