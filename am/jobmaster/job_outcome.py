@@ -57,12 +57,13 @@ class JobOutcome:
     _emit: Callable[[Action], None]
     _set_status: Callable[[JobStatus], None]
     _cancel_execution: Callable[[Execution], None]
+    reconciling: bool
     finish_reconciliation: Callable[[], None]
 
     def cancel(self) -> None:
         if self.status.is_globally_terminal or self.status in (JobStatus.CANCELLING, JobStatus.FAILING):
             return
-        if getattr(self, "reconciling", False):  # take over what is known, to cancel it where it runs
+        if self.reconciling:  # take over what is known, to cancel it where it runs
             self.finish_reconciliation()
         self._set_status(JobStatus.CANCELLING)
         self._restart_pending.clear()
@@ -83,7 +84,7 @@ class JobOutcome:
     def _fail(self, cause: ErrorInfo) -> None:
         if self.status not in (JobStatus.RUNNING, JobStatus.CREATED, JobStatus.RESTARTING):
             return
-        if getattr(self, "reconciling", False):  # take over what is known, to cancel it where it runs
+        if self.reconciling:  # take over what is known, to cancel it where it runs
             self.finish_reconciliation()
         self.failure_cause = cause
         self._set_status(JobStatus.FAILING)
