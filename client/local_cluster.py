@@ -215,7 +215,7 @@ class LocalCluster:
         gw = self.gateway()
         deadline = time.monotonic() + max(timeout_s, 1.0)
         try:
-            while gw.cluster_info().registered_taskexecutors < count:
+            while gw.cluster_info().total_slots < count * self.slots:  # (with slot processes: one TaskExecutor a slot)
                 if interrupted is not None and interrupted():
                     raise ClusterStartError("interrupted while the TaskExecutors were starting")
                 if self.proc is not None and self.proc.poll() is not None:

@@ -327,6 +327,13 @@ class TaskExecutorRegistration(Message):
     pid: int = 0
     hostname: str = ""
     metrics_address: str = ""  # host:port of its Prometheus endpoint ("": no metrics reporter)
+    #: the worker the driver started (a process group or YARN container) this TaskExecutor is one
+    #: slot process of ("": the TaskExecutor is the worker; taskmanager.slot-processes)
+    container_id: str = ""
+
+    @property
+    def worker_id(self) -> ids.ResourceID:
+        return ids.ResourceID(self.container_id) if self.container_id else self.resource_id
 
 
 @dataclass(frozen=True)

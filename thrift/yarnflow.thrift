@@ -278,6 +278,8 @@ struct TaskExecutorRegistration {
   6: i64 pid,
   7: string hostname,
   8: string metrics_address = "",  // host:port of its Prometheus endpoint ("": no metrics reporter)
+  9: string container_id = "",     // the worker (process group or YARN container) it runs in, with its other
+                                   // slot processes ("": its own; taskmanager.slot-processes)
 }
 
 struct RegistrationResponse {

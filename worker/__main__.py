@@ -9,6 +9,7 @@ import sys
 import time
 
 from yarnflow.common.ids import ResourceID
+from yarnflow.common.config import Configuration
 from yarnflow.common.process import add_common_arguments, shutdown_on_signals, start_process
 
 
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="HOST:PORT of the ResourceManager (with ZooKeeper high availability: where to "
                              "start; the leader is then followed in ZooKeeper)")
     parser.add_argument("--work-dir", required=True, help="local directory for artifacts and spill files")
+    parser.add_argument("--container-id", default="",
+                        help="the worker this TaskExecutor is one slot process of (set by that worker's launcher; "
+                             "taskmanager.slot-processes)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = start_process(args)
@@ -69,18 +73,32 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --rm-address is needed without ZooKeeper high availability (or in a YARN container "
               "of a yarnflow application, whose AppMaster it finds)", file=sys.stderr)
         return 2
+    if config[Options.SLOT_PROCESSES] and config[Options.NUM_SLOTS] > 1:
+        return run_slot_processes(config, args)
     try:
         ha = create_ha_services(config, leader_address=args.rm_address)
     except CoordinationUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    te = TaskExecutor(config, ResourceID(args.resource_id), args.rm_address, args.work_dir, ha)
+    te = TaskExecutor(config, ResourceID(args.resource_id), args.rm_address, args.work_dir, ha,
+                      container_id=args.container_id)
     shutdown_on_signals(te.shutdown)
     te.start()
     while not te.wait(1.0):
         pass
     logging.getLogger(__name__).info("TaskExecutor exits: %s", te.exit_reason)
     return 1 if te.fatal else 0
+
+
+def run_slot_processes(config: Configuration, args: argparse.Namespace) -> int:
+    """This worker as one TaskExecutor process per slot (``yarnflow.worker.slot_processes``)."""
+    from yarnflow.worker.slot_processes import SlotProcesses, slot_commands
+
+    commands = slot_commands(config, args.resource_id, args.rm_address, args.work_dir, args.dynamic)
+    logging.getLogger(__name__).info("worker %s: %d slot processes", args.resource_id, len(commands))
+    processes = SlotProcesses(commands)
+    shutdown_on_signals(processes.stop)
+    return processes.run()
 
 
 if __name__ == "__main__":

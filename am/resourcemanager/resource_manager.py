@@ -82,6 +82,8 @@ class ResourceManager(RpcEndpoint):
         super().__init__("ResourceManager", self._main)
         self._io = ThreadPoolExecutor(8, thread_name_prefix="rm-io")
         self._gateways: dict[ResourceID, RemoteTaskExecutorGateway] = {}
+        #: registered TaskExecutor -> the worker the driver started it in (a slot process's worker)
+        self._worker_of: dict[ResourceID, ResourceID] = {}
         self._listeners: dict[JobID, JobMasterListener] = {}
         self._started = False
         self._previous_workers = False
@@ -238,6 +240,7 @@ class ResourceManager(RpcEndpoint):
         actions = self.slot_manager.register(registration, registration_id)
         # losses first (they drop the old connection), then the new connection, then the rest
         self._apply([a for a in actions if isinstance(a, TaskExecutorLost)])
+        self._worker_of[registration.resource_id] = registration.worker_id
         old = self._gateways.pop(registration.resource_id, None)
         if old is not None:
             old.close()
@@ -274,10 +277,7 @@ class ResourceManager(RpcEndpoint):
     # -- driver callbacks -------------------------------------------------------------------
     def _on_worker_terminated(self, resource_id: ResourceID, reason: str) -> None:
         def handle() -> None:
-            if resource_id in self.slot_manager.task_executors:
-                self._apply(self.slot_manager.unregister(resource_id, reason))
-            else:
-                self._apply(self.slot_manager.worker_terminated_before_registration())
+            self._apply(self.slot_manager.worker_terminated(resource_id, reason))
 
         self._main.execute(handle)
 
@@ -298,13 +298,18 @@ class ResourceManager(RpcEndpoint):
                     gw.close()
                 for listener in list(self._listeners.values()):
                     listener.on_task_executor_lost(action.resource_id, action.reason)
+                worker = self._worker_of.pop(action.resource_id, action.resource_id)
                 if action.stop_worker:  # (off the main thread: a live worker may take seconds to stop)
-                    self._io.submit(self._driver.stop_worker, action.resource_id)
+                    self._io.submit(self._driver.stop_worker, worker)
+                    for sibling in [r for r, w in self._worker_of.items() if w == worker]:  # its other slot processes
+                        self._apply(self.slot_manager.unregister(sibling, f"its worker {worker} is stopped: "
+                                                                          f"{action.reason}"))
             elif isinstance(action, StartWorkers):
                 for _ in range(action.count):
                     self._start_worker()
             elif isinstance(action, ReleaseWorker):
                 gw = self._gateways.pop(action.resource_id, None)
+                self._worker_of.pop(action.resource_id, None)
                 log.info("releasing TaskExecutor %s: %s", action.resource_id, action.reason)
                 if action.resource_id in self._driver.worker_pids() or gw is None:
                     if gw is not None:

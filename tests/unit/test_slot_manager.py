@@ -87,7 +87,7 @@ def test_a_task_executors_slots_are_handed_out_only_after_its_first_slot_report(
     r = request(1)
     assert sm.request_slot(r) == [StartWorkers(1)]
     assert sm.register(registration(TE_A), "reg-a") == []
-    assert sm.pending == {r.allocation_id: r} and sm.pending_workers == 0
+    assert sm.pending == {r.allocation_id: r} and sm.pending_slots == 0
     assert sm.request_slot(request(2)) == []       # the free slots to come: no second worker
     actions = sm.heartbeat("reg-a", report((0, None), (1, None)))
     assert sorted(a.request.allocation_id for a in allocations(actions)) == [AllocationID("alloc-1"), AllocationID("alloc-2")]
@@ -134,10 +134,10 @@ def test_pending_request_is_matched_when_a_task_executor_registers() -> None:
     sm, _ = manager(slots_per_worker=2)
     r = request(1)
     assert sm.request_slot(r) == [StartWorkers(1)]
-    assert sm.pending == {r.allocation_id: r} and sm.pending_workers == 1
+    assert sm.pending == {r.allocation_id: r} and sm.pending_slots == 2
     actions = join(sm, registration(TE_A), "reg-a")
     assert actions == [AllocateSlot(TE_A, 0, r)]
-    assert not sm.pending and sm.pending_workers == 0
+    assert not sm.pending and sm.pending_slots == 0
 
 
 def test_duplicate_requests_are_ignored() -> None:
@@ -145,7 +145,7 @@ def test_duplicate_requests_are_ignored() -> None:
     r = request(1)
     assert sm.request_slot(r) == [StartWorkers(1)]
     assert sm.request_slot(r) == []  # still pending: not queued twice, no second worker
-    assert len(sm.pending) == 1 and sm.pending_workers == 1
+    assert len(sm.pending) == 1 and sm.pending_slots == 2
     assert allocations(join(sm, registration(TE_A), "reg-a")) == [AllocateSlot(TE_A, 0, r)]
     assert sm.request_slot(r) == []  # already holds a slot: not given a second one
     assert sm.free_slot_count() == 1 and not sm.pending
@@ -170,10 +170,10 @@ def test_start_workers_for_requests_beyond_free_slots() -> None:
     for i in range(1, 6):  # 5 pending requests: 3 workers of 2 slots
         started += [a for a in sm.request_slot(request(i)) if isinstance(a, StartWorkers)]
     assert sum(a.count for a in started) == 3
-    assert sm.pending_workers == 3
+    assert sm.pending_slots == 6
     assert sm.request_slot(request(6)) == []  # 6 pending fit into the 3 coming workers
     assert sm.request_slot(request(7)) == [StartWorkers(1)]
-    assert sm.pending_workers == 4
+    assert sm.pending_slots == 8
 
 
 def test_start_workers_respects_max_slots() -> None:
@@ -182,11 +182,11 @@ def test_start_workers_respects_max_slots() -> None:
     for i in range(5):
         actions += sm.request_slot(request(i))
     assert sum(a.count for a in actions if isinstance(a, StartWorkers)) == 2
-    assert sm.pending_workers == 2
+    assert sm.pending_slots == 4
     assert sm.request_slot(request(9)) == []  # at the limit: never more than 4 slots
     join(sm, registration(TE_A), "reg-a")
     join(sm, registration(TE_B), "reg-b")
-    assert sm.total_slots() == 4 and sm.pending_workers == 0 and len(sm.pending) == 2
+    assert sm.total_slots() == 4 and sm.pending_slots == 0 and len(sm.pending) == 2
     assert sm.request_slot(request(10)) == []
 
 
@@ -194,9 +194,9 @@ def test_a_failed_worker_start_is_asked_for_again() -> None:
     sm, _ = manager(slots_per_worker=2)
     assert sm.request_slot(request(1)) == [StartWorkers(1)]
     assert sm.worker_start_failed() == [StartWorkers(1)]
-    assert sm.pending_workers == 1
-    assert sm.worker_terminated_before_registration() == [StartWorkers(1)]
-    assert sm.pending_workers == 1
+    assert sm.pending_slots == 2
+    assert sm.worker_terminated(ResourceID("te-never"), "exited") == [StartWorkers(1)]
+    assert sm.pending_slots == 2
 
 
 def test_min_slots_are_started_once() -> None:
@@ -204,10 +204,10 @@ def test_min_slots_are_started_once() -> None:
     assert sm.ensure_min_resources() == [StartWorkers(2)]
     assert sm.ensure_min_resources() == []  # the coming workers count
     assert join(sm, registration(TE_A), "reg-a") == []
-    assert sm.pending_workers == 1
+    assert sm.pending_slots == 2
     assert sm.ensure_min_resources() == []
     assert join(sm, registration(TE_B), "reg-b") == []
-    assert sm.pending_workers == 0 and sm.total_slots() == 4
+    assert sm.pending_slots == 0 and sm.total_slots() == 4
     assert sm.ensure_min_resources() == []
 
 
@@ -373,7 +373,7 @@ def test_re_registration_starts_afresh_without_asking_for_a_worker() -> None:
     actions = join(sm, registration(TE_A), "reg-a2")
     # the same process is back: its old allocations are lost, but it must not be stopped
     assert actions == [TaskExecutorLost(TE_A, "re-registered", ((JOB, AllocationID("alloc-1")),), stop_worker=False)]
-    assert sm.pending_workers == 0  # the same TaskExecutor came back: no new one is needed
+    assert sm.pending_slots == 0  # the same TaskExecutor came back: no new one is needed
     assert sm.by_registration("reg-a") is None and sm.by_registration("reg-a2") is not None
     assert sm.free_slot_count() == 2
 
@@ -602,4 +602,61 @@ def test_a_worker_started_before_a_scale_down_is_released_when_it_registers() ->
     assert sm.scale_to(1, 100) == []                              # the coming one is not waited for
     assert sm.register(registration(TE_B), "reg-b") == [ReleaseWorker(TE_B, "the cluster was scaled to 1 "
                                                                              "TaskExecutors")]
-    assert list(sm.task_executors) == [TE_A] and sm.pending_workers == 0
+    assert list(sm.task_executors) == [TE_A] and sm.pending_slots == 0
+
+
+# ---- workers of slot processes (taskmanager.slot-processes) ----------------------------------
+
+def slot_process(worker: str, index: int) -> TaskExecutorRegistration:
+    """Slot process ``index`` of ``worker``: a TaskExecutor of one slot naming its worker."""
+    rid = ResourceID(f"{worker}-s{index}")
+    return TaskExecutorRegistration(rid, f"{rid}:6000", f"{rid}:7000", 1, SLOT, container_id=worker)
+
+
+def test_a_worker_of_slot_processes_counts_as_coming_until_its_last_slot_registers() -> None:
+    sm, _ = manager(slots_per_worker=2)
+    r1, r2, r3 = request(1), request(2), request(3)
+    assert sm.request_slot(r1) == [StartWorkers(1)]
+    assert sm.request_slot(r2) == []  # the coming worker has room for both
+    assert allocations(join(sm, slot_process("w1", 0), "reg-0")) == [AllocateSlot(ResourceID("w1-s0"), 0, r1)]
+    assert sm.pending_slots == 1
+    assert sm.request_slot(r3) == [StartWorkers(1)]  # one slot of w1 still coming, for r2: r3 needs another
+    assert allocations(join(sm, slot_process("w1", 1), "reg-1")) == [AllocateSlot(ResourceID("w1-s1"), 0, r2)]
+    assert sm.pending_slots == 2 and sm.total_slots() == 2
+
+
+def test_a_worker_that_ends_takes_each_of_its_slot_processes_with_it() -> None:
+    sm, _ = manager(slots_per_worker=2)
+    join(sm, slot_process("w1", 0), "reg-0")
+    join(sm, slot_process("w1", 1), "reg-1")
+    join(sm, registration(TE_A), "reg-a")
+    sm.request_slot(request(1))
+    actions = sm.worker_terminated(ResourceID("w1"), "process killed by signal SIGKILL")
+    lost = {a.resource_id for a in actions if isinstance(a, TaskExecutorLost)}
+    assert lost == {ResourceID("w1-s0"), ResourceID("w1-s1")}
+    assert set(sm.task_executors) == {TE_A} and sm.pending_slots == 0  # all its slots had come: none is waited for
+
+
+def test_a_worker_that_ends_half_registered_is_replaced() -> None:
+    sm, _ = manager(slots_per_worker=2)
+    r1, r2 = request(1), request(2)
+    sm.request_slot(r1)
+    sm.request_slot(r2)
+    join(sm, slot_process("w1", 0), "reg-0")
+    assert sm.pending_slots == 1
+    actions = sm.worker_terminated(ResourceID("w1"), "exited with code 1")
+    assert [a.resource_id for a in actions if isinstance(a, TaskExecutorLost)] == [ResourceID("w1-s0")]
+    # its slot process's slot and the one that never came are both asked for again
+    assert [a for a in actions if isinstance(a, StartWorkers)] == [StartWorkers(1)]
+    assert sm.pending_slots == 2
+
+
+def test_scaling_counts_slots_of_slot_process_workers() -> None:
+    sm, _ = manager(slots_per_worker=2)
+    for w in ("w1", "w2"):
+        join(sm, slot_process(w, 0), f"reg-{w}-0")
+        join(sm, slot_process(w, 1), f"reg-{w}-1")
+    actions = sm.scale_to(1, configured_max_slots=8)  # one worker's worth: 2 slots
+    assert len([a for a in actions if isinstance(a, TaskExecutorLost)]) == 2
+    assert sm.total_slots() == 2 and sm.pending_slots == 0
+    assert sm.scale_to(2, configured_max_slots=8) == [StartWorkers(1)]

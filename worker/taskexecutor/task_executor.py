@@ -102,9 +102,10 @@ log = logging.getLogger(__name__)
 
 class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
     def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str,
-                 ha: HighAvailabilityServices | None = None) -> None:
+                 ha: HighAvailabilityServices | None = None, container_id: str = "") -> None:
         self.config = config
         self.resource_id = resource_id
+        self.container_id = container_id  # the worker it is a slot process of ("": its own worker)
         self._rm_address = rm_address
         self._ha = ha or create_ha_services(config, leader_address=rm_address)
         self._retrieval = self._ha.leader_retrieval()
@@ -259,7 +260,8 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
     def _registration(self) -> TaskExecutorRegistration:
         return TaskExecutorRegistration(self.resource_id, self._rpc.address, self._data_server.address,
                                         self._num_slots, self._profile, os.getpid(), socket.gethostname(),
-                                        metrics_address(self.metrics_endpoint, self._rpc.address))
+                                        metrics_address(self.metrics_endpoint, self._rpc.address),
+                                        self.container_id)
 
     def _heartbeat_loop(self) -> None:
         """Register, then heartbeat; gives up after the registration timeout without contact."""

@@ -138,7 +138,11 @@ class SlotManager:
     settings: SlotManagerSettings
     task_executors: dict[ResourceID, RegisteredTaskExecutor] = field(default_factory=dict)
     pending: dict[AllocationID, SlotRequest] = field(default_factory=dict)
-    pending_workers: int = 0
+    #: slots of the workers started and not registered yet (a worker registers as one
+    #: TaskExecutor of all its slots, or with taskmanager.slot-processes as one per slot)
+    pending_slots: int = 0
+    #: slots registered so far per worker (``TaskExecutorRegistration.worker_id``)
+    worker_slots: dict[ResourceID, int] = field(default_factory=dict)
     #: until then (monotonic ms) no worker is started: the previous leader's TaskExecutors are
     #: expected to register (Flink's resourcemanager.previous-worker.recovery.timeout)
     recovering_until_ms: int = 0
@@ -161,13 +165,16 @@ class SlotManager:
             del self.task_executors[registration.resource_id]
             actions.append(TaskExecutorLost(registration.resource_id, "re-registered", tuple(old.allocations()),
                                             stop_worker=False))
-        elif self.pending_workers > 0:
-            self.pending_workers -= 1
+        else:
+            self.pending_slots = max(0, self.pending_slots - registration.num_slots)
+            worker = registration.worker_id
+            self.worker_slots[worker] = self.worker_slots.get(worker, 0) + registration.num_slots
         slots = [SlotInfo(i, registration.slot_profile) for i in range(registration.num_slots)]
         self.task_executors[registration.resource_id] = RegisteredTaskExecutor(
             registration, registration_id, slots, now, now)
         log.info("TaskExecutor %s registered with %d slots", registration.resource_id, registration.num_slots)
-        if old is None and self.scaled_to is not None and len(self.task_executors) > self.scaled_to:
+        if old is None and self.scaled_to is not None and \
+                self.total_slots() > self.scaled_to * max(1, self.settings.slots_per_worker):
             # started before the cluster was scaled down: not wanted any more
             del self.task_executors[registration.resource_id]
             return actions + [ReleaseWorker(registration.resource_id,
@@ -214,11 +221,20 @@ class SlotManager:
         return [TaskExecutorLost(resource_id, reason, tuple(te.allocations()))] + self._check_resources()
 
     def worker_start_failed(self) -> list[Action]:
-        self.pending_workers = max(0, self.pending_workers - 1)
+        self.pending_slots = max(0, self.pending_slots - max(1, self.settings.slots_per_worker))
         return self._check_resources()
 
-    def worker_terminated_before_registration(self) -> list[Action]:
-        return self.worker_start_failed()
+    def worker_terminated(self, worker_id: ResourceID, reason: str) -> list[Action]:
+        """A worker the driver started ended: each TaskExecutor it ran is lost, and the slots it
+        had not registered yet are no longer coming."""
+        actions: list[Action] = []
+        for rid, te in list(self.task_executors.items()):
+            if te.registration.worker_id == worker_id:
+                actions += self.unregister(rid, reason)
+        missing = max(1, self.settings.slots_per_worker) - self.worker_slots.pop(worker_id, 0)
+        if missing > 0:
+            self.pending_slots = max(0, self.pending_slots - missing)
+        return actions + self._check_resources()
 
     def check_timeouts(self) -> list[Action]:
         now = self.clock.monotonic_ms()
@@ -293,12 +309,14 @@ class SlotManager:
                              f"{configured_max_slots // spw} (slotmanager.number-of-slots.max {configured_max_slots})")
         self.settings.min_slots = self.settings.max_slots = workers * spw
         self.scaled_to = workers
-        surplus = len(self.task_executors) + self.pending_workers - workers
-        self.pending_workers -= min(max(surplus, 0), self.pending_workers)  # started, not yet here: not waited for
+        surplus = self.total_slots() + self.pending_slots - workers * spw
+        self.pending_slots -= min(max(surplus, 0), self.pending_slots)  # started, not yet here: not waited for
         actions: list[Action] = []
         by_load = sorted(self.task_executors.values(),
                          key=lambda te: (sum(s.state != SlotState.FREE for s in te.slots), te.registration_id))
-        for te in by_load[:max(len(self.task_executors) - workers, 0)]:
+        for te in by_load:
+            if self.total_slots() <= workers * spw:
+                break
             actions += self.unregister(te.resource_id, f"released: the cluster was scaled to {workers} TaskExecutors")
         return actions + self._check_resources()
 
@@ -315,7 +333,7 @@ class SlotManager:
         sizes a job by."""
         usable = sum(1 for te in self.task_executors.values() if te.reported for s in te.slots
                      if s.state == SlotState.FREE or s.job_id == job_id)
-        return usable, self.pending_workers * max(1, self.settings.slots_per_worker)
+        return usable, self.pending_slots
 
     # -- internals --------------------------------------------------------------------------
     def _slot_of(self, allocation_id: AllocationID) -> tuple[RegisteredTaskExecutor, SlotInfo] | None:
@@ -352,7 +370,7 @@ class SlotManager:
             return []
         spw = max(1, self.settings.slots_per_worker)
         registered = self.total_slots()
-        coming = self.pending_workers * spw
+        coming = self.pending_slots
         want = max(self.settings.min_slots - registered - coming,
                    len(self.pending) - self.free_slot_count() - coming)
         room = self.settings.max_slots - registered - coming
@@ -360,5 +378,5 @@ class SlotManager:
         if want <= 0:
             return []
         count = math.ceil(want / spw)
-        self.pending_workers += count
+        self.pending_slots += count * spw
         return [StartWorkers(count)]

@@ -2712,11 +2712,12 @@ class TaskExecutorRegistration(object):
      - pid
      - hostname
      - metrics_address
+     - container_id
 
     """
 
 
-    def __init__(self, resource_id=None, rpc_address=None, data_address=None, num_slots=None, slot_profile=None, pid=None, hostname=None, metrics_address="",):
+    def __init__(self, resource_id=None, rpc_address=None, data_address=None, num_slots=None, slot_profile=None, pid=None, hostname=None, metrics_address="", container_id="",):
         self.resource_id = resource_id
         self.rpc_address = rpc_address
         self.data_address = data_address
@@ -2725,6 +2726,7 @@ class TaskExecutorRegistration(object):
         self.pid = pid
         self.hostname = hostname
         self.metrics_address = metrics_address
+        self.container_id = container_id
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2776,6 +2778,11 @@ class TaskExecutorRegistration(object):
                     self.metrics_address = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.STRING:
+                    self.container_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2817,6 +2824,10 @@ class TaskExecutorRegistration(object):
         if self.metrics_address is not None:
             oprot.writeFieldBegin('metrics_address', TType.STRING, 8)
             oprot.writeString(self.metrics_address.encode('utf-8') if sys.version_info[0] == 2 else self.metrics_address)
+            oprot.writeFieldEnd()
+        if self.container_id is not None:
+            oprot.writeFieldBegin('container_id', TType.STRING, 9)
+            oprot.writeString(self.container_id.encode('utf-8') if sys.version_info[0] == 2 else self.container_id)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -5116,6 +5127,7 @@ TaskExecutorRegistration.thrift_spec = (
     (6, TType.I64, 'pid', None, None, ),  # 6
     (7, TType.STRING, 'hostname', 'UTF8', None, ),  # 7
     (8, TType.STRING, 'metrics_address', 'UTF8', "", ),  # 8
+    (9, TType.STRING, 'container_id', 'UTF8', "", ),  # 9
 )
 all_structs.append(RegistrationResponse)
 RegistrationResponse.thrift_spec = (
