@@ -35,9 +35,11 @@ def die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def start_process(args: argparse.Namespace) -> Configuration | None:
+def start_process(args: argparse.Namespace, configure_memory: bool = True) -> Configuration | None:
     """Logging, parent-death signal and configuration for an entry point; None (after an
-    error line on stderr) when the configuration is bad."""
+    error line on stderr) when the configuration is bad. ``configure_memory=False``: the caller
+    applies the process memory settings itself, later (``apply_memory_settings``), or never (a
+    process that loads no Arrow)."""
     logging.basicConfig(level=os.environ.get("YARNFLOW_LOG_LEVEL", "INFO"), format=logs.FORMAT)
     logs.install()  # lines of a job's threads carry [job <id>] (yarnflow logs JOB_ID)
     if args.parent_pid:
@@ -49,12 +51,18 @@ def start_process(args: argparse.Namespace) -> Configuration | None:
     except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
+    if configure_memory:
+        apply_memory_settings(config)
+    return config
+
+
+def apply_memory_settings(config: Configuration) -> None:
+    """The process memory settings (allocators, pandas deferral): before the first use of Arrow."""
     from yarnflow.common.config import Options
     from yarnflow.common.memory import configure_process_memory
 
     configure_process_memory(config[Options.ARROW_ALLOCATOR], config[Options.MALLOC_ARENA_MAX],
                              config[Options.DEFER_PANDAS])
-    return config
 
 
 def shutdown_on_signals(shutdown: Callable[[str], None]) -> None:

@@ -10,7 +10,7 @@ import time
 
 from yarnflow.common.ids import ResourceID
 from yarnflow.common.config import Configuration
-from yarnflow.common.process import add_common_arguments, shutdown_on_signals, start_process
+from yarnflow.common.process import add_common_arguments, apply_memory_settings, shutdown_on_signals, start_process
 
 
 def appmaster_from_yarn(timeout_s: float = 60.0) -> str:
@@ -53,28 +53,33 @@ def main(argv: list[str] | None = None) -> int:
                              "taskmanager.slot-processes)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    config = start_process(args)
+    config = start_process(args, configure_memory=False)
     if config is None:
         return 2
-    from yarnflow.common.errors import CoordinationUnavailableError
     from yarnflow.common.config import Options
-    from yarnflow.common.ha import create_ha_services, ha_enabled
-    from yarnflow.common.memory import warm_pandas_support
-    from yarnflow.worker.taskexecutor.task_executor import TaskExecutor
+    from yarnflow.common.ha import ha_enabled
 
-    from yarnflow.common.kerberos import TicketRenewal
+    launcher = config[Options.SLOT_PROCESSES] and config[Options.NUM_SLOTS] > 1
+    if not launcher:  # (a worker of slot processes loads no Arrow: it only starts and watches them)
+        apply_memory_settings(config)
 
-    TicketRenewal.in_container(config)  # a YARN container with the application's keytab renews its tickets
-    if not config[Options.DEFER_PANDAS]:
-        warm_pandas_support()  # (alongside the start below: ~0.3 s of CPU out of the first job's way)
     if not args.rm_address and not ha_enabled(config):
         args.rm_address = appmaster_from_yarn()
     if not args.rm_address and not ha_enabled(config):
         print("error: --rm-address is needed without ZooKeeper high availability (or in a YARN container "
               "of a yarnflow application, whose AppMaster it finds)", file=sys.stderr)
         return 2
-    if config[Options.SLOT_PROCESSES] and config[Options.NUM_SLOTS] > 1:
-        return run_slot_processes(config, args)
+    if launcher:
+        return run_slot_processes(config, args)  # (before the imports below: it needs none of them)
+    from yarnflow.common.errors import CoordinationUnavailableError
+    from yarnflow.common.ha import create_ha_services
+    from yarnflow.common.kerberos import TicketRenewal
+    from yarnflow.common.memory import warm_pandas_support
+    from yarnflow.worker.taskexecutor.task_executor import TaskExecutor
+
+    TicketRenewal.in_container(config)  # a YARN container with the application's keytab renews its tickets
+    if not config[Options.DEFER_PANDAS]:
+        warm_pandas_support()  # (alongside the start below: ~0.3 s of CPU out of the first job's way)
     try:
         ha = create_ha_services(config, leader_address=args.rm_address)
     except CoordinationUnavailableError as exc:

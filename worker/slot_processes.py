@@ -29,7 +29,9 @@ from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 log = logging.getLogger(__name__)
 
 #: options given to each slot process: its share of the worker
-SPLIT_SIZES = (Options.TM_MEMORY, Options.MANAGED_MEMORY_SIZE, Options.TASK_OFF_HEAP)
+SPLIT_SIZES = (Options.MANAGED_MEMORY_SIZE, Options.TASK_OFF_HEAP)
+#: what the launcher itself keeps of the worker's memory (it loads no Arrow: ~35 MB measured)
+LAUNCHER_RESERVE_BYTES = 48 << 20
 
 
 def slot_resource_id(worker_id: str, index: int) -> str:
@@ -41,12 +43,20 @@ def slot_overrides(config: Configuration) -> dict[str, str]:
     split again, and its share of the worker's memory and cores."""
     slots = config[Options.NUM_SLOTS]
     out = {Options.NUM_SLOTS.key: "1", Options.SLOT_PROCESSES.key: "false",
-           Options.TM_CPU.key: repr(taskexecutor_cores(config) / slots)}
+           Options.TM_CPU.key: repr(taskexecutor_cores(config) / slots),
+           Options.TM_MEMORY.key: str(slot_process_size(config))}
     for option in SPLIT_SIZES:
         value = config[option]
         if value:
             out[option.key] = str(int(value) // slots)
     return out
+
+
+def slot_process_size(config: Configuration) -> int:
+    """``taskmanager.memory.process.size`` of each slot process: an equal share of the worker's,
+    less what the launcher keeps (the watchdog of each then holds the worker inside its limit)."""
+    size = config[Options.TM_MEMORY]
+    return (size - min(LAUNCHER_RESERVE_BYTES, size // 10)) // config[Options.NUM_SLOTS]
 
 
 def slot_commands(config: Configuration, worker_id: str, rm_address: str, work_dir: str,

@@ -3,7 +3,9 @@ worker of 2 slots runs 2 one-slot TaskExecutor processes, each with half its mem
 two subtasks run in different processes. The worker is the unit of failure: a SIGKILLed slot
 process takes its sibling down, the job restarts from its latest checkpoint with every input row
 committed once (text files in, Parquet out), and the worker is replaced; a SIGKILLed worker
-leaves no slot process behind."""
+leaves no slot process behind. On YARN (the sandbox, through the real skein client) a container
+of 2 slots runs 2 slot processes, and one SIGKILLed gets the container replaced with the job
+exact."""
 
 from __future__ import annotations
 
@@ -16,12 +18,27 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.harness import wait_until
+from tests.conftest import Cli
+from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_batch_exactly_once import _run_in_thread
 from tests.integration.test_failover_jobs import _run
 from tests.integration.test_cluster_failures import _resource_id, _te_processes
 from tests.integration.test_streaming_exactly_once import CHECKPOINTS, _build, _committed, _job, _write
+from tests.integration.test_yarn_jobs import (
+    CHECKPOINTS as YARN_CHECKPOINTS,
+    YARN_CONF,
+    _apps,
+    container_processes,
+    containers_started,
+    dconf,
+    report,
+    wait_checkpointed,
+    write_input,
+    yarn_cli,  # noqa: F401 - the fixture
+)
+from yarnflow.sandbox import Sandbox
 from yarnflow.common.states import JobStatus
+from yarnflow.worker.slot_processes import LAUNCHER_RESERVE_BYTES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -54,7 +71,7 @@ def test_each_slot_of_a_worker_runs_in_a_taskexecutor_process_of_its_own(local_c
     assert sorted(_resource_id(p) for p in slot_procs) == [f"{worker_id}-s0", f"{worker_id}-s1"]
     for proc in slot_procs:  # one slot each, with half the worker's memory and cores
         assert _option(proc, "taskmanager.numberOfTaskSlots") == "1"
-        assert _option(proc, "taskmanager.memory.process.size") == str(2 ** 30 // 2)
+        assert _option(proc, "taskmanager.memory.process.size") == str((2 ** 30 - LAUNCHER_RESERVE_BYTES) // 2)
         assert float(_option(proc, "taskmanager.cpu.cores")) == 1.0
     with closing(cluster.gateway()) as gw:
         info = gw.cluster_info()
@@ -115,3 +132,27 @@ def test_a_sigkilled_worker_leaves_no_slot_process_behind(local_cluster):
                    and gw.cluster_info().total_slots == 2, 60, "the worker was not replaced")
         info = gw.cluster_info()
         assert info.registered_taskexecutors == 2
+
+
+@pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
+def test_on_yarn_a_container_of_two_slots_runs_two_slot_processes_and_one_killed_is_replaced(
+        yarn_cli: Cli, sandbox: Sandbox, tmp_path) -> None:  # noqa: F811 - yarn_cli is the fixture
+    expected = write_input(tmp_path / "in")
+    out = tmp_path / "out"
+    conf = {**YARN_CONF, **YARN_CHECKPOINTS, "taskmanager.numberOfTaskSlots": "2",
+            "taskmanager.memory.process.size": "1 gb", "taskmanager.slot-processes": "true"}
+    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf(conf), "job.py", str(tmp_path / "in"), str(out),
+                          "STREAMING", "0.1", "slot-kill")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    wait_checkpointed(app_id, "slot-kill")
+    workers = container_processes(app_id, "yarnflow.worker")
+    slot_procs = [p for p in workers if "--container-id" in p.cmdline()]
+    [container] = {p.environ()["CONTAINER_ID"] for p in workers}  # one container for parallelism 2
+    assert len(slot_procs) == 2 and len(workers) == 3  # its launcher and a process a slot
+    slot_procs[0].send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert_upsert_counts(out, expected)
+    started = containers_started(sandbox, app_id)
+    assert container in started and len(started) == 3, started  # the AppMaster, the container, its replacement
+    assert report(app_id).final_status == "SUCCEEDED"

@@ -172,6 +172,9 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
         log.info("TaskExecutor %s started: rpc %s, data %s, %d slots, %.0f MB of managed memory (%.0f MB a slot), "
                  "spill files in %s", self.resource_id, self._rpc.address, self._data_server.address, self._num_slots,
                  self.memory.total_bytes / 2**20, self.memory.slot_bytes / 2**20, ", ".join(self.spill_roots))
+        if self._num_slots > 1:
+            log.info("its %d slots are threads of this process: Python code in them shares one core "
+                     "(taskmanager.slot-processes: true runs a process a slot)", self._num_slots)
         return self
 
     def wait(self, timeout: float | None = None) -> bool:
