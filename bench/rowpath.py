@@ -15,7 +15,8 @@ one the vectoriser reads (``str.strip`` has Python's exact meaning on ASCII text
 ways as ``map``, and its loop calls the same function. Both ways it also runs on a cluster of
 one TaskExecutor with two slots (``1x2_``: the two subtasks share one Python process and its
 GIL) and of two TaskExecutors with one slot each (``2x1_``), and ``layout_ratio`` /
-``per_row_layout_ratio`` are the 1 x 2 speed over the 2 x 1 speed. With a Python that has
+``per_row_layout_ratio`` are the 1 x 2 speed over the 2 x 1 speed (with ``-D
+taskmanager.slot-processes=true`` the 1 x 2 worker runs a TaskExecutor process per slot). With a Python that has
 Bytewax 0.21 (``--bytewax-python``, or ``$BYTEWAX_PYTHON``; Bytewax is not a yarnflow
 dependency, so it lives in an environment of its own), the same word count runs as a Bytewax
 dataflow of two processes (``bytewax_wordcount.py``) in the same run: ``bytewax_records_per_s``
@@ -294,18 +295,22 @@ class PythonWorkerMemory:
 
 def run_layout(records: int, parallelism: int, layout: tuple[int, int], mode: str, conf: dict[str, str] | None,
                input_dir: str | None = None) -> dict[str, Any]:
-    """The realistic map called per row (the vectoriser off) on one cluster layout (TaskExecutors
-    x slots), with the memory of the Python workers its tasks started (``python.execution-mode``
+    """The realistic map called per row (the vectoriser off, unless ``-D
+    python.row-functions.vectorize=true`` says otherwise) on one cluster layout (TaskExecutors x
+    slots), with the memory of the Python workers its tasks started (``python.execution-mode``
     decides whether they may)."""
     folder, owned, n = _prepare("w1", records, input_dir)
     try:
         expected, _ = _reference("w1", folder)
-        per_row = {**(conf or {}), "python.row-functions.vectorize": "false"}
+        per_row = {"python.row-functions.vectorize": "false", **(conf or {})}
+        vectorised = per_row["python.row-functions.vectorize"].lower() == "true"
         rate, peaks, ok = _time_job("realistic", folder, n, parallelism, mode, per_row, expected, layout)
         return {"name": "rowpath-layout", "function": "realistic", "mode": mode, "records": n,
                 "parallelism": parallelism, "layout": f"{layout[0]}x{layout[1]}",
                 "execution_mode": per_row.get("python.execution-mode", "process"),
-                "per_row_records_per_s": round(rate), "peak_rss_mb": round(peaks["rss"] / 2**20),
+                "slot_processes": per_row.get("taskmanager.slot-processes", "false").lower() == "true",
+                "records_per_s" if vectorised else "per_row_records_per_s": round(rate),
+                "peak_rss_mb": round(peaks["rss"] / 2**20),
                 "peak_pss_mb": round(peaks["pss"] / 2**20), "python_workers": peaks["python_workers"],
                 "python_worker_peak_pss_mb": round(peaks["python_worker_pss"] / 2**20),
                 "fork_server_peak_pss_mb": round(peaks["fork_server_pss"] / 2**20), "verified": ok}

@@ -175,8 +175,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "submit-latency": ("session mode: submit -> RUNNING and submit -> FINISHED of a two-vertex job",
                        lambda p: (p.add_argument("--submissions", type=int, default=50),
                                   p.add_argument("--warmup", type=int, default=3)), _submit_latency),
-    "rowpath-layout": ("the realistic map called per row on one cluster layout (TaskExecutors x slots), with the "
-                       "memory of the Python workers it started",
+    "rowpath-layout": ("the realistic map called per row (vectorised with -D python.row-functions.vectorize=true) "
+                       "on one cluster layout (TaskExecutors x slots), with the memory of the Python workers it "
+                       "started",
                        lambda p: (_w_args(p), p.add_argument("--layout", default="1x2",
                                                              help="TaskExecutors x slots each (default 1x2)")),
                        _rowpath_layout),
