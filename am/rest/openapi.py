@@ -104,7 +104,7 @@ _SCHEMAS: dict[str, Any] = {
                             operation={"type": ["object", "null"]}),
     "Logs": _obj(["logs"], logs={"type": "array", "items": _obj(["source", "lines"], source=_STR, lines={
         "type": "array", "items": _STR})}),
-    "TaskManager": _obj(["id", "path", "slotsNumber", "freeSlots"], id=_STR, path=_STR, dataPort=_INT,
+    "TaskManager": _obj(["id", "path", "slotsNumber", "freeSlots"], id=_STR, path=_STR, worker=_STR, dataPort=_INT,
                         slotsNumber=_INT, freeSlots=_INT, timeSinceLastHeartbeat=_INT, metricsAddress=_NULLABLE_STR,
                         memory={"oneOf": [{"type": "null"}, _obj(
                             ["used", "peak", "limit", "level"], used=_INT, peak=_INT, limit=_INT, arrow=_INT,

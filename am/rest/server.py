@@ -481,7 +481,7 @@ def views_taskmanager(entry: Any) -> dict[str, Any]:
                 "taskOffHeapMemory": 0, "managedMemory": 0, "networkMemory": 0, "extendedResources": {}}
     free_resource = {**resource, "cpuCores": profile.cpu_cores * free, "taskHeapMemory": profile.memory_mb * free}
     host = reg.rpc_address.rsplit(":", 1)[0]
-    return {"id": str(reg.resource_id), "path": reg.rpc_address,
+    return {"id": str(reg.resource_id), "path": reg.rpc_address, "worker": str(reg.worker_id),
             "dataPort": int(reg.data_address.rsplit(":", 1)[1]) if ":" in reg.data_address else -1,
             "jmxPort": -1, "timeSinceLastHeartbeat": entry.last_heartbeat_epoch_ms,
             "slotsNumber": reg.num_slots, "freeSlots": free, "totalResource": resource,

@@ -356,7 +356,8 @@ async function taskmanagers(id) {
         ${card("CPU", `${Math.round((m.cpuLoad || 0) * 100)}%`, "tm-cpu")}</div>` : "";
     const files = logs.logs.map((f) => `<li><a href="/taskmanagers/${encodeURIComponent(id)}/logs/${encodeURIComponent(f.name)}"
         target="_blank">${esc(f.name)}</a> <span class="muted">${fmtBytes(f.size)}</span></li>`);
-    return `<h2>TaskExecutor ${esc(tm.id)}</h2><p class="muted">${esc(tm.path)} · pid ${tm.pid} ·
+    const worker = tm.worker && tm.worker !== tm.id ? `slot process of worker ${esc(tm.worker)} · ` : "";
+    return `<h2>TaskExecutor ${esc(tm.id)}</h2><p class="muted">${worker}${esc(tm.path)} · pid ${tm.pid} ·
         data ${esc(tm.dataAddress)} · last heartbeat ${fmtTime(tm.timeSinceLastHeartbeat)} ·
         <a href="#/taskmanagers/${esc(tm.id)}/thread-dump" id="tm-thread-dump">thread dump</a></p>${memory}
         <table id="slots-table"><thead><tr><th>Slot</th><th>State</th><th>Job</th></tr></thead><tbody>${slots.join("")}</tbody></table>

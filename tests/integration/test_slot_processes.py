@@ -17,6 +17,7 @@ from contextlib import closing
 import psutil
 import pyarrow.parquet as pq
 import pytest
+import requests
 
 from tests.conftest import Cli
 from tests.harness import assert_upsert_counts, wait_until
@@ -76,6 +77,9 @@ def test_each_slot_of_a_worker_runs_in_a_taskexecutor_process_of_its_own(local_c
     with closing(cluster.gateway()) as gw:
         info = gw.cluster_info()
         assert (info.registered_taskexecutors, info.total_slots) == (2, 2)
+    listed = requests.get(f"{cluster.web_url()}/taskmanagers", timeout=10).json()["taskmanagers"]
+    assert {(tm["id"], tm["worker"], tm["pid"]) for tm in listed} == {
+        (_resource_id(p), worker_id, p.pid) for p in slot_procs}  # REST names each one's worker
 
     def build(env):
         env.set_runtime_mode("BATCH")
