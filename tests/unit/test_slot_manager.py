@@ -651,12 +651,17 @@ def test_a_worker_that_ends_half_registered_is_replaced() -> None:
     assert sm.pending_slots == 2
 
 
-def test_scaling_counts_slots_of_slot_process_workers() -> None:
+def test_scaling_down_releases_whole_workers_of_slot_processes_idle_first() -> None:
     sm, _ = manager(slots_per_worker=2)
     for w in ("w1", "w2"):
         join(sm, slot_process(w, 0), f"reg-{w}-0")
         join(sm, slot_process(w, 1), f"reg-{w}-1")
+    assert allocations(sm.request_slot(request(1)))  # one slot of one worker busy
+    busy_worker = next(te.registration.worker_id for te in sm.task_executors.values()
+                       if any(s.state != SlotState.FREE for s in te.slots))
     actions = sm.scale_to(1, configured_max_slots=8)  # one worker's worth: 2 slots
-    assert len([a for a in actions if isinstance(a, TaskExecutorLost)]) == 2
+    lost = {a.resource_id for a in actions if isinstance(a, TaskExecutorLost)}
+    idle_worker = "w2" if busy_worker == "w1" else "w1"
+    assert lost == {ResourceID(f"{idle_worker}-s0"), ResourceID(f"{idle_worker}-s1")}  # not one of each
     assert sm.total_slots() == 2 and sm.pending_slots == 0
     assert sm.scale_to(2, configured_max_slots=8) == [StartWorkers(1)]

@@ -312,12 +312,16 @@ class SlotManager:
         surplus = self.total_slots() + self.pending_slots - workers * spw
         self.pending_slots -= min(max(surplus, 0), self.pending_slots)  # started, not yet here: not waited for
         actions: list[Action] = []
-        by_load = sorted(self.task_executors.values(),
-                         key=lambda te: (sum(s.state != SlotState.FREE for s in te.slots), te.registration_id))
-        for te in by_load:
+        by_worker: dict[ResourceID, list[RegisteredTaskExecutor]] = {}  # (slot processes go with their worker)
+        for te in self.task_executors.values():
+            by_worker.setdefault(te.registration.worker_id, []).append(te)
+        by_load = sorted(by_worker.values(), key=lambda tes: (
+            sum(s.state != SlotState.FREE for te in tes for s in te.slots), min(te.registration_id for te in tes)))
+        for tes in by_load:
             if self.total_slots() <= workers * spw:
                 break
-            actions += self.unregister(te.resource_id, f"released: the cluster was scaled to {workers} TaskExecutors")
+            for te in tes:
+                actions += self.unregister(te.resource_id, f"released: the cluster was scaled to {workers} TaskExecutors")
         return actions + self._check_resources()
 
     # -- queries ----------------------------------------------------------------------------
