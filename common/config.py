@@ -26,6 +26,7 @@ from yarnflow.common.config_types import (
     ConfigOption,
     _opt,
     _parse_bool,
+    _parse_bool_or_auto,
     _parse_float,
     _parse_optional_float,
     _parse_int,
@@ -161,10 +162,11 @@ class Options(WebOptions):
     HEARTBEAT_INTERVAL = _opt("heartbeat.interval", parse_duration_ms, "heartbeat period")
     HEARTBEAT_TIMEOUT = _opt("heartbeat.timeout", parse_duration_ms, "heartbeat timeout")
     NUM_SLOTS = _opt("taskmanager.numberOfTaskSlots", _parse_int, "slots per TaskExecutor", minimum=1)
-    SLOT_PROCESSES = _opt("taskmanager.slot-processes", _parse_bool,
-                          "a worker (YARN container) of several slots runs each slot as a one-slot TaskExecutor "
-                          "process of its own, with its share of the memory and cores (Python code then uses a "
-                          "core per slot); false: its slots are threads of one process")
+    SLOT_PROCESSES = _opt("taskmanager.slot-processes", _parse_bool_or_auto,
+                          "true: a worker (YARN container) of several slots runs each slot as a one-slot "
+                          "TaskExecutor process of its own, with its share of the memory and cores (Python code "
+                          "then uses a core per slot); false: its slots are threads of one process; auto: true "
+                          "in a YARN container, false elsewhere")
     TM_CPU = _opt("taskmanager.cpu.cores", _parse_optional_float,
                   "cores per TaskExecutor (empty or 0: one per slot; use taskexecutor_cores())", minimum=0)
     TM_MEMORY = _opt("taskmanager.memory.process.size", parse_size_bytes, "TaskExecutor memory")

@@ -102,6 +102,13 @@ def _parse_str(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _parse_bool_or_auto(value: Any) -> str:
+    """"auto", "true" or "false" (any spelling ``_parse_bool`` takes for the latter two)."""
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    return "true" if _parse_bool(value) else "false"
+
+
 def _parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value

@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     from yarnflow.common.config import Options
     from yarnflow.common.ha import ha_enabled
 
-    launcher = config[Options.SLOT_PROCESSES] and config[Options.NUM_SLOTS] > 1
+    from yarnflow.worker.slot_processes import wanted
+
+    launcher = wanted(config)
     if not launcher:  # (a worker of slot processes loads no Arrow: it only starts and watches them)
         apply_memory_settings(config)
 

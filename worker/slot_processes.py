@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Mapping
 
 from yarnflow.common.config import Configuration, Options, taskexecutor_cores
 
@@ -32,6 +33,16 @@ log = logging.getLogger(__name__)
 SPLIT_SIZES = (Options.MANAGED_MEMORY_SIZE, Options.TASK_OFF_HEAP)
 #: what the launcher itself keeps of the worker's memory (it loads no Arrow: ~35 MB measured)
 LAUNCHER_RESERVE_BYTES = 48 << 20
+
+
+def wanted(config: Configuration, env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this worker runs as slot processes: ``taskmanager.slot-processes``, where ``auto``
+    means in a YARN container (``CONTAINER_ID``: YARN granted vcores for each slot) and not
+    elsewhere (a local cluster's default layout already gives each slot a process)."""
+    if config[Options.NUM_SLOTS] < 2:
+        return False
+    value = config[Options.SLOT_PROCESSES]
+    return bool(env.get("CONTAINER_ID")) if value == "auto" else value == "true"
 
 
 def slot_resource_id(worker_id: str, index: int) -> str:

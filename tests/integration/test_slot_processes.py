@@ -124,6 +124,15 @@ def test_a_sigkilled_slot_process_takes_its_worker_down_and_the_job_loses_and_re
     assert got == collections.Counter(rows)
 
 
+def test_by_default_a_local_worker_of_two_slots_keeps_them_as_threads_of_one_process(local_cluster):
+    cluster = local_cluster(taskexecutors=1, slots=2)  # (taskmanager.slot-processes: auto)
+    [worker] = _te_processes(cluster)
+    assert _slot_processes(worker) == []
+    with closing(cluster.gateway()) as gw:
+        info = gw.cluster_info()
+        assert (info.registered_taskexecutors, info.total_slots) == (1, 2)
+
+
 def test_a_sigkilled_worker_leaves_no_slot_process_behind(local_cluster):
     cluster = local_cluster(taskexecutors=1, slots=2, **SLOT_PROCESSES)
     [worker] = _te_processes(cluster)
@@ -144,7 +153,7 @@ def test_on_yarn_a_container_of_two_slots_runs_two_slot_processes_and_one_killed
     expected = write_input(tmp_path / "in")
     out = tmp_path / "out"
     conf = {**YARN_CONF, **YARN_CHECKPOINTS, "taskmanager.numberOfTaskSlots": "2",
-            "taskmanager.memory.process.size": "1 gb", "taskmanager.slot-processes": "true"}
+            "taskmanager.memory.process.size": "1 gb"}  # (taskmanager.slot-processes: auto, the default)
     proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf(conf), "job.py", str(tmp_path / "in"), str(out),
                           "STREAMING", "0.1", "slot-kill")
     app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
