@@ -85,7 +85,9 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     # metrics, as Flink's metric queries answer them
     ids = {m["id"] for m in flink.get(f"/jobs/{job_id}/vertices/{source}/metrics")}
     assert {"0.numRecordsOut", "1.numRecordsOutPerSecond", "0.busyTimeMsPerSecond"} <= ids
-    out0 = flink.metric(f"/jobs/{job_id}/vertices/{source}/metrics", "0.numRecordsOut")
+    # (wait_flowing saw the vertex's records; each subtask's own come with its TaskExecutor's next heartbeat)
+    out0 = wait_until(lambda: flink.metric(f"/jobs/{job_id}/vertices/{source}/metrics", "0.numRecordsOut") or None,
+                      15, "subtask 0 never reported records out")
     assert out0 > 0 and flink.metric(f"/jobs/{job_id}/vertices/{source}/subtasks/0/metrics", "numRecordsOut") >= out0
     [total] = flink.get(f"/jobs/{job_id}/vertices/{source}/subtasks/metrics", get="numRecordsOut", agg="sum,max")
     assert set(total) == {"id", "sum", "max"} and total["sum"] >= total["max"] > 0
