@@ -53,10 +53,16 @@ def upload_to_appmaster(data: bytes, web_url: str, rest: Any = None) -> tuple[st
 
 def _user_modules() -> list[types.ModuleType]:
     """Modules of the user's own code (not the standard library, not installed packages, not
-    yarnflow): the TaskExecutors cannot import them, so their functions travel by value."""
+    yarnflow): the TaskExecutors cannot import them, so their functions travel by value.
+
+    Installed means: under one of this interpreter's site directories, under any other
+    ``site-packages``/``dist-packages`` folder on ``sys.path`` (one lent by a .pth file or
+    PYTHONPATH), or owned by an installed distribution. Pickling an installed library by value
+    would copy it (or recurse through it) instead of importing it where the job runs."""
     roots = {os.path.realpath(p) for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib",
                                                                               "platlib")}}
     roots |= {os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    roots |= {os.path.realpath(p) for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")}
     found = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
@@ -66,6 +72,11 @@ def _user_modules() -> list[types.ModuleType]:
         if any(real.startswith(root + os.sep) for root in roots):
             continue
         found.append(module)
+    if found:  # only then: reading every distribution's metadata costs some 50 ms
+        import importlib.metadata
+
+        installed = importlib.metadata.packages_distributions()
+        found = [m for m in found if m.__name__.split(".")[0] not in installed]
     return found
 
 

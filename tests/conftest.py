@@ -25,6 +25,28 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG_VAR = "YARNFLOW_TEST_TAG"
 
 
+def _yarnflow_outside_this_environment() -> str | None:
+    """Where the interpreter this virtualenv was made from finds yarnflow, if it does. A copy
+    there would leak into every virtualenv a test makes with ``--system-site-packages``, and so
+    let the suite pass where a newcomer's fresh machine fails (issue 50)."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    if sys.prefix == sys.base_prefix or not os.path.exists(base):
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    found = subprocess.run([base, "-c", "import importlib.util as u; s = u.find_spec('yarnflow'); "
+                            "print(s.origin or list(s.submodule_search_locations) if s else '')"],
+                           capture_output=True, text=True, timeout=60, env=env, cwd="/")
+    return found.stdout.strip() or None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    leaked = _yarnflow_outside_this_environment()
+    if leaked:
+        pytest.exit(f"yarnflow is installed outside this virtualenv ({leaked}, seen by "
+                    f"{getattr(sys, '_base_executable', '')}): uninstall it there (pip uninstall yarnflow with that "
+                    "interpreter); the suite must use only what the README's commands installed", returncode=4)
+
+
 def tagged_processes(tag: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["pid"]):

@@ -42,3 +42,26 @@ def test_helper_module_functions_are_pickled_by_value(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "{'x': 42}"
     assert zipfile.ZipFile(tmp_path / "a.zip").testzip() is None
+
+
+def test_libraries_lent_by_another_site_packages_folder_are_imported_not_copied(tmp_path, monkeypatch):
+    """A library found through a site-packages folder the interpreter did not make itself (a .pth
+    file or PYTHONPATH lends it, as a virtualenv's --system-site-packages does) is installed
+    code: it travels by reference, like the libraries of the interpreter's own site-packages."""
+    lent = tmp_path / "other-env" / "lib" / "site-packages"
+    lent.mkdir(parents=True)
+    (lent / "lent_lib.py").write_text("def triple(row):\n    return {'x': row['x'] * 3}\n")
+    (tmp_path / "own_helpers.py").write_text("def half(row):\n    return {'x': row['x'] // 2}\n")
+    monkeypatch.syspath_prepend(str(lent))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = importlib.import_module("lent_lib")
+    own = importlib.import_module("own_helpers")
+    from yarnflow.packaging import _user_modules
+
+    try:
+        found = _user_modules()
+        assert own in found
+        assert lib not in found
+    finally:
+        sys.modules.pop("lent_lib", None)
+        sys.modules.pop("own_helpers", None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import json
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -31,7 +32,7 @@ import pytest
 import requests
 import skein
 
-from tests.conftest import Cli
+from tests.conftest import REPO, Cli
 from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_ha_failover import ha_conf
 from tests.yarn import MAX_MEMORY_MB
@@ -282,32 +283,83 @@ VENV_JOB = textwrap.dedent("""\
     import pyarrow as pa
     import yarnflow
 
+    def where(b):
+        import only_in_the_client_venv  # installed in the client's environment and nowhere else
+        n = b.num_rows
+        return pa.record_batch({"x": b.column("x"), "python": pa.array([sys.executable] * n),
+                                "prefix": pa.array([sys.prefix] * n),
+                                "yarnflow": pa.array([yarnflow.__file__] * n),
+                                "marker": pa.array([only_in_the_client_venv.__file__] * n)})
+
     env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
-    env.from_collection({"x": [1, 2, 3]}).map_batches(
-        lambda b: pa.record_batch({"x": b.column("x"), "python": pa.array([sys.executable] * b.num_rows),
-                                   "prefix": pa.array([sys.prefix] * b.num_rows)}), name="where").print()
+    env.from_collection({"x": [1, 2, 3]}).map_batches(where, name="where").print()
     env.execute("venv")
 """)
 
+# yarnflow's own sources, as `pip install .` reads them (copied, so the build writes nothing into the checkout)
+SOURCES = ("setup.py", "pyproject.toml", "README.md", "client", "am", "worker", "common", "conf", "sandbox")
 
+
+def client_venv(tmp_path: Path) -> Path:
+    """A virtualenv of the user's own, made as a newcomer makes one (`python -m venv`, then
+    `pip install .` of yarnflow with its dependencies, and a package of the user's): nothing in
+    it comes from the environment running the suite or from the system interpreter. pip takes
+    the dependencies from its cache (the suite's own install put them there)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    src = tmp_path / "yarnflow-src"
+    src.mkdir()
+    for name in SOURCES:
+        source = Path(REPO) / name
+        if source.is_dir():
+            shutil.copytree(source, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy(source, src / name)
+    marker = tmp_path / "marker-src"
+    (marker / "only_in_the_client_venv").mkdir(parents=True)
+    (marker / "only_in_the_client_venv" / "__init__.py").write_text("")
+    (marker / "pyproject.toml").write_text(textwrap.dedent("""\
+        [build-system]
+        requires = ["setuptools>=64"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "only-in-the-client-venv"
+        version = "1.0"
+        """))
+    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                                "--disable-pip-version-check", f"{src}/", f"{marker}/"],
+                               timeout=600, capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return venv
+
+
+@pytest.mark.timeout(900)
 def test_the_clients_virtualenv_is_shipped_and_runs_the_containers(yarn_cli: Cli, sandbox: Sandbox,
                                                                     tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    venv = client_venv(tmp_path)
+    venv_site = next((venv / "lib").glob("python3*/site-packages"))
+    check = subprocess.run([str(venv / "bin" / "python"), "-c", "import yarnflow; print(yarnflow.__file__)"],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert check.stdout.strip().startswith(str(venv_site)), check.stdout  # the client runs its own copy
+    assert subprocess.run([sys.executable, "-c", "import only_in_the_client_venv"], capture_output=True,
+                          timeout=60).returncode == 1  # the suite's environment lacks the user's package
     (tmp_path / "venv_job.py").write_text(VENV_JOB)
     env = dict(yarn_cli.env, HOME=str(tmp_path / "home"))  # venv-pack's cache goes there
     proc = subprocess.run([str(venv / "bin" / "python"), "-m", "yarnflow", "run", "--target", "yarn-per-job",
                            "--no-progress", *dconf(YARN_CONF), "-D", "yarn.ship-venv=true", "venv_job.py"],
-                          capture_output=True, text=True, timeout=180, env=env, cwd=str(tmp_path))
+                          capture_output=True, text=True, timeout=420, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     rows = [line.split("\t") for line in proc.stdout.splitlines()[1:]]
     assert sorted(int(r[0]) for r in rows) == [1, 2, 3]
     app_id = app_id_of(proc.stderr)
     containers = Path(sandbox.work_dir) / "local" / app_id
-    for _, python, prefix in rows:  # the TaskExecutor ran the unpacked environment's Python
+    for _, python, prefix, yarnflow_file, marker in rows:  # the TaskExecutor ran the unpacked environment
         assert python.startswith(str(containers)) and python.endswith("/environment/bin/python"), python
         assert prefix.startswith(str(containers)) and prefix.endswith("/environment"), prefix
+        # yarnflow and the user's package came out of the shipped archive, not from the client's folders
+        assert yarnflow_file.startswith(prefix + "/lib/") and "site-packages/yarnflow/" in yarnflow_file, yarnflow_file
+        assert marker.startswith(prefix + "/lib/") and "site-packages/only_in_the_client_venv/" in marker, marker
     assert list((tmp_path / "home" / ".cache" / "yarnflow").glob("venv-*.tar.gz"))  # packed once, cached
 
 
