@@ -68,7 +68,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",
-                 "types-psutil", "selenium>=4.10", "schemathesis>=4.0", "requests"],
+                 "types-psutil", "selenium>=4.10", "schemathesis>=4.0", "requests",
+                 "flink-rest-client==1.0.8"],
     },
     entry_points={"console_scripts": ["yarnflow = yarnflow.cli:main"]},
 )

@@ -15,16 +15,22 @@ from yarnflow.common.logs import job_lines
 APPMASTER = "appmaster"
 
 
+def _file_of(fd: int) -> str | None:
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        return path if stat.S_ISREG(os.stat(path).st_mode) else None
+    except OSError:
+        return None
+
+
 def own_log_file() -> str | None:
-    """The regular file this process's stderr goes to, if it goes to one."""
-    for fd in (2, 1):
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-            if stat.S_ISREG(os.stat(path).st_mode):
-                return path
-        except OSError:
-            continue
-    return None
+    """The regular file this process's stderr goes to, if it goes to one (else its stdout's)."""
+    return _file_of(2) or _file_of(1)
+
+
+def own_output_file() -> str | None:
+    """The regular file this process's stdout goes to, if it goes to one (Flink's ``.out``)."""
+    return _file_of(1)
 
 
 def log_files(work_dir: str) -> dict[str, str]:

@@ -114,10 +114,12 @@ class LocalCluster:
         interrupted = interrupted or (lambda: False)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         address_file = os.path.join(self.work_dir, "appmaster.address")
+        _remove_stale(address_file)  # (left by an earlier cluster in this work dir: never read it as ours)
         self.proc = self._start_appmaster(self.work_dir, self.log_path, address_file)
         for i in range(1, self.standby + 1):
             am_dir = os.path.join(self.work_dir, f"standby-{i}")
             os.makedirs(am_dir, exist_ok=True)
+            _remove_stale(os.path.join(am_dir, "appmaster.address"))
             self._start_appmaster(am_dir, os.path.join(self.work_dir, "log", f"appmaster-standby-{i}.log"),
                                   os.path.join(am_dir, "appmaster.address"))
         deadline = time.monotonic() + timeout_s
@@ -362,3 +364,10 @@ def _running(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _remove_stale(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

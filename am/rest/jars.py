@@ -1,6 +1,6 @@
 """Job submission over REST (issue 32): Flink's ``/jars`` endpoints for Python jobs. A job file
 (``.py``), or a zip holding one with the modules it imports, is uploaded (``POST /jars/upload``,
-multipart field ``jarfile``), listed (``GET /jars``), shown as a plan (``GET|POST
+multipart, the one file whatever its field's name), listed (``GET /jars``), shown as a plan (``GET|POST
 /jars/:jarid/plan``), run (``POST /jars/:jarid/run``: program arguments, parallelism, a
 savepoint to start from, configuration keys) and deleted (``DELETE /jars/:jarid``).
 
@@ -83,9 +83,7 @@ class JarApi:
             raise ApiError(411, "an upload needs its Content-Length")
         if request.content_length > limit:
             raise ApiError(413, f"the upload is over rest.server.max-content-length ({limit} bytes)")
-        upload = request.files.get("jarfile")
-        if upload is None or not upload.filename:
-            raise ApiError(400, "send the job file as the multipart form field 'jarfile' (curl -F jarfile=@job.py)")
+        upload = self._uploaded_file()
         name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(upload.filename))[:200]
         if not name.endswith((".py", ".zip")):
             raise ApiError(400, f"{name!r}: upload a Python job file (.py) or a zip with one and its modules (.zip)")
@@ -101,6 +99,18 @@ class JarApi:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return jsonify({"filename": os.path.join(self.folder, jarid), "status": "success"})
+
+    @staticmethod
+    def _uploaded_file() -> Any:
+        """The one file of the multipart upload, whatever its field's name (Flink takes it so:
+        its web UI names the field ``jarfile``, other clients ``file``)."""
+        files = [f for _, f in request.files.items(multi=True) if f.filename]
+        if "jarfile" in request.files and request.files["jarfile"].filename:
+            return request.files["jarfile"]
+        if len(files) != 1:
+            raise ApiError(400, "send one job file as a multipart form upload (curl -F jarfile=@job.py)"
+                           if not files else f"send one job file, not {len(files)} (curl -F jarfile=@job.py)")
+        return files[0]
 
     def _unpack(self, path: str, into: str) -> None:
         limit = self._r._config[Options.REST_MAX_CONTENT_LENGTH]

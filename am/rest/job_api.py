@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from flask import Response, jsonify, request, send_file
 
-from yarnflow.am.logs import log_files
+from yarnflow.am.logs import log_files, own_output_file
 from yarnflow.am.rest import views
 from yarnflow.am.rest.api_error import ApiError
 from yarnflow.am.rest.auth import bad_storage_path
@@ -41,6 +41,11 @@ def key_values(config: dict[str, str]) -> list[dict[str, str]]:
     """Flink's ClusterConfigurationInfo: ``[{"key", "value"}]``, sorted, secrets hidden."""
     return [{"key": k, "value": HIDDEN if any(s in k.lower() for s in SENSITIVE) else v}
             for k, v in sorted(config.items())]
+
+
+#: the names Flink's clients ask for the main log and the standard output by
+FLINK_LOG_NAMES = {"jobmanager": ("jobmanager.log", "jobmanager.out"),
+                   "taskmanager": ("taskmanager.log", "taskmanager.out")}
 
 
 def _index(raw: str, what: str) -> int:
@@ -69,6 +74,8 @@ class JobApi:
             ("/jobs/<jobid>/stop", self.stop, ("POST",)),
             ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>", self.subtask, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>/attempts/<attempt>", self.attempt, ("GET",)),
+            ("/jobs/<jobid>/vertices/<vertexid>/subtasks/<index>/attempts/<attempt>/accumulators",
+             self.attempt_accumulators, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/taskmanagers", self.vertex_taskmanagers, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/subtasktimes", self.subtask_times, ("GET",)),
             ("/jobs/<jobid>/vertices/<vertexid>/accumulators", self.vertex_accumulators, ("GET",)),
@@ -76,10 +83,16 @@ class JobApi:
             ("/jobmanager/config", self.cluster_config, ("GET",)),
             ("/jobmanager/logs", self.job_manager_logs, ("GET",)),
             ("/jobmanager/logs/<name>", self.job_manager_log, ("GET",)),
+            ("/jobmanager/log", self.job_manager_main_log, ("GET",)),
+            ("/jobmanager/stdout", self.job_manager_stdout, ("GET",)),
+            ("/taskmanagers/<tmid>/log", self.task_manager_main_log, ("GET",)),
+            ("/taskmanagers/<tmid>/stdout", self.task_manager_stdout, ("GET",)),
             ("/jobmanager/thread-dump", self.thread_dump, ("GET",)),
             ("/taskmanagers/<tmid>/logs", self.task_manager_logs, ("GET",)),
             ("/taskmanagers/<tmid>/logs/<name>", self.task_manager_log, ("GET",)),
             ("/cluster", self.shutdown, ("DELETE",)),
+            ("/datasets", self.data_sets, ("GET",)),
+            ("/datasets/<datasetid>", self.delete_data_set, ("DELETE",)),
             ("/savepoint-disposal", self.dispose_savepoint, ("POST",)),
             ("/savepoint-disposal/<triggerid>", self.disposal_status, ("GET",)),
         ]
@@ -216,13 +229,22 @@ class JobApi:
     def subtask(self, jobid: str, vertexid: str, index: str) -> Response:
         return jsonify(views.subtask(*self._vertex_index(jobid, vertexid, index)))
 
-    def attempt(self, jobid: str, vertexid: str, index: str, attempt: str) -> Response:
+    def _attempt(self, jobid: str, vertexid: str, index: str, attempt: str) -> dict[str, Any]:
         """Only the current attempt is kept: an earlier one is 404."""
         row = views.subtask(*self._vertex_index(jobid, vertexid, index))
         if _index(attempt, "attempt number") != row["attempt"]:
             raise ApiError(404, f"subtask {index} of vertex {vertexid} is at attempt {row['attempt']}: earlier "
                                 "attempts are not kept")
-        return jsonify(row)
+        return row
+
+    def attempt(self, jobid: str, vertexid: str, index: str, attempt: str) -> Response:
+        return jsonify(self._attempt(jobid, vertexid, index, attempt))
+
+    def attempt_accumulators(self, jobid: str, vertexid: str, index: str, attempt: str) -> Response:
+        """Flink's SubtaskExecutionAttemptAccumulatorsInfo (yarnflow has no user accumulators: empty)."""
+        row = self._attempt(jobid, vertexid, index, attempt)
+        return jsonify({"subtask": row["subtask"], "attempt": row["attempt"],
+                        "id": f"{jobid}-{vertexid}-{row['subtask']}-{row['attempt']}", "user-accumulators": []})
 
     def vertex_accumulators(self, jobid: str, vertexid: str) -> Response:
         """(yarnflow has no user accumulators: Flink's shape, empty)"""
@@ -284,7 +306,24 @@ class JobApi:
         return self._log_list(self._logs("appmaster"))
 
     def job_manager_log(self, name: str) -> Response:
+        """A log file by its own name, or by Flink's: ``jobmanager.log`` is the AppMaster's log,
+        ``jobmanager.out`` its standard output (scripts written for Flink ask for those)."""
+        if name in FLINK_LOG_NAMES["jobmanager"]:
+            return self._flink_named("jobmanager", name, self._logs("appmaster"), own_output_file())
         return self._log_file(self._logs("appmaster"), name)
+
+    def job_manager_main_log(self) -> Response:
+        return self.job_manager_log("jobmanager.log")
+
+    def job_manager_stdout(self) -> Response:
+        return self.job_manager_log("jobmanager.out")
+
+    def _flink_named(self, kind: str, name: str, logs: list[str], output: str | None) -> Response:
+        path = logs[0] if name.endswith(".log") and logs else output if name.endswith(".out") else None
+        if path is None or not os.path.isfile(path):
+            what = "standard output" if name.endswith(".out") else "log"
+            raise ApiError(404, f"the {kind}'s {what} does not go to a file here ({name})")
+        return send_file(path, mimetype="text/plain", max_age=0)
 
     def _task_manager(self, tmid: str) -> list[str]:
         if not any(tm["id"] == tmid for tm in self._r._task_executors()):
@@ -295,7 +334,18 @@ class JobApi:
         return self._log_list(self._task_manager(tmid))
 
     def task_manager_log(self, tmid: str, name: str) -> Response:
-        return self._log_file(self._task_manager(tmid), name)
+        """By its own name, or by Flink's (``taskmanager.log``; a local TaskExecutor's standard
+        output goes to its log too, so ``taskmanager.out`` is that file as well)."""
+        logs = self._task_manager(tmid)
+        if name in FLINK_LOG_NAMES["taskmanager"]:
+            return self._flink_named("taskmanager", name, logs, logs[0] if logs else None)
+        return self._log_file(logs, name)
+
+    def task_manager_main_log(self, tmid: str) -> Response:
+        return self.task_manager_log(tmid, "taskmanager.log")
+
+    def task_manager_stdout(self, tmid: str) -> Response:
+        return self.task_manager_log(tmid, "taskmanager.out")
 
     def thread_dump(self) -> Response:
         """Flink's ThreadDumpInfo: every thread of the AppMaster with its stack."""
@@ -308,6 +358,16 @@ class JobApi:
         threading.Thread(target=lambda: dispatcher.ask(dispatcher.shutdown_cluster), name="rest-shutdown",
                          daemon=True).start()
         return jsonify({})
+
+    @staticmethod
+    def data_sets() -> Response:
+        """Flink's ClusterDataSetListResponseBody. yarnflow keeps no cluster data sets (Flink's
+        cached intermediate results of batch jobs): always empty."""
+        return jsonify(dataSets=[])
+
+    @staticmethod
+    def delete_data_set(datasetid: str) -> Response:
+        raise ApiError(404, f"no cluster data set {datasetid[:100]} (yarnflow keeps none)")
 
     def dispose_savepoint(self) -> tuple[Response, int]:
         from yarnflow.am.checkpoint.savepoints import dispose_savepoint

@@ -142,6 +142,9 @@ _SCHEMAS: dict[str, Any] = {
                                                     unaligned_checkpoint=_BOOL, aborted=_BOOL,
                                                     alignment={"type": "object"})}}),
     "VertexAccumulators": _obj(["id", "user-accumulators"], id=_STR, **{"user-accumulators": {"type": "array"}}),
+    "AttemptAccumulators": _obj(["subtask", "attempt", "id", "user-accumulators"], subtask=_INT, attempt=_INT, id=_STR,
+                                **{"user-accumulators": {"type": "array"}}),
+    "DataSets": _obj(["dataSets"], dataSets={"type": "array", "maxItems": 0}),
     "SubtasksAccumulators": _obj(["id", "parallelism", "subtasks"], id=_STR, parallelism=_INT, subtasks={
         "type": "array", "items": _obj(["subtask", "attempt", "user-accumulators"], subtask=_INT, attempt=_INT,
                                        host=_STR, **{"user-accumulators": {"type": "array"}})}),
@@ -296,6 +299,17 @@ def openapi_document() -> dict[str, Any]:
             "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}/attempts/{attempt}": _get(
                 "One subtask's attempt (the current one only)", "Subtask", 400, 404, params=[
                     _JOB, _VERTEX, _INDEX, {"name": "attempt", "in": "path", "required": True, "schema": _LONG}]),
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{index}/attempts/{attempt}/accumulators": _get(
+                "The user accumulators of a subtask's attempt (yarnflow has none: empty)", "AttemptAccumulators",
+                400, 404, params=[_JOB, _VERTEX, _INDEX,
+                                  {"name": "attempt", "in": "path", "required": True, "schema": _LONG}]),
+            "/datasets": _get("Flink's cluster data sets (yarnflow keeps none: empty)", "DataSets"),
+            "/datasets/{datasetid}": {"delete": {"summary": "Delete a cluster data set (there are none)",
+                                                 "parameters": [{"name": "datasetid", "in": "path", "required": True,
+                                                                 "schema": _STR}],
+                                                 "responses": {str(code): {"description": "error", "content": {
+                                                     "application/json": {"schema": _ref("Error")}}}
+                                                     for code in (404, 503)}}},
             "/jobs/{jobid}/vertices/{vertexid}/accumulators": _get(
                 "The vertex's user accumulators (yarnflow has none: empty)", "VertexAccumulators", 400, 404,
                 params=[_JOB, _VERTEX]),

@@ -21,6 +21,7 @@ reports IN_PROGRESS, then COMPLETED with the savepoint's location or its failure
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import re
 import socket
@@ -176,7 +177,10 @@ class RestServer:
         limit = self._config[Options.REST_MAX_JSON_DEPTH]
         if json_depth(data) > limit:  # (json would recurse until it gave up: a 500)
             raise ApiError(400, f"the request body nests deeper than {limit} levels (rest.server.max-json-depth)")
-        body = request.get_json(silent=True)
+        try:  # whatever the content type says, as Flink's REST does (curl -d sends a form's)
+            body = json.loads(data)
+        except ValueError:
+            body = None
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         return body

@@ -28,7 +28,7 @@ def test_the_api_keeps_to_its_openapi_document(cluster: Any, tmp_path: Path) -> 
     details = wait_flowing(web, job_id)
     schema = schemathesis.openapi.from_url(f"{web}/v1/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 61
+    assert len(operations) == 64
 
     for operation in operations:
         if operation.method.upper() == "PATCH" or operation.path == "/cluster":
