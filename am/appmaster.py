@@ -161,12 +161,9 @@ class AppMaster:
         return self.rest.url if self.rest is not None else ""
 
     def _artifacts_in_use(self) -> set[str]:
-        """(any thread) The artifacts of the jobs running here: their split enumerators load
-        from them. A snapshot of the Dispatcher's running jobs (one C-level copy of its dict)."""
+        """(any thread) The artifacts of the jobs running here."""
         dispatcher = self.dispatcher
-        if dispatcher is None:
-            return set()
-        return {jm.job_graph.artifact_sha256 for jm in tuple(dispatcher._running.values())}
+        return set() if dispatcher is None else dispatcher.running_artifacts()
 
     def start(self) -> AppMaster:
         self.server.start()

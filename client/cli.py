@@ -7,12 +7,11 @@ import os
 import runpy
 import sys
 import time
-import traceback
 from typing import Any
 
 import click
 
-from yarnflow.cli_common import (CliError, SessionSignals, check_address, conf_from, connect, echo_web_url,
+from yarnflow.cli_common import (CliError, job_file_error, SessionSignals, check_address, conf_from, connect, echo_web_url,
                                  echo_security, rpc_error)
 from yarnflow.cli_views import operator_paths, size
 from yarnflow.cli_history import history_server
@@ -20,6 +19,7 @@ from yarnflow.cli_logs import logs
 from yarnflow.cli_options import ADDRESS_HELP, dynamic_option
 from yarnflow.cli_plan import plan
 from yarnflow.cli_savepoints import rescale, savepoint, session_scale, stop
+from yarnflow.common.tracebacks import user_traceback
 from yarnflow.common.version import __version__
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.security import published_folder, storage_folder
@@ -41,13 +41,6 @@ def cli(log_level: str) -> None:
 
 
 # ---- run -------------------------------------------------------------------------------------
-
-def _user_frames(tb: Any, job_file: str) -> str:
-    frames = [f for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == os.path.abspath(job_file)]
-    if not frames:
-        frames = traceback.extract_tb(tb)[-1:]
-    return "".join(traceback.format_list(frames))
-
 
 RUN_TARGETS = ["local", "remote", "yarn-per-job", "yarn-session", "yarn-application"]
 
@@ -147,9 +140,9 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
         runpy.run_path(job_file, run_name="__main__")
     except JobFailedError as exc:
         cause = exc.cause
-        tb = (getattr(cause, "traceback", "") or "").rstrip().splitlines() if cause is not None else []
+        tb = user_traceback(getattr(cause, "traceback", "") or "").splitlines()  # (`yarnflow info`: whole)
         if len(tb) > 30:
-            tb = ["Traceback (last 30 lines; `yarnflow info` shows it whole):", *tb[-30:]]
+            tb = ["Traceback (its last 30 lines; `yarnflow info` shows it whole):", *tb[-30:]]
         detail = ("\n" + "\n".join(tb)) if tb else ""
         click.echo(f"error: {exc}{detail}", err=True)
         sys.exit(1)
@@ -162,12 +155,14 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
             raise
         exited = True  # the job chose to stop (e.g. its --help): not an error
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        if ctx.interrupted is not None:
+            job_id, status = ctx.interrupted
+            click.echo(f"interrupted: job {job_id} {status.name if status else 'left cancelling'}", err=True)
+        else:
+            click.echo("interrupted", err=True)
         sys.exit(130)
     except BaseException as exc:  # noqa: BLE001 - the user's code raised: show where
-        tb = exc.__traceback__
-        click.echo(f"error: the job file {job_file} raised {type(exc).__name__}: {exc}\n"
-                   f"{_user_frames(tb, job_file)}", err=True, nl=False)
+        click.echo(job_file_error(exc, job_file), err=True, nl=False)
         sys.exit(1)
     finally:
         sys.argv = old_argv
@@ -183,11 +178,20 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
             continue
         if ctx.detached:
             click.echo(f"Job {result.job_name} ({result.job_id}) submitted detached; follow it with "
-                       f"`yarnflow info {result.job_id}`", err=True)
+                       f"`yarnflow info {_where_args(ctx, app_id)}{result.job_id}`", err=True)
             continue
         where = _result_locations(result)
         click.echo(f"Job {result.job_name} ({result.job_id}) {result.status.name} in "
                    f"{result.duration_ms / 1000:.2f} s{where}", err=True)
+
+
+def _where_args(ctx: Any, app_id: str) -> str:
+    """The options that find the cluster a job went to, for a command to type next."""
+    if app_id:
+        return f"-D yarn.application.id={app_id} "
+    if ctx.address:
+        return f"--address {ctx.address} "
+    return "(with the same high-availability -D keys) "
 
 
 def _result_locations(result: Any) -> str:
@@ -196,8 +200,9 @@ def _result_locations(result: Any) -> str:
     if result.printed:
         places.append("printed above")
     others = [u for u in result.collect_uids if not u.startswith("print-")]
-    if others:
-        places.append(f"collected under {result.storage_dir}/collect")
+    if others:  # (where they were stored is the cluster's business: an embedded one's folder is gone now)
+        names = ", ".join(repr(result.collect_names.get(u, u)) for u in others)
+        places.append(f"collected ({names}: env.execute(...).collected(name) returns them)")
     return f"; results {', '.join(places)}" if places else ""
 
 
@@ -294,7 +299,7 @@ def info(address: str | None, dynamic: tuple[str, ...], job_id: str) -> None:
             if m is not None and m.managed_memory_bytes:
                 memory = (f", managed memory {size(m.managed_memory_bytes)} (peak {size(m.managed_memory_peak)})"
                           + (f", spilled {size(m.spilled_bytes)}" if m.spilled_bytes else ""))
-            click.echo(f"    subtask {i + 1}: attempt {attempt}{' on ' + where if where else ''}{memory}")
+            click.echo(f"    subtask {i}: attempt {attempt}{' on ' + where if where else ''}{memory}")
         for line in operator_paths(v.name, [m for m in metrics if m is not None]):
             click.echo(f"    {line}")
     if j.failure_history:

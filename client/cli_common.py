@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import traceback
 from typing import Any
 
 import click
 
 from yarnflow.common.config import Configuration, parse_dynamic_properties
 from yarnflow.common.errors import ConfigurationError, RpcConnectionError, YarnError, YarnflowError
+from yarnflow.common.tracebacks import user_frames
 
 
 class CliError(click.ClickException):
@@ -18,6 +20,16 @@ class CliError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
+
+
+def job_file_error(exc: BaseException, job_file: str) -> str:
+    """What the job file's own error looks like: its frames (never yarnflow's or runpy's) and,
+    for a syntax error, the line and the caret under the place."""
+    if isinstance(exc, SyntaxError):
+        where = "".join(traceback.format_exception_only(type(exc), exc))
+        return f"error: the job file {job_file} is not valid Python:\n{where}"
+    frames = "".join(traceback.format_list(user_frames(exc.__traceback__)))
+    return f"error: the job file {job_file} raised {type(exc).__name__}: {exc}\n{frames}"
 
 
 def conf_from(dynamic: tuple[str, ...]) -> dict[str, str]:

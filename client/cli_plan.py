@@ -24,8 +24,8 @@ def _planning_context(conf: dict[str, str]) -> Any:
     from yarnflow.common.plan import job_plan
 
     class PlanContext(executors.ClusterContext):
-        def execute(self, env: Any, job_name: str) -> Any:
-            job = compile_job(env, job_name)
+        def execute(self, env: Any, job_name: str, job: Any = None) -> Any:
+            job = job or compile_job(env, job_name)
             job.job_graph.config.update(self.conf)
             self.plan = job_plan(job.job_graph, job_name)
             raise _Planned()
@@ -44,7 +44,8 @@ def plan(parallelism: int | None, dynamic: tuple[str, ...], job_file: str, job_a
     vertices, parallelism, operators and inputs, as the REST API's /jobs/:jobid/plan shows a
     running job's. Nothing runs: the job file stops at execute()."""
     from yarnflow import executors
-    from yarnflow.cli_common import CliError, conf_from
+    from yarnflow.cli_common import CliError, conf_from, job_file_error
+    from yarnflow.common.errors import YarnflowError
 
     if not os.path.isfile(job_file):
         raise CliError(f"job file {job_file} does not exist")
@@ -61,6 +62,13 @@ def plan(parallelism: int | None, dynamic: tuple[str, ...], job_file: str, job_a
     except _Planned:
         click.echo(json.dumps(ctx.plan, indent=2))
         return
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except YarnflowError as exc:
+        raise CliError(str(exc)) from None
+    except BaseException as exc:  # noqa: BLE001 - the user's code raised: show where, as `run` does
+        click.echo(job_file_error(exc, job_file), err=True, nl=False)
+        sys.exit(1)
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
         executors.set_context(None)

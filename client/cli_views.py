@@ -29,5 +29,5 @@ def operator_paths(vertex_name: str, metrics: list[Any]) -> list[str]:
         if len(set(paths)) == 1:
             lines.append(f"{name}: {paths[0]}")
         else:
-            lines += [f"{name} (subtask {j + 1}): {p}" for j, p in enumerate(paths) if p]
+            lines += [f"{name} (subtask {j}): {p}" for j, p in enumerate(paths) if p]
     return lines

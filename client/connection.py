@@ -166,6 +166,13 @@ class ClusterConnection:
         with self._changed:
             self._leader = LeaderInformation(address, "")
 
+    def drop_gateway(self) -> None:
+        """Forget the current connection (the next call makes a new one): after a call was cut
+        short (Ctrl-C), its answer must not be read as the next call's."""
+        if self._gateway is not None:
+            self._gateway.close()
+            self._gateway = None
+
     def close(self) -> None:
         if self._gateway is not None:
             self._gateway.close()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
-from yarnflow.common.errors import JobDefinitionError
+from yarnflow.common.errors import JobDefinitionError, JobFailedError
 from yarnflow.common.states import Partitioner
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
@@ -102,7 +102,11 @@ class StreamExecutionEnvironment(SourceMethods):
         from yarnflow import executors
 
         self.executed = True
-        return executors.current_context().execute(self, job_name)
+        try:
+            return executors.current_context().execute(self, job_name)
+        except JobFailedError:
+            executors.show_job_failures_briefly()  # (if nobody catches it: the user's frames, not ours)
+            raise
 
 
 class DataStream:

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -25,6 +26,7 @@ from yarnflow.connection import ClusterConnection
 from yarnflow.compiler import CompiledJob, compile_job
 from yarnflow.packaging import build_artifact, upload_artifact
 from yarnflow.common.collect import read_collected
+from yarnflow.common.tracebacks import SEPARATORS, user_frames, user_traceback
 
 if TYPE_CHECKING:
     from yarnflow.datastream import StreamExecutionEnvironment
@@ -43,14 +45,29 @@ class JobExecutionResult:
     _tables: dict[str, pa.Table | None] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)  # where file sinks wrote
     printed: bool = False  # rows were printed on stdout (print sinks)
+    collect_names: dict[str, str] = field(default_factory=dict)  # sink uid -> the name the user gave it
 
-    def collected(self, uid: str | None = None) -> pa.Table | None:
-        """The rows of a ``collect()`` / ``print()`` sink (the only one when ``uid`` is None)."""
-        if uid is None:
+    def collected(self, name: str | None = None) -> pa.Table | None:
+        """The rows of a ``collect()`` / ``print()`` sink, by the name given to it
+        (``collect(name=...)``) or its uid; the only one when ``name`` is None. None for a
+        sink that received no rows. Raises KeyError for a name the job has no sink of (or
+        that two of its sinks share: name them apart) and ValueError, without a name, when
+        the job has several."""
+        if name is None:
             if len(self.collect_uids) != 1:
-                raise ValueError(f"the job has {len(self.collect_uids)} collect sinks: name one of {self.collect_uids}")
-            uid = self.collect_uids[0]
-        return self._tables.get(uid)
+                raise ValueError(f"the job has {len(self.collect_uids)} collect sinks: name one of "
+                                 f"{self._known()}")
+            return self._tables.get(self.collect_uids[0])
+        if name in self.collect_uids:
+            return self._tables.get(name)
+        uids = [uid for uid in self.collect_uids if self.collect_names.get(uid) == name]
+        if len(uids) != 1:
+            raise KeyError(f"the job has {'no collect sink' if not uids else f'{len(uids)} collect sinks'} named "
+                           f"{name!r}: {self._known()}")
+        return self._tables.get(uids[0])
+
+    def _known(self) -> str:
+        return ", ".join(f"{self.collect_names.get(u, u)!r} ({u})" for u in self.collect_uids) or "none"
 
 
 class Progress:
@@ -126,6 +143,10 @@ def _progress_enabled() -> bool:
     return os.environ.get("YARNFLOW_PROGRESS", "1") != "0"
 
 
+#: how long ``yarnflow run`` interrupted by Ctrl-C waits for the job it cancels to end
+CANCEL_WAIT_S = 30.0
+
+
 class ClusterContext:
     """Runs jobs on the cluster at ``address``, or (empty address, ZooKeeper high availability
     configured) on whichever AppMaster leads the cluster, following it across failovers.
@@ -141,6 +162,8 @@ class ClusterContext:
         self.progress = _progress_enabled() if progress is None else progress
         self.submitted: list[JobID] = []
         self.results: list[JobExecutionResult] = []
+        #: the job a Ctrl-C cancelled and the state it ended in (if it ended in time)
+        self.interrupted: tuple[JobID, JobStatus | None] | None = None
 
     @property
     def default_parallelism(self) -> int:
@@ -157,8 +180,11 @@ class ClusterContext:
     def connect(self) -> ClusterConnection:
         return ClusterConnection(self.config, self.address, self.config[Options.CLIENT_TIMEOUT])
 
-    def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
-        job = compile_job(env, job_name)
+    def execute(self, env: StreamExecutionEnvironment, job_name: str,
+                job: CompiledJob | None = None) -> JobExecutionResult:
+        """Compile the pipeline (unless ``job`` is its compiled form already), submit it and
+        follow it to its end (or only submit it, detached)."""
+        job = job or compile_job(env, job_name)
         conn = self.connect()
         try:
             info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
@@ -204,13 +230,15 @@ class ClusterContext:
         tables = {uid: read_collected(storage, uid) for uid in job.collect_sinks}
         outcome = JobExecutionResult(job_id, job_name, result.status, result.end_time_ms - result.start_time_ms,
                                      storage, list(job.collect_sinks), tables, list(job.file_sinks),
-                                     any(s.print_rows for s in job.collect_sinks.values()))
+                                     any(s.print_rows for s in job.collect_sinks.values()),
+                                     {uid: s.name for uid, s in job.collect_sinks.items()})
         self.results.append(outcome)
         if result.status == JobStatus.FAILED:
             cause = result.failure_cause
             error = JobFailedError(f"job {job_name} ({job_id}) failed: "
-                                   f"{cause.describe() if cause else 'unknown cause'}", cause)
-            raise error from (RemoteTraceback(cause.traceback) if cause is not None and cause.traceback else None)
+                                   f"{cause.headline() if cause else 'unknown cause'}", cause)
+            shown = user_traceback(cause.traceback) if cause is not None else ""  # (info shows it whole)
+            raise error from (RemoteTraceback(shown) if shown else None)
         if result.status == JobStatus.CANCELED:
             raise JobFailedError(f"job {job_name} ({job_id}) was canceled")
         printed = [(uid, sink) for uid, sink in job.collect_sinks.items() if sink.print_rows]
@@ -235,8 +263,19 @@ class ClusterContext:
                     pass
                 return result
         except KeyboardInterrupt:
-            print(f"\ncancelling job {job_id} ...", file=sys.stderr)
+            progress.close()
+            print(f"\ncancelling job {job_id} ... (Ctrl-C again: leave it cancelling)", file=sys.stderr)
+            conn.drop_gateway()  # (the interrupted call's answer must not be read as the cancel's)
+            self.interrupted = (job_id, None)
             conn.call(lambda gw: gw.cancel_job(job_id), "cancelJob")
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            while time.monotonic() < deadline:
+                try:
+                    result = conn.call(lambda gw: gw.request_job_result(job_id, 500), "requestJobResult")
+                except (UnavailableError, RpcTimeoutError):
+                    continue
+                self.interrupted = (job_id, result.status)
+                break
             raise
         finally:
             progress.close()
@@ -287,7 +326,8 @@ class LocalContext(ClusterContext):
         self.slots = slots
         self.cluster: Any = None
 
-    def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
+    def execute(self, env: StreamExecutionEnvironment, job_name: str,
+                job: CompiledJob | None = None) -> JobExecutionResult:
         from yarnflow.local_cluster import LocalCluster
 
         job = compile_job(env, job_name)  # fail on a bad pipeline before starting any process
@@ -301,8 +341,7 @@ class LocalContext(ClusterContext):
         try:
             cluster.start(wait_for_taskexecutors=False)
             self.address = cluster.address
-            result = super().execute(env, job_name)
-            return result
+            return super().execute(env, job_name, job)  # (compiled once: its warnings said once)
         except BaseException:
             cluster.keep_work_dir = True
             print(f"cluster logs kept in {os.path.join(cluster.work_dir, 'log')}", file=sys.stderr)
@@ -322,11 +361,12 @@ class YarnPerJobContext(ClusterContext):
         super().__init__("", conf, job_file, progress, detached)
         self.applications: list[str] = []
 
-    def execute(self, env: StreamExecutionEnvironment, job_name: str) -> JobExecutionResult:
+    def execute(self, env: StreamExecutionEnvironment, job_name: str,
+                job: CompiledJob | None = None) -> JobExecutionResult:
         from yarnflow.common.rpc.serialization import message_to_bytes
         from yarnflow.yarn import ApplicationLocator, Submission, skein_client, submit_application
 
-        job = compile_job(env, job_name)
+        job = job or compile_job(env, job_name)
         jg = job.job_graph
         jg.config.update({k: v for k, v in self.conf.items()})
         restore_from_checkpoint(jg.config)
@@ -380,6 +420,30 @@ def set_context(ctx: ClusterContext | None) -> None:
 
 def describe_failure(cause: ErrorInfo | None) -> str:
     return cause.describe() if cause else "unknown cause"
+
+
+def show_job_failures_briefly() -> None:
+    """Have Python report an uncaught ``JobFailedError`` (``python JOB.py`` whose job failed)
+    with the user's frames only, the remote ones first, as the CLI does: not yarnflow's client
+    and task frames around them. Other exceptions are reported as before. Installed once, by
+    ``env.execute()`` when it raises one."""
+    previous = sys.excepthook
+    if getattr(previous, "_yarnflow", False):
+        return
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if not isinstance(exc, JobFailedError):
+            previous(exc_type, exc, tb)
+            return
+        text = ""
+        if isinstance(exc.__cause__, RemoteTraceback):
+            text = f"{exc.__cause__.text.rstrip()}\n\n{SEPARATORS[0]}\n\n"
+        frames = "".join(traceback.format_list(user_frames(tb)))
+        sys.stderr.write(f"{text}Traceback (most recent call last):\n{frames}"
+                         f"{exc_type.__module__}.{exc_type.__qualname__}: {exc}\n")
+
+    hook._yarnflow = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 __all__ = ["JobExecutionResult", "ClusterContext", "LocalContext", "YarnPerJobContext", "current_context",

@@ -138,7 +138,8 @@ class LocalCluster:
             self.address = self.leader_address(deadline - time.monotonic())
         elif self.tls is not None:  # clients on this machine find them by the session's address
             self._published = self.address
-            publish(self.tls, self.address)
+            serving = self.procs[0] if self.procs and isinstance(self.procs[0], subprocess.Popen) else None
+            publish(self.tls, self.address, serving.pid if serving is not None else None)
         if wait_for_taskexecutors:
             self.wait_for_taskexecutors(self.taskexecutors, deadline - time.monotonic(), interrupted)
         return self

@@ -18,6 +18,8 @@ can catch either.
     ├── HighAvailabilityError                 the high-availability services failed (common/ha)
     │   ├── NotLeaderError                        a leader-only write by one that no longer leads
     │   └── CoordinationUnavailableError (ConnectionError)  ZooKeeper cannot be reached in time
+    ├── SourceReadError (IOError)             an input path or file cannot be read (names it); crosses
+    │                                         the wire as itself (the split enumerator's, to a source)
     ├── TaskError                             a task failed (carries the remote ErrorInfo)
     ├── JobFailedError                        a job ended FAILED (carries its cause)
     └── IllegalStateTransition (RuntimeError) a state machine was asked for a forbidden move
@@ -38,6 +40,12 @@ class ConfigurationError(YarnflowError, ValueError):
 
 class JobDefinitionError(YarnflowError, ValueError):
     """The pipeline cannot be compiled into a JobGraph (no job defined, bad column, ...)."""
+
+
+class SourceReadError(YarnflowError, IOError):
+    """An input path or file could not be read; the message names it. Raised by the file
+    sources' readers and by their split enumerator in the JobMaster, and passed to the source
+    task that asked for a split as itself (``common.rpc.errors``), so the job fails saying so."""
 
 
 class RpcError(YarnflowError):

@@ -58,6 +58,18 @@ class ErrorInfo(Message):
         where = f" [{self.location}]" if self.location else ""
         return f"{self.error_class}: {self.message}{where}"
 
+    def headline(self) -> str:
+        """``describe()`` for a user: without the class name where the message says it all
+        (a user function's error names the function and what it raised)."""
+        if self.error_class in SELF_DESCRIBING_ERRORS:
+            where = f" [{self.location}]" if self.location else ""
+            return f"{self.message}{where}"
+        return self.describe()
+
+
+#: failures whose message needs no class name in front of it
+SELF_DESCRIBING_ERRORS = frozenset({"UserFunctionError", "SourceReadError"})
+
 
 # ---- JobGraph ------------------------------------------------------------------------------
 

@@ -124,11 +124,38 @@ def published_folder(address: str) -> str:
     return os.path.join(clusters_dir(), address.replace(":", "_").replace("/", "_"))
 
 
-def publish(credentials: TlsCredentials, address: str) -> str:
-    """Copy a session's credentials where clients on this machine find them by its address."""
+#: beside published credentials: the process that serves the address ("<pid> <start time>")
+OWNER_FILE = "owner"
+
+
+def publish(credentials: TlsCredentials, address: str, owner_pid: int | None = None) -> str:
+    """Copy a session's credentials where clients on this machine find them by its address,
+    with the process that serves that address (``owner_pid``, default this one): they belong
+    to that process, and are ignored once it is gone (a session killed with SIGKILL leaves
+    them; a later cluster may get the same port)."""
+    import psutil
+
     folder = published_folder(address)
-    _write_private(folder, [(CERT_FILE, credentials.cert_pem), (KEY_FILE, credentials.key_pem)])
+    pid = owner_pid if owner_pid is not None else os.getpid()
+    owner = f"{pid} {psutil.Process(pid).create_time():.3f}".encode()
+    _write_private(folder, [(CERT_FILE, credentials.cert_pem), (KEY_FILE, credentials.key_pem), (OWNER_FILE, owner)])
     return folder
+
+
+def _owner_alive(folder: str) -> bool:
+    """Whether the process that published ``folder`` still runs (the same process: its pid and
+    its start time); False for a folder that names none (left by an older version)."""
+    import psutil
+
+    try:
+        with open(os.path.join(folder, OWNER_FILE)) as fh:
+            pid_text, started = fh.read().split()
+    except (OSError, ValueError):
+        return False
+    try:
+        return abs(psutil.Process(int(pid_text)).create_time() - float(started)) < 0.01
+    except (psutil.Error, ValueError):
+        return False
 
 
 def unpublish(address: str) -> None:
@@ -282,7 +309,10 @@ def client_credentials(config: Configuration, address: str) -> TlsCredentials | 
         return internal_credentials(config.with_overrides({Options.SSL_INTERNAL.key: "true"}), address)
     folder = published_folder(address)
     if address and os.path.exists(os.path.join(folder, CERT_FILE)):
-        return TlsCredentials(os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE))
+        if _owner_alive(folder):
+            return TlsCredentials(os.path.join(folder, CERT_FILE), os.path.join(folder, KEY_FILE))
+        log.info("ignoring the credentials in %s: the session that left them is gone", folder)
+        shutil.rmtree(folder, ignore_errors=True)
     found = skein_container_credentials()  # a job's main() in its application's AppMaster container
     if found is None and ha_enabled(config):
         found = _from_storage(config)

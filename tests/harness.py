@@ -35,6 +35,15 @@ T = TypeVar("T")
 Event = tuple[Any, ...]
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (another process may take it before it is used)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def wait_until(predicate: Callable[[], T], timeout_s: float, message: str | Callable[[], str],
                interval_s: float = 0.05) -> T:
     """Call ``predicate`` until it returns something truthy, and return that.

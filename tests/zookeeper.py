@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -44,7 +43,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
 from tests.conftest import TAG_VAR, kill_tagged
-from tests.harness import wait_until
+from tests.harness import free_port, wait_until
 from yarnflow.common.config import Configuration
 from yarnflow.common.ha.zookeeper import ZooKeeperHaServices
 
@@ -100,12 +99,6 @@ def drop_connection(client: KazooClient, timeout: float = 10.0) -> None:
         raise AssertionError(f"the connection was not dropped and made again within {timeout} s")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _quiet_client(hosts: str, **options: Any) -> KazooClient:
     retry = KazooRetry(max_tries=-1, delay=0.05, backoff=1, max_delay=0.05)
     return KazooClient(hosts=hosts, connection_retry=retry, **options)
@@ -116,7 +109,7 @@ class ZooKeeperServer:
 
     def __init__(self, work_dir: Path, java: str, classpath: str) -> None:
         self.work_dir = work_dir
-        self.port = _free_port()
+        self.port = free_port()
         self.tag = f"zookeeper-{uuid.uuid4().hex}"
         self._command = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", classpath, MAIN,
                          str(work_dir / "zoo.cfg")]

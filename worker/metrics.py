@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from yarnflow.common.messages import NO_WATERMARK, TaskMetrics
-from yarnflow.common.metrics import metrics_address as metrics_address  # the TaskExecutor registers it
 
 if TYPE_CHECKING:
     from yarnflow.worker.runtime.stream_task import StreamTask

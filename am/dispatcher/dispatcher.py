@@ -300,6 +300,11 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
                 log.info("result of job %s dropped after job-result-store.retention", job_id)
         self._schedule_retention()
 
+    def running_artifacts(self) -> set[str]:
+        """(any thread) The artifacts of the jobs running here (their split enumerators load
+        from them): read from a snapshot of the running jobs (one C-level copy of the dict)."""
+        return {jm.job_graph.artifact_sha256 for jm in tuple(self._running.values())}
+
     @fenced()
     def list_jobs(self) -> list[JobStatusInfo]:
         infos = [info for info, _ in self._ended.values()]
@@ -431,7 +436,7 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
         on this one."""
         result = jm.result
         assert result is not None
-        info = jm._status_info()  # noqa: SLF001 - called on the JobMaster's own thread
+        info = jm.status_info_on_main_thread()
         if self._main.in_main_thread():
             self._record_end(jm, result, info)
         else:

@@ -477,8 +477,9 @@ class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
         """Each subtask's part of a recent checkpoint, per vertex (``job_metrics.checkpoint_subtasks``)."""
         return self._main.call(checkpoint_subtasks, self.core, checkpoint_id)
 
-    def _status_info(self) -> JobStatusInfo:
-        """For a caller already on the main thread (the Dispatcher's terminal callback)."""
+    def status_info_on_main_thread(self) -> JobStatusInfo:
+        """``status_info()`` for a caller already on this JobMaster's main thread (the
+        Dispatcher's callback for the job's end): no hop, which would wait for itself."""
         return self._with_scaling(self.core.status_info())
 
     def _with_scaling(self, info: JobStatusInfo) -> JobStatusInfo:

@@ -77,7 +77,7 @@ class ThreadInfoApi:
 
     def __init__(self, rest: RestServer) -> None:
         self._r = rest
-        self._config = rest._config
+        self._config = rest.configuration
         self._entries: dict[tuple[str, str, int], _Entry] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="rest-thread-samples")
@@ -90,12 +90,12 @@ class ThreadInfoApi:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _gateway(self, address: str, timeout_ms: int) -> RemoteTaskExecutorGateway:
-        return RemoteTaskExecutorGateway(address, timeout_ms, tls=self._r._am.tls)
+        return RemoteTaskExecutorGateway(address, timeout_ms, tls=self._r.appmaster.tls)
 
     # -- a TaskExecutor's thread dump ----------------------------------------------------------------
     def task_manager_thread_dump(self, tmid: str) -> Response:
         """Flink's ThreadDumpInfo of a TaskExecutor, asked of it over RPC."""
-        found = [tm for tm in self._r._task_executors() if tm["id"] == tmid]
+        found = [tm for tm in self._r.task_executors() if tm["id"] == tmid]
         if not found:
             raise ApiError(404, f"no TaskExecutor {tmid[:100]} is registered")
         gateway = self._gateway(found[0]["path"], self._config[Options.RPC_TIMEOUT])
@@ -113,7 +113,7 @@ class ThreadInfoApi:
         if kind not in TYPES:
             raise ApiError(400, f"type must be one of {', '.join(TYPES)}, not {kind[:40]!r}")
         raw = request.args.get("subtaskindex")
-        info, v = self._r._vertex(jobid, vertexid)
+        info, v = self._r.vertex_status(jobid, vertexid)
         subtask = -1
         if raw is not None:
             if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
@@ -155,7 +155,7 @@ class ThreadInfoApi:
         """(a pool thread) Ask each TaskExecutor running some of the subtasks for their samples."""
         samples: list[ThreadInfoSample] = []
         try:
-            addresses = {tm["id"]: tm["path"] for tm in self._r._task_executors()}
+            addresses = {tm["id"]: tm["path"] for tm in self._r.task_executors()}
             by_place: dict[str, list[int]] = {}
             for index, where in running.items():
                 by_place.setdefault(where, []).append(index)

@@ -59,10 +59,10 @@ def _text(path: str) -> str:
 class JarApi:
     def __init__(self, rest: RestServer) -> None:
         self._r = rest
-        self.folder = os.path.join(rest._am.work_dir, "jars")
+        self.folder = os.path.join(rest.appmaster.work_dir, "jars")
 
     def routes(self) -> list[tuple[str, Callable[..., Any], tuple[str, ...]]]:
-        if not self._r._config[Options.WEB_SUBMIT]:
+        if not self._r.configuration[Options.WEB_SUBMIT]:
             return []  # (404, as in Flink with web.submit.enable off)
         return [("/jars", self.list_jars, ("GET",)), ("/jars/upload", self.upload, ("POST",)),
                 ("/jars/<jarid>", self.delete, ("DELETE",)), ("/jars/<jarid>/plan", self.plan, ("GET", "POST")),
@@ -78,7 +78,7 @@ class JarApi:
         return path
 
     def upload(self) -> Response:
-        limit = self._r._config[Options.REST_MAX_CONTENT_LENGTH]
+        limit = self._r.configuration[Options.REST_MAX_CONTENT_LENGTH]
         if request.content_length is None:
             raise ApiError(411, "an upload needs its Content-Length")
         if request.content_length > limit:
@@ -113,7 +113,7 @@ class JarApi:
         return files[0]
 
     def _unpack(self, path: str, into: str) -> None:
-        limit = self._r._config[Options.REST_MAX_CONTENT_LENGTH]
+        limit = self._r.configuration[Options.REST_MAX_CONTENT_LENGTH]
         try:
             with zipfile.ZipFile(path) as zf:
                 bad = next((n for n in zf.namelist() if leaves_folder(n)), None)
@@ -157,7 +157,7 @@ class JarApi:
     # -- plan and run ----------------------------------------------------------------------------
     def _request(self) -> dict[str, Any]:
         """The run's parameters: the JSON body's, or the query's (Flink takes both)."""
-        body = self._r._body() if request.get_data() else {}
+        body = self._r.body() if request.get_data() else {}
         q = request.args
         args = body.get("programArgsList")
         if args is None:
@@ -242,7 +242,7 @@ class JarApi:
         folder = self._dir(jarid)
         req = self._request()
         job_file, cwd = self._job_file(folder, jarid, req["entry"])
-        command = ["run", "--target", "remote", "--address", self._r._am.address, "--detached", "--no-progress",
+        command = ["run", "--target", "remote", "--address", self._r.appmaster.address, "--detached", "--no-progress",
                    *self._options(req)]
         if req["savepoint"]:
             command += ["-s", req["savepoint"]]

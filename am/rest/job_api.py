@@ -99,14 +99,14 @@ class JobApi:
 
     # -- a job -----------------------------------------------------------------------------------
     def _effective(self, info: Any) -> Any:
-        graph = self._r._graph(info.job_id)
-        return graph, self._r._config.with_overrides(graph.config if graph is not None else {})
+        graph = self._r.job_graph(info.job_id)
+        return graph, self._r.configuration.with_overrides(graph.config if graph is not None else {})
 
     def status(self, jobid: str) -> Response:
-        return jsonify(status=self._r._job(jobid).status.name)
+        return jsonify(status=self._r.job_status(jobid).status.name)
 
     def config(self, jobid: str) -> Response:
-        info = self._r._job(jobid)
+        info = self._r.job_status(jobid)
         graph, config = self._effective(info)
         parallelism = max((v.parallelism for v in graph.vertices), default=config[Options.PARALLELISM]) \
             if graph is not None else config[Options.PARALLELISM]
@@ -117,10 +117,10 @@ class JobApi:
             "user-config": {e["key"]: e["value"] for e in key_values(dict(graph.config) if graph else {})}}})
 
     def job_manager_config(self, jobid: str) -> Response:
-        return jsonify(key_values(self._effective(self._r._job(jobid))[1].to_strings()))
+        return jsonify(key_values(self._effective(self._r.job_status(jobid))[1].to_strings()))
 
     def checkpoint_config(self, jobid: str) -> Response:
-        info = self._r._job(jobid)
+        info = self._r.job_status(jobid)
         _, config = self._effective(info)
         interval = int(config[Options.CHECKPOINT_INTERVAL] or 0)
         if interval <= 0:
@@ -151,20 +151,20 @@ class JobApi:
 
     def _checkpoint(self, jobid: str, checkpointid: str) -> tuple[Any, Any]:
         wanted = _index(checkpointid, "checkpoint id")
-        info = self._r._job(jobid)
+        info = self._r.job_status(jobid)
         for c in info.checkpoints:
             if c.checkpoint_id == wanted:
                 return info, c
         raise ApiError(404, f"no statistics of checkpoint {wanted} of job {jobid} (only the latest are kept)")
 
     def _subtasks(self, info: Any, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
-        dispatcher = self._r._dispatcher()
+        dispatcher = self._r.dispatcher()
         return dispatcher.ask(dispatcher.checkpoint_subtasks, info.job_id, checkpoint_id)
 
     def checkpoint_subtasks(self, jobid: str, checkpointid: str, vertexid: str) -> Response:
         """Flink's TaskCheckpointStatisticsWithSubtaskDetails: each subtask's acknowledgement of
         a recent checkpoint of a running job (a JobMaster keeps them; an ended job's are gone)."""
-        info, v = self._r._vertex(jobid, vertexid)
+        info, v = self._r.vertex_status(jobid, vertexid)
         _, c = self._checkpoint(jobid, checkpointid)
         subtasks = self._subtasks(info, c.checkpoint_id)
         if subtasks is None:
@@ -174,7 +174,7 @@ class JobApi:
         return jsonify({**_task_summary(c, str(v.vertex_id), rows, v.parallelism), "subtasks": rows})
 
     def execution_result(self, jobid: str) -> Response:
-        info = self._r._job(jobid)
+        info = self._r.job_status(jobid)
         if not info.status.is_globally_terminal:
             return jsonify({"status": {"id": "IN_PROGRESS"}})
         result: dict[str, Any] = {
@@ -188,14 +188,14 @@ class JobApi:
 
     def accumulators(self, jobid: str) -> Response:
         """yarnflow has no user accumulators: the lists are empty (a Flink client still gets its shape)."""
-        self._r._job(jobid)
+        self._r.job_status(jobid)
         return jsonify({"job-accumulators": [], "user-task-accumulators": [],
                         "serialized-user-task-accumulators": {}})
 
     def stop(self, jobid: str) -> tuple[Response, int]:
         """Flink's stop-with-savepoint: ``{"targetDirectory", "drain"}``; its status is that of a
         savepoint (``GET /jobs/:jobid/savepoints/:triggerid``)."""
-        body = self._r._body()
+        body = self._r.body()
         target, drain = body.get("targetDirectory"), body.get("drain", False)
         if target is not None and not isinstance(target, str):
             raise ApiError(400, "targetDirectory must be a string")
@@ -208,30 +208,30 @@ class JobApi:
             why = bad_storage_path(target)
             if why:
                 raise ApiError(400, f"targetDirectory {target[:200]!r}: {why}")
-        info = self._r._job(jobid)
+        info = self._r.job_status(jobid)
         if info.status.is_globally_terminal:
             raise ApiError(409, f"job {jobid} already ended {info.status.name}")
         _, config = self._effective(info)
         if not target and not config[Options.SAVEPOINTS_DIR]:
             raise ApiError(400, "no savepoint folder: give targetDirectory or set state.savepoints.dir")
-        dispatcher, job_id = self._r._dispatcher(), info.job_id
-        return self._r._trigger(job_id, lambda: dispatcher.ask(
+        dispatcher, job_id = self._r.dispatcher(), info.job_id
+        return self._r.trigger(job_id, lambda: dispatcher.ask(
             dispatcher.stop_with_savepoint, job_id, target, drain, timeout=None))
 
     # -- a vertex ----------------------------------------------------------------------------------
-    def _vertex_index(self, jobid: str, vertexid: str, index: str) -> tuple[Any, Any, int]:
+    def vertex_index(self, jobid: str, vertexid: str, index: str) -> tuple[Any, Any, int]:
         i = _index(index, "subtask index")
-        info, v = self._r._vertex(jobid, vertexid)
+        info, v = self._r.vertex_status(jobid, vertexid)
         if i >= v.parallelism:
             raise ApiError(404, f"vertex {vertexid} has {v.parallelism} subtasks: no subtask {i}")
         return info, v, i
 
     def subtask(self, jobid: str, vertexid: str, index: str) -> Response:
-        return jsonify(views.subtask(*self._vertex_index(jobid, vertexid, index)))
+        return jsonify(views.subtask(*self.vertex_index(jobid, vertexid, index)))
 
     def _attempt(self, jobid: str, vertexid: str, index: str, attempt: str) -> dict[str, Any]:
         """Only the current attempt is kept: an earlier one is 404."""
-        row = views.subtask(*self._vertex_index(jobid, vertexid, index))
+        row = views.subtask(*self.vertex_index(jobid, vertexid, index))
         if _index(attempt, "attempt number") != row["attempt"]:
             raise ApiError(404, f"subtask {index} of vertex {vertexid} is at attempt {row['attempt']}: earlier "
                                 "attempts are not kept")
@@ -248,21 +248,21 @@ class JobApi:
 
     def vertex_accumulators(self, jobid: str, vertexid: str) -> Response:
         """(yarnflow has no user accumulators: Flink's shape, empty)"""
-        return jsonify({"id": str(self._r._vertex(jobid, vertexid)[1].vertex_id), "user-accumulators": []})
+        return jsonify({"id": str(self._r.vertex_status(jobid, vertexid)[1].vertex_id), "user-accumulators": []})
 
     def subtasks_accumulators(self, jobid: str, vertexid: str) -> Response:
-        info, v = self._r._vertex(jobid, vertexid)
+        info, v = self._r.vertex_status(jobid, vertexid)
         rows = [views.subtask(info, v, i) for i in range(v.parallelism)]
         return jsonify({"id": str(v.vertex_id), "parallelism": v.parallelism, "subtasks": [
             {"subtask": r["subtask"], "attempt": r["attempt"], "host": r["host"], "user-accumulators": []}
             for r in rows]})
 
     def subtask_times(self, jobid: str, vertexid: str) -> Response:
-        return jsonify(views.subtasks_times(*self._r._vertex(jobid, vertexid)))
+        return jsonify(views.subtasks_times(*self._r.vertex_status(jobid, vertexid)))
 
     def vertex_taskmanagers(self, jobid: str, vertexid: str) -> Response:
         """Flink's JobVertexTaskManagersInfo: the vertex's subtasks grouped by where they run."""
-        info, v = self._r._vertex(jobid, vertexid)
+        info, v = self._r.vertex_status(jobid, vertexid)
         rows = [views.subtask(info, v, i) for i in range(v.parallelism)]
         by_place: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
@@ -280,10 +280,10 @@ class JobApi:
 
     # -- the AppMaster and the cluster --------------------------------------------------------------
     def cluster_config(self) -> Response:
-        return jsonify(key_values(self._r._config.to_strings()))
+        return jsonify(key_values(self._r.configuration.to_strings()))
 
     def _logs(self, source: str) -> list[str]:
-        return [path for name, path in log_files(self._r._am.work_dir).items() if name == source]
+        return [path for name, path in log_files(self._r.appmaster.work_dir).items() if name == source]
 
     @staticmethod
     def _log_list(paths: list[str]) -> Response:
@@ -326,7 +326,7 @@ class JobApi:
         return send_file(path, mimetype="text/plain", max_age=0)
 
     def _task_manager(self, tmid: str) -> list[str]:
-        if not any(tm["id"] == tmid for tm in self._r._task_executors()):
+        if not any(tm["id"] == tmid for tm in self._r.task_executors()):
             raise ApiError(404, f"no TaskExecutor {tmid[:100]} is registered")
         return self._logs(tmid)  # (none: it runs on another host, its logs are YARN's)
 
@@ -354,7 +354,7 @@ class JobApi:
 
     def shutdown(self) -> Response:
         """``DELETE /cluster``: every job is cancelled and the cluster stops (Flink's ShutdownHandler)."""
-        dispatcher = self._r._dispatcher()
+        dispatcher = self._r.dispatcher()
         threading.Thread(target=lambda: dispatcher.ask(dispatcher.shutdown_cluster), name="rest-shutdown",
                          daemon=True).start()
         return jsonify({})
@@ -371,16 +371,16 @@ class JobApi:
 
     def dispose_savepoint(self) -> tuple[Response, int]:
         from yarnflow.am.checkpoint.savepoints import dispose_savepoint
-        path = self._r._body().get("savepoint-path")
+        path = self._r.body().get("savepoint-path")
         if not isinstance(path, str) or not path:
             raise ApiError(400, "savepoint-path must name the savepoint's folder")
         why = bad_storage_path(path)
         if why:
             raise ApiError(400, f"savepoint-path {path[:200]!r}: {why}")
-        return self._r._trigger(None, lambda: dispose_savepoint(path) and None)
+        return self._r.trigger(None, lambda: dispose_savepoint(path) and None)
 
     def disposal_status(self, triggerid: str) -> Response:
-        return self._r._status(None, triggerid, "savepoint disposal", lambda _: None)
+        return self._r.operation_status(None, triggerid, "savepoint disposal", lambda _: None)
 
 
 def _task_summary(c: Any, vertex_id: str, rows: list[dict[str, Any]], parallelism: int) -> dict[str, Any]:

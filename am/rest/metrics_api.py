@@ -43,7 +43,14 @@ TASK_METRICS = {
 }
 
 
-def task_metrics(m: TaskMetrics, now_ms: int | None = None) -> Metrics:
+def operator_names(v: Any) -> list[str]:
+    """The names of a vertex's chained operators, head first (its name joins them)."""
+    return str(v.name).split(" -> ")
+
+
+def task_metrics(m: TaskMetrics, now_ms: int | None = None, operators: list[str] | None = None) -> Metrics:
+    """A subtask's metrics by Flink's names; ``operators`` (the chain's operator names) name
+    the per-operator ones, ``<operator>.numRecordsIn`` as Flink's operator scope does."""
     out = {name: float(getattr(m, field)) for name, field in TASK_METRICS.items()}
     out["isBackPressured"] = 1.0 if m.backpressured_ms_per_second >= 500 else 0.0
     for name, wm in (("currentInputWatermark", m.input_watermark), ("currentOutputWatermark", m.output_watermark)):
@@ -52,9 +59,11 @@ def task_metrics(m: TaskMetrics, now_ms: int | None = None) -> Metrics:
     if m.output_watermark != NO_WATERMARK and m.output_watermark < 2**62:
         # how far event time (the watermark it emitted) trails wall-clock time
         out["watermarkLag"] = float((now_ms if now_ms is not None else int(time.time() * 1000)) - m.output_watermark)
-    for path, n_in, n_out in zip(m.operator_paths, m.operator_records_in, m.operator_records_out):
-        out[f"{path}.numRecordsIn"] = float(n_in)
-        out[f"{path}.numRecordsOut"] = float(n_out)
+    names = operators if operators is not None and len(operators) == len(m.operator_records_in) else \
+        [f"operator-{i}" for i in range(len(m.operator_records_in))]
+    for name, n_in, n_out in zip(names, m.operator_records_in, m.operator_records_out):
+        out[f"{name}.numRecordsIn"] = float(n_in)
+        out[f"{name}.numRecordsOut"] = float(n_out)
     return out
 
 
@@ -167,48 +176,49 @@ class MetricsApi:
         ]
 
     def job_manager(self) -> Response:
-        dispatcher = self._r._dispatcher()
+        dispatcher = self._r.dispatcher()
         info = dispatcher.ask(dispatcher.cluster_info)
-        jobs = self._r._all_jobs()
+        jobs = self._r.all_jobs()
         return _answer({**_own_process(self._proc), "numRegisteredTaskManagers": float(info.registered_taskexecutors),
                         "taskSlotsTotal": float(info.total_slots), "taskSlotsAvailable": float(info.free_slots),
                         "numRunningJobs": float(sum(1 for j in jobs if not j.status.is_globally_terminal))})
 
     def jobs(self) -> Response:
         chosen = _selected(request.args.get("jobs", ""))
-        return _aggregate(job_metrics(j) for j in self._r._all_jobs() if chosen is None or str(j.job_id) in chosen)
+        return _aggregate(job_metrics(j) for j in self._r.all_jobs() if chosen is None or str(j.job_id) in chosen)
 
     def job(self, jobid: str) -> Response:
-        return _answer(job_metrics(self._r._job(jobid)))
+        return _answer(job_metrics(self._r.job_status(jobid)))
 
     def vertex(self, jobid: str, vertexid: str) -> Response:
-        _, v = self._r._vertex(jobid, vertexid)
+        _, v = self._r.vertex_status(jobid, vertexid)
         return _answer({f"{i}.{name}": value for i, m in enumerate(v.subtask_metrics)
-                        for name, value in task_metrics(m).items()})
+                        for name, value in task_metrics(m, operators=operator_names(v)).items()})
 
     def watermarks(self, jobid: str, vertexid: str) -> Response:
         """Flink's: each subtask's ``currentInputWatermark`` (subtasks without one yet left out)."""
-        _, v = self._r._vertex(jobid, vertexid)
+        _, v = self._r.vertex_status(jobid, vertexid)
         return jsonify([{"id": f"{i}.currentInputWatermark", "value": str(m.input_watermark)}
                         for i, m in enumerate(v.subtask_metrics) if m.input_watermark != NO_WATERMARK])
 
     def subtasks(self, jobid: str, vertexid: str) -> Response:
-        _, v = self._r._vertex(jobid, vertexid)
+        _, v = self._r.vertex_status(jobid, vertexid)
         chosen = subtask_range(request.args.get("subtasks", ""))
-        return _aggregate(task_metrics(m) for i, m in enumerate(v.subtask_metrics) if chosen is None or i in chosen)
+        return _aggregate(task_metrics(m, operators=operator_names(v)) for i, m in enumerate(v.subtask_metrics)
+                          if chosen is None or i in chosen)
 
     def subtask(self, jobid: str, vertexid: str, index: str) -> Response:
-        _, v, i = self._r.job_api._vertex_index(jobid, vertexid, index)
+        _, v, i = self._r.job_api.vertex_index(jobid, vertexid, index)
         metrics = list(v.subtask_metrics)
-        return _answer(task_metrics(metrics[i]) if i < len(metrics) else {})
+        return _answer(task_metrics(metrics[i], operators=operator_names(v)) if i < len(metrics) else {})
 
     def task_managers(self) -> Response:
         chosen = _selected(request.args.get("taskmanagers", ""))
-        return _aggregate(task_manager_metrics(tm) for tm in self._r._task_executors()
+        return _aggregate(task_manager_metrics(tm) for tm in self._r.task_executors()
                           if chosen is None or tm["id"] in chosen)
 
     def task_manager(self, tmid: str) -> Response:
-        for tm in self._r._task_executors():
+        for tm in self._r.task_executors():
             if tm["id"] == tmid:
                 return _answer(task_manager_metrics(tm))
         raise ApiError(404, f"no TaskExecutor {tmid[:100]} is registered")

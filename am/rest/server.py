@@ -82,8 +82,8 @@ _RPC_STATUS: list[tuple[type[Exception], int]] = [
 
 class RestServer:
     def __init__(self, am: AppMaster) -> None:
-        self._am = am
-        self._config = am.config
+        self.appmaster = am
+        self.configuration = am.config
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="rest-savepoint")
@@ -91,14 +91,14 @@ class RestServer:
         self._triggers: collections.OrderedDict[str, tuple[JobID | None, Future[Any]]] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.url = ""
-        self._token = rest_auth_token(self._config, am.tls)
-        self._https = https_context(self._config, am.tls)
+        self._token = rest_auth_token(self.configuration, am.tls)
+        self._https = https_context(self.configuration, am.tls)
         self.job_api = JobApi(self)
         self.thread_api = ThreadInfoApi(self)
         self.app = self._make_app()
         self._archivist: JobArchivist | None = None
-        if self._config[Options.ARCHIVE_DIR]:  # ended jobs archived for the history server
-            archivist = self._archivist = JobArchivist(self.app, self._config[Options.ARCHIVE_DIR], self._token)
+        if self.configuration[Options.ARCHIVE_DIR]:  # ended jobs archived for the history server
+            archivist = self._archivist = JobArchivist(self.app, self.configuration[Options.ARCHIVE_DIR], self._token)
             am.on_granted.append(lambda dispatcher, _session: dispatcher.on_job_ended.append(archivist.archive))
 
     def flush_archives(self, timeout_s: float) -> None:
@@ -107,8 +107,8 @@ class RestServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RestServer:
-        host = str(self._config[Options.REST_ADDRESS]) or "127.0.0.1"
-        server, _ = bind_first_free(self._config[Options.REST_PORT], lambda port: self._bind(host, port), "REST API")
+        host = str(self.configuration[Options.REST_ADDRESS]) or "127.0.0.1"
+        server, _ = bind_first_free(self.configuration[Options.REST_PORT], lambda port: self._bind(host, port), "REST API")
         self._server = server
         port = server.port
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
@@ -141,10 +141,10 @@ class RestServer:
         self.thread_api.stop()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _dispatcher(self) -> Dispatcher:
-        dispatcher = self._am.dispatcher
+    def dispatcher(self) -> Dispatcher:
+        dispatcher = self.appmaster.dispatcher
         if dispatcher is None:
-            raise ApiError(503, self._am.standby_message())
+            raise ApiError(503, self.appmaster.standby_message())
         return dispatcher
 
     @staticmethod
@@ -153,28 +153,28 @@ class RestServer:
             raise ApiError(400, f"{jobid!r} is not a job id (32 hexadecimal characters)")
         return JobID(jobid.lower())
 
-    def _job(self, jobid: str) -> Any:
-        dispatcher = self._dispatcher()
+    def job_status(self, jobid: str) -> Any:
+        dispatcher = self.dispatcher()
         return dispatcher.ask(dispatcher.get_job, self._job_id(jobid))
 
-    def _vertex(self, jobid: str, vertexid: str) -> tuple[Any, Any]:
+    def vertex_status(self, jobid: str, vertexid: str) -> tuple[Any, Any]:
         if not _JOB_ID.fullmatch(vertexid):
             raise ApiError(400, f"{vertexid[:100]!r} is not a vertex id (32 hexadecimal characters)")
-        info = self._job(jobid)
+        info = self.job_status(jobid)
         for v in info.vertices:
             if str(v.vertex_id) == vertexid:
                 return info, v
         raise ApiError(404, f"job {jobid} has no vertex {vertexid}")
 
-    def _graph(self, job_id: str) -> Any:
-        dispatcher = self._dispatcher()
+    def job_graph(self, job_id: str) -> Any:
+        dispatcher = self.dispatcher()
         return dispatcher.ask(dispatcher.job_graph, JobID(job_id))
 
-    def _body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, Any]:
         data = request.get_data()
         if not data:
             return {}
-        limit = self._config[Options.REST_MAX_JSON_DEPTH]
+        limit = self.configuration[Options.REST_MAX_JSON_DEPTH]
         if json_depth(data) > limit:  # (json would recurse until it gave up: a 500)
             raise ApiError(400, f"the request body nests deeper than {limit} levels (rest.server.max-json-depth)")
         try:  # whatever the content type says, as Flink's REST does (curl -d sends a form's)
@@ -257,36 +257,36 @@ class RestServer:
     def config(self) -> Response:
         return jsonify({"refresh-interval": 3000, "timezone-name": "UTC", "timezone-offset": 0,
                         "flink-version": __version__, "flink-revision": f"yarnflow {__version__}",
-                        "features": {"web-submit": self._config[Options.WEB_SUBMIT], "web-cancel": True, "web-rescale": False,
+                        "features": {"web-submit": self.configuration[Options.WEB_SUBMIT], "web-cancel": True, "web-rescale": False,
                                      "web-history": False},
-                        "cluster-id": self._am.cluster_id, "leader": self._am.is_leader})
+                        "cluster-id": self.appmaster.cluster_id, "leader": self.appmaster.is_leader})
 
-    def _all_jobs(self) -> list[Any]:
-        dispatcher = self._dispatcher()
+    def all_jobs(self) -> list[Any]:
+        dispatcher = self.dispatcher()
         return dispatcher.ask(dispatcher.list_jobs)
 
     def overview(self) -> Response:
-        dispatcher = self._dispatcher()
+        dispatcher = self.dispatcher()
         info = dispatcher.ask(dispatcher.cluster_info)
         return jsonify({"taskmanagers": info.registered_taskexecutors, "slots-total": info.total_slots,
-                        "slots-available": info.free_slots, **views.overview_counts(self._all_jobs()),
+                        "slots-available": info.free_slots, **views.overview_counts(self.all_jobs()),
                         "flink-version": __version__, "flink-commit": f"yarnflow {__version__}"})
 
     def jobs(self) -> Response:
-        return jsonify(jobs=[{"id": str(j.job_id), "status": j.status.name} for j in self._all_jobs()])
+        return jsonify(jobs=[{"id": str(j.job_id), "status": j.status.name} for j in self.all_jobs()])
 
     def jobs_overview(self) -> Response:
-        return jsonify(jobs=[views.job_overview(j) for j in reversed(self._all_jobs())])
+        return jsonify(jobs=[views.job_overview(j) for j in reversed(self.all_jobs())])
 
     def job(self, jobid: str) -> Response:
-        info = self._job(jobid)
-        graph = self._graph(info.job_id)
+        info = self.job_status(jobid)
+        graph = self.job_graph(info.job_id)
         details = views.job_details(info, graph)
         details["checkpointing"] = self._checkpointing(graph)
         return jsonify(details)
 
     def _checkpointing(self, graph: Any) -> bool:
-        return graph is None or int(self._config.with_overrides(graph.config)[Options.CHECKPOINT_INTERVAL]) > 0
+        return graph is None or int(self.configuration.with_overrides(graph.config)[Options.CHECKPOINT_INTERVAL]) > 0
 
     def cancel(self, jobid: str) -> tuple[Response, int]:
         mode = request.args.get("mode", "cancel").lower()
@@ -294,41 +294,41 @@ class RestServer:
             return ask_stop_mode(self.job_api, jobid)
         if mode != "cancel":
             raise ApiError(400, f"mode {mode!r} is not supported: use mode=cancel or mode=stop")
-        dispatcher = self._dispatcher()
+        dispatcher = self.dispatcher()
         dispatcher.ask(dispatcher.cancel_job, self._job_id(jobid))
         return jsonify({}), 202
 
     def plan(self, jobid: str) -> Response:
-        info = self._job(jobid)
-        return jsonify(views.plan(info, self._graph(info.job_id)))
+        info = self.job_status(jobid)
+        return jsonify(views.plan(info, self.job_graph(info.job_id)))
 
     def exceptions(self, jobid: str) -> Response:
-        return jsonify(views.exceptions(self._job(jobid)))
+        return jsonify(views.exceptions(self.job_status(jobid)))
 
     def checkpoints(self, jobid: str) -> Response:
-        info = self._job(jobid)
-        if not self._checkpointing(self._graph(info.job_id)):
+        info = self.job_status(jobid)
+        if not self._checkpointing(self.job_graph(info.job_id)):
             raise ApiError(404, f"job {jobid} takes no checkpoints (execution.checkpointing.interval is not set)")
         return jsonify(views.checkpoints(info))
 
     def spark(self, jobid: str) -> Response:
         """The job's Spark stages: application, master, executors, Spark jobs and stages of the
         last run (yarnflow's own endpoint; Flink has no Spark)."""
-        info = self._job(jobid)
-        return jsonify({"stages": read_spark_reports(self._am.storage_dir, str(info.job_id))})
+        info = self.job_status(jobid)
+        return jsonify({"stages": read_spark_reports(self.appmaster.storage_dir, str(info.job_id))})
 
     def vertex(self, jobid: str, vertexid: str) -> Response:
-        info, v = self._vertex(jobid, vertexid)
-        graph = self._graph(info.job_id)
+        info, v = self.vertex_status(jobid, vertexid)
+        graph = self.job_graph(info.job_id)
         max_par = next((jv.max_parallelism for jv in graph.vertices if jv.vertex_id == v.vertex_id), -1) \
             if graph is not None else -1
         return jsonify(views.subtasks(info, v, max_par))
 
     def backpressure(self, jobid: str, vertexid: str) -> Response:
-        return jsonify(views.backpressure(self._vertex(jobid, vertexid)[1]))
+        return jsonify(views.backpressure(self.vertex_status(jobid, vertexid)[1]))
 
     def trigger_savepoint(self, jobid: str) -> tuple[Response, int]:
-        body = self._body()
+        body = self.body()
         target = body.get("target-directory")
         cancel_job = body.get("cancel-job", False)
         if target is not None and not isinstance(target, str):
@@ -339,14 +339,14 @@ class RestServer:
                 raise ApiError(400, f"target-directory {target[:200]!r}: {why}")
         if not isinstance(cancel_job, bool):
             raise ApiError(400, "cancel-job must be true or false")
-        info = self._job(jobid)
+        info = self.job_status(jobid)
         if info.status.is_globally_terminal:
             raise ApiError(409, f"job {jobid} already ended {info.status.name}")
-        graph = self._graph(info.job_id)
-        config = self._config.with_overrides(graph.config if graph is not None else {})
+        graph = self.job_graph(info.job_id)
+        config = self.configuration.with_overrides(graph.config if graph is not None else {})
         if not target and not config[Options.SAVEPOINTS_DIR]:
             raise ApiError(400, "no savepoint folder: give target-directory or set state.savepoints.dir")
-        dispatcher = self._dispatcher()
+        dispatcher = self.dispatcher()
         job_id = info.job_id
 
         def take() -> str:
@@ -355,7 +355,7 @@ class RestServer:
                 dispatcher.ask(dispatcher.cancel_job, job_id)
             return path
 
-        return self._trigger(job_id, take)
+        return self.trigger(job_id, take)
 
     def trigger_rescaling(self, jobid: str) -> tuple[Response, int]:
         """Flink's ``PATCH /jobs/:jobid/rescaling?parallelism=N``: the rescale runs on the pool
@@ -363,13 +363,13 @@ class RestServer:
         raw = request.args.get("parallelism", "")
         if not raw.isdigit() or int(raw) < 1:
             raise ApiError(400, "parallelism must be a positive integer (?parallelism=N)")
-        info = self._job(jobid)
+        info = self.job_status(jobid)
         if info.status.is_globally_terminal:
             raise ApiError(409, f"job {jobid} already ended {info.status.name}")
-        dispatcher, job_id, parallelism = self._dispatcher(), info.job_id, int(raw)
-        return self._trigger(job_id, lambda: dispatcher.ask(dispatcher.rescale_job, job_id, parallelism, timeout=None))
+        dispatcher, job_id, parallelism = self.dispatcher(), info.job_id, int(raw)
+        return self.trigger(job_id, lambda: dispatcher.ask(dispatcher.rescale_job, job_id, parallelism, timeout=None))
 
-    def _trigger(self, job_id: JobID | None, work: Any) -> tuple[Response, int]:
+    def trigger(self, job_id: JobID | None, work: Any) -> tuple[Response, int]:
         trigger_id = uuid.uuid4().hex
         with self._lock:
             self._triggers[trigger_id] = (job_id, self._pool.submit(work))
@@ -378,12 +378,12 @@ class RestServer:
         return jsonify({"request-id": trigger_id}), 202
 
     def savepoint_status(self, jobid: str, triggerid: str) -> Response:
-        return self._status(jobid, triggerid, "savepoint", lambda path: {"location": path})
+        return self.operation_status(jobid, triggerid, "savepoint", lambda path: {"location": path})
 
     def rescaling_status(self, jobid: str, triggerid: str) -> Response:
-        return self._status(jobid, triggerid, "rescaling", lambda parallelism: {"parallelism": parallelism})
+        return self.operation_status(jobid, triggerid, "rescaling", lambda parallelism: {"parallelism": parallelism})
 
-    def _status(self, jobid: str | None, triggerid: str, what: str, done: Any) -> Response:
+    def operation_status(self, jobid: str | None, triggerid: str, what: str, done: Any) -> Response:
         job_id = self._job_id(jobid) if jobid is not None else None
         if not is_trigger_id(triggerid):
             raise ApiError(400, f"{triggerid[:100]!r} is not a trigger id (32 hexadecimal characters)")
@@ -402,23 +402,23 @@ class RestServer:
 
     def job_logs(self, jobid: str) -> Response:
         job_id = self._job_id(jobid)
-        self._job(jobid)  # 404 for a job this cluster does not know
+        self.job_status(jobid)  # 404 for a job this cluster does not know
         te = request.args.get("taskexecutor", "")
         try:
-            found = read_job_logs(self._am.work_dir, job_id, te)
+            found = read_job_logs(self.appmaster.work_dir, job_id, te)
         except KeyError:
             raise ApiError(404, f"no log of TaskExecutor {te} on this AppMaster's host") from None
         return jsonify(logs=[{"source": source, "lines": lines} for source, lines in found.items()])
 
-    def _task_executors(self) -> list[dict[str, Any]]:
-        rm = self._am.rm
+    def task_executors(self) -> list[dict[str, Any]]:
+        rm = self.appmaster.rm
         if rm is None:
-            raise ApiError(503, self._am.standby_message())
+            raise ApiError(503, self.appmaster.standby_message())
         return [views_taskmanager(entry) for entry in rm.task_executor_details()]
 
     def taskmanagers(self) -> Response:
         return jsonify(taskmanagers=[{k: v for k, v in tm.items() if k != "allocatedSlots"}
-                                     for tm in self._task_executors()])
+                                     for tm in self.task_executors()])
 
     def scale_taskmanagers(self) -> Response:
         """``PATCH /taskmanagers?count=N`` (yarnflow's own, ``yarnflow session scale``): the cluster
@@ -426,17 +426,17 @@ class RestServer:
         raw = request.args.get("count", "")
         if not raw.isdigit():
             raise ApiError(400, "count must be a whole number of TaskExecutors (?count=N)")
-        dispatcher = self._dispatcher()
+        dispatcher = self.dispatcher()
         return jsonify(taskmanagers=dispatcher.ask(dispatcher.scale_session, int(raw)))
 
     def upload_artifact(self) -> Response:
         """A job artifact streamed by a client that cannot write the storage dir (``uploads.py``)."""
-        dispatcher = self._dispatcher()
+        dispatcher = self.dispatcher()
         storage = dispatcher.ask(dispatcher.cluster_info).storage_dir
         try:
             uri, sha256, size = receive_artifact(request.stream, request.content_length,
                                                  request.args.get("sha256", ""), storage,
-                                                 self._config[Options.REST_MAX_CONTENT_LENGTH])
+                                                 self.configuration[Options.REST_MAX_CONTENT_LENGTH])
         except UploadError as exc:
             raise ApiError(exc.status, str(exc)) from None
         return jsonify({"uri": uri, "sha256": sha256, "size": size}), 201  # type: ignore[return-value]
@@ -444,11 +444,11 @@ class RestServer:
     def prometheus_targets(self) -> Response:
         """``http_sd_configs`` (or a ``file_sd_configs`` file written from it) for a Prometheus
         that scrapes this cluster: every process's metrics address, as it registers."""
-        appmaster = metrics_address(self._am.metrics, self._am.address)
-        return jsonify(prometheus_targets(self._am.cluster_id, appmaster, self._task_executors()))
+        appmaster = metrics_address(self.appmaster.metrics, self.appmaster.address)
+        return jsonify(prometheus_targets(self.appmaster.cluster_id, appmaster, self.task_executors()))
 
     def taskmanager(self, tmid: str) -> Response:
-        for tm in self._task_executors():
+        for tm in self.task_executors():
             if tm["id"] == tmid:
                 return jsonify(tm)
         raise ApiError(404, f"no TaskExecutor {tmid} is registered")

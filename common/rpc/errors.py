@@ -42,9 +42,17 @@ def to_wire_error(exc: BaseException) -> ttypes.RpcError:
                            remote_traceback=tb)
 
 
+#: errors a remote handler raised that reach the caller as themselves, not as an RpcError: they
+#: say what is wrong with the user's job (an input path that does not exist), not with the call
+_PASSED_THROUGH: dict[str, type[errors.YarnflowError]] = {"SourceReadError": errors.SourceReadError}
+
+
 def from_wire_error(exc: BaseException, address: str) -> errors.YarnflowError:
     """The project's exception for anything a Thrift call raised."""
     if isinstance(exc, ttypes.RpcError):
+        name, _, text = (exc.message or "").partition(": ")
+        if exc.kind == ttypes.ErrorKind.INTERNAL and name in _PASSED_THROUGH and text:
+            return _PASSED_THROUGH[name](text)
         cls = _KIND_TO_ERROR.get(exc.kind, errors.RpcError)
         return cls(exc.message or "remote error", exc.remote_traceback)
     if isinstance(exc, TTransportException):

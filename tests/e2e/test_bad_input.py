@@ -68,7 +68,17 @@ def test_missing_job_file(cli, tmp_path):
     assert proc.stderr.strip() == f"error: job file {tmp_path / 'nope.py'} does not exist"
 
 
-def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
+#: what a user's error output must never show: yarnflow's own frames and the interpreter's runner
+INTERNALS = ("/worker/", "/client/", "/common/", "site-packages/yarnflow", "<frozen runpy>", "click/core.py",
+             "UserFunctionError", "RpcError")
+
+
+def _no_internals(err: str) -> None:
+    leaked = [line for line in err.splitlines() if any(mark in line for mark in INTERNALS)]
+    assert not leaked, err
+
+
+def test_user_function_error_fails_the_job_with_the_users_frames_only(cli, tmp_path):
     job = _job(tmp_path, """\
         import yarnflow
 
@@ -79,21 +89,73 @@ def test_user_function_error_fails_the_job_with_its_traceback(cli, tmp_path):
         env.from_collection({"s": ["1", "2", "x"]}).map(parse, name="parse").print()
         env.execute("bad-data")
     """)
-    proc = cli.run("run", job)
+    proc = cli.run("run", "--no-progress", job)
     assert proc.returncode == 1
     err = proc.stderr
-    assert "job bad-data" in err and "failed" in err
-    assert "operator 'parse'" in err
-    assert "invalid literal for int() with base 10: 'x'" in err
-    assert 'line 4, in parse' in err  # the user function's own frame, from the TaskExecutor
-    # run as `python JOB.py`: Python's own report shows the TaskExecutor's traceback as the cause,
-    # with the job file's name and line (it showed only the client's frames)
+    [headline] = [line for line in err.splitlines() if line.startswith("error:")]
+    assert re.match(r"error: job bad-data \([0-9a-f]{32}\) failed: user function parse in operator 'parse' "
+                    r"raised ValueError: invalid literal for int\(\) with base 10: 'x' \[", headline), headline
+    # then the user function's own frame (from the TaskExecutor) and its error: nothing of yarnflow
+    after = err[err.index(headline) + len(headline):].strip().splitlines()
+    assert after[0] == "Traceback (most recent call last):"
+    assert after[1].endswith('job.py", line 4, in parse') and after[2].strip() == 'return {"n": int(row["s"])}'
+    assert after[-1] == "ValueError: invalid literal for int() with base 10: 'x'"
+    assert len(after) <= 5, err
+    _no_internals(err)
+    # run as `python JOB.py`: Python's own report, with the TaskExecutor's user frames as the
+    # cause and the job file's execute() line, nothing of the client's or the tasks' internals
     proc = subprocess.run([sys.executable, job], capture_output=True, text=True, timeout=120, env=cli.env,
                           cwd=cli.cwd, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
-    assert "RemoteTraceback" in proc.stderr and re.search(r'File ".*job\.py", line 4, in parse', proc.stderr), \
-        proc.stderr
-    assert proc.stderr.index("line 4, in parse") < proc.stderr.index("JobFailedError")
+    err = proc.stderr
+    assert re.search(r'File ".*job\.py", line 4, in parse', err), err
+    assert re.search(r'File ".*job\.py", line 8, in <module>', err), err
+    assert err.index("line 4, in parse") < err.index("line 8, in <module>") < err.index("JobFailedError: job bad-data")
+    _no_internals(err)
+
+
+def test_a_missing_input_path_is_one_line(cli, tmp_path):
+    job = _job(tmp_path, f"""\
+        import yarnflow
+        env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
+        env.read_text({str(tmp_path / "no-such-folder")!r}).print()
+        env.execute("missing")
+    """)
+    proc = cli.run("run", "--no-progress", job)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"failed: input path {tmp_path / 'no-such-folder'} does not exist" in errors[0]
+    assert "Traceback" not in proc.stderr
+    _no_internals(proc.stderr)
+
+
+def test_a_syntax_error_shows_the_line_and_the_caret_in_run_and_plan(cli, tmp_path):
+    job = _job(tmp_path, """\
+        import yarnflow
+        env = yarnflow.StreamExecutionEnvironment.get_execution_environment(
+        env.execute("x")
+    """)
+    for command in ("run", "plan"):
+        proc = cli.run(command, job)
+        assert proc.returncode == 1
+        lines = proc.stderr.rstrip().splitlines()
+        assert lines[0] == f"error: the job file {job} is not valid Python:", proc.stderr
+        assert lines[1] == f'  File "{job}", line 2'
+        assert lines[2].strip() == "env = yarnflow.StreamExecutionEnvironment.get_execution_environment("
+        assert lines[3].strip() == "^" and lines[-1] == "SyntaxError: '(' was never closed"
+        _no_internals(proc.stderr)
+
+
+def test_plan_of_a_job_file_that_raises_shows_its_frames_only(cli, tmp_path):
+    job = _job(tmp_path, """\
+        import yarnflow
+        raise ValueError("no such table: sales")
+    """)
+    proc = cli.run("plan", job)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [f"error: the job file {job} raised ValueError: no such table: sales",
+                                        f'  File "{job}", line 2, in <module>',
+                                        '    raise ValueError("no such table: sales")']
 
 
 @pytest.mark.parametrize("args, message", [

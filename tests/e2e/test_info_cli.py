@@ -123,7 +123,7 @@ def test_info_shows_attempts_locations_restart_strategy_and_failure_history(cli,
     assert "restart strategy: fixed-delay: 1 of 1 attempts used, delay 100 ms" in lines, text
     subtasks = [SUBTASK.match(line) for line in lines]
     subtasks = [(int(m.group(1)), int(m.group(2)), m.group(3)) for m in subtasks if m]
-    assert [i for i, _, _ in subtasks] == [1, 2], text  # one vertex (source -> map -> collect chained), 2 subtasks
+    assert [i for i, _, _ in subtasks] == [0, 1], text  # numbered from 0, as REST does; one vertex (source -> map -> collect chained), 2 subtasks
     locations = {where for _, _, where in subtasks}
     assert all(re.fullmatch(r"te-\d+-\w+", where) for where in locations), text  # a TaskExecutor's id
     assert len(locations) <= 2, text

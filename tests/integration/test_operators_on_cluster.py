@@ -313,3 +313,22 @@ def test_sliding_processing_time_windows_lose_no_rows_at_end_of_input(run):
     # the input took several slides to go through: windows fired while rows came and at the end
     assert len({r["window_start"] for r in rows}) > windows_per_row
     assert took > 1.0
+
+
+# --------------------------------------------------------------------------- collected sinks by name
+
+def test_collected_rows_are_found_by_the_name_given_to_the_sink(run):
+    def build(env):
+        numbers = env.from_collection({"v": list(range(10))})
+        numbers.filter(lambda r: r["v"] % 2 == 0).collect(name="evens")
+        numbers.filter(lambda r: r["v"] % 2 == 1).collect(name="odds")
+
+    result = run(build)
+    assert sorted(r["v"] for r in _rows(result.collected("evens"))) == [0, 2, 4, 6, 8]
+    assert sorted(r["v"] for r in _rows(result.collected("odds"))) == [1, 3, 5, 7, 9]
+    uid = next(u for u in result.collect_uids if result.collect_names[u] == "odds")
+    assert sorted(r["v"] for r in _rows(result.collected(uid))) == [1, 3, 5, 7, 9]  # the uid still works
+    with pytest.raises(KeyError, match="no collect sink named 'nope': 'evens' .*'odds'"):
+        result.collected("nope")
+    with pytest.raises(ValueError, match="2 collect sinks"):
+        result.collected()

@@ -95,7 +95,7 @@ class FakeJobMaster:
     def checkpoints_to_delete(self) -> str | None:
         return None
 
-    _status_info = status_info
+    status_info_on_main_thread = status_info
 
     def stop(self) -> None:
         self.stopped = True

@@ -191,5 +191,5 @@ def test_yarnflow_info_shows_each_operators_path_once_or_per_subtask_when_they_d
     same = [TaskMetrics(operator_paths=["", lifted, ""]), TaskMetrics(operator_paths=["", lifted, ""])]
     assert operator_paths("src -> m -> sink", same) == [f"m: {lifted}"]
     differ = [TaskMetrics(operator_paths=["", lifted, ""]), TaskMetrics(operator_paths=["", fell_back, ""])]
-    assert operator_paths("src -> m -> sink", differ) == [f"m (subtask 1): {lifted}", f"m (subtask 2): {fell_back}"]
+    assert operator_paths("src -> m -> sink", differ) == [f"m (subtask 0): {lifted}", f"m (subtask 1): {fell_back}"]
     assert operator_paths("src -> sink", [TaskMetrics()]) == []  # nothing reported (an older TaskExecutor)

@@ -1,6 +1,9 @@
 """The product's modules import each other without circles (also through imports inside
 functions, which hide a circle from the import system but not from a reader), the worker's
-packages are layered, no module outgrows 500 lines, and no component makes a lock."""
+packages are layered, no module outgrows 700 lines, and no component makes a lock.
+
+The size limit is a signal that a module holds two responsibilities, not a wall to bend code
+against: a cohesive module may be long (docs/development.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ REPO = Path(yarnflow.common.__file__).resolve().parent.parent
 #: folder -> the package it is installed as (setup.py)
 PACKAGES = {"client": "yarnflow", "am": "yarnflow.am", "worker": "yarnflow.worker", "common": "yarnflow.common",
             "sandbox": "yarnflow.sandbox"}
-MAX_LINES = 500
+MAX_LINES = 700
 
 
 def _modules() -> dict[str, Path]:
@@ -107,7 +110,7 @@ def test_imports_inside_functions_count_and_typing_only_ones_do_not() -> None:
     assert circle({"a": {"b"}, "b": set(), "d": {"a"}}) == []
 
 
-def test_no_module_over_500_lines_outside_generated_code() -> None:
+def test_no_module_over_700_lines_outside_generated_code() -> None:
     sizes = {str(path.relative_to(REPO)): len(path.read_text().splitlines())
              for folder in PACKAGES for path in (REPO / folder).rglob("*.py") if "/rpc/gen/" not in str(path)}
     assert len(sizes) > 100

@@ -70,10 +70,15 @@ def test_configuration_listings_hide_secrets() -> None:
 
 
 def test_metrics_under_flinks_names() -> None:
-    m = task_metrics(TaskMetrics(records_in=5, records_out=7, backpressured_ms_per_second=700.0,
-                                 operator_paths=["0.map"], operator_records_in=[5], operator_records_out=[7]))
+    metrics = TaskMetrics(records_in=5, records_out=7, backpressured_ms_per_second=700.0,
+                          operator_paths=["", "vectorised"], operator_records_in=[5, 6], operator_records_out=[6, 7])
+    m = task_metrics(metrics, operators=["parse", "map"])
     assert (m["numRecordsIn"], m["numRecordsOut"], m["isBackPressured"]) == (5.0, 7.0, 1.0)
-    assert (m["0.map.numRecordsIn"], m["0.map.numRecordsOut"]) == (5.0, 7.0)
+    # per operator, by its name (not by how it ran: an empty path made ids like "0..numRecordsIn")
+    assert (m["parse.numRecordsIn"], m["map.numRecordsIn"], m["map.numRecordsOut"]) == (5.0, 6.0, 7.0)
+    unnamed = task_metrics(metrics)
+    assert (unnamed["operator-0.numRecordsIn"], unnamed["operator-1.numRecordsOut"]) == (5.0, 7.0)
+    assert not any(".." in k or k.startswith(".") for k in (*m, *unnamed))
     job = job_metrics(_info([CheckpointInfo(1, "COMPLETED", 1, 33, 2048)]))
     assert (job["lastCheckpointDuration"], job["lastCheckpointSize"], job["numberOfCompletedCheckpoints"]) == \
         (33.0, 2048.0, 2.0)

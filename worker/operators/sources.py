@@ -15,7 +15,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from yarnflow.common.api.watermarks import MIN_WATERMARK, WatermarkOutput, WatermarkStrategy
-from yarnflow.common.errors import YarnflowError
+from yarnflow.common.errors import SourceReadError
 from yarnflow.worker.elements import Watermark
 from yarnflow.worker.operators.base import Output, RuntimeContext, SourceOperator
 from yarnflow.worker.operators.timestamps import event_times_ms
@@ -28,10 +28,6 @@ FORMATS = ("parquet", "csv", "json", "text")
 #: Parquet rows take about this many times their file's size in memory (dictionary and run-length
 #: encoding, compression): a size estimate for the compiler
 PARQUET_EXPANSION = 3
-
-
-class SourceReadError(YarnflowError, IOError):
-    """An input file could not be read; the message names the file."""
 
 
 class CollectionSource(SourceOperator):

@@ -74,7 +74,8 @@ from yarnflow.worker.memory.manager import MemoryManager, managed_memory_bytes
 from yarnflow.worker.memory.rocksdb_memory import rocksdb_usage
 from yarnflow.worker.memory.spill import remove_orphan_spills, spill_roots
 from yarnflow.worker.memory.watchdog import MemoryWatchdog
-from yarnflow.worker.metrics import metrics_address, start_task_executor_metrics
+from yarnflow.common.metrics import metrics_address
+from yarnflow.worker.metrics import start_task_executor_metrics
 from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.flight import DataServer
 from yarnflow.worker.network.partition import ResultPartitionManager
