@@ -69,7 +69,7 @@ setup(
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",
                  "types-psutil", "selenium>=4.10", "schemathesis>=4.0", "requests",
-                 "flink-rest-client==1.0.8"],
+                 "flink-rest-client==1.0.8", "tox>=4"],
     },
     entry_points={"console_scripts": ["yarnflow = yarnflow.cli:main"]},
 )

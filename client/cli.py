@@ -191,7 +191,8 @@ def _where_args(ctx: Any, app_id: str) -> str:
         return f"-D yarn.application.id={app_id} "
     if ctx.address:
         return f"--address {ctx.address} "
-    return "(with the same high-availability -D keys) "
+    keys = [f"-D {k}={v}" for k, v in ctx.conf.items() if k.startswith("high-availability")]
+    return "".join(f"{k} " for k in keys)  # (none given: they come from $YARNFLOW_CONF_DIR)
 
 
 def _result_locations(result: Any) -> str:

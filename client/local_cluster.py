@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 import psutil
 
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.errors import ConfigurationError, UnavailableError, YarnflowError
+from yarnflow.common.errors import ConfigurationError, HighAvailabilityError, UnavailableError, YarnflowError
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 from yarnflow.common.security import (
@@ -113,6 +113,8 @@ class LocalCluster:
         ``interrupted()`` becomes true while waiting; the caller should then call ``stop()``."""
         interrupted = interrupted or (lambda: False)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        if self.ha:
+            self._start_anew()
         address_file = os.path.join(self.work_dir, "appmaster.address")
         _remove_stale(address_file)  # (left by an earlier cluster in this work dir: never read it as ours)
         self.proc = self._start_appmaster(self.work_dir, self.log_path, address_file)
@@ -190,6 +192,20 @@ class LocalCluster:
             except OSError:
                 continue
         return found
+
+    def _start_anew(self) -> None:
+        """A new cluster under the id of one that was stopped: ZooKeeper's mark of that one's
+        shutdown would have the new AppMasters exit at once."""
+        from yarnflow.common.ha import create_ha_services
+
+        ha = create_ha_services(self.config)
+        try:
+            ha.start_anew()
+        except HighAvailabilityError as exc:
+            raise ClusterStartError(f"{exc}: stop it first, or start this one under another "
+                                    "high-availability.cluster-id") from None
+        finally:
+            ha.close()
 
     def leader_address(self, timeout_s: float) -> str:
         """The address of the AppMaster that leads now (ZooKeeper high availability), waiting

@@ -182,6 +182,11 @@ class HighAvailabilityServices(Protocol):
     def cluster_shut_down(self) -> bool:
         """True once ``request_cluster_shutdown`` was called (by any leader)."""
 
+    def start_anew(self) -> bool:
+        """Forget that an earlier cluster of this id was shut down, when none of its AppMasters
+        leads (a new session starting under the id of one that was stopped); True when there
+        was such a mark. Raises HighAvailabilityError when an AppMaster leads now."""
+
     def on_cluster_shutdown(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (once) when the cluster is marked shut down."""
 

@@ -208,6 +208,10 @@ class EmbeddedHaServices:
     def cluster_shut_down(self) -> bool:
         return self._shutdown
 
+    def start_anew(self) -> bool:
+        was, self._shutdown = self._shutdown, False
+        return was
+
     def on_cluster_shutdown(self, callback: Callable[[], None]) -> None:
         if self._shutdown:
             callback()

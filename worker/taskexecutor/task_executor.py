@@ -101,6 +101,38 @@ from yarnflow.worker.taskexecutor.thread_samples import sample_tasks
 log = logging.getLogger(__name__)
 
 
+
+REGISTRATION_HA_NOTE = (", with high availability at least ZooKeeper's session timeout plus "
+                        "resourcemanager.previous-worker.recovery.timeout and the connection timeout")
+
+
+def takeover_ms(config: Configuration) -> int:
+    """How long a new leader can take to appear and take a TaskExecutor back, with ZooKeeper
+    high availability: the old leader's session expires
+    (``high-availability.zookeeper.client.session-timeout``), the next one connects
+    (``.connection-timeout``) and waits ``resourcemanager.previous-worker.recovery.timeout`` for
+    the old TaskExecutors. 0 without high availability."""
+    if not ha_enabled(config):
+        return 0
+    return (int(config[Options.ZK_SESSION_TIMEOUT]) + int(config[Options.ZK_CONNECTION_TIMEOUT])
+            + int(config[Options.PREVIOUS_WORKER_RECOVERY_TIMEOUT]))
+
+
+def registration_timeout_ms(config: Configuration) -> int:
+    """How long a TaskExecutor goes on without a ResourceManager before it exits
+    (``taskmanager.registration.timeout``; with high availability at least ``takeover_ms``:
+    exiting sooner would lose the tasks a failover keeps running)."""
+    return max(int(config[Options.TM_REGISTRATION_TIMEOUT]), takeover_ms(config))
+
+
+def orphan_timeout_ms(config: Configuration) -> int:
+    """How long the tasks of a job whose JobMaster is gone wait to be taken over by a new
+    leader's JobMaster (``resourcemanager.previous-worker.recovery.timeout`` after
+    ``heartbeat.timeout``, and with high availability at least ``takeover_ms``)."""
+    own = int(config[Options.PREVIOUS_WORKER_RECOVERY_TIMEOUT]) + int(config[Options.HEARTBEAT_TIMEOUT])
+    return max(own, takeover_ms(config))
+
+
 class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
     def __init__(self, config: Configuration, resource_id: ResourceID, rm_address: str, work_dir: str,
                  ha: HighAvailabilityServices | None = None, container_id: str = "") -> None:
@@ -113,7 +145,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
         self._leader_session = ""
         self._old_rms: list[RemoteResourceManagerGateway] = []
         self._rpc_timeout = config[Options.RPC_TIMEOUT]
-        self._registration_timeout_ms = config[Options.TM_REGISTRATION_TIMEOUT]
+        self._registration_timeout_ms = registration_timeout_ms(config)
         self._heartbeat_ms = config[Options.HEARTBEAT_INTERVAL]
         host = config[Options.TM_HOST]
         num_slots = config[Options.NUM_SLOTS]
@@ -121,7 +153,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
                                   config[Options.TM_MEMORY] // (1 << 20) // num_slots)
         #: slots, tasks, JobMaster connections and heartbeats, tokens: the pure core
         #: a new leader's JobMaster may take the tasks over (jm_links.py); until then they run on
-        orphan_timeout = config[Options.PREVIOUS_WORKER_RECOVERY_TIMEOUT] + config[Options.HEARTBEAT_TIMEOUT]
+        orphan_timeout = orphan_timeout_ms(config)
         self.core = TaskExecutorCore(resource_id, SlotTable(num_slots, profile),
                                      JobTable(SystemClock(), config[Options.HEARTBEAT_TIMEOUT], orphan_timeout),
                                      keep_tasks=ha_enabled(config) and config[Options.HA_KEEP_TASKS])
@@ -300,7 +332,8 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
                 if silent_ms > self._registration_timeout_ms:
                     threading.Thread(target=self.shutdown, name="te-shutdown", daemon=True, args=(
                         f"no ResourceManager answered for {silent_ms / 1000:.1f} s "
-                        f"(taskmanager.registration.timeout)",)).start()
+                        f"(taskmanager.registration.timeout{REGISTRATION_HA_NOTE if ha_enabled(self.config) else ''})",
+                    )).start()
                     return
             if self._rm_changed.wait(self._heartbeat_ms / 1000.0):
                 self._rm_changed.clear()

@@ -91,6 +91,22 @@ class ZooKeeperHaServices:
     def cluster_shut_down(self) -> bool:
         return self._zk.exists(self.paths.shutdown) is not None
 
+    def start_anew(self) -> bool:
+        if not self.cluster_shut_down():
+            return False
+        # a leader of the cluster that was shut down may still be ending (its address node goes
+        # with its session): wait for that, as long as ZooKeeper would keep the node of one that died
+        deadline = time.monotonic() + self.settings.session_timeout_ms / 1000 + 2
+        while self._zk.exists(self.paths.address) is not None:
+            if time.monotonic() > deadline:
+                raise HighAvailabilityError(f"cluster {self.settings.cluster_id!r} was shut down but an AppMaster "
+                                            f"still leads it (at {self.paths.address})")
+            time.sleep(0.1)
+        self._zk.delete(self.paths.shutdown)
+        log.info("cluster %s was shut down earlier: its mark is removed, a new cluster starts under its id",
+                 self.settings.cluster_id)
+        return True
+
     def on_cluster_shutdown(self, callback: Callable[[], None]) -> None:
         with self._lock:
             self._check_open()
