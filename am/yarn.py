@@ -43,7 +43,7 @@ from yarnflow.common.messages import JobGraph
 from yarnflow.common.rpc.serialization import message_from_bytes
 from yarnflow.common.states import ExecutionState, JobStatus
 from yarnflow.common.kerberos import TicketRenewal
-from yarnflow.common.yarn import ADDRESS_KEY, TLS_KEY, application_config, container_attempt
+from yarnflow.common.yarn import ADDRESS_KEY, MAIN_ERR, MAIN_OUT, TLS_KEY, application_config, container_attempt
 
 if TYPE_CHECKING:
     from yarnflow.am.appmaster import AppMaster
@@ -187,14 +187,21 @@ def run_application_main(am: AppMaster, yarn: YarnApplication, main_file: str, m
     cmd = [sys.executable, "-m", "yarnflow", "run", "--target", "remote", "--address", am.address, "--no-progress",
            main_file, *main_args]
     log.info("application mode: running %s", " ".join(cmd[3:]))
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace")
+    # its output goes to files YARN aggregates with the container's logs: the client prints them
+    logs = (os.environ.get("LOG_DIRS") or "").split(",")[0] or os.getcwd()
+    with open(os.path.join(logs, MAIN_OUT), "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace")
+    errors = open(os.path.join(logs, MAIN_ERR), "w")  # noqa: SIM115 - closed by the relay when main() ends
     tail: collections.deque[str] = collections.deque(maxlen=MAIN_ERROR_LINES)
 
-    def relay() -> None:  # its error output goes to this container's log, its end to the diagnostics
+    def relay() -> None:  # its error output goes to this container's log and main.err, its end to the diagnostics
         assert proc.stderr is not None
-        for line in proc.stderr:
-            sys.stderr.write(line)
-            tail.append(line.rstrip("\n"))
+        with errors:
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                errors.write(line)
+                errors.flush()
+                tail.append(line.rstrip("\n"))
 
     reader = threading.Thread(target=relay, name="application-main-stderr", daemon=True)
     reader.start()

@@ -1,12 +1,16 @@
 """``yarnflow run --target yarn-application``: Flink's application mode on YARN.
 
-The client does not run the job's ``main()``: it ships the job file with the Python modules
-beside it (its folder's ``.py`` files and packages) and the job's arguments, and YARN starts
-an AppMaster that runs ``main()`` in its own container against its own cluster (the compiling
-and the job's dependencies are the cluster's business, not the gateway host's). The
-application ends with ``main()``: SUCCEEDED once it returned (every job it ran ended), FAILED
-with ``main()``'s traceback as the diagnostics when it raised or a job failed. The client
-follows the application to its end (or returns at once with ``--detached``).
+The client does not run the job's ``main()``: it ships the job file's folder (every file in it
+and below, but hidden ones and virtualenv, VCS and cache folders: the job's modules and the
+data files it reads by paths relative to itself) and the job's arguments, and YARN starts an
+AppMaster that runs ``main()`` in its own container, in the unpacked folder, against its own
+cluster (the compiling and the job's dependencies are the cluster's business, not the gateway
+host's). The application ends with ``main()``: SUCCEEDED once it returned (every job it ran
+ended), FAILED with ``main()``'s traceback as the diagnostics when it raised or a job failed.
+The client follows the application to its end (or returns at once with ``--detached``), then
+prints what ``main()`` printed (its standard output, e.g. a ``print()`` sink's rows) and its
+error output (the jobs' ends), read from the AppMaster container's logs through YARN's log
+aggregation (``main.out`` and ``main.err``).
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ from __future__ import annotations
 import io
 import os
 import sys
+import time
 import zipfile
 from collections.abc import Sequence
+from typing import Any
 
 from yarnflow.common.config import Configuration
 from yarnflow.common.errors import ConfigurationError
+from yarnflow.common.yarn import MAIN_ERR, MAIN_OUT
 from yarnflow.yarn import ApplicationLocator, Submission, skein_client, submit_application
 
-__all__ = ["MAX_APPLICATION_BYTES", "package_job", "run_application"]
+__all__ = ["MAX_APPLICATION_BYTES", "MAIN_ERR", "MAIN_OUT", "main_output", "package_job", "run_application"]
 
 #: the most code an application ships (its job file's folder, zipped)
 MAX_APPLICATION_BYTES = 64 * 1024 * 1024
@@ -29,28 +36,28 @@ _SKIPPED = {"__pycache__", ".git", ".hg", ".svn", ".venv", "venv", ".tox", "node
 
 
 def package_job(job_file: str) -> bytes:
-    """A zip of ``job_file`` and the Python modules beside it (``.py`` files and packages,
-    folders with an ``__init__.py``), as ``main()`` imports them; data files are not taken."""
+    """A zip of the folder of ``job_file``: every file in it and below, but hidden ones and
+    the folders in ``_SKIPPED`` (what ``main()`` imports and the data it reads beside itself).
+    Raises ConfigurationError when it is over ``MAX_APPLICATION_BYTES`` zipped."""
     folder = os.path.dirname(os.path.abspath(job_file))
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.write(os.path.abspath(job_file), os.path.basename(job_file))
-        for name in sorted(os.listdir(folder)):
-            path = os.path.join(folder, name)
-            if name.endswith(".py") and os.path.isfile(path) and name != os.path.basename(job_file):
-                zf.write(path, name)
-            elif os.path.isdir(path) and name not in _SKIPPED and os.path.isfile(os.path.join(path, "__init__.py")):
-                for root, dirs, files in os.walk(path):
-                    dirs[:] = sorted(d for d in dirs if d not in _SKIPPED)
-                    for f in sorted(files):
-                        if f.endswith(".py"):
-                            full = os.path.join(root, f)
-                            zf.write(full, os.path.relpath(full, folder))
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED and not d.startswith("."))
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                if name.startswith(".") or name.endswith(".pyc") or not os.path.isfile(full):
+                    continue
+                zf.write(full, os.path.relpath(full, folder))
+                if buffer.tell() > MAX_APPLICATION_BYTES:
+                    break
     data = buffer.getvalue()
     if len(data) > MAX_APPLICATION_BYTES:
-        raise ConfigurationError(f"the job's code ({len(data) / 2**20:.0f} MB zipped: {job_file} and the modules "
-                                 f"beside it) is over {MAX_APPLICATION_BYTES // 2**20} MB: ship large dependencies "
-                                 "with yarn.ship-archives or yarn.ship-venv")
+        raise ConfigurationError(f"the job's folder ({os.path.dirname(os.path.abspath(job_file))}, over "
+                                 f"{MAX_APPLICATION_BYTES // 2**20} MB zipped) is too large to ship with the "
+                                 "application: keep the job file in a folder of its own, read large inputs "
+                                 "from a shared filesystem (hdfs://...), ship dependencies with yarn.ship-archives "
+                                 "or yarn.ship-venv")
     return data
 
 
@@ -78,7 +85,46 @@ def run_application(config: Configuration, job_file: str, job_args: Sequence[str
         locator.kill()
         raise
     status = str(report.final_status)
-    diagnostics = (report.diagnostics or "").rstrip()
+    output = main_output(client, app_id)
+    if output is not None:  # what main() printed, as a local `yarnflow run` would have shown it
+        out, err = output
+        sys.stdout.write(out)
+        sys.stdout.flush()
+        sys.stderr.write(err)
+    diagnostics = (report.diagnostics or "").rstrip() if output is None else ""
     print(f"YARN application {app_id} {report.state} (final status {status})"
           + (f":\n{diagnostics}" if diagnostics and status != "SUCCEEDED" else ""), file=sys.stderr)
+    if output is None:
+        print(f"(main()'s output is in the AppMaster container's logs: `yarn logs -applicationId {app_id}`)",
+              file=sys.stderr)
     return 0 if status == "SUCCEEDED" else 1
+
+
+#: how long the client waits for YARN to aggregate the AppMaster container's logs
+LOG_WAIT_S = 30.0
+
+
+def main_output(client: Any, app_id: str, wait_s: float = LOG_WAIT_S) -> tuple[str, str] | None:
+    """``main()``'s standard and error output from the AppMaster container's aggregated logs;
+    None when YARN has not aggregated them within ``wait_s`` (a cluster without log
+    aggregation, or one that is slow to do it)."""
+    from yarnflow.cli_logs import split_container_log
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            containers = dict(client.application_logs(app_id))
+        except Exception:  # noqa: BLE001 - skein: not aggregated yet (or no aggregation at all)
+            containers = {}
+        for _, text in sorted(containers.items()):
+            files = split_container_log(text)
+            if MAIN_OUT in files or MAIN_ERR in files:
+                return _lines(files.get(MAIN_OUT, "")), _lines(files.get(MAIN_ERR, ""))
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(1.0)
+
+
+def _lines(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+

@@ -425,6 +425,49 @@ def session_start(target: str, detached: bool, taskexecutors: int | None, slots:
         click.echo(f"  logs kept in {os.path.dirname(cluster.log_path)} (--remove-logs: removed at stop)", err=True)
 
 
+@session.command("token")
+@click.option("--address", "-a", default=None, help=ADDRESS_HELP)
+@dynamic_option
+def session_token(address: str | None, dynamic: tuple[str, ...]) -> None:
+    """Print the session's REST token, for scripts on this machine that call its REST API
+    (curl -u yarnflow:TOKEN, or the header Authorization: Bearer TOKEN). It is derived from the
+    session's credentials, which only their owner can read: the cluster is found as `list`
+    finds it, and asked whether its REST API is open."""
+    conn = connect(address, dynamic)
+    try:
+        info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
+        access = conn.rest_access()
+    except YarnflowError as exc:
+        raise rpc_error(conn.address, exc) from None
+    finally:
+        conn.close()
+    if not info.web_url:
+        raise CliError(f"the cluster at {conn.address} serves no REST API (rest.enabled: false)")
+    if _rest_is_open(info.web_url, access.context):
+        raise CliError(f"the REST API at {info.web_url} is open (rest.authentication: none): it takes no token")
+    header = access.headers.get("Authorization", "")
+    if not header:
+        raise CliError(f"the credentials of the cluster at {conn.address} are not here (they are its owner's): "
+                       "its REST token cannot be derived")
+    click.echo(header.removeprefix("Bearer "))
+
+
+def _rest_is_open(web_url: str, context: Any) -> bool:
+    """Whether the REST API answers without a token (a cheap path: ``/config``)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{web_url}/v1/config", timeout=10, context=context):  # noqa: S310 - its own URL
+            return True
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            return False
+        raise CliError(f"the REST API at {web_url} answered {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise CliError(f"cannot reach the REST API at {web_url}: {exc}") from None
+
+
 @session.command("stop")
 @click.option("--address", "-a", default=None, help=ADDRESS_HELP)
 @dynamic_option

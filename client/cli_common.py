@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from yarnflow.common.config import Configuration, parse_dynamic_properties
+from yarnflow.common.config import Configuration, Options, parse_dynamic_properties
 from yarnflow.common.errors import ConfigurationError, RpcConnectionError, YarnError, YarnflowError
 from yarnflow.common.tracebacks import user_frames
 
@@ -109,12 +109,15 @@ def echo_security(tls: Any, config: Any, published: str) -> None:
     on this machine find ``published`` ones by the address) and its REST token."""
     from yarnflow.common.security import rest_auth_token
 
-    if tls is None:
-        return
-    where = published or os.path.dirname(tls.cert_file)
-    click.echo(f"  TLS:     mutual, with the session's credentials in {where}"
-               + (" (clients on this machine find them by its address)" if published else ""))
-    token = rest_auth_token(config, tls)
+    token = rest_auth_token(config, tls) if tls is not None else ""
+    if tls is not None:
+        where = published or os.path.dirname(tls.cert_file)
+        by_address = published and not published.startswith(("file:", "hdfs:", "s3:", "gs:", "abfs"))
+        click.echo(f"  TLS:     mutual, with the session's credentials in {where}"
+                   + (" (clients on this machine find them by its address)" if by_address else ""))
     if token:
         click.echo(f"  REST:    token {token} (Authorization: Bearer TOKEN; curl -u yarnflow:TOKEN; the web UI "
-                   "asks for it)")
+                   "asks for it; `yarnflow session token` prints it)")
+    elif config[Options.REST_ENABLED]:
+        click.echo("  REST:    open, no token (rest.authentication: none): anyone who can reach the web UI's port "
+                   "can cancel jobs and run code as you; use it only where nobody else can reach it")

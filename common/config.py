@@ -34,9 +34,7 @@ from yarnflow.common.config_types import (
     _parse_optional_size,
     _parse_str,
 )
-from yarnflow.common.config_types import parse_duration_ms as parse_duration_ms  # the parsers, also from here
-from yarnflow.common.config_types import parse_port_range as parse_port_range
-from yarnflow.common.config_types import parse_size_bytes as parse_size_bytes
+from yarnflow.common.config_types import parse_duration_ms, parse_size_bytes
 from yarnflow.common.config_web import WebOptions
 from yarnflow.common.errors import ConfigurationError
 

@@ -13,6 +13,9 @@ __all__ = ["ADDRESS_KEY", "application_config", "container_attempt"]
 #: key of the application's skein key-value store under which the leading AppMaster publishes
 #: its RPC address (HOST:PORT)
 ADDRESS_KEY = "yarnflow.address"
+#: application mode: the files (in the AppMaster container's log folder, so YARN aggregates them)
+#: that main()'s standard and error output go to; the client prints them once the application ended
+MAIN_OUT, MAIN_ERR = "main.out", "main.err"
 #: "mutual" when the application's RPC is mutual TLS with its skein credentials
 TLS_KEY = "yarnflow.tls"
 _DEFAULT_CLUSTER_ID = "default"

@@ -19,7 +19,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from yarnflow.common import logs
-from yarnflow.common.config import Options, parse_duration_ms, parse_size_bytes
+from yarnflow.common.config import Options
+from yarnflow.common.config_types import parse_duration_ms, parse_size_bytes
 from yarnflow.common.messages import (ErrorInfo, SplitResponse, TakenSplit, TaskDeploymentDescriptor,
                                       TaskExecutionStateUpdate)
 from yarnflow.common.lifecycle import Lifecycle

@@ -93,3 +93,30 @@ def test_the_web_ui_signs_in_with_the_token_in_chromium(secured: Any, browser: A
     browser.save_screenshot(str(tmp_path / "ui-signed-in.png"))
     errors = [e for e in console_errors(browser) if "401" not in e]  # the wrong token's page answered 401
     assert errors == []
+
+
+@pytest.mark.parametrize("authentication", ["auto", "none"])
+def test_session_token_prints_what_a_script_on_this_machine_needs(cli: Any, authentication: str) -> None:
+    """`yarnflow session token` (issue 50): a closed session's token, which the REST API takes;
+    for a session open to Flink's tools, one line saying it needs none (and the session's start
+    says it is open, with the warning)."""
+    import re
+
+    session = cli.start("session", "start", "--taskexecutors", "1", "-D", f"rest.authentication={authentication}")
+    lines = [session.stdout.readline() for _ in range(4)]  # type: ignore[union-attr]
+    address = re.search(r"running at (\S+:\d+)", lines[0]).group(1)  # type: ignore[union-attr]
+    web = re.search(r"web UI:\s+(\S+)", lines[1]).group(1)  # type: ignore[union-attr]
+    printed = cli.run("session", "token", "--address", address)
+    if authentication == "auto":
+        assert printed.returncode == 0, printed.stderr
+        token = printed.stdout.strip()
+        assert f"token {token} " in lines[3]
+        assert requests.get(web + "/overview", timeout=10).status_code == 401
+        assert requests.get(web + "/overview", auth=("yarnflow", token), timeout=10).json()["taskmanagers"] == 1
+    else:
+        assert "REST:    open, no token (rest.authentication: none): anyone who can reach" in lines[3]
+        assert printed.returncode == 1
+        assert printed.stderr.strip() == f"error: the REST API at {web} is open (rest.authentication: none): " \
+                                         "it takes no token"
+        assert requests.get(web + "/overview", timeout=10).json()["taskmanagers"] == 1
+    cli.run("session", "stop", "--address", address, check=True)

@@ -622,8 +622,28 @@ def test_application_mode_runs_main_in_the_appmaster_and_counts_every_row(yarn_c
     assert_batch_exact(tmp_path / "out", expected)
     app_id = app_id_of(ran.stderr)
     assert "final status SUCCEEDED" in ran.stderr and "application mode" in ran.stderr
-    assert "Submitted job app-mode" not in ran.stderr  # compiled and submitted in the AppMaster, not here
+    # compiled and submitted in the AppMaster: its main()'s error output, printed by the client once the
+    # application ended, says so
+    assert ran.stderr.index("application mode") < ran.stderr.index("Submitted job app-mode") < \
+        ran.stderr.index("final status SUCCEEDED")
     assert report(app_id).diagnostics.startswith("main() of app.py returned")
+
+
+def test_the_word_count_example_runs_in_application_mode_and_its_printed_counts_come_back(
+        yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    """The README's example as written: its data file (read beside the job file) is shipped with
+    the job's folder, and what main() printed comes back to the client with the jobs' ends."""
+    example = Path(REPO) / "examples" / "wordcount.py"
+    ran = yarn_cli.run("run", "--target", "yarn-application", *dconf(YARN_CONF), str(example), "--parallelism", "2",
+                       timeout=150)
+    assert ran.returncode == 0, ran.stderr
+    text = (Path(REPO) / "examples" / "data" / "sample.txt").read_text().lower()
+    expected = collections.Counter(re.findall(r"\w+", text))
+    lines = ran.stdout.splitlines()
+    assert lines[0].split("\t") == ["word", "count"]
+    assert {w: int(n) for w, n in (line.split("\t") for line in lines[1:])} == dict(expected)
+    assert re.search(r"Job wordcount \([0-9a-f]{32}\) FINISHED in ", ran.stderr), ran.stderr
+    assert "final status SUCCEEDED" in ran.stderr
 
 
 def test_an_application_whose_main_raises_fails_with_the_traceback(yarn_cli: Cli, sandbox: Sandbox,

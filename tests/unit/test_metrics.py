@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from yarnflow.am.rest import views
-from yarnflow.common.config import ConfigurationError, Configuration, parse_port_range
+from yarnflow.common.config import ConfigurationError, Configuration
+from yarnflow.common.config_types import parse_port_range
 from yarnflow.common.logs import job_lines
 from yarnflow.common.messages import CheckpointCounts, CheckpointInfo, JobStatusInfo, TaskMetrics, VertexStatus
 from yarnflow.common.states import ExecutionState, JobStatus

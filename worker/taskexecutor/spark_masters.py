@@ -7,7 +7,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from yarnflow.common.config import Options, parse_duration_ms
+from yarnflow.common.config import Options
+from yarnflow.common.config_types import parse_duration_ms
 from yarnflow.common.errors import FencingTokenError, RpcConnectionError, RpcTimeoutError, UnavailableError
 
 if TYPE_CHECKING:

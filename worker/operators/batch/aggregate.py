@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from yarnflow.common.config import Options, parse_duration_ms
+from yarnflow.common.config import Options
+from yarnflow.common.config_types import parse_duration_ms
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.memory.manager import MemoryBudget
 from yarnflow.worker.memory.spill import SpillFile, SpillFiles, SpillWriter
