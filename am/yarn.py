@@ -177,20 +177,22 @@ def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attach
 
 def run_application_main(am: AppMaster, yarn: YarnApplication, main_file: str, main_args: list[str]) -> None:
     """Application mode: once this AppMaster leads, run the job file's ``main()`` as a client
-    of this very cluster (``yarnflow run --target remote`` in a process of its own, in the
-    container's working directory), and end the application with it: SUCCEEDED when ``main()``
+    of this very cluster (``yarnflow run --target remote`` in a process of its own, in the job's
+    unpacked folder), and end the application with it: SUCCEEDED when ``main()``
     returned (its jobs ended), FAILED with the end of its error output (the traceback, or the
     failed job's cause) when it did not. Stopping the AppMaster stops ``main()``."""
     while am.dispatcher is None:
         if am.wait(0.2):
             return
+    # in the job's unpacked folder: the files shipped beside the job file are where they were to it
+    folder = os.path.dirname(os.path.abspath(main_file))
     cmd = [sys.executable, "-m", "yarnflow", "run", "--target", "remote", "--address", am.address, "--no-progress",
-           main_file, *main_args]
-    log.info("application mode: running %s", " ".join(cmd[3:]))
+           os.path.basename(main_file), *main_args]
+    log.info("application mode: running %s in %s", " ".join(cmd[3:]), folder)
     # its output goes to files YARN aggregates with the container's logs: the client prints them
     logs = (os.environ.get("LOG_DIRS") or "").split(",")[0] or os.getcwd()
     with open(os.path.join(logs, MAIN_OUT), "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace", cwd=folder)
     errors = open(os.path.join(logs, MAIN_ERR), "w")  # noqa: SIM115 - closed by the relay when main() ends
     tail: collections.deque[str] = collections.deque(maxlen=MAIN_ERROR_LINES)
 

@@ -23,7 +23,7 @@ from yarnflow.worker.operators.sinks import CollectSink, CsvSink, ParquetSink
 from yarnflow.worker.operators.timestamps import TimestampsAndWatermarks
 from yarnflow.worker.operators.transforms import MapBatches, RowFilter, RowFlatMap, RowMap
 
-from yarnflow.env_sources import SourceMethods
+from yarnflow.env_sources import SourceMethods, qualified
 from yarnflow.joins import JoinedStreams
 from yarnflow.pipeline import Input, Transformation, next_id
 
@@ -285,11 +285,11 @@ class DataStream:
         """Write Parquet files into the folder ``path`` on any fsspec filesystem: one file set
         per subtask, a new file after ``roll_size_bytes``; each file appears under its final
         name only once complete."""
-        return self._then(ParquetSink(path, name, roll_size_bytes=roll_size_bytes))
+        return self._then(ParquetSink(qualified(path), name, roll_size_bytes=roll_size_bytes))
 
     def sink_to_csv(self, path: str, name: str = "csv_sink", roll_size_bytes: int | None = None) -> DataStream:
         """Like ``sink_to_parquet``, as CSV files with a header."""
-        return self._then(CsvSink(path, name, roll_size_bytes=roll_size_bytes))
+        return self._then(CsvSink(qualified(path), name, roll_size_bytes=roll_size_bytes))
 
     def print(self, name: str = "print") -> DataStream:
         """Print the rows on the client's stdout once the job has finished."""

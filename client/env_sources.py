@@ -3,6 +3,8 @@ format (with per-split watermarks when given a strategy) and generators."""
 
 from __future__ import annotations
 
+import os
+
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pyarrow as pa
@@ -41,6 +43,19 @@ def _to_table(data: Any, schema: pa.Schema | None) -> pa.Table:
         raise JobDefinitionError(f"from_collection: cannot make a table of the given rows: {exc}") from None
 
 
+
+def qualified(path: Any) -> Any:
+    """A path as the job's tasks must read it wherever they run: a relative local path (no
+    ``scheme://``) made absolute against the working directory of the process that defines the
+    job, as Flink's client qualifies a ``Path``; URLs and absolute paths as they are. A list
+    is qualified element by element."""
+    if isinstance(path, (list, tuple)):
+        return [qualified(p) for p in path]
+    if not isinstance(path, str) or "://" in path or os.path.isabs(path) or not path:
+        return path
+    absolute = os.path.abspath(path)
+    return absolute + "/" if path.endswith("/") else absolute
+
 class SourceMethods:
     """What an environment reads from; ``_source`` (the environment's) makes the stream."""
 
@@ -57,7 +72,7 @@ class SourceMethods:
                **options: Any) -> DataStream:
         """A file source; with ``watermark_strategy``, event time and per-split watermarks."""
         try:
-            op = FileSource(path, fmt, name, options=options, watermarks=watermarks)
+            op = FileSource(qualified(path), fmt, name, options=options, watermarks=watermarks)
         except ValueError as exc:
             raise JobDefinitionError(str(exc)) from None
         return self._source(op, watermarks.timestamp_column if watermarks else None)

@@ -4,9 +4,19 @@ partition's offset kept in union-list state (the pattern of Flink's Kafka consum
 failure, or restored from a savepoint at another parallelism, every subtask gets every offset and
 resumes the partitions it now owns where they were.
 
-    yarnflow run examples/partitions_source.py --output out/rows -D execution.checkpointing.interval=1s
-    yarnflow savepoint JOB_ID savepoints/ ; yarnflow cancel JOB_ID
-    yarnflow run -s savepoints/savepoint-... -p 3 examples/partitions_source.py --output out/rows
+    yarnflow run -D execution.checkpointing.interval=1s examples/partitions_source.py --output out/rows
+
+A savepoint of it, and the job started again from it at another parallelism, on a session:
+
+    yarnflow session start &                                # prints its address, HOST:PORT
+    yarnflow run --address HOST:PORT --detached -D execution.checkpointing.interval=1s \
+        examples/partitions_source.py --rows 10000 --output out/resumed       # prints its id, JOB_ID
+    yarnflow savepoint --address HOST:PORT JOB_ID savepoints/    # prints the savepoint's path, SAVEPOINT
+    yarnflow cancel --address HOST:PORT JOB_ID
+    yarnflow run --address HOST:PORT -s SAVEPOINT -p 3 -D execution.checkpointing.interval=1s \
+        examples/partitions_source.py --rows 10000 --output out/resumed
+
+The rows in out/resumed hold every (partition, offset) once.
 
 --partitions, --rows  how many partitions and rows per partition (default 8 x 2000)
 --output              a folder of Parquet files (partition, offset, value); default: stdout

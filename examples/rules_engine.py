@@ -1,7 +1,7 @@
 """The broadcast state pattern: transactions checked against rules that change while they flow.
 
     yarnflow run examples/rules_engine.py
-    yarnflow run examples/rules_engine.py --output out/alerts -D execution.checkpointing.interval=1s
+    yarnflow run -D execution.checkpointing.interval=1s examples/rules_engine.py --output out/alerts
 
 Every subtask of the checker gets every rule (the rules stream is broadcast) and keeps them in
 broadcast state; the transactions are keyed by account, and each account's running total is
