@@ -82,6 +82,10 @@ def test_jar_calls_upload_a_job_file_plan_run_and_delete_it(session: Any, tmp_pa
     assert _counts(tmp_path / "again") == {"apple": 2, "pear": 1}
 
 
+def details_of(flink: FlinkRestClient, job_id: str, vertex_id: str) -> Any:
+    return flink.jobs.get_vertex(job_id, vertex_id).details()
+
+
 def _status(exc: pytest.ExceptionInfo[RestException]) -> int:
     return int(str(exc.value).split("(")[1].split(")")[0])
 
@@ -133,7 +137,12 @@ def test_every_cluster_job_vertex_and_subtask_call_on_running_jobs(session: Any,
             vertex = flink.jobs.get_vertex(job_id, vertex_id)
             assert vertex.details()["id"] == vertex_id and vertex.details()["parallelism"] == 2
             assert vertex.backpressure()["status"] in ("ok", "deprecated")
-            assert vertex.metric_names() and isinstance(vertex.metrics(), dict)
+            names = vertex.metric_names()
+            assert names and isinstance(vertex.metrics(), dict)
+            # Flink's ids: <subtask>.<metric> and <subtask>.<operator>.<metric>, never an empty part
+            assert not any(".." in n or n.startswith(".") or n.endswith(".") for n in names), names
+            operator = details_of(flink, job_id, vertex_id)["name"].split(" -> ")[0]
+            assert f"0.{operator}.numRecordsOut" in names, names
             assert [t["subtask"] for t in vertex.subtasktimes()["subtasks"]] == [0, 1]
             assert vertex.taskmanagers()["id"] == vertex_id
             assert isinstance(vertex.watermarks(), list)

@@ -40,3 +40,15 @@ def test_a_clean_base_interpreter_passes(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(sys, "base_prefix", "/somewhere-else")
     assert _yarnflow_outside_this_environment() is None
 
+
+
+def test_tox_is_installed_by_the_test_extras_and_reads_tox_ini() -> None:
+    """tox.ini is a top-level file of the project: its environments must be usable after the
+    README's second command (issue 50: tox was not installed by it)."""
+    from tests.conftest import REPO
+
+    for env in ("lint", "tests"):
+        shown = subprocess.run([sys.executable, "-m", "tox", "config", "-e", env, "-k", "commands"], cwd=REPO,
+                               capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert ("ruff check" in shown.stdout) if env == "lint" else ("pytest" in shown.stdout), shown.stdout
