@@ -26,6 +26,28 @@ def _slow_row(row: dict[str, Any]) -> dict[str, Any]:
     return {"key": row["key"], "value": v, "x": x}
 
 
+def _sleep_1ms(row: dict[str, Any]) -> dict[str, Any]:
+    """A call to an external service per row: 1 ms of waiting (the GIL is free meanwhile)."""
+    import time
+
+    time.sleep(0.001)
+    return {"key": row["key"], "value": row["value"], "x": 0.0}
+
+
+def _cpu_1ms(row: dict[str, Any]) -> dict[str, Any]:
+    """About 1 ms of Python per row (parsing a big record, a model call): the GIL held."""
+    x = 0.0
+    v = row["value"]
+    for i in range(17_000 + row["key"] % 3):
+        x += i * v
+    return {"key": row["key"], "value": v, "x": x}
+
+
+#: --function: the per-row map, and its default number of records (about a minute of work at
+#: parallelism 2 for the millisecond ones)
+FUNCTIONS = {"loop-15us": (_slow_row, 2_000_000), "sleep-1ms": (_sleep_1ms, 100_000), "cpu-1ms": (_cpu_1ms, 100_000)}
+
+
 def _watcher(seen: dict[int, Any], inflight: list[int]) -> Callable[[Any], Callable[[], None]]:
     def watch(cluster: Any) -> Callable[[], None]:
         from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
@@ -64,18 +86,24 @@ def _pct(values: list[int], p: float) -> int:
 
 
 def _run(folder: str, records: int, parallelism: int, interval: str, unaligned: bool,
-         expected: tuple[int, float], debloat: bool = False) -> dict[str, Any]:
+         expected: tuple[int, float], debloat: bool | None = None,
+         function: Callable[[dict[str, Any]], dict[str, Any]] = _slow_row, aligned_timeout: str = "") -> dict[str, Any]:
+    """``debloat``: buffer debloating on or off (None: the default configuration's).
+    ``aligned_timeout``: unaligned checkpoints that start aligned for that long."""
     import workloads
 
     seen: dict[int, Any] = {}
     inflight = [0]
 
     def build(env: Any) -> None:
-        env.read_parquet(folder, columns=["key", "value"]).key_by("key").map(_slow_row, name="slow").collect()
+        env.read_parquet(folder, columns=["key", "value"]).key_by("key").map(function, name="slow").collect()
 
     conf = {"execution.checkpointing.interval": interval,
-            "execution.checkpointing.unaligned.enabled": "true" if unaligned else "false",
-            "taskmanager.network.memory.buffer-debloat.enabled": "true" if debloat else "false"}
+            "execution.checkpointing.unaligned.enabled": "true" if unaligned else "false"}
+    if debloat is not None:
+        conf["taskmanager.network.memory.buffer-debloat.enabled"] = "true" if debloat else "false"
+    if aligned_timeout:
+        conf["execution.checkpointing.aligned-checkpoint-timeout"] = aligned_timeout
     table, seconds, _ = workloads._run_job(build, parallelism, "backpressure", "STREAMING", conf,
                                            _watcher(seen, inflight))
     info = workloads.LAST_JOB[0]
@@ -100,10 +128,13 @@ def _run(folder: str, records: int, parallelism: int, interval: str, unaligned: 
             and abs(sum(table["value"].to_pylist()) - expected[1]) <= 1e-6 * max(1.0, abs(expected[1]))}
 
 
-def run_backpressure(records: int = 2_000_000, parallelism: int = 2, interval: str = "1 s",
-                     debloat: bool = False) -> dict[str, Any]:
-    """``debloat``: also both runs with buffer debloating on (``aligned_debloat``,
-    ``unaligned_debloat``)."""
+def run_backpressure(records: int | None = None, parallelism: int = 2, interval: str = "1 s",
+                     debloat: bool = False, function: str = "loop-15us") -> dict[str, Any]:
+    """``debloat``: also both runs with buffer debloating off (``aligned_debloat_off``,
+    ``unaligned_debloat_off``: it is on by default). ``function``: the map's per-row cost
+    (``FUNCTIONS``); ``records`` defaults to its own."""
+    fn, default_records = FUNCTIONS[function]
+    records = records or default_records
     import pyarrow.dataset as pads
 
     import workloads
@@ -116,21 +147,25 @@ def run_backpressure(records: int = 2_000_000, parallelism: int = 2, interval: s
         expected = (data.num_rows, sum(data["value"].to_pylist()))
         conf = Configuration.load({})
         out: dict[str, Any] = {
-            "name": "backpressure", "records": records, "parallelism": parallelism, "interval": interval,
+            "name": "backpressure", "function": function, "records": records, "parallelism": parallelism,
+            "interval": interval, "debloat_default": conf[Options.DEBLOAT_ENABLED],
             "segment_size": conf[Options.SEGMENT_SIZE],
             "credit_bytes_per_channel": (conf[Options.EXCLUSIVE_BUFFERS] + conf[Options.FLOATING_BUFFERS])
             * conf[Options.SEGMENT_SIZE]}
-        out["aligned"] = _run(folder, records, parallelism, interval, False, expected)
-        out["unaligned"] = _run(folder, records, parallelism, interval, True, expected)
+        out["aligned"] = _run(folder, records, parallelism, interval, False, expected, function=fn)
+        out["unaligned"] = _run(folder, records, parallelism, interval, True, expected, function=fn)
+        if function != "loop-15us":  # a slow function: also aligned first, unaligned after a second
+            out["aligned_timeout_1s"] = _run(folder, records, parallelism, interval, True, expected, function=fn,
+                                             aligned_timeout="1 s")
         a, u = out["aligned"], out["unaligned"]
         out["throughput_unaligned_vs_aligned"] = round(u["records_per_s"] / max(1, a["records_per_s"]), 3)
         out["verified"] = a["verified"] and u["verified"] and u["checkpoints_completed"] > 0 \
-            and u["unaligned_checkpoints"] > 0
+            and u["unaligned_checkpoints"] > 0 and out.get("aligned_timeout_1s", u)["verified"]
         if debloat:
-            out["aligned_debloat"] = _run(folder, records, parallelism, interval, False, expected, debloat=True)
-            out["unaligned_debloat"] = _run(folder, records, parallelism, interval, True, expected, debloat=True)
-            out["verified"] = out["verified"] and out["aligned_debloat"]["verified"] \
-                and out["unaligned_debloat"]["verified"]
+            out["aligned_debloat_off"] = _run(folder, records, parallelism, interval, False, expected, False, fn)
+            out["unaligned_debloat_off"] = _run(folder, records, parallelism, interval, True, expected, False, fn)
+            out["verified"] = out["verified"] and out["aligned_debloat_off"]["verified"] \
+                and out["unaligned_debloat_off"]["verified"]
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)

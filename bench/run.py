@@ -108,7 +108,7 @@ def _checkpoint_overhead(args: argparse.Namespace) -> dict[str, Any]:
 def _backpressure(args: argparse.Namespace) -> dict[str, Any]:
     from backpressure import run_backpressure
 
-    return run_backpressure(args.records, args.parallelism, args.interval, args.debloat)
+    return run_backpressure(args.records, args.parallelism, args.interval, args.debloat, args.function)
 
 
 def _metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,11 +197,16 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
     "backpressure": ("source -> keyed per-row map ~10x slower than the source -> sink, checkpoints every "
                      "interval, aligned against unaligned in the same run (targets: unaligned p99 <= 1 s while "
                      "aligned p99 > 5 s; in-flight bytes per channel <= credit x segment size)",
-                     lambda p: (p.add_argument("--records", type=int, default=2_000_000),
+                     lambda p: (p.add_argument("--records", type=int, default=None,
+                                               help="default: 2,000,000 for loop-15us, 100,000 for the 1 ms ones"),
                                 p.add_argument("--parallelism", type=int, default=2),
                                 p.add_argument("--interval", default="1 s"),
+                                p.add_argument("--function", choices=["loop-15us", "sleep-1ms", "cpu-1ms"],
+                                               default="loop-15us",
+                                               help="the map's per-row cost: a 15 us loop, a 1 ms sleep (a remote "
+                                                    "call), 1 ms of Python (target then: unaligned p99 <= 1.5 s)"),
                                 p.add_argument("--debloat", action="store_true",
-                                               help="also both with buffer debloating on")), _backpressure),
+                                               help="also both with buffer debloating off")), _backpressure),
     "metrics-overhead": ("W1 with the REST API, Prometheus endpoints, task I/O meters and a watcher reading them "
                          "every second, against every metric off, same run (target: < 2%)",
                          lambda p: (p.add_argument("--records", type=int, default=20_000_000),

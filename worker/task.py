@@ -246,7 +246,7 @@ class Task:
             for ch in g.channels:
                 channel_inputs.append(g.input_index)
                 channels.append((ch, g.subpartitions, g.exchange_mode))
-        debloat = Options.DEBLOAT_ENABLED.convert(conf.get(Options.DEBLOAT_ENABLED.key, "false"))
+        debloat = Options.DEBLOAT_ENABLED.convert(conf.get(Options.DEBLOAT_ENABLED.key, "true"))
         if channels:
             gate = InputGate(len(channels), capacity, io_metrics=self._io_metrics or debloat,
                              floating_buffers=int(conf.get(Options.FLOATING_BUFFERS.key, "8")))
@@ -277,7 +277,7 @@ class Task:
                 debloater = BufferDebloater(
                     parse_duration_ms(conf.get(Options.DEBLOAT_TARGET.key, "1 s")) / 1000.0,
                     self._gate.network_buffers(), segment,
-                    min(segment, parse_size_bytes(conf.get(Options.MIN_SEGMENT_SIZE.key, "16 kb"))),
+                    min(segment, parse_size_bytes(conf.get(Options.MIN_SEGMENT_SIZE.key, "256 b"))),
                     int(conf.get(Options.DEBLOAT_THRESHOLD.key, "25")) / 100.0,
                     int(conf.get(Options.DEBLOAT_SAMPLES.key, "20")))
         st = StreamTask(chain, self._gate, channel_inputs, writers, cancelled, tdd.display_name,

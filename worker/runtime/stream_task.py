@@ -64,6 +64,11 @@ log = logging.getLogger(__name__)
 #: a batch whose processing would take longer than this is processed in slices, between which
 #: the task looks for an unaligned checkpoint's barrier and for mail
 SLICE_TARGET_S = 0.02
+#: the first slice while the task's pace is not known yet (a function taking a millisecond a row
+#: would otherwise hold a 65,536-row batch, and every barrier behind it, for a minute)
+FIRST_SLICE_ROWS = 64
+#: the smallest slice once the pace is known
+MIN_SLICE_ROWS = 4
 
 
 class StreamTask(TaskCheckpoints):
@@ -82,7 +87,8 @@ class StreamTask(TaskCheckpoints):
         self._debloat_mark = (0.0, 0, 0)  # (time, bytes taken, gate idle ns) at the period's start
         #: unaligned checkpoints: slow batches are processed in slices (``SLICE_TARGET_S``)
         self._slicing = slicing
-        self._slice_rows: int | None = None
+        #: seconds the chain takes per input row (smoothed; None: not measured yet)
+        self._per_row_s: float | None = None
         if slicing:  # the task waits for room in its outputs between elements, never inside one
             for w in writers:
                 w.blocking = False
@@ -402,29 +408,38 @@ class StreamTask(TaskCheckpoints):
             gate.set_buffer_size(size)
 
     def _process_batch(self, head: Operator, channel: int, inp: int, batch: pa.RecordBatch) -> None:
-        """Hand ``batch`` to the head operator; with slicing, a slice at a time, and when an
-        unaligned checkpoint's barrier or mail waits, the rest goes back to be processed after."""
+        """Hand ``batch`` to the head operator; with slicing, one slice (``_slice_size``), the
+        rest going back to the front of ``_replay``: the loop comes round between two slices,
+        where it takes an unaligned checkpoint's barrier, mail (a direct trigger), an aligned
+        checkpoint turning unaligned, due output and processing time."""
         rows = batch.num_rows
-        size = self._slice_rows if self._slicing else None
-        offset = 0
-        while offset < rows:
-            n = rows - offset if size is None else min(size, rows - offset)
-            part = batch if n == rows else batch.slice(offset, n)
-            self._record(channel, part)
-            self.records_in += n
-            if self._count_bytes:
-                self.bytes_in += part.nbytes
-            started = time.perf_counter()
-            head.process_batch(part, inp)
-            if self._slicing:
-                per_row = (time.perf_counter() - started) / n
-                self._slice_rows = max(16, int(SLICE_TARGET_S / per_row)) if per_row * rows > SLICE_TARGET_S else None
-                size = self._slice_rows
-            offset += n
-            if offset < rows and (self.mailbox or self._pulling
-                                  or (self.gate is not None and self.gate.has_priority())):
-                self._replay.appendleft((channel, batch.slice(offset)))
-                return
+        n = self._slice_size(rows)
+        part = batch if n == rows else batch.slice(0, n)
+        self._record(channel, part)
+        self.records_in += n
+        if self._count_bytes:
+            self.bytes_in += part.nbytes
+        started = time.perf_counter()
+        head.process_batch(part, inp)
+        if self._slicing:
+            sample = (time.perf_counter() - started) / n
+            old = self._per_row_s
+            self._per_row_s = sample if old is None else old + 0.5 * (sample - old)
+        if n < rows:
+            self._replay.appendleft((channel, batch.slice(n)))
+
+    def _slice_size(self, rows: int) -> int:
+        """How many of the ``rows`` left of a batch to process next: all of them without
+        slicing, or when they take less than ``SLICE_TARGET_S`` at the pace measured; else what
+        takes that long; a few while the pace is not known."""
+        if not self._slicing:
+            return rows
+        per_row = self._per_row_s
+        if per_row is None:
+            return min(rows, FIRST_SLICE_ROWS)
+        if per_row * rows <= SLICE_TARGET_S:
+            return rows
+        return min(rows, max(MIN_SLICE_ROWS, int(SLICE_TARGET_S / per_row)))
 
     @property
     def input_watermark(self) -> int:
