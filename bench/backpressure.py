@@ -17,13 +17,18 @@ import threading
 from typing import Any, Callable
 
 
-def _slow_row(row: dict[str, Any]) -> dict[str, Any]:
-    """~15 us of Python per row (a loop over the row's own values: the per-row path)."""
+def _looped(row: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """A loop of float multiplications over the row's own value: Python holding the GIL."""
     x = 0.0
     v = row["value"]
-    for i in range(250 + row["key"] % 3):
+    for i in range(rounds + row["key"] % 3):
         x += i * v
     return {"key": row["key"], "value": v, "x": x}
+
+
+def _slow_row(row: dict[str, Any]) -> dict[str, Any]:
+    """~15 us of Python per row (the per-row path)."""
+    return _looped(row, 250)
 
 
 def _sleep_1ms(row: dict[str, Any]) -> dict[str, Any]:
@@ -35,12 +40,8 @@ def _sleep_1ms(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cpu_1ms(row: dict[str, Any]) -> dict[str, Any]:
-    """About 1 ms of Python per row (parsing a big record, a model call): the GIL held."""
-    x = 0.0
-    v = row["value"]
-    for i in range(17_000 + row["key"] % 3):
-        x += i * v
-    return {"key": row["key"], "value": v, "x": x}
+    """Most of a millisecond of Python per row (parsing a big record, a model call)."""
+    return _looped(row, 17_000)
 
 
 #: --function: the per-row map, and its default number of records (about a minute of work at
