@@ -34,7 +34,7 @@ from yarnflow.common.config_types import (
     _parse_optional_size,
     _parse_str,
 )
-from yarnflow.common.config_types import parse_duration_ms, parse_size_bytes
+from yarnflow.common.config_types import parse_buffer_timeout_ms, parse_duration_ms, parse_size_bytes
 from yarnflow.common.config_web import WebOptions
 from yarnflow.common.errors import ConfigurationError
 
@@ -48,7 +48,8 @@ class Options(WebOptions):
     MAX_PARALLELISM = _opt("pipeline.max-parallelism", _parse_int, "number of key groups", minimum=1)
     RUNTIME_MODE = _opt("execution.runtime-mode", _parse_str, "STREAMING, BATCH or AUTOMATIC",
                         choices=("STREAMING", "BATCH", "AUTOMATIC"))
-    BUFFER_TIMEOUT = _opt("execution.buffer-timeout", parse_duration_ms, "output flush interval")
+    BUFFER_TIMEOUT = _opt("execution.buffer-timeout", parse_buffer_timeout_ms,
+                          "output flush interval (-1: flush a channel's batch only when it is full, as Flink's)")
     BATCH_SIZE = _opt("execution.batch-size", _parse_int, "target rows per channel batch", minimum=1)
     RPC_ADDRESS = _opt("jobmanager.rpc.address", _parse_str, "address the AppMaster binds to")
     RPC_PORT = _opt("jobmanager.rpc.port", _parse_int, "AppMaster RPC port (0: any free port)", minimum=0)

@@ -29,6 +29,13 @@ def parse_duration_ms(value: Any) -> int:
     return int(float(m.group(1)) * _DURATION_UNITS[m.group(2) or "ms"])
 
 
+def parse_buffer_timeout_ms(value: Any) -> int:
+    """``execution.buffer-timeout``: a duration, or -1 for Flink's "flush only when full"."""
+    if str(value).strip() in ("-1", "-1 ms", "-1ms"):
+        return -1
+    return parse_duration_ms(value)
+
+
 def parse_size_bytes(value: Any) -> int:
     """``"1 gb"`` -> 1073741824; a bare number is bytes."""
     if isinstance(value, bool):

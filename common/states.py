@@ -56,14 +56,19 @@ class ExecutionState(enum.IntEnum):
 _E = ExecutionState
 _EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
     _E.CREATED: frozenset({_E.SCHEDULED, _E.RECONCILING, _E.CANCELED, _E.FAILED}),
-    # reconciled: the task runs on (its reported state), or it is restarted (CANCELED)
-    _E.RECONCILING: frozenset({_E.DEPLOYING, _E.INITIALIZING, _E.RUNNING, _E.FINISHED, _E.CANCELING, _E.CANCELED,
-                               _E.FAILED}),
+    # reconciled (Flink's RECONCILING -> INITIALIZING | RUNNING | FINISHED | CANCELED | FAILED): the
+    # task runs on in its reported state (one still deploying on its TaskExecutor is INITIALIZING),
+    # or it is restarted (CANCELED); CANCELING: a cancel while reconciling cancels the task where it
+    # runs, as Flink's Execution.cancel does from any state in which a task may run
+    _E.RECONCILING: frozenset({_E.INITIALIZING, _E.RUNNING, _E.FINISHED, _E.CANCELING, _E.CANCELED, _E.FAILED}),
     _E.SCHEDULED: frozenset({_E.DEPLOYING, _E.CANCELED, _E.FAILED}),
-    _E.DEPLOYING: frozenset({_E.INITIALIZING, _E.RUNNING, _E.FINISHED, _E.CANCELING, _E.FAILED}),
+    # FINISHED from DEPLOYING or INITIALIZING: Flink's Execution.markFinished takes a task that
+    # ended before its earlier updates came (a quick task's FINISHED may be the first one seen)
+    _E.DEPLOYING: frozenset({_E.INITIALIZING, _E.FINISHED, _E.CANCELING, _E.FAILED}),
     _E.INITIALIZING: frozenset({_E.RUNNING, _E.FINISHED, _E.CANCELING, _E.FAILED}),
     _E.RUNNING: frozenset({_E.FINISHED, _E.CANCELING, _E.FAILED}),
-    _E.CANCELING: frozenset({_E.CANCELED, _E.FAILED, _E.FINISHED}),
+    # a task that finishes while it is being cancelled ends CANCELED (Flink's markFinished)
+    _E.CANCELING: frozenset({_E.CANCELED, _E.FAILED}),
     _E.FINISHED: frozenset(),
     _E.CANCELED: frozenset(),
     _E.FAILED: frozenset(),

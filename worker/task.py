@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from yarnflow.common import logs
 from yarnflow.common.config import Options
-from yarnflow.common.config_types import parse_duration_ms, parse_size_bytes
+from yarnflow.common.config_types import parse_buffer_timeout_ms, parse_duration_ms, parse_size_bytes
 from yarnflow.common.messages import (ErrorInfo, SplitResponse, TakenSplit, TaskDeploymentDescriptor,
                                       TaskExecutionStateUpdate)
 from yarnflow.common.lifecycle import Lifecycle
@@ -224,7 +224,7 @@ class Task:
         conf = tdd.config
         batch_size = int(conf.get(Options.BATCH_SIZE.key, "65536"))
         capacity = int(conf.get(Options.BUFFERS_PER_CHANNEL.key, "8"))
-        buffer_timeout = parse_duration_ms(conf.get(Options.BUFFER_TIMEOUT.key, "100 ms"))
+        buffer_timeout = parse_buffer_timeout_ms(conf.get(Options.BUFFER_TIMEOUT.key, "100 ms"))
         chain = self._artifacts.load_chain(tdd.artifact_uri, tdd.artifact_sha256, tdd.vertex_id)
         cancelled = self._cancelled.is_set
         writers = []

@@ -436,8 +436,7 @@ class CheckpointCoordinator:
         self.num_failed += 1
         stats.acknowledged = {}
         stats.failure, stats.failure_detail = reason, detail
-        stats.end_time_ms = self._clock.now_ms()
-        self._last_end_ms = stats.end_time_ms
+        stats.end_time_ms = self._clock.now_ms()  # (min-pause counts from the last *completed* one, as Flink's)
         tasks = self._tasks.pop(checkpoint_id, ())
         self._awaiting.pop(checkpoint_id, None)
         self._triggered.pop(checkpoint_id, None)

@@ -381,7 +381,8 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
             return True
         if ex.state == ExecutionState.CANCELING:
             if target in (ExecutionState.CANCELED, ExecutionState.FINISHED):
-                ex.transition(target)
+                # finished while it was being cancelled: CANCELED (Flink's Execution.markFinished)
+                ex.transition(ExecutionState.CANCELED)
                 self._on_terminal_execution()
                 return True
             log.debug("%s: %s while CANCELING ignored", ex.vertex.name, target.name)
@@ -391,6 +392,9 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
                                                                  "without the JobMaster asking",
                                             location=str(ex.slot.resource_id) if ex.slot else None))
             return True
+        if ex.state == ExecutionState.DEPLOYING and target == ExecutionState.RUNNING:
+            # its INITIALIZING update was not seen (a heartbeat carries a task's latest state): it passed it
+            ex.transition(ExecutionState.INITIALIZING)
         if not ex.state.can_move_to(target):
             log.debug("%s: ignoring %s -> %s", ex.vertex.name, ex.state.name, target.name)
             return False

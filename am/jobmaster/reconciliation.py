@@ -53,6 +53,12 @@ log = logging.getLogger(__name__)
 _RUNNING = (ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING)
 
 
+def _adopted_state(reported: ExecutionState) -> ExecutionState:
+    """The state an adopted attempt takes: the one its TaskExecutor reported, but a task still
+    deploying there is INITIALIZING (Flink's RECONCILING never goes back to DEPLOYING)."""
+    return ExecutionState.INITIALIZING if reported == ExecutionState.DEPLOYING else reported
+
+
 class _Where:
     """A reported attempt and where it runs."""
 
@@ -209,7 +215,7 @@ class Reconciliation:
                     ex = self.graph.adopt(ev, where.task.execution_attempt_id, where.task.attempt_number)
                     ex.slot = where.slot if (where.slot.resource_id, where.slot.allocation_id) in held else None
                     self.task_executors.used(where.slot.resource_id, where.slot.rpc_address)
-                    ex.transition(ExecutionState.FINISHED if where.finished else where.task.state)
+                    ex.transition(ExecutionState.FINISHED if where.finished else _adopted_state(where.task.state))
                     if self.on_attempt_adopted is not None:
                         self.on_attempt_adopted(ex, where.task)
                     if why:

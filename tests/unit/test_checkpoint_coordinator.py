@@ -165,6 +165,20 @@ def test_min_pause_counts_from_the_end_of_the_last_checkpoint() -> None:
     assert d.coordinator.trigger() == 2
 
 
+def test_min_pause_counts_from_the_last_completed_checkpoint_not_a_failed_one() -> None:
+    """Flink's CheckpointRequestDecider (issue 51): a declined or expired checkpoint does not
+    delay the next one; the pause follows the last checkpoint that completed."""
+    d = Driver(min_pause_ms=500, max_concurrent=2)
+    d.coordinator.trigger()
+    d.complete(1)
+    d.clock.advance(500)
+    assert d.coordinator.trigger() == 2
+    d.clock.advance(100)
+    d.coordinator.decline(2, MAP, "state too large")  # failed 600 ms after checkpoint 1 completed
+    d.drain()
+    assert d.coordinator.trigger() == 3  # not 500 ms after the failure
+
+
 def test_a_completed_checkpoint_subsumes_older_pending_ones() -> None:
     d = Driver(max_concurrent=3)
     d.coordinator.trigger()

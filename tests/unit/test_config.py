@@ -365,3 +365,11 @@ def test_to_strings_round_trips_through_load() -> None:
         assert again[option] == conf[option], option.key
     assert again.spark_conf() == conf.spark_conf()
     assert again.to_strings() == strings
+
+
+def test_a_buffer_timeout_of_minus_one_is_accepted_as_in_flink() -> None:
+    """``execution.buffer-timeout: -1``: flush only when full (issue 51); other negatives are errors."""
+    assert Configuration.load({"execution.buffer-timeout": "-1"})[Options.BUFFER_TIMEOUT] == -1
+    assert Configuration.load({"execution.buffer-timeout": "250 ms"})[Options.BUFFER_TIMEOUT] == 250
+    with pytest.raises(ConfigurationError, match="execution.buffer-timeout"):
+        Configuration.load({"execution.buffer-timeout": "-5"})

@@ -90,8 +90,13 @@ def test_execution_moves_through_its_lifecycle() -> None:
     (S.CREATED, [], S.RUNNING),
     (S.CREATED, [], S.DEPLOYING),
     (S.SCHEDULED, [S.SCHEDULED], S.RUNNING),
-    (S.RUNNING, [S.SCHEDULED, S.DEPLOYING, S.RUNNING], S.CANCELED),
-    (S.RUNNING, [S.SCHEDULED, S.DEPLOYING, S.RUNNING], S.CREATED),
+    (S.RUNNING, [S.SCHEDULED, S.DEPLOYING, S.INITIALIZING, S.RUNNING], S.CANCELED),
+    (S.RUNNING, [S.SCHEDULED, S.DEPLOYING, S.INITIALIZING, S.RUNNING], S.CREATED),
+    # Flink's rules (issue 51): a deployed task initializes before it runs; a task finishing while
+    # it is being cancelled ends CANCELED; a reconciled task never goes back to DEPLOYING
+    (S.DEPLOYING, [S.SCHEDULED, S.DEPLOYING], S.RUNNING),
+    (S.CANCELING, [S.SCHEDULED, S.DEPLOYING, S.CANCELING], S.FINISHED),
+    (S.RECONCILING, [S.RECONCILING], S.DEPLOYING),
     (S.FINISHED, [S.SCHEDULED, S.DEPLOYING, S.FINISHED], S.RUNNING),
     (S.FAILED, [S.FAILED], S.CANCELED),
     (S.CANCELED, [S.CANCELED], S.FAILED),
@@ -107,10 +112,10 @@ def test_illegal_transitions_raise_and_change_nothing(start: S, path: list[S], t
     assert ex.state == start
 
 
-def test_canceling_may_still_end_finished_or_failed() -> None:
-    for end in (S.CANCELED, S.FINISHED, S.FAILED):
+def test_canceling_ends_canceled_or_failed() -> None:
+    for end in (S.CANCELED, S.FAILED):
         ex = ExecutionGraph(hash_graph()).vertices[SRC].subtasks[0].current
-        for step in (S.SCHEDULED, S.DEPLOYING, S.RUNNING, S.CANCELING, end):
+        for step in (S.SCHEDULED, S.DEPLOYING, S.INITIALIZING, S.RUNNING, S.CANCELING, end):
             ex.transition(step)
         assert ex.state == end and ex.state.is_terminal
 
@@ -147,6 +152,7 @@ def test_vertex_statuses_count_current_states() -> None:
     for ex in agg:
         ex.transition(S.SCHEDULED)
         ex.transition(S.DEPLOYING)
+    agg[0].transition(S.INITIALIZING)
     agg[0].transition(S.RUNNING)
     statuses = {s.vertex_id: s for s in g.vertex_statuses()}
     assert statuses[SRC].name == "src" and statuses[SRC].parallelism == 2

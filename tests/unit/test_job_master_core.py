@@ -381,6 +381,29 @@ def test_an_illegal_transition_raises_instead_of_being_applied() -> None:
     assert ex.state == S.RUNNING
 
 
+def test_a_task_that_finishes_while_it_is_cancelled_ends_canceled() -> None:
+    """Flink's Execution.markFinished (issue 51): FINISHED after the cancel was sent is CANCELED."""
+    d, deploys = started(pipeline(1))
+    d.core.cancel()
+    d.drain()
+    assert {d.execution(dep).state for dep in deploys} == {S.CANCELING}
+    assert d.report(deploys[0], S.FINISHED) is True
+    assert d.execution(deploys[0]).state == S.CANCELED
+    d.report(deploys[1], S.CANCELED)
+    assert d.core.status == JobStatus.CANCELED
+
+
+def test_a_running_update_while_deploying_passes_through_initializing() -> None:
+    """A heartbeat carries a task's latest state: RUNNING may come without the INITIALIZING before
+    it, which the attempt passes through (no DEPLOYING -> RUNNING, issue 51)."""
+    d = Driver(pipeline(1))
+    d.start()
+    deploys = d.of(DeployTask, d.offer_all())
+    assert d.report(deploys[0], S.RUNNING) is True
+    ex = d.execution(deploys[0])
+    assert ex.state == S.RUNNING and S.INITIALIZING in ex.timestamps
+
+
 def test_a_task_canceled_on_its_own_is_a_failure_not_a_silent_state_change() -> None:
     d, deploys = started(pipeline(1))
     d.report(deploys[0], S.CANCELED)

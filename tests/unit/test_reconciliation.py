@@ -238,3 +238,16 @@ def test_a_job_suspended_while_reconciling_takes_nothing_over() -> None:
         reconnect(d, tes)
     d.core.reconciliation_timed_out()
     assert d.drain() == [] and d.core.status == JobStatus.SUSPENDED
+
+
+def test_a_task_still_deploying_on_its_taskexecutor_is_adopted_initializing_not_deploying() -> None:
+    """Flink's RECONCILING goes on to INITIALIZING, RUNNING or an end, never back to DEPLOYING
+    (issue 51); the task's own RUNNING update then moves it on."""
+    deploys = first_leader()
+    d = new_leader(deploys)
+    for tes in by_te(deploys).values():
+        reconnect(d, tes, state=S.DEPLOYING)
+    assert not d.core.reconciling and d.core.reconciled == (len(deploys), 0)
+    assert {ex.state for ex in d.core.graph.current_executions()} == {S.INITIALIZING}
+    d.core.task_state_changed(TaskExecutionStateUpdate(JOB, deploys[0].attempt_id, S.RUNNING))
+    assert d.core.graph.execution(deploys[0].attempt_id).state == S.RUNNING

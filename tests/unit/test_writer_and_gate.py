@@ -219,6 +219,22 @@ def test_flush_if_due_flushes_a_partial_batch_after_the_buffer_timeout(monkeypat
     assert partition.subpartitions[0].backlog() == 0
 
 
+def test_a_buffer_timeout_of_minus_one_flushes_only_full_batches_and_events(monkeypatch):
+    """``execution.buffer-timeout: -1`` (Flink's, issue 51): no flush on time, only a full
+    batch or an event (a barrier, the end) sends the rows."""
+    clock = FakeTime()
+    monkeypatch.setattr(writer_module, "time", clock)
+    w, partition = make_writer(1, Partitioner.FORWARD, batch_size=10, timeout_ms=-1)
+    w.emit(batch_of(0, 3))
+    clock.now += 3600
+    assert w.flush_if_due() is None
+    assert partition.subpartitions[0].backlog() == 0  # an hour later: still waiting to fill
+    w.emit(batch_of(3, 9))
+    assert [b.num_rows for b in drain(partition.subpartitions[0])] == [10]  # full: sent
+    w.broadcast_event(Watermark(5))
+    assert ints(batches(drain(partition.subpartitions[0]))) == [10, 11]  # the rest goes before the event
+
+
 def test_events_flush_pending_data_first_and_stay_in_order():
     w, partition = make_writer(3, Partitioner.HASH, batch_size=1000, keys=("i",))
     w.emit(batch_of(0, 30))

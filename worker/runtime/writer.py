@@ -32,7 +32,8 @@ class RecordWriter:
         self._keys = list(key_columns)
         self._maxp = consumer_max_parallelism
         self._batch_size = batch_size
-        self._timeout_s = buffer_timeout_ms / 1000.0
+        #: flush a channel's partly filled batch once its oldest row is this old (None: only when full)
+        self._timeout_s = buffer_timeout_ms / 1000.0 if buffer_timeout_ms >= 0 else None
         self._cancelled = cancelled
         self._pending: list[list[pa.RecordBatch]] = [[] for _ in range(self._n)]
         self._pending_rows = [0] * self._n
@@ -162,6 +163,8 @@ class RecordWriter:
     def flush_if_due(self) -> float | None:
         """Flush channels whose oldest buffered batch is older than the buffer timeout; returns
         seconds until the next flush is due (None when nothing is buffered)."""
+        if self._timeout_s is None:  # execution.buffer-timeout: -1
+            return None
         now = time.monotonic()
         next_due: float | None = None
         for i in range(self._n):
