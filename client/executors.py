@@ -296,7 +296,7 @@ def restore_from_checkpoint(config: dict[str, str]) -> None:
     folder for its latest) starts from a savepoint written from it here, beside it: the same
     mapping by uid and rescaling as a savepoint's, and the checkpoint stays as it was (the new job
     never deletes what another job's checkpoint holds). Raises JobDefinitionError when that
-    checkpoint cannot become a savepoint."""
+    checkpoint cannot become a savepoint (``savepoint_of_checkpoint`` says when)."""
     from yarnflow.am.checkpoint.savepoints import SavepointError, savepoint_of_checkpoint
 
     path = config.get(Options.SAVEPOINT_PATH.key, "")

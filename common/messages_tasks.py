@@ -84,6 +84,9 @@ class InputGateDescriptor(Message):
     #: > 0: the consumer reads subpartitions ``[subpartition_index, subpartition_end)`` of each
     #: channel, one after another (a consumer whose parallelism was decided at run time)
     subpartition_end: int = 0
+    #: a keyed (hash-partitioned) input's key columns: in-flight rows of a rescaled unaligned
+    #: checkpoint go to the subtask owning their key group
+    key_columns: list[str] = field(default_factory=list)
 
     @property
     def subpartitions(self) -> range:

@@ -458,6 +458,7 @@ struct InputGateDescriptor {
   3: i32 subpartition_index,
   4: ExchangeMode exchange_mode,   // BLOCKING_PERSISTENT: read from the job storage dir, not from the producer
   5: i32 subpartition_end,         // > 0: read subpartitions [subpartition_index, subpartition_end) of each channel
+  6: list<string> key_columns,     // a keyed (hash) input: its key columns (a restore redistributes in-flight rows by them)
 }
 
 struct ResultPartitionDescriptor {

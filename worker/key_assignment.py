@@ -147,6 +147,17 @@ def operator_index_for_key_groups(kg: np.ndarray, max_parallelism: int, parallel
     return (kg * parallelism) // max_parallelism
 
 
+def own_key_groups(batch: pa.RecordBatch, key_columns: Sequence[str], max_parallelism: int, parallelism: int,
+                   subtask_index: int) -> pa.RecordBatch:
+    """The rows of ``batch`` whose key groups subtask ``subtask_index`` of ``parallelism`` owns."""
+    owner = operator_index_for_key_groups(key_groups(batch, key_columns, max_parallelism), max_parallelism,
+                                          parallelism)
+    mine = owner == subtask_index
+    if mine.all():
+        return batch
+    return batch.filter(pa.array(mine))
+
+
 class _StringHashCache(threading.local):
     """The hashes of the strings a thread has hashed before, so that a batch of keys from a
     known vocabulary (most keyed streams: words, the ids of active users, ...) costs an Arrow

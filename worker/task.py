@@ -40,9 +40,12 @@ from yarnflow.worker.runtime.checkpoints import (
     NotifyCheckpoint,
     SnapshotWriter,
     TriggerCheckpoint,
+    ChannelState,
+    StateRestoreError,
     read_channel_state,
     read_task_state,
 )
+from yarnflow.worker.key_assignment import own_key_groups
 from yarnflow.worker.network.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel, SequenceChannel
 from yarnflow.common.states import ExchangeMode
 from yarnflow.worker.network.partition import ResultPartitionManager, read_stored, stored_partition_url
@@ -262,12 +265,22 @@ class Task:
         if self._responder is not None:
             self._snapshot_writer = SnapshotWriter(tdd.checkpoint_dir, str(tdd.vertex_id), tdd.subtask_index,
                                                    tdd.attempt_number, self._responder, tdd.display_name)
-        restored_inputs, restored_outputs = (read_channel_state(restore) if restore is not None and not restore.finished
-                                             else ({}, {}))
-        if restored_inputs or restored_outputs:
-            log.info("%s replays the in-flight data of unaligned checkpoint %d (%d input channels, %d outputs)",
-                     tdd.display_name, restore.checkpoint_id if restore else 0, len(restored_inputs),
-                     len(restored_outputs))
+        inflight = read_channel_state(restore) if restore is not None and not restore.finished else ChannelState()
+        restored_inputs = dict(inflight.inputs)
+        for vertex_input, batches in sorted(inflight.rescaled_inputs.items()):
+            first = channel_inputs.index(vertex_input) if vertex_input in channel_inputs else None
+            if first is None:
+                raise StateRestoreError(f"{tdd.display_name}: the checkpoint holds in-flight input of input "
+                                        f"{vertex_input}, which this task does not have")
+            keys = next(g.key_columns for g in tdd.input_gates if g.input_index == vertex_input)
+            kept = [b for b in (own_key_groups(b, keys, tdd.max_parallelism, tdd.parallelism, tdd.subtask_index)
+                                if keys else b for b in batches) if b.num_rows]
+            restored_inputs.setdefault(first, []).extend(kept)
+        if inflight:
+            log.info("%s replays the in-flight data of unaligned checkpoint %d (%d input channels, %d outputs; "
+                     "rescaled: %d inputs, %d outputs)", tdd.display_name, restore.checkpoint_id if restore else 0,
+                     len(inflight.inputs), len(inflight.outputs), len(inflight.rescaled_inputs),
+                     len(inflight.rescaled_outputs))
         unaligned = Options.CHECKPOINT_UNALIGNED.convert(conf.get(Options.CHECKPOINT_UNALIGNED.key, "false"))
         debloater = None
         if self._gate is not None:
@@ -284,7 +297,8 @@ class Task:
                         mailbox=self.mailbox, snapshots=self._snapshot_writer,
                         restored_finished=restore is not None and restore.finished, io_metrics=self._io_metrics,
                         slicing=unaligned and tdd.checkpoint_dir != "", restored_inputs=restored_inputs,
-                        restored_outputs=restored_outputs, debloater=debloater,
+                        restored_outputs=inflight.outputs, rescaled_outputs=inflight.rescaled_outputs,
+                        debloater=debloater,
                         debloat_period_s=parse_duration_ms(conf.get(Options.DEBLOAT_PERIOD.key, "200 ms")) / 1000.0)
         self.metrics.operator_names = [op.name for op in chain]
         self.metrics.attach(st)

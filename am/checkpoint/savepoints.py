@@ -18,7 +18,9 @@ file's ``redistribute`` says how (read from its schema when the savepoint is wri
 old subtask's, which keeps the rows of its own key groups; ``list`` (operator state: a file
 source's held splits and offsets, a sink's pending files) goes whole from old subtask ``i`` to
 new subtask ``i % parallelism``; ``none`` (a per-subtask position in a collection or generator)
-cannot be redistributed, and such a restore is refused. User operator state
+cannot be redistributed, and such a restore is refused. An unaligned checkpoint's in-flight
+data (``inflight-input`` / ``inflight-output``, see ``_copy_inflight`` and ``_goes_to``) is dealt
+as Flink's rescaling deals it. User operator state
 (``common/keygroups.py``): ``split`` and ``union`` files go to every new subtask (which keeps its
 share of a split list), ``broadcast`` ones from old subtask ``j % old parallelism`` to new ``j``. The split enumerator's unassigned
 splits do not depend on the parallelism.
@@ -46,9 +48,12 @@ from yarnflow.am.checkpoint.storage import METADATA
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.keygroups import BROADCAST, REDISTRIBUTE_KEY, SPLIT, UNION, key_group_range
 from yarnflow.common.messages import SHARED_STATE_FILE, JobGraph, JobVertex
+from yarnflow.common.states import Partitioner
 from yarnflow.common.rocksdb_snapshot import NATIVE_TABLE, CorruptStateFileError, native_to_canonical
 
 VERSION = 1
+#: ``redistribute`` of an unaligned checkpoint's in-flight data (``_copy_inflight``)
+INFLIGHT_INPUT, INFLIGHT_OUTPUT = "inflight-input", "inflight-output"
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +80,9 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
                 op["subtasks"][index] = {"finished": bool(entry["finished"]), "files": []}
             for f in entry["files"]:
                 if str(f["name"]).startswith(("@in-", "@out-")):
-                    raise SavepointError(
-                        f"checkpoint {metadata['checkpoint_id']} was taken unaligned: it holds the in-flight data of "
-                        "its channels, which belongs to the parallelism it ran at, so it cannot become a savepoint "
-                        "(savepoints are taken aligned)")
+                    operators[v["operator_uids"][0]]["subtasks"][index]["files"].append(
+                        _copy_inflight(fs, folder, f"{v['operator_uids'][0]}/{index}", f, metadata["checkpoint_id"]))
+                    continue
                 uid = v["operator_uids"][int(f["operator_index"])]
                 if f["name"] == SHARED_STATE_FILE:
                     continue  # an SST file the RocksDB manifest references: converted below
@@ -107,6 +111,31 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
     except (OSError, KeyError, IndexError, ValueError, pa.ArrowException) as exc:
         raise SavepointError(f"writing the savepoint to {target_dir} failed: {type(exc).__name__}: {exc}") from exc
     return str(fs.unstrip_protocol(folder))
+
+
+def _copy_inflight(fs: Any, folder: str, rel_dir: str, f: dict[str, Any], checkpoint_id: Any) -> dict[str, Any]:
+    """An unaligned checkpoint's in-flight data file, copied, with how it is dealt when the job
+    starts at another parallelism: ``inflight-input`` (what the subtask had taken from a channel
+    of vertex input ``input`` and not processed) or ``inflight-output`` (what writer ``writer``
+    had not sent yet). Raises SavepointError for a file that does not name its input (written
+    before in-flight data could be rescaled)."""
+    name = str(f["name"])
+    parts = name[1:].split("-")
+    if parts[0] == "in" and len(parts) == 3:
+        entry: dict[str, Any] = {"redistribute": INFLIGHT_INPUT, "input": int(parts[1])}
+    elif parts[0] == "out" and len(parts) == 3:
+        entry = {"redistribute": INFLIGHT_OUTPUT, "writer": int(parts[1])}
+    else:
+        raise SavepointError(f"checkpoint {checkpoint_id} was taken unaligned by an earlier version, whose in-flight "
+                             f"data ({name}) does not say which input it belongs to: it can only be restored at the "
+                             "parallelism it ran at")
+    rel = f"{rel_dir}/{name}.arrow"
+    dest = posixpath.join(folder, rel)
+    fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+    with fsspec.open(f["path"], "rb") as src, fs.open(dest, "wb") as dst:
+        while chunk := src.read(1 << 22):
+            dst.write(chunk)
+    return {"name": name, "path": rel, "size_bytes": int(f["size_bytes"]), **entry}
 
 
 def _write_canonical(fs: Any, folder: str, rel_dir: str, manifest_url: str) -> list[dict[str, Any]]:
@@ -159,7 +188,8 @@ def savepoint_of_checkpoint(path: str) -> str | None:
     how it is dealt to another parallelism) and return the savepoint's URL, so a job starts
     from it as from any savepoint (mapped by uid, rescaled) while the checkpoint stays as it was.
     None when ``path`` holds no checkpoint (a savepoint, or nothing: ``read_savepoint`` says
-    which). Raises SavepointError when the checkpoint cannot become a savepoint (unaligned)."""
+    which). Raises SavepointError when the checkpoint cannot become a savepoint (in-flight data
+    of an earlier version, which does not name its input)."""
     fs, root = _folder(path)
     if not fs.exists(posixpath.join(root, METADATA)):  # a job's checkpoint folder: its latest chk-<n>
         try:
@@ -239,8 +269,8 @@ def restore_metadata(savepoint: dict[str, Any], job_graph: JobGraph, allow_non_r
             target = subtasks.setdefault(key, {"finished": False, "files": []})
             finished.setdefault(key, {}).setdefault(uid, []).append(bool(entry["finished"]))
             for f in entry["files"]:
-                if _goes_to(f, int(op["parallelism"]), v, old, new):
-                    target["files"].append({"operator_index": index, "name": f["name"],
+                if _goes_to(f, int(op["parallelism"]), v, old, new, job_graph):
+                    target["files"].append({"operator_index": index, "name": _restored_name(f, old),
                                             "path": f"{folder}/{f['path']}", "size_bytes": int(f["size_bytes"])})
     for v in job_graph.vertices:  # a subtask is restored as finished when every operator of it had finished
         for sub in range(v.parallelism):
@@ -281,16 +311,42 @@ def _dealt(uid: str, op: dict[str, Any], v: JobVertex) -> list[tuple[int, int, d
                              f"parallelism at {old_p}")
     return [(new, old, entry) for old, entry in sorted(entries.items()) for new in range(new_p)
             if every or new == old % new_p or _overlap(v.max_parallelism, old_p, old, new_p, new)
-            or (BROADCAST in modes and old == new % old_p)]
+            or ((BROADCAST in modes or INFLIGHT_INPUT in modes) and old == new % old_p)]
 
 
-def _goes_to(f: dict[str, Any], old_p: int, v: JobVertex, old: int, new: int) -> bool:
+def _restored_name(f: dict[str, Any], old: int) -> str:
+    """A file's name in the restored subtask: in-flight data becomes ``@rin-<input>-<old>-<channel>``
+    / ``@rout-<writer>-<old>-<i>`` (``worker/runtime/checkpoints.ChannelState``: rows to replay on
+    the input, or to send again through the writer, whatever the channels are now)."""
+    name = str(f["name"])
+    if f.get("redistribute") in (INFLIGHT_INPUT, INFLIGHT_OUTPUT):
+        kind, _, rest = name[1:].partition("-")
+        first, _, last = rest.partition("-")
+        return f"@r{kind}-{first}-{old}-{last}"
+    return name
+
+
+def _input_partitioner(job_graph: JobGraph, v: JobVertex, input_index: int) -> Partitioner | None:
+    return next((e.partitioner for e in job_graph.edges
+                 if e.target_vertex_id == v.vertex_id and e.input_index == input_index), None)
+
+
+def _goes_to(f: dict[str, Any], old_p: int, v: JobVertex, old: int, new: int, job_graph: JobGraph) -> bool:
     """Whether the state file ``f`` of old subtask ``old`` is restored by new subtask ``new``."""
     mode = f.get("redistribute")
     if mode == UNION:
         return True
     if old_p == v.parallelism:
         return old == new
+    if mode == INFLIGHT_INPUT:
+        # a keyed input's rows go to the subtasks of their key groups (each keeps its own), a
+        # broadcast input's to those that take the old subtask's broadcast state, others' i % p
+        partitioner = _input_partitioner(job_graph, v, int(f["input"]))
+        if partitioner == Partitioner.HASH:
+            return _overlap(v.max_parallelism, old_p, old, v.parallelism, new)
+        if partitioner == Partitioner.BROADCAST:
+            return old == new % old_p
+        return new == old % v.parallelism
     if mode == SPLIT:
         return True
     if mode == BROADCAST:

@@ -270,14 +270,15 @@ class ExecutionGraph:
             if cached is None or cached[0] != stamp:
                 cached = (stamp, self._channels(ex, idx, producers))
                 self._channel_cache[idx] = cached
+            keys = list(edge.key_columns) if edge.partitioner == Partitioner.HASH else []
             if not jv.dynamic_parallelism:
-                gates.append(InputGateDescriptor(edge.input_index, cached[1], i, edge.exchange_mode))
+                gates.append(InputGateDescriptor(edge.input_index, cached[1], i, edge.exchange_mode, key_columns=keys))
             elif edge.partitioner == Partitioner.BROADCAST:  # one subpartition, read by every subtask
                 gates.append(InputGateDescriptor(edge.input_index, cached[1], 0, edge.exchange_mode))
             else:
                 owned = key_group_range(jv.parallelism, parallelism, i)
                 gates.append(InputGateDescriptor(edge.input_index, cached[1], owned.start, edge.exchange_mode,
-                                                 owned.stop))
+                                                 owned.stop, key_columns=keys))
         partitions = []
         for idx, edge in self._out_edges[jv.vertex_id]:
             target = jg.vertex(edge.target_vertex_id)

@@ -208,18 +208,66 @@ def test_what_is_not_a_savepoint(tmp_path: Path) -> None:
         read_savepoint(str(tmp_path / "chk"))
 
 
-def test_an_unaligned_checkpoint_with_in_flight_data_does_not_become_a_savepoint(tmp_path: Path) -> None:
-    """In-flight data belongs to the channels of the parallelism it ran at: it cannot be
-    redistributed, so a restore at another parallelism is refused with the reason (savepoints
-    are always taken aligned, so this is what guards a checkpoint copied by hand)."""
+def _with_inflight(tmp_path: Path, graph: JobGraph, names: dict[int, list[str]]) -> dict:
+    """The checkpoint of ``_checkpoint`` taken unaligned: the sum's subtasks (old index ->
+    file names) hold in-flight data too."""
+    metadata = _checkpoint(tmp_path, graph)
+    total = graph.vertices[1]
+    for sub, files in names.items():
+        for name in files:
+            path = tmp_path / "chk-7" / f"sum-{sub}" / f"{name}.arrow"
+            _state_file(path, 1)
+            metadata["subtasks"][f"{total.vertex_id}#{sub}"]["files"].append(
+                {"operator_index": 0, "name": name, "size_bytes": 5, "path": f"file://{path}"})
+    return metadata
+
+
+def test_an_unaligned_checkpoints_in_flight_data_is_dealt_to_another_parallelism(tmp_path: Path) -> None:
+    """Issue 51: in-flight input of a keyed input goes to the new subtasks whose key groups
+    overlap the old subtask's (each keeps the rows of its own), in-flight output from old
+    subtask i to new i % p; both renamed so the task replays them whatever its channels are now."""
     old = _graph(chained=False)
-    metadata = _checkpoint(tmp_path, old)
-    sum_key = next(k for k in metadata["subtasks"] if k.startswith(str(old.vertices[1].vertex_id)))
-    metadata["subtasks"][sum_key]["files"].append(
-        {"operator_index": 0, "name": "@in-1", "size_bytes": 5,
-         "path": _state_file(tmp_path / "chk-7" / "sum-0" / "@in-1.arrow", 1)})
-    with pytest.raises(SavepointError, match="checkpoint 7 was taken unaligned: it holds the in-flight data"):
-        write_savepoint(str(tmp_path / "sps"), str(old.job_id), metadata)
+    metadata = _with_inflight(tmp_path, old, {0: ["@in-0-0", "@in-0-1", "@out-0-1"], 1: ["@in-0-1"]})
+    doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id), metadata))
+    modes = {(f["name"], f["redistribute"], f.get("input", f.get("writer")))
+             for s in doc["operators"]["sum"]["subtasks"].values() for f in s["files"] if f["name"].startswith("@")}
+    assert modes == {("@in-0-0", "inflight-input", 0), ("@in-0-1", "inflight-input", 0),
+                     ("@out-0-1", "inflight-output", 0)}
+    src, total = old.vertices
+    for parallelism, expected in (
+            (3, {0: ["@rin-0-0-0", "@rin-0-0-1", "@rout-0-0-1"],  # old 0 owned key groups 0-63: new 0 and 1
+                 1: ["@rin-0-0-0", "@rin-0-0-1", "@rin-0-1-1"], 2: ["@rin-0-1-1"]}),
+            (1, {0: ["@rin-0-0-0", "@rin-0-0-1", "@rin-0-1-1", "@rout-0-0-1"]})):
+        a = JobVertex(src.vertex_id, "src", parallelism, 128, ["src"], operator_uids=["src"], is_source=True)
+        b = JobVertex(total.vertex_id, "sum", parallelism, 128, ["sum"], operator_uids=["sum"])
+        graph = JobGraph(JobID.generate(), "j", [a, b], [JobEdge(a.vertex_id, b.vertex_id, Partitioner.HASH)])
+        meta = restore_metadata(doc, graph, allow_non_restored=False)
+        got = {sub: sorted(f["name"] for f in meta["subtasks"].get(f"{b.vertex_id}#{sub}", {"files": []})["files"]
+                           if f["name"].startswith("@"))
+               for sub in range(parallelism)}
+        assert got == expected, parallelism
+
+
+def test_in_flight_input_of_a_forward_input_goes_round_robin(tmp_path: Path) -> None:
+    old = _graph(chained=False)
+    old = JobGraph(old.job_id, "j", old.vertices, [JobEdge(old.vertices[0].vertex_id, old.vertices[1].vertex_id,
+                                                           Partitioner.REBALANCE)])
+    doc = read_savepoint(write_savepoint(str(tmp_path / "sps"), str(old.job_id),
+                                         _with_inflight(tmp_path, old, {0: ["@in-0-0"], 1: ["@in-0-1"]})))
+    a, b = (JobVertex(v.vertex_id, v.name, 3, 128, list(v.operator_names), operator_uids=list(v.operator_uids),
+                      is_source=v.is_source) for v in old.vertices)
+    meta = restore_metadata(doc, JobGraph(JobID.generate(), "j", [a, b], old.edges), allow_non_restored=False)
+    got = {sub: [f["name"] for f in meta["subtasks"].get(f"{b.vertex_id}#{sub}", {"files": []})["files"]
+                 if f["name"].startswith("@")] for sub in range(3)}
+    assert got == {0: ["@rin-0-0-0"], 1: ["@rin-0-1-1"], 2: []}
+
+
+def test_in_flight_data_of_an_earlier_version_does_not_become_a_savepoint(tmp_path: Path) -> None:
+    """In-flight data written before it named its input (``@in-<channel>``) cannot be dealt:
+    refused, saying why (it still restores at the parallelism it was taken at)."""
+    old = _graph(chained=False)
+    with pytest.raises(SavepointError, match="checkpoint 7 was taken unaligned by an earlier version"):
+        write_savepoint(str(tmp_path / "sps"), str(old.job_id), _with_inflight(tmp_path, old, {0: ["@in-1"]}))
 
 
 def test_a_retained_checkpoint_becomes_a_savepoint_beside_it_and_the_latest_is_found(tmp_path: Path) -> None:
@@ -227,7 +275,8 @@ def test_a_retained_checkpoint_becomes_a_savepoint_beside_it_and_the_latest_is_f
     its ``_metadata``, or the job's checkpoint folder (its latest complete checkpoint: a folder
     without ``_metadata`` is one that did not complete), a savepoint is written beside it and
     the job's config points at it; the checkpoint is left as it was. A savepoint, or a path
-    with no checkpoint, is left to ``read_savepoint``; an unaligned checkpoint is refused."""
+    with no checkpoint, is left to ``read_savepoint``; in-flight data of an earlier version is
+    refused."""
     from yarnflow.executors import restore_from_checkpoint
     from yarnflow.common.errors import JobDefinitionError
 

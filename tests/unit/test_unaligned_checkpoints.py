@@ -293,8 +293,8 @@ def test_a_task_records_what_its_channels_deliver_ahead_of_their_barriers():
     run(task)
     seen_at_snapshot, inflight = sink.taken[1]
     assert sorted(seen_at_snapshot) == [0, 9]
-    assert values(inflight["@in-0"]) == [1, 2]
-    assert values(inflight["@in-1"]) == [10, Watermark(5), 11]
+    assert values(inflight["@in-0-0"]) == [1, 2]
+    assert values(inflight["@in-0-1"]) == [10, Watermark(5), 11]
     assert sorted(keep.seen) == [0, 1, 2, 9, 10, 11]
     # the output: the barrier overtook what the task had sent and its consumer had not taken
     assert values(inflight["@out-0-0"]) == [0, 9]
@@ -317,7 +317,7 @@ def test_a_slow_batch_is_processed_in_slices_so_a_barrier_does_not_wait_for_all_
     run(task)
     seen_at_snapshot, inflight = sink.taken[1]
     assert 20 < len(seen_at_snapshot) < 320, "the barrier waited for the whole batch"
-    rest = values(inflight["@in-0"])
+    rest = values(inflight["@in-0-0"])
     assert seen_at_snapshot + rest == list(range(20)) + list(range(100, 400))  # nothing lost, nothing twice
     assert slow.seen == list(range(20)) + list(range(100, 400))
 
@@ -377,8 +377,8 @@ def test_a_task_switches_an_aligned_checkpoint_to_unaligned_after_the_timeout():
     run(task)
     seen_at_snapshot, inflight = sink.taken[1]
     assert sorted(seen_at_snapshot) == [1, 2]  # taken at the switch, before 10, 11 came
-    assert values(inflight.get("@in-1", [])) == [10, 11]
-    assert "@in-0" not in inflight  # channel 0 was aligned: nothing of it is in flight
+    assert values(inflight.get("@in-0-1", [])) == [10, 11]
+    assert "@in-0-0" not in inflight  # channel 0 was aligned: nothing of it is in flight
     assert sorted(keep.seen) == [1, 2, 10, 11, 20, 21]
     assert _time.monotonic() - started >= 0.5
 
@@ -415,7 +415,7 @@ def test_a_directly_triggered_unaligned_checkpoint_takes_the_rest_of_the_input_a
     assert sink.done.is_set()
     seen_at_snapshot, inflight = sink.taken[3]
     assert 0 < len(seen_at_snapshot) < 25
-    rest0, rest1 = values(inflight.get("@in-0", [])), values(inflight.get("@in-1", []))
+    rest0, rest1 = values(inflight.get("@in-0-0", [])), values(inflight.get("@in-0-1", []))
     assert rest0 and rest1 and rest0[-1] == Watermark(4)
     # nothing lost, nothing twice: the snapshot plus the in-flight data is the whole input
     everything = sorted(seen_at_snapshot + [v for v in rest0 + rest1 if isinstance(v, int)])
@@ -470,8 +470,8 @@ def test_a_channel_whose_producer_finished_is_taken_ahead_when_a_checkpoint_reco
     threading.Timer(0.05, barrier).start()
     run(task)
     seen_at_snapshot, inflight = sink.taken[1]
-    rest = values(inflight["@in-0"])
-    other = values(inflight.get("@in-1", []))  # 100, if the barrier overtook it
+    rest = values(inflight["@in-0-0"])
+    other = values(inflight.get("@in-0-1", []))  # 100, if the barrier overtook it
     assert sorted(seen_at_snapshot + rest + other) == sorted([*range(20), 100])
     assert rest == sorted(rest) and rest[-1] == 19  # in order, to the end of the partition
     assert sorted(slow.seen) == sorted([*range(20), 100])
@@ -538,7 +538,46 @@ def test_a_later_checkpoint_finds_the_rest_a_former_one_took_and_completes_at_on
     run(task)
     for n in (3, 4):
         seen, inflight = sink.taken[n]
-        rest = values(inflight.get("@in-0", []))
+        rest = values(inflight.get("@in-0-0", []))
         assert seen + rest == list(range(80)) and rest, n  # nothing lost, nothing twice, in order
         assert sink.at[n] - triggered[n] < DIRECT_GRACE_MS / 1000 + 0.05, n
     assert len(sink.taken[4][0]) > len(sink.taken[3][0])
+
+
+def test_rescaled_in_flight_data_is_read_per_input_and_writer_without_its_watermarks(tmp_path) -> None:
+    """A checkpoint dealt to another parallelism (issue 51): ``@rin-`` files are rows to replay
+    on a vertex input, ``@rout-`` ones rows to send again through a writer, from every old
+    subtask that held them; their watermarks are left out. The task's own (``@in-<input>-<ch>``,
+    legacy ``@in-<ch>``, ``@out-<w>-<i>``) stay per channel."""
+    import pyarrow.ipc as ipc
+
+    from yarnflow.common.messages import OperatorStateFile, TaskRestore
+    from yarnflow.worker.runtime.checkpoints import read_channel_state
+
+    def written(name: str, elements: list) -> OperatorStateFile:
+        table, _ = encode_channel_state(elements)
+        path = tmp_path / f"{name}.arrow"
+        with ipc.new_file(str(path), table.schema) as w:
+            w.write_table(table)
+        return OperatorStateFile(0, name, str(path), path.stat().st_size)
+
+    files = [written("@rin-1-0-3", [b(1, 2), Watermark(5)]), written("@rin-1-2-0", [b(3)]),
+             written("@rout-0-1-2", [Watermark(7), b(4)]), written("@in-0-2", [b(9), Watermark(1)]),
+             written("@in-4", [b(8)]), written("@out-1-3", [b(6)])]
+    state = read_channel_state(TaskRestore(5, files))
+    rows = {k: [r for batch in v for r in batch.column(0).to_pylist()] for k, v in state.rescaled_inputs.items()}
+    assert rows == {1: [1, 2, 3]}
+    assert [r for batch in state.rescaled_outputs[0] for r in batch.column(0).to_pylist()] == [4]
+    assert sorted(state.inputs) == [2, 4] and state.inputs[2][1] == Watermark(1)  # its own: kept as it was
+    assert list(state.outputs) == [(1, 3)]
+
+
+def test_a_keyed_inputs_rescaled_rows_are_kept_by_the_owner_of_their_key_group() -> None:
+    from yarnflow.worker.key_assignment import key_groups, operator_index_for_key_groups, own_key_groups
+
+    batch = pa.record_batch({"k": [f"k{i}" for i in range(200)], "v": list(range(200))})
+    owners = operator_index_for_key_groups(key_groups(batch, ["k"], 128), 128, 3)
+    kept = [own_key_groups(batch, ["k"], 128, 3, i) for i in range(3)]
+    assert sorted(v for part in kept for v in part.column("v").to_pylist()) == list(range(200))  # each row once
+    for i, part in enumerate(kept):
+        assert part.column("v").to_pylist() == [v for v in range(200) if owners[v] == i]

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Union
 
 import fsspec
@@ -246,7 +246,27 @@ CHANNEL_STATE_SCHEMA = pa.schema([("kind", pa.string()), ("payload", pa.binary()
 
 
 def is_channel_state(name: str) -> bool:
-    return name.startswith("@in-") or name.startswith("@out-")
+    return name.startswith(("@in-", "@out-", "@rin-", "@rout-"))
+
+
+@dataclass
+class ChannelState:
+    """The in-flight data a task restores. ``inputs`` / ``outputs``: its own, per input channel
+    and per ``(writer, subpartition)`` (a restore at the parallelism it was taken at). From a
+    checkpoint rescaled through a savepoint (``@rin-<input>-<old subtask>-<channel>``,
+    ``@rout-<writer>-<old subtask>-<i>``, dealt by ``am/checkpoint/savepoints.py``): the rows
+    other subtasks had in flight, per vertex input (``rescaled_inputs``: this task keeps those
+    of its key groups when the input is keyed) and per writer (``rescaled_outputs``: sent again
+    through the writer's partitioner); their watermarks are left out (each channel's event time
+    starts again from what its producer sends next)."""
+
+    inputs: dict[int, list[Any]] = field(default_factory=dict)
+    outputs: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
+    rescaled_inputs: dict[int, list[pa.RecordBatch]] = field(default_factory=dict)
+    rescaled_outputs: dict[int, list[pa.RecordBatch]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.inputs or self.outputs or self.rescaled_inputs or self.rescaled_outputs)
 
 
 def encode_channel_state(elements: list[Any]) -> tuple[pa.Table, int]:
@@ -279,26 +299,29 @@ def decode_channel_state(table: pa.Table) -> list[Any]:
     return out
 
 
-def read_channel_state(restore: TaskRestore) -> tuple[dict[int, list[Any]], dict[tuple[int, int], list[Any]]]:
-    """The in-flight data a restored unaligned checkpoint holds: per input channel, and per
-    ``(writer, subpartition)``."""
-    inputs: dict[int, list[Any]] = {}
-    outputs: dict[tuple[int, int], list[Any]] = {}
-    for f in restore.files:
+def read_channel_state(restore: TaskRestore) -> ChannelState:
+    """The in-flight data a restored unaligned checkpoint holds (see ``ChannelState``)."""
+    state = ChannelState()
+    for f in sorted(restore.files, key=lambda f: f.name):
         if not is_channel_state(f.name):
             continue
         try:
             with fsspec.open(f.path, "rb") as fh:
                 elements = decode_channel_state(ipc.open_file(pa.PythonFile(fh, mode="r")).read_all())
-            if f.name.startswith("@in-"):
-                inputs[int(f.name[4:])] = elements
+            kind, _, rest = f.name[1:].partition("-")
+            parts = [int(p) for p in rest.split("-")]
+            if kind == "in":  # @in-<input>-<channel> (or, written before, @in-<channel>)
+                state.inputs[parts[-1]] = elements
+            elif kind == "out":
+                state.outputs[(parts[0], parts[1])] = elements
             else:
-                w, i = f.name[5:].split("-")
-                outputs[(int(w), int(i))] = elements
+                batches = [e for e in elements if isinstance(e, pa.RecordBatch)]
+                target = state.rescaled_inputs if kind == "rin" else state.rescaled_outputs
+                target.setdefault(parts[0], []).extend(batches)
         except Exception as exc:  # noqa: BLE001 - any failure names the file
             raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: cannot read in-flight data {f.path}: "
                                     f"{type(exc).__name__}: {exc}") from exc
-    return inputs, outputs
+    return state
 
 
 def release_all(snapshots: list[Snapshot]) -> None:

@@ -78,6 +78,7 @@ class StreamTask(TaskCheckpoints):
                  restored_finished: bool = False, io_metrics: bool = True, slicing: bool = False,
                  restored_inputs: dict[int, list[Any]] | None = None,
                  restored_outputs: dict[tuple[int, int], list[Any]] | None = None,
+                 rescaled_outputs: dict[int, list[pa.RecordBatch]] | None = None,
                  debloater: BufferDebloater | None = None, debloat_period_s: float = 0.2) -> None:
         self.chain = list(chain)
         #: buffer debloating: each ``debloat_period_s`` the gate's buffer size follows the
@@ -101,6 +102,9 @@ class StreamTask(TaskCheckpoints):
         #: in-flight data of the unaligned checkpoint restored: replayed, in order, first
         self._restored_inputs = restored_inputs or {}
         self._restored_outputs = restored_outputs or {}
+        #: other subtasks' in-flight output of a checkpoint taken at another parallelism: sent
+        #: again through each writer's partitioner, before anything new
+        self._rescaled_outputs = rescaled_outputs or {}
         self._io_metrics = io_metrics
         self._count_bytes = io_metrics or self._debloater is not None
         self.bytes_in = 0
@@ -173,6 +177,9 @@ class StreamTask(TaskCheckpoints):
                 # the in-flight output of the restored unaligned checkpoint goes out first
                 for element in elements:
                     self.writers[writer].send_restored(index, element)
+            for writer, batches in sorted(self._rescaled_outputs.items()):
+                for batch in batches:
+                    self.writers[writer].emit(batch)
             head = self.chain[0]
             if self._side_routes:
                 self._read_side_inputs()

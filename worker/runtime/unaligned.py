@@ -56,8 +56,10 @@ class Inflight:
         self.outputs = outputs
         self.inputs: dict[int, list[Any]] = {}
 
-    def channel_state(self) -> dict[str, list[Any]]:
-        state = {f"@in-{ch}": elements for ch, elements in sorted(self.inputs.items()) if elements}
+    def channel_state(self, channel_inputs: list[int]) -> dict[str, list[Any]]:
+        """The in-flight data by file name: ``@in-<input>-<channel>`` (the vertex input the
+        channel belongs to, for a restore at another parallelism) and ``@out-<writer>-<i>``."""
+        state = {f"@in-{channel_inputs[ch]}-{ch}": elements for ch, elements in sorted(self.inputs.items()) if elements}
         state.update({f"@out-{w}-{i}": elements for (w, i), elements in sorted(self.outputs.items()) if elements})
         return state
 
@@ -168,4 +170,4 @@ class UnalignedCheckpoints:
             return
         self._snapshots.submit(inflight.barrier.checkpoint_id, inflight.snapshots,
                                inflight.alignment_ms + action.alignment_ms, inflight.sync_ms,
-                               channel_state=inflight.channel_state())
+                               channel_state=inflight.channel_state(self.channel_inputs))

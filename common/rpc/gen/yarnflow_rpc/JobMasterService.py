@@ -569,11 +569,11 @@ class offerSlots_args(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype302, _size299) = iprot.readListBegin()
-                    for _i303 in range(_size299):
-                        _elem304 = SlotOffer()
-                        _elem304.read(iprot)
-                        self.offers.append(_elem304)
+                    (_etype309, _size306) = iprot.readListBegin()
+                    for _i310 in range(_size306):
+                        _elem311 = SlotOffer()
+                        _elem311.read(iprot)
+                        self.offers.append(_elem311)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -602,8 +602,8 @@ class offerSlots_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter305 in self.offers:
-                iter305.write(oprot)
+            for iter312 in self.offers:
+                iter312.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -657,11 +657,11 @@ class offerSlots_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype309, _size306) = iprot.readListBegin()
-                    for _i310 in range(_size306):
-                        _elem311 = SlotOffer()
-                        _elem311.read(iprot)
-                        self.success.append(_elem311)
+                    (_etype316, _size313) = iprot.readListBegin()
+                    for _i317 in range(_size313):
+                        _elem318 = SlotOffer()
+                        _elem318.read(iprot)
+                        self.success.append(_elem318)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -683,8 +683,8 @@ class offerSlots_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter312 in self.success:
-                iter312.write(oprot)
+            for iter319 in self.success:
+                iter319.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

@@ -809,11 +809,11 @@ class requestSparkMaster_args(object):
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.settings = {}
-                    (_ktype291, _vtype292, _size290) = iprot.readMapBegin()
-                    for _i294 in range(_size290):
-                        _key295 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val296 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.settings[_key295] = _val296
+                    (_ktype298, _vtype299, _size297) = iprot.readMapBegin()
+                    for _i301 in range(_size297):
+                        _key302 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val303 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.settings[_key302] = _val303
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -834,9 +834,9 @@ class requestSparkMaster_args(object):
         if self.settings is not None:
             oprot.writeFieldBegin('settings', TType.MAP, 2)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.settings))
-            for kiter297, viter298 in self.settings.items():
-                oprot.writeString(kiter297.encode('utf-8') if sys.version_info[0] == 2 else kiter297)
-                oprot.writeString(viter298.encode('utf-8') if sys.version_info[0] == 2 else viter298)
+            for kiter304, viter305 in self.settings.items():
+                oprot.writeString(kiter304.encode('utf-8') if sys.version_info[0] == 2 else kiter304)
+                oprot.writeString(viter305.encode('utf-8') if sys.version_info[0] == 2 else viter305)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

@@ -1794,10 +1794,10 @@ class releasePartitions_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype316, _size313) = iprot.readListBegin()
-                    for _i317 in range(_size313):
-                        _elem318 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem318)
+                    (_etype323, _size320) = iprot.readListBegin()
+                    for _i324 in range(_size320):
+                        _elem325 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem325)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1822,8 +1822,8 @@ class releasePartitions_args(object):
         if self.partition_ids is not None:
             oprot.writeFieldBegin('partition_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter319 in self.partition_ids:
-                oprot.writeString(iter319.encode('utf-8') if sys.version_info[0] == 2 else iter319)
+            for iter326 in self.partition_ids:
+                oprot.writeString(iter326.encode('utf-8') if sys.version_info[0] == 2 else iter326)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2645,11 +2645,11 @@ class requestThreadDump_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype323, _size320) = iprot.readListBegin()
-                    for _i324 in range(_size320):
-                        _elem325 = ThreadInfo()
-                        _elem325.read(iprot)
-                        self.success.append(_elem325)
+                    (_etype330, _size327) = iprot.readListBegin()
+                    for _i331 in range(_size327):
+                        _elem332 = ThreadInfo()
+                        _elem332.read(iprot)
+                        self.success.append(_elem332)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2671,8 +2671,8 @@ class requestThreadDump_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter326 in self.success:
-                iter326.write(oprot)
+            for iter333 in self.success:
+                iter333.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:
@@ -2745,10 +2745,10 @@ class requestThreadInfoSamples_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.subtasks = []
-                    (_etype330, _size327) = iprot.readListBegin()
-                    for _i331 in range(_size327):
-                        _elem332 = iprot.readI32()
-                        self.subtasks.append(_elem332)
+                    (_etype337, _size334) = iprot.readListBegin()
+                    for _i338 in range(_size334):
+                        _elem339 = iprot.readI32()
+                        self.subtasks.append(_elem339)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2788,8 +2788,8 @@ class requestThreadInfoSamples_args(object):
         if self.subtasks is not None:
             oprot.writeFieldBegin('subtasks', TType.LIST, 3)
             oprot.writeListBegin(TType.I32, len(self.subtasks))
-            for iter333 in self.subtasks:
-                oprot.writeI32(iter333)
+            for iter340 in self.subtasks:
+                oprot.writeI32(iter340)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.num_samples is not None:
@@ -2857,11 +2857,11 @@ class requestThreadInfoSamples_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype337, _size334) = iprot.readListBegin()
-                    for _i338 in range(_size334):
-                        _elem339 = ThreadInfoSample()
-                        _elem339.read(iprot)
-                        self.success.append(_elem339)
+                    (_etype344, _size341) = iprot.readListBegin()
+                    for _i345 in range(_size341):
+                        _elem346 = ThreadInfoSample()
+                        _elem346.read(iprot)
+                        self.success.append(_elem346)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2883,8 +2883,8 @@ class requestThreadInfoSamples_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter340 in self.success:
-                iter340.write(oprot)
+            for iter347 in self.success:
+                iter347.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

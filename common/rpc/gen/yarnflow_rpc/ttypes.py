@@ -4383,16 +4383,18 @@ class InputGateDescriptor(object):
      - subpartition_index
      - exchange_mode
      - subpartition_end
+     - key_columns
 
     """
 
 
-    def __init__(self, input_index=None, channels=None, subpartition_index=None, exchange_mode=None, subpartition_end=None,):
+    def __init__(self, input_index=None, channels=None, subpartition_index=None, exchange_mode=None, subpartition_end=None, key_columns=None,):
         self.input_index = input_index
         self.channels = channels
         self.subpartition_index = subpartition_index
         self.exchange_mode = exchange_mode
         self.subpartition_end = subpartition_end
+        self.key_columns = key_columns
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -4434,6 +4436,16 @@ class InputGateDescriptor(object):
                     self.subpartition_end = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.LIST:
+                    self.key_columns = []
+                    (_etype255, _size252) = iprot.readListBegin()
+                    for _i256 in range(_size252):
+                        _elem257 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem257)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -4451,8 +4463,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter252 in self.channels:
-                iter252.write(oprot)
+            for iter258 in self.channels:
+                iter258.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -4466,6 +4478,13 @@ class InputGateDescriptor(object):
         if self.subpartition_end is not None:
             oprot.writeFieldBegin('subpartition_end', TType.I32, 5)
             oprot.writeI32(self.subpartition_end)
+            oprot.writeFieldEnd()
+        if self.key_columns is not None:
+            oprot.writeFieldBegin('key_columns', TType.LIST, 6)
+            oprot.writeListBegin(TType.STRING, len(self.key_columns))
+            for iter259 in self.key_columns:
+                oprot.writeString(iter259.encode('utf-8') if sys.version_info[0] == 2 else iter259)
+            oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4535,10 +4554,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype256, _size253) = iprot.readListBegin()
-                    for _i257 in range(_size253):
-                        _elem258 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem258)
+                    (_etype263, _size260) = iprot.readListBegin()
+                    for _i264 in range(_size260):
+                        _elem265 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem265)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4582,8 +4601,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter259 in self.key_columns:
-                oprot.writeString(iter259.encode('utf-8') if sys.version_info[0] == 2 else iter259)
+            for iter266 in self.key_columns:
+                oprot.writeString(iter266.encode('utf-8') if sys.version_info[0] == 2 else iter266)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -4732,22 +4751,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype263, _size260) = iprot.readListBegin()
-                    for _i264 in range(_size260):
-                        _elem265 = InputGateDescriptor()
-                        _elem265.read(iprot)
-                        self.input_gates.append(_elem265)
+                    (_etype270, _size267) = iprot.readListBegin()
+                    for _i271 in range(_size267):
+                        _elem272 = InputGateDescriptor()
+                        _elem272.read(iprot)
+                        self.input_gates.append(_elem272)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype269, _size266) = iprot.readListBegin()
-                    for _i270 in range(_size266):
-                        _elem271 = ResultPartitionDescriptor()
-                        _elem271.read(iprot)
-                        self.result_partitions.append(_elem271)
+                    (_etype276, _size273) = iprot.readListBegin()
+                    for _i277 in range(_size273):
+                        _elem278 = ResultPartitionDescriptor()
+                        _elem278.read(iprot)
+                        self.result_partitions.append(_elem278)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4759,11 +4778,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype273, _vtype274, _size272) = iprot.readMapBegin()
-                    for _i276 in range(_size272):
-                        _key277 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val278 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key277] = _val278
+                    (_ktype280, _vtype281, _size279) = iprot.readMapBegin()
+                    for _i283 in range(_size279):
+                        _key284 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val285 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key284] = _val285
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -4850,15 +4869,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter279 in self.input_gates:
-                iter279.write(oprot)
+            for iter286 in self.input_gates:
+                iter286.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter280 in self.result_partitions:
-                iter280.write(oprot)
+            for iter287 in self.result_partitions:
+                iter287.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -4868,9 +4887,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter281, viter282 in self.config.items():
-                oprot.writeString(kiter281.encode('utf-8') if sys.version_info[0] == 2 else kiter281)
-                oprot.writeString(viter282.encode('utf-8') if sys.version_info[0] == 2 else viter282)
+            for kiter288, viter289 in self.config.items():
+                oprot.writeString(kiter288.encode('utf-8') if sys.version_info[0] == 2 else kiter288)
+                oprot.writeString(viter289.encode('utf-8') if sys.version_info[0] == 2 else viter289)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -5265,6 +5284,7 @@ InputGateDescriptor.thrift_spec = (
     (3, TType.I32, 'subpartition_index', None, None, ),  # 3
     (4, TType.I32, 'exchange_mode', None, None, ),  # 4
     (5, TType.I32, 'subpartition_end', None, None, ),  # 5
+    (6, TType.LIST, 'key_columns', (TType.STRING, 'UTF8', False), None, ),  # 6
 )
 all_structs.append(ResultPartitionDescriptor)
 ResultPartitionDescriptor.thrift_spec = (
