@@ -17,6 +17,8 @@ test can check what one input caused. Events are tuples: ``("data", batch)``,
 
 from __future__ import annotations
 
+import collections
+
 import contextlib
 import signal
 import time
@@ -42,6 +44,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def write_keyed_lines(folder: Any, files: int, rows: int, keys: int) -> collections.Counter[str]:
+    """Text files ``part-<f>.txt`` in ``folder`` (made) of ``rows`` lines "k<n> <file> <row>" in
+    all; returns each key's count (what a keyed count over them ends at)."""
+    import pathlib
+
+    src = pathlib.Path(folder)
+    src.mkdir()
+    expected: collections.Counter[str] = collections.Counter()
+    per_file = rows // files
+    for f in range(files):
+        names = [f"k{(f * per_file + r) % keys}" for r in range(per_file)]
+        expected.update(names)
+        (src / f"part-{f}.txt").write_text("".join(f"{k} {f} {r}\n" for r, k in enumerate(names)))
+    return expected
 
 
 def wait_until(predicate: Callable[[], T], timeout_s: float, message: str | Callable[[], str],

@@ -91,11 +91,7 @@ def write_savepoint(target_dir: str, job_id: str, metadata: dict[str, Any]) -> s
                                                                                    f["path"])
                     continue
                 rel = f"{uid}/{index}/{f['name']}.arrow"
-                dest = posixpath.join(folder, rel)
-                fs.makedirs(posixpath.dirname(dest), exist_ok=True)
-                with fsspec.open(f["path"], "rb") as src, fs.open(dest, "wb") as dst:
-                    while chunk := src.read(1 << 22):
-                        dst.write(chunk)
+                dest = _copy_into(fs, folder, rel, f["path"])
                 with fs.open(dest, "rb") as fh:
                     mode = _redistribution(ipc.open_file(pa.PythonFile(fh, mode="r")).schema)
                 operators[uid]["subtasks"][index]["files"].append(
@@ -130,12 +126,18 @@ def _copy_inflight(fs: Any, folder: str, rel_dir: str, f: dict[str, Any], checkp
                              f"data ({name}) does not say which input it belongs to: it can only be restored at the "
                              "parallelism it ran at")
     rel = f"{rel_dir}/{name}.arrow"
+    _copy_into(fs, folder, rel, f["path"])
+    return {"name": name, "path": rel, "size_bytes": int(f["size_bytes"]), **entry}
+
+
+def _copy_into(fs: Any, folder: str, rel: str, source_url: str) -> str:
+    """Copy the file at ``source_url`` to ``folder/rel`` on ``fs``; returns the copy's path."""
     dest = posixpath.join(folder, rel)
     fs.makedirs(posixpath.dirname(dest), exist_ok=True)
-    with fsspec.open(f["path"], "rb") as src, fs.open(dest, "wb") as dst:
+    with fsspec.open(source_url, "rb") as src, fs.open(dest, "wb") as dst:
         while chunk := src.read(1 << 22):
             dst.write(chunk)
-    return {"name": name, "path": rel, "size_bytes": int(f["size_bytes"]), **entry}
+    return dest
 
 
 def _write_canonical(fs: Any, folder: str, rel_dir: str, manifest_url: str) -> list[dict[str, Any]]:

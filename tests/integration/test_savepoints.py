@@ -18,7 +18,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.conftest import Cli
-from tests.harness import assert_upsert_counts, wait_until
+from tests.harness import write_keyed_lines, assert_upsert_counts, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -54,14 +54,7 @@ def setup(cli: Cli, local_cluster: Any, tmp_path: Path) -> tuple[Cli, str, Path,
 
 def write_job(tmp_path: Path) -> collections.Counter:
     """The input files in ``tmp_path/in`` and ``job.py``; returns each key's count."""
-    src = tmp_path / "in"
-    src.mkdir()
-    expected: collections.Counter = collections.Counter()
-    per_file = ROWS // FILES
-    for f in range(FILES):
-        keys = [f"k{(f * per_file + r) % KEYS}" for r in range(per_file)]
-        expected.update(keys)
-        (src / f"part-{f}.txt").write_text("".join(f"{k} {f} {r}\n" for r, k in enumerate(keys)))
+    expected = write_keyed_lines(tmp_path / "in", FILES, ROWS, KEYS)
     (tmp_path / "job.py").write_text(JOB)
     return expected
 

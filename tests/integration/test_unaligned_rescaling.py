@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Cli
-from tests.harness import assert_upsert_counts, wait_until
+from tests.harness import write_keyed_lines, assert_upsert_counts, wait_until
 from yarnflow.common.states import JobStatus
 from tests.integration.test_adaptive_scheduler import extra_taskexecutors  # noqa: F401 - the fixture
 
@@ -56,14 +56,8 @@ JOB = textwrap.dedent("""\
 
 
 def _write(tmp_path: Path) -> collections.Counter:
-    src = tmp_path / "in"
-    src.mkdir()
-    expected: collections.Counter = collections.Counter()
-    per_file = ROWS // FILES
-    for f in range(FILES):
-        keys = [f"k{(f * per_file + r) % KEYS}" for r in range(per_file)]
-        expected.update(keys)
-        (src / f"part-{f}.txt").write_text("".join(f"{k} {f} {r}\n" for r, k in enumerate(keys)))
+    """The input files in ``tmp_path/in`` and ``job.py``; returns each key's count."""
+    expected = write_keyed_lines(tmp_path / "in", FILES, ROWS, KEYS)
     (tmp_path / "job.py").write_text(JOB)
     return expected
 
