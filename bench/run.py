@@ -154,6 +154,12 @@ def _state(args: argparse.Namespace) -> dict[str, Any]:
     return run_state(args.backend, args.keys, args.work_dir, args.vectorised, args.rocksdb_memory_mb)
 
 
+def _local_recovery(args: argparse.Namespace) -> dict[str, Any]:
+    from local_recovery import run_local_recovery
+
+    return run_local_recovery(args.state_mb, args.value_bytes, args.work_dir)
+
+
 def _rescale(args: argparse.Namespace) -> dict[str, Any]:
     from rescale import run_rescale
 
@@ -230,6 +236,14 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                          p.add_argument("--rocksdb-memory-mb", type=int, default=256, help="the shared RocksDB "
                                         "memory of the slot (as a 1 GB TaskExecutor with one slot has; 0: RocksDB's "
                                         "own caches, as before the memory model)")), _state),
+    "local-recovery": ("a job with N MB of RocksDB keyed state: a task fails -> every task RUNNING again, with "
+                       "task-local recovery off and on in the same run (restore time, state read locally / from "
+                       "the checkpoint storage)",
+                       lambda p: (p.add_argument("--state-mb", type=int, default=1024),
+                                  p.add_argument("--value-bytes", type=int, default=1000,
+                                                 help="bytes of each key's value (keys: state / value bytes)"),
+                                  p.add_argument("--work-dir", default=None, help="where the cluster, checkpoints "
+                                                 "and RocksDB files go (default: the temp dir)")), _local_recovery),
     "rocksdb-keys": ("a STREAMING keyed sum over N distinct keys on rocksdb through `yarnflow run` (2 TaskExecutors "
                      "of 1 slot): wall time, each TaskExecutor's peak RSS, every key once",
                      lambda p: (p.add_argument("--keys", type=int, default=20_000_000),

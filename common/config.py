@@ -129,6 +129,10 @@ class Options(WebOptions):
                                   "the unchanged ones in <checkpoint dir>/shared")
     STATE_BACKEND = _opt("state.backend.type", _parse_str, "where keyed state lives: hashmap (in memory) or "
                          "rocksdb (on local disk)", choices=("hashmap", "rocksdb"))
+    LOCAL_RECOVERY = _opt("state.backend.local-recovery", _parse_bool,
+                          "task-local recovery: each TaskExecutor keeps a copy of its tasks' latest snapshots, and a "
+                          "task restored on it reads its state there (the checkpoint storage's for a missing or "
+                          "corrupt copy)")
     ROCKSDB_LOCALDIR = _opt("state.backend.rocksdb.localdir", _parse_str,
                             "working folder of the rocksdb state backend (empty: the TaskExecutor's work dir); "
                             "a task's files are removed when it ends")

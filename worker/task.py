@@ -52,7 +52,8 @@ from yarnflow.worker.network.partition import ResultPartitionManager, read_store
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
 from yarnflow.worker.metrics import TaskMetricGroup
-from yarnflow.worker.state.localdir import release_attempt
+from yarnflow.worker.state.local_recovery import ReadStats, TaskLocalState, reading_from
+from yarnflow.worker.state.localdir import default_base, release_attempt
 
 log = logging.getLogger(__name__)
 
@@ -262,10 +263,16 @@ class Task:
                                                                                 exclusive_buffers=exclusive)))
             self._gate = gate
         restore = tdd.restore
+        local_state = None
+        if tdd.checkpoint_dir and Options.LOCAL_RECOVERY.convert(conf.get(Options.LOCAL_RECOVERY.key, "false")):
+            local_state = TaskLocalState.of(default_base(), str(tdd.job_id), str(tdd.vertex_id), tdd.subtask_index)
         if self._responder is not None:
             self._snapshot_writer = SnapshotWriter(tdd.checkpoint_dir, str(tdd.vertex_id), tdd.subtask_index,
-                                                   tdd.attempt_number, self._responder, tdd.display_name)
-        inflight = read_channel_state(restore) if restore is not None and not restore.finished else ChannelState()
+                                                   tdd.attempt_number, self._responder, tdd.display_name, local_state)
+        self._restore_reads = ReadStats()
+        with reading_from(local_state, restore.checkpoint_id if restore is not None else 0, self._restore_reads):
+            inflight = (read_channel_state(restore) if restore is not None and not restore.finished
+                        else ChannelState())
         restored_inputs = dict(inflight.inputs)
         for vertex_input, batches in sorted(inflight.rescaled_inputs.items()):
             first = channel_inputs.index(vertex_input) if vertex_input in channel_inputs else None
@@ -327,8 +334,11 @@ class Task:
         if restore is not None and not restore.finished:
             log.info("%s restores checkpoint %d (%d state files)", tdd.display_name, restore.checkpoint_id,
                      len(restore.files))
-            for op, tables in zip(chain, read_task_state(restore, len(chain))):
-                op.initialize_state(tables)
+            with reading_from(local_state, restore.checkpoint_id, self._restore_reads) as reads:
+                for op, tables in zip(chain, read_task_state(restore, len(chain))):
+                    op.initialize_state(tables)
+            log.info("%s restored checkpoint %d: %s%s", tdd.display_name, restore.checkpoint_id, reads.describe(),
+                     "" if local_state is not None else " (state.backend.local-recovery is off)")
         return st
 
     def _budget(self, op: Any) -> MemoryBudget:
@@ -353,6 +363,8 @@ class Task:
 
     def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         self.mailbox.put(NotifyCheckpoint(checkpoint_id, complete))
+        if self._snapshot_writer is not None:  # (task-local recovery keeps the copies of the latest only)
+            self._snapshot_writer.checkpoint_ended(checkpoint_id, complete)
 
     def _next_split(self) -> Any:
         """The payload of this source subtask's next split, or None when there are no more."""

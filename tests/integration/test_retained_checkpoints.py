@@ -15,10 +15,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, tagged_processes
 from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_savepoints import CHECKPOINTS, _running_with_checkpoints, write_job
 
@@ -31,6 +30,7 @@ RETENTION = "execution.checkpointing.externalized-checkpoint-retention"
 def setup(cli: Cli, local_cluster: Any, tmp_path: Path) -> tuple[Cli, str, Path, Any]:
     cluster = local_cluster(taskexecutors=2, slots=2)
     return cli, cluster.address, tmp_path, write_job(tmp_path)
+
 
 
 def _start(cli: Any, address: str, tmp_path: Path, retention: str | None, *extra: str) -> tuple[str, Path]:
@@ -71,11 +71,11 @@ def test_a_cancelled_job_is_started_again_from_its_retained_checkpoint(setup: An
     assert _checkpoints(folder)[-1] == kept[-1]  # the old job's checkpoint stays as it was
 
 
-def test_a_job_that_failed_for_good_starts_again_from_its_latest_checkpoint(setup: Any) -> None:
+def test_a_job_that_failed_for_good_starts_again_from_its_latest_checkpoint(setup: Any, process_tag: str) -> None:
     cli, address, tmp_path, expected = setup
     job, folder = _start(cli, address, tmp_path, "DELETE_ON_CANCELLATION", "-D", "restart-strategy.type=none")
-    # (the cluster's AppMaster is this test's child, its TaskExecutors the AppMaster's)
-    worker = next(c for c in psutil.Process().children(recursive=True) if "yarnflow.worker" in " ".join(c.cmdline()))
+    # (a TaskExecutor of this test's cluster: an earlier test's processes may still be exiting)
+    worker = next(c for c in tagged_processes(process_tag) if "yarnflow.worker" in " ".join(c.cmdline()))
     os.kill(worker.pid, signal.SIGKILL)
     wait_until(lambda: cli.job_status("-a", address, job) == "FAILED", 60, "the job did not fail")
     assert _checkpoints(folder), "the failed job's checkpoints were deleted"

@@ -22,7 +22,9 @@ of its state on restore.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +37,7 @@ import pyarrow.ipc as ipc
 
 from yarnflow.common.errors import YarnflowError
 from yarnflow.common.messages import OperatorStateFile, TaskRestore, TaskStateSnapshot
+from yarnflow.worker.state.local_recovery import TaskLocalState, local_copy, record_read
 from yarnflow.worker.state.rocksdb_files import SHARED_FILE, NativeSnapshot
 from yarnflow.worker.state.tables import AsyncSnapshot, Snapshot
 
@@ -115,8 +118,10 @@ class SnapshotWriter:
     into the task (a failed acknowledgement or decline is logged)."""
 
     def __init__(self, checkpoint_dir: str, vertex_id: str, subtask_index: int, attempt_number: int,
-                 responder: CheckpointResponder, name: str) -> None:
+                 responder: CheckpointResponder, name: str, local_state: TaskLocalState | None = None) -> None:
+        """``local_state``: task-local recovery keeps a copy of every file written there."""
         self._dir = checkpoint_dir
+        self._local = local_state
         self._vertex_id = vertex_id
         self._subtask_index = subtask_index
         self._attempt_number = attempt_number
@@ -152,6 +157,14 @@ class SnapshotWriter:
             self._responder.decline(checkpoint_id, reason)
         except Exception as exc:  # noqa: BLE001 - never fails the task
             log.warning("%s: declining checkpoint %d failed: %s", self._name, checkpoint_id, exc)
+
+    def checkpoint_ended(self, checkpoint_id: int, complete: bool) -> None:
+        """The JobMaster said the checkpoint completed or was aborted: the local copies of the
+        earlier ones (or of this one) go, after the writes before this (task-local recovery)."""
+        local = self._local
+        if local is None or self._closed:
+            return
+        self._background().submit(local.confirmed if complete else local.aborted, checkpoint_id)
 
     def close(self, wait: bool) -> None:
         """Stop taking snapshots; ``wait``: until the ones taken are written and answered."""
@@ -193,7 +206,8 @@ class SnapshotWriter:
                 if isinstance(s, NativeSnapshot):  # a RocksDB backend's files (see rocksdb_files.py)
                     if not self._dir:
                         raise YarnflowError("the task has state to write but no checkpoint dir")
-                    tables, shared = s.write_native(f"{self._dir.rstrip('/')}/shared", folder)
+                    keep = functools.partial(self._keep_sst, checkpoint_id) if self._local is not None else None
+                    tables, shared = s.write_native(f"{self._dir.rstrip('/')}/shared", folder, keep)
                     files += [OperatorStateFile(index, SHARED_FILE, url, size) for url, size in shared]
                     made.append(check_tables(s, tables))
                 else:
@@ -209,12 +223,30 @@ class SnapshotWriter:
         for index, tables in enumerate(made):
             for name, table in tables.items():
                 url = f"{folder}/op{index}-{name}.arrow"
-                with fs.open(f"{root}/op{index}-{name}.arrow", "wb") as fh:
-                    with ipc.new_file(fh, table.schema) as writer:
-                        writer.write_table(table)
-                    size = fh.tell()
+                size = self._write_table(checkpoint_id, fs, f"{root}/op{index}-{name}.arrow", url, table)
                 files.append(OperatorStateFile(index, name, url, size))
         return files
+
+    def _keep_sst(self, checkpoint_id: int, url: str, path: str, sha256: str) -> None:
+        """Task-local recovery: keep a hard link of a RocksDB snapshot's SST file (immutable)."""
+        assert self._local is not None
+        self._local.keep(checkpoint_id, url, path, link=True, sha256=sha256)
+
+    def _write_table(self, checkpoint_id: int, fs: Any, path: str, url: str, table: pa.Table) -> int:
+        """Write ``table`` as an Arrow IPC file at ``path`` on ``fs`` (``url``); with task-local
+        recovery it is written locally first, uploaded, and kept. Returns its size."""
+        if self._local is None:
+            with fs.open(path, "wb") as fh:
+                with ipc.new_file(fh, table.schema) as writer:
+                    writer.write_table(table)
+                return int(fh.tell())
+        local = self._local.temp_file()
+        with ipc.new_file(local, table.schema) as writer:
+            writer.write_table(table)
+        size = os.path.getsize(local)
+        fs.put_file(local, path)
+        self._local.keep_written(checkpoint_id, url, local)
+        return size
 
 
     def _write_channel_state(self, checkpoint_id: int, state: dict[str, list[Any]]
@@ -232,10 +264,7 @@ class SnapshotWriter:
         for name, elements in state.items():
             table, nbytes = encode_channel_state(elements)
             total += nbytes
-            with fs.open(f"{root}/{name}.arrow", "wb") as fh:
-                with ipc.new_file(fh, table.schema) as writer:
-                    writer.write_table(table)
-                size = fh.tell()
+            size = self._write_table(checkpoint_id, fs, f"{root}/{name}.arrow", f"{folder}/{name}.arrow", table)
             files.append(OperatorStateFile(0, name, f"{folder}/{name}.arrow", size))
         return files, total
 
@@ -306,8 +335,7 @@ def read_channel_state(restore: TaskRestore) -> ChannelState:
         if not is_channel_state(f.name):
             continue
         try:
-            with fsspec.open(f.path, "rb") as fh:
-                elements = decode_channel_state(ipc.open_file(pa.PythonFile(fh, mode="r")).read_all())
+            elements = decode_channel_state(_read_state_file(f.path, f.size_bytes))
             kind, _, rest = f.name[1:].partition("-")
             parts = [int(p) for p in rest.split("-")]
             if kind == "in":  # @in-<input>-<channel> (or, written before, @in-<channel>)
@@ -373,13 +401,29 @@ def read_task_state(restore: TaskRestore, num_operators: int) -> list[dict[str, 
             raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: state file {f.path} belongs to operator "
                                     f"{f.operator_index}, but the chain has {num_operators} operators")
         try:
-            with fsspec.open(f.path, "rb") as fh:
-                table = ipc.open_file(pa.PythonFile(fh, mode="r")).read_all()
+            table = _read_state_file(f.path, f.size_bytes)
         except Exception as exc:  # noqa: BLE001 - any failure names the file
             raise StateRestoreError(f"checkpoint {restore.checkpoint_id}: cannot read state file {f.path}: "
                                     f"{type(exc).__name__}: {exc}") from exc
         parts[f.operator_index].setdefault(f.name, []).append(table)
     return [{name: _concat(restore.checkpoint_id, name, tables) for name, tables in op.items()} for op in parts]
+
+
+def _read_state_file(url: str, size: int) -> pa.Table:
+    """A state file's table: from this TaskExecutor's verified copy when the restore has one
+    (task-local recovery), else from the checkpoint storage; counted either way."""
+    local = local_copy(url)
+    if local is not None:
+        try:
+            table = ipc.open_file(local).read_all()
+            record_read(size, local=True)
+            return table
+        except (OSError, pa.ArrowException) as exc:
+            log.warning("the local copy of %s cannot be read (%s): reading the checkpoint storage's", url, exc)
+    with fsspec.open(url, "rb") as fh:
+        table = ipc.open_file(pa.PythonFile(fh, mode="r")).read_all()
+    record_read(size, local=False)
+    return table
 
 
 def _concat(checkpoint_id: int, name: str, tables: list[pa.Table]) -> pa.Table:

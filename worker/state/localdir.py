@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["attempt_dir", "new_rocksdb_backend", "release_attempt", "remove_orphans", "set_default_base"]
+__all__ = ["attempt_dir", "default_base", "new_rocksdb_backend", "release_attempt", "remove_orphans",
+           "set_default_base"]
 
 LOCALDIR_KEY = "state.backend.rocksdb.localdir"
 _default_base: str | None = None
@@ -40,6 +41,11 @@ def set_default_base(path: str) -> None:
     """The TaskExecutor's work dir: where backends go when the config names no localdir."""
     global _default_base
     _default_base = path
+
+
+def default_base() -> str:
+    """The TaskExecutor's work dir (the system's temp dir outside a TaskExecutor)."""
+    return _default_base or tempfile.gettempdir()
 
 
 def attempt_dir(config: dict[str, Any], attempt_id: str) -> str:

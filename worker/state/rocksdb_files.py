@@ -29,7 +29,7 @@ import json
 import os
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import fsspec
 import pyarrow as pa
@@ -50,6 +50,7 @@ from yarnflow.common.rocksdb_snapshot import (
     snapshots,
 )
 from yarnflow.worker.state.errors import StateRestoreError
+from yarnflow.worker.state.local_recovery import local_copy, record_read
 from yarnflow.worker.state.tables import AsyncSnapshot
 
 if TYPE_CHECKING:
@@ -99,10 +100,13 @@ class NativeSnapshot(AsyncSnapshot):
     def _discard(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def write_native(self, shared_dir: str | None, private_dir: str) -> tuple[dict[str, pa.Table], list[tuple[str, int]]]:
+    def write_native(self, shared_dir: str | None, private_dir: str,
+                     keep: Callable[[str, str, str], None] | None = None
+                     ) -> tuple[dict[str, pa.Table], list[tuple[str, int]]]:
         """Upload the checkpoint's SST files (to ``shared_dir`` when incremental and given, once
         per file; else to ``private_dir``); returns the tables to write (the manifest, and those
-        of ``with_tables``) and the (URL, size) of each shared file the manifest references."""
+        of ``with_tables``) and the (URL, size) of each shared file the manifest references.
+        ``keep(url, local file, sha256)``: task-local recovery keeps each SST's copy."""
         rows: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
         shared: list[tuple[str, int]] = []
         snapshot_id = uuid.uuid4().hex
@@ -127,6 +131,8 @@ class NativeSnapshot(AsyncSnapshot):
                         uploaded[name] = (url, size, digest)
                 if use_shared:
                     shared.append((url, size))
+                if keep is not None:
+                    keep(url, local, digest)
             else:
                 with open(local, "rb") as fh:
                     data = fh.read()
@@ -157,7 +163,7 @@ def restore_native(backend: RocksDBKeyedStateBackend, manifest: pa.Table) -> Non
     for i, part in enumerate(parts):
         folder = os.path.join(backend.local_dir, f"restore-{i}")
         try:
-            download(part, folder)
+            download(part, folder, local_copy, record_read)
         except CorruptStateFileError as exc:
             raise StateRestoreError(str(exc)) from None
         start, stop = part.column("kg_start")[0].as_py(), part.column("kg_stop")[0].as_py()

@@ -79,6 +79,7 @@ from yarnflow.worker.metrics import start_task_executor_metrics
 from yarnflow.worker.network.client import DataClient
 from yarnflow.worker.network.flight import DataServer
 from yarnflow.worker.network.partition import ResultPartitionManager
+from yarnflow.worker.state.local_recovery import release_job as release_local_state
 from yarnflow.worker.state.localdir import set_default_base
 from yarnflow.worker.task import Task
 from yarnflow.worker.taskexecutor.core import (
@@ -168,6 +169,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
         self._data_client = DataClient(self._tls)
         self._artifacts = ArtifactCache.bounded(config, work_dir, lambda: {t.tdd.artifact_sha256 for t in self.tasks.values()})
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
+        self.work_dir = work_dir  # (and task-local recovery keeps its copies here)
         self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
         self.watchdog = MemoryWatchdog.from_config(
             f"TaskExecutor {resource_id}", config, fail_tasks=self._fail_tasks, on_stuck=self._memory_stuck,
@@ -440,6 +442,8 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
                         self._watch_cancellation(task)
             elif isinstance(action, ReleasePartitions):
                 self.partitions.release_all(action.covers, blocking=not action.pipelined_only)
+                if action.pipelined_only and not action.partition_ids:  # the job's last slot here went
+                    release_local_state(self.work_dir, str(action.job_id))
             elif isinstance(action, SendHeartbeat):
                 self._io.submit(self._send_jm_heartbeat, action)
             elif isinstance(action, CloseJobMasterConnection):

@@ -1,0 +1,181 @@
+"""local-recovery: recovery time of a job with N MB of RocksDB keyed state after a task of it
+fails, with task-local recovery (``state.backend.local-recovery``) off and on, in the same run.
+
+The job (STREAMING, parallelism 2, one TaskExecutor of 2 slots, checkpoints every few seconds,
+incremental RocksDB): an unbounded generator of rows ``(k, payload)`` cycling over the keys ->
+``key_by("k").process(...)``, which keeps each key's payload (``--value-bytes`` of random bytes)
+in a ValueState and emits the key -> ``rebalance()`` -> a map that fails once when the benchmark
+asks it to (and drops the rows). Once a checkpoint holding every key completed, the benchmark
+makes the map fail; the failure restarts the job's one pipelined region in the slots it had, and
+every task restores the latest checkpoint. Figures, per mode:
+
+- ``recovery_s``: from the request to fail to every task RUNNING again (restores done);
+- ``restore_s``: the longest restore of one task (from its TaskExecutor's log: "restores
+  checkpoint" to "restored checkpoint");
+- ``local_mb`` / ``remote_mb``: the state the restored tasks read from their TaskExecutor's
+  copies / from the checkpoint storage;
+- ``state_mb``: the restored checkpoint's size.
+
+``verified``: the restored checkpoint held the state asked for (at least ``--state-mb``), and
+with local recovery on nothing was read from the storage, with it off everything was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+_RESTORE = re.compile(r"^(\S+ \S+) INFO task (.+?) \[job \w+\] \S+: .+? (restores|restored) checkpoint (\d+)"
+                      r"(?:: (\d+) files \((\d+) bytes\) read locally, (\d+) files \((\d+) bytes\))?", re.M)
+
+
+class _Gen:
+    """Rows ``(k, payload)`` for sequence numbers ``[start, start + n)``: key ``i % keys``."""
+
+    def __init__(self, keys: int, value_bytes: int) -> None:
+        self.keys, self.value_bytes = keys, value_bytes
+
+    def __call__(self, start: int, n: int) -> Any:
+        import pyarrow as pa
+
+        blob = os.urandom(n * self.value_bytes)
+        size = self.value_bytes
+        return {"k": pa.array([i % self.keys for i in range(start, start + n)], pa.int64()),
+                "payload": pa.array([blob[j * size:(j + 1) * size] for j in range(n)], pa.binary())}
+
+
+def _keeper() -> Any:
+    from yarnflow import ValueStateDescriptor
+    from yarnflow.windows import KeyedProcessFunction
+
+    class KeepPayload(KeyedProcessFunction):  # type: ignore[misc]
+        def open(self, ctx: Any) -> None:
+            self.payload = self.get_state(ValueStateDescriptor("payload"))
+
+        def process_element(self, row: Any, ctx: Any, out: Any) -> None:
+            self.payload.update(row["payload"])
+            out.collect({"k": row["k"]})
+
+    return KeepPayload()
+
+
+class _FailOnce:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __call__(self, batch: Any) -> Any:
+        if os.path.exists(self.marker):
+            os.remove(self.marker)
+            raise RuntimeError("a failure on purpose (the local-recovery benchmark)")
+        return batch.slice(0, 0)  # (nothing to keep)
+
+
+def _restores(work_dir: str, since: float) -> list[dict[str, Any]]:
+    """Every restore the TaskExecutors logged after ``since`` (epoch seconds)."""
+    started: dict[str, float] = {}
+    done = []
+    for log_file in Path(work_dir).rglob("te-*.log"):
+        for m in _RESTORE.finditer(log_file.read_text(errors="replace")):
+            at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if at < since:
+                continue
+            if m.group(3) == "restores":
+                started[m.group(2)] = at
+            elif m.group(5) is not None:
+                done.append({"task": m.group(2), "seconds": at - started.get(m.group(2), at),
+                             "local_bytes": int(m.group(6)), "remote_bytes": int(m.group(8))})
+    return done
+
+
+def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | None) -> dict[str, Any]:
+    import yarnflow
+    from yarnflow import executors
+    from yarnflow.common.states import ExecutionState, JobStatus
+    from yarnflow.local_cluster import LocalCluster
+
+    keys = state_mb * 1_000_000 // value_bytes
+    root = tempfile.mkdtemp(prefix="yarnflow-local-recovery-", dir=work_dir)
+    marker = os.path.join(root, "fail-now")
+    conf = {"state.backend.type": "rocksdb", "execution.checkpointing.incremental": "true",
+            "state.backend.local-recovery": str(local_recovery).lower(),
+            "execution.checkpointing.interval": "3 s", "execution.checkpointing.dir": f"file://{root}/checkpoints",
+            "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 ms",
+            "taskmanager.memory.process.size": "4 gb"}
+    try:
+        with LocalCluster(1, 2, conf, work_dir=os.path.join(root, "cluster")) as cluster:
+            gw = cluster.gateway()
+            ctx = executors.ClusterContext(cluster.address, conf, progress=False)
+
+            def job() -> None:
+                executors.set_context(ctx)
+                env = yarnflow.StreamExecutionEnvironment(parallelism=2, runtime_mode="STREAMING")
+                (env.from_generator(_Gen(keys, value_bytes)).uid("generator").key_by("k")
+                    .process(_keeper(), name="keep").uid("keep")
+                    .rebalance().map_batches(_FailOnce(marker), name="fail-once").uid("fail-once")
+                    .collect().uid("collect"))
+                try:
+                    env.execute("local-recovery")
+                except yarnflow.JobFailedError:
+                    pass  # cancelled at the end
+
+            thread = threading.Thread(target=job, daemon=True)
+            thread.start()
+
+            def status() -> Any:
+                jobs = [j for j in gw.list_jobs() if j.name == "local-recovery"]
+                return jobs[0] if jobs else None
+
+            def all_running(info: Any, attempt: int) -> bool:
+                return info is not None and info.status == JobStatus.RUNNING and all(
+                    v.state_counts.get(ExecutionState.RUNNING, 0) == v.parallelism
+                    and min(v.subtask_attempts) >= attempt for v in info.vertices)
+
+            deadline = time.monotonic() + 1800
+            while True:  # a checkpoint holding every key (taken after the state reached its size)
+                info = status()
+                full = [c for c in (info.checkpoints if info else []) if c.status == "COMPLETED"
+                        and c.size_bytes >= state_mb * 1_000_000 and not c.is_savepoint]
+                if len(full) >= 2:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no checkpoint of {state_mb} MB in 30 minutes")
+                time.sleep(0.5)
+            failed_at = time.time()
+            t0 = time.perf_counter()
+            Path(marker).write_text("now")
+            while not all_running(status(), 1):
+                if time.perf_counter() - t0 > 600:
+                    raise RuntimeError("the job did not recover in 10 minutes")
+                time.sleep(0.01)
+            recovery_s = time.perf_counter() - t0
+            info = status()
+            restored_id = max(f.restored_checkpoint_id for f in info.failure_history)
+            size = next((c.size_bytes for c in info.checkpoints if c.checkpoint_id == restored_id), 0)
+            gw.cancel_job(str(info.job_id))
+            thread.join(60)
+            gw.close()
+            restores = _restores(cluster.work_dir, failed_at - 1)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    local = sum(r["local_bytes"] for r in restores)
+    remote = sum(r["remote_bytes"] for r in restores)
+    return {"recovery_s": round(recovery_s, 2), "restore_s": round(max(r["seconds"] for r in restores), 2),
+            "local_mb": round(local / 1e6, 1), "remote_mb": round(remote / 1e6, 1),
+            "state_mb": round(size / 1e6, 1), "restored_checkpoint": restored_id, "tasks_restored": len(restores)}
+
+
+def run_local_recovery(state_mb: int = 1024, value_bytes: int = 1000, work_dir: str | None = None) -> dict[str, Any]:
+    off = _one(state_mb, value_bytes, False, work_dir)
+    on = _one(state_mb, value_bytes, True, work_dir)
+    ok = (min(off["state_mb"], on["state_mb"]) >= state_mb and on["remote_mb"] == 0 and off["local_mb"] == 0
+          and off["remote_mb"] >= state_mb)
+    return {"name": "local-recovery", "state_mb": state_mb, "value_bytes": value_bytes, "off": off, "on": on,
+            "recovery_speedup": round(off["recovery_s"] / on["recovery_s"], 2) if on["recovery_s"] else None,
+            "verified": ok}
