@@ -28,6 +28,7 @@ from yarnflow.am.resourcemanager.drivers.base import ResourceDriver
 from yarnflow.am.resourcemanager.drivers.local import LocalProcessDriver
 from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.artifacts import ArtifactCache
+from yarnflow.common.addresses import check_bind_address, rest_bind_address
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.security import internal_credentials
 from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError, UnavailableError
@@ -87,6 +88,10 @@ class AppMaster:
     def __init__(self, config: Configuration, cluster_id: str, target: str = "local",
                  driver: ResourceDriver | None = None, work_dir: str | None = None,
                  ha: HighAvailabilityServices | None = None) -> None:
+        check_bind_address(config[Options.RPC_ADDRESS], Options.RPC_ADDRESS.key)
+        if config[Options.REST_ENABLED]:
+            check_bind_address(rest_bind_address(config), Options.REST_BIND_ADDRESS.key
+                               if config[Options.REST_BIND_ADDRESS] else Options.REST_ADDRESS.key)
         self.config = config
         self.cluster_id = cluster_id
         self.target = target

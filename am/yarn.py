@@ -264,8 +264,9 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
     driver.on_fatal = am.fail
     if am.storage_dir.startswith("file://"):
         log.warning("job data is stored in the AppMaster's container (%s): TaskExecutors on other hosts cannot "
-                    "read it; set yarn.staging-directory (or high-availability.storageDir) to a shared "
-                    "filesystem (hdfs://...) on a multi-host cluster", am.storage_dir)
+                    "write collected results or checkpoints (without execution.checkpointing.dir) there; set "
+                    "yarn.staging-directory (or high-availability.storageDir) to a shared filesystem (hdfs://...) "
+                    "on a multi-host cluster (job artifacts need none: the AppMaster serves them)", am.storage_dir)
     if yarn.attempt > 1 and args.application:
         reason = (f"AppMaster attempt {yarn.attempt} of application {yarn.id}: the previous AppMaster died while "
                   f"the application's main() ({args.application}) ran; application mode does not run main() twice")

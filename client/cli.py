@@ -497,16 +497,25 @@ def session_stop(address: str | None, dynamic: tuple[str, ...]) -> None:
               help="The largest container in MiB (YARN's maximum allocation); bigger ones are refused.")
 @click.option("--max-vcores", type=click.IntRange(min=1), default=4, show_default=True,
               help="The largest container in virtual cores.")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="NodeManagers.")
+@click.option("--separate-hosts", is_flag=True, help="Make every NodeManager a host of its own (root only): a "
+              "network namespace with its own address on a bridge the sandbox creates, its own folders, none of "
+              "the others'; the ResourceManager listens on a host of its own. Run a client on the client's host "
+              "with `ip netns exec <the printed client namespace> ...`.")
+@click.option("--hide", multiple=True, help="With --separate-hosts: a folder no NodeManager may see (the client's); "
+              "repeatable.")
 def yarn_sandbox(port: int, host: str, config_dir: str | None, work_dir: str | None, max_memory: int,
-                 max_vcores: int) -> None:
+                 max_vcores: int, nodes: int, separate_hosts: bool, hide: tuple[str, ...]) -> None:
     """Run a local skein-compatible stand-in for YARN until Ctrl-C or SIGTERM: the skein client
     (and `--target yarn-per-job` / `yarn-session`) submits to it as to a Hadoop cluster, and
     containers run as local processes. It registers as skein's global driver, so commands in
     other shells with the same SKEIN_CONFIG find it."""
     from yarnflow.sandbox import run_sandbox
 
+    if hide and not separate_hosts:
+        raise click.UsageError("--hide needs --separate-hosts")
     code = run_sandbox(config_dir=config_dir, port=port, host=host, work_dir=work_dir, max_memory_mb=max_memory,
-                       max_vcores=max_vcores)
+                       max_vcores=max_vcores, node_count=nodes, separate_hosts=separate_hosts, hide=hide)
     if code:
         raise click.exceptions.Exit(code)
 

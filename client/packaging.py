@@ -141,23 +141,26 @@ def _build(job: CompiledJob, job_file: str | None) -> bytes:
 
 def upload_artifact(job: CompiledJob, job_file: str | None, storage_dir: str, web_url: str = "",
                     how: str = "auto", rest: Any = None) -> CompiledJob:
-    """Store the artifact and return the job with the JobGraph pointing at it: written into
-    ``storage_dir``, or streamed to the AppMaster at ``web_url`` (``how``: ``appmaster``; with
-    ``auto``, when this client cannot write the storage dir)."""
+    """Store the artifact and return the job with the JobGraph pointing at it: streamed to the
+    AppMaster at ``web_url`` (Flink's BlobServer: a client on another host than the AppMaster
+    may see none of its storage), or written into ``storage_dir`` by the client itself.
+    ``how``: ``appmaster``, ``storage``, or ``auto``: through the AppMaster when the cluster
+    serves its REST API, else (or when that upload fails: too big for
+    ``rest.server.max-content-length``, say) into the storage dir."""
     data = build_artifact(job, job_file)
     if how == "appmaster" and not web_url:
         raise JobDefinitionError("client.artifact-upload is appmaster, but the cluster serves no REST API "
                                  "(rest.enabled: false)")
-    if how == "appmaster":
-        uri, digest = upload_to_appmaster(data, web_url, rest)
+    if how == "storage" or not web_url:
+        uri, digest = store_artifact(data, storage_dir)
     else:
         try:
-            uri, digest = store_artifact(data, storage_dir)
-        except (OSError, ImportError, ValueError) as exc:
-            if how == "storage" or not web_url:
-                raise
-            print(f"cannot write the job artifact into {storage_dir} ({type(exc).__name__}: {exc}): uploading it "
-                  "through the AppMaster", file=sys.stderr)
             uri, digest = upload_to_appmaster(data, web_url, rest)
+        except OSError as exc:
+            if how == "appmaster":
+                raise
+            print(f"{exc}: writing the job artifact into the storage dir {storage_dir} instead "
+                  "(client.artifact-upload: auto)", file=sys.stderr)
+            uri, digest = store_artifact(data, storage_dir)
     jg = dataclasses.replace(job.job_graph, artifact_uri=uri, artifact_sha256=digest)
     return dataclasses.replace(job, job_graph=jg)

@@ -245,7 +245,13 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
     if kerberos is not None:  # private: readable by the application's user only, on every node
         files[KEYTAB_FILE] = skein.File(kerberos[1], type="file", visibility="private")
     master_files = dict(files)
-    master_args = ["-m", "yarnflow.am", "--target", "yarn", "-D", 'jobmanager.rpc.address="$YARNFLOW_HOST"']
+    # the AppMaster listens and is reached at its host's address (as Flink's YarnEntrypointUtils sets them)
+    master_args = ["-m", "yarnflow.am", "--target", "yarn", "-D", 'jobmanager.rpc.address="$YARNFLOW_HOST"',
+                   "-D", 'rest.address="$YARNFLOW_HOST"']
+    if not config.is_set(Options.REST_BIND_ADDRESS):
+        master_args += ["-D", 'rest.bind-address="$YARNFLOW_HOST"']
+    if not config.is_set(Options.PROM_HOST):  # (scraped from another host)
+        master_args += ["-D", 'metrics.reporter.prom.host="$YARNFLOW_HOST"']
     if submission.job_graph is not None:
         assert submission.artifact is not None
         for rel, data in ((JOB_GRAPH_FILE, submission.job_graph), (ARTIFACT_FILE, submission.artifact)):
@@ -265,6 +271,8 @@ def application_spec(config: Configuration, submission: Submission, staging_dir:
                         "--application-args", shlex.quote(json.dumps(list(submission.args)))]
     te_args = ["-m", "yarnflow.worker", "--resource-id", '"$CONTAINER_ID"', "--rm-address",
                '"$YARNFLOW_RM_ADDRESS"', "--work-dir", '"$PWD/work"', "-D", 'taskmanager.host="$YARNFLOW_HOST"']
+    if not config.is_set(Options.PROM_HOST):
+        te_args += ["-D", 'metrics.reporter.prom.host="$YARNFLOW_HOST"']
     tags = {t.strip() for t in config[Options.YARN_TAGS].split(",") if t.strip()} | {"yarnflow"}
     try:
         master = skein.Master(

@@ -6,12 +6,24 @@ An artifact is a zip, content-addressed by sha256, stored once at
 ``<storage dir>/artifacts/<sha256>.zip`` (``store_artifact``). Inside it, ``chain_entry`` holds
 a vertex's pickled operator chain, ``source_entry`` a dynamic-split source alone, and ``src/``
 the user's job file. ``ArtifactCache`` fetches an artifact once per content hash, checks the
-hash, unpacks it locally and loads entries from it."""
+hash, unpacks it locally and loads entries from it.
+
+The store is the AppMaster's (its storage dir, in high-availability storage when HA is on);
+TaskExecutors see no other host's files and fetch an artifact from the JobMaster of its job
+(Flink's BlobServer: ``JobMasterService.readArtifact``, in ``READ_CHUNK`` pieces), into a cache
+the TaskExecutors of one host share (Flink's BlobCache). Each unpacked artifact holds a manifest
+of its files' sizes and CRC-32s, checked at every use (a corrupt entry is fetched again), and one
+marker per process using it (``.yarnflow-users/<pid>``): the last TaskExecutor of the host to
+stop using it (its job left) deletes it. The cache's processes serialise fetches and deletions
+with a ``flock`` on the cache folder."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
+import json
 import logging
 import os
 import shutil
@@ -19,11 +31,13 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Collection
+import zlib
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import cloudpickle
 import fsspec
+import psutil
 
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import YarnflowError
@@ -75,6 +89,71 @@ def _tree_bytes(root: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, f)) for folder, _, files in os.walk(root) for f in files)
 
 
+#: reads ``length`` bytes of an artifact from ``offset`` (fewer at its end): the blob service
+ArtifactReader = Callable[[int, int], bytes]
+READ_CHUNK = 4 << 20
+MANIFEST = ".yarnflow-manifest.json"  # (in an unpacked artifact: each file's size and CRC-32)
+USERS = ".yarnflow-users"  # (in an unpacked artifact: one empty file per process using it, by pid)
+
+
+@contextlib.contextmanager
+def _host_lock(directory: str) -> Iterator[None]:
+    """An exclusive lock on the cache folder, held across the processes of the host (the
+    TaskExecutors sharing the cache) while one fetches, checks or deletes."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _damage(target: str) -> str | None:
+    """What is wrong with an unpacked artifact (a file missing, or of another size or CRC-32
+    than its manifest says), or None."""
+    try:
+        with open(os.path.join(target, MANIFEST), encoding="utf-8") as fh:
+            manifest = json.load(fh)
+        for name, (size, crc) in manifest.items():
+            path = os.path.join(target, name)
+            if os.path.getsize(path) != size:
+                return f"{name} has {os.path.getsize(path)} bytes, not {size}"
+            with open(path, "rb") as fh:
+                if zlib.crc32(fh.read()) != crc:
+                    return f"{name} does not have its CRC-32"
+    except (OSError, ValueError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _mark_user(target: str) -> None:
+    os.makedirs(os.path.join(target, USERS), exist_ok=True)
+    with open(os.path.join(target, USERS, str(os.getpid())), "w"):
+        pass
+
+
+def _unmark_user(target: str) -> bool:
+    """Drop this process's use; True when no live process on the host uses it any more."""
+    users = os.path.join(target, USERS)
+    with contextlib.suppress(OSError):
+        os.remove(os.path.join(users, str(os.getpid())))
+    try:
+        others = os.listdir(users)
+    except OSError:
+        return True
+    return not any(name.isdigit() and psutil.pid_exists(int(name)) for name in others)
+
+
+def _discard(target: str) -> None:
+    """Delete an unpacked artifact: renamed away first, so no reader finds it half deleted."""
+    doomed = f"{target}.{os.getpid()}.deleted"
+    try:
+        os.replace(target, doomed)
+    except OSError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def chain_entry(vertex_id: str) -> str:
     """A vertex's pickled operator chain."""
     return f"chains/{vertex_id}.pkl"
@@ -108,9 +187,15 @@ class ArtifactCache:
 
     @classmethod
     def bounded(cls, config: Configuration, work_dir: str, in_use: Callable[[], Collection[str]]) -> ArtifactCache:
-        """A TaskExecutor's cache under ``work_dir``, bounded by ``blob.cache.max-size`` and
-        ``blob.service.cleanup.interval``; ``in_use``: the artifacts of its running tasks."""
-        return cls(os.path.join(work_dir, "artifacts"), config[Options.BLOB_CACHE_MAX_SIZE],
+        """A TaskExecutor's cache, bounded by ``blob.cache.max-size`` and
+        ``blob.service.cleanup.interval``; ``in_use``: the artifacts of its running tasks. In
+        ``blob.storage.directory``; by default, in a YARN container, under the application's
+        local folder of the host (``$LOCAL_DIRS``: the TaskExecutors of the application on one
+        host share it), else under ``work_dir``."""
+        directory = config[Options.BLOB_STORAGE_DIR]
+        if not directory and os.environ.get("LOCAL_DIRS") and os.environ.get("CONTAINER_ID"):
+            directory = os.path.join(os.environ["LOCAL_DIRS"].split(",")[0], "yarnflow-artifacts")
+        return cls(directory or os.path.join(work_dir, "artifacts"), config[Options.BLOB_CACHE_MAX_SIZE],
                    config[Options.BLOB_CLEANUP_INTERVAL] / 1000.0, in_use)
 
     @property
@@ -141,9 +226,11 @@ class ArtifactCache:
                 continue
             if not should(sha, used):
                 break
-            shutil.rmtree(os.path.join(self._dir, sha), ignore_errors=True)
+            target = os.path.join(self._dir, sha)
             del self._entries[sha]
-            gone.append(sha)
+            if _unmark_user(target):  # (else another process on the host still uses it: it stays)
+                _discard(target)
+                gone.append(sha)
         if gone:
             log.info("deleted %d cached job artifacts (%s)", len(gone), ", ".join(g[:12] for g in gone))
         return gone
@@ -153,38 +240,85 @@ class ArtifactCache:
         if self._max_bytes:
             self._evict(lambda sha, used: sum(s for _, s in self._entries.values()) > self._max_bytes, keep)
 
-    def fetch(self, uri: str, sha256: str) -> str:
-        """The local directory the artifact ``uri`` is unpacked into (fetched if needed)."""
+    def fetch(self, uri: str, sha256: str, read: ArtifactReader | None = None) -> str:
+        """The local directory the artifact is unpacked into. Fetched when not here, or when a
+        file unpacked before no longer matches the manifest written with it (corrupt: logged,
+        fetched again): through ``read(offset, length)`` (the AppMaster's blob service) or,
+        without it, from ``uri``. The artifact's bytes are checked against ``sha256``."""
         target = os.path.join(self._dir, sha256)
-        with self._lock:
-            if os.path.isdir(target):  # (unpacked before, maybe by an earlier process of this work dir)
-                known = self._entries.get(sha256)
-                self._entries[sha256] = (time.monotonic(), known[1] if known else _tree_bytes(target))
-                return target
-            try:
-                with fsspec.open(uri, "rb") as fh:
-                    data = fh.read()
-            except (OSError, ValueError) as exc:
-                raise ArtifactError(f"cannot fetch the job artifact {uri}: {exc}") from exc
-            digest = hashlib.sha256(data).hexdigest()
-            if sha256 and digest != sha256:
-                raise ArtifactError(f"job artifact {uri} is corrupt: sha256 {digest} != {sha256}")
-            tmp = target + ".tmp"
+        with self._lock, _host_lock(self._dir):
+            if os.path.isdir(target):  # (unpacked before, maybe by another process on this host)
+                problem = _damage(target)
+                if problem is None:
+                    known = self._entries.get(sha256)
+                    self._entries[sha256] = (time.monotonic(), known[1] if known else _tree_bytes(target))
+                    _mark_user(target)
+                    return target
+                log.warning("the cached job artifact %s is corrupt (%s): fetching it again", sha256[:12], problem)
+                _discard(target)
+            data = self._download(uri, sha256, read)
+            tmp = f"{target}.{os.getpid()}-{threading.get_ident()}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             try:
                 with zipfile.ZipFile(io.BytesIO(data)) as zf:
                     self._check_members(uri, zf)
                     zf.extractall(tmp)
+                    manifest = {info.filename: [info.file_size, info.CRC] for info in zf.infolist()
+                                if not info.is_dir()}
             except zipfile.BadZipFile as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
                 raise ArtifactError(f"job artifact {uri} is not a valid zip: {exc}") from exc
+            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as fh:
+                json.dump(manifest, fh)
             os.replace(tmp, target)
-            log.info("fetched job artifact %s (%d bytes)", uri, len(data))
+            _mark_user(target)
+            log.info("fetched job artifact %s (%d bytes%s)", uri, len(data), " from the AppMaster" if read else "")
             now = time.monotonic()
             self._entries[sha256] = (now, _tree_bytes(target))
             if self._ttl_s:  # the ones unused for the cleanup interval go first
                 self._evict(lambda sha, used: now - used >= self._ttl_s, keep=sha256)
             self._bound(keep=sha256)
             return target
+
+    def _download(self, uri: str, sha256: str, read: ArtifactReader | None) -> bytes:
+        try:
+            if read is None:
+                with fsspec.open(uri, "rb") as fh:
+                    data = fh.read()
+            else:
+                chunks = []
+                offset = 0
+                while True:
+                    chunk = read(offset, READ_CHUNK)
+                    chunks.append(chunk)
+                    offset += len(chunk)
+                    if len(chunk) < READ_CHUNK:
+                        break
+                data = b"".join(chunks)
+        except (OSError, ValueError) as exc:
+            raise ArtifactError(f"cannot fetch the job artifact {uri}: {exc}") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        if sha256 and digest != sha256:
+            raise ArtifactError(f"job artifact {uri} is corrupt: sha256 {digest} != {sha256}")
+        return bytes(data)
+
+    def release_unused(self) -> list[str]:
+        """Drop this process's use of every artifact none of its tasks uses now; an artifact no
+        live process on the host uses any more is deleted (a job that ended leaves nothing).
+        Returns the hashes deleted."""
+        gone = []
+        with self._lock, _host_lock(self._dir):
+            pinned = set(self._in_use())
+            for sha in [s for s in self._entries if s not in pinned]:
+                target = os.path.join(self._dir, sha)
+                del self._entries[sha]
+                if _unmark_user(target):
+                    _discard(target)
+                    gone.append(sha)
+        if gone:
+            log.info("deleted %d job artifacts no job on this host uses (%s)", len(gone),
+                     ", ".join(g[:12] for g in gone))
+        return gone
 
     def _check_members(self, uri: str, zf: zipfile.ZipFile) -> None:
         """Refuse an artifact with a path that leaves its folder (absolute, ``..``) or that
@@ -205,14 +339,16 @@ class ArtifactCache:
         except FileNotFoundError:
             raise ArtifactError(f"job artifact {uri} has no source for vertex {vertex_id}") from None
 
-    def chain_file(self, uri: str, sha256: str, vertex_id: str) -> tuple[str, str]:
-        """Where vertex ``vertex_id``'s operator chain is (fetched if needed), and the folder of
-        the artifact's helper modules (a task's Python worker loads the chain from there)."""
-        root = self.fetch(uri, sha256)
+    def chain_file(self, uri: str, sha256: str, vertex_id: str,
+                   read: ArtifactReader | None = None) -> tuple[str, str]:
+        """Where vertex ``vertex_id``'s operator chain is (fetched if needed, through ``read``
+        when given), and the folder of the artifact's helper modules (a task's Python worker
+        loads the chain from there)."""
+        root = self.fetch(uri, sha256, read)
         return os.path.join(root, chain_entry(vertex_id)), os.path.join(root, "src")
 
-    def load_chain(self, uri: str, sha256: str, vertex_id: str) -> list[Any]:
-        path, src = self.chain_file(uri, sha256, vertex_id)
+    def load_chain(self, uri: str, sha256: str, vertex_id: str, read: ArtifactReader | None = None) -> list[Any]:
+        path, src = self.chain_file(uri, sha256, vertex_id, read)
         if os.path.isdir(src) and src not in sys.path:
             sys.path.append(src)  # helper modules the user's job imports
         try:

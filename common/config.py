@@ -244,10 +244,13 @@ class Options(WebOptions):
                             "the most subtasks (the sum of its vertices' parallelism) a submitted job may have",
                             minimum=1)
     ARTIFACT_UPLOAD = _opt("client.artifact-upload", _parse_str,
-                           "how a client stores a job's artifact: auto (into the storage dir, else through the "
-                           "AppMaster), appmaster, or storage", choices=("auto", "appmaster", "storage"))
+                           "how a client stores a job's artifact: auto (through the AppMaster's REST API, else into "
+                           "the storage dir), appmaster, or storage", choices=("auto", "appmaster", "storage"))
     BLOB_CACHE_MAX_SIZE = _opt("blob.cache.max-size", parse_size_bytes,
                                "job artifacts a TaskExecutor keeps unpacked at most (0: no bound)")
+    BLOB_STORAGE_DIR = _opt("blob.storage.directory", _parse_str,
+                            "where TaskExecutors keep job artifacts (empty: on YARN the application's local "
+                            "folder of the host, shared by its TaskExecutors there; else the TaskExecutor's work dir)")
     BLOB_CLEANUP_INTERVAL = _opt("blob.service.cleanup.interval", parse_duration_ms,
                                  "a TaskExecutor deletes a job artifact unused for this long")
     TM_REGISTRATION_TIMEOUT = _opt("taskmanager.registration.timeout", parse_duration_ms,

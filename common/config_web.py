@@ -15,7 +15,10 @@ from yarnflow.common.config_types import (
 
 
 class WebOptions:
-    REST_ADDRESS = _opt("rest.address", _parse_str, "address the AppMaster's REST API and web UI bind to")
+    REST_ADDRESS = _opt("rest.address", _parse_str, "address clients reach the AppMaster's REST API and web UI at "
+                        "(and the one it binds to, unless rest.bind-address is set)")
+    REST_BIND_ADDRESS = _opt("rest.bind-address", _parse_str, "address the REST API and web UI bind to (empty: "
+                             "rest.address; 0.0.0.0: every interface)")
     REST_PORT = _opt("rest.port", parse_port_range, "port (or range: the first free one) of the REST API and web UI")
     REST_ENABLED = _opt("rest.enabled", _parse_bool, "serve the REST API and web UI")
     WEB_SUBMIT = _opt("web.submit.enable", _parse_bool, "job files may be uploaded and run over REST (/jars)")

@@ -287,12 +287,12 @@ class Cluster:
     AppMaster service; every container is started by ``launcher``."""
 
     def __init__(self, host: str, work_dir: str, limits: Limits, node_count: int, queues: Sequence[str],
-                 cert: bytes, key: bytes, serve: Serve) -> None:
+                 cert: bytes, key: bytes, serve: Serve, nodes: Sequence[Node] | None = None) -> None:
         self.host = host
         self.work_dir = work_dir
         self.limits = limits
         self.timestamp = now_ms()
-        self.nodes = [Node(host, 45454 + i, 8042 + 2 * i) for i in range(max(1, node_count))]
+        self.nodes = list(nodes) if nodes else [Node(host, 45454 + i, 8042 + 2 * i) for i in range(max(1, node_count))]
         self.queues = list(queues) or ["default"]
         self.cert, self.key = cert, key
         self.serve = serve

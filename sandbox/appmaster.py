@@ -113,7 +113,7 @@ class AppMaster:
         c = self.am_container
         c.yarn_id, c.start_ms = self._next_yarn_id(), now_ms()
         c.node = self.ctx.place()
-        directory, c.log_dir = self._prepare(c.yarn_id, self.spec.master.files, self.spec.master.script)
+        directory, c.log_dir = self._prepare(c, self.spec.master.files, self.spec.master.script)
         self._am_log = os.path.join(c.log_dir, "application.master.log")
         self.log(f"AppMaster at {address} (attempt {self.ctx.attempt} of {self.ctx.max_attempts}), its container "
                  f"{c.yarn_id} in {directory}")
@@ -315,7 +315,7 @@ class AppMaster:
             tracker.allocated(c)
             self.log(f"RUNNING: {c.id} on {c.yarn_id}")
         try:
-            directory, c.log_dir = self._prepare(c.yarn_id, tracker.service.files, tracker.service.script)
+            directory, c.log_dir = self._prepare(c, tracker.service.files, tracker.service.script)
             env = self._environment(c, directory, {**tracker.service.env, **c.env}, c.id)
             proc = self.ctx.launcher.launch(self._launch_request(c, directory, env),
                                             lambda p: self._container_exited(c, p))
@@ -361,10 +361,16 @@ class AppMaster:
     def _next_yarn_id(self) -> str:
         return f"{self.ctx.container_prefix}_{self.ctx.attempt:02d}_{next(self._numbers):06d}"
 
-    def _prepare(self, yarn_id: str, files: Mapping[str, proto.File], script: str) -> tuple[str, str]:
+    def _local_dir(self, node: Node) -> str:
+        """LOCAL_DIRS of the application's containers on ``node`` (a host of its own has its own)."""
+        return os.path.join(node.root, "local", self.ctx.app_id) if node.root else self.ctx.local_dir
+
+    def _prepare(self, c: Container, files: Mapping[str, proto.File], script: str) -> tuple[str, str]:
         """The container's directory (credentials, script, localized files) and log directory."""
-        directory = os.path.join(self.ctx.local_dir, yarn_id)
-        log_dir = os.path.join(self.ctx.log_root, yarn_id)
+        assert c.node is not None
+        directory = os.path.join(self._local_dir(c.node), c.yarn_id)
+        log_root = os.path.join(c.node.root, "logs", self.ctx.app_id) if c.node.root else self.ctx.log_root
+        log_dir = os.path.join(log_root, c.yarn_id)
         os.makedirs(directory)
         os.makedirs(log_dir)
         for name, data in ((".skein.crt", self.ctx.cert), (".skein.pem", self.ctx.key)):
@@ -385,7 +391,7 @@ class AppMaster:
                    SKEIN_RESOURCE_MEMORY=str(c.memory), SKEIN_RESOURCE_VCORES=str(c.vcores))
         if skein_container_id is not None:
             env["SKEIN_CONTAINER_ID"] = skein_container_id
-        env.update(CONTAINER_ID=c.yarn_id, LOCAL_DIRS=self.ctx.local_dir, LOG_DIRS=c.log_dir, PWD=directory,
+        env.update(CONTAINER_ID=c.yarn_id, LOCAL_DIRS=self._local_dir(c.node), LOG_DIRS=c.log_dir, PWD=directory,
                    NM_HOST=c.node.host, NM_PORT=str(c.node.port), NM_HTTP_PORT=str(c.node.http_port), USER=self.ctx.user,
                    LOGNAME=self.ctx.user, HADOOP_USER_NAME=self.ctx.user)
         if c is self.am_container:
@@ -393,9 +399,10 @@ class AppMaster:
         return env
 
     def _launch_request(self, c: Container, directory: str, env: Mapping[str, str]) -> LaunchRequest:
+        assert c.node is not None
         return LaunchRequest(name=c.yarn_id, command=("bash", ".skein.sh"), cwd=directory, env=env,
                              stdout_path=os.path.join(c.log_dir, "stdout"),
-                             stderr_path=os.path.join(c.log_dir, "stderr"))
+                             stderr_path=os.path.join(c.log_dir, "stderr"), netns=c.node.netns, hidden=c.node.hidden)
 
 
 def _status(returncode: int) -> str:

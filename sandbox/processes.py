@@ -4,7 +4,8 @@ container's files in place (localization).
 Every container runs under a small *runner* (this very file, run as a script by path, so it
 imports nothing but the standard library and starts in a few milliseconds)::
 
-    python processes.py SANDBOX_PID GRACE_S -- bash .skein.sh
+    python processes.py SANDBOX_PID GRACE_S [--netns NETNS [--hide DIR]...] -- bash .skein.sh
+    python processes.py --enter NETNS [--hide DIR]... -- COMMAND   (enter a host, exec COMMAND)
 
 The runner leads the container's process group (the sandbox starts it with
 ``start_new_session``), is a child subreaper (``PR_SET_CHILD_SUBREAPER``: orphaned descendants,
@@ -14,6 +15,10 @@ as a NodeManager does for a container: when the command exits, or when the runne
 (a kill, or its parent died), it sends SIGTERM to every descendant, waits ``GRACE_S`` and
 SIGKILLs what is left. It then exits as the command did (the same exit code, or killed by the
 same signal), so the sandbox sees the command's status as the container's.
+
+On a sandbox whose hosts are apart (hosts.py), the runner first enters its container's host
+(``enter_host``): the host's network namespace, and a mount namespace of its own in which the
+other hosts' folders (``--hide``) are empty, read-only tmpfs mounts.
 
 Threads (sandbox side): ``ProcessLauncher`` owns one thread, ``sandbox-launcher``, which forks
 every runner, because Linux sends the parent-death signal when the *thread* that forked exits:
@@ -40,6 +45,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 PR_SET_PDEATHSIG = 1
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 1, 2, 4, 0x4000, 0x40000
 PR_SET_CHILD_SUBREAPER = 36
 #: how long the sandbox waits, past the runner's own grace period, before SIGKILLing the group
 KILL_MARGIN_S = 2.0
@@ -52,6 +60,50 @@ def _prctl(option: int, value: int) -> bool:
         return int(libc.prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def enter_network(netns: str) -> None:
+    """Move the calling thread into the network namespace ``netns`` (``ip netns``'s name): the
+    sockets it makes from then on belong to that host. Raises OSError (root is needed)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(os.path.join("/run/netns", netns), os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot enter network namespace {netns}")
+    finally:
+        os.close(fd)
+
+
+def enter_host(netns: str, hidden: Sequence[str]) -> None:
+    """Move the calling (single-threaded) process onto a host: into the network namespace
+    ``netns`` and into a mount namespace of its own in which every folder of ``hidden`` is an
+    empty read-only tmpfs. Raises OSError when it cannot (root is needed)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    enter_network(netns)
+    if not hidden:
+        return
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make a mount namespace")
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # (nothing leaks to the machine's)
+        raise OSError(ctypes.get_errno(), "cannot make the mounts private")
+    for folder in hidden:
+        if os.path.isdir(folder) and libc.mount(b"yarn-sandbox-hidden", os.fsencode(folder), b"tmpfs",
+                                                MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k") != 0:
+            raise OSError(ctypes.get_errno(), f"cannot hide {folder}")
+
+
+def _host_options(args: list[str]) -> tuple[str | None, list[str], list[str]]:
+    """``[--netns NETNS] [--hide DIR]... -- COMMAND...`` -> (netns, hidden, command)."""
+    netns, hidden = None, []
+    while args and args[0] != "--":
+        option, value, args = args[0], args[1], args[2:]
+        if option in ("--netns", "--enter"):
+            netns = value
+        elif option == "--hide":
+            hidden.append(value)
+        else:
+            raise ValueError(f"unknown option {option}")
+    return netns, hidden, args[1:]
 
 
 def describe_exit(returncode: int) -> str:
@@ -177,7 +229,7 @@ def run_container(sandbox_pid: int, grace_s: float, command: Sequence[str]) -> i
 @dataclass(frozen=True)
 class LaunchRequest:
     """What a container runs: ``command`` in ``cwd`` with exactly ``env``, its stdout and stderr
-    appended to the two files."""
+    appended to the two files; on host ``netns`` (None: this machine) with ``hidden`` hidden."""
 
     name: str
     command: tuple[str, ...]
@@ -185,6 +237,8 @@ class LaunchRequest:
     env: Mapping[str, str]
     stdout_path: str
     stderr_path: str
+    netns: str | None = None
+    hidden: tuple[str, ...] = ()
 
 
 class ContainerProcess:
@@ -304,7 +358,8 @@ class ProcessLauncher:
                 self._live.pop(proc.pid, None)
             on_exit(proc)
 
-        command = [sys.executable, RUNNER, str(os.getpid()), repr(self.grace_s), "--", *request.command]
+        host = [] if request.netns is None else ["--netns", request.netns, *(a for d in request.hidden for a in ("--hide", d))]
+        command = [sys.executable, RUNNER, str(os.getpid()), repr(self.grace_s), *host, "--", *request.command]
         with open(request.stdout_path, "ab") as out, open(request.stderr_path, "ab") as err:
             popen = subprocess.Popen(command, cwd=request.cwd, env=dict(request.env), stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=err, start_new_session=True, close_fds=True)
@@ -383,7 +438,26 @@ def _extract(path: str, target: str) -> None:
         raise ValueError(f"{path} is neither a zip nor a tar archive")
 
 
+def _main(argv: list[str]) -> int:
+    usage = ("usage: processes.py SANDBOX_PID GRACE_S [--netns NETNS] [--hide DIR]... -- COMMAND [ARG...]\n"
+             "       processes.py --enter NETNS [--hide DIR]... -- COMMAND [ARG...]")
+    try:
+        if argv[:1] == ["--enter"]:
+            netns, hidden, command = _host_options(argv)
+            if netns is None or not command:
+                sys.exit(usage)
+            enter_host(netns, hidden)
+            os.execvp(command[0], command)
+        sandbox_pid, grace_s = int(argv[0]), float(argv[1])
+        netns, hidden, command = _host_options(argv[2:])
+    except (IndexError, ValueError):
+        sys.exit(usage)
+    if not command:
+        sys.exit(usage)
+    if netns is not None:
+        enter_host(netns, hidden)
+    return run_container(sandbox_pid, grace_s, command)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 5 or sys.argv[3] != "--":
-        sys.exit("usage: processes.py SANDBOX_PID GRACE_S -- COMMAND [ARG...]")
-    sys.exit(run_container(int(sys.argv[1]), float(sys.argv[2]), sys.argv[4:]))
+    sys.exit(_main(sys.argv[1:]))

@@ -47,7 +47,10 @@ from skein.proto import skein_pb2_grpc
 from yarnflow.common.process import shutdown_on_signals
 from yarnflow.sandbox.applications import Cluster, Limits
 from yarnflow.sandbox.appmaster import AppMaster
+from yarnflow.sandbox.hosts import Host, HostNetwork
 from yarnflow.sandbox.kv import RequestRejected, SandboxError
+from yarnflow.sandbox.processes import enter_network
+from yarnflow.sandbox.services import Node
 
 __all__ = ["Sandbox", "run_sandbox"]
 
@@ -311,13 +314,21 @@ class Sandbox:
     SIGTERM to SIGKILL; ``check_memory``: kill containers over their memory, as YARN's pmem
     check; ``queues``: the leaf queues under root.
 
+    ``separate_hosts`` (root only): every NodeManager is a host of its own (hosts.py): its
+    containers run in its network namespace, with their folders under ``nodes/<node>/`` of the
+    work dir and the other nodes' folders (and every folder of ``hide``: the client's) hidden.
+    The ResourceManager's services listen on a host of their own (``rm``), the client's host is
+    ``client`` (``host_command("client", argv)`` runs a command there), and each name of
+    ``extra_hosts`` (``zookeeper``, say) is one more host. ``node_count`` NodeManagers.
+
     Raises SandboxError from ``start()`` when it cannot listen (the port is taken: pick another)
     or read the credentials."""
 
     def __init__(self, config_dir: str, port: int = 0, host: str = "127.0.0.1", work_dir: str | None = None,
                  max_memory_mb: int = 8192, max_vcores: int = 4, node_count: int = 1, max_am_attempts: int = 2,
                  kill_grace_s: float = 0.25, check_memory: bool = True,
-                 queues: Sequence[str] = ("default",)) -> None:
+                 queues: Sequence[str] = ("default",), separate_hosts: bool = False,
+                 extra_hosts: Sequence[str] = (), hide: Sequence[str] = ()) -> None:
         self.config_dir = os.path.abspath(os.path.expanduser(config_dir))
         self.host = host
         self.port = port
@@ -326,6 +337,10 @@ class Sandbox:
         self.limits = Limits(max_memory_mb, max_vcores, max_am_attempts, kill_grace_s, check_memory)
         self.node_count = node_count
         self.queues = tuple(queues)
+        self.separate_hosts = separate_hosts
+        self.extra_hosts = tuple(extra_hosts)
+        self.hide = tuple(os.path.abspath(h) for h in hide)
+        self.network: HostNetwork | None = None
         self.cluster: Cluster | None = None
         self._server: grpc.Server | None = None
         self._executors: list[ThreadPoolExecutor] = []
@@ -353,17 +368,21 @@ class Sandbox:
         if self._own_work_dir:
             self.work_dir = tempfile.mkdtemp(prefix="yarn-sandbox-")
         os.makedirs(self.work_dir, exist_ok=True)
+        nodes = self._make_hosts() if self.separate_hosts else None
         self.cluster = Cluster(self.host, self.work_dir, self.limits, self.node_count, self.queues, cert, key,
-                               self._serve_appmaster)
+                               self._serve_appmaster, nodes)
         executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="sandbox-driver")
         self._executors.append(executor)
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         skein_pb2_grpc.add_DriverServicer_to_server(DriverService(self.cluster, self._stopping), server)
         try:
-            self.port = _listen(server, f"{self.host}:{self.port}", _server_credentials(cert, key))
+            self.port = self._on_rm_host(lambda: _listen(server, f"{self.host}:{self.port}",
+                                                         _server_credentials(cert, key)))
         except SandboxError:
             self.cluster.stop(1.0)
             executor.shutdown(wait=False)
+            if self.network is not None:
+                self.network.remove()
             if self._own_work_dir:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
             raise
@@ -390,6 +409,8 @@ class Sandbox:
             for executor in self._executors:
                 executor.shutdown(wait=False)
             self._remove_driver_file()
+            if self.network is not None:
+                self.network.remove()
             if self._own_work_dir and self.work_dir:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
         finally:
@@ -406,13 +427,64 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # -- hosts of their own ------------------------------------------------------------------------
+    def _make_hosts(self) -> list[Node]:
+        """The hosts (hosts.py) and the NodeManagers on them; the services listen on ``rm``."""
+        names = [f"node-{i + 1}" for i in range(max(1, self.node_count))]
+        roots = {name: os.path.join(self.work_dir, "nodes", name) for name in names}
+        for root in roots.values():  # (all made now: a host hides the others' from its start)
+            os.makedirs(root, exist_ok=True)
+        shared = [os.path.join(self.work_dir, d) for d in ("local", "logs", "staging")]
+        hidden = {name: tuple(sorted({*(r for n, r in roots.items() if n != name), *shared, *self.hide}))
+                  for name in names}
+        for name in ("client", *self.extra_hosts):
+            hidden[name] = (os.path.join(self.work_dir, "nodes"),)
+        self.network = HostNetwork(["rm", "client", *names, *self.extra_hosts], hidden).create()
+        self.host = self.network.hosts["rm"].address
+        return [Node(self.network.hosts[n].address, 45454, 8042, roots[n], self.network.hosts[n].netns, hidden[n])
+                for n in names]
+
+    def _on_rm_host(self, listen: Callable[[], int]) -> int:
+        """``listen()`` run in the ResourceManager's network namespace (by a thread of its own:
+        a socket stays in the namespace it was made in), or here without hosts of their own."""
+        if self.network is None:
+            return listen()
+        result: list[int] = []
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                assert self.network is not None
+                enter_network(self.network.hosts["rm"].netns)
+                result.append(listen())
+            except BaseException as exc:  # noqa: B036 - handed to the caller
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, name="sandbox-listen")
+        thread.start()
+        thread.join()
+        if errors:
+            raise errors[0] if isinstance(errors[0], SandboxError) else SandboxError(str(errors[0]))
+        return result[0]
+
+    def hosts(self) -> dict[str, Host]:
+        """The hosts by name (empty without hosts of their own)."""
+        return dict(self.network.hosts) if self.network is not None else {}
+
+    def host_command(self, name: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` to run on host ``name`` (``client``, ``node-1``, an extra host)."""
+        if self.network is None:
+            raise SandboxError("this sandbox's hosts are not apart (separate_hosts=False)")
+        return self.network.hosts[name].command(argv)
+
     def _serve_appmaster(self, am: AppMaster) -> tuple[int, Callable[[], None]]:
         app_id = am.ctx.app_id
         executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix=f"am-{app_id}")
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         skein_pb2_grpc.add_AppMasterServicer_to_server(AppMasterService(am), server)
         try:
-            port = _listen(server, f"{self.host}:0", _server_credentials(am.ctx.cert, am.ctx.key))
+            port = self._on_rm_host(lambda: _listen(server, f"{self.host}:0",
+                                                    _server_credentials(am.ctx.cert, am.ctx.key)))
         except SandboxError:
             executor.shutdown(wait=False)
             raise
@@ -477,6 +549,8 @@ def run_sandbox(config_dir: str | None = None, port: int = 0, host: str = "127.0
     try:
         print(f"yarn-sandbox running at {sandbox.address} (SKEIN_CONFIG={sandbox.config_dir}, work dir "
               f"{sandbox.work_dir})", flush=True)
+        for h in sandbox.hosts().values():
+            print(f"  host {h.name}: {h.address} (network namespace {h.netns})", flush=True)
         stop_requested.wait()
     finally:
         sandbox.stop()

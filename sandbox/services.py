@@ -27,11 +27,16 @@ def now_ms() -> int:
 
 @dataclass(frozen=True)
 class Node:
-    """A (pretend) NodeManager: containers run on this machine whatever their node."""
+    """A NodeManager. Without hosts of their own (``netns`` None) a pretend one: its containers
+    run on this machine and share its folders. On a host of its own, its containers run in
+    network namespace ``netns`` with their folders under ``root`` and ``hidden`` hidden."""
 
     host: str
     port: int
     http_port: int
+    root: str = ""
+    netns: str | None = None
+    hidden: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:

@@ -93,9 +93,11 @@ class Cli:
     env: dict[str, str]
     cwd: str
     background: list[subprocess.Popen[str]] = field(default_factory=list)
+    #: run before the command (a sandbox host's entry: the CLI then runs on that host)
+    prefix: list[str] = field(default_factory=list)
 
     def run(self, *args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "yarnflow", *args], capture_output=True, text=True,
+        proc = subprocess.run([*self.prefix, sys.executable, "-m", "yarnflow", *args], capture_output=True, text=True,
                               timeout=timeout, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL)
         if check and proc.returncode != 0:
             raise AssertionError(f"yarnflow {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
@@ -108,7 +110,7 @@ class Cli:
         return first.rpartition(": ")[2].strip() if first.startswith("job ") else ""
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-m", "yarnflow", *args], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*self.prefix, sys.executable, "-m", "yarnflow", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.cwd,
                                 stdin=subprocess.DEVNULL)
         self.background.append(proc)

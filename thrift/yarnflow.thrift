@@ -435,6 +435,10 @@ service JobMasterService {
   // A task could not take its snapshot: the checkpoint is aborted.
   void declineCheckpoint(1: string fencing_token, 2: string job_id, 3: string execution_attempt_id,
                          4: i64 checkpoint_id, 5: string reason) throws (1: RpcError err),
+  // The job's artifact, as Flink's BlobServer serves it: up to `length` bytes from `offset`
+  // (fewer at its end, none past it). NOT_FOUND for any other content hash than the job's.
+  binary readArtifact(1: string fencing_token, 2: string job_id, 3: string sha256, 4: i64 offset,
+                      5: i32 length) throws (1: RpcError err),
   // NOT_FOUND when the job has no JobMaster here (the TaskExecutor then frees the job's slots).
   AllocatedSlotReport heartbeatFromTaskExecutor(1: string fencing_token, 2: string job_id,
                                                 3: TaskExecutorHeartbeatPayload payload)

@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if launcher:
         return run_slot_processes(config, args)  # (before the imports below: it needs none of them)
-    from yarnflow.common.errors import CoordinationUnavailableError
+    from yarnflow.common.addresses import check_bind_address, check_reachable_from
+    from yarnflow.common.errors import ConfigurationError, CoordinationUnavailableError
     from yarnflow.common.ha import create_ha_services
     from yarnflow.common.kerberos import TicketRenewal
     from yarnflow.common.memory import warm_pandas_support
@@ -86,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         warm_pandas_support()  # (alongside the start below: ~0.3 s of CPU out of the first job's way)
     warm_operator_modules()
     try:
+        check_bind_address(config[Options.TM_HOST], Options.TM_HOST.key)
+        check_reachable_from(config[Options.TM_HOST], Options.TM_HOST.key, args.rm_address.rpartition(":")[0])
         ha = create_ha_services(config, leader_address=args.rm_address)
-    except CoordinationUnavailableError as exc:
+    except (ConfigurationError, CoordinationUnavailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     te = TaskExecutor(config, ResourceID(args.resource_id), args.rm_address, args.work_dir, ha,

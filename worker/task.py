@@ -25,7 +25,7 @@ from yarnflow.common.messages import (ErrorInfo, SplitResponse, TakenSplit, Task
                                       TaskExecutionStateUpdate)
 from yarnflow.common.lifecycle import Lifecycle
 from yarnflow.common.states import TASK_TRANSITIONS, ExecutionState
-from yarnflow.common.artifacts import ArtifactCache
+from yarnflow.common.artifacts import ArtifactCache, ArtifactReader
 from yarnflow.worker.memory.manager import MemoryBudget, MemoryManager
 from yarnflow.worker.memory.rocksdb_memory import slot_rocksdb_memory
 from yarnflow.worker.memory.spill import SpillFiles
@@ -77,9 +77,11 @@ class Task:
                  checkpoints: CheckpointResponder | None = None,
                  memory: MemoryManager | None = None, slot_index: int = 0,
                  spill_roots: Sequence[str] | None = None,
-                 spark_master: MasterProvider | None = None) -> None:
+                 spark_master: MasterProvider | None = None,
+                 read_artifact: ArtifactReader | None = None) -> None:
         """``request_split(last_checkpoint_id)`` asks the JobMaster for this source subtask's next
-        split; ``checkpoints`` receives its acknowledgements and declines. Operators that use
+        split; ``read_artifact(offset, length)`` reads the job's artifact from the AppMaster's
+        blob service (None: from its URI); ``checkpoints`` receives its acknowledgements and declines. Operators that use
         managed memory take their budgets from ``memory``'s slot ``slot_index``; spill files go
         under ``spill_roots`` (one ``yarnflow-spill`` folder per tmp dir)."""
         self._memory = memory
@@ -100,6 +102,7 @@ class Task:
                                ExecutionState.DEPLOYING)
         self._resource_id = resource_id
         self._artifacts = artifacts
+        self._read_artifact = read_artifact
         self._partitions = partitions
         self._data_client = data_client
         self._on_state = on_state
@@ -229,7 +232,7 @@ class Task:
         batch_size = int(conf.get(Options.BATCH_SIZE.key, "65536"))
         capacity = int(conf.get(Options.BUFFERS_PER_CHANNEL.key, "8"))
         buffer_timeout = parse_buffer_timeout_ms(conf.get(Options.BUFFER_TIMEOUT.key, "100 ms"))
-        chain = self._artifacts.load_chain(tdd.artifact_uri, tdd.artifact_sha256, tdd.vertex_id)
+        chain = self._artifacts.load_chain(tdd.artifact_uri, tdd.artifact_sha256, tdd.vertex_id, self._read_artifact)
         cancelled = self._cancelled.is_set
         writers = []
         for rpd in tdd.result_partitions:
@@ -323,7 +326,8 @@ class Task:
         if getattr(head, "dynamic_splits", False) and self._request_split is not None:
             base["split_provider"] = self._next_split
         if any(map(offloadable, chain)) and conf.get(Options.PYTHON_EXECUTION_MODE.key, "process") == "process":
-            chain_file, src_dir = self._artifacts.chain_file(tdd.artifact_uri, tdd.artifact_sha256, tdd.vertex_id)
+            chain_file, src_dir = self._artifacts.chain_file(tdd.artifact_uri, tdd.artifact_sha256, tdd.vertex_id,
+                                                             self._read_artifact)
             self._python_worker = base["python_worker"] = PythonWorker(
                 chain_file, src_dir, chain, {k: v for k, v in base.items() if not callable(v)}, tdd.display_name,
                 self._cancelled.is_set,

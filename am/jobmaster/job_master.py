@@ -26,6 +26,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import fsspec
+
 from yarnflow.am.checkpoint.shared import delete_shared_files
 from yarnflow.am.jobmaster.job_metrics import checkpoint_subtasks
 from yarnflow.am.checkpoint.storage import (
@@ -62,6 +64,7 @@ from yarnflow.common.security import internal_credentials
 from yarnflow.am.checkpoint.savepoints import SavepointError, write_savepoint
 from yarnflow.common.errors import (
     FencingTokenError,
+    InvalidRequestError,
     NotFoundError,
     NotLeaderError,
     RpcError,
@@ -447,6 +450,24 @@ class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
         if self.splits is None or not self.core.is_current_attempt(attempt_id):
             raise NotFoundError(f"no current execution {attempt_id} in job {self.job_id}")
         return self.splits.request(vertex_id, subtask_index, attempt_id, last_checkpoint_id)
+
+    @fenced()
+    def read_artifact(self, job_id: JobID, sha256: str, offset: int, length: int) -> bytes:
+        """Flink's BlobServer for this job: up to ``length`` bytes (at most 16 MiB) of the job's
+        artifact from ``offset``, for the TaskExecutors that run its tasks (they see no other
+        host's files). Read from the job's storage (an RPC thread: no state is touched)."""
+        self._this_job(job_id)
+        if not sha256 or sha256 != self.job_graph.artifact_sha256 or not self.job_graph.artifact_uri:
+            raise NotFoundError(f"job {self.job_id} has no artifact {sha256[:12] or '(none)'}")
+        if offset < 0 or length < 0:
+            raise InvalidRequestError(f"cannot read {length} bytes at offset {offset}")
+        try:
+            with fsspec.open(self.job_graph.artifact_uri, "rb") as fh:
+                fh.seek(offset)
+                return bytes(fh.read(min(length, 16 << 20)))
+        except OSError as exc:
+            raise NotFoundError(f"the artifact of job {self.job_id} cannot be read at "
+                                f"{self.job_graph.artifact_uri}: {exc}") from exc
 
     @fenced()
     def acknowledge_checkpoint(self, job_id: JobID, attempt_id: ExecutionAttemptID, checkpoint_id: int,

@@ -41,6 +41,7 @@ from yarnflow.am.rest.api_error import ApiError
 from yarnflow.am.rest.archive import JobArchivist
 from yarnflow.am.rest.access_log import AccessLogHandler
 from yarnflow.am.rest.openapi import openapi_document
+from yarnflow.common.addresses import rest_advertised_address, rest_bind_address
 from yarnflow.common.config import Options
 from yarnflow.common.errors import (
     FencingTokenError,
@@ -107,11 +108,11 @@ class RestServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RestServer:
-        host = str(self.configuration[Options.REST_ADDRESS]) or "127.0.0.1"
+        host = rest_bind_address(self.configuration)
         server, _ = bind_first_free(self.configuration[Options.REST_PORT], lambda port: self._bind(host, port), "REST API")
         self._server = server
         port = server.port
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        shown = rest_advertised_address(self.configuration)
         self.url = f"{'https' if self._https is not None else 'http'}://{shown}:{port}"
         self._thread = threading.Thread(target=server.serve_forever, name="rest-server", daemon=True)
         self._thread.start()

@@ -70,7 +70,14 @@ class _Value:
             return f"dict[{k}, {v}]"
         if typed_ids and self.ttype == TType.STRING and self.name in ID_TYPES:
             return ID_TYPES[self.name]
+        if self.binary:
+            return "bytes"
         return _SCALARS[self.ttype]
+
+    @property
+    def binary(self) -> bool:
+        """A Thrift ``binary`` (bytes; a ``string`` is text)."""
+        return bool(self.ttype == TType.STRING and self.targs == "BINARY")
 
     def to_wire(self, expr: str) -> str:
         if self.ttype == TType.STRUCT:
@@ -80,6 +87,8 @@ class _Value:
             return f"[{inner.to_wire('v')} for v in {expr}]"
         if self.ttype == TType.MAP:
             return f"dict({expr})"
+        if self.binary:
+            return f"bytes({expr})"
         if self.ttype == TType.STRING:
             return f"str({expr})"
         return expr
@@ -94,6 +103,8 @@ class _Value:
             return f"dict({expr} or {{}})"
         if self.ttype == TType.STRING and self.name in ID_TYPES:
             return f"{ID_TYPES[self.name]}({expr})"
+        if self.binary:
+            return f"bytes({expr} or b'')"
         if self.ttype in (TType.STRING, TType.BOOL, TType.I32, TType.I64, TType.DOUBLE):
             return f"{_SCALARS[self.ttype]}({expr})"
         return expr

@@ -1,6 +1,7 @@
-"""A client that cannot write the cluster's storage dir (no HDFS access from a laptop or a CI
-runner) uploads the job's artifact through the AppMaster's REST API; the upload is streamed,
-size-limited and hash-checked."""
+"""A client uploads the job's artifact through the AppMaster's REST API (Flink's BlobServer: a
+client on another host may see nothing of the cluster's storage, no HDFS access from a laptop
+or a CI runner); the upload is streamed, size-limited and hash-checked. Only an artifact the
+AppMaster will not take (too big) is written into the storage dir by the client itself."""
 
 from __future__ import annotations
 
@@ -36,17 +37,32 @@ def _run(cluster: Any, conf: dict[str, str]) -> Any:
         executors.set_context(None)
 
 
-def test_a_client_that_cannot_write_the_storage_dir_uploads_through_the_appmaster(
-        cluster: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_client_uploads_through_the_appmaster_and_writes_the_storage_dir_only_when_told(
+        cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(data: bytes, storage_dir: str) -> Any:
         raise PermissionError(13, "Permission denied", storage_dir)
 
     monkeypatch.setattr(yarnflow.packaging, "store_artifact", refused)
-    result = _run(cluster, {})
+    result = _run(cluster, {})  # (the default: auto)
     assert sorted(result.collected().column("v").to_pylist()) == [v * 2 for v in range(100)]
-    assert "uploading it through the AppMaster" in capsys.readouterr().err
     with pytest.raises(PermissionError):  # said so: the storage dir or nothing
         _run(cluster, {"client.artifact-upload": "storage"})
+
+
+def test_an_artifact_too_big_for_the_appmaster_is_written_into_the_storage_dir(
+        cluster: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bulk = [f"{i:08x}" * 4 for i in range(4000)]  # (in the job's function: ~150 kB of artifact, over 64 kB)
+    executors.set_context(executors.ClusterContext(cluster.address, {"execution.runtime-mode": "BATCH"},
+                                                   progress=False))
+    try:
+        env = yarnflow.StreamExecutionEnvironment(parallelism=2)
+        env.from_collection({"v": list(range(10))}).map(lambda r: {"v": r["v"] + len(bulk)}).collect()
+        result = env.execute("big")
+    finally:
+        executors.set_context(None)
+    assert sorted(result.collected().column("v").to_pylist()) == [v + 4000 for v in range(10)]
+    err = capsys.readouterr().err
+    assert "the AppMaster refused the job artifact (HTTP 413)" in err and "into the storage dir" in err, err
 
 
 def test_the_appmaster_can_be_the_only_way_artifacts_arrive(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:

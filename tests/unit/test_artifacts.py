@@ -4,6 +4,8 @@ entries, and fail with ArtifactError (never a bare exception) when the artifact 
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -171,3 +173,71 @@ def test_pickled_job_functions_keep_their_file_name_for_tracebacks() -> None:
     assert back.__code__.co_filename == __file__
     nested = [c for c in back.__code__.co_consts if hasattr(c, "co_filename")]
     assert nested and all(c.co_filename == __file__ for c in nested)
+
+
+# ---- the blob service's side: reads through the AppMaster, a cache shared by a host --------
+
+def _reader(data: bytes, calls: list[tuple[int, int]]):
+    def read(offset: int, length: int) -> bytes:
+        calls.append((offset, length))
+        return data[offset:offset + length]
+    return read
+
+
+def test_an_artifact_is_read_in_chunks_through_the_blob_service_and_checked(tmp_path, monkeypatch):
+    monkeypatch.setattr("yarnflow.common.artifacts.READ_CHUNK", 1000)
+    uri, sha = _artifact(tmp_path, {chain_entry("v"): cloudpickle.dumps([7]), "src/big.bin": bytes(range(256)) * 20})
+    data = (tmp_path / "storage" / "artifacts" / f"{sha}.zip").read_bytes()
+    (tmp_path / "storage").rename(tmp_path / "elsewhere")  # this host cannot read the storage
+    calls: list[tuple[int, int]] = []
+    cache = ArtifactCache(str(tmp_path / "cache"))
+    assert cache.load_chain(uri, sha, "v", _reader(data, calls)) == [7]
+    assert calls == [(i * 1000, 1000) for i in range(len(data) // 1000 + 1)]
+    tampered = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(ArtifactError, match="is corrupt: sha256"):
+        ArtifactCache(str(tmp_path / "cache2")).load_chain(uri, sha, "v", _reader(tampered, []))
+    assert not list((tmp_path / "cache2").iterdir())
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
+def test_a_corrupt_cache_entry_is_detected_at_its_next_use_and_fetched_again(tmp_path, caplog, damage):
+    uri, sha = _artifact(tmp_path, {chain_entry("v"): cloudpickle.dumps([1]), "src/helper.py": b"X = 1\n" * 100})
+    cache = ArtifactCache(str(tmp_path / "cache"))
+    assert cache.load_chain(uri, sha, "v") == [1]
+    helper = tmp_path / "cache" / sha / "src" / "helper.py"
+    if damage == "flip":
+        helper.write_bytes(b"X = 2\n" * 100)  # (same size, other content)
+    elif damage == "truncate":
+        helper.write_bytes(b"X")
+    else:
+        helper.unlink()
+    caplog.set_level("WARNING", "yarnflow.common.artifacts")
+    assert cache.load_chain(uri, sha, "v") == [1]
+    assert f"the cached job artifact {sha[:12]} is corrupt" in caplog.text
+    assert helper.read_bytes() == b"X = 1\n" * 100  # fetched again
+    caplog.clear()
+    cache.fetch(uri, sha)
+    assert "corrupt" not in caplog.text  # (intact now: used as is)
+
+
+def test_the_last_process_of_a_host_to_stop_using_an_artifact_deletes_it(tmp_path):
+    """Two TaskExecutors of one host share the cache: the artifact stays while either's tasks
+    use it; a process that died does not keep it."""
+    uri, sha = _artifact(tmp_path, {chain_entry("v"): cloudpickle.dumps([1])})
+    running: set[str] = {sha}
+    mine = ArtifactCache(str(tmp_path / "cache"), in_use=lambda: running)
+    mine.fetch(uri, sha)
+    users = tmp_path / "cache" / sha / ".yarnflow-users"
+    (users / "999999999").touch()  # a TaskExecutor of this host that died (no such pid)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (users / str(other.pid)).touch()  # another live TaskExecutor of this host uses it too
+        assert mine.release_unused() == []  # my task still runs
+        running.clear()
+        assert mine.release_unused() == [] and (tmp_path / "cache" / sha).is_dir()  # the other one's tasks do
+    finally:
+        other.kill()
+        other.wait()
+    mine.fetch(uri, sha)
+    assert mine.release_unused() == [sha]
+    assert list((tmp_path / "cache").iterdir()) == []

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from yarnflow.common.artifacts import ArtifactError, ArtifactReader
 from yarnflow.common.errors import (FencingTokenError, NotFoundError, RpcConnectionError, RpcError,
                                     RpcTimeoutError, UnavailableError)
 from yarnflow.common.ids import ExecutionAttemptID, JobID
@@ -171,6 +172,31 @@ class JobMasterLinks:
                          resp.split.split_id)
 
         return request
+
+    def _artifact_reader(self, tdd: TaskDeploymentDescriptor, cancelled: Callable[[], bool]) -> ArtifactReader:
+        """Reads of the job's artifact from its JobMaster (the AppMaster's blob service): this
+        host sees no other host's files. Asked again while the JobMaster is failing over."""
+        job_id = tdd.job_id
+
+        def read(offset: int, length: int) -> bytes:
+            while True:
+                try:
+                    address, token = self._wait_for_link(job_id, cancelled)
+                except UnavailableError as exc:
+                    raise ArtifactError(f"cannot fetch the job artifact: {exc}") from exc
+                try:
+                    return self._main.call(self._jm, address, job_id).read_artifact(
+                        token, job_id, tdd.artifact_sha256, offset, length)
+                except (RpcConnectionError, RpcTimeoutError, UnavailableError) as exc:
+                    if not self.core.keep_tasks:
+                        raise ArtifactError(f"cannot fetch the job artifact from the JobMaster at {address}: "
+                                            f"{exc}") from exc
+                    log.info("%s: fetching the job artifact failed (asked again): %s", tdd.display_name, exc)
+                    time.sleep(_POLL_S * 5)
+                except RpcError as exc:
+                    raise ArtifactError(f"the JobMaster at {address} did not give the job artifact: {exc}") from exc
+
+        return read
 
     # -- the takeover (RPC, on the main thread) -----------------------------------------------------
     def _reconciled(self, task: Any, state: ExecutionState) -> ReconciledTask:

@@ -167,7 +167,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
         self._tls = internal_credentials(config)
         self._data_server = DataServer(host, self.partitions, segment_size=config[Options.SEGMENT_SIZE], tls=self._tls)
         self._data_client = DataClient(self._tls)
-        self._artifacts = ArtifactCache.bounded(config, work_dir, lambda: {t.tdd.artifact_sha256 for t in self.tasks.values()})
+        self._artifacts = ArtifactCache.bounded(config, work_dir, lambda: {t.tdd.artifact_sha256 for t in list(self.tasks.values())})
         set_default_base(work_dir)  # RocksDB state backends work here unless the job names a localdir
         self.work_dir = work_dir  # (and task-local recovery keeps its copies here)
         self.memory = MemoryManager(managed_memory_bytes(config), num_slots)
@@ -444,6 +444,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
                 self.partitions.release_all(action.covers, blocking=not action.pipelined_only)
                 if action.pipelined_only and not action.partition_ids:  # the job's last slot here went
                     release_local_state(self.work_dir, str(action.job_id))
+                    self._io.submit(self._artifacts.release_unused)
             elif isinstance(action, SendHeartbeat):
                 self._io.submit(self._send_jm_heartbeat, action)
             elif isinstance(action, CloseJobMasterConnection):
@@ -478,6 +479,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
                     on_state=lambda u: self._updates.submit(self._send_update, u),
                     location=f"TaskExecutor {self.resource_id} (pid {os.getpid()} on {socket.gethostname()})",
                     request_split=self._split_requester(tdd, lambda: task._cancelled.is_set()),
+                    read_artifact=self._artifact_reader(tdd, lambda: task._cancelled.is_set()),
                     checkpoints=JobMasterResponder(self, tdd.job_id, tdd.execution_attempt_id),
                     memory=self.memory, slot_index=action.slot_index, spill_roots=self.spill_roots,
                     spark_master=self.spark_masters)

@@ -30,6 +30,7 @@ JOB_MASTER_METHODS = {
     "request_split": True,
     "acknowledge_checkpoint": True,
     "decline_checkpoint": True,
+    "read_artifact": True,
     "heartbeat_from_task_executor": True,
 }
 
@@ -46,6 +47,8 @@ class JobMasterServiceCalls(Protocol):
     def acknowledge_checkpoint(self, fencing_token: str, job_id: str, execution_attempt_id: str, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None: ...
 
     def decline_checkpoint(self, fencing_token: str, job_id: str, execution_attempt_id: str, checkpoint_id: int, reason: str) -> None: ...
+
+    def read_artifact(self, fencing_token: str, job_id: str, sha256: str, offset: int, length: int) -> bytes: ...
 
     def heartbeat_from_task_executor(self, fencing_token: str, job_id: str, payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport: ...
 
@@ -76,6 +79,9 @@ class JobMasterServiceGateway:
 
     def decline_checkpoint(self, fencing_token: str, job_id: str, execution_attempt_id: str, checkpoint_id: int, reason: str, *, rpc_timeout_ms: int | None = None) -> None:
         self._c.call("declineCheckpoint", str(fencing_token), str(job_id), str(execution_attempt_id), checkpoint_id, str(reason), timeout_ms=rpc_timeout_ms)
+
+    def read_artifact(self, fencing_token: str, job_id: str, sha256: str, offset: int, length: int, *, rpc_timeout_ms: int | None = None) -> bytes:
+        return bytes(self._c.call("readArtifact", str(fencing_token), str(job_id), str(sha256), offset, length, timeout_ms=rpc_timeout_ms) or b'')
 
     def heartbeat_from_task_executor(self, fencing_token: str, job_id: str, payload: TaskExecutorHeartbeatPayload, *, rpc_timeout_ms: int | None = None) -> AllocatedSlotReport:
         return AllocatedSlotReport.from_thrift(self._c.call("heartbeatFromTaskExecutor", str(fencing_token), str(job_id), payload.to_thrift(), timeout_ms=rpc_timeout_ms))
@@ -112,6 +118,11 @@ class JobMasterServiceHandler:
     @translated
     def declineCheckpoint(self, fencing_token: Any, job_id: Any, execution_attempt_id: Any, checkpoint_id: Any, reason: Any) -> Any:  # noqa: N802 - Thrift's names
         self._e.rpc_invoke("decline_checkpoint", fencing_token, read_args("declineCheckpoint", lambda: (JobID(job_id), ExecutionAttemptID(execution_attempt_id), int(checkpoint_id), str(reason), )))
+
+    @translated
+    def readArtifact(self, fencing_token: Any, job_id: Any, sha256: Any, offset: Any, length: Any) -> Any:  # noqa: N802 - Thrift's names
+        result = self._e.rpc_invoke("read_artifact", fencing_token, read_args("readArtifact", lambda: (JobID(job_id), str(sha256), int(offset), int(length), )))
+        return bytes(result)
 
     @translated
     def heartbeatFromTaskExecutor(self, fencing_token: Any, job_id: Any, payload: Any) -> Any:  # noqa: N802 - Thrift's names

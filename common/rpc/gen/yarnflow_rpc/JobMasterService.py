@@ -77,6 +77,18 @@ class Iface(object):
         """
         pass
 
+    def readArtifact(self, fencing_token, job_id, sha256, offset, length):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - sha256
+         - offset
+         - length
+
+        """
+        pass
+
     def heartbeatFromTaskExecutor(self, fencing_token, job_id, payload):
         """
         Parameters:
@@ -295,6 +307,48 @@ class Client(Iface):
             raise result.err
         return
 
+    def readArtifact(self, fencing_token, job_id, sha256, offset, length):
+        """
+        Parameters:
+         - fencing_token
+         - job_id
+         - sha256
+         - offset
+         - length
+
+        """
+        self.send_readArtifact(fencing_token, job_id, sha256, offset, length)
+        return self.recv_readArtifact()
+
+    def send_readArtifact(self, fencing_token, job_id, sha256, offset, length):
+        self._oprot.writeMessageBegin('readArtifact', TMessageType.CALL, self._seqid)
+        args = readArtifact_args()
+        args.fencing_token = fencing_token
+        args.job_id = job_id
+        args.sha256 = sha256
+        args.offset = offset
+        args.length = length
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_readArtifact(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = readArtifact_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.err is not None:
+            raise result.err
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "readArtifact failed: unknown result")
+
     def heartbeatFromTaskExecutor(self, fencing_token, job_id, payload):
         """
         Parameters:
@@ -343,6 +397,7 @@ class Processor(Iface, TProcessor):
         self._processMap["requestSplit"] = Processor.process_requestSplit
         self._processMap["acknowledgeCheckpoint"] = Processor.process_acknowledgeCheckpoint
         self._processMap["declineCheckpoint"] = Processor.process_declineCheckpoint
+        self._processMap["readArtifact"] = Processor.process_readArtifact
         self._processMap["heartbeatFromTaskExecutor"] = Processor.process_heartbeatFromTaskExecutor
         self._on_message_begin = None
 
@@ -492,6 +547,32 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("declineCheckpoint", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_readArtifact(self, seqid, iprot, oprot):
+        args = readArtifact_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = readArtifact_result()
+        try:
+            result.success = self._handler.readArtifact(args.fencing_token, args.job_id, args.sha256, args.offset, args.length)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except RpcError as err:
+            msg_type = TMessageType.REPLY
+            result.err = err
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("readArtifact", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -1399,6 +1480,189 @@ class declineCheckpoint_result(object):
 all_structs.append(declineCheckpoint_result)
 declineCheckpoint_result.thrift_spec = (
     None,  # 0
+    (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
+)
+
+
+class readArtifact_args(object):
+    """
+    Attributes:
+     - fencing_token
+     - job_id
+     - sha256
+     - offset
+     - length
+
+    """
+
+
+    def __init__(self, fencing_token=None, job_id=None, sha256=None, offset=None, length=None,):
+        self.fencing_token = fencing_token
+        self.job_id = job_id
+        self.sha256 = sha256
+        self.offset = offset
+        self.length = length
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.fencing_token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.job_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.sha256 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.offset = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I32:
+                    self.length = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('readArtifact_args')
+        if self.fencing_token is not None:
+            oprot.writeFieldBegin('fencing_token', TType.STRING, 1)
+            oprot.writeString(self.fencing_token.encode('utf-8') if sys.version_info[0] == 2 else self.fencing_token)
+            oprot.writeFieldEnd()
+        if self.job_id is not None:
+            oprot.writeFieldBegin('job_id', TType.STRING, 2)
+            oprot.writeString(self.job_id.encode('utf-8') if sys.version_info[0] == 2 else self.job_id)
+            oprot.writeFieldEnd()
+        if self.sha256 is not None:
+            oprot.writeFieldBegin('sha256', TType.STRING, 3)
+            oprot.writeString(self.sha256.encode('utf-8') if sys.version_info[0] == 2 else self.sha256)
+            oprot.writeFieldEnd()
+        if self.offset is not None:
+            oprot.writeFieldBegin('offset', TType.I64, 4)
+            oprot.writeI64(self.offset)
+            oprot.writeFieldEnd()
+        if self.length is not None:
+            oprot.writeFieldBegin('length', TType.I32, 5)
+            oprot.writeI32(self.length)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(readArtifact_args)
+readArtifact_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'fencing_token', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'job_id', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'sha256', 'UTF8', None, ),  # 3
+    (4, TType.I64, 'offset', None, None, ),  # 4
+    (5, TType.I32, 'length', None, None, ),  # 5
+)
+
+
+class readArtifact_result(object):
+    """
+    Attributes:
+     - success
+     - err
+
+    """
+
+
+    def __init__(self, success=None, err=None,):
+        self.success = success
+        self.err = err
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRING:
+                    self.success = iprot.readBinary()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.err = RpcError.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('readArtifact_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRING, 0)
+            oprot.writeBinary(self.success)
+            oprot.writeFieldEnd()
+        if self.err is not None:
+            oprot.writeFieldBegin('err', TType.STRUCT, 1)
+            self.err.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(readArtifact_result)
+readArtifact_result.thrift_spec = (
+    (0, TType.STRING, 'success', 'BINARY', None, ),  # 0
     (1, TType.STRUCT, 'err', [RpcError, None], None, ),  # 1
 )
 
