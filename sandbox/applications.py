@@ -231,7 +231,8 @@ class Application:
                 attempt_id=f"appattempt_{self.cluster.timestamp}_{self.seq:04d}_{attempt:06d}", attempt=attempt,
                 max_attempts=self.max_attempts, spec=self.spec, cert=self.cert, key=self.key, user=self.user,
                 submit_ms=self.start_ms, local_dir=self.local_dir, log_root=self.log_root,
-                launcher=self.cluster.launcher, place=self.cluster.place)
+                launcher=self.cluster.launcher, place=self.cluster.place,
+                previous_am_node=self.attempts[-1].am_container.node if self.attempts else None)
             am = AppMaster(ctx)
             with self._cond:
                 if self._kill is not None:
@@ -306,9 +307,13 @@ class Cluster:
         if limits.check_memory:
             threading.Thread(target=self._check_memory, name="sandbox-memory", daemon=True).start()
 
-    def place(self) -> Node:
-        """The node of a new container (round-robin)."""
-        return self.nodes[next(self._placements) % len(self.nodes)]
+    def place(self, avoid: Node | None = None) -> Node:
+        """The node of a new container (round-robin), not ``avoid`` when there is another (as
+        YARN places an application's next AppMaster attempt away from the node the last failed on)."""
+        node = self.nodes[next(self._placements) % len(self.nodes)]
+        if node == avoid and len(self.nodes) > 1:
+            node = self.nodes[next(self._placements) % len(self.nodes)]
+        return node
 
     # ------------------------------------------------------------------ applications
 

@@ -69,7 +69,8 @@ class AttemptContext:
     local_dir: str  # LOCAL_DIRS: container directories are <local_dir>/<yarn container id>
     log_root: str  # a container's log directory is <log_root>/<yarn container id>
     launcher: ProcessLauncher
-    place: Callable[[], Node]
+    place: Callable[..., Node]  # place(avoid=None): a node for a new container
+    previous_am_node: Node | None = None  # where the previous attempt's AppMaster ran
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class AppMaster:
         self.address = address
         c = self.am_container
         c.yarn_id, c.start_ms = self._next_yarn_id(), now_ms()
-        c.node = self.ctx.place()
+        c.node = self.ctx.place(self.ctx.previous_am_node)
         directory, c.log_dir = self._prepare(c, self.spec.master.files, self.spec.master.script)
         self._am_log = os.path.join(c.log_dir, "application.master.log")
         self.log(f"AppMaster at {address} (attempt {self.ctx.attempt} of {self.ctx.max_attempts}), its container "

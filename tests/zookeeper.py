@@ -105,21 +105,24 @@ def _quiet_client(hosts: str, **options: Any) -> KazooClient:
 
 
 class ZooKeeperServer:
-    """One standalone ZooKeeper on 127.0.0.1 (a free port), its data in ``work_dir``."""
+    """One standalone ZooKeeper on 127.0.0.1 (a free port), its data in ``work_dir``; or on
+    ``address``, started through ``prefix`` (a YARN sandbox host's entry: a host of its own)."""
 
-    def __init__(self, work_dir: Path, java: str, classpath: str) -> None:
+    def __init__(self, work_dir: Path, java: str, classpath: str, address: str = "127.0.0.1",
+                 prefix: list[str] | None = None) -> None:
         self.work_dir = work_dir
-        self.port = free_port()
+        self.address = address
+        self.port = free_port() if address == "127.0.0.1" else 2181
         self.tag = f"zookeeper-{uuid.uuid4().hex}"
-        self._command = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", classpath, MAIN,
-                         str(work_dir / "zoo.cfg")]
+        self._command = [*(prefix or []), java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp",
+                         classpath, MAIN, str(work_dir / "zoo.cfg")]
         self._process: subprocess.Popen[bytes] | None = None
         (work_dir / "data").mkdir(parents=True, exist_ok=True)
         (work_dir / "zoo.cfg").write_text("\n".join([
             "tickTime=500",
             f"dataDir={work_dir / 'data'}",
             f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={address}",
             "minSessionTimeout=1000",
             "maxSessionTimeout=60000",
             "admin.enableServer=false",
@@ -127,7 +130,7 @@ class ZooKeeperServer:
 
     @property
     def quorum(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def running(self) -> bool:

@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, kill_tagged
 from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_yarn_jobs import (CHECKPOINTS, JOB, YARN_CONF, app_id_of,
-                                              container_processes, dconf, wait_checkpointed, write_input)
+                                              container_processes, dconf, job_info, wait_checkpointed,
+                                              write_input)
+from tests.zookeeper import ZooKeeperServer, _classpath, _java
+from yarnflow.common.states import JobStatus
 from tests.yarn import MAX_MEMORY_MB, MAX_VCORES
 from yarnflow.sandbox import Sandbox
 
@@ -42,7 +45,7 @@ def hosts(skein_config: str, tmp_path: Path, cli: Cli) -> Iterator[Sandbox]:
     client.mkdir()
     (tmp_path / "shared").mkdir()
     with Sandbox(skein_config, work_dir=str(tmp_path / "work"), max_memory_mb=MAX_MEMORY_MB, max_vcores=MAX_VCORES,
-                 kill_grace_s=0.5, node_count=NODES, separate_hosts=True,
+                 kill_grace_s=0.5, node_count=NODES, separate_hosts=True, extra_hosts=["zookeeper"],
                  hide=[str(client), cli.env["TMPDIR"]]) as sandbox:
         yield sandbox
 
@@ -166,3 +169,51 @@ def test_a_checkpointed_streaming_job_survives_a_killed_taskexecutor_host_proces
     started = sorted(c for containers in logs.values() for c in containers)
     assert killed in started and len(started) == 4, started  # the AppMaster, two TaskExecutors, a replacement
     assert "restores checkpoint" in "".join(t for containers in logs.values() for t in containers.values())
+
+
+@pytest.fixture
+def zookeeper_host(hosts: Sandbox, tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper server on a host of its own."""
+    java, classpath = _java(), _classpath()
+    if java is None or classpath is None:
+        pytest.fail("ZooKeeper needs Java and Debian's zookeeper package (.ci/install-test-deps)")
+    (tmp_path / "zookeeper").mkdir()
+    server = ZooKeeperServer(tmp_path / "zookeeper", java, classpath, address=hosts.hosts()["zookeeper"].address,
+                             prefix=hosts.host_command("zookeeper", []))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        kill_tagged(server.tag)
+
+
+def test_an_ha_session_is_taken_over_by_an_appmaster_on_another_host(
+        client_cli: Cli, hosts: Sandbox, zookeeper_host: ZooKeeperServer, tmp_path: Path) -> None:
+    """ZooKeeper on a host of its own, the HA storage shared; the session's AppMaster SIGKILLed
+    mid-job: YARN's next attempt runs on another host, leads, recovers the job from its latest
+    checkpoint, and the output is exact."""
+    shared = tmp_path / "shared"
+    expected = write_input(shared / "in")
+    ha = {"high-availability.type": "zookeeper", "high-availability.zookeeper.quorum": zookeeper_host.quorum,
+          "high-availability.storageDir": f"file://{shared}/ha", "high-availability.zookeeper.client.session-timeout":
+          "4 s", "yarn.application-attempts": "2", "taskmanager.registration.timeout": "20 s"}
+    conf = {**YARN_CONF, **CHECKPOINTS, **ha, "execution.checkpointing.dir": f"file://{shared}/checkpoints"}
+    started = client_cli.run("session", "start", "--target", "yarn", "--detached", *dconf(conf), timeout=90)
+    assert started.returncode == 0, started.stderr
+    app_id = app_id_of(started.stdout)
+    keys = ["-D", f"yarn.application.id={app_id}", *dconf(ha)]
+    ran = client_cli.run("run", "--detached", *keys, "job.py", str(shared / "in"), str(shared / "out"), "STREAMING",
+                         "0.1", "ha-hosts", timeout=90)
+    assert ran.returncode == 0, ran.stderr
+    wait_checkpointed(app_id, "ha-hosts", ha)
+    [am] = container_processes(app_id, "yarnflow.am")
+    first_host = am.environ()["NM_HOST"]
+    am.send_signal(signal.SIGKILL)
+    wait_until(lambda: (j := job_info(app_id, "ha-hosts", ha)) is not None and j.status == JobStatus.FINISHED, 150,
+               "the job did not finish after the takeover")
+    assert_upsert_counts(shared / "out", expected)
+    [second] = container_processes(app_id, "yarnflow.am")
+    assert second.environ()["CONTAINER_ID"].split("_")[-2] == "02"  # YARN's next attempt
+    assert second.environ()["NM_HOST"] != first_host
+    client_cli.run("session", "stop", *keys, check=True)
