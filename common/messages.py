@@ -366,6 +366,9 @@ class SlotOffer(Message):
     allocation_id: ids.AllocationID
     slot_index: int
     profile: ResourceProfile = field(default_factory=ResourceProfile)
+    #: the TaskExecutor's registration at the ResourceManager when the slot was allocated: a
+    #: JobMaster tells a TaskExecutor that registered again (a partition healed) from a stale one
+    registration_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -288,12 +288,14 @@ class Cluster:
     AppMaster service; every container is started by ``launcher``."""
 
     def __init__(self, host: str, work_dir: str, limits: Limits, node_count: int, queues: Sequence[str],
-                 cert: bytes, key: bytes, serve: Serve, nodes: Sequence[Node] | None = None) -> None:
+                 cert: bytes, key: bytes, serve: Serve, nodes: Sequence[Node] | None = None,
+                 reachable: Callable[[Node], bool] = lambda node: True) -> None:
         self.host = host
         self.work_dir = work_dir
         self.limits = limits
         self.timestamp = now_ms()
         self.nodes = list(nodes) if nodes else [Node(host, 45454 + i, 8042 + 2 * i) for i in range(max(1, node_count))]
+        self._reachable = reachable  # (a NodeManager cut off from the ResourceManager gets no containers)
         self.queues = list(queues) or ["default"]
         self.cert, self.key = cert, key
         self.serve = serve
@@ -308,10 +310,13 @@ class Cluster:
             threading.Thread(target=self._check_memory, name="sandbox-memory", daemon=True).start()
 
     def place(self, avoid: Node | None = None) -> Node:
-        """The node of a new container (round-robin), not ``avoid`` when there is another (as
-        YARN places an application's next AppMaster attempt away from the node the last failed on)."""
+        """The node of a new container (round-robin): not ``avoid`` when there is another (as
+        YARN places an application's next AppMaster attempt away from the node the last failed
+        on), nor one cut off by the network (YARN hears nothing from its NodeManager)."""
         node = self.nodes[next(self._placements) % len(self.nodes)]
-        if node == avoid and len(self.nodes) > 1:
+        for _ in range(2 * len(self.nodes)):  # (the next one that is reachable and not ``avoid``)
+            if self._reachable(node) and (node != avoid or len(self.nodes) == 1):
+                break
             node = self.nodes[next(self._placements) % len(self.nodes)]
         return node
 

@@ -19,7 +19,8 @@ namespaces leaves a record under ``/run/yarnflow-sandbox``; the next ``create`` 
 dead sandbox left.
 
 Links are cut and healed with ``cut(host)`` / ``heal(host)`` (the host's veth down / up): its
-processes keep running, cut off from every other host.
+processes keep running, cut off from every other host; ``cut_between(a, b)`` cuts one link,
+silently (a neighbour entry that sends the other's packets nowhere).
 
 The process side (entering a host) lives in processes.py, which must import nothing but the
 standard library: ``enter_host(netns, hidden)``."""
@@ -109,6 +110,7 @@ class HostNetwork:
         self._hidden = hidden
         self.network: ipaddress.IPv4Network | None = None
         self.hosts: dict[str, Host] = {}
+        self._cut: set[str] = set()
 
     @property
     def console_address(self) -> str:
@@ -153,13 +155,34 @@ class HostNetwork:
             pass
 
     def cut(self, name: str) -> None:
-        """Cut the host off from every other (its link down); its processes keep running."""
+        """Cut the host off from every other (its link down: what it sends fails, what is sent to
+        it is lost); its processes keep running."""
         _ip("link", "set", self.hosts[name].veth, "down")
+        self._cut.add(name)
         log.info("cut host %s (%s) off", name, self.hosts[name].address)
 
     def heal(self, name: str) -> None:
         _ip("link", "set", self.hosts[name].veth, "up")
+        self._cut.discard(name)
         log.info("healed host %s (%s)", name, self.hosts[name].address)
+
+    def cut_between(self, a: str, b: str) -> None:
+        """Cut the link between two hosts only, silently both ways (each sends the other's
+        packets to a hardware address no host has: the bridge drops them, no error comes back,
+        as with a firewall's DROP); both keep reaching every other host."""
+        for this, other in ((a, b), (b, a)):
+            _ip("-n", self.hosts[this].netns, "neigh", "replace", self.hosts[other].address, "lladdr",
+                "02:00:00:00:00:01", "dev", "eth0", "nud", "permanent")
+        log.info("cut the link between %s and %s", a, b)
+
+    def heal_between(self, a: str, b: str) -> None:
+        for this, other in ((a, b), (b, a)):
+            _ip("-n", self.hosts[this].netns, "neigh", "del", self.hosts[other].address, "dev", "eth0")
+        log.info("healed the link between %s and %s", a, b)
+
+    def is_cut(self, netns: str | None) -> bool:
+        """Whether the host of network namespace ``netns`` is cut off (from everything)."""
+        return any(self.hosts[name].netns == netns for name in self._cut)
 
     def _netns(self, name: str) -> str:
         return f"yfs-{self.tag}-{name}"

@@ -369,8 +369,10 @@ class Sandbox:
             self.work_dir = tempfile.mkdtemp(prefix="yarn-sandbox-")
         os.makedirs(self.work_dir, exist_ok=True)
         nodes = self._make_hosts() if self.separate_hosts else None
+        network = self.network
         self.cluster = Cluster(self.host, self.work_dir, self.limits, self.node_count, self.queues, cert, key,
-                               self._serve_appmaster, nodes)
+                               self._serve_appmaster, nodes,
+                               (lambda node: not network.is_cut(node.netns)) if network is not None else lambda node: True)
         executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="sandbox-driver")
         self._executors.append(executor)
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])

@@ -309,6 +309,7 @@ struct SlotOffer {
   1: string allocation_id,
   2: i32 slot_index,
   3: ResourceProfile profile,
+  4: string registration_id,      // the TaskExecutor's registration at the ResourceManager that allocated it
 }
 
 struct TaskExecutionStateUpdate {

@@ -311,8 +311,17 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
         if self.status.is_globally_terminal or self.status in (JobStatus.FAILING, JobStatus.CANCELLING):
             return []
         if resource_id in self.task_executors.lost:
-            log.info("job %s: declining slots of %s, lost to this job", self.job_id, resource_id)
-            return []
+            fresh = [o for o in offers if self.task_executors.registered_again(resource_id, o.registration_id)]
+            if not fresh:  # (its registration the job lost, still known to the ResourceManager)
+                log.info("job %s: declining slots of %s, lost to this job", self.job_id, resource_id)
+                return []
+            # it registered at the ResourceManager again (a partition healed, say): what it offers
+            # now was allocated since, and the job may use it again
+            log.info("job %s: TaskExecutor %s, lost before, registered again: its slots are taken again",
+                     self.job_id, resource_id)
+            self.task_executors.came_back(resource_id)
+            offers = fresh
+        self.task_executors.registration(resource_id, offers)
         accepted = [o for o in offers
                     if self.slots.pool.offer(o.allocation_id, resource_id, rpc_address, data_address, o.profile)]
         if accepted:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from yarnflow.am.jobmaster.execution_graph import Execution
+from yarnflow.common.messages import SlotOffer
 from yarnflow.common.ids import ExecutionAttemptID, ResourceID
 from yarnflow.common.states import ExecutionState
 
@@ -24,6 +25,8 @@ class JobTaskExecutors:
     def __init__(self) -> None:
         self.address: dict[ResourceID, str] = {}
         self.lost: set[ResourceID] = set()
+        #: the ResourceManager registration each TaskExecutor's accepted offers came with
+        self._registration: dict[ResourceID, str] = {}
         self._last_seen: dict[ResourceID, int] = {}
         self._missing_once: set[ExecutionAttemptID] = set()
 
@@ -49,6 +52,23 @@ class JobTaskExecutors:
             return False
         self.lost.add(resource_id)
         return True
+
+    def registration(self, resource_id: ResourceID, offers: Iterable[SlotOffer]) -> None:
+        """Remember the registration the offers of ``resource_id`` came with."""
+        for offer in offers:
+            if offer.registration_id:
+                self._registration[resource_id] = offer.registration_id
+
+    def registered_again(self, resource_id: ResourceID, registration_id: str) -> bool:
+        """An offer of a lost TaskExecutor made under a later registration than the one the job
+        knew (an offer without one, from an older TaskExecutor, never is)."""
+        return bool(registration_id) and registration_id != self._registration.get(resource_id, "")
+
+    def came_back(self, resource_id: ResourceID) -> None:
+        """A lost TaskExecutor registered again (with nothing of the job left): usable again,
+        its heartbeats awaited afresh."""
+        self.lost.discard(resource_id)
+        self._last_seen.pop(resource_id, None)
 
     def silent(self, holding: Iterable[ResourceID], now: int, timeout_ms: int) -> list[tuple[ResourceID, int]]:
         """(TaskExecutor, ms since its last heartbeat) of each of ``holding`` (the ones with the

@@ -8,6 +8,7 @@ timeout, process exit) are reported to the affected JobMasters through ``listene
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -74,6 +75,7 @@ class ResourceManager(RpcEndpoint):
             max_slots=config[Options.MAX_SLOTS], heartbeat_timeout_ms=config[Options.HEARTBEAT_TIMEOUT],
             pending_allocation_timeout_ms=max(config[Options.RPC_TIMEOUT], 2 * self._heartbeat_ms),
             idle_timeout_ms=config[Options.TM_IDLE_TIMEOUT],
+            silent_worker_grace_ms=config[Options.TM_REGISTRATION_TIMEOUT],
             worker_slot_profile=ResourceProfile(taskexecutor_cores(config) / config[Options.NUM_SLOTS],
                                                 config[Options.TM_MEMORY] // (1 << 20) // config[Options.NUM_SLOTS]))
         self.slot_manager = SlotManager(SystemClock(), settings)
@@ -299,11 +301,12 @@ class ResourceManager(RpcEndpoint):
                 for listener in list(self._listeners.values()):
                     listener.on_task_executor_lost(action.resource_id, action.reason)
                 worker = self._worker_of.pop(action.resource_id, action.resource_id)
-                if action.stop_worker:  # (off the main thread: a live worker may take seconds to stop)
-                    self._io.submit(self._driver.stop_worker, worker)
-                    for sibling in [r for r, w in self._worker_of.items() if w == worker]:  # its other slot processes
-                        self._apply(self.slot_manager.unregister(sibling, f"its worker {worker} is stopped: "
-                                                                          f"{action.reason}"))
+                if action.stop_worker and action.stop_after_ms:
+                    log.info("TaskExecutor %s is stopped in %d ms unless it registers again (it may be cut off "
+                             "by the network)", action.resource_id, action.stop_after_ms)
+                    self._main.schedule(action.stop_after_ms, functools.partial(self._stop_if_still_away, action, worker))
+                elif action.stop_worker:
+                    self._stop_worker(worker, action.reason)
             elif isinstance(action, StartWorkers):
                 for _ in range(action.count):
                     self._start_worker()
@@ -321,6 +324,22 @@ class ResourceManager(RpcEndpoint):
                 requester = self._listeners.get(action.request.job_id)
                 if requester is not None:
                     requester.on_allocation_failed(action.request.allocation_id, action.reason)
+
+    def _stop_if_still_away(self, lost: TaskExecutorLost, worker: ResourceID) -> None:
+        """(main thread) The grace of a silent TaskExecutor ended: stop its worker unless it
+        registered again meanwhile."""
+        if lost.resource_id in self.slot_manager.task_executors:
+            log.info("TaskExecutor %s came back: kept", lost.resource_id)
+            return
+        log.info("stopping TaskExecutor %s: it did not come back (%s)", lost.resource_id, lost.reason)
+        self._stop_worker(worker, lost.reason)
+
+    def _stop_worker(self, worker: ResourceID, reason: str) -> None:
+        """(main thread) Stop a worker (off the main thread: a live one may take seconds to stop),
+        and unregister its other slot processes."""
+        self._io.submit(self._driver.stop_worker, worker)
+        for sibling in [r for r, w in self._worker_of.items() if w == worker]:
+            self._apply(self.slot_manager.unregister(sibling, f"its worker {worker} is stopped: {reason}"))
 
     def _release_adopted(self, gw: RemoteTaskExecutorGateway, reason: str) -> None:
         try:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,3 +219,70 @@ def test_an_ha_session_is_taken_over_by_an_appmaster_on_another_host(
     assert second.environ()["CONTAINER_ID"].split("_")[-2] == "02"  # YARN's next attempt
     assert second.environ()["NM_HOST"] != first_host
     client_cli.run("session", "stop", *keys, check=True)
+
+
+# ---- network partitions (Jepsen-style: processes live on, links cut and healed) -------------
+
+def _start_streaming(client_cli: Cli, hosts: Sandbox, shared: Path, name: str) -> tuple[Any, str, Any]:
+    """A checkpointed STREAMING per-job word count of ~12 s, checkpointed once: (the client's
+    process, the application id, the expected counts)."""
+    expected = write_input(shared / "in", rows=12_000)
+    conf = {**YARN_CONF, **CHECKPOINTS, "execution.checkpointing.dir": f"file://{shared}/checkpoints",
+            "taskmanager.registration.timeout": "30 s"}
+    proc = client_cli.start("run", "--target", "yarn-per-job", *dconf(conf), "job.py", str(shared / "in"),
+                            str(shared / "out"), "STREAMING", "0.2", name)
+    assert hosts.cluster is not None
+    cluster = hosts.cluster
+    app_id = wait_until(lambda: next((a.id for a in cluster.applications()), None), 30, "no application was submitted")
+    wait_checkpointed(app_id, name)
+    return proc, app_id, expected
+
+
+def _taskexecutor_host(hosts: Sandbox, app_id: str) -> tuple[str, str]:
+    """(host name, container id) of a TaskExecutor on another host than the AppMaster."""
+    by_address = {h.address: h.name for h in hosts.hosts().values()}
+    [am] = container_processes(app_id, "yarnflow.am")
+    te = next(p for p in container_processes(app_id, "yarnflow.worker") if p.environ()["NM_HOST"] != am.environ()["NM_HOST"])
+    return by_address[te.environ()["NM_HOST"]], te.environ()["CONTAINER_ID"]
+
+
+def _log_of(hosts: Sandbox, app_id: str, container: str) -> str:
+    return next(text for containers in _container_logs(hosts, app_id).values() for c, text in containers.items()
+                if c == container)
+
+
+def test_a_taskexecutor_host_cut_off_past_the_heartbeat_timeout_is_failed_over_and_rejoins_clean(
+        client_cli: Cli, hosts: Sandbox, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    proc, app_id, expected = _start_streaming(client_cli, hosts, shared, "cut-te")
+    node, container = _taskexecutor_host(hosts, app_id)
+    assert hosts.network is not None
+    hosts.network.cut(node)
+    try:  # past the heartbeat timeout (3 s): the JobMaster fails its tasks over to a new container elsewhere
+        wait_until(lambda: "did not answer for" in _log_of(hosts, app_id, container), 20,
+                   "the cut-off TaskExecutor did not give its JobMaster up")
+    finally:
+        hosts.network.heal(node)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert_upsert_counts(shared / "out", expected)  # (the cut-off sink committed nothing twice)
+    cut_log = _log_of(hosts, app_id, container)
+    after = cut_log[cut_log.index("did not answer for"):]
+    assert "registered at the ResourceManager" in after, "the TaskExecutor did not register again after the heal"
+    assert "restores checkpoint" in "".join(t for cs in _container_logs(hosts, app_id).values() for t in cs.values())
+
+
+def test_a_partition_that_heals_before_any_timeout_restarts_nothing(client_cli: Cli, hosts: Sandbox,
+                                                                     tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    proc, app_id, expected = _start_streaming(client_cli, hosts, shared, "blip")
+    node, _ = _taskexecutor_host(hosts, app_id)
+    assert hosts.network is not None
+    hosts.network.cut(node)
+    time.sleep(1.0)  # (the heartbeat timeout is 3 s)
+    hosts.network.heal(node)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert_upsert_counts(shared / "out", expected)
+    logs = "".join(t for cs in _container_logs(hosts, app_id).values() for t in cs.values())
+    assert "restores checkpoint" not in logs and "did not answer for" not in logs, "something restarted"

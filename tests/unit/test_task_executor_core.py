@@ -67,7 +67,8 @@ def test_a_slot_request_reserves_the_slot_and_offers_it_once() -> None:
     c, _ = core()
     alloc = AllocationID("a1")
     [offer] = c.slot_requested(1, JOB, alloc, JM, "jm-1")
-    assert offer == OfferSlot(JOB, JM, "jm-1", SlotOffer(alloc, 1, ResourceProfile(1.0, 512)))
+    # (under the registration it has at the ResourceManager: a JobMaster tells a stale offer by it)
+    assert offer == OfferSlot(JOB, JM, "jm-1", SlotOffer(alloc, 1, ResourceProfile(1.0, 512), "reg-1"))
     assert c.slot_requested(1, JOB, alloc, JM, "jm-1") == []  # the same request again
     assert c.slots.slots[1].state == SlotState.ALLOCATED
     assert c.offer_answered(offer.offer, True) == []

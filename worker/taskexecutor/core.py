@@ -190,7 +190,8 @@ class TaskExecutorCore:
         log.info("slot %d allocated to %s of job %s", slot_index, allocation_id, job_id)
         slot = self.slots.get(allocation_id)
         assert slot is not None
-        return [OfferSlot(job_id, address, token, SlotOffer(allocation_id, slot_index, slot.profile))]
+        return [OfferSlot(job_id, address, token, SlotOffer(allocation_id, slot_index, slot.profile,
+                                                            self.registration_id))]
 
     def offer_answered(self, offer: SlotOffer, accepted: bool) -> list[Action]:
         if self.slots.get(offer.allocation_id) is None:

@@ -218,7 +218,7 @@ class JobMasterLinks:
     @fenced(lambda te, *args: te.core.rm_token_expected())
     def reconnect_job(self, job_id: JobID, jobmaster_address: str, jobmaster_token: str) -> JobReconnectReport:
         tdds = self.core.reconnect_job(job_id, jobmaster_address, jobmaster_token)
-        slots = [SlotOffer(s.allocation_id, s.index, s.profile) for s in self.core.slots.slots
+        slots = [SlotOffer(s.allocation_id, s.index, s.profile, self.core.registration_id) for s in self.core.slots.slots
                  if s.job_id == job_id and s.allocation_id is not None]
         tasks = [self._reconciled(task, task.state) for tdd in tdds
                  if (task := self.tasks.get(tdd.execution_attempt_id)) is not None]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -96,6 +97,11 @@ class TaskExecutorLost:
     reason: str
     allocations: tuple[tuple[JobID, AllocationID], ...]
     stop_worker: bool = True  # False when the same process registered again: keep it running
+    #: > 0: stop the worker only if it has not registered again after this long (a TaskExecutor
+    #: silent past the heartbeat timeout may be cut off by the network: on heal it comes back,
+    #: as in Flink, which keeps it; one that stays away exits by itself within its
+    #: taskmanager.registration.timeout, or is stopped then)
+    stop_after_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,9 @@ class SlotManagerSettings:
     idle_timeout_ms: int | None = None  # release idle TaskExecutors above min_slots after this
     #: the slot of a TaskExecutor the driver would start; None: unknown (never refuse a request)
     worker_slot_profile: ResourceProfile | None = None
+    #: how long a TaskExecutor silent past the heartbeat timeout may come back before its worker
+    #: is stopped (0: at once); the TaskExecutors' taskmanager.registration.timeout
+    silent_worker_grace_ms: int = 0
 
 
 @dataclass
@@ -245,8 +254,11 @@ class SlotManager:
         for rid, te in list(self.task_executors.items()):
             silent = now - te.last_heartbeat_ms
             if silent > self.settings.heartbeat_timeout_ms:
-                actions += self.unregister(rid, f"no heartbeat for {silent} ms (heartbeat.timeout "
-                                                f"{self.settings.heartbeat_timeout_ms} ms)")
+                lost = self.unregister(rid, f"no heartbeat for {silent} ms (heartbeat.timeout "
+                                            f"{self.settings.heartbeat_timeout_ms} ms)")
+                actions += [dataclasses.replace(a, stop_after_ms=self.settings.silent_worker_grace_ms)
+                            if isinstance(a, TaskExecutorLost) and self.settings.silent_worker_grace_ms else a
+                            for a in lost]
         idle = self.settings.idle_timeout_ms
         if idle is not None:
             for rid, te in list(self.task_executors.items()):

@@ -2954,14 +2954,16 @@ class SlotOffer(object):
      - allocation_id
      - slot_index
      - profile
+     - registration_id
 
     """
 
 
-    def __init__(self, allocation_id=None, slot_index=None, profile=None,):
+    def __init__(self, allocation_id=None, slot_index=None, profile=None, registration_id=None,):
         self.allocation_id = allocation_id
         self.slot_index = slot_index
         self.profile = profile
+        self.registration_id = registration_id
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2988,6 +2990,11 @@ class SlotOffer(object):
                     self.profile.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRING:
+                    self.registration_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -3009,6 +3016,10 @@ class SlotOffer(object):
         if self.profile is not None:
             oprot.writeFieldBegin('profile', TType.STRUCT, 3)
             self.profile.write(oprot)
+            oprot.writeFieldEnd()
+        if self.registration_id is not None:
+            oprot.writeFieldBegin('registration_id', TType.STRING, 4)
+            oprot.writeString(self.registration_id.encode('utf-8') if sys.version_info[0] == 2 else self.registration_id)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -5163,6 +5174,7 @@ SlotOffer.thrift_spec = (
     (1, TType.STRING, 'allocation_id', 'UTF8', None, ),  # 1
     (2, TType.I32, 'slot_index', None, None, ),  # 2
     (3, TType.STRUCT, 'profile', [ResourceProfile, None], None, ),  # 3
+    (4, TType.STRING, 'registration_id', 'UTF8', None, ),  # 4
 )
 all_structs.append(TaskExecutionStateUpdate)
 TaskExecutionStateUpdate.thrift_spec = (
