@@ -112,7 +112,8 @@ class Options(WebOptions):
     CHECKPOINT_MAX_CONCURRENT = _opt("execution.checkpointing.max-concurrent-checkpoints", _parse_int,
                                      "checkpoints in progress at once", minimum=1)
     CHECKPOINT_TOLERABLE_FAILURES = _opt("execution.checkpointing.tolerable-failed-checkpoints", _parse_int,
-                                         "consecutive failed checkpoints before the job fails", minimum=0)
+                                         "consecutive failed checkpoints before the tasks that held the last one up fail "
+                                         "over (as the restart strategy allows)", minimum=0)
     CHECKPOINT_NUM_RETAINED = _opt("execution.checkpointing.num-retained", _parse_int,
                                    "completed checkpoints kept", minimum=1)
     CHECKPOINT_DIR = _opt("execution.checkpointing.dir", _parse_str,

@@ -174,7 +174,12 @@ class DiscardCheckpoint:
 
 @dataclass(frozen=True)
 class FailJobOnCheckpoints:
+    """Too many checkpoints failed in a row: the job fails over (Flink's CheckpointFailureManager),
+    from the tasks that held the last one up (``culprits``: the ones that declined it, or had not
+    acknowledged it when it expired; empty: no task to blame)."""
+
     reason: str
+    culprits: tuple[ExecutionAttemptID, ...] = ()
 
 
 CheckpointAction = Union[TriggerCheckpoint, FinalizeCheckpoint, NotifyCheckpointComplete, NotifyCheckpointAborted,
@@ -342,7 +347,7 @@ class CheckpointCoordinator:
         if checkpoint_id in self.pending:
             superseded = any(i > checkpoint_id for i in self.pending)
             self._abort(checkpoint_id, CheckpointFailureReason.SUBSUMED if superseded
-                        else CheckpointFailureReason.DECLINED, f"{attempt_id}: {reason}")
+                        else CheckpointFailureReason.DECLINED, f"{attempt_id}: {reason}", (attempt_id,))
 
     def trigger_failed(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, detail: str) -> None:
         """The trigger call to a task failed: abort, without counting it as a failed checkpoint
@@ -381,9 +386,9 @@ class CheckpointCoordinator:
     def _expire(self, checkpoint_id: int) -> None:
         stats = self.pending.get(checkpoint_id)
         if stats is not None and stats.status == CheckpointStatus.PENDING:
-            missing = len(self._awaiting.get(checkpoint_id, ()))
+            missing = tuple(sorted(self._awaiting.get(checkpoint_id, ())))
             self._abort(checkpoint_id, CheckpointFailureReason.EXPIRED,
-                        f"{missing} tasks had not acknowledged after {self.settings.timeout_ms} ms")
+                        f"{len(missing)} tasks had not acknowledged after {self.settings.timeout_ms} ms", missing)
 
     # -- completion --------------------------------------------------------------------------------
     def metadata_written(self, checkpoint_id: int, external_path: str = "") -> None:
@@ -427,7 +432,8 @@ class CheckpointCoordinator:
         """A task failed: nothing pending can complete (Flink aborts them without counting)."""
         self.abort_pending(CheckpointFailureReason.TASK_FAILURE)
 
-    def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+    def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str,
+               culprits: tuple[ExecutionAttemptID, ...] = ()) -> None:
         stats = self.pending.pop(checkpoint_id, None)
         if stats is None:
             return
@@ -452,7 +458,8 @@ class CheckpointCoordinator:
                 self._out.append(FailJobOnCheckpoints(
                     f"{self.consecutive_failures} checkpoints failed in a row, more than "
                     f"execution.checkpointing.tolerable-failed-checkpoints ({self.settings.tolerable_failures}); "
-                    f"the last: {reason.value}{f' ({detail})' if detail else ''}"))
+                    f"the last: {reason.value}{f' ({detail})' if detail else ''}", culprits))
+                self.consecutive_failures = 0  # (the failover starts the count again)
 
     def _cancel_timeout(self, checkpoint_id: int) -> None:
         handle = self._timeouts.pop(checkpoint_id, None)

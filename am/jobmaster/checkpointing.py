@@ -105,7 +105,8 @@ class JobCheckpoints:
         #: a final checkpoint was wanted (``task_finished``) while another was pending
         self._final_wanted = False
         #: set by the core: fails the job (too many failed checkpoints)
-        self.on_fail_job: Callable[[str], None] = lambda reason: None
+        #: too many checkpoints failed: (reason, the tasks that held the last one up)
+        self.on_fail_job: Callable[[str, tuple[ExecutionAttemptID, ...]], None] = lambda reason, culprits: None
 
     # -- plan ---------------------------------------------------------------------------------------
     def _plan(self) -> CheckpointPlan | None:
@@ -222,7 +223,7 @@ class JobCheckpoints:
             self._finished_at.pop(action.checkpoint_id, None)
             return [DiscardCheckpointFiles(action.checkpoint_id, self.shared.unregister(action.checkpoint_id))]
         if isinstance(action, FailJobOnCheckpoints):
-            self.on_fail_job(action.reason)
+            self.on_fail_job(action.reason, action.culprits)
             return []
         raise TypeError(f"unknown checkpoint action {action!r}")  # pragma: no cover
 

@@ -126,8 +126,7 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
         if settings is not None:
             self.checkpoints = JobCheckpoints(job_graph, self.graph, settings, clock, timers, self._sid,
                                               checkpoint_ids)
-            self.checkpoints.on_fail_job = lambda reason: self.fail_globally(
-                ErrorInfo("CheckpointFailureError", reason))
+            self.checkpoints.on_fail_job = self._checkpoints_failed
             self._checkpoint_dir = checkpoint_dir
         self._out: list[Action] = []
         self._scheduled: set[int] = set()      # regions deployed or waiting for slots
@@ -301,6 +300,22 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
         if ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
             self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
         if self.graph.is_current(ex) and not ex.state.is_terminal:
+            self._task_failed(ex, error)
+
+    def _checkpoints_failed(self, reason: str, culprits: tuple[ExecutionAttemptID, ...]) -> None:
+        """More checkpoints failed in a row than tolerated: as Flink's CheckpointFailureManager,
+        a failover the restart strategy governs, not the job's end. The tasks that held the last
+        checkpoint up fail (their regions restart: a data link cut between two hosts stalls the
+        barriers, and nothing else notices); with none to blame, the job fails."""
+        error = ErrorInfo("CheckpointFailureError", reason)
+        failing = [ex for a in culprits if (ex := self.graph.execution(a)) is not None
+                   and self.graph.is_current(ex) and not ex.state.is_terminal]
+        if not failing:
+            self.fail_globally(error)
+            return
+        for ex in failing:
+            if ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
+                self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
             self._task_failed(ex, error)
 
     # -- slots ----------------------------------------------------------------------------------

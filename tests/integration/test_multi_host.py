@@ -223,12 +223,13 @@ def test_an_ha_session_is_taken_over_by_an_appmaster_on_another_host(
 
 # ---- network partitions (Jepsen-style: processes live on, links cut and healed) -------------
 
-def _start_streaming(client_cli: Cli, hosts: Sandbox, shared: Path, name: str) -> tuple[Any, str, Any]:
+def _start_streaming(client_cli: Cli, hosts: Sandbox, shared: Path, name: str,
+                     **extra: str) -> tuple[Any, str, Any]:
     """A checkpointed STREAMING per-job word count of ~12 s, checkpointed once: (the client's
     process, the application id, the expected counts)."""
     expected = write_input(shared / "in", rows=12_000)
     conf = {**YARN_CONF, **CHECKPOINTS, "execution.checkpointing.dir": f"file://{shared}/checkpoints",
-            "taskmanager.registration.timeout": "30 s"}
+            "taskmanager.registration.timeout": "30 s", **extra}
     proc = client_cli.start("run", "--target", "yarn-per-job", *dconf(conf), "job.py", str(shared / "in"),
                             str(shared / "out"), "STREAMING", "0.2", name)
     assert hosts.cluster is not None
@@ -286,3 +287,35 @@ def test_a_partition_that_heals_before_any_timeout_restarts_nothing(client_cli: 
     assert_upsert_counts(shared / "out", expected)
     logs = "".join(t for cs in _container_logs(hosts, app_id).values() for t in cs.values())
     assert "restores checkpoint" not in logs and "did not answer for" not in logs, "something restarted"
+
+
+def test_a_cut_data_link_between_two_taskexecutor_hosts_restarts_the_region(client_cli: Cli, hosts: Sandbox,
+                                                                            tmp_path: Path) -> None:
+    """Only the link between the two TaskExecutors' hosts goes, silently (both still reach the
+    AppMaster, so no heartbeat misses): the keyed exchange between them stalls, no barrier gets
+    through, the checkpoint in flight expires (execution.checkpointing.timeout; no failed
+    checkpoint tolerated, Flink's default) and the tasks that held it up fail over with their
+    region, from the latest checkpoint; once the link heals the job ends, and the output is exact."""
+    shared = tmp_path / "shared"
+    proc, app_id, expected = _start_streaming(client_cli, hosts, shared, "cut-data",
+                                              **{"execution.checkpointing.timeout": "3 s"})
+    [am] = container_processes(app_id, "yarnflow.am")
+    by_address = {h.address: h.name for h in hosts.hosts().values()}
+    te_nodes = sorted({by_address[p.environ()["NM_HOST"]] for p in container_processes(app_id, "yarnflow.worker")})
+    assert len(te_nodes) == 2 and by_address[am.environ()["NM_HOST"]] not in te_nodes, te_nodes
+    assert hosts.network is not None
+    hosts.network.cut_between(*te_nodes)
+    try:
+        wait_until(lambda: "checkpoints failed in a row" in _log_of_am(hosts, app_id), 60, "nothing noticed the cut")
+    finally:
+        hosts.network.heal_between(*te_nodes)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert_upsert_counts(shared / "out", expected)
+    am_log = _log_of_am(hosts, app_id)
+    assert "failed: CheckpointFailureError" in am_log and "resume from checkpoint" in am_log, am_log[-3000:]
+
+
+def _log_of_am(hosts: Sandbox, app_id: str) -> str:
+    return next(text for containers in _container_logs(hosts, app_id).values() for c, text in containers.items()
+                if c.endswith("_000001"))

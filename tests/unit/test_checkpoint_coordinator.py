@@ -109,6 +109,8 @@ def test_a_checkpoint_not_acknowledged_in_time_expires_and_counts_as_a_failure()
     d.advance(5_000)
     (fail,) = d.of(FailJobOnCheckpoints)
     assert "2 checkpoints failed in a row" in fail.reason and "tolerable-failed-checkpoints (1)" in fail.reason
+    assert set(fail.culprits) == {SRC, MAP, SINK}  # (none acknowledged the second): their regions fail over
+    assert d.coordinator.consecutive_failures == 0  # the failover starts the count again
 
 
 def test_a_decline_aborts_and_a_completion_resets_the_failure_count() -> None:

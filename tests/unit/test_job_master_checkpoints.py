@@ -8,6 +8,7 @@ import pytest
 
 from tests.unit.test_job_master_core import JOB, Driver, pipeline, vertex
 from yarnflow.am.jobmaster.actions import (
+    CancelTask,
     DeployTask,
     DiscardCheckpointFiles,
     NotifyTaskCheckpoint,
@@ -157,8 +158,12 @@ def test_the_job_fails_when_no_retained_checkpoint_can_be_read() -> None:
     assert d.core.failure_cause is not None and d.core.failure_cause.error_class == "CheckpointRestoreError"
 
 
-def test_a_decline_aborts_and_too_many_failed_checkpoints_fail_the_job() -> None:
-    d = CkptDriver(pipeline(1), **{"execution.checkpointing.tolerable-failed-checkpoints": "1"})
+@pytest.mark.parametrize("restarts", ["none", "fixed-delay"])
+def test_a_decline_aborts_and_too_many_failed_checkpoints_fail_the_declining_task_over(restarts: str) -> None:
+    """As Flink's CheckpointFailureManager: past the tolerable failed checkpoints the task that
+    declined fails, and its region restarts as the restart strategy allows (none: the job fails)."""
+    d = CkptDriver(pipeline(1), **{"execution.checkpointing.tolerable-failed-checkpoints": "1",
+                                   "restart-strategy.type": restarts, "restart-strategy.fixed-delay.delay": "0 ms"})
     deploys = d.running()
     d.advance(1_000)
     d.core.decline_checkpoint(deploys[0].attempt_id, 1, "disk full")
@@ -167,9 +172,17 @@ def test_a_decline_aborts_and_too_many_failed_checkpoints_fail_the_job() -> None
     assert d.core.status == JobStatus.RUNNING
     d.advance(1_000)
     d.core.decline_checkpoint(deploys[0].attempt_id, 2, "disk full")
-    d.drain()
-    assert d.core.status in (JobStatus.FAILING, JobStatus.FAILED)
-    assert d.core.failure_cause is not None and d.core.failure_cause.error_class == "CheckpointFailureError"
+    out = d.drain()
+    assert deploys[0].attempt_id in {c.attempt_id for c in d.of(CancelTask, out)}  # (it runs on: stopped)
+    [failure] = d.core.failures.history()
+    assert failure.error.error_class == "CheckpointFailureError" and "2 checkpoints failed in a row" in \
+        failure.error.message
+    if restarts == "none":
+        assert d.core.status in (JobStatus.FAILING, JobStatus.FAILED)
+        assert d.core.failure_cause is not None and d.core.failure_cause.error_class == "CheckpointFailureError"
+    else:
+        assert d.core.status in (JobStatus.RUNNING, JobStatus.RESTARTING)
+        assert d.core.failure_cause is None
 
 
 def _src_to_sink(name: str) -> tuple[CkptDriver, JobVertex, DeployTask, DeployTask]:
