@@ -35,6 +35,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from yarnflow.am.checkpoint.savepoints import resume_point
 from yarnflow.common.artifacts import store_artifact
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import RefusedError, UnavailableError, YarnflowError
@@ -43,7 +44,8 @@ from yarnflow.common.messages import JobGraph
 from yarnflow.common.rpc.serialization import message_from_bytes
 from yarnflow.common.states import ExecutionState, JobStatus
 from yarnflow.common.kerberos import TicketRenewal
-from yarnflow.common.yarn import ADDRESS_KEY, MAIN_ERR, MAIN_OUT, TLS_KEY, application_config, container_attempt
+from yarnflow.common.yarn import (ADDRESS_KEY, FIXED_JOB_IDS_VAR, MAIN_ERR, MAIN_OUT, RESUME_VAR, TLS_KEY,
+                                  application_config, container_attempt)
 
 if TYPE_CHECKING:
     from yarnflow.am.appmaster import AppMaster
@@ -175,12 +177,19 @@ def run_per_job(am: AppMaster, yarn: YarnApplication, per_job: PerJob, *, attach
         return
 
 
-def run_application_main(am: AppMaster, yarn: YarnApplication, main_file: str, main_args: list[str]) -> None:
+def run_application_main(am: AppMaster, yarn: YarnApplication, main_file: str, main_args: list[str],
+                         resume: bool = False) -> None:
     """Application mode: once this AppMaster leads, run the job file's ``main()`` as a client
     of this very cluster (``yarnflow run --target remote`` in a process of its own, in the job's
     unpacked folder), and end the application with it: SUCCEEDED when ``main()``
     returned (its jobs ended), FAILED with the end of its error output (the traceback, or the
-    failed job's cause) when it did not. Stopping the AppMaster stops ``main()``."""
+    failed job's cause) when it did not. Stopping the AppMaster stops ``main()``.
+
+    The jobs of ``main()`` get fixed ids (``JobID.fixed`` of the application id), as Flink's
+    application mode fixes them: an attempt after an AppMaster failure runs ``main()`` again,
+    and each ``execute()`` finds its job again, recovered by this leader with high availability
+    (the client follows it), or, without (``resume``), started from its latest retained
+    checkpoint."""
     while am.dispatcher is None:
         if am.wait(0.2):
             return
@@ -192,7 +201,9 @@ def run_application_main(am: AppMaster, yarn: YarnApplication, main_file: str, m
     # its output goes to files YARN aggregates with the container's logs: the client prints them
     logs = (os.environ.get("LOG_DIRS") or "").split(",")[0] or os.getcwd()
     with open(os.path.join(logs, MAIN_OUT), "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace", cwd=folder)
+        env = {**os.environ, FIXED_JOB_IDS_VAR: yarn.id, **({RESUME_VAR: "1"} if resume else {})}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace", cwd=folder,
+                                env=env)
     errors = open(os.path.join(logs, MAIN_ERR), "w")  # noqa: SIM115 - closed by the relay when main() ends
     tail: collections.deque[str] = collections.deque(maxlen=MAIN_ERROR_LINES)
 
@@ -246,9 +257,10 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
         app = skein.ApplicationClient.from_current()
     yarn = YarnApplication(app)
     TicketRenewal.in_container(config)  # (with a shipped keytab: Kerberos tickets renewed from it)
-    if yarn.attempt > 1 and not ha_enabled(config):
+    restarted = yarn.attempt > 1 and not ha_enabled(config)  # (with HA the new leader recovers the jobs)
+    if restarted and not (args.job_graph or args.application):
         reason = (f"AppMaster attempt {yarn.attempt} of application {yarn.id}: the previous AppMaster container "
-                  "died, and without high availability (high-availability.type: zookeeper) its jobs' state "
+                  "died, and without high availability (high-availability.type: zookeeper) the session's jobs "
                   "died with it, so nothing can be recovered")
         log.error(reason)
         yarn.finish("FAILED", reason)
@@ -267,13 +279,11 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
                     "write collected results or checkpoints (without execution.checkpointing.dir) there; set "
                     "yarn.staging-directory (or high-availability.storageDir) to a shared filesystem (hdfs://...) "
                     "on a multi-host cluster (job artifacts need none: the AppMaster serves them)", am.storage_dir)
-    if yarn.attempt > 1 and args.application:
-        reason = (f"AppMaster attempt {yarn.attempt} of application {yarn.id}: the previous AppMaster died while "
-                  f"the application's main() ({args.application}) ran; application mode does not run main() twice")
-        log.error(reason)
-        yarn.finish("FAILED", reason)
-        return 1
-    if yarn.attempt > 1:
+    if restarted:
+        log.info("AppMaster attempt %d: without high availability the previous attempt's jobs start again, each "
+                 "from its latest retained checkpoint (in execution.checkpointing.dir) where it has one",
+                 yarn.attempt)
+    elif yarn.attempt > 1:
         log.info("AppMaster attempt %d: recovering the cluster's jobs through ZooKeeper", yarn.attempt)
     am.on_leadership.append(lambda: yarn.publish_address(am.address, am.tls is not None))
     am.on_leadership.append(lambda: yarn.publish_web_ui(am.web_url))
@@ -286,7 +296,12 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
     per_job = None
     if args.job_graph:
         try:
-            per_job = PerJob(load_job(args.job_graph, args.artifact, am.storage_dir))
+            job_graph = load_job(args.job_graph, args.artifact, am.storage_dir)
+            if restarted:  # the same job (its id shipped with the application) from where it was
+                job_graph.config[Options.SAVEPOINT_PATH.key] = (job_graph.config.get(Options.SAVEPOINT_PATH.key)
+                                                                or resume_point(job_graph.config, am.storage_dir,
+                                                                                job_graph.job_id))
+            per_job = PerJob(job_graph)
         except (YarnflowError, OSError) as exc:
             yarn.finish("FAILED", f"the job shipped with the application cannot be loaded: {exc}")
             raise
@@ -297,7 +312,7 @@ def run(args: argparse.Namespace, config: Configuration, app: Any = None) -> int
           flush=True)
     if args.application:
         threading.Thread(target=run_application_main, name="application-main", daemon=True, args=(
-            am, yarn, args.application, json.loads(args.application_args))).start()
+            am, yarn, args.application, json.loads(args.application_args), restarted)).start()
     if per_job is not None:
         runner = threading.Thread(target=run_per_job, name="per-job", daemon=True, kwargs=dict(
             am=am, yarn=yarn, per_job=per_job, attached=not args.detached,

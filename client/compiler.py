@@ -8,10 +8,13 @@ every union input directly. A chain's operators travel in the job artifact (clou
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from yarnflow.common.yarn import FIXED_JOB_IDS_VAR
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.common.ids import JobID, JobVertexID
@@ -164,6 +167,15 @@ def _auto_parallelism(env: StreamExecutionEnvironment, mode: str) -> tuple[int, 
     return bound, int(_option(env.conf, Options.AUTO_SOURCE_PARALLELISM)) or env.parallelism
 
 
+_compiled = itertools.count()
+
+
+def _next_job_id() -> JobID:
+    """A new job's id: random, or in application mode the next fixed one (``JobID.fixed``)."""
+    seed = os.environ.get(FIXED_JOB_IDS_VAR, "")
+    return JobID.fixed(seed, next(_compiled)) if seed else JobID.generate()
+
+
 def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
     ts = [t for t in env.transformations if not t.is_union]
     if not ts:
@@ -280,7 +292,7 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
             log.warning("stateful operators without a uid (%s): their state is restored from checkpoints and "
                         "savepoints by a uid derived from the pipeline, so changing the pipeline before them may "
                         "break a restore; set one with .uid(\"...\")", ", ".join(repr(n) for n in unnamed))
-    job_id = JobID.generate()
+    job_id = _next_job_id()
     vertex_ids = {hid: JobVertexID.generate() for hid in chains}
     vertices, edges = [], []
     for hid, chain in chains.items():

@@ -23,12 +23,14 @@ from yarnflow.common.messages import ErrorInfo, JobResult, JobStatusInfo, Vertex
 from yarnflow.common.rpc.gateways import RemoteDispatcherGateway
 from yarnflow.common.states import ExecutionState, JobStatus
 from yarnflow.connection import ClusterConnection
+from yarnflow.common.yarn import FIXED_JOB_IDS_VAR, RESUME_VAR
 from yarnflow.compiler import CompiledJob, compile_job
 from yarnflow.packaging import build_artifact, upload_artifact
 from yarnflow.common.collect import read_collected
 from yarnflow.common.tracebacks import SEPARATORS, user_frames, user_traceback
 
 if TYPE_CHECKING:
+    from yarnflow.common.messages import JobGraph
     from yarnflow.datastream import StreamExecutionEnvironment
 
 log = logging.getLogger(__name__)
@@ -192,6 +194,7 @@ class ClusterContext:
                                   self.config[Options.ARTIFACT_UPLOAD], conn.rest_access())
             jg = job.job_graph
             jg.config.update({k: v for k, v in self.conf.items()})
+            resume_from_retained_checkpoint(jg, {**self.config.to_strings(), **jg.config}, info.storage_dir)
             restore_from_checkpoint(jg.config)
 
             def submit(gw: RemoteDispatcherGateway) -> JobID:
@@ -199,6 +202,10 @@ class ClusterContext:
                     return gw.submit_job(jg)
                 except RefusedError:
                     if conn.follows_leader:  # submitted before the leader changed: recovered by the new one
+                        return jg.job_id
+                    if os.environ.get(FIXED_JOB_IDS_VAR):  # application mode, run again after an AppMaster
+                        print(f"job {jg.job_id} was submitted by an earlier run of main() and recovered: "
+                              "following it", file=sys.stderr)  # failure: the recovered job is this one
                         return jg.job_id
                     raise
                 except InvalidRequestError as exc:
@@ -289,6 +296,24 @@ def print_table(table: pa.Table | None) -> None:
     for batch in table.to_batches():
         for row in zip(*(col.to_pylist() for col in batch.columns)):
             print("\t".join("" if v is None else str(v) for v in row))
+
+
+def resume_from_retained_checkpoint(jg: JobGraph, config: Mapping[str, str], storage_dir: str) -> None:
+    """Application mode, run again after its AppMaster died without high availability: a job
+    (the same fixed id as in the earlier run) starts from its latest retained checkpoint, when
+    its checkpoint folder holds one (as ``run -s <job's checkpoint folder>``)."""
+    from yarnflow.am.checkpoint.savepoints import SavepointError, resume_point
+
+    if not os.environ.get(RESUME_VAR) or jg.config.get(Options.SAVEPOINT_PATH.key):
+        return
+    try:
+        savepoint = resume_point(config, storage_dir, jg.job_id)
+    except SavepointError as exc:
+        raise JobDefinitionError(str(exc)) from None
+    if savepoint:
+        print(f"job {jg.job_id} resumes from its latest retained checkpoint (the savepoint {savepoint} written "
+              "from it)", file=sys.stderr)
+        jg.config[Options.SAVEPOINT_PATH.key] = savepoint
 
 
 def restore_from_checkpoint(config: dict[str, str]) -> None:

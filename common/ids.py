@@ -31,6 +31,14 @@ class _Id(str):
 class JobID(_Id):
     __slots__ = ()
 
+    @classmethod
+    def fixed(cls, seed: str, index: int) -> JobID:
+        """The ``index``-th job id of ``seed`` (an application id): the same in every run of an
+        application-mode ``main()``, as Flink fixes an application's job ids, so that a rerun
+        after an AppMaster failure finds the job it submitted before (recovered, or its
+        retained checkpoints)."""
+        return cls(uuid.uuid5(uuid.NAMESPACE_URL, f"yarnflow-job/{seed}/{index}").hex)
+
 
 class JobVertexID(_Id):
     __slots__ = ()

@@ -19,6 +19,11 @@ MAIN_OUT, MAIN_ERR = "main.out", "main.err"
 #: "mutual" when the application's RPC is mutual TLS with its skein credentials
 TLS_KEY = "yarnflow.tls"
 _DEFAULT_CLUSTER_ID = "default"
+#: set by an application-mode AppMaster for its main(): the seed of the jobs' fixed ids
+FIXED_JOB_IDS_VAR = "YARNFLOW_FIXED_JOB_IDS"
+#: set by an application-mode AppMaster that runs main() again without high availability: each
+#: job starts from its latest retained checkpoint, if it has one
+RESUME_VAR = "YARNFLOW_RESUME_FROM_CHECKPOINTS"
 
 
 def application_config(config: Configuration, app_id: str) -> Configuration:

@@ -110,9 +110,13 @@ class Cli:
         return first.rpartition(": ")[2].strip() if first.startswith("job ") else ""
 
     def start(self, *args: str) -> subprocess.Popen[str]:
+        # (SIGINT as a terminal's Ctrl-C: a suite started in the background by a non-interactive
+        # shell has it ignored, which its children would inherit, and Python then never raises
+        # KeyboardInterrupt)
         proc = subprocess.Popen([*self.prefix, sys.executable, "-m", "yarnflow", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.cwd,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
         self.background.append(proc)
         return proc
 

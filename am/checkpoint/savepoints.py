@@ -38,6 +38,7 @@ import json
 import logging
 import posixpath
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import fsspec
@@ -180,6 +181,27 @@ def _folder(path: str) -> tuple[Any, str]:
     fs, root = fsspec.core.url_to_fs(path)
     root = root.rstrip("/")
     return fs, root[: -len(METADATA) - 1] if root.endswith(f"/{METADATA}") else root
+
+
+def resume_point(config: Mapping[str, str], storage_dir: str, job_id: str) -> str:
+    """A savepoint written from job ``job_id``'s latest retained checkpoint (in its checkpoint
+    folder: under ``execution.checkpointing.dir``, else the storage dir's), or "" when it has
+    none: where a job started again after its AppMaster died without high availability resumes.
+    Raises SavepointError when that checkpoint cannot become a savepoint."""
+    from yarnflow.am.checkpoint.storage import job_checkpoint_dir
+    from yarnflow.common.config import Options
+
+    folder = job_checkpoint_dir(config.get(Options.CHECKPOINT_DIR.key) or f"{storage_dir.rstrip('/')}/checkpoints",
+                                job_id)
+    try:
+        savepoint = savepoint_of_checkpoint(folder)
+    except SavepointError as exc:
+        raise SavepointError(f"cannot resume job {job_id} from its checkpoints in {folder}: {exc}") from None
+    if savepoint is None:
+        log.info("job %s has no retained checkpoint in %s: it starts from the beginning", job_id, folder)
+        return ""
+    log.info("job %s resumes from its latest checkpoint in %s (savepoint %s)", job_id, folder, savepoint)
+    return savepoint
 
 
 def savepoint_of_checkpoint(path: str) -> str | None:

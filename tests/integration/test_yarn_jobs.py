@@ -521,14 +521,19 @@ def _apps(sandbox: Sandbox) -> list[str]:
     return sorted(p.name for p in logs.iterdir()) if logs.exists() else []
 
 
+@pytest.mark.parametrize("mode", ["per-job", "application"])
 def test_the_second_attempt_recovers_the_job_when_the_appmaster_dies_with_ha(yarn_cli: Cli, sandbox: Sandbox,
-                                                                             zk_chroot: Any, tmp_path: Path) -> None:
+                                                                             zk_chroot: Any, tmp_path: Path,
+                                                                             mode: str) -> None:
+    """With ZooKeeper HA YARN's next attempt recovers the job (JobGraph, artifact, latest
+    checkpoint); in application mode it runs main() again, whose execute() finds the recovered
+    job by its fixed id and follows it (Flink's application mode does the same)."""
     expected = write_input(tmp_path / "in")
     out = tmp_path / "out"
     ha = {k: v for k, v in ha_conf(zk_chroot).items() if k != "high-availability.cluster-id"}  # the app id
     conf = {**YARN_CONF, **CHECKPOINTS, **ha, "yarn.application-attempts": "2",
             "taskmanager.registration.timeout": "20 s"}
-    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf(conf), "job.py", str(tmp_path / "in"), str(out),
+    proc = yarn_cli.start("run", "--target", f"yarn-{mode}", *dconf(conf), "job.py", str(tmp_path / "in"), str(out),
                           "STREAMING", "0.1", "am-kill")
     app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
     wait_checkpointed(app_id, "am-kill", ha)
@@ -543,26 +548,53 @@ def test_the_second_attempt_recovers_the_job_when_the_appmaster_dies_with_ha(yar
     assert any(c.endswith("_02_000001") for c in containers_started(sandbox, app_id)), "no second attempt"
     # the job's ZooKeeper entries were cleaned up with it: nothing would recover it again
     assert not [p for p in zk_chroot.tree() if "/jobgraphs/" in p]
+    if mode == "application":  # main() ran again and followed the recovered job (no second job)
+        again = "".join(p.read_text(errors="replace") for p in (Path(sandbox.work_dir) / "logs" / app_id).rglob("*")
+                        if p.is_file() and "_02_000001" in str(p))
+        assert "was submitted by an earlier run of main() and recovered: following it" in again, again[-3000:]
 
 
-def test_without_ha_a_dead_appmaster_fails_the_application_saying_why(yarn_cli: Cli, sandbox: Sandbox,
-                                                                      tmp_path: Path) -> None:
-    write_input(tmp_path / "in")
-    proc = yarn_cli.start("run", "--target", "yarn-per-job", *dconf({**YARN_CONF, "yarn.application-attempts": "2"}),
-                          "job.py", str(tmp_path / "in"), str(tmp_path / "out"), "STREAMING", "0.1", "no-ha")
-    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
-    wait_until(lambda: (j := job_info(app_id, "no-ha")) is not None and j.status == JobStatus.RUNNING, 60,
-               "the job never ran")
-    [am] = container_processes(app_id, "yarnflow.am")
+def test_without_ha_a_dead_session_appmaster_fails_the_application_saying_why(yarn_cli: Cli,
+                                                                              tmp_path: Path) -> None:
+    """A session's jobs came from clients that are gone: without high availability nothing can
+    bring them back, and the next attempt says so rather than serve an empty session."""
+    app_id, keys, _ = start_session(yarn_cli, {**YARN_CONF, "yarn.application-attempts": "2"})
+    [am] = wait_until(lambda: container_processes(app_id, "yarnflow.am"), 30, "no AppMaster")
     am.send_signal(signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 1
     r = wait_final(app_id)
     assert (r.state, r.final_status) == ("FINISHED", "FAILED")  # the second attempt ended it, saying why
     assert "without high availability (high-availability.type: zookeeper)" in r.diagnostics, r.diagnostics
-    last = stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: YARN application {app_id} is not running: FINISHED (final status FAILED)"), last
     wait_until(lambda: not container_processes(app_id, "yarnflow.worker"), 20, "TaskExecutors outlived the AppMaster")
+
+
+@pytest.mark.parametrize("mode", ["per-job", "application"])
+def test_without_ha_the_next_attempt_starts_the_job_again_from_its_latest_checkpoint(
+        yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path, mode: str) -> None:
+    """As Flink: an AppMaster container that dies without high availability takes nothing with
+    it that a retained checkpoint does not hold. YARN's next attempt runs the same job (per-job:
+    the JobGraph shipped with the application; application mode: main() again, whose job gets
+    the same fixed id) from the latest checkpoint in execution.checkpointing.dir, exactly."""
+    expected = write_input(tmp_path / "in")
+    out = tmp_path / "out"
+    conf = {**YARN_CONF, **CHECKPOINTS, "yarn.application-attempts": "2",
+            "execution.checkpointing.dir": f"file://{tmp_path}/checkpoints"}
+    (tmp_path / "app.py").write_text(JOB)
+    proc = yarn_cli.start("run", "--target", f"yarn-{mode}", *dconf(conf), "app.py", str(tmp_path / "in"), str(out),
+                          "STREAMING", "0.1", "no-ha")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    wait_checkpointed(app_id, "no-ha")
+    first = job_info(app_id, "no-ha")
+    [am] = container_processes(app_id, "yarnflow.am")
+    am.send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=150)
+    assert proc.returncode == 0, stderr
+    assert_upsert_counts(out, expected)
+    assert any(c.endswith("_02_000001") for c in containers_started(sandbox, app_id)), "no second attempt"
+    logs = "".join(p.read_text(errors="replace") for p in (Path(sandbox.work_dir) / "logs" / app_id).rglob("*")
+                   if p.is_file() and "_02_000001" in str(p))
+    assert f"job {first.job_id} resumes from its latest checkpoint" in logs or \
+        f"job {first.job_id} resumes from its latest retained checkpoint" in logs, logs[-3000:]
+    assert (report(app_id).final_status) == "SUCCEEDED"
 
 
 def test_idle_taskexecutor_containers_are_released(yarn_cli: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
