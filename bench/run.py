@@ -160,6 +160,12 @@ def _local_recovery(args: argparse.Namespace) -> dict[str, Any]:
     return run_local_recovery(args.state_mb, args.value_bytes, args.work_dir)
 
 
+def _multi_host(args: argparse.Namespace) -> dict[str, Any]:
+    from multi_host import run_multi_host
+
+    return run_multi_host(args.records, args.work_dir)
+
+
 def _rescale(args: argparse.Namespace) -> dict[str, Any]:
     from rescale import run_rescale
 
@@ -244,6 +250,12 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                                                  help="bytes of each key's value (keys: state / value bytes)"),
                                   p.add_argument("--work-dir", default=None, help="where the cluster, checkpoints "
                                                  "and RocksDB files go (default: the temp dir)")), _local_recovery),
+    "multi-host": ("W1 and W2 through YARN (the sandbox) with the TaskExecutors on two hosts of their own (network "
+                   "namespaces) against one host, and the time from a cut TaskExecutor host to the job RUNNING "
+                   "again (root only)",
+                   lambda p: (p.add_argument("--records", type=int, default=5_000_000),
+                              p.add_argument("--work-dir", default=None, help="where the data, clusters and output "
+                                             "go (default: the temp dir)")), _multi_host),
     "rocksdb-keys": ("a STREAMING keyed sum over N distinct keys on rocksdb through `yarnflow run` (2 TaskExecutors "
                      "of 1 slot): wall time, each TaskExecutor's peak RSS, every key once",
                      lambda p: (p.add_argument("--keys", type=int, default=20_000_000),

@@ -204,7 +204,7 @@ class Application:
         for am in list(self.attempts):
             for c in am.all_containers():
                 if c.start_ms:
-                    ran = (c.finish_ms or now) - c.start_ms
+                    ran = max(0, (c.finish_ms or now) - c.start_ms)  # (one started since ``now``: 0, not < 0)
                     memory_ms, vcore_ms = memory_ms + c.memory * ran, vcore_ms + c.vcores * ran
         memory, vcores = self.used()
         running = sum(1 for am in self._live_attempts() for c in am.all_containers()

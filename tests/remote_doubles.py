@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import fsspec
+
 from tests.harness import wait_until
 from yarnflow.common.config import Configuration
 from yarnflow.common.errors import FencingTokenError, NotFoundError
@@ -100,7 +102,8 @@ class JobMasterDouble:
 
     * ``drop_updates``: updateTaskExecutionState fails (an internal error: the update is lost);
     * ``listed``: when set, the allocations the heartbeat answer lists;
-    * ``answer``: ``"ok"``, ``"not_found"`` (the job is unknown) or ``"fencing"``."""
+    * ``answer``: ``"ok"``, ``"not_found"`` (the job is unknown) or ``"fencing"``;
+    * ``artifacts``: what its blob service serves (sha256 -> URI; a test registers them)."""
 
     __test__ = False
 
@@ -109,6 +112,7 @@ class JobMasterDouble:
     accepted: list[AllocationID] = field(default_factory=list)
     updates: list[TaskExecutionStateUpdate] = field(default_factory=list)
     heartbeats: list[TaskExecutorHeartbeatPayload] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)  # the blob service's: sha256 -> URI
     drop_updates: bool = False
     listed: set[AllocationID] | None = None
     answer: str = "ok"
@@ -138,6 +142,16 @@ class JobMasterDouble:
     def request_split(self, token: str, job_id: JobID, vertex_id: JobVertexID, subtask_index: int,
                       attempt_id: ExecutionAttemptID, last_checkpoint_id: int = 0) -> SplitResponse:
         return SplitResponse(no_more_splits=True)
+
+    def read_artifact(self, token: str, job_id: JobID, sha256: str, offset: int, length: int) -> bytes:
+        """The blob service: the artifacts a test registered in ``artifacts`` (sha256 -> URI)."""
+        self._check(token, job_id)
+        uri = self.artifacts.get(sha256)
+        if uri is None:
+            raise NotFoundError(f"job {job_id} has no artifact {sha256[:12]}")
+        with fsspec.open(uri, "rb") as fh:
+            fh.seek(offset)
+            return bytes(fh.read(length))
 
     def heartbeat_from_task_executor(self, token: str, job_id: JobID,
                                      payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:
@@ -176,6 +190,9 @@ class _AppMasterDouble(_TokenFirst):
                       attempt_id: ExecutionAttemptID, last_checkpoint_id: int = 0) -> SplitResponse:
         return self._jm(job_id).request_split(token, job_id, vertex_id, subtask_index, attempt_id,
                                               last_checkpoint_id)
+
+    def read_artifact(self, token: str, job_id: JobID, sha256: str, offset: int, length: int) -> bytes:
+        return self._jm(job_id).read_artifact(token, job_id, sha256, offset, length)
 
     def heartbeat_from_task_executor(self, token: str, job_id: JobID,
                                      payload: TaskExecutorHeartbeatPayload) -> AllocatedSlotReport:

@@ -21,7 +21,10 @@ from tests.harness import assert_upsert_counts, wait_until, write_keyed_lines
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 FILES, ROWS, KEYS = 8, 40_000, 5_000
-CONF = ["-D", "execution.checkpointing.interval=2 s", "-D", "execution.batch-size=200",
+# no second checkpoint for 10 s after the first (the min pause): the restore reads the first, whose
+# copies a test corrupts (a later one would have copies of its own), however slow the machine
+CONF = ["-D", "execution.checkpointing.interval=2 s", "-D", "execution.checkpointing.min-pause=10 s",
+        "-D", "execution.batch-size=200",
         "-D", "state.backend.type=rocksdb", "-D", "state.backend.local-recovery=true",
         "-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.delay=100 ms"]
 
@@ -64,11 +67,13 @@ def _restores(work_dir: str) -> list[tuple[str, int, int]]:
 
 
 def _corrupt_copies(work_dir: str) -> int:
-    """Flip the bytes of every local copy (their sizes kept): each fails its checksum."""
+    """Replace every local copy by its bytes flipped (sizes kept): each fails its checksum. A new
+    file each (a copy of an SST file is a hard link of the live RocksDB file, which must stay)."""
     copies = [p for p in Path(work_dir).rglob("yarnflow-local-state/*/*/files/*") if p.is_file()]
     for p in copies:
-        data = p.read_bytes()
-        p.write_bytes(bytes(b ^ 0xFF for b in data))
+        flipped = p.with_name(p.name + ".flipped")
+        flipped.write_bytes(bytes(b ^ 0xFF for b in p.read_bytes()))
+        flipped.replace(p)
     return len(copies)
 
 

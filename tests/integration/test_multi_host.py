@@ -247,32 +247,6 @@ def _taskexecutor_host(hosts: Sandbox, app_id: str) -> tuple[str, str]:
     return by_address[te.environ()["NM_HOST"]], te.environ()["CONTAINER_ID"]
 
 
-def _log_of(hosts: Sandbox, app_id: str, container: str) -> str:
-    return next(text for containers in _container_logs(hosts, app_id).values() for c, text in containers.items()
-                if c == container)
-
-
-def test_a_taskexecutor_host_cut_off_past_the_heartbeat_timeout_is_failed_over_and_rejoins_clean(
-        client_cli: Cli, hosts: Sandbox, tmp_path: Path) -> None:
-    shared = tmp_path / "shared"
-    proc, app_id, expected = _start_streaming(client_cli, hosts, shared, "cut-te")
-    node, container = _taskexecutor_host(hosts, app_id)
-    assert hosts.network is not None
-    hosts.network.cut(node)
-    try:  # past the heartbeat timeout (3 s): the JobMaster fails its tasks over to a new container elsewhere
-        wait_until(lambda: "did not answer for" in _log_of(hosts, app_id, container), 20,
-                   "the cut-off TaskExecutor did not give its JobMaster up")
-    finally:
-        hosts.network.heal(node)
-    _, stderr = proc.communicate(timeout=180)
-    assert proc.returncode == 0, stderr
-    assert_upsert_counts(shared / "out", expected)  # (the cut-off sink committed nothing twice)
-    cut_log = _log_of(hosts, app_id, container)
-    after = cut_log[cut_log.index("did not answer for"):]
-    assert "registered at the ResourceManager" in after, "the TaskExecutor did not register again after the heal"
-    assert "restores checkpoint" in "".join(t for cs in _container_logs(hosts, app_id).values() for t in cs.values())
-
-
 def test_a_partition_that_heals_before_any_timeout_restarts_nothing(client_cli: Cli, hosts: Sandbox,
                                                                      tmp_path: Path) -> None:
     shared = tmp_path / "shared"

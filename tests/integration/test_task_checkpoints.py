@@ -135,6 +135,7 @@ def deploy(bed: RemoteTestbed, tmp_path: Any) -> Callable[..., TaskDeploymentDes
         with zipfile.ZipFile(buf, "w") as zf:
             zf.writestr(chain_entry("v-1"), cloudpickle.dumps(chain))
         uri, sha = store_artifact(buf.getvalue(), str(tmp_path / "storage"))
+        bed.jm.artifacts[sha] = uri  # (served by the JobMaster's blob service)
         tdd = TaskDeploymentDescriptor(bed.jm.job_id, JobVertexID("v-1"), "src", ExecutionAttemptID.generate(), 0,
                                        attempt_number, 1, 128, alloc, uri, sha, jobmaster_fencing_token=bed.jm.token,
                                        checkpoint_dir=checkpoint_dir, restore=restore)
