@@ -34,15 +34,25 @@ from workloads import generate_w1, generate_w2, in_child, reference_w1, referenc
 
 JOB = textwrap.dedent("""\
     import sys
+    import time
     import yarnflow
     from yarnflow.windows import TumblingEventTimeWindows, WatermarkStrategy
 
     workload, src, out, mode = sys.argv[1:5]
+    pause = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0  # (s per batch: a job that runs long enough to cut)
+
+    def slowly(batch):
+        time.sleep(pause)
+        return batch
+
     env = yarnflow.StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.set_runtime_mode(mode)
     if workload == "w1":
-        env.read_parquet(src, columns=["word"]).key_by("word").count().sink_to_parquet(out)
+        words = env.read_parquet(src, columns=["word"])
+        if pause:
+            words = words.map_batches(slowly, name="slowly")
+        words.key_by("word").count().sink_to_parquet(out)
     else:
         strategy = WatermarkStrategy.for_bounded_out_of_orderness(200).with_timestamp_column("ts")
         (env.read_parquet(src).assign_timestamps_and_watermarks(strategy).key_by("key")
@@ -76,9 +86,9 @@ def _verify(workload: str, out: str, expected: Any) -> bool:
 
 
 def _run(sandbox: Any, client: list[str], env: dict[str, str], cwd: str, workload: str, src: str, out: str,
-         mode: str, conf: dict[str, str], background: bool = False) -> Any:
+         mode: str, conf: dict[str, str], background: bool = False, pause: float = 0.0) -> Any:
     cmd = [*client, sys.executable, "-m", "yarnflow", "run", "--target", "yarn-per-job", *_dconf(conf), "job.py",
-           workload, src, out, mode]
+           workload, src, out, mode, str(pause)]
     if background:
         return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800)
@@ -92,12 +102,18 @@ def _run(sandbox: Any, client: list[str], env: dict[str, str], cwd: str, workloa
 def _cut_to_running(sandbox: Any, client: list[str], env: dict[str, str], cwd: str, src: str, out: str) -> float:
     """A checkpointed STREAMING W1; one TaskExecutor host cut once a checkpoint completed: the
     seconds until every task of the job runs again."""
+    import skein
+    import skein.core
+
     from yarnflow.common.config import Configuration
     from yarnflow.connection import ClusterConnection
 
-    conf = {**CONF, "execution.checkpointing.interval": "1 s", "execution.checkpointing.dir": f"file://{cwd}/chk",
+    os.environ["SKEIN_CONFIG"] = env["SKEIN_CONFIG"]  # (skein reads it into its properties at import)
+    skein.core.properties = skein.properties = skein.core.Properties()
+
+    conf = {**CONF, "execution.checkpointing.interval": "1 s", "execution.checkpointing.dir": f"file://{os.path.dirname(out)}/chk",
             "execution.batch-size": "5000"}
-    proc = _run(sandbox, client, env, cwd, "w1", src, out, "STREAMING", conf, background=True)
+    proc = _run(sandbox, client, env, cwd, "w1", src, out, "STREAMING", conf, background=True, pause=0.1)
     try:
         app_id = ""
         deadline = time.monotonic() + 120
