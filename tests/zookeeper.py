@@ -23,6 +23,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -216,7 +217,13 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
     if classpath is None:
         pytest.skip(f"ZooKeeper tests need the ZooKeeper server: no {DEBIAN_JAR} and no $ZOOKEEPER_JAR "
                     "(see .ci/install-test-deps)")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), java, classpath)
+    with serving(ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), java, classpath)) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serving(server: ZooKeeperServer) -> Iterator[ZooKeeperServer]:
+    """``server`` started; at the end killed, with anything else that carries its tag."""
     server.start()
     try:
         yield server

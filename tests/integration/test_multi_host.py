@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Cli, kill_tagged
+from tests.conftest import Cli
 from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_yarn_jobs import (CHECKPOINTS, JOB, YARN_CONF, app_id_of,
                                               container_processes, dconf, job_info, wait_checkpointed,
                                               write_input)
-from tests.zookeeper import ZooKeeperServer, _classpath, _java
+from tests.zookeeper import ZooKeeperServer, _classpath, _java, serving
 from yarnflow.common.states import JobStatus
 from tests.yarn import MAX_MEMORY_MB, MAX_VCORES
 from yarnflow.sandbox import Sandbox
@@ -180,14 +180,9 @@ def zookeeper_host(hosts: Sandbox, tmp_path: Path) -> Iterator[ZooKeeperServer]:
     if java is None or classpath is None:
         pytest.fail("ZooKeeper needs Java and Debian's zookeeper package (.ci/install-test-deps)")
     (tmp_path / "zookeeper").mkdir()
-    server = ZooKeeperServer(tmp_path / "zookeeper", java, classpath, address=hosts.hosts()["zookeeper"].address,
-                             prefix=hosts.host_command("zookeeper", []))
-    server.start()
-    try:
+    with serving(ZooKeeperServer(tmp_path / "zookeeper", java, classpath, address=hosts.hosts()["zookeeper"].address,
+                                 prefix=hosts.host_command("zookeeper", []))) as server:
         yield server
-    finally:
-        server.stop()
-        kill_tagged(server.tag)
 
 
 def test_an_ha_session_is_taken_over_by_an_appmaster_on_another_host(
