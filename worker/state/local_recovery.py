@@ -95,9 +95,7 @@ class TaskLocalState:
             except OSError:  # (another filesystem than the source's: a link is not possible)
                 shutil.copyfile(source, tmp)
             os.replace(tmp, target)
-        with self._lock:
-            self._index.setdefault(checkpoint_id, {})[url] = {"sha256": digest, "size": os.path.getsize(target)}
-            self._save()
+        self._record(checkpoint_id, url, digest)
 
     def temp_file(self) -> str:
         """A path to write a state file at before ``keep`` takes it (moved, not copied)."""
@@ -108,8 +106,13 @@ class TaskLocalState:
         digest = sha256_file(written)
         target = os.path.join(self._files, digest)
         os.replace(written, target)
+        self._record(checkpoint_id, url, digest)
+
+    def _record(self, checkpoint_id: int, url: str, digest: str) -> None:
+        """The copy ``files/<digest>`` holds ``url`` of checkpoint ``checkpoint_id``."""
+        size = os.path.getsize(os.path.join(self._files, digest))
         with self._lock:
-            self._index.setdefault(checkpoint_id, {})[url] = {"sha256": digest, "size": os.path.getsize(target)}
+            self._index.setdefault(checkpoint_id, {})[url] = {"sha256": digest, "size": size}
             self._save()
 
     # -- retention (the task's thread, in order with its snapshots) ----------------------------------
