@@ -30,6 +30,8 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+
+import numpy as np
 from typing import Any
 
 _RESTORE = re.compile(r"^(\S+ \S+) INFO task (.+?) \[job \w+\] \S+: .+? (restores|restored) checkpoint (\d+)"
@@ -94,7 +96,19 @@ def _restores(work_dir: str, since: float) -> list[dict[str, Any]]:
     return done
 
 
-def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | None) -> dict[str, Any]:
+def _corrupt_copies(folder: str) -> int:
+    """Replace every local copy by its bytes flipped (new files: an SST copy is a hard link of the
+    live RocksDB file, which must stay intact): each then fails its checksum."""
+    copies = [p for p in Path(folder).rglob("yarnflow-local-state/*/*/files/*") if p.is_file()]
+    for p in copies:
+        flipped = p.with_name(p.name + ".flipped")
+        flipped.write_bytes(np.bitwise_not(np.frombuffer(p.read_bytes(), dtype=np.uint8)).tobytes())
+        flipped.replace(p)
+    return len(copies)
+
+
+def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | None,
+         corrupt: bool = False) -> dict[str, Any]:
     import yarnflow
     from yarnflow import executors
     from yarnflow.common.states import ExecutionState, JobStatus
@@ -147,6 +161,8 @@ def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | 
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no checkpoint of {state_mb} MB in 30 minutes")
                 time.sleep(0.5)
+            if corrupt:  # (before the clock starts; a checkpoint completing meanwhile has intact copies)
+                _corrupt_copies(os.path.join(root, "cluster"))
             failed_at = time.time()
             t0 = time.perf_counter()
             Path(marker).write_text("now")
@@ -169,6 +185,14 @@ def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | 
     return {"recovery_s": round(recovery_s, 2), "restore_s": round(max(r["seconds"] for r in restores), 2),
             "local_mb": round(local / 1e6, 1), "remote_mb": round(remote / 1e6, 1),
             "state_mb": round(size / 1e6, 1), "restored_checkpoint": restored_id, "tasks_restored": len(restores)}
+
+
+def run_corrupt(state_mb: int = 1024, value_bytes: int = 1000, work_dir: str | None = None) -> dict[str, Any]:
+    """Local recovery on, every local copy corrupted before the failure: each restored task reads
+    its state from the storage instead (verified: nothing read locally, all of it remotely)."""
+    on = _one(state_mb, value_bytes, True, work_dir, corrupt=True)
+    return {"name": "local-recovery", "state_mb": state_mb, "corrupt_copies": True, "on": on,
+            "verified": on["local_mb"] == 0 and on["remote_mb"] >= state_mb}
 
 
 def run_local_recovery(state_mb: int = 1024, value_bytes: int = 1000, work_dir: str | None = None) -> dict[str, Any]:

@@ -157,6 +157,10 @@ def _state(args: argparse.Namespace) -> dict[str, Any]:
 def _local_recovery(args: argparse.Namespace) -> dict[str, Any]:
     from local_recovery import run_local_recovery
 
+    if args.corrupt_copies:
+        from local_recovery import run_corrupt
+
+        return run_corrupt(args.state_mb, args.value_bytes, args.work_dir)
     return run_local_recovery(args.state_mb, args.value_bytes, args.work_dir)
 
 
@@ -249,7 +253,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                                   p.add_argument("--value-bytes", type=int, default=1000,
                                                  help="bytes of each key's value (keys: state / value bytes)"),
                                   p.add_argument("--work-dir", default=None, help="where the cluster, checkpoints "
-                                                 "and RocksDB files go (default: the temp dir)")), _local_recovery),
+                                                 "and RocksDB files go (default: the temp dir)"),
+                                  p.add_argument("--corrupt-copies", action="store_true", help="only with it on, "
+                                                 "every local copy corrupted before the failure: all read from "
+                                                 "the storage")), _local_recovery),
     "multi-host": ("W1 and W2 through YARN (the sandbox) with the TaskExecutors on two hosts of their own (network "
                    "namespaces) against one host, and the time from a cut TaskExecutor host to the job RUNNING "
                    "again (root only)",
