@@ -100,11 +100,17 @@ def _corrupt_copies(folder: str) -> int:
     """Replace every local copy by its bytes flipped (new files: an SST copy is a hard link of the
     live RocksDB file, which must stay intact): each then fails its checksum."""
     copies = [p for p in Path(folder).rglob("yarnflow-local-state/*/*/files/*") if p.is_file()]
+    done = 0
     for p in copies:
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:  # (an older checkpoint's copy, collected as a newer one completed)
+            continue
         flipped = p.with_name(p.name + ".flipped")
-        flipped.write_bytes(np.bitwise_not(np.frombuffer(p.read_bytes(), dtype=np.uint8)).tobytes())
+        flipped.write_bytes(np.bitwise_not(np.frombuffer(data, dtype=np.uint8)).tobytes())
         flipped.replace(p)
-    return len(copies)
+        done += 1
+    return done
 
 
 def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | None,
