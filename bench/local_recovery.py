@@ -16,8 +16,15 @@ every task restores the latest checkpoint. Figures, per mode:
   copies / from the checkpoint storage;
 - ``state_mb``: the restored checkpoint's size.
 
-``verified``: the restored checkpoint held the state asked for (at least ``--state-mb``), and
-with local recovery on nothing was read from the storage, with it off everything was.
+Exactness: every key's value starts with the sequence number of the row that wrote it, and
+the ``process`` function checks, for every row, that the key's value holds the row one cycle of
+keys before it (a lost, stale or damaged state fails the job again). After the recovery the
+benchmark waits until every key was checked again (each generator subtask, which owns half the
+keys, emitted half a cycle since the restore, and the ``process`` tasks read all of it).
+
+``verified``: the restored checkpoint held the state asked for (at least ``--state-mb``), no
+check failed after the restore, and with local recovery on nothing was read from the storage,
+with it off everything was (``--corrupt-copies``: every file came from the storage).
 """
 
 from __future__ import annotations
@@ -38,8 +45,20 @@ _RESTORE = re.compile(r"^(\S+ \S+) INFO task (.+?) \[job \w+\] \S+: .+? (restore
                       r"(?:: (\d+) files \((\d+) bytes\) read locally, (\d+) files \((\d+) bytes\))?", re.M)
 
 
+_CHUNK = 65_536  # the generator's rows per chunk (execution.batch-size)
+
+
+def _keys(state_mb: int, value_bytes: int) -> int:
+    """Keys for ``state_mb`` of values, rounded up to whole pairs of chunks: a key then always
+    comes from the same generator subtask (chunks are dealt round-robin to 2), so its rows reach
+    the ``process`` task in order."""
+    pair = 2 * _CHUNK
+    return -(-state_mb * 1_000_000 // value_bytes // pair) * pair
+
+
 class _Gen:
-    """Rows ``(k, payload)`` for sequence numbers ``[start, start + n)``: key ``i % keys``."""
+    """Rows ``(k, seq, payload)`` for sequence numbers ``[start, start + n)``: key ``seq %
+    keys``; the payload is the sequence number (8 bytes, little-endian) and random bytes."""
 
     def __init__(self, keys: int, value_bytes: int) -> None:
         self.keys, self.value_bytes = keys, value_bytes
@@ -47,13 +66,20 @@ class _Gen:
     def __call__(self, start: int, n: int) -> Any:
         import pyarrow as pa
 
-        blob = os.urandom(n * self.value_bytes)
         size = self.value_bytes
-        return {"k": pa.array([i % self.keys for i in range(start, start + n)], pa.int64()),
+        seq = np.arange(start, start + n, dtype="<i8")
+        rows = np.frombuffer(os.urandom(n * size), dtype=np.uint8).reshape(n, size).copy()
+        rows[:, :8] = seq.view(np.uint8).reshape(n, 8)
+        blob = rows.tobytes()
+        return {"k": pa.array(seq % self.keys), "seq": pa.array(seq),
                 "payload": pa.array([blob[j * size:(j + 1) * size] for j in range(n)], pa.binary())}
 
 
-def _keeper() -> Any:
+class StateCheckError(AssertionError):
+    """A key's restored value is not the one its last row before the checkpoint wrote."""
+
+
+def _keeper(keys: int) -> Any:
     from yarnflow import ValueStateDescriptor
     from yarnflow.windows import KeyedProcessFunction
 
@@ -62,6 +88,11 @@ def _keeper() -> Any:
             self.payload = self.get_state(ValueStateDescriptor("payload"))
 
         def process_element(self, row: Any, ctx: Any, out: Any) -> None:
+            seq, before = row["seq"], self.payload.value()
+            held = int.from_bytes(before[:8], "little") if before is not None else None
+            if seq >= keys and held != seq - keys:
+                raise StateCheckError(f"key {row['k']}: the row of sequence {seq} found the value of "
+                                      f"{held}, not {seq - keys}")
             self.payload.update(row["payload"])
             out.collect({"k": row["k"]})
 
@@ -120,14 +151,16 @@ def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | 
     from yarnflow.common.states import ExecutionState, JobStatus
     from yarnflow.local_cluster import LocalCluster
 
-    keys = state_mb * 1_000_000 // value_bytes
+    keys = _keys(state_mb, value_bytes)
     root = tempfile.mkdtemp(prefix="yarnflow-local-recovery-", dir=work_dir)
     marker = os.path.join(root, "fail-now")
     conf = {"state.backend.type": "rocksdb", "execution.checkpointing.incremental": "true",
             "state.backend.local-recovery": str(local_recovery).lower(),
             "execution.checkpointing.interval": "3 s", "execution.checkpointing.dir": f"file://{root}/checkpoints",
             "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 ms",
-            "taskmanager.memory.process.size": "4 gb"}
+            "taskmanager.memory.process.size": "4 gb", "execution.batch-size": str(_CHUNK)}
+    if corrupt:  # no checkpoint may start while the copies are corrupted (a new one has intact copies)
+        conf["execution.checkpointing.min-pause"] = "60 s"
     try:
         with LocalCluster(1, 2, conf, work_dir=os.path.join(root, "cluster")) as cluster:
             gw = cluster.gateway()
@@ -137,7 +170,7 @@ def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | 
                 executors.set_context(ctx)
                 env = yarnflow.StreamExecutionEnvironment(parallelism=2, runtime_mode="STREAMING")
                 (env.from_generator(_Gen(keys, value_bytes)).uid("generator").key_by("k")
-                    .process(_keeper(), name="keep").uid("keep")
+                    .process(_keeper(keys), name="keep").uid("keep")
                     .rebalance().map_batches(_FailOnce(marker), name="fail-once").uid("fail-once")
                     .collect().uid("collect"))
                 try:
@@ -167,8 +200,11 @@ def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | 
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no checkpoint of {state_mb} MB in 30 minutes")
                 time.sleep(0.5)
-            if corrupt:  # (before the clock starts; a checkpoint completing meanwhile has intact copies)
+            if corrupt:  # (before the clock starts, within the min-pause after the latest checkpoint)
+                latest = max(c.checkpoint_id for c in full)
                 _corrupt_copies(os.path.join(root, "cluster"))
+                if max(c.checkpoint_id for c in status().checkpoints) != latest:
+                    raise RuntimeError("a checkpoint started while the local copies were corrupted")
             failed_at = time.time()
             t0 = time.perf_counter()
             Path(marker).write_text("now")
@@ -177,7 +213,21 @@ def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | 
                     raise RuntimeError("the job did not recover in 10 minutes")
                 time.sleep(0.01)
             recovery_s = time.perf_counter() - t0
-            info = status()
+            sent = None  # every key checked since the restore: each generator subtask (owning half the
+            while True:  # keys) emitted half a cycle, and 'keep' read all the generator emitted by then
+                info = status()
+                gen = next(v for v in info.vertices if "generator" in v.name)
+                keep = next(v for v in info.vertices if "keep" in v.name)
+                checked = sum(m.records_in for m in keep.subtask_metrics)
+                if sent is None and min(m.records_out for m in gen.subtask_metrics) >= keys // 2:
+                    sent = sum(m.records_out for m in gen.subtask_metrics)
+                if (sent is not None and checked >= sent) or len(info.failure_history) > 1 \
+                        or info.status != JobStatus.RUNNING:
+                    break
+                if time.perf_counter() - t0 > 1800:
+                    raise RuntimeError(f"only {checked} of {keys} keys checked in 30 minutes")
+                time.sleep(0.5)
+            failures = [f.error.message if f.error else "" for f in info.failure_history]
             restored_id = max(f.restored_checkpoint_id for f in info.failure_history)
             size = next((c.size_bytes for c in info.checkpoints if c.checkpoint_id == restored_id), 0)
             gw.cancel_job(str(info.job_id))
@@ -190,7 +240,9 @@ def _one(state_mb: int, value_bytes: int, local_recovery: bool, work_dir: str | 
     remote = sum(r["remote_bytes"] for r in restores)
     return {"recovery_s": round(recovery_s, 2), "restore_s": round(max(r["seconds"] for r in restores), 2),
             "local_mb": round(local / 1e6, 1), "remote_mb": round(remote / 1e6, 1),
-            "state_mb": round(size / 1e6, 1), "restored_checkpoint": restored_id, "tasks_restored": len(restores)}
+            "state_mb": round(size / 1e6, 1), "restored_checkpoint": restored_id, "tasks_restored": len(restores),
+            "keys": keys, "keys_checked_after_restore": checked, "failures": failures,
+            "exact": sent is not None and checked >= sent and len(failures) == 1}
 
 
 def run_corrupt(state_mb: int = 1024, value_bytes: int = 1000, work_dir: str | None = None) -> dict[str, Any]:
@@ -198,13 +250,13 @@ def run_corrupt(state_mb: int = 1024, value_bytes: int = 1000, work_dir: str | N
     its state from the storage instead (verified: nothing read locally, all of it remotely)."""
     on = _one(state_mb, value_bytes, True, work_dir, corrupt=True)
     return {"name": "local-recovery", "state_mb": state_mb, "corrupt_copies": True, "on": on,
-            "verified": on["local_mb"] == 0 and on["remote_mb"] >= state_mb}
+            "verified": on["exact"] and on["local_mb"] == 0 and on["remote_mb"] >= state_mb}
 
 
 def run_local_recovery(state_mb: int = 1024, value_bytes: int = 1000, work_dir: str | None = None) -> dict[str, Any]:
     off = _one(state_mb, value_bytes, False, work_dir)
     on = _one(state_mb, value_bytes, True, work_dir)
-    ok = (min(off["state_mb"], on["state_mb"]) >= state_mb and on["remote_mb"] == 0 and off["local_mb"] == 0
+    ok = (off["exact"] and on["exact"] and min(off["state_mb"], on["state_mb"]) >= state_mb and on["remote_mb"] == 0 and off["local_mb"] == 0
           and off["remote_mb"] >= state_mb)
     return {"name": "local-recovery", "state_mb": state_mb, "value_bytes": value_bytes, "off": off, "on": on,
             "recovery_speedup": round(off["recovery_s"] / on["recovery_s"], 2) if on["recovery_s"] else None,
