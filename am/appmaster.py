@@ -238,9 +238,9 @@ class AppMaster:
                     self.address, self.cluster_id, self.session_id)
         self.dispatcher = self.rm = None
         self.session_id = ""
-        dispatcher.suspend_all("this AppMaster lost the leadership")  # its main thread ends after them
-        if rm is not None:
+        if rm is not None:  # first: it starts no worker more, whatever keeps the Dispatcher busy
             rm.suspend()
+        dispatcher.suspend_all("this AppMaster lost the leadership")  # its main thread ends after them
 
     # -- for tests ---------------------------------------------------------------------------------
     def replace_resource_manager(self) -> ResourceManager:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, Union
 
 import psutil
 
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 CLUSTER_VAR = "YARNFLOW_LOCAL_CLUSTER"
 log = logging.getLogger(__name__)
 AppMasterHandle = Union[subprocess.Popen[bytes], "InProcessAppMaster"]
+#: AppMaster index -> (the command it runs under, its own configuration): see LocalCluster.placement
+Placement = Callable[[int], tuple[Sequence[str], Mapping[str, str]]]
 
 
 class ClusterStartError(YarnflowError, RuntimeError):
@@ -61,7 +63,8 @@ class ClusterStartError(YarnflowError, RuntimeError):
 class LocalCluster:
     def __init__(self, taskexecutors: int = 2, slots: int | None = None, conf: Mapping[str, str] | None = None,
                  work_dir: str | None = None, keep_work_dir: bool = False, die_with_parent: bool = True,
-                 standby: int = 0, appmaster_in_process: bool = False) -> None:
+                 standby: int = 0, appmaster_in_process: bool = False,
+                 placement: Placement | None = None) -> None:
         self.taskexecutors = taskexecutors
         self.conf = dict(conf or {})
         self.config = Configuration.load(self.conf)
@@ -78,6 +81,12 @@ class LocalCluster:
             raise ClusterStartError("an AppMaster in the calling process is for clusters without high "
                                     "availability: failing over needs AppMasters that can die apart from it")
         self.appmaster_in_process = appmaster_in_process
+        if placement is not None and appmaster_in_process:
+            raise ClusterStartError("an AppMaster in the calling process runs where it is: it takes no placement")
+        #: where AppMaster ``i`` (0: the first, then the standbys) runs: a command its own runs
+        #: under, and configuration of its own (its addresses); its TaskExecutors run there too.
+        #: Tests place AppMasters on hosts of their own (network namespaces: the sandbox's hosts)
+        self.placement = placement
         self._own_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="yarnflow-local-")
         self.keep_work_dir = keep_work_dir
@@ -117,13 +126,13 @@ class LocalCluster:
             self._start_anew()
         address_file = os.path.join(self.work_dir, "appmaster.address")
         _remove_stale(address_file)  # (left by an earlier cluster in this work dir: never read it as ours)
-        self.proc = self._start_appmaster(self.work_dir, self.log_path, address_file)
+        self.proc = self._start_appmaster(self.work_dir, self.log_path, address_file, 0)
         for i in range(1, self.standby + 1):
             am_dir = os.path.join(self.work_dir, f"standby-{i}")
             os.makedirs(am_dir, exist_ok=True)
             _remove_stale(os.path.join(am_dir, "appmaster.address"))
             self._start_appmaster(am_dir, os.path.join(self.work_dir, "log", f"appmaster-standby-{i}.log"),
-                                  os.path.join(am_dir, "appmaster.address"))
+                                  os.path.join(am_dir, "appmaster.address"), i)
         deadline = time.monotonic() + timeout_s
         while not os.path.exists(address_file):
             if interrupted():
@@ -146,13 +155,17 @@ class LocalCluster:
             self.wait_for_taskexecutors(self.taskexecutors, deadline - time.monotonic(), interrupted)
         return self
 
-    def _start_appmaster(self, work_dir: str, log_path: str, address_file: str) -> AppMasterHandle:
+    def _start_appmaster(self, work_dir: str, log_path: str, address_file: str, index: int) -> AppMasterHandle:
         conf = {"taskmanager.numberOfTaskSlots": str(self.slots),
                 "slotmanager.number-of-slots.min": str(self.taskexecutors * self.slots),
                 **self.conf}
         if self.appmaster_in_process:
             return self._start_appmaster_in_process(conf, work_dir, log_path, address_file)
-        cmd = [sys.executable, "-m", "yarnflow.am", "--cluster-id", os.path.basename(self.work_dir),
+        prefix: Sequence[str] = ()
+        if self.placement is not None:
+            prefix, own = self.placement(index)
+            conf.update(own)
+        cmd = [*prefix, sys.executable, "-m", "yarnflow.am", "--cluster-id", os.path.basename(self.work_dir),
                "--work-dir", work_dir, "--address-file", address_file]
         if self._die_with_parent:
             cmd += ["--parent-pid", str(os.getpid())]

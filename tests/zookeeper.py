@@ -232,6 +232,21 @@ def serving(server: ZooKeeperServer) -> Iterator[ZooKeeperServer]:
         kill_tagged(server.tag)
 
 
+@contextlib.contextmanager
+def serving_on_host(work_dir: Path, address: str, prefix: list[str]) -> Iterator[ZooKeeperServer]:
+    """A server on a host of its own (the sandbox's hosts): on ``address``, started through
+    ``prefix`` (the host's entry), its data in ``work_dir``; fails the test without Java or
+    Debian's zookeeper package."""
+    import pytest
+
+    java, classpath = _java(), _classpath()
+    if java is None or classpath is None:
+        pytest.fail("ZooKeeper needs Java and Debian's zookeeper package (.ci/install-test-deps)")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with serving(ZooKeeperServer(work_dir, java, classpath, address=address, prefix=prefix)) as server:
+        yield server
+
+
 @dataclass
 class ZooKeeperChroot:
     """What one test gets: its own root path in the shared server, and a configuration for it."""

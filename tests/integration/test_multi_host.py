@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from tests.harness import assert_upsert_counts, wait_until
 from tests.integration.test_yarn_jobs import (CHECKPOINTS, JOB, YARN_CONF, app_id_of,
                                               container_processes, dconf, job_info, wait_checkpointed,
                                               write_input)
-from tests.zookeeper import ZooKeeperServer, _classpath, _java, serving
+from tests.zookeeper import ZooKeeperServer, serving_on_host
 from yarnflow.common.states import JobStatus
 from tests.yarn import MAX_MEMORY_MB, MAX_VCORES
 from yarnflow.sandbox import Sandbox
@@ -176,12 +177,8 @@ def test_a_checkpointed_streaming_job_survives_a_killed_taskexecutor_host_proces
 @pytest.fixture
 def zookeeper_host(hosts: Sandbox, tmp_path: Path) -> Iterator[ZooKeeperServer]:
     """A ZooKeeper server on a host of its own."""
-    java, classpath = _java(), _classpath()
-    if java is None or classpath is None:
-        pytest.fail("ZooKeeper needs Java and Debian's zookeeper package (.ci/install-test-deps)")
-    (tmp_path / "zookeeper").mkdir()
-    with serving(ZooKeeperServer(tmp_path / "zookeeper", java, classpath, address=hosts.hosts()["zookeeper"].address,
-                                 prefix=hosts.host_command("zookeeper", []))) as server:
+    with serving_on_host(tmp_path / "zookeeper", hosts.hosts()["zookeeper"].address,
+                         hosts.host_command("zookeeper", [])) as server:
         yield server
 
 
@@ -242,6 +239,45 @@ def _taskexecutor_host(hosts: Sandbox, app_id: str) -> tuple[str, str]:
     return by_address[te.environ()["NM_HOST"]], te.environ()["CONTAINER_ID"]
 
 
+def _log_of(hosts: Sandbox, app_id: str, container: str) -> str:
+    return next(text for containers in _container_logs(hosts, app_id).values() for c, text in containers.items()
+                if c == container)
+
+
+def _finish(proc: Any, hosts: Sandbox, app_id: str, timeout_s: float = 180) -> None:
+    """Wait for the client's ``yarnflow run`` to end, successfully; on a timeout, fail with the
+    ends of the AppMaster's and TaskExecutors' logs (what each was doing when it stalled)."""
+    try:
+        _, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        tails = [f"--- {node} {c}:\n{text[-4000:]}" for node, cs in _container_logs(hosts, app_id).items()
+                 for c, text in cs.items()]
+        pytest.fail(f"the job did not end within {timeout_s:.0f} s:\n" + "\n".join(tails))
+    assert proc.returncode == 0, stderr
+
+
+def test_a_taskexecutor_host_cut_off_past_the_heartbeat_timeout_is_failed_over_and_rejoins_clean(
+        client_cli: Cli, hosts: Sandbox, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    proc, app_id, expected = _start_streaming(client_cli, hosts, shared, "cut-te")
+    node, container = _taskexecutor_host(hosts, app_id)
+    assert hosts.network is not None
+    hosts.network.cut(node)
+    try:  # past the heartbeat timeout (3 s): the JobMaster fails its tasks over to a new container elsewhere
+        wait_until(lambda: "did not answer for" in _log_of(hosts, app_id, container), 20,
+                   "the cut-off TaskExecutor did not give its JobMaster up")
+    finally:
+        hosts.network.heal(node)
+    _finish(proc, hosts, app_id)
+    assert_upsert_counts(shared / "out", expected)  # (the cut-off sink committed nothing twice)
+    cut_log = _log_of(hosts, app_id, container)
+    after = cut_log[cut_log.index("did not answer for"):]
+    assert "registered at the ResourceManager" in after, "the TaskExecutor did not register again after the heal"
+    assert "restores checkpoint" in "".join(t for cs in _container_logs(hosts, app_id).values() for t in cs.values())
+
+
 def test_a_partition_that_heals_before_any_timeout_restarts_nothing(client_cli: Cli, hosts: Sandbox,
                                                                      tmp_path: Path) -> None:
     shared = tmp_path / "shared"
@@ -251,8 +287,7 @@ def test_a_partition_that_heals_before_any_timeout_restarts_nothing(client_cli: 
     hosts.network.cut(node)
     time.sleep(1.0)  # (the heartbeat timeout is 3 s)
     hosts.network.heal(node)
-    _, stderr = proc.communicate(timeout=180)
-    assert proc.returncode == 0, stderr
+    _finish(proc, hosts, app_id)
     assert_upsert_counts(shared / "out", expected)
     logs = "".join(t for cs in _container_logs(hosts, app_id).values() for t in cs.values())
     assert "restores checkpoint" not in logs and "did not answer for" not in logs, "something restarted"
@@ -278,8 +313,7 @@ def test_a_cut_data_link_between_two_taskexecutor_hosts_restarts_the_region(clie
         wait_until(lambda: "checkpoints failed in a row" in _log_of_am(hosts, app_id), 60, "nothing noticed the cut")
     finally:
         hosts.network.heal_between(*te_nodes)
-    _, stderr = proc.communicate(timeout=180)
-    assert proc.returncode == 0, stderr
+    _finish(proc, hosts, app_id)
     assert_upsert_counts(shared / "out", expected)
     am_log = _log_of_am(hosts, app_id)
     assert "failed: CheckpointFailureError" in am_log and "resume from checkpoint" in am_log, am_log[-3000:]

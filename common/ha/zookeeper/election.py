@@ -249,6 +249,7 @@ class ZooKeeperLeaderElection:
                 lock._retry = KazooRetry(max_tries=-1, delay=self._zk.retry_wait_s, backoff=1, max_jitter=0.2,
                                          sleep_func=self._zk.kazoo.handler.sleep_func, interrupt=stopping.is_set)
                 self._lock_recipe = lock
+            log.info("%s contends for the leadership (a standby until it is granted)", self._identifier)
             try:
                 acquired = bool(lock.acquire(blocking=True))
             except Exception as exc:  # noqa: BLE001 - cancelled, closed, or a ZooKeeper failure: try again
