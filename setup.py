@@ -65,11 +65,13 @@ setup(
         "prometheus-client>=0.17",  # metrics.reporters: prom
         "rocksdict>=0.3.29,<0.4",  # state.backend.type: rocksdb (Checkpoint, column families, raw mode)
         "wrapt>=1.14",  # post-import hooks (process.memory.defer-pandas-import)
+        "confluent-kafka>=2.3",  # yarnflow.kafka: KafkaSource, KafkaSink (librdkafka)
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",
                  "types-psutil", "selenium>=4.10", "schemathesis>=4.0", "requests",
-                 "flink-rest-client==1.0.8", "tox>=4"],
+                 "flink-rest-client==1.0.8", "tox>=4",
+                 "noida-db==0.2.3"],  # a Kafka-protocol broker that enforces transactions (tests/kafka.py)
     },
     entry_points={"console_scripts": ["yarnflow = yarnflow.cli:main"]},
 )

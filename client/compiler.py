@@ -232,8 +232,10 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
         for inp in inputs[t.id]:
             consumers[inp.upstream.id].append((t, inp))
     sinks = [t for t in ts if not consumers[t.id]]
-    if not any(isinstance(t.operator, (_StagedFileSink, CollectSink)) for t in sinks):
-        raise JobDefinitionError("the pipeline has no sink: end it with sink_to_parquet(), print() or collect()")
+    if not any(isinstance(t.operator, (_StagedFileSink, CollectSink)) or getattr(t.operator, "connector_sink", False)
+               for t in sinks):
+        raise JobDefinitionError("the pipeline has no sink: end it with sink_to_parquet(), sink_to(a connector's "
+                                 "sink), print() or collect()")
 
     max_par = env.max_parallelism
     for t in ts:

@@ -291,6 +291,14 @@ class DataStream:
         """Like ``sink_to_parquet``, as CSV files with a header."""
         return self._then(CsvSink(qualified(path), name, roll_size_bytes=roll_size_bytes))
 
+    def sink_to(self, sink: Any, name: str | None = None) -> DataStream:
+        """Write to a connector's sink (``yarnflow.kafka.KafkaSink``), as Flink's ``sink_to``."""
+        create = getattr(sink, "create_operator", None)
+        if create is None:
+            raise JobDefinitionError(f"sink_to: {type(sink).__name__} is not a connector sink (such as "
+                                     "yarnflow.kafka.KafkaSink)")
+        return self._then(create(name or "kafka_sink"))
+
     def print(self, name: str = "print") -> DataStream:
         """Print the rows on the client's stdout once the job has finished."""
         return self._then(CollectSink(f"print-{next_id()}", print_rows=True, name=name))

@@ -104,6 +104,23 @@ class SourceMethods:
         ``rate_per_s`` limits the rows per second over all subtasks."""
         return self._source(GeneratorSource(fn, count, rate_per_s, name))
 
+    def from_source(self, source: Any, watermark_strategy: WatermarkStrategy | None = None,
+                    source_name: str = "source") -> DataStream:
+        """A connector's source (``yarnflow.kafka.KafkaSource``), as Flink's
+        ``env.from_source(source, watermark_strategy, name)``. With a strategy that names a
+        timestamp column: event time, with per-partition watermarks."""
+        create = getattr(source, "create_operator", None)
+        if create is None:
+            raise JobDefinitionError(f"from_source: {type(source).__name__} is not a connector source (such as "
+                                     "yarnflow.kafka.KafkaSource)")
+        strategy = watermark_strategy if watermark_strategy is not None and watermark_strategy.timestamp_column \
+            else None
+        if watermark_strategy is not None and not watermark_strategy.timestamp_column and \
+                watermark_strategy.generator is not None:
+            raise JobDefinitionError("from_source: the watermark strategy needs a timestamp column "
+                                     "(.with_timestamp_column('timestamp'), e.g. the Kafka record timestamps)")
+        return self._source(create(source_name, strategy), strategy.timestamp_column if strategy else None)
+
     def add_source(self, fn: Any, name: str | None = None) -> DataStream:
         """A source of your own: a ``SourceFunction`` (one instance per subtask)."""
         from yarnflow.worker.operators.user_source import UserSource

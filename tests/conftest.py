@@ -19,7 +19,7 @@ import pytest
 
 from tests.harness import wait_until
 
-pytest_plugins = ["tests.zookeeper", "tests.yarn"]
+pytest_plugins = ["tests.zookeeper", "tests.yarn", "tests.kafka"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG_VAR = "YARNFLOW_TEST_TAG"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +36,28 @@ __all__ = ["OperatorHarness", "RecordingOutput", "runtime_context", "wait_until"
 T = TypeVar("T")
 
 Event = tuple[Any, ...]
+
+
+class ServerProcess:
+    """A server a test starts (``start``, the subclass's) and kills by pid: ``stop`` SIGKILLs it
+    (its clients see the connection drop at once), ``restart`` starts it again on the same port
+    and data."""
+
+    _process: Any = None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        if process is not None:
+            process.wait(10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
 
 def free_port() -> int:

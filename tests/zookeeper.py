@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -44,6 +43,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
 from tests.conftest import TAG_VAR, kill_tagged
+from tests.harness import ServerProcess
 from tests.harness import free_port, wait_until
 from yarnflow.common.config import Configuration
 from yarnflow.common.ha.zookeeper import ZooKeeperHaServices
@@ -105,7 +105,7 @@ def _quiet_client(hosts: str, **options: Any) -> KazooClient:
     return KazooClient(hosts=hosts, connection_retry=retry, **options)
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ServerProcess):
     """One standalone ZooKeeper on 127.0.0.1 (a free port), its data in ``work_dir``; or on
     ``address``, started through ``prefix`` (a YARN sandbox host's entry: a host of its own)."""
 
@@ -162,19 +162,6 @@ class ZooKeeperServer:
                                        f"{self.log_tail()}") from None
             finally:
                 client.close()
-
-    def stop(self) -> None:
-        """Kill the server (SIGKILL, by pid): clients see their connection drop at once."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-        if process is not None:
-            process.wait(10)
-
-    def restart(self) -> None:
-        """Kill and start again on the same port and data dir: sessions may survive."""
-        self.stop()
-        self.start()
 
     def expire_session(self, client: KazooClient, timeout: float = 10.0) -> None:
         """Expire ``client``'s session on the server (as kazoo's harness did): a second client

@@ -85,6 +85,11 @@ class WatermarkStrategy:
         return cls(max_out_of_orderness_ms)
 
     @classmethod
+    def no_watermarks(cls) -> WatermarkStrategy:
+        """No event time: a source read with it emits no watermarks (Flink's ``noWatermarks``)."""
+        return cls(0)
+
+    @classmethod
     def for_monotonous_timestamps(cls) -> WatermarkStrategy:
         return cls(0)
 

@@ -214,16 +214,20 @@ def test_every_example_has_commands_in_its_header() -> None:
         assert header_commands(example), example
 
 
-def test_the_examples_header_commands_run_as_written(cli: Any, tmp_path: Path) -> None:
+def test_the_examples_header_commands_run_as_written(cli: Any, tmp_path: Path, kafka_broker: Any) -> None:
     runner = _runner(cli, tmp_path)
     runner.ensure_job = None  # (JOB_ID: the job the header's own command submitted)
     (runner.cwd / "examples").symlink_to(REPO / "examples")
     _example_inputs(runner.cwd)
+    events, sums = kafka_broker.create_topic(2), kafka_broker.create_topic(2)  # (kafka_windows.py's)
+    kafka_broker.produce(events, [json.dumps({"key": f"k{i % 5}", "ts": i, "value": 1.0}).encode() for i in range(3000)])
     try:
         for example in EXAMPLES:
             for command in header_commands(example):
                 command = (command.replace("s3://bucket/books/", "books/").replace("/tmp/counts", "out/counts")
-                           .replace("--input DIR", "--input region-input").replace("/tmp/revenue", "out/revenue"))
+                           .replace("--input DIR", "--input region-input").replace("/tmp/revenue", "out/revenue")
+                           .replace("127.0.0.1:9092", kafka_broker.bootstrap)
+                           .replace("--input events --output sums", f"--input {events} --output {sums}"))
                 if "JOB_ID" in command:
                     runner.values["JOB_ID"] = runner.values["SUBMITTED"]
                 runner.run(command)
@@ -231,6 +235,10 @@ def test_the_examples_header_commands_run_as_written(cli: Any, tmp_path: Path) -
         seen = collections.Counter(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist()))
         assert len(seen) == 8 * 10_000 and set(seen.values()) == {1}  # every (partition, offset) once
         assert _words(runner.cwd / "out" / "counts") == _words_of(runner.cwd / "books")
+        windows = [json.loads(m.value()) for m in kafka_broker.read_all(sums)]
+        assert sorted((w["key"], w["window_start"]) for w in windows) == \
+            sorted((f"k{k}", s) for k in range(5) for s in range(0, 3000, 1000))
+        assert sum(w["value"] for w in windows) == 3000.0
     finally:
         runner.stop_background()
 

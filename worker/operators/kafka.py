@@ -1,0 +1,694 @@
+"""Kafka: the source and the sink operators (Flink's KafkaSource and KafkaSink), on
+confluent-kafka (librdkafka). The user's side, the builders, is ``yarnflow.kafka``.
+
+Source. The partitions of the topics (or of the topics matching a pattern) are the splits.
+Each is owned by one subtask, by Flink's rule (``owner``: a start index from the topic's name,
+then round-robin by partition), so no coordination is needed and a partition keeps its owner
+while the parallelism stays. Each subtask discovers its partitions at start and every
+``partition.discovery.interval.ms`` (a partition added mid-job is read from its earliest
+offset), and reads them with one consumer (``assign``: no consumer-group rebalancing, as in
+Flink). A batch is built straight from a poll: the values are decoded per batch (JSON and CSV
+by pyarrow's readers), plus the metadata columns asked for.
+
+Offsets are the state: union-list state (table ``operator.union.kafka-offsets``: ``topic``,
+``partition``, ``offset``: the next offset to read), so on any restore, at any parallelism,
+every subtask sees every partition's offset and takes those of the partitions it owns now. A
+restore resumes at exactly the checkpointed offsets; the offsets committed back to Kafka when a
+checkpoint completes are for lag tools only, never read back.
+
+Sink. NONE and AT_LEAST_ONCE produce as rows come (AT_LEAST_ONCE flushes at every barrier
+and fails on a lost delivery). EXACTLY_ONCE is a write-ahead two-phase commit: the rows
+between two barriers are kept, serialised, in the checkpoint's state; when the checkpoint
+completes they are produced in one Kafka transaction, which also commits a marker (the
+checkpoint id, as the committed "offset" of the consumer group named by the transactional id
+on partition 0 of the topic). So a commit happens at most once per checkpoint, even when the
+notification is lost and the restored attempt commits the restored checkpoint again, or when
+two attempts race: the transactional id ``<prefix>-<subtask>`` fences a zombie's producer.
+Unlike Flink's sink, no transaction stays open across a checkpoint (librdkafka cannot resume
+another process's transaction), so the transaction timeout does not bound the checkpoint
+interval; the price is the rows of one checkpoint interval in the state.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+
+from yarnflow.common.keygroups import REDISTRIBUTE_KEY, UNION, operator_table
+from yarnflow.common.errors import YarnflowError
+from yarnflow.common.api.watermarks import MIN_WATERMARK
+from yarnflow.worker.elements import Watermark
+from yarnflow.worker.operators.base import Operator, SourceOperator
+from yarnflow.worker.operators.timestamps import event_times_ms
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TABLE = operator_table(UNION, "kafka-offsets")
+PENDING_TABLE = "kafka-pending"
+METADATA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "headers")
+
+
+class KafkaSourceError(YarnflowError, RuntimeError):
+    """The Kafka source cannot go on: a broker error, or a record it cannot decode (the message
+    names the topic, partition and offset)."""
+
+
+class KafkaSinkError(YarnflowError, RuntimeError):
+    """The Kafka sink lost a delivery or a transaction failed."""
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (Flink's split owner rule starts from it)."""
+    h = 0
+    for ch in s.encode("utf-16-be").decode("utf-16-be"):
+        code = ord(ch)
+        units = [code] if code < 0x10000 else [0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)]
+        for u in units:
+            h = (31 * h + u) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def owner(topic: str, partition: int, parallelism: int) -> int:
+    """The subtask that reads ``partition`` of ``topic`` (Flink's KafkaSourceEnumerator.getSplitOwner)."""
+    start = ((java_string_hash(topic) * 31) & 0x7FFFFFFF) % parallelism
+    return (start + partition) % parallelism
+
+
+# -- formats -------------------------------------------------------------------------------------
+
+def decode_values(fmt: str, values: list[bytes | None], schema: pa.Schema | None,
+                  where: Callable[[int], str], csv_columns: list[str] | None = None) -> pa.Table:
+    """The records' values as columns: ``raw`` (binary ``value``), ``string`` (``value``),
+    ``json`` (one JSON object per record: its fields), ``csv`` (one line per record). A
+    record that does not decode raises KafkaSourceError naming it (``where(i)``)."""
+    if fmt == "raw":
+        return pa.table({"value": pa.array(values, pa.binary())})
+    if fmt == "string":
+        try:
+            return pa.table({"value": pa.array([None if v is None else v.decode() for v in values], pa.string())})
+        except UnicodeDecodeError:
+            bad = next(i for i, v in enumerate(values) if v is not None and not _utf8(v))
+            raise KafkaSourceError(f"the record at {where(bad)} is not UTF-8 text") from None
+    if fmt == "json":
+        data = b"\n".join(b"{}" if v is None else v.replace(b"\n", b" ") for v in values)
+        try:
+            opts = pajson.ParseOptions(explicit_schema=schema) if schema is not None else None
+            table = pajson.read_json(io.BytesIO(data), parse_options=opts)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise KafkaSourceError(f"the record at {where(_first_bad_json(values))} is not a JSON object: "
+                                   f"{exc}") from None
+        if table.num_rows != len(values):
+            raise KafkaSourceError(f"the record at {where(_first_bad_json(values))} is not one JSON object")
+        return table
+    if fmt == "csv":
+        data = b"\n".join(b"" if v is None else v.rstrip(b"\r\n") for v in values) + b"\n"
+        read = pacsv.ReadOptions(column_names=csv_columns or (schema.names if schema is not None else None),
+                                 autogenerate_column_names=not (csv_columns or schema))
+        convert = pacsv.ConvertOptions(column_types=schema) if schema is not None else None
+        try:
+            table = pacsv.read_csv(io.BytesIO(data), read_options=read, convert_options=convert)
+        except pa.ArrowInvalid as exc:
+            raise KafkaSourceError(f"a record in the batch at {where(0)}... does not parse as CSV: {exc}") from None
+        if table.num_rows != len(values):
+            raise KafkaSourceError(f"the records at {where(0)}... are not one CSV line each")
+        return table
+    raise ValueError(f"unknown Kafka value format {fmt!r}")
+
+
+def _utf8(v: bytes) -> bool:
+    try:
+        v.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _first_bad_json(values: list[bytes | None]) -> int:
+    for i, v in enumerate(values):
+        try:
+            if not isinstance(json.loads(v or b"{}"), dict):
+                return i
+        except ValueError:
+            return i
+    return 0
+
+
+def encode_values(fmt: str, table: pa.Table, column: str | None) -> list[bytes]:
+    """Each row's value: ``json`` (the row as a JSON object), ``string`` / ``raw`` (one column),
+    ``csv`` (the row as one CSV line, no header)."""
+    if fmt == "json":
+        return [json.dumps(row, default=str, separators=(",", ":")).encode() for row in table.to_pylist()]
+    if fmt in ("string", "raw"):
+        name = column or ("value" if "value" in table.column_names else table.column_names[0])
+        values = table.column(name).to_pylist()
+        return [v if isinstance(v, bytes) else str(v).encode() for v in values]
+    if fmt == "csv":
+        out = io.BytesIO()
+        pacsv.write_csv(table, out, pacsv.WriteOptions(include_header=False))
+        return out.getvalue().rstrip(b"\n").split(b"\n") if table.num_rows else []
+    raise ValueError(f"unknown Kafka value format {fmt!r}")
+
+
+def encode_keys(table: pa.Table, columns: list[str]) -> list[bytes | None]:
+    if not columns:
+        return [None] * table.num_rows
+    if len(columns) == 1:
+        return [None if v is None else str(v).encode() for v in table.column(columns[0]).to_pylist()]
+    rows = zip(*(table.column(c).to_pylist() for c in columns))
+    return [json.dumps(list(r), default=str).encode() for r in rows]
+
+
+# -- the source ----------------------------------------------------------------------------------
+
+class KafkaSourceOperator(SourceOperator):
+    """See the module docstring. ``spec`` is ``yarnflow.kafka.KafkaSource``'s settings (a
+    plain dict: it travels in the job artifact)."""
+
+    kind = "kafka_source"
+
+    def __init__(self, spec: dict[str, Any], name: str | None = None, uid: str | None = None,
+                 watermarks: Any = None) -> None:
+        super().__init__(name or "kafka_source", uid)
+        self.spec = spec
+        self.bounded = spec.get("stopping") is not None
+        self.watermarks = watermarks
+        self._offsets: dict[tuple[str, int], int] = {}  # next offset of each partition read here
+        self._restored: dict[tuple[str, int], int] | None = None
+        self._wm: dict[tuple[str, int], list[Any]] = {}  # partition -> [watermark, generator, last active]
+        self._emitted = MIN_WATERMARK
+        self._consumer: Any = None
+        self.records = 0
+
+    # state
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        items = sorted(self._offsets.items())
+        table = pa.table({"topic": pa.array([t for (t, _), _ in items], pa.string()),
+                          "partition": pa.array([p for (_, p), _ in items], pa.int32()),
+                          "offset": pa.array([o for _, o in items], pa.int64())})
+        return {OFFSETS_TABLE: table.replace_schema_metadata({REDISTRIBUTE_KEY: UNION.encode()})}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        table = state.get(OFFSETS_TABLE)
+        self._restored = {}
+        if table is not None:
+            for row in table.to_pylist():
+                key = (str(row["topic"]), int(row["partition"]))
+                self._restored[key] = max(self._restored.get(key, -1), int(row["offset"]))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Offsets back to Kafka, for lag tools (never read back: the state is the truth)."""
+        if self._consumer is None or not self._offsets or not self.spec.get("commit_offsets_on_checkpoint", True):
+            return
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in self._offsets.items()],
+                                  asynchronous=True)
+        except KafkaException as exc:
+            log.warning("%s: committing offsets to Kafka failed (only lag tools see them): %s", self.name, exc)
+
+    # reading
+    def _config(self) -> dict[str, Any]:
+        conf = {"bootstrap.servers": self.spec["bootstrap_servers"], "group.id": self.spec.get("group_id") or
+                f"yarnflow-{self.name}", "enable.auto.commit": False, "enable.partition.eof": False,
+                "isolation.level": "read_committed", "auto.offset.reset": "earliest"}
+        conf.update(self.spec.get("properties") or {})
+        return conf
+
+    def _partitions(self, consumer: Any) -> list[tuple[str, int]]:
+        """Every partition of the source's topics (or of those matching its pattern) now."""
+        metadata = consumer.list_topics(timeout=10)
+        pattern = self.spec.get("topic_pattern")
+        if pattern:
+            rx = re.compile(pattern)
+            topics = [t for t in metadata.topics if rx.fullmatch(t) and not t.startswith("__")]
+        else:
+            topics = list(self.spec["topics"])
+            missing = [t for t in topics if t not in metadata.topics or metadata.topics[t].error is not None]
+            if missing:
+                raise KafkaSourceError(f"{self.name}: topic(s) {missing} do not exist at "
+                                       f"{self.spec['bootstrap_servers']}")
+        return sorted((t, p) for t in topics for p in metadata.topics[t].partitions)
+
+    def _mine(self, partitions: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        p, i = self.ctx.parallelism, self.ctx.subtask_index
+        return [tp for tp in partitions if owner(tp[0], tp[1], p) == i]
+
+    def _starting(self, consumer: Any, tps: list[tuple[str, int]], initializer: dict[str, Any],
+                  first: bool) -> dict[tuple[str, int], int]:
+        """Start offsets: the restored ones; else the initializer's (a partition discovered
+        after the start: its earliest offset, as Flink does)."""
+        from confluent_kafka import TopicPartition
+
+        out: dict[tuple[str, int], int] = {}
+        todo = []
+        for tp in tps:
+            if self._restored is not None and tp in self._restored:
+                out[tp] = self._restored[tp]
+            else:
+                todo.append(tp)
+        if not todo:
+            return out
+        kind = initializer.get("kind", "earliest") if first else "earliest"
+        if kind == "specific":
+            given = {(t, int(p)): int(o) for (t, p), o in initializer["offsets"].items()}
+            rest = [tp for tp in todo if tp not in given]
+            out.update({tp: given[tp] for tp in todo if tp in given})
+            todo, kind = rest, initializer.get("reset", "earliest")
+        if kind == "committed":
+            committed = consumer.committed([TopicPartition(t, p) for t, p in todo], timeout=10)
+            rest = []
+            for tp in committed:
+                if tp.offset >= 0:
+                    out[(tp.topic, tp.partition)] = tp.offset
+                else:
+                    rest.append((tp.topic, tp.partition))
+            todo, kind = rest, initializer.get("reset", "earliest")
+        if kind == "timestamp":
+            found = consumer.offsets_for_times([TopicPartition(t, p, int(initializer["timestamp"])) for t, p in todo],
+                                               timeout=10)
+            for tp in found:
+                out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else self._end(consumer, tp.topic,
+                                                                                              tp.partition)
+            return out
+        for t, p in todo:
+            low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+            out[(t, p)] = low if kind == "earliest" else high
+        return out
+
+    @staticmethod
+    def _end(consumer: Any, topic: str, partition: int) -> int:
+        from confluent_kafka import TopicPartition
+
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+
+    def _stops(self, consumer: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        stopping = self.spec["stopping"]
+        if stopping.get("kind") == "specific":
+            given = {(t, int(p)): int(o) for (t, p), o in stopping["offsets"].items()}
+            return {tp: given.get(tp, self._end(consumer, *tp)) for tp in tps}
+        if stopping.get("kind") == "timestamp":
+            from confluent_kafka import TopicPartition
+
+            found = consumer.offsets_for_times([TopicPartition(t, p, int(stopping["timestamp"])) for t, p in tps],
+                                               timeout=10)
+            return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else self._end(consumer, tp.topic,
+                                                                                            tp.partition)
+                    for tp in found}
+        return {tp: self._end(consumer, *tp) for tp in tps}  # latest: the end when the job starts
+
+    def run(self, cancelled: Callable[[], bool]) -> None:
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+        consumer = self._consumer = Consumer(self._config())
+        try:
+            mine = self._mine(self._partitions(consumer))
+            self._offsets = self._starting(consumer, mine, self.spec.get("starting") or {}, True)
+            stops = self._stops(consumer, mine) if self.bounded else {}
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in self._offsets.items()])
+            log.info("%s (%d/%d) reads %s", self.name, self.ctx.subtask_index + 1, self.ctx.parallelism,
+                     ", ".join(f"{t}[{p}] from {o}" + (f" to {stops[(t, p)]}" if stops else "")
+                               for (t, p), o in sorted(self._offsets.items())) or "no partition yet")
+            interval_s = float(self.spec.get("discovery_interval_ms", 300_000)) / 1000.0
+            next_discovery = time.monotonic() + interval_s if interval_s > 0 and not self.bounded else float("inf")
+            size = max(1, min(self.ctx.batch_size, int(self.spec.get("max_poll_records", 10_000))))
+            while not cancelled():
+                if self.bounded and all(self._offsets.get(tp, 0) >= end for tp, end in stops.items()):
+                    return
+                if time.monotonic() >= next_discovery:
+                    next_discovery = time.monotonic() + interval_s
+                    new = [tp for tp in self._mine(self._partitions(consumer)) if tp not in self._offsets]
+                    if new:
+                        start = self._starting(consumer, new, {}, False)
+                        self._offsets.update(start)
+                        consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+                        log.info("%s (%d/%d) discovered %s", self.name, self.ctx.subtask_index + 1,
+                                 self.ctx.parallelism, ", ".join(f"{t}[{p}]" for t, p in new))
+                started = time.perf_counter_ns()
+                messages = consumer.consume(num_messages=size, timeout=0.1)
+                if not messages:
+                    self.idle_ns += time.perf_counter_ns() - started
+                    self._idle_watermark()
+                    if self.bounded:  # read_committed: control records move the position past the last record
+                        for tp in stops:
+                            pos = consumer.position([TopicPartition(*tp)])[0].offset
+                            if pos >= 0:
+                                self._offsets[tp] = max(self._offsets.get(tp, 0), pos)
+                    continue
+                good = []
+                for m in messages:
+                    err = m.error()
+                    if err is None:
+                        good.append(m)
+                    elif err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaSourceError(f"{self.name}: reading {m.topic()}[{m.partition()}] failed: {err}")
+                if self.bounded:
+                    good = [m for m in good if _offset(m) < stops.get(_tp(m), 0)]
+                if good:
+                    self._emit(good)
+                for m in good:
+                    self._offsets[_tp(m)] = _offset(m) + 1
+                if self.bounded:
+                    for m in messages:  # past the stop offset: that partition is done
+                        tp = _tp(m)
+                        if m.error() is None and _offset(m) >= stops.get(tp, 0):
+                            self._offsets[tp] = max(self._offsets.get(tp, 0), stops.get(tp, 0))
+        except KafkaException as exc:
+            raise KafkaSourceError(f"{self.name}: {exc}") from exc
+        finally:
+            self._close_consumer()
+
+    def _emit(self, messages: list[Any]) -> None:
+        def where(i: int) -> str:
+            m = messages[i]
+            return f"topic {m.topic()} partition {m.partition()} offset {m.offset()}"
+
+        table = decode_values(self.spec.get("format", "string"), [m.value() for m in messages],
+                              self.spec.get("schema"), where, self.spec.get("csv_columns"))
+        for column in self.spec.get("metadata_columns") or ():
+            if column in table.column_names:
+                raise KafkaSourceError(f"{self.name}: the metadata column {column!r} clashes with a column of the "
+                                       "records' values")
+            if column == "key":
+                arr = pa.array([m.key() for m in messages], pa.binary())
+            elif column == "topic":
+                arr = pa.array([m.topic() for m in messages], pa.string())
+            elif column == "partition":
+                arr = pa.array([m.partition() for m in messages], pa.int32())
+            elif column == "offset":
+                arr = pa.array([m.offset() for m in messages], pa.int64())
+            elif column == "timestamp":
+                arr = pa.array([m.timestamp()[1] for m in messages], pa.timestamp("ms"))
+            else:
+                arr = pa.array([[(k, v) for k, v in (m.headers() or [])] for m in messages],
+                               pa.map_(pa.string(), pa.binary()))
+            table = table.append_column(column, arr)
+        for batch in table.to_batches():
+            self.output.collect(batch)
+        self.records += len(messages)
+        if self.watermarks is not None:
+            self._watermark(table, messages)
+
+    # per-partition watermarks (FLIP-27): the source emits the minimum over partitions not idle
+    def _watermark(self, table: pa.Table, messages: list[Any]) -> None:
+        assert self.watermarks is not None
+        ts = event_times_ms(table.combine_chunks().to_batches()[0] if table.num_rows else table,
+                            self.watermarks.timestamp_column, self.name).tolist()
+        now = self.ctx.clock()
+        by_tp: dict[tuple[str, int], list[int]] = {}
+        for m, t in zip(messages, ts):
+            by_tp.setdefault(_tp(m), []).append(t)
+        for tp, times in by_tp.items():
+            held = self._wm.get(tp)
+            if held is None:
+                held = self._wm[tp] = [MIN_WATERMARK, self.watermarks.create_generator(), now]
+            out = _PartitionOutput(held)
+            for t in times:
+                self.call_user(held[1].on_event, None, t, out)
+            self.call_user(held[1].on_periodic_emit, out)
+            held[2] = now
+        self._emit_min()
+
+    def _idle_watermark(self) -> None:
+        if self.watermarks is not None and self._wm:
+            self._emit_min()
+
+    def _emit_min(self) -> None:
+        assert self.watermarks is not None
+        idleness, now = self.watermarks.idleness_ms, self.ctx.clock()
+        live = [h[0] for h in self._wm.values() if not idleness or now - h[2] < idleness]
+        for tp in self._offsets:  # a partition of ours that gave nothing yet holds the watermark back
+            if tp not in self._wm and not idleness:
+                return
+        if live:
+            low = min(live)
+            if low > self._emitted:
+                self._emitted = low
+                self.output.emit_watermark(Watermark(low))
+
+    def _close_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception:  # noqa: BLE001 - closing a consumer whose broker is gone
+                log.debug("closing the Kafka consumer", exc_info=True)
+
+    def close(self) -> None:
+        self._close_consumer()
+
+
+def _tp(message: Any) -> tuple[str, int]:
+    return str(message.topic()), int(message.partition())
+
+
+def _offset(message: Any) -> int:
+    return int(message.offset())
+
+
+class _PartitionOutput:
+    def __init__(self, held: list[Any]) -> None:
+        self.held = held
+
+    def emit_watermark(self, timestamp: int) -> None:
+        self.held[0] = max(self.held[0], int(timestamp))
+
+    def mark_idle(self) -> None:
+        pass
+
+
+# -- the sink ------------------------------------------------------------------------------------
+
+class KafkaSinkOperator(Operator):
+    """See the module docstring. ``spec``: ``yarnflow.kafka.KafkaSink``'s settings."""
+
+    kind = "kafka_sink"
+    connector_sink = True  # (a pipeline may end with it)
+
+    def __init__(self, spec: dict[str, Any], name: str | None = None, uid: str | None = None) -> None:
+        super().__init__(name or "kafka_sink", uid)
+        self.spec = spec
+        self.guarantee = spec.get("delivery_guarantee", "AT_LEAST_ONCE")
+        self._producer: Any = None
+        self._marker_consumer: Any = None
+        self._buffer: list[tuple[str, int | None, bytes | None, bytes]] = []  # rows since the last barrier
+        self._pending: dict[int, list[tuple[str, int | None, bytes | None, bytes]]] = {}
+        self._restored: list[tuple[str, int, list[tuple[str, int | None, bytes | None, bytes]]]] = []
+        self._errors: list[str] = []
+        self.rows = 0
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == "EXACTLY_ONCE"
+
+    @property
+    def needs_final_checkpoint(self) -> bool:
+        return self.exactly_once and self.ctx.checkpointing
+
+    def transactional_id(self, subtask: int | None = None) -> str:
+        prefix = self.spec.get("transactional_id_prefix") or f"yarnflow-{self.name}"
+        return f"{prefix}-{self.ctx.subtask_index if subtask is None else subtask}"
+
+    def _base(self) -> dict[str, Any]:
+        conf = {"bootstrap.servers": self.spec["bootstrap_servers"]}
+        conf.update(self.spec.get("properties") or {})
+        return conf
+
+    def open(self) -> None:
+        from confluent_kafka import Producer
+
+        if not self.exactly_once:
+            conf = {**self._base(), "enable.idempotence": self.guarantee == "AT_LEAST_ONCE"}
+            self._producer = Producer(conf)
+            return
+        if not self.ctx.checkpointing:  # one transaction for the whole (bounded) input
+            self._producer = self._transactional(self.transactional_id())
+            self._producer.begin_transaction()
+            return
+        by_owner: dict[str, list[tuple[int, list[Any]]]] = {}
+        for owner_id, cid, rows in self._restored:
+            by_owner.setdefault(owner_id, []).append((cid, rows))
+        for owner_id, entries in sorted(by_owner.items()):  # restored: commit what the checkpoint covers
+            if owner_id != self.transactional_id():
+                producer = self._transactional(owner_id)
+                self._commit_pending(producer, owner_id, dict(entries))
+                producer.flush(0)
+        self._producer = self._transactional(self.transactional_id())
+        own = dict(by_owner.get(self.transactional_id(), []))
+        if own:
+            self._commit_pending(self._producer, self.transactional_id(), own)
+        self._restored = []
+
+    def _transactional(self, transactional_id: str) -> Any:
+        """A producer of ``transactional_id``; its ``init_transactions`` aborts (fences) what an
+        earlier producer of that id left open."""
+        from confluent_kafka import Producer
+
+        producer = Producer({**self._base(), "transactional.id": transactional_id})
+        producer.init_transactions(30)
+        return producer
+
+    def _marker(self, transactional_id: str, topic: str) -> int:
+        """The last checkpoint committed under ``transactional_id`` (0: none)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**self._base(), "group.id": transactional_id, "enable.auto.commit": False})
+        try:
+            [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+            return max(0, tp.offset)
+        finally:
+            consumer.close()
+
+    def _commit_pending(self, producer: Any, transactional_id: str,
+                        pending: dict[int, list[tuple[str, int | None, bytes | None, bytes]]]) -> None:
+        """Produce the rows of the checkpoints in ``pending`` not committed yet, with the marker
+        of the last one, in one transaction."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if not pending:
+            return
+        topic = self.spec["topic"]
+        done = self._marker(transactional_id, topic)
+        todo = {cid: rows for cid, rows in pending.items() if cid > done}
+        if not todo:
+            log.info("%s: checkpoints %s of %s were committed already", self.name, sorted(pending), transactional_id)
+            return
+        last = max(todo)
+        marker_group = Consumer({**self._base(), "group.id": transactional_id, "enable.auto.commit": False})
+        try:
+            producer.begin_transaction()
+            count = 0
+            for cid in sorted(todo):
+                for t, partition, key, value in todo[cid]:
+                    self._produce(producer, t, partition, key, value)
+                    count += 1
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, last)],
+                                                 marker_group.consumer_group_metadata(), 30)
+            producer.commit_transaction(60)
+        except KafkaException as exc:
+            raise KafkaSinkError(f"{self.name}: committing checkpoint {last} as {transactional_id} failed: "
+                                 f"{exc}") from exc
+        finally:
+            marker_group.close()
+        log.info("%s (%d/%d): committed checkpoints %s (%d records) as %s", self.name, self.ctx.subtask_index + 1,
+                 self.ctx.parallelism, sorted(todo), count, transactional_id)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
+    def _produce(self, producer: Any, topic: str, partition: int | None, key: bytes | None, value: bytes) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                return
+            except BufferError:  # the local queue is full: deliver some first
+                producer.poll(0.05)
+
+    def _rows(self, batch: pa.RecordBatch) -> list[tuple[str, int | None, bytes | None, bytes]]:
+        table = pa.Table.from_batches([batch])
+        topic_column = self.spec.get("topic_column")
+        topics = table.column(topic_column).to_pylist() if topic_column else [self.spec["topic"]] * table.num_rows
+        value_columns = [c for c in table.column_names if c not in (self.spec.get("exclude_columns") or ())]
+        values = encode_values(self.spec.get("format", "json"), table.select(value_columns),
+                               self.spec.get("value_column"))
+        keys = encode_keys(table, list(self.spec.get("key_columns") or ()))
+        return [(str(t), None, k, v) for t, k, v in zip(topics, keys, values)]
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if not batch.num_rows:
+            return
+        rows = self._rows(batch)
+        self.rows += len(rows)
+        if self.exactly_once and self.ctx.checkpointing:
+            self._buffer.extend(rows)
+            return
+        for t, partition, key, value in rows:
+            self._produce(self._producer, t, partition, key, value)
+        self._producer.poll(0)
+        self._raise_errors()
+
+    def _raise_errors(self) -> None:
+        if self._errors:
+            raise KafkaSinkError(f"{self.name}: {len(self._errors)} records were not delivered, e.g. {self._errors[0]}")
+
+    def _flush(self) -> None:
+        left = self._producer.flush(60)
+        if left:
+            raise KafkaSinkError(f"{self.name}: {left} records not delivered within 60 s")
+        self._raise_errors()
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
+        if not self.exactly_once:
+            if self.guarantee == "AT_LEAST_ONCE" and self._producer is not None:
+                self._flush()  # every record before the barrier is in Kafka
+            return {}
+        if self._buffer:
+            self._pending[checkpoint_id] = self._buffer
+            self._buffer = []
+        entries = [(cid, row) for cid in sorted(self._pending) for row in self._pending[cid]]
+        table = pa.table({
+            "owner": pa.array([self.transactional_id()] * len(entries), pa.string()),
+            "checkpoint_id": pa.array([cid for cid, _ in entries], pa.int64()),
+            "topic": pa.array([r[0] for _, r in entries], pa.string()),
+            "key": pa.array([r[2] for _, r in entries], pa.binary()),
+            "value": pa.array([r[3] for _, r in entries], pa.binary()),
+        })
+        if not entries:  # (an owner row without records: the subtask's id, so a rescale keeps it)
+            table = pa.table({"owner": [self.transactional_id()], "checkpoint_id": pa.array([0], pa.int64()),
+                              "topic": pa.array([None], pa.string()), "key": pa.array([None], pa.binary()),
+                              "value": pa.array([None], pa.binary())})
+        return {PENDING_TABLE: table}
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        table = state.get(PENDING_TABLE)
+        if table is None:
+            return
+        grouped: dict[tuple[str, int], list[tuple[str, int | None, bytes | None, bytes]]] = {}
+        for row in table.to_pylist():
+            if row["value"] is None:
+                continue
+            grouped.setdefault((row["owner"], int(row["checkpoint_id"])), []).append(
+                (row["topic"], None, row["key"], row["value"]))
+        self._restored = [(o, cid, rows) for (o, cid), rows in sorted(grouped.items())]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if not (self.exactly_once and self.ctx.checkpointing):
+            return
+        done = {cid: rows for cid, rows in self._pending.items() if cid <= checkpoint_id}
+        if not done:
+            return
+        self._commit_pending(self._producer, self.transactional_id(), done)
+        for cid in done:
+            del self._pending[cid]
+
+    def finish(self) -> None:
+        if self._producer is None:
+            return
+        if self.exactly_once and not self.ctx.checkpointing:
+            try:
+                self._producer.commit_transaction(60)
+            except Exception as exc:  # noqa: BLE001 - confluent_kafka.KafkaException
+                raise KafkaSinkError(f"{self.name}: committing the transaction failed: {exc}") from exc
+        elif not self.exactly_once:
+            self._flush()
+
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.flush(0 if self.exactly_once else 5)
+            except Exception:  # noqa: BLE001
+                log.debug("closing the Kafka producer", exc_info=True)
