@@ -56,8 +56,8 @@ def _wait_running(gw, name: str, timeout_s: float = 30):
 
 
 def _te_processes(cluster) -> list[psutil.Process]:
-    am = psutil.Process(cluster.proc.pid)
-    return [p for p in am.children() if "yarnflow.worker" in " ".join(p.cmdline())]
+    """The cluster's TaskExecutor processes (whichever AppMaster started them)."""
+    return [p for p in cluster._descendants() if "yarnflow.worker" in p.cmdline()]
 
 
 def _resource_id(proc: psutil.Process) -> str:

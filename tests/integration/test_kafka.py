@@ -22,6 +22,7 @@ import pytest
 
 from tests.harness import wait_until
 from tests.integration.test_streaming_exactly_once import CHECKPOINTS, _run_in_thread, run_killing_one_taskexecutor
+from tests.integration.test_ha_failover import ha_cluster  # noqa: F401 - the fixture
 from tests.kafka import KafkaBroker
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.kafka import DeliveryGuarantee, KafkaOffsetsInitializer, KafkaSink, KafkaSource
@@ -190,3 +191,137 @@ def test_partition_owners_follow_flinks_rule() -> None:
     # ("orders".hashCode() == -1008770331 in Java)
     start = ((-1008770331 * 31) & 0x7FFFFFFF) % 3
     assert [owner("orders", p, 3) for p in range(4)] == [(start + p) % 3 for p in range(4)]
+
+
+def _assert_windows_exact(broker: KafkaBroker, out: str, events: list[tuple[str, int]]) -> None:
+    expected = collections.Counter((k, ts - ts % WINDOW_MS) for k, ts in events)
+    committed = [json.loads(m.value()) for m in broker.read_all(out)]
+    windows = collections.Counter((r["k"], r["window_start"]) for r in committed)
+    twice = [w for w, c in windows.items() if c > 1]
+    assert not twice, f"{len(twice)} window results committed more than once, e.g. {twice[:3]}"
+    assert {(r["k"], r["window_start"]): r["n"] for r in committed} == dict(expected)
+
+
+def test_a_broker_restarted_mid_job_is_survived_exactly(local_cluster, kafka_broker):
+    src, out = kafka_broker.create_topic(PARTITIONS), kafka_broker.create_topic(PARTITIONS)
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    events, writer = _events(kafka_broker, src, rounds_per_s=4.0)
+    thread, outcome = _run_in_thread(cluster, _window_job(kafka_broker, src, out, f"restart-{out}"), "kafka-restart",
+                                     CHECKPOINTS, 2)
+    with closing(cluster.gateway()) as gw:
+        wait_until(lambda: any(j.name == "kafka-restart" and j.latest_completed_checkpoint_id >= 2
+                               for j in gw.list_jobs()), 60, "the job completed no checkpoint")
+        assert writer.is_alive()  # mid-input (the test's producer retries while the broker is down)
+        kafka_broker.restart()  # the data and the transactions' state survive, on the same port
+        writer.join(60)
+        thread.join(200)
+        [info] = [j for j in gw.list_jobs() if j.name == "kafka-restart"]
+    assert not thread.is_alive(), "the job did not end after the broker's restart"
+    assert "error" not in outcome, outcome.get("error")
+    _assert_windows_exact(kafka_broker, out, events)
+    assert info.latest_completed_checkpoint_id > 2
+
+
+def test_an_idle_partition_does_not_stall_windows(local_cluster, kafka_broker):
+    """Two partitions, events in one only: with the strategy's idleness the empty one stops
+    holding the watermark back, and windows fire (are committed) while the job runs."""
+    src, out = kafka_broker.create_topic(2), kafka_broker.create_topic(1)
+    kafka_broker.produce(src, [json.dumps({"k": "a", "ts": ts, "n": 1}).encode() for ts in range(0, 3000, 10)],
+                         partition=0)
+
+    def build(env):
+        from yarnflow.windows import TumblingEventTimeWindows, WatermarkStrategy
+
+        env.set_runtime_mode("STREAMING")
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(src)
+                  .set_value_format("json").build())
+        strategy = WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_column("ts").with_idleness(500)
+        (env.from_source(source, strategy, "events").key_by("k").window(TumblingEventTimeWindows.of(WINDOW_MS))
+            .sum("n").sink_to(KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topic(out)
+                              .set_value_format("json").set_delivery_guarantee("AT_LEAST_ONCE").build()))
+
+    cluster = local_cluster(taskexecutors=1, slots=2)
+    thread, outcome = _run_in_thread(cluster, build, "kafka-idle", {}, 1)
+    with closing(cluster.gateway()) as gw:
+        try:
+            fired = wait_until(lambda: [json.loads(m.value()) for m in kafka_broker.read_all(out, idle_s=0.3)], 60,
+                               lambda: f"no window fired while a partition was idle ({outcome})")
+        finally:
+            for job in gw.list_jobs():
+                if job.name == "kafka-idle" and not job.status.is_globally_terminal:
+                    gw.cancel_job(str(job.job_id))
+            thread.join(60)
+    assert {(r["window_start"], r["n"]) for r in fired} <= {(s, 50) for s in range(0, 3000, WINDOW_MS)}
+
+
+@pytest.mark.parametrize("after", [1, 3])
+def test_a_savepoint_restored_at_another_parallelism_reads_no_record_twice_or_never(local_cluster, kafka_broker,
+                                                                                    tmp_path, after):
+    src, out = kafka_broker.create_topic(PARTITIONS), kafka_broker.create_topic(PARTITIONS)
+    values = [json.dumps({"k": f"k{i % KEYS}", "i": i, "p": p}).encode() for p in range(PARTITIONS) for i in range(2000)]
+    for p in range(PARTITIONS):
+        kafka_broker.produce(src, values[p * 2000:(p + 1) * 2000], partition=p)
+
+    def build(env):
+        env.set_runtime_mode("STREAMING")
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(src)
+                  .set_value_format("json").set_property("max.poll.records", 100).build())
+        (env.from_source(source, None, "events").uid("events").map_batches(_slow, name="slow").uid("slow")
+            .sink_to(KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topic(out)
+                     .set_value_format("json").set_delivery_guarantee("EXACTLY_ONCE")
+                     .set_transactional_id_prefix(f"sp-{out}").build()).uid("sink"))
+
+    cluster = local_cluster(taskexecutors=2, slots=2)
+    thread, _ = _run_in_thread(cluster, build, "kafka-sp", CHECKPOINTS, 2)
+    with closing(cluster.gateway()) as gw:
+        job = wait_until(lambda: next((j for j in gw.list_jobs() if j.name == "kafka-sp"
+                                       and j.latest_completed_checkpoint_id >= 2), None), 60, "no checkpoint")
+        path = gw.stop_with_savepoint(str(job.job_id), str(tmp_path / "savepoints"))
+        thread.join(60)
+        read_before = len(kafka_broker.read_all(out, idle_s=0.5))
+        assert 0 < read_before < len(values), read_before  # (stopped mid-topic)
+        thread, outcome = _run_in_thread(cluster, build, "kafka-sp-2", {**CHECKPOINTS,
+                                                                          "execution.savepoint.path": path}, after)
+        wait_until(lambda: len(kafka_broker.read_all(out, idle_s=0.5)) >= len(values), 90,
+                   lambda: f"not every record came through ({outcome})")
+        for j in gw.list_jobs():
+            if j.name == "kafka-sp-2" and not j.status.is_globally_terminal:
+                gw.cancel_job(str(j.job_id))
+        thread.join(60)
+    got = collections.Counter((r["p"], r["i"]) for r in (json.loads(m.value()) for m in kafka_broker.read_all(out)))
+    assert got == collections.Counter((p, i) for p in range(PARTITIONS) for i in range(2000))
+
+
+def test_a_killed_taskexecutor_then_a_killed_leader_with_a_standby_commit_each_window_once(
+        ha_cluster, kafka_broker):  # noqa: F811 - the fixture
+    """ZooKeeper HA, a standby AppMaster: a TaskExecutor SIGKILLed mid-job, then (once the job
+    runs and checkpoints again) the leading AppMaster SIGKILLed; the new leader carries on (a
+    checkpoint whose commit notification was lost is committed by the restored or adopted sink)."""
+    import signal
+
+    from tests.integration.test_ha_failover import connection, job_info, leader, run_following_the_leader
+    from tests.integration.test_streaming_exactly_once import _kill_a_busy_taskexecutor
+
+    src, out = kafka_broker.create_topic(PARTITIONS), kafka_broker.create_topic(PARTITIONS)
+    cluster = ha_cluster(standby=1)
+    old, am = leader(cluster)
+    events, writer = _events(kafka_broker, src, rounds_per_s=3.0)
+    thread, outcome = run_following_the_leader(cluster, _window_job(kafka_broker, src, out, f"ha-{out}"), "kafka-ha",
+                                               CHECKPOINTS)
+    conn = connection(cluster)
+    try:
+        with closing(cluster.gateway()) as gw:
+            _kill_a_busy_taskexecutor(cluster, gw, "kafka-ha", random.Random(3), False)
+        restarted = wait_until(lambda: (j := job_info(conn, "kafka-ha")) is not None and j.failure_history
+                               and j.status.name == "RUNNING" and j, 60, "the job did not restart after the kill")
+        wait_until(lambda: job_info(conn, "kafka-ha").latest_completed_checkpoint_id >
+                   restarted.latest_completed_checkpoint_id, 60, "no checkpoint after the restart")
+        assert writer.is_alive()  # (mid-input)
+        am.send_signal(signal.SIGKILL)
+        wait_until(lambda: (a := cluster.leader_address(20)) != old and a, 30, "no AppMaster took over")
+        thread.join(200)
+        writer.join(30)
+    finally:
+        conn.close()
+    assert "error" not in outcome, outcome.get("error")
+    _assert_windows_exact(kafka_broker, out, events)
