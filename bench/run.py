@@ -164,6 +164,12 @@ def _local_recovery(args: argparse.Namespace) -> dict[str, Any]:
     return run_local_recovery(args.state_mb, args.value_bytes, args.work_dir)
 
 
+def _kafka(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_pipeline import run_kafka
+
+    return run_kafka(args.records, args.bytewax_python, args.work_dir)
+
+
 def _multi_host(args: argparse.Namespace) -> dict[str, Any]:
     from multi_host import run_multi_host
 
@@ -257,6 +263,14 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                                   p.add_argument("--corrupt-copies", action="store_true", help="only with it on, "
                                                  "every local copy corrupted before the failure: all read from "
                                                  "the storage")), _local_recovery),
+    "kafka": ("Kafka (4 partitions of JSON) -> keyed 1 s windows -> Kafka EXACTLY_ONCE, checkpoints every 1 s, "
+              "parallelism 2, against a local noida-db broker: records/s, lost and duplicated rows, against "
+              "Bytewax's Kafka connectors and a bare confluent-kafka consumer",
+              lambda p: (p.add_argument("--records", type=int, default=5_000_000),
+                         p.add_argument("--bytewax-python", default=None, help="a Python with bytewax 0.21 and "
+                                        "confluent-kafka (default: $BYTEWAX_PYTHON; none: Bytewax is skipped)"),
+                         p.add_argument("--work-dir", default=None, help="where the broker's data and the clusters "
+                                        "go (default: the temp dir)")), _kafka),
     "multi-host": ("W1 and W2 through YARN (the sandbox) with the TaskExecutors on two hosts of their own (network "
                    "namespaces) against one host, and the time from a cut TaskExecutor host to the job RUNNING "
                    "again (root only)",

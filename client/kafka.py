@@ -165,6 +165,16 @@ class KafkaSourceBuilder:
         self._spec["metadata_columns"] = cols
         return self
 
+    def set_malformed_records_side_output(self, tag: str = "malformed") -> KafkaSourceBuilder:
+        """Records whose value does not decode go to side output ``tag`` (columns ``topic``,
+        ``partition``, ``offset``, ``key``, ``value``, ``error``: read it with
+        ``stream.get_side_output(tag)``) instead of failing the job (the default: its error
+        names the record's topic, partition and offset). Never dropped silently."""
+        if not tag:
+            raise JobDefinitionError("set_malformed_records_side_output needs a tag")
+        self._spec["malformed_tag"] = tag
+        return self
+
     def set_property(self, key: str, value: Any) -> KafkaSourceBuilder:
         """A consumer property (librdkafka's names); ``partition.discovery.interval.ms`` and
         ``commit.offsets.on.checkpoint`` are the source's own, as in Flink."""

@@ -195,6 +195,7 @@ class TaskMetrics(Message):
     busy_ms_total: int = 0
     backpressured_ms_total: int = 0
     idle_ms_total: int = 0
+    operator_gauges: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,7 @@ struct TaskMetrics {
   24: i64 busy_ms_total,                  // accumulated-busy-time since the task started
   25: i64 backpressured_ms_total,
   26: i64 idle_ms_total,
+  27: map<string, double> operator_gauges,  // a connector's own, by Flink's name under its operator ("events.KafkaSourceReader.topic.t.partition.0.currentOffset")
 }
 
 struct CheckpointCounts {

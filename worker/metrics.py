@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from yarnflow.common.messages import NO_WATERMARK, TaskMetrics
+from yarnflow.worker.operators.base import Gauge
 
 if TYPE_CHECKING:
     from yarnflow.worker.runtime.stream_task import StreamTask
@@ -124,12 +125,25 @@ class TaskMetricGroup:
                            self._task.operator_paths() if self._task is not None else [],
                            [w.bytes_out for w in self._task.writers] if self._task is not None else [],
                            now.input_watermark, now.output_watermark, now.late_records_dropped,
-                           max(0, alive_ms - idle_total - bp_total), bp_total, idle_total)
+                           max(0, alive_ms - idle_total - bp_total), bp_total, idle_total,
+                           {f"{name}.{gauge_name(g)}": float(g[3]) for _, name, g in self.gauges()})
+
+    def gauges(self) -> list[tuple[int, str, Gauge]]:
+        """``(place in the chain, operator name, gauge)`` of the chain's operators' own gauges."""
+        st = self._task
+        return [(i, op.name, g) for i, op in enumerate(getattr(st, "chain", ()) if st is not None else ())
+                for g in (op.gauges() if hasattr(op, "gauges") else ())]
 
     def _inflight_peak(self) -> int:
         st = self._task
         gate = st.gate if st is not None else None
         return gate.inflight_bytes_peak() if gate is not None else 0
+
+
+def gauge_name(g: Gauge) -> str:
+    """Flink's dotted name of an operator's gauge: ``KafkaSourceReader.topic.t.partition.0.currentOffset``."""
+    group, labels, metric, _ = g
+    return ".".join([group, *(part for kv in labels for part in kv), metric])
 
 
 # ---- Prometheus ------------------------------------------------------------------------------
@@ -200,6 +214,7 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
                    for name, doc in (("numRecordsIn", "records in"), ("numRecordsOut", "records out"),
                                      ("numRecordsInPerSecond", "records in per second"),
                                      ("numRecordsOutPerSecond", "records out per second"))}
+    gauge_families: dict[tuple[str, tuple[str, ...]], Any] = {}
     for group in list(tasks):
         m = group.snapshot()
         labels = [tm_id, host, group.job_id, group.job_name, group.task_name, str(group.subtask_index),
@@ -213,8 +228,16 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
                                  ("numRecordsOutPerSecond", group.operator_rates_out)):
                 if i < len(values):
                     op_families[name].add_metric(op_labels, float(values[i]))
+        for i, op, g in group.gauges():  # a connector's: Flink's group and keys, the keys as labels
+            keys = tuple(k for k, _ in g[1])
+            name = "_".join(["taskmanager_job_task_operator", g[0], *keys, g[2]]).replace("-", "_").replace(".", "_")
+            family = gauge_families.get((name, keys))
+            if family is None:
+                family = gauge_families[(name, keys)] = gauge(name, f"{g[0]} {g[2]}", (*_OPERATOR, *keys))
+            family.add_metric([*labels, op, f"{group.task_name}#{i}", *(v for _, v in g[1])], float(g[3]))
     yield from families.values()
     yield from op_families.values()
+    yield from gauge_families.values()
 
 
 def start_task_executor_metrics(te: Any) -> Any:

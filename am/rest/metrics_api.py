@@ -64,6 +64,7 @@ def task_metrics(m: TaskMetrics, now_ms: int | None = None, operators: list[str]
     for name, n_in, n_out in zip(names, m.operator_records_in, m.operator_records_out):
         out[f"{name}.numRecordsIn"] = float(n_in)
         out[f"{name}.numRecordsOut"] = float(n_out)
+    out.update({name: float(v) for name, v in m.operator_gauges.items()})  # a connector's own (Kafka offsets, lag)
     return out
 
 

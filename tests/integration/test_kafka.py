@@ -170,6 +170,27 @@ def test_a_malformed_json_record_fails_the_job_naming_its_offset(run, kafka_brok
         run(build, name="kafka-bad-json", conf={"restart-strategy.type": "none"})
 
 
+def test_malformed_records_can_go_to_a_side_output_naming_each(run, kafka_broker):
+    topic = kafka_broker.create_topic(1)
+    kafka_broker.produce(topic, [b'{"a": 1}', b'{"a": oops}', b'{"a": 3}', b'[1, 2]', b'{"a": 5}'], partition=0)
+
+    def build(env):
+        env.set_runtime_mode("BATCH")
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(topic)
+                  .set_bounded(KafkaOffsetsInitializer.latest()).set_value_format("json")
+                  .set_malformed_records_side_output("bad").build())
+        stream = env.from_source(source, None, "kafka")
+        stream.collect(name="good")
+        stream.get_side_output("bad").collect(name="bad")
+
+    result = run(build, name="kafka-side-output", parallelism=1)
+    assert sorted(r["a"] for r in result.collected("good").to_pylist()) == [1, 3, 5]
+    bad = result.collected("bad").to_pylist()
+    assert [(r["offset"], r["value"]) for r in sorted(bad, key=lambda r: r["offset"])] == \
+        [(1, b'{"a": oops}'), (3, b"[1, 2]")]
+    assert all(f"topic {topic} partition 0 offset {r['offset']}" in r["error"] for r in bad)
+
+
 def test_builders_refuse_incomplete_settings() -> None:
     with pytest.raises(JobDefinitionError, match="set_bootstrap_servers"):
         KafkaSource.builder().set_topics("t").build()
@@ -321,3 +342,64 @@ def test_a_killed_taskexecutor_then_a_killed_leader_with_a_standby_commit_each_w
         conn.close()
     assert "error" not in outcome, outcome.get("error")
     _assert_windows_exact(kafka_broker, out, events)
+
+
+def _slower(batch):
+    time.sleep(0.25)
+    return batch
+
+
+def test_offsets_and_lag_are_metrics_in_rest_and_prometheus(local_cluster, kafka_broker):
+    """Flink's KafkaSource metrics: per partition ``currentOffset`` and ``committedOffset`` (after a
+    checkpoint completed), and ``KafkaConsumer.records-lag-max``, through REST and Prometheus."""
+    from tests.rest import get, scrape
+    from yarnflow.common.metrics import free_port_range
+
+    topic = kafka_broker.create_topic(2)
+    for p in range(2):
+        kafka_broker.produce(topic, [json.dumps({"k": "a", "n": i}).encode() for i in range(50)], partition=p)
+
+    def build(env):
+        env.set_runtime_mode("STREAMING")
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(topic)
+                  .set_group_id(f"metrics-{topic}").set_value_format("json")
+                  .set_property("max.poll.records", 10).build())
+        env.from_source(source, None, "events").map_batches(_slower, name="slower").collect()
+
+    low, high = free_port_range(4, random.randint(20000, 60000))
+    cluster = local_cluster(taskexecutors=1, slots=1, rest__port="0", metrics__reporter__prom__port=f"{low}-{high}")
+    web = cluster.web_url()
+    thread, outcome = _run_in_thread(cluster, build, "kafka-metrics", {"execution.checkpointing.interval": "300 ms"}, 1)
+    with closing(cluster.gateway()) as gw:
+        try:
+            job = wait_until(lambda: next((j for j in gw.list_jobs() if j.name == "kafka-metrics"
+                                           and j.latest_completed_checkpoint_id >= 2), None), 60,
+                             lambda: f"no checkpoint ({outcome})")
+            vertex = get(f"{web}/jobs/{job.job_id}")["vertices"][0]["id"]
+            url = f"{web}/jobs/{job.job_id}/vertices/{vertex}/subtasks/0/metrics"
+            names = [f"events.KafkaSourceReader.topic.{topic}.partition.{p}.{m}" for p in range(2)
+                     for m in ("currentOffset", "committedOffset")] + ["events.KafkaConsumer.records-lag-max"]
+
+            lags = []
+
+            def values():
+                got = {m["id"]: float(m["value"]) for m in get(f"{url}?get={','.join(names)}")}
+                lags.append(got.get(names[4], 0.0))
+                return got if len(got) == len(names) and got[names[1]] == got[names[3]] == 50 and \
+                    got[names[4]] == 0 else None  # (offsets committed, nothing left to read)
+
+            got = wait_until(values, 30, lambda: f"not every metric came: {get(url)}", interval_s=0.2)
+            assert got[names[0]] == got[names[2]] == 49.0  # the last record read of each partition
+            assert max(lags) > 0, lags  # (behind while the slow map held the source back)
+            [te] = get(f"{web}/taskmanagers")["taskmanagers"]
+            prom = scrape(f"http://{te['metricsAddress']}/metrics")
+            current = {s[0]["partition"]: s[1] for s in
+                       prom["yarnflow_taskmanager_job_task_operator_KafkaSourceReader_topic_partition_currentOffset"]
+                       if s[0]["topic"] == topic}
+            assert current == {"0": 49.0, "1": 49.0}
+            assert prom["yarnflow_taskmanager_job_task_operator_KafkaConsumer_records_lag_max"][0][1] == 0.0
+        finally:
+            for j in gw.list_jobs():
+                if j.name == "kafka-metrics" and not j.status.is_globally_terminal:
+                    gw.cancel_job(str(j.job_id))
+            thread.join(60)

@@ -16,6 +16,9 @@ from yarnflow.worker.elements import Watermark
 from yarnflow.worker.state.tables import Snapshot
 
 
+#: see ``Operator.gauges``
+Gauge = tuple[str, tuple[tuple[str, str], ...], str, float]
+
 class UserFunctionError(YarnflowError):
     """A user function raised; the message names the operator, the cause is chained."""
 
@@ -184,6 +187,13 @@ class Operator:
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """That checkpoint will never complete. Called on the task thread."""
+
+    def gauges(self) -> list[Gauge]:
+        """A connector's own figures, as Flink's metric groups name them: ``(group, ((key,
+        value), ...), metric, value)``, e.g. ``("KafkaSourceReader", (("topic", "t"),
+        ("partition", "0")), "currentOffset", 41.0)``. Read from a metrics thread: return what
+        the task thread recorded, never touch a client library from here."""
+        return []
 
     def call_user(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call a user function; its error is re-raised naming this operator."""

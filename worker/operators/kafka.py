@@ -187,6 +187,10 @@ class KafkaSourceOperator(SourceOperator):
         self._emitted = MIN_WATERMARK
         self._consumer: Any = None
         self.records = 0
+        self.malformed = 0  # records sent to the side output for those that do not decode
+        self._committed: dict[tuple[str, int], int] = {}  # offsets Kafka confirmed committed (for lag tools)
+        self._lag: dict[tuple[str, int], int] = {}  # records behind the partition's end, at the last look
+        self._lag_at = 0.0
 
     # state
     def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
@@ -220,9 +224,49 @@ class KafkaSourceOperator(SourceOperator):
     def _config(self) -> dict[str, Any]:
         conf = {"bootstrap.servers": self.spec["bootstrap_servers"], "group.id": self.spec.get("group_id") or
                 f"yarnflow-{self.name}", "enable.auto.commit": False, "enable.partition.eof": False,
-                "isolation.level": "read_committed", "auto.offset.reset": "earliest"}
+                "isolation.level": "read_committed", "auto.offset.reset": "earliest", "on_commit": self._on_commit}
         conf.update(self.spec.get("properties") or {})
         return conf
+
+    def _on_commit(self, err: Any, partitions: list[Any]) -> None:
+        """(librdkafka's callback, on the task thread's poll) Kafka confirmed these offsets."""
+        if err is not None:  # (never raise here: librdkafka's callback cannot carry an exception)
+            log.info("%s: Kafka did not take the offsets committed for lag tools: %s", self.name, err)
+            return
+        for tp in partitions:
+            if tp.error is None and tp.offset >= 0:
+                self._committed[(str(tp.topic), int(tp.partition))] = int(tp.offset)
+
+    def _measure_lag(self, consumer: Any) -> None:
+        """Each partition's lag (its end, as last fetched, minus the next offset to read), about
+        once a second: Flink's ``records-lag-max`` is their maximum."""
+        from confluent_kafka import TopicPartition
+
+        now = time.monotonic()
+        if now - self._lag_at < 1.0:
+            return
+        self._lag_at = now
+        for (t, p), offset in list(self._offsets.items()):
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
+            except Exception:  # noqa: BLE001 - not fetched yet
+                continue
+            if high >= 0:
+                self._lag[(t, p)] = max(0, int(high) - offset)
+
+    def gauges(self) -> list[Any]:
+        """Flink's KafkaSource metrics: per partition ``currentOffset`` (the last record read)
+        and ``committedOffset`` (the last offset Kafka confirmed committed at a checkpoint's
+        completion); ``KafkaConsumer.records-lag-max``."""
+        out: list[Any] = []
+        for (t, p), offset in sorted(self._offsets.items()):
+            labels = (("topic", t), ("partition", str(p)))
+            out.append(("KafkaSourceReader", labels, "currentOffset", float(offset - 1)))
+            if (t, p) in self._committed:
+                out.append(("KafkaSourceReader", labels, "committedOffset", float(self._committed[(t, p)])))
+        if self._lag:
+            out.append(("KafkaConsumer", (), "records-lag-max", float(max(self._lag.values()))))
+        return out
 
     def _partitions(self, consumer: Any) -> list[tuple[str, int]]:
         """Every partition of the source's topics (or of those matching its pattern) now."""
@@ -333,6 +377,7 @@ class KafkaSourceOperator(SourceOperator):
                         consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
                         log.info("%s (%d/%d) discovered %s", self.name, self.ctx.subtask_index + 1,
                                  self.ctx.parallelism, ", ".join(f"{t}[{p}]" for t, p in new))
+                self._measure_lag(consumer)
                 started = time.perf_counter_ns()
                 messages = consumer.consume(num_messages=size, timeout=0.1)
                 if not messages:
@@ -367,13 +412,33 @@ class KafkaSourceOperator(SourceOperator):
         finally:
             self._close_consumer()
 
-    def _emit(self, messages: list[Any]) -> None:
+    def _decode(self, messages: list[Any]) -> pa.Table:
         def where(i: int) -> str:
             m = messages[i]
             return f"topic {m.topic()} partition {m.partition()} offset {m.offset()}"
 
-        table = decode_values(self.spec.get("format", "string"), [m.value() for m in messages],
-                              self.spec.get("schema"), where, self.spec.get("csv_columns"))
+        return decode_values(self.spec.get("format", "string"), [m.value() for m in messages],
+                             self.spec.get("schema"), where, self.spec.get("csv_columns"))
+
+    def _emit(self, messages: list[Any]) -> None:
+        try:
+            table = self._decode(messages)
+        except KafkaSourceError:
+            tag = self.spec.get("malformed_tag")
+            if not tag:
+                raise
+            bad = []
+            for i, m in enumerate(messages):  # (the slow path: which ones do not decode)
+                try:
+                    self._decode([m])
+                except KafkaSourceError as exc:
+                    bad.append((i, str(exc)))
+            self._malformed(tag, [messages[i] for i, _ in bad], [e for _, e in bad])
+            skip = {i for i, _ in bad}
+            messages = [m for i, m in enumerate(messages) if i not in skip]
+            if not messages:
+                return
+            table = self._decode(messages)
         for column in self.spec.get("metadata_columns") or ():
             if column in table.column_names:
                 raise KafkaSourceError(f"{self.name}: the metadata column {column!r} clashes with a column of the "
@@ -397,6 +462,19 @@ class KafkaSourceOperator(SourceOperator):
         self.records += len(messages)
         if self.watermarks is not None:
             self._watermark(table, messages)
+
+    def _malformed(self, tag: str, messages: list[Any], errors: list[str]) -> None:
+        """Records that do not decode, to side output ``tag``: where each is, its bytes, why."""
+        self.malformed += len(messages)
+        log.warning("%s (%d/%d): %d records do not decode (side output %r), e.g. %s", self.name,
+                    self.ctx.subtask_index + 1, self.ctx.parallelism, len(messages), tag, errors[0])
+        self.output.collect_side(tag, pa.record_batch({
+            "topic": pa.array([m.topic() for m in messages], pa.string()),
+            "partition": pa.array([m.partition() for m in messages], pa.int32()),
+            "offset": pa.array([m.offset() for m in messages], pa.int64()),
+            "key": pa.array([m.key() for m in messages], pa.binary()),
+            "value": pa.array([m.value() for m in messages], pa.binary()),
+            "error": pa.array(errors, pa.string())}))
 
     # per-partition watermarks (FLIP-27): the source emits the minimum over partitions not idle
     def _watermark(self, table: pa.Table, messages: list[Any]) -> None:

@@ -809,11 +809,11 @@ class requestSparkMaster_args(object):
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.settings = {}
-                    (_ktype298, _vtype299, _size297) = iprot.readMapBegin()
-                    for _i301 in range(_size297):
-                        _key302 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val303 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.settings[_key302] = _val303
+                    (_ktype307, _vtype308, _size306) = iprot.readMapBegin()
+                    for _i310 in range(_size306):
+                        _key311 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val312 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.settings[_key311] = _val312
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -834,9 +834,9 @@ class requestSparkMaster_args(object):
         if self.settings is not None:
             oprot.writeFieldBegin('settings', TType.MAP, 2)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.settings))
-            for kiter304, viter305 in self.settings.items():
-                oprot.writeString(kiter304.encode('utf-8') if sys.version_info[0] == 2 else kiter304)
-                oprot.writeString(viter305.encode('utf-8') if sys.version_info[0] == 2 else viter305)
+            for kiter313, viter314 in self.settings.items():
+                oprot.writeString(kiter313.encode('utf-8') if sys.version_info[0] == 2 else kiter313)
+                oprot.writeString(viter314.encode('utf-8') if sys.version_info[0] == 2 else viter314)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

@@ -1794,10 +1794,10 @@ class releasePartitions_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.partition_ids = []
-                    (_etype323, _size320) = iprot.readListBegin()
-                    for _i324 in range(_size320):
-                        _elem325 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.partition_ids.append(_elem325)
+                    (_etype332, _size329) = iprot.readListBegin()
+                    for _i333 in range(_size329):
+                        _elem334 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.partition_ids.append(_elem334)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1822,8 +1822,8 @@ class releasePartitions_args(object):
         if self.partition_ids is not None:
             oprot.writeFieldBegin('partition_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.partition_ids))
-            for iter326 in self.partition_ids:
-                oprot.writeString(iter326.encode('utf-8') if sys.version_info[0] == 2 else iter326)
+            for iter335 in self.partition_ids:
+                oprot.writeString(iter335.encode('utf-8') if sys.version_info[0] == 2 else iter335)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2645,11 +2645,11 @@ class requestThreadDump_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype330, _size327) = iprot.readListBegin()
-                    for _i331 in range(_size327):
-                        _elem332 = ThreadInfo()
-                        _elem332.read(iprot)
-                        self.success.append(_elem332)
+                    (_etype339, _size336) = iprot.readListBegin()
+                    for _i340 in range(_size336):
+                        _elem341 = ThreadInfo()
+                        _elem341.read(iprot)
+                        self.success.append(_elem341)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2671,8 +2671,8 @@ class requestThreadDump_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter333 in self.success:
-                iter333.write(oprot)
+            for iter342 in self.success:
+                iter342.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:
@@ -2745,10 +2745,10 @@ class requestThreadInfoSamples_args(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.subtasks = []
-                    (_etype337, _size334) = iprot.readListBegin()
-                    for _i338 in range(_size334):
-                        _elem339 = iprot.readI32()
-                        self.subtasks.append(_elem339)
+                    (_etype346, _size343) = iprot.readListBegin()
+                    for _i347 in range(_size343):
+                        _elem348 = iprot.readI32()
+                        self.subtasks.append(_elem348)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2788,8 +2788,8 @@ class requestThreadInfoSamples_args(object):
         if self.subtasks is not None:
             oprot.writeFieldBegin('subtasks', TType.LIST, 3)
             oprot.writeListBegin(TType.I32, len(self.subtasks))
-            for iter340 in self.subtasks:
-                oprot.writeI32(iter340)
+            for iter349 in self.subtasks:
+                oprot.writeI32(iter349)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.num_samples is not None:
@@ -2857,11 +2857,11 @@ class requestThreadInfoSamples_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype344, _size341) = iprot.readListBegin()
-                    for _i345 in range(_size341):
-                        _elem346 = ThreadInfoSample()
-                        _elem346.read(iprot)
-                        self.success.append(_elem346)
+                    (_etype353, _size350) = iprot.readListBegin()
+                    for _i354 in range(_size350):
+                        _elem355 = ThreadInfoSample()
+                        _elem355.read(iprot)
+                        self.success.append(_elem355)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2883,8 +2883,8 @@ class requestThreadInfoSamples_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter347 in self.success:
-                iter347.write(oprot)
+            for iter356 in self.success:
+                iter356.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.err is not None:

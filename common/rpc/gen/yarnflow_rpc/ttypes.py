@@ -938,11 +938,12 @@ class TaskMetrics(object):
      - busy_ms_total
      - backpressured_ms_total
      - idle_ms_total
+     - operator_gauges
 
     """
 
 
-    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None, operator_paths=None, result_bytes=None, input_watermark=None, output_watermark=None, late_records_dropped=None, busy_ms_total=None, backpressured_ms_total=None, idle_ms_total=None,):
+    def __init__(self, records_in=None, records_out=None, bytes_in=None, bytes_out=None, records_in_per_second=None, records_out_per_second=None, bytes_in_per_second=None, bytes_out_per_second=None, busy_ms_per_second=None, backpressured_ms_per_second=None, idle_ms_per_second=None, operator_records_in=None, operator_records_out=None, managed_memory_bytes=None, managed_memory_used=None, managed_memory_peak=None, spilled_bytes=None, inflight_bytes_peak=None, operator_paths=None, result_bytes=None, input_watermark=None, output_watermark=None, late_records_dropped=None, busy_ms_total=None, backpressured_ms_total=None, idle_ms_total=None, operator_gauges=None,):
         self.records_in = records_in
         self.records_out = records_out
         self.bytes_in = bytes_in
@@ -969,6 +970,7 @@ class TaskMetrics(object):
         self.busy_ms_total = busy_ms_total
         self.backpressured_ms_total = backpressured_ms_total
         self.idle_ms_total = idle_ms_total
+        self.operator_gauges = operator_gauges
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1129,6 +1131,17 @@ class TaskMetrics(object):
                     self.idle_ms_total = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 27:
+                if ftype == TType.MAP:
+                    self.operator_gauges = {}
+                    (_ktype69, _vtype70, _size68) = iprot.readMapBegin()
+                    for _i72 in range(_size68):
+                        _key73 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val74 = iprot.readDouble()
+                        self.operator_gauges[_key73] = _val74
+                    iprot.readMapEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1186,15 +1199,15 @@ class TaskMetrics(object):
         if self.operator_records_in is not None:
             oprot.writeFieldBegin('operator_records_in', TType.LIST, 12)
             oprot.writeListBegin(TType.I64, len(self.operator_records_in))
-            for iter68 in self.operator_records_in:
-                oprot.writeI64(iter68)
+            for iter75 in self.operator_records_in:
+                oprot.writeI64(iter75)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.operator_records_out is not None:
             oprot.writeFieldBegin('operator_records_out', TType.LIST, 13)
             oprot.writeListBegin(TType.I64, len(self.operator_records_out))
-            for iter69 in self.operator_records_out:
-                oprot.writeI64(iter69)
+            for iter76 in self.operator_records_out:
+                oprot.writeI64(iter76)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.managed_memory_bytes is not None:
@@ -1220,15 +1233,15 @@ class TaskMetrics(object):
         if self.operator_paths is not None:
             oprot.writeFieldBegin('operator_paths', TType.LIST, 19)
             oprot.writeListBegin(TType.STRING, len(self.operator_paths))
-            for iter70 in self.operator_paths:
-                oprot.writeString(iter70.encode('utf-8') if sys.version_info[0] == 2 else iter70)
+            for iter77 in self.operator_paths:
+                oprot.writeString(iter77.encode('utf-8') if sys.version_info[0] == 2 else iter77)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_bytes is not None:
             oprot.writeFieldBegin('result_bytes', TType.LIST, 20)
             oprot.writeListBegin(TType.I64, len(self.result_bytes))
-            for iter71 in self.result_bytes:
-                oprot.writeI64(iter71)
+            for iter78 in self.result_bytes:
+                oprot.writeI64(iter78)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.input_watermark is not None:
@@ -1254,6 +1267,14 @@ class TaskMetrics(object):
         if self.idle_ms_total is not None:
             oprot.writeFieldBegin('idle_ms_total', TType.I64, 26)
             oprot.writeI64(self.idle_ms_total)
+            oprot.writeFieldEnd()
+        if self.operator_gauges is not None:
+            oprot.writeFieldBegin('operator_gauges', TType.MAP, 27)
+            oprot.writeMapBegin(TType.STRING, TType.DOUBLE, len(self.operator_gauges))
+            for kiter79, viter80 in self.operator_gauges.items():
+                oprot.writeString(kiter79.encode('utf-8') if sys.version_info[0] == 2 else kiter79)
+                oprot.writeDouble(viter80)
+            oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1406,68 +1427,68 @@ class VertexStatus(object):
             elif fid == 4:
                 if ftype == TType.MAP:
                     self.state_counts = {}
-                    (_ktype73, _vtype74, _size72) = iprot.readMapBegin()
-                    for _i76 in range(_size72):
-                        _key77 = iprot.readI32()
-                        _val78 = iprot.readI32()
-                        self.state_counts[_key77] = _val78
+                    (_ktype82, _vtype83, _size81) = iprot.readMapBegin()
+                    for _i85 in range(_size81):
+                        _key86 = iprot.readI32()
+                        _val87 = iprot.readI32()
+                        self.state_counts[_key86] = _val87
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.subtask_attempts = []
-                    (_etype82, _size79) = iprot.readListBegin()
-                    for _i83 in range(_size79):
-                        _elem84 = iprot.readI32()
-                        self.subtask_attempts.append(_elem84)
+                    (_etype91, _size88) = iprot.readListBegin()
+                    for _i92 in range(_size88):
+                        _elem93 = iprot.readI32()
+                        self.subtask_attempts.append(_elem93)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.subtask_locations = []
-                    (_etype88, _size85) = iprot.readListBegin()
-                    for _i89 in range(_size85):
-                        _elem90 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.subtask_locations.append(_elem90)
+                    (_etype97, _size94) = iprot.readListBegin()
+                    for _i98 in range(_size94):
+                        _elem99 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.subtask_locations.append(_elem99)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 7:
                 if ftype == TType.LIST:
                     self.subtask_states = []
-                    (_etype94, _size91) = iprot.readListBegin()
-                    for _i95 in range(_size91):
-                        _elem96 = iprot.readI32()
-                        self.subtask_states.append(_elem96)
+                    (_etype103, _size100) = iprot.readListBegin()
+                    for _i104 in range(_size100):
+                        _elem105 = iprot.readI32()
+                        self.subtask_states.append(_elem105)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 8:
                 if ftype == TType.LIST:
                     self.subtask_metrics = []
-                    (_etype100, _size97) = iprot.readListBegin()
-                    for _i101 in range(_size97):
-                        _elem102 = TaskMetrics()
-                        _elem102.read(iprot)
-                        self.subtask_metrics.append(_elem102)
+                    (_etype109, _size106) = iprot.readListBegin()
+                    for _i110 in range(_size106):
+                        _elem111 = TaskMetrics()
+                        _elem111.read(iprot)
+                        self.subtask_metrics.append(_elem111)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.subtask_timestamps = []
-                    (_etype106, _size103) = iprot.readListBegin()
-                    for _i107 in range(_size103):
-                        _elem108 = {}
-                        (_ktype110, _vtype111, _size109) = iprot.readMapBegin()
-                        for _i113 in range(_size109):
-                            _key114 = iprot.readI32()
-                            _val115 = iprot.readI64()
-                            _elem108[_key114] = _val115
+                    (_etype115, _size112) = iprot.readListBegin()
+                    for _i116 in range(_size112):
+                        _elem117 = {}
+                        (_ktype119, _vtype120, _size118) = iprot.readMapBegin()
+                        for _i122 in range(_size118):
+                            _key123 = iprot.readI32()
+                            _val124 = iprot.readI64()
+                            _elem117[_key123] = _val124
                         iprot.readMapEnd()
-                        self.subtask_timestamps.append(_elem108)
+                        self.subtask_timestamps.append(_elem117)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1496,47 +1517,47 @@ class VertexStatus(object):
         if self.state_counts is not None:
             oprot.writeFieldBegin('state_counts', TType.MAP, 4)
             oprot.writeMapBegin(TType.I32, TType.I32, len(self.state_counts))
-            for kiter116, viter117 in self.state_counts.items():
-                oprot.writeI32(kiter116)
-                oprot.writeI32(viter117)
+            for kiter125, viter126 in self.state_counts.items():
+                oprot.writeI32(kiter125)
+                oprot.writeI32(viter126)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.subtask_attempts is not None:
             oprot.writeFieldBegin('subtask_attempts', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.subtask_attempts))
-            for iter118 in self.subtask_attempts:
-                oprot.writeI32(iter118)
+            for iter127 in self.subtask_attempts:
+                oprot.writeI32(iter127)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_locations is not None:
             oprot.writeFieldBegin('subtask_locations', TType.LIST, 6)
             oprot.writeListBegin(TType.STRING, len(self.subtask_locations))
-            for iter119 in self.subtask_locations:
-                oprot.writeString(iter119.encode('utf-8') if sys.version_info[0] == 2 else iter119)
+            for iter128 in self.subtask_locations:
+                oprot.writeString(iter128.encode('utf-8') if sys.version_info[0] == 2 else iter128)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_states is not None:
             oprot.writeFieldBegin('subtask_states', TType.LIST, 7)
             oprot.writeListBegin(TType.I32, len(self.subtask_states))
-            for iter120 in self.subtask_states:
-                oprot.writeI32(iter120)
+            for iter129 in self.subtask_states:
+                oprot.writeI32(iter129)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_metrics is not None:
             oprot.writeFieldBegin('subtask_metrics', TType.LIST, 8)
             oprot.writeListBegin(TType.STRUCT, len(self.subtask_metrics))
-            for iter121 in self.subtask_metrics:
-                iter121.write(oprot)
+            for iter130 in self.subtask_metrics:
+                iter130.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subtask_timestamps is not None:
             oprot.writeFieldBegin('subtask_timestamps', TType.LIST, 9)
             oprot.writeListBegin(TType.MAP, len(self.subtask_timestamps))
-            for iter122 in self.subtask_timestamps:
-                oprot.writeMapBegin(TType.I32, TType.I64, len(iter122))
-                for kiter123, viter124 in iter122.items():
-                    oprot.writeI32(kiter123)
-                    oprot.writeI64(viter124)
+            for iter131 in self.subtask_timestamps:
+                oprot.writeMapBegin(TType.I32, TType.I64, len(iter131))
+                for kiter132, viter133 in iter131.items():
+                    oprot.writeI32(kiter132)
+                    oprot.writeI64(viter133)
                 oprot.writeMapEnd()
             oprot.writeListEnd()
             oprot.writeFieldEnd()
@@ -1936,11 +1957,11 @@ class JobStatusInfo(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.vertices = []
-                    (_etype128, _size125) = iprot.readListBegin()
-                    for _i129 in range(_size125):
-                        _elem130 = VertexStatus()
-                        _elem130.read(iprot)
-                        self.vertices.append(_elem130)
+                    (_etype137, _size134) = iprot.readListBegin()
+                    for _i138 in range(_size134):
+                        _elem139 = VertexStatus()
+                        _elem139.read(iprot)
+                        self.vertices.append(_elem139)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1958,11 +1979,11 @@ class JobStatusInfo(object):
             elif fid == 9:
                 if ftype == TType.LIST:
                     self.failure_history = []
-                    (_etype134, _size131) = iprot.readListBegin()
-                    for _i135 in range(_size131):
-                        _elem136 = FailureEntry()
-                        _elem136.read(iprot)
-                        self.failure_history.append(_elem136)
+                    (_etype143, _size140) = iprot.readListBegin()
+                    for _i144 in range(_size140):
+                        _elem145 = FailureEntry()
+                        _elem145.read(iprot)
+                        self.failure_history.append(_elem145)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1974,11 +1995,11 @@ class JobStatusInfo(object):
             elif fid == 11:
                 if ftype == TType.LIST:
                     self.checkpoints = []
-                    (_etype140, _size137) = iprot.readListBegin()
-                    for _i141 in range(_size137):
-                        _elem142 = CheckpointInfo()
-                        _elem142.read(iprot)
-                        self.checkpoints.append(_elem142)
+                    (_etype149, _size146) = iprot.readListBegin()
+                    for _i150 in range(_size146):
+                        _elem151 = CheckpointInfo()
+                        _elem151.read(iprot)
+                        self.checkpoints.append(_elem151)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2036,8 +2057,8 @@ class JobStatusInfo(object):
         if self.vertices is not None:
             oprot.writeFieldBegin('vertices', TType.LIST, 6)
             oprot.writeListBegin(TType.STRUCT, len(self.vertices))
-            for iter143 in self.vertices:
-                iter143.write(oprot)
+            for iter152 in self.vertices:
+                iter152.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.failure_cause is not None:
@@ -2051,8 +2072,8 @@ class JobStatusInfo(object):
         if self.failure_history is not None:
             oprot.writeFieldBegin('failure_history', TType.LIST, 9)
             oprot.writeListBegin(TType.STRUCT, len(self.failure_history))
-            for iter144 in self.failure_history:
-                iter144.write(oprot)
+            for iter153 in self.failure_history:
+                iter153.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restart_strategy is not None:
@@ -2062,8 +2083,8 @@ class JobStatusInfo(object):
         if self.checkpoints is not None:
             oprot.writeFieldBegin('checkpoints', TType.LIST, 11)
             oprot.writeListBegin(TType.STRUCT, len(self.checkpoints))
-            for iter145 in self.checkpoints:
-                iter145.write(oprot)
+            for iter154 in self.checkpoints:
+                iter154.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.latest_completed_checkpoint_id is not None:
@@ -2159,16 +2180,16 @@ class JobResult(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.collected = {}
-                    (_ktype147, _vtype148, _size146) = iprot.readMapBegin()
-                    for _i150 in range(_size146):
-                        _key151 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val152 = []
-                        (_etype156, _size153) = iprot.readListBegin()
-                        for _i157 in range(_size153):
-                            _elem158 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                            _val152.append(_elem158)
+                    (_ktype156, _vtype157, _size155) = iprot.readMapBegin()
+                    for _i159 in range(_size155):
+                        _key160 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val161 = []
+                        (_etype165, _size162) = iprot.readListBegin()
+                        for _i166 in range(_size162):
+                            _elem167 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                            _val161.append(_elem167)
                         iprot.readListEnd()
-                        self.collected[_key151] = _val152
+                        self.collected[_key160] = _val161
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2205,11 +2226,11 @@ class JobResult(object):
         if self.collected is not None:
             oprot.writeFieldBegin('collected', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.LIST, len(self.collected))
-            for kiter159, viter160 in self.collected.items():
-                oprot.writeString(kiter159.encode('utf-8') if sys.version_info[0] == 2 else kiter159)
-                oprot.writeListBegin(TType.STRING, len(viter160))
-                for iter161 in viter160:
-                    oprot.writeString(iter161.encode('utf-8') if sys.version_info[0] == 2 else iter161)
+            for kiter168, viter169 in self.collected.items():
+                oprot.writeString(kiter168.encode('utf-8') if sys.version_info[0] == 2 else kiter168)
+                oprot.writeListBegin(TType.STRING, len(viter169))
+                for iter170 in viter169:
+                    oprot.writeString(iter170.encode('utf-8') if sys.version_info[0] == 2 else iter170)
                 oprot.writeListEnd()
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
@@ -2639,11 +2660,11 @@ class SlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype165, _size162) = iprot.readListBegin()
-                    for _i166 in range(_size162):
-                        _elem167 = SlotStatus()
-                        _elem167.read(iprot)
-                        self.slots.append(_elem167)
+                    (_etype174, _size171) = iprot.readListBegin()
+                    for _i175 in range(_size171):
+                        _elem176 = SlotStatus()
+                        _elem176.read(iprot)
+                        self.slots.append(_elem176)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2671,8 +2692,8 @@ class SlotReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter168 in self.slots:
-                iter168.write(oprot)
+            for iter177 in self.slots:
+                iter177.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.blocking_partitions is not None:
@@ -3306,11 +3327,11 @@ class ReconciledTask(object):
             elif fid == 8:
                 if ftype == TType.LIST:
                     self.taken_splits = []
-                    (_etype172, _size169) = iprot.readListBegin()
-                    for _i173 in range(_size169):
-                        _elem174 = TakenSplit()
-                        _elem174.read(iprot)
-                        self.taken_splits.append(_elem174)
+                    (_etype181, _size178) = iprot.readListBegin()
+                    for _i182 in range(_size178):
+                        _elem183 = TakenSplit()
+                        _elem183.read(iprot)
+                        self.taken_splits.append(_elem183)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3360,8 +3381,8 @@ class ReconciledTask(object):
         if self.taken_splits is not None:
             oprot.writeFieldBegin('taken_splits', TType.LIST, 8)
             oprot.writeListBegin(TType.STRUCT, len(self.taken_splits))
-            for iter175 in self.taken_splits:
-                iter175.write(oprot)
+            for iter184 in self.taken_splits:
+                iter184.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.restored_checkpoint is not None:
@@ -3420,33 +3441,33 @@ class JobReconnectReport(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.slots = []
-                    (_etype179, _size176) = iprot.readListBegin()
-                    for _i180 in range(_size176):
-                        _elem181 = SlotOffer()
-                        _elem181.read(iprot)
-                        self.slots.append(_elem181)
+                    (_etype188, _size185) = iprot.readListBegin()
+                    for _i189 in range(_size185):
+                        _elem190 = SlotOffer()
+                        _elem190.read(iprot)
+                        self.slots.append(_elem190)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.tasks = []
-                    (_etype185, _size182) = iprot.readListBegin()
-                    for _i186 in range(_size182):
-                        _elem187 = ReconciledTask()
-                        _elem187.read(iprot)
-                        self.tasks.append(_elem187)
+                    (_etype194, _size191) = iprot.readListBegin()
+                    for _i195 in range(_size191):
+                        _elem196 = ReconciledTask()
+                        _elem196.read(iprot)
+                        self.tasks.append(_elem196)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.final_updates = []
-                    (_etype191, _size188) = iprot.readListBegin()
-                    for _i192 in range(_size188):
-                        _elem193 = TaskExecutionStateUpdate()
-                        _elem193.read(iprot)
-                        self.final_updates.append(_elem193)
+                    (_etype200, _size197) = iprot.readListBegin()
+                    for _i201 in range(_size197):
+                        _elem202 = TaskExecutionStateUpdate()
+                        _elem202.read(iprot)
+                        self.final_updates.append(_elem202)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3467,22 +3488,22 @@ class JobReconnectReport(object):
         if self.slots is not None:
             oprot.writeFieldBegin('slots', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.slots))
-            for iter194 in self.slots:
-                iter194.write(oprot)
+            for iter203 in self.slots:
+                iter203.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 3)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter195 in self.tasks:
-                iter195.write(oprot)
+            for iter204 in self.tasks:
+                iter204.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.final_updates is not None:
             oprot.writeFieldBegin('final_updates', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.final_updates))
-            for iter196 in self.final_updates:
-                iter196.write(oprot)
+            for iter205 in self.final_updates:
+                iter205.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3672,21 +3693,21 @@ class TaskExecutorHeartbeatPayload(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.executions = []
-                    (_etype200, _size197) = iprot.readListBegin()
-                    for _i201 in range(_size197):
-                        _elem202 = TaskExecutionStateUpdate()
-                        _elem202.read(iprot)
-                        self.executions.append(_elem202)
+                    (_etype209, _size206) = iprot.readListBegin()
+                    for _i210 in range(_size206):
+                        _elem211 = TaskExecutionStateUpdate()
+                        _elem211.read(iprot)
+                        self.executions.append(_elem211)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype206, _size203) = iprot.readListBegin()
-                    for _i207 in range(_size203):
-                        _elem208 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem208)
+                    (_etype215, _size212) = iprot.readListBegin()
+                    for _i216 in range(_size212):
+                        _elem217 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem217)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3707,15 +3728,15 @@ class TaskExecutorHeartbeatPayload(object):
         if self.executions is not None:
             oprot.writeFieldBegin('executions', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.executions))
-            for iter209 in self.executions:
-                iter209.write(oprot)
+            for iter218 in self.executions:
+                iter218.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter210 in self.allocation_ids:
-                oprot.writeString(iter210.encode('utf-8') if sys.version_info[0] == 2 else iter210)
+            for iter219 in self.allocation_ids:
+                oprot.writeString(iter219.encode('utf-8') if sys.version_info[0] == 2 else iter219)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3787,10 +3808,10 @@ class ThreadInfo(object):
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.frames = []
-                    (_etype214, _size211) = iprot.readListBegin()
-                    for _i215 in range(_size211):
-                        _elem216 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.frames.append(_elem216)
+                    (_etype223, _size220) = iprot.readListBegin()
+                    for _i224 in range(_size220):
+                        _elem225 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.frames.append(_elem225)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3823,8 +3844,8 @@ class ThreadInfo(object):
         if self.frames is not None:
             oprot.writeFieldBegin('frames', TType.LIST, 5)
             oprot.writeListBegin(TType.STRING, len(self.frames))
-            for iter217 in self.frames:
-                oprot.writeString(iter217.encode('utf-8') if sys.version_info[0] == 2 else iter217)
+            for iter226 in self.frames:
+                oprot.writeString(iter226.encode('utf-8') if sys.version_info[0] == 2 else iter226)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3884,10 +3905,10 @@ class ThreadInfoSample(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.frames = []
-                    (_etype221, _size218) = iprot.readListBegin()
-                    for _i222 in range(_size218):
-                        _elem223 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.frames.append(_elem223)
+                    (_etype230, _size227) = iprot.readListBegin()
+                    for _i231 in range(_size227):
+                        _elem232 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.frames.append(_elem232)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3917,8 +3938,8 @@ class ThreadInfoSample(object):
         if self.frames is not None:
             oprot.writeFieldBegin('frames', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.frames))
-            for iter224 in self.frames:
-                oprot.writeString(iter224.encode('utf-8') if sys.version_info[0] == 2 else iter224)
+            for iter233 in self.frames:
+                oprot.writeString(iter233.encode('utf-8') if sys.version_info[0] == 2 else iter233)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.count is not None:
@@ -3966,10 +3987,10 @@ class AllocatedSlotReport(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.allocation_ids = []
-                    (_etype228, _size225) = iprot.readListBegin()
-                    for _i229 in range(_size225):
-                        _elem230 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.allocation_ids.append(_elem230)
+                    (_etype237, _size234) = iprot.readListBegin()
+                    for _i238 in range(_size234):
+                        _elem239 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.allocation_ids.append(_elem239)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3986,8 +4007,8 @@ class AllocatedSlotReport(object):
         if self.allocation_ids is not None:
             oprot.writeFieldBegin('allocation_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.allocation_ids))
-            for iter231 in self.allocation_ids:
-                oprot.writeString(iter231.encode('utf-8') if sys.version_info[0] == 2 else iter231)
+            for iter240 in self.allocation_ids:
+                oprot.writeString(iter240.encode('utf-8') if sys.version_info[0] == 2 else iter240)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -4131,11 +4152,11 @@ class TaskStateSnapshot(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype235, _size232) = iprot.readListBegin()
-                    for _i236 in range(_size232):
-                        _elem237 = OperatorStateFile()
-                        _elem237.read(iprot)
-                        self.files.append(_elem237)
+                    (_etype244, _size241) = iprot.readListBegin()
+                    for _i245 in range(_size241):
+                        _elem246 = OperatorStateFile()
+                        _elem246.read(iprot)
+                        self.files.append(_elem246)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4177,8 +4198,8 @@ class TaskStateSnapshot(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter238 in self.files:
-                iter238.write(oprot)
+            for iter247 in self.files:
+                iter247.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.alignment_ms is not None:
@@ -4251,11 +4272,11 @@ class TaskRestore(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.files = []
-                    (_etype242, _size239) = iprot.readListBegin()
-                    for _i243 in range(_size239):
-                        _elem244 = OperatorStateFile()
-                        _elem244.read(iprot)
-                        self.files.append(_elem244)
+                    (_etype251, _size248) = iprot.readListBegin()
+                    for _i252 in range(_size248):
+                        _elem253 = OperatorStateFile()
+                        _elem253.read(iprot)
+                        self.files.append(_elem253)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4281,8 +4302,8 @@ class TaskRestore(object):
         if self.files is not None:
             oprot.writeFieldBegin('files', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.files))
-            for iter245 in self.files:
-                iter245.write(oprot)
+            for iter254 in self.files:
+                iter254.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.finished is not None:
@@ -4424,11 +4445,11 @@ class InputGateDescriptor(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.channels = []
-                    (_etype249, _size246) = iprot.readListBegin()
-                    for _i250 in range(_size246):
-                        _elem251 = InputChannelDescriptor()
-                        _elem251.read(iprot)
-                        self.channels.append(_elem251)
+                    (_etype258, _size255) = iprot.readListBegin()
+                    for _i259 in range(_size255):
+                        _elem260 = InputChannelDescriptor()
+                        _elem260.read(iprot)
+                        self.channels.append(_elem260)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4450,10 +4471,10 @@ class InputGateDescriptor(object):
             elif fid == 6:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype255, _size252) = iprot.readListBegin()
-                    for _i256 in range(_size252):
-                        _elem257 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem257)
+                    (_etype264, _size261) = iprot.readListBegin()
+                    for _i265 in range(_size261):
+                        _elem266 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem266)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4474,8 +4495,8 @@ class InputGateDescriptor(object):
         if self.channels is not None:
             oprot.writeFieldBegin('channels', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.channels))
-            for iter258 in self.channels:
-                iter258.write(oprot)
+            for iter267 in self.channels:
+                iter267.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.subpartition_index is not None:
@@ -4493,8 +4514,8 @@ class InputGateDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 6)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter259 in self.key_columns:
-                oprot.writeString(iter259.encode('utf-8') if sys.version_info[0] == 2 else iter259)
+            for iter268 in self.key_columns:
+                oprot.writeString(iter268.encode('utf-8') if sys.version_info[0] == 2 else iter268)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -4565,10 +4586,10 @@ class ResultPartitionDescriptor(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.key_columns = []
-                    (_etype263, _size260) = iprot.readListBegin()
-                    for _i264 in range(_size260):
-                        _elem265 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.key_columns.append(_elem265)
+                    (_etype272, _size269) = iprot.readListBegin()
+                    for _i273 in range(_size269):
+                        _elem274 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_columns.append(_elem274)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4612,8 +4633,8 @@ class ResultPartitionDescriptor(object):
         if self.key_columns is not None:
             oprot.writeFieldBegin('key_columns', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.key_columns))
-            for iter266 in self.key_columns:
-                oprot.writeString(iter266.encode('utf-8') if sys.version_info[0] == 2 else iter266)
+            for iter275 in self.key_columns:
+                oprot.writeString(iter275.encode('utf-8') if sys.version_info[0] == 2 else iter275)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.exchange_mode is not None:
@@ -4762,22 +4783,22 @@ class TaskDeploymentDescriptor(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.input_gates = []
-                    (_etype270, _size267) = iprot.readListBegin()
-                    for _i271 in range(_size267):
-                        _elem272 = InputGateDescriptor()
-                        _elem272.read(iprot)
-                        self.input_gates.append(_elem272)
+                    (_etype279, _size276) = iprot.readListBegin()
+                    for _i280 in range(_size276):
+                        _elem281 = InputGateDescriptor()
+                        _elem281.read(iprot)
+                        self.input_gates.append(_elem281)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 13:
                 if ftype == TType.LIST:
                     self.result_partitions = []
-                    (_etype276, _size273) = iprot.readListBegin()
-                    for _i277 in range(_size273):
-                        _elem278 = ResultPartitionDescriptor()
-                        _elem278.read(iprot)
-                        self.result_partitions.append(_elem278)
+                    (_etype285, _size282) = iprot.readListBegin()
+                    for _i286 in range(_size282):
+                        _elem287 = ResultPartitionDescriptor()
+                        _elem287.read(iprot)
+                        self.result_partitions.append(_elem287)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -4789,11 +4810,11 @@ class TaskDeploymentDescriptor(object):
             elif fid == 15:
                 if ftype == TType.MAP:
                     self.config = {}
-                    (_ktype280, _vtype281, _size279) = iprot.readMapBegin()
-                    for _i283 in range(_size279):
-                        _key284 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val285 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.config[_key284] = _val285
+                    (_ktype289, _vtype290, _size288) = iprot.readMapBegin()
+                    for _i292 in range(_size288):
+                        _key293 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val294 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.config[_key293] = _val294
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -4880,15 +4901,15 @@ class TaskDeploymentDescriptor(object):
         if self.input_gates is not None:
             oprot.writeFieldBegin('input_gates', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.input_gates))
-            for iter286 in self.input_gates:
-                iter286.write(oprot)
+            for iter295 in self.input_gates:
+                iter295.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.result_partitions is not None:
             oprot.writeFieldBegin('result_partitions', TType.LIST, 13)
             oprot.writeListBegin(TType.STRUCT, len(self.result_partitions))
-            for iter287 in self.result_partitions:
-                iter287.write(oprot)
+            for iter296 in self.result_partitions:
+                iter296.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.jobmaster_fencing_token is not None:
@@ -4898,9 +4919,9 @@ class TaskDeploymentDescriptor(object):
         if self.config is not None:
             oprot.writeFieldBegin('config', TType.MAP, 15)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.config))
-            for kiter288, viter289 in self.config.items():
-                oprot.writeString(kiter288.encode('utf-8') if sys.version_info[0] == 2 else kiter288)
-                oprot.writeString(viter289.encode('utf-8') if sys.version_info[0] == 2 else viter289)
+            for kiter297, viter298 in self.config.items():
+                oprot.writeString(kiter297.encode('utf-8') if sys.version_info[0] == 2 else kiter297)
+                oprot.writeString(viter298.encode('utf-8') if sys.version_info[0] == 2 else viter298)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.runtime_mode is not None:
@@ -5028,6 +5049,7 @@ TaskMetrics.thrift_spec = (
     (24, TType.I64, 'busy_ms_total', None, None, ),  # 24
     (25, TType.I64, 'backpressured_ms_total', None, None, ),  # 25
     (26, TType.I64, 'idle_ms_total', None, None, ),  # 26
+    (27, TType.MAP, 'operator_gauges', (TType.STRING, 'UTF8', TType.DOUBLE, None, False), None, ),  # 27
 )
 all_structs.append(CheckpointCounts)
 CheckpointCounts.thrift_spec = (
