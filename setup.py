@@ -66,6 +66,7 @@ setup(
         "rocksdict>=0.3.29,<0.4",  # state.backend.type: rocksdb (Checkpoint, column families, raw mode)
         "wrapt>=1.14",  # post-import hooks (process.memory.defer-pandas-import)
         "confluent-kafka>=2.3",  # yarnflow.kafka: KafkaSource, KafkaSink (librdkafka)
+        "fastavro>=1.9",  # yarnflow.kafka's Avro format
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff", "mypy>=2.4,<3", "types-PyYAML",

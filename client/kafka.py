@@ -13,7 +13,8 @@ and commit: ``yarnflow.worker.operators.kafka``)::
 
 Value formats: ``raw`` (bytes, column ``value``), ``string`` (column ``value``), ``json`` (one
 object per record: its fields are the columns, typed by pyarrow or by ``set_schema``), ``csv``
-(one line per record; ``set_csv_columns`` or ``set_schema`` names them). A source can add the
+(one line per record; ``set_csv_columns`` or ``set_schema`` names them), ``avro`` (a record of
+the schema given with ``set_avro_schema``, in Avro's binary encoding). A source can add the
 records' ``key``, ``topic``, ``partition``, ``offset``, ``timestamp`` and ``headers`` as
 columns (``set_metadata_columns``)."""
 
@@ -31,7 +32,7 @@ from yarnflow.worker.operators.kafka import METADATA_COLUMNS, KafkaSinkOperator,
 __all__ = ["DeliveryGuarantee", "KafkaOffsetsInitializer", "KafkaSink", "KafkaSinkBuilder", "KafkaSource",
            "KafkaSourceBuilder", "OffsetResetStrategy"]
 
-FORMATS = ("raw", "string", "json", "csv")
+FORMATS = ("raw", "string", "json", "csv", "avro")
 
 
 class OffsetResetStrategy(str, enum.Enum):
@@ -76,6 +77,19 @@ class KafkaOffsetsInitializer:
         """``{(topic, partition): offset}``; ``reset`` for partitions not named."""
         return cls({"kind": "specific", "offsets": {(str(t), int(p)): int(o) for (t, p), o in offsets.items()},
                     "reset": OffsetResetStrategy(reset).value})
+
+
+def _avro_schema(schema: str | dict[str, Any]) -> Any:
+    import json
+
+    import fastavro
+
+    try:
+        parsed = json.loads(schema) if isinstance(schema, str) else schema
+        fastavro.parse_schema(parsed)
+    except (ValueError, TypeError, fastavro.schema.SchemaParseException) as exc:
+        raise JobDefinitionError(f"bad Avro schema: {exc}") from None
+    return parsed
 
 
 def _format(fmt: str) -> str:
@@ -148,6 +162,14 @@ class KafkaSourceBuilder:
         """Flink's name for ``set_value_format``."""
         return self.set_value_format(fmt)
 
+    def set_avro_schema(self, schema: str | dict[str, Any]) -> KafkaSourceBuilder:
+        """The records' Avro schema (a record schema, as JSON text or a dict): with
+        ``set_value_format("avro")`` each value is that record in Avro's binary encoding, without
+        a header (Flink's ``AvroDeserializationSchema.forGeneric``; not a schema registry's
+        framing)."""
+        self._spec["avro_schema"] = _avro_schema(schema)
+        return self
+
     def set_schema(self, schema: pa.Schema) -> KafkaSourceBuilder:
         """The value columns' types (JSON, CSV)."""
         self._spec["schema"] = schema
@@ -194,6 +216,8 @@ class KafkaSourceBuilder:
         return self
 
     def build(self) -> KafkaSource:
+        if self._spec["format"] == "avro" and not self._spec.get("avro_schema"):
+            raise JobDefinitionError("KafkaSource: the Avro format needs set_avro_schema(...)")
         if not self._spec.get("bootstrap_servers"):
             raise JobDefinitionError("KafkaSource: set_bootstrap_servers(...) is required")
         if not self._spec.get("topics") and not self._spec.get("topic_pattern"):
@@ -245,6 +269,11 @@ class KafkaSinkBuilder:
         self._spec["format"], self._spec["value_column"] = _format(fmt), column
         return self
 
+    def set_avro_schema(self, schema: str | dict[str, Any]) -> KafkaSinkBuilder:
+        """With ``set_value_format("avro")``: each row written as this Avro record (binary, no header)."""
+        self._spec["avro_schema"] = _avro_schema(schema)
+        return self
+
     def set_delivery_guarantee(self, guarantee: DeliveryGuarantee | str) -> KafkaSinkBuilder:
         try:
             self._spec["delivery_guarantee"] = DeliveryGuarantee(guarantee).value
@@ -266,6 +295,8 @@ class KafkaSinkBuilder:
         return self
 
     def build(self) -> KafkaSink:
+        if self._spec["format"] == "avro" and not self._spec.get("avro_schema"):
+            raise JobDefinitionError("KafkaSink: the Avro format needs set_avro_schema(...)")
         if not self._spec.get("bootstrap_servers"):
             raise JobDefinitionError("KafkaSink: set_bootstrap_servers(...) is required")
         if not self._spec.get("topic"):

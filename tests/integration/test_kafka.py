@@ -191,6 +191,41 @@ def test_malformed_records_can_go_to_a_side_output_naming_each(run, kafka_broker
     assert all(f"topic {topic} partition 0 offset {r['offset']}" in r["error"] for r in bad)
 
 
+AVRO = {"type": "record", "name": "Event", "fields": [{"name": "k", "type": "string"}, {"name": "n", "type": "long"},
+                                                      {"name": "tag", "type": ["null", "string"], "default": None}]}
+
+
+def test_avro_records_in_and_out(run, kafka_broker):
+    import io
+
+    import fastavro
+
+    src, out = kafka_broker.create_topic(2), kafka_broker.create_topic(1)
+    parsed = fastavro.parse_schema(AVRO)
+    for p in range(2):
+        values = []
+        for i in range(100):
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, parsed, {"k": f"k{i % 3}", "n": i, "tag": None if i % 2 else "even"})
+            values.append(buf.getvalue())
+        kafka_broker.produce(src, values, partition=p)
+
+    def build(env):
+        env.set_runtime_mode("STREAMING")
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(src)
+                  .set_bounded(KafkaOffsetsInitializer.latest()).set_value_format("avro").set_avro_schema(AVRO)
+                  .build())
+        (env.from_source(source, None, "avro-in").map(lambda r: {**r, "n": r["n"] * 2}, name="double")
+            .sink_to(KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topic(out)
+                     .set_value_format("avro").set_avro_schema(json.dumps(AVRO))
+                     .set_delivery_guarantee("EXACTLY_ONCE").set_transactional_id_prefix(f"avro-{out}").build()))
+
+    run(build, name="kafka-avro", conf={"execution.checkpointing.interval": "200 ms"})
+    got = sorted((r["k"], r["n"], r["tag"]) for r in (fastavro.schemaless_reader(io.BytesIO(m.value()), parsed, None)
+                                                      for m in kafka_broker.read_all(out)))
+    assert got == sorted((f"k{i % 3}", 2 * i, None if i % 2 else "even") for _ in range(2) for i in range(100))
+
+
 def test_builders_refuse_incomplete_settings() -> None:
     with pytest.raises(JobDefinitionError, match="set_bootstrap_servers"):
         KafkaSource.builder().set_topics("t").build()
@@ -198,6 +233,10 @@ def test_builders_refuse_incomplete_settings() -> None:
         KafkaSource.builder().set_bootstrap_servers("b:9092").build()
     with pytest.raises(JobDefinitionError, match="unknown Kafka value format"):
         KafkaSource.builder().set_value_format("xml")
+    with pytest.raises(JobDefinitionError, match="set_avro_schema"):
+        KafkaSource.builder().set_bootstrap_servers("b:9092").set_topics("t").set_value_format("avro").build()
+    with pytest.raises(JobDefinitionError, match="bad Avro schema"):
+        KafkaSource.builder().set_avro_schema({"type": "record", "name": "X", "fields": [{"name": "a"}]})
     with pytest.raises(JobDefinitionError, match="transactional_id_prefix"):
         (KafkaSink.builder().set_bootstrap_servers("b:9092").set_topic("t")
          .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).build())

@@ -86,10 +86,12 @@ def owner(topic: str, partition: int, parallelism: int) -> int:
 # -- formats -------------------------------------------------------------------------------------
 
 def decode_values(fmt: str, values: list[bytes | None], schema: pa.Schema | None,
-                  where: Callable[[int], str], csv_columns: list[str] | None = None) -> pa.Table:
+                  where: Callable[[int], str], csv_columns: list[str] | None = None,
+                  avro_schema: Any = None) -> pa.Table:
     """The records' values as columns: ``raw`` (binary ``value``), ``string`` (``value``),
-    ``json`` (one JSON object per record: its fields), ``csv`` (one line per record). A
-    record that does not decode raises KafkaSourceError naming it (``where(i)``)."""
+    ``json`` (one JSON object per record: its fields), ``csv`` (one line per record), ``avro``
+    (Avro binary of a record schema, without a header: its fields). A record that does not
+    decode raises KafkaSourceError naming it (``where(i)``)."""
     if fmt == "raw":
         return pa.table({"value": pa.array(values, pa.binary())})
     if fmt == "string":
@@ -109,6 +111,8 @@ def decode_values(fmt: str, values: list[bytes | None], schema: pa.Schema | None
         if table.num_rows != len(values):
             raise KafkaSourceError(f"the record at {where(_first_bad_json(values))} is not one JSON object")
         return table
+    if fmt == "avro":
+        return _decode_avro(values, avro_schema, where)
     if fmt == "csv":
         data = b"\n".join(b"" if v is None else v.rstrip(b"\r\n") for v in values) + b"\n"
         read = pacsv.ReadOptions(column_names=csv_columns or (schema.names if schema is not None else None),
@@ -122,6 +126,40 @@ def decode_values(fmt: str, values: list[bytes | None], schema: pa.Schema | None
             raise KafkaSourceError(f"the records at {where(0)}... are not one CSV line each")
         return table
     raise ValueError(f"unknown Kafka value format {fmt!r}")
+
+
+def _parsed_avro(schema: Any) -> Any:
+    import fastavro
+
+    return fastavro.parse_schema(json.loads(schema) if isinstance(schema, str) else schema)
+
+
+def _decode_avro(values: list[bytes | None], schema: Any, where: Callable[[int], str]) -> pa.Table:
+    import fastavro
+
+    if schema is None:
+        raise KafkaSourceError("the Avro format needs the records' schema (set_avro_schema)")
+    parsed = _parsed_avro(schema)
+    rows = []
+    for i, v in enumerate(values):
+        try:
+            rows.append(fastavro.schemaless_reader(io.BytesIO(v or b""), parsed, None))
+        except Exception as exc:  # noqa: BLE001 - any decoding failure: the record is named
+            raise KafkaSourceError(f"the record at {where(i)} is not Avro of the given schema: "
+                                   f"{type(exc).__name__}: {exc}") from None
+    return pa.Table.from_pylist(rows)
+
+
+def _encode_avro(table: pa.Table, schema: Any) -> list[bytes]:
+    import fastavro
+
+    parsed = _parsed_avro(schema)
+    out = []
+    for row in table.to_pylist():
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, row)
+        out.append(buf.getvalue())
+    return out
 
 
 def _utf8(v: bytes) -> bool:
@@ -142,9 +180,11 @@ def _first_bad_json(values: list[bytes | None]) -> int:
     return 0
 
 
-def encode_values(fmt: str, table: pa.Table, column: str | None) -> list[bytes]:
+def encode_values(fmt: str, table: pa.Table, column: str | None, avro_schema: Any = None) -> list[bytes]:
     """Each row's value: ``json`` (the row as a JSON object), ``string`` / ``raw`` (one column),
-    ``csv`` (the row as one CSV line, no header)."""
+    ``csv`` (the row as one CSV line, no header), ``avro`` (the row in Avro binary)."""
+    if fmt == "avro":
+        return _encode_avro(table, avro_schema)
     if fmt == "json":
         return [json.dumps(row, default=str, separators=(",", ":")).encode() for row in table.to_pylist()]
     if fmt in ("string", "raw"):
@@ -418,7 +458,7 @@ class KafkaSourceOperator(SourceOperator):
             return f"topic {m.topic()} partition {m.partition()} offset {m.offset()}"
 
         return decode_values(self.spec.get("format", "string"), [m.value() for m in messages],
-                             self.spec.get("schema"), where, self.spec.get("csv_columns"))
+                             self.spec.get("schema"), where, self.spec.get("csv_columns"), self.spec.get("avro_schema"))
 
     def _emit(self, messages: list[Any]) -> None:
         try:
@@ -681,7 +721,7 @@ class KafkaSinkOperator(Operator):
         topics = table.column(topic_column).to_pylist() if topic_column else [self.spec["topic"]] * table.num_rows
         value_columns = [c for c in table.column_names if c not in (self.spec.get("exclude_columns") or ())]
         values = encode_values(self.spec.get("format", "json"), table.select(value_columns),
-                               self.spec.get("value_column"))
+                               self.spec.get("value_column"), self.spec.get("avro_schema"))
         keys = encode_keys(table, list(self.spec.get("key_columns") or ()))
         return [(str(t), None, k, v) for t, k, v in zip(topics, keys, values)]
 
