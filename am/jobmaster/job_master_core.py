@@ -296,7 +296,7 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
             self.failures.global_failure(error)
         if error.error_class == UNREACHABLE and ex.slot is not None and self.graph.is_current(ex):
             self.task_executor_lost(ex.slot.resource_id, f"it could not be reached to deploy {ex.vertex.name} "
-                                                         f"({error.message})")
+                                                         f"({error.message})", unreachable=True)
         if ex.slot is not None and self.task_executors.reachable(ex.slot.resource_id):
             self._emit(CancelTask(ex.attempt_id, ex.slot.resource_id, ex.slot.rpc_address))
         if self.graph.is_current(ex) and not ex.state.is_terminal:
@@ -326,14 +326,20 @@ class JobMasterCore(JobOutcome, CheckpointEvents, TaskFailover, TaskExecutorEven
         if self.status.is_globally_terminal or self.status in (JobStatus.FAILING, JobStatus.CANCELLING):
             return []
         if resource_id in self.task_executors.lost:
-            fresh = [o for o in offers if self.task_executors.registered_again(resource_id, o.registration_id)]
-            if not fresh:  # (its registration the job lost, still known to the ResourceManager)
+            # fresh: it registered at the ResourceManager again (a partition healed, say), or,
+            # lost by its heartbeats only, it offers a slot the ResourceManager allocated for a
+            # request this job still waits for (the partition healed before the ResourceManager
+            # missed it, so its registration is the one the job lost; declining would leave the
+            # request met at the ResourceManager and empty here). Stale: a slot asked for before
+            # the loss, or any offer of one the job could not call (a one-way partition)
+            back = resource_id not in self.task_executors.unreachable
+            fresh = [o for o in offers if self.task_executors.registered_again(resource_id, o.registration_id)
+                     or (back and self.slots.pool.is_pending(o.allocation_id))]
+            if not fresh:
                 log.info("job %s: declining slots of %s, lost to this job", self.job_id, resource_id)
                 return []
-            # it registered at the ResourceManager again (a partition healed, say): what it offers
-            # now was allocated since, and the job may use it again
-            log.info("job %s: TaskExecutor %s, lost before, registered again: its slots are taken again",
-                     self.job_id, resource_id)
+            log.info("job %s: TaskExecutor %s, lost before, offers slots for what the job asks now: they are "
+                     "taken", self.job_id, resource_id)
             self.task_executors.came_back(resource_id)
             offers = fresh
         self.task_executors.registration(resource_id, offers)

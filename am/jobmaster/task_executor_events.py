@@ -90,8 +90,8 @@ class TaskExecutorEvents:
                                          f"{self._heartbeat_timeout} ms)")
         self._timers.schedule(self._heartbeat_interval, self._check_heartbeats)
 
-    def task_executor_lost(self, resource_id: ResourceID, reason: str) -> None:
-        if not self.task_executors.mark_lost(resource_id):
+    def task_executor_lost(self, resource_id: ResourceID, reason: str, unreachable: bool = False) -> None:
+        if not self.task_executors.mark_lost(resource_id, unreachable):
             return
         self.slots.task_executor_lost(resource_id)
         error = ErrorInfo("TaskExecutorLostError", f"TaskExecutor {resource_id} was lost: {reason}",

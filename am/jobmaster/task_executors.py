@@ -25,6 +25,8 @@ class JobTaskExecutors:
     def __init__(self) -> None:
         self.address: dict[ResourceID, str] = {}
         self.lost: set[ResourceID] = set()
+        #: lost because a call to it failed (it may reach us while we cannot reach it)
+        self.unreachable: set[ResourceID] = set()
         #: the ResourceManager registration each TaskExecutor's accepted offers came with
         self._registration: dict[ResourceID, str] = {}
         self._last_seen: dict[ResourceID, int] = {}
@@ -46,8 +48,11 @@ class JobTaskExecutors:
         """A TaskExecutor the job may still talk to (known and not lost)."""
         return resource_id is not None and resource_id not in self.lost
 
-    def mark_lost(self, resource_id: ResourceID) -> bool:
-        """False when it was lost already."""
+    def mark_lost(self, resource_id: ResourceID, unreachable: bool = False) -> bool:
+        """False when it was lost already. ``unreachable``: a call to it failed (not only its
+        heartbeats: a one-way partition may let it reach the job while the job cannot reach it)."""
+        if unreachable:
+            self.unreachable.add(resource_id)
         if resource_id in self.lost:
             return False
         self.lost.add(resource_id)
@@ -68,6 +73,7 @@ class JobTaskExecutors:
         """A lost TaskExecutor registered again (with nothing of the job left): usable again,
         its heartbeats awaited afresh."""
         self.lost.discard(resource_id)
+        self.unreachable.discard(resource_id)
         self._last_seen.pop(resource_id, None)
 
     def silent(self, holding: Iterable[ResourceID], now: int, timeout_ms: int) -> list[tuple[ResourceID, int]]:

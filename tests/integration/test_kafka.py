@@ -442,3 +442,61 @@ def test_offsets_and_lag_are_metrics_in_rest_and_prometheus(local_cluster, kafka
                 if j.name == "kafka-metrics" and not j.status.is_globally_terminal:
                     gw.cancel_job(str(j.job_id))
             thread.join(60)
+
+
+@pytest.mark.parametrize("start", ["latest", "committed", "timestamp"])
+def test_starting_offsets_latest_committed_and_by_timestamp(run, kafka_broker, start):
+    """(``latest``: the ends when the job starts, bounded at the ends a moment later; ``committed``:
+    the group's offsets, ``earliest`` where it has none; ``timestamp``: the first record at or
+    after it, by the records' Kafka timestamps, also a column here.)"""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka_broker.create_topic(2)
+    base = (int(time.time()) - 60) * 1000  # (recent: older records go with the broker's retention)
+    for p in range(2):
+        kafka_broker.produce(topic, [f"{p}-{i}".encode() for i in range(10)], partition=p,
+                             timestamps=[base + i * 1000 for i in range(10)])
+    group = f"g-{topic}"
+    if start == "committed":  # the group is at 4 in partition 0, nowhere in partition 1
+        c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group})
+        c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+        c.close()
+    initializer = {"latest": KafkaOffsetsInitializer.latest(),
+                   "committed": KafkaOffsetsInitializer.committed_offsets("earliest"),
+                   "timestamp": KafkaOffsetsInitializer.timestamp(base + 7000)}[start]
+    stop = KafkaOffsetsInitializer.offsets({(topic, 0): 10, (topic, 1): 10}) if start != "latest" else \
+        KafkaOffsetsInitializer.offsets({(topic, 0): 12, (topic, 1): 10})
+
+    def build(env):
+        env.set_runtime_mode("BATCH")
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(topic)
+                  .set_group_id(group).set_starting_offsets(initializer).set_bounded(stop)
+                  .set_metadata_columns(["timestamp"]).build())
+        env.from_source(source, None, "kafka").collect()
+
+    if start == "latest":  # two more records after the job started: read; the ten before it: not
+        threading.Timer(2.0, lambda: kafka_broker.produce(topic, [b"0-10", b"0-11"], partition=0)).start()
+    rows = run(build, name=f"kafka-{start}").collected().to_pylist()
+    got = sorted(r["value"] for r in rows)
+    want = {"latest": ["0-10", "0-11"],
+            "committed": sorted([f"0-{i}" for i in range(4, 10)] + [f"1-{i}" for i in range(10)]),
+            "timestamp": sorted(f"{p}-{i}" for p in range(2) for i in range(7, 10))}[start]
+    assert got == want
+    if start == "timestamp":
+        assert sorted({int(r["timestamp"].timestamp() * 1000) for r in rows}) == [base + i * 1000 for i in range(7, 10)]
+
+
+def test_the_sink_routes_rows_by_a_topic_column_with_keys_and_csv_values(run, kafka_broker):
+    a, b = kafka_broker.create_topic(1), kafka_broker.create_topic(1)
+
+    def build(env):
+        env.set_runtime_mode("BATCH")
+        rows = [{"to": a if i % 2 else b, "id": i, "name": f"n{i}"} for i in range(20)]
+        (env.from_collection(rows).sink_to(
+            KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topic(a).set_topic_column("to")
+            .set_key_columns("id").set_value_format("csv").set_delivery_guarantee("AT_LEAST_ONCE").build()))
+
+    run(build, name="kafka-routes")
+    for topic, parity in ((a, 1), (b, 0)):
+        got = sorted((int(m.key()), m.value()) for m in kafka_broker.read_all(topic))
+        assert got == [(i, f'{i},"n{i}"'.encode()) for i in range(20) if i % 2 == parity]

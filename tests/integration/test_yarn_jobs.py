@@ -535,7 +535,10 @@ def test_the_second_attempt_recovers_the_job_when_the_appmaster_dies_with_ha(yar
             "taskmanager.registration.timeout": "20 s"}
     proc = yarn_cli.start("run", "--target", f"yarn-{mode}", *dconf(conf), "job.py", str(tmp_path / "in"), str(out),
                           "STREAMING", "0.1", "am-kill")
-    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 30, "no application was submitted")
+    app_id = wait_until(lambda: next((a for a in _apps(sandbox) if a), None), 60,
+                        lambda: "no application was submitted" + (f": the client exited {proc.returncode}: "
+                                                                   f"{proc.communicate()[1][-3000:]}"
+                                                                   if proc.poll() is not None else ""))
     wait_checkpointed(app_id, "am-kill", ha)
     [am] = container_processes(app_id, "yarnflow.am")
     assert am.environ()["CONTAINER_ID"].endswith("_01_000001")

@@ -1,5 +1,6 @@
-"""Kafka: the source and the sink operators (Flink's KafkaSource and KafkaSink), on
-confluent-kafka (librdkafka). The user's side, the builders, is ``yarnflow.kafka``.
+"""Kafka: the source operator (Flink's KafkaSource) here, the sink (Flink's KafkaSink) in
+``kafka_sink.py``, the value formats in ``kafka_formats.py``; on confluent-kafka (librdkafka).
+The user's side, the builders, is ``yarnflow.kafka``.
 
 Source. The partitions of the topics (or of the topics matching a pattern) are the splits.
 Each is owned by one subtask, by Flink's rule (``owner``: a start index from the topic's name,
@@ -31,8 +32,6 @@ interval; the price is the rows of one checkpoint interval in the state.
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import re
 import time
@@ -40,30 +39,22 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 
-from yarnflow.common.keygroups import REDISTRIBUTE_KEY, UNION, operator_table
-from yarnflow.common.errors import YarnflowError
 from yarnflow.common.api.watermarks import MIN_WATERMARK
+from yarnflow.common.keygroups import REDISTRIBUTE_KEY, UNION, operator_table
 from yarnflow.worker.elements import Watermark
-from yarnflow.worker.operators.base import Operator, SourceOperator
+from yarnflow.worker.operators.base import SourceOperator
+from yarnflow.worker.operators.kafka_formats import KafkaSourceError, decode_values
+from yarnflow.worker.operators.kafka_sink import KafkaSinkError, KafkaSinkOperator
 from yarnflow.worker.operators.timestamps import event_times_ms
+
+__all__ = ["KafkaSinkError", "KafkaSinkOperator", "KafkaSourceError", "KafkaSourceOperator", "METADATA_COLUMNS",
+           "owner"]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TABLE = operator_table(UNION, "kafka-offsets")
-PENDING_TABLE = "kafka-pending"
 METADATA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "headers")
-
-
-class KafkaSourceError(YarnflowError, RuntimeError):
-    """The Kafka source cannot go on: a broker error, or a record it cannot decode (the message
-    names the topic, partition and offset)."""
-
-
-class KafkaSinkError(YarnflowError, RuntimeError):
-    """The Kafka sink lost a delivery or a transaction failed."""
 
 
 def java_string_hash(s: str) -> int:
@@ -81,130 +72,6 @@ def owner(topic: str, partition: int, parallelism: int) -> int:
     """The subtask that reads ``partition`` of ``topic`` (Flink's KafkaSourceEnumerator.getSplitOwner)."""
     start = ((java_string_hash(topic) * 31) & 0x7FFFFFFF) % parallelism
     return (start + partition) % parallelism
-
-
-# -- formats -------------------------------------------------------------------------------------
-
-def decode_values(fmt: str, values: list[bytes | None], schema: pa.Schema | None,
-                  where: Callable[[int], str], csv_columns: list[str] | None = None,
-                  avro_schema: Any = None) -> pa.Table:
-    """The records' values as columns: ``raw`` (binary ``value``), ``string`` (``value``),
-    ``json`` (one JSON object per record: its fields), ``csv`` (one line per record), ``avro``
-    (Avro binary of a record schema, without a header: its fields). A record that does not
-    decode raises KafkaSourceError naming it (``where(i)``)."""
-    if fmt == "raw":
-        return pa.table({"value": pa.array(values, pa.binary())})
-    if fmt == "string":
-        try:
-            return pa.table({"value": pa.array([None if v is None else v.decode() for v in values], pa.string())})
-        except UnicodeDecodeError:
-            bad = next(i for i, v in enumerate(values) if v is not None and not _utf8(v))
-            raise KafkaSourceError(f"the record at {where(bad)} is not UTF-8 text") from None
-    if fmt == "json":
-        data = b"\n".join(b"{}" if v is None else v.replace(b"\n", b" ") for v in values)
-        try:
-            opts = pajson.ParseOptions(explicit_schema=schema) if schema is not None else None
-            table = pajson.read_json(io.BytesIO(data), parse_options=opts)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise KafkaSourceError(f"the record at {where(_first_bad_json(values))} is not a JSON object: "
-                                   f"{exc}") from None
-        if table.num_rows != len(values):
-            raise KafkaSourceError(f"the record at {where(_first_bad_json(values))} is not one JSON object")
-        return table
-    if fmt == "avro":
-        return _decode_avro(values, avro_schema, where)
-    if fmt == "csv":
-        data = b"\n".join(b"" if v is None else v.rstrip(b"\r\n") for v in values) + b"\n"
-        read = pacsv.ReadOptions(column_names=csv_columns or (schema.names if schema is not None else None),
-                                 autogenerate_column_names=not (csv_columns or schema))
-        convert = pacsv.ConvertOptions(column_types=schema) if schema is not None else None
-        try:
-            table = pacsv.read_csv(io.BytesIO(data), read_options=read, convert_options=convert)
-        except pa.ArrowInvalid as exc:
-            raise KafkaSourceError(f"a record in the batch at {where(0)}... does not parse as CSV: {exc}") from None
-        if table.num_rows != len(values):
-            raise KafkaSourceError(f"the records at {where(0)}... are not one CSV line each")
-        return table
-    raise ValueError(f"unknown Kafka value format {fmt!r}")
-
-
-def _parsed_avro(schema: Any) -> Any:
-    import fastavro
-
-    return fastavro.parse_schema(json.loads(schema) if isinstance(schema, str) else schema)
-
-
-def _decode_avro(values: list[bytes | None], schema: Any, where: Callable[[int], str]) -> pa.Table:
-    import fastavro
-
-    if schema is None:
-        raise KafkaSourceError("the Avro format needs the records' schema (set_avro_schema)")
-    parsed = _parsed_avro(schema)
-    rows = []
-    for i, v in enumerate(values):
-        try:
-            rows.append(fastavro.schemaless_reader(io.BytesIO(v or b""), parsed, None))
-        except Exception as exc:  # noqa: BLE001 - any decoding failure: the record is named
-            raise KafkaSourceError(f"the record at {where(i)} is not Avro of the given schema: "
-                                   f"{type(exc).__name__}: {exc}") from None
-    return pa.Table.from_pylist(rows)
-
-
-def _encode_avro(table: pa.Table, schema: Any) -> list[bytes]:
-    import fastavro
-
-    parsed = _parsed_avro(schema)
-    out = []
-    for row in table.to_pylist():
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, parsed, row)
-        out.append(buf.getvalue())
-    return out
-
-
-def _utf8(v: bytes) -> bool:
-    try:
-        v.decode()
-        return True
-    except UnicodeDecodeError:
-        return False
-
-
-def _first_bad_json(values: list[bytes | None]) -> int:
-    for i, v in enumerate(values):
-        try:
-            if not isinstance(json.loads(v or b"{}"), dict):
-                return i
-        except ValueError:
-            return i
-    return 0
-
-
-def encode_values(fmt: str, table: pa.Table, column: str | None, avro_schema: Any = None) -> list[bytes]:
-    """Each row's value: ``json`` (the row as a JSON object), ``string`` / ``raw`` (one column),
-    ``csv`` (the row as one CSV line, no header), ``avro`` (the row in Avro binary)."""
-    if fmt == "avro":
-        return _encode_avro(table, avro_schema)
-    if fmt == "json":
-        return [json.dumps(row, default=str, separators=(",", ":")).encode() for row in table.to_pylist()]
-    if fmt in ("string", "raw"):
-        name = column or ("value" if "value" in table.column_names else table.column_names[0])
-        values = table.column(name).to_pylist()
-        return [v if isinstance(v, bytes) else str(v).encode() for v in values]
-    if fmt == "csv":
-        out = io.BytesIO()
-        pacsv.write_csv(table, out, pacsv.WriteOptions(include_header=False))
-        return out.getvalue().rstrip(b"\n").split(b"\n") if table.num_rows else []
-    raise ValueError(f"unknown Kafka value format {fmt!r}")
-
-
-def encode_keys(table: pa.Table, columns: list[str]) -> list[bytes | None]:
-    if not columns:
-        return [None] * table.num_rows
-    if len(columns) == 1:
-        return [None if v is None else str(v).encode() for v in table.column(columns[0]).to_pylist()]
-    rows = zip(*(table.column(c).to_pylist() for c in columns))
-    return [json.dumps(list(r), default=str).encode() for r in rows]
 
 
 # -- the source ----------------------------------------------------------------------------------
@@ -424,10 +291,7 @@ class KafkaSourceOperator(SourceOperator):
                     self.idle_ns += time.perf_counter_ns() - started
                     self._idle_watermark()
                     if self.bounded:  # read_committed: control records move the position past the last record
-                        for tp in stops:
-                            pos = consumer.position([TopicPartition(*tp)])[0].offset
-                            if pos >= 0:
-                                self._offsets[tp] = max(self._offsets.get(tp, 0), pos)
+                        self._advance_idle(consumer, stops)
                     continue
                 good = []
                 for m in messages:
@@ -459,6 +323,26 @@ class KafkaSourceOperator(SourceOperator):
 
         return decode_values(self.spec.get("format", "string"), [m.value() for m in messages],
                              self.spec.get("schema"), where, self.spec.get("csv_columns"), self.spec.get("avro_schema"))
+
+    def _advance_idle(self, consumer: Any, stops: dict[tuple[str, int], int]) -> None:
+        """Nothing came: each unfinished partition's offset moves to the consumer's position
+        (past control records), or to the log's start when the records before it are gone
+        (deleted by retention before they were read: said in the log, as Kafka's reset does)."""
+        from confluent_kafka import TopicPartition
+
+        for tp, stop in stops.items():
+            at = self._offsets.get(tp, 0)
+            if at >= stop:
+                continue
+            pos = consumer.position([TopicPartition(*tp)])[0].offset
+            if pos >= 0:
+                self._offsets[tp] = max(at, pos)
+                continue
+            low = int(consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)[0])
+            if low > at:
+                log.warning("%s: %s[%d] starts at offset %d now: records %d to %d were deleted before they were "
+                            "read", self.name, tp[0], tp[1], low, at, low - 1)
+                self._offsets[tp] = low
 
     def _emit(self, messages: list[Any]) -> None:
         try:
@@ -582,231 +466,3 @@ class _PartitionOutput:
 
     def mark_idle(self) -> None:
         pass
-
-
-# -- the sink ------------------------------------------------------------------------------------
-
-class KafkaSinkOperator(Operator):
-    """See the module docstring. ``spec``: ``yarnflow.kafka.KafkaSink``'s settings."""
-
-    kind = "kafka_sink"
-    connector_sink = True  # (a pipeline may end with it)
-
-    def __init__(self, spec: dict[str, Any], name: str | None = None, uid: str | None = None) -> None:
-        super().__init__(name or "kafka_sink", uid)
-        self.spec = spec
-        self.guarantee = spec.get("delivery_guarantee", "AT_LEAST_ONCE")
-        self._producer: Any = None
-        self._marker_consumer: Any = None
-        self._buffer: list[tuple[str, int | None, bytes | None, bytes]] = []  # rows since the last barrier
-        self._pending: dict[int, list[tuple[str, int | None, bytes | None, bytes]]] = {}
-        self._restored: list[tuple[str, int, list[tuple[str, int | None, bytes | None, bytes]]]] = []
-        self._errors: list[str] = []
-        self.rows = 0
-
-    @property
-    def exactly_once(self) -> bool:
-        return self.guarantee == "EXACTLY_ONCE"
-
-    @property
-    def needs_final_checkpoint(self) -> bool:
-        return self.exactly_once and self.ctx.checkpointing
-
-    def transactional_id(self, subtask: int | None = None) -> str:
-        prefix = self.spec.get("transactional_id_prefix") or f"yarnflow-{self.name}"
-        return f"{prefix}-{self.ctx.subtask_index if subtask is None else subtask}"
-
-    def _base(self) -> dict[str, Any]:
-        conf = {"bootstrap.servers": self.spec["bootstrap_servers"]}
-        conf.update(self.spec.get("properties") or {})
-        return conf
-
-    def open(self) -> None:
-        from confluent_kafka import Producer
-
-        if not self.exactly_once:
-            conf = {**self._base(), "enable.idempotence": self.guarantee == "AT_LEAST_ONCE"}
-            self._producer = Producer(conf)
-            return
-        if not self.ctx.checkpointing:  # one transaction for the whole (bounded) input
-            self._producer = self._transactional(self.transactional_id())
-            self._producer.begin_transaction()
-            return
-        by_owner: dict[str, list[tuple[int, list[Any]]]] = {}
-        for owner_id, cid, rows in self._restored:
-            by_owner.setdefault(owner_id, []).append((cid, rows))
-        for owner_id, entries in sorted(by_owner.items()):  # restored: commit what the checkpoint covers
-            if owner_id != self.transactional_id():
-                producer = self._transactional(owner_id)
-                self._commit_pending(producer, owner_id, dict(entries))
-                producer.flush(0)
-        self._producer = self._transactional(self.transactional_id())
-        own = dict(by_owner.get(self.transactional_id(), []))
-        if own:
-            self._commit_pending(self._producer, self.transactional_id(), own)
-        self._restored = []
-
-    def _transactional(self, transactional_id: str) -> Any:
-        """A producer of ``transactional_id``; its ``init_transactions`` aborts (fences) what an
-        earlier producer of that id left open."""
-        from confluent_kafka import Producer
-
-        producer = Producer({**self._base(), "transactional.id": transactional_id})
-        producer.init_transactions(30)
-        return producer
-
-    def _marker(self, transactional_id: str, topic: str) -> int:
-        """The last checkpoint committed under ``transactional_id`` (0: none)."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer({**self._base(), "group.id": transactional_id, "enable.auto.commit": False})
-        try:
-            [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=30)
-            return max(0, tp.offset)
-        finally:
-            consumer.close()
-
-    def _commit_pending(self, producer: Any, transactional_id: str,
-                        pending: dict[int, list[tuple[str, int | None, bytes | None, bytes]]]) -> None:
-        """Produce the rows of the checkpoints in ``pending`` not committed yet, with the marker
-        of the last one, in one transaction."""
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-        if not pending:
-            return
-        topic = self.spec["topic"]
-        done = self._marker(transactional_id, topic)
-        todo = {cid: rows for cid, rows in pending.items() if cid > done}
-        if not todo:
-            log.info("%s: checkpoints %s of %s were committed already", self.name, sorted(pending), transactional_id)
-            return
-        last = max(todo)
-        marker_group = Consumer({**self._base(), "group.id": transactional_id, "enable.auto.commit": False})
-        try:
-            producer.begin_transaction()
-            count = 0
-            for cid in sorted(todo):
-                for t, partition, key, value in todo[cid]:
-                    self._produce(producer, t, partition, key, value)
-                    count += 1
-            producer.send_offsets_to_transaction([TopicPartition(topic, 0, last)],
-                                                 marker_group.consumer_group_metadata(), 30)
-            producer.commit_transaction(60)
-        except KafkaException as exc:
-            raise KafkaSinkError(f"{self.name}: committing checkpoint {last} as {transactional_id} failed: "
-                                 f"{exc}") from exc
-        finally:
-            marker_group.close()
-        log.info("%s (%d/%d): committed checkpoints %s (%d records) as %s", self.name, self.ctx.subtask_index + 1,
-                 self.ctx.parallelism, sorted(todo), count, transactional_id)
-
-    def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
-
-    def _produce(self, producer: Any, topic: str, partition: int | None, key: bytes | None, value: bytes) -> None:
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                producer.produce(topic, **kwargs)
-                return
-            except BufferError:  # the local queue is full: deliver some first
-                producer.poll(0.05)
-
-    def _rows(self, batch: pa.RecordBatch) -> list[tuple[str, int | None, bytes | None, bytes]]:
-        table = pa.Table.from_batches([batch])
-        topic_column = self.spec.get("topic_column")
-        topics = table.column(topic_column).to_pylist() if topic_column else [self.spec["topic"]] * table.num_rows
-        value_columns = [c for c in table.column_names if c not in (self.spec.get("exclude_columns") or ())]
-        values = encode_values(self.spec.get("format", "json"), table.select(value_columns),
-                               self.spec.get("value_column"), self.spec.get("avro_schema"))
-        keys = encode_keys(table, list(self.spec.get("key_columns") or ()))
-        return [(str(t), None, k, v) for t, k, v in zip(topics, keys, values)]
-
-    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
-        if not batch.num_rows:
-            return
-        rows = self._rows(batch)
-        self.rows += len(rows)
-        if self.exactly_once and self.ctx.checkpointing:
-            self._buffer.extend(rows)
-            return
-        for t, partition, key, value in rows:
-            self._produce(self._producer, t, partition, key, value)
-        self._producer.poll(0)
-        self._raise_errors()
-
-    def _raise_errors(self) -> None:
-        if self._errors:
-            raise KafkaSinkError(f"{self.name}: {len(self._errors)} records were not delivered, e.g. {self._errors[0]}")
-
-    def _flush(self) -> None:
-        left = self._producer.flush(60)
-        if left:
-            raise KafkaSinkError(f"{self.name}: {left} records not delivered within 60 s")
-        self._raise_errors()
-
-    def snapshot_state(self, checkpoint_id: int) -> dict[str, pa.Table]:
-        if not self.exactly_once:
-            if self.guarantee == "AT_LEAST_ONCE" and self._producer is not None:
-                self._flush()  # every record before the barrier is in Kafka
-            return {}
-        if self._buffer:
-            self._pending[checkpoint_id] = self._buffer
-            self._buffer = []
-        entries = [(cid, row) for cid in sorted(self._pending) for row in self._pending[cid]]
-        table = pa.table({
-            "owner": pa.array([self.transactional_id()] * len(entries), pa.string()),
-            "checkpoint_id": pa.array([cid for cid, _ in entries], pa.int64()),
-            "topic": pa.array([r[0] for _, r in entries], pa.string()),
-            "key": pa.array([r[2] for _, r in entries], pa.binary()),
-            "value": pa.array([r[3] for _, r in entries], pa.binary()),
-        })
-        if not entries:  # (an owner row without records: the subtask's id, so a rescale keeps it)
-            table = pa.table({"owner": [self.transactional_id()], "checkpoint_id": pa.array([0], pa.int64()),
-                              "topic": pa.array([None], pa.string()), "key": pa.array([None], pa.binary()),
-                              "value": pa.array([None], pa.binary())})
-        return {PENDING_TABLE: table}
-
-    def initialize_state(self, state: dict[str, pa.Table]) -> None:
-        table = state.get(PENDING_TABLE)
-        if table is None:
-            return
-        grouped: dict[tuple[str, int], list[tuple[str, int | None, bytes | None, bytes]]] = {}
-        for row in table.to_pylist():
-            if row["value"] is None:
-                continue
-            grouped.setdefault((row["owner"], int(row["checkpoint_id"])), []).append(
-                (row["topic"], None, row["key"], row["value"]))
-        self._restored = [(o, cid, rows) for (o, cid), rows in sorted(grouped.items())]
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        if not (self.exactly_once and self.ctx.checkpointing):
-            return
-        done = {cid: rows for cid, rows in self._pending.items() if cid <= checkpoint_id}
-        if not done:
-            return
-        self._commit_pending(self._producer, self.transactional_id(), done)
-        for cid in done:
-            del self._pending[cid]
-
-    def finish(self) -> None:
-        if self._producer is None:
-            return
-        if self.exactly_once and not self.ctx.checkpointing:
-            try:
-                self._producer.commit_transaction(60)
-            except Exception as exc:  # noqa: BLE001 - confluent_kafka.KafkaException
-                raise KafkaSinkError(f"{self.name}: committing the transaction failed: {exc}") from exc
-        elif not self.exactly_once:
-            self._flush()
-
-    def close(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                producer.flush(0 if self.exactly_once else 5)
-            except Exception:  # noqa: BLE001
-                log.debug("closing the Kafka producer", exc_info=True)

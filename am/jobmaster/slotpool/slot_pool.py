@@ -119,6 +119,10 @@ class SlotPool:
             slot.profile = profile if profile is not None and profile != ResourceProfile() else None
         return slot.resource_id == resource_id
 
+    def is_pending(self, allocation_id: AllocationID) -> bool:
+        """Whether this allocation was asked for and no slot came for it yet."""
+        return allocation_id in self._pending
+
     def pending_count(self) -> int:
         """How many allocations wait for the RM (kept up to date, O(1))."""
         return len(self._pending)
