@@ -298,11 +298,9 @@ def test_a_task_executor_unreachable_for_a_deployment_is_lost_to_the_job_and_not
     assert d.core.status == JobStatus.RUNNING and len(d.core.failures.history()) == 1
 
 
-def test_a_lost_task_executor_that_registered_again_is_used_again_and_a_stale_one_is_not() -> None:
-    """A TaskExecutor cut off past the heartbeat timeout is lost to the job; when the partition
-    heals it registers at the ResourceManager again, and the slots it offers under that new
-    registration are taken. Offers under the registration the job lost stay declined, unless
-    they are for a request the job waits for now (see the next test)."""
+def _te_1_lost_by_heartbeats() -> tuple[Driver, list[Any]]:
+    """A job on te-0 and te-1 (registration reg-1); te-1 lost by its heartbeats, the region
+    restarted (its new slot request open)."""
     d = Driver(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_delay="100 ms")
     d.start()
     first = d.open_requests()
@@ -316,6 +314,15 @@ def test_a_lost_task_executor_that_registered_again_is_used_again_and_a_stale_on
         d.core.task_state_changed(TaskExecutionStateUpdate(JOB, cancel.attempt_id, S.CANCELED))
     d.drain()
     d.advance(100)
+    return d, first
+
+
+def test_a_lost_task_executor_that_registered_again_is_used_again_and_a_stale_one_is_not() -> None:
+    """A TaskExecutor cut off past the heartbeat timeout is lost to the job; when the partition
+    heals it registers at the ResourceManager again, and the slots it offers under that new
+    registration are taken. Offers under the registration the job lost stay declined, unless
+    they are for a request the job waits for now (see the next test)."""
+    d, first = _te_1_lost_by_heartbeats()
     [request] = d.open_requests()
     stale = SlotOffer(first[1].allocation_id, 0, ResourceProfile(1.0, 1024), "reg-1")  # (the slot it lost)
     assert d.core.slots_offered(ResourceID("te-1"), "te-1:6000", "te-1:7000", [stale]) == []
@@ -330,19 +337,7 @@ def test_a_task_executor_lost_by_heartbeats_that_offers_a_slot_the_job_waits_for
     registered there under the registration the job lost, and the ResourceManager gives its
     slot to the job's new request. Declining it would leave that request met at the
     ResourceManager and empty here (the job waited for ever); it is taken."""
-    d = Driver(pipeline(2), restart_strategy_type="fixed-delay", restart_strategy_fixed_delay_delay="100 ms")
-    d.start()
-    first = d.open_requests()
-    for i, request in enumerate(first):
-        d.core.slots_offered(ResourceID(f"te-{i}"), f"te-{i}:6000", f"te-{i}:7000",
-                             [SlotOffer(request.allocation_id, 0, ResourceProfile(1.0, 1024), "reg-1")])
-    d._offered_ids = {r.allocation_id for r in first}  # type: ignore[attr-defined]
-    d.run_all(d.of(DeployTask, d.drain()))
-    d.core.task_executor_lost(ResourceID("te-1"), "no heartbeat for 3001 ms")
-    for cancel in d.of(CancelTask, d.drain()):
-        d.core.task_state_changed(TaskExecutionStateUpdate(JOB, cancel.attempt_id, S.CANCELED))
-    d.drain()
-    d.advance(100)
+    d, _ = _te_1_lost_by_heartbeats()
     [request] = d.open_requests()
     same = SlotOffer(request.allocation_id, 0, ResourceProfile(1.0, 1024), "reg-1")
     assert d.core.slots_offered(ResourceID("te-1"), "te-1:6000", "te-1:7000", [same]) == [same]
