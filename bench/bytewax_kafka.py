@@ -34,7 +34,8 @@ def _message(item: Any) -> Any:
 
 
 flow = Dataflow("kafka-windows")
-events = op.map("parse", op.input("in", flow, KafkaSource([BROKER], [INPUT], tail=False, batch_size=10_000)),
+events = op.map("parse", op.input("in", flow, KafkaSource([BROKER], [INPUT], tail=False, batch_size=10_000,
+                                                    add_config={"receive.message.max.bytes": str(1 << 30)})),
                 lambda m: json.loads(m.value))
 # (a wait of an hour of event time: no record is late, as yarnflow's bounded source counts every one; the
 # partitions of a worker are read unevenly, and with no wait Bytewax drops the records behind)

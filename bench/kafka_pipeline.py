@@ -36,6 +36,9 @@ import uuid
 from typing import Any
 
 KEYS, PARTITIONS, WINDOW_MS = 100, 4, 1000
+#: noida-db answers a fetch with all it has, whatever fetch.max.bytes says (184 MB at 5M records),
+#: more than librdkafka takes by default (100 MB): every consumer here takes up to 1 GB
+FETCH = {"receive.message.max.bytes": 1 << 30}
 
 
 def _free_port() -> int:
@@ -110,7 +113,7 @@ def _read_committed(broker: _Broker, topic: str) -> list[dict[str, Any]]:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
+                         "isolation.level": "read_committed", "enable.auto.commit": False, **FETCH})
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     out: list[dict[str, Any]] = []
@@ -139,7 +142,8 @@ def _yarnflow(broker: _Broker, src: str, out: str | None, work_dir: str) -> floa
             env = yarnflow.StreamExecutionEnvironment(parallelism=2, runtime_mode="STREAMING")
             source = (KafkaSource.builder().set_bootstrap_servers(broker.bootstrap).set_topics(src)
                       .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-                      .set_bounded(KafkaOffsetsInitializer.latest()).set_value_format("json").build())
+                      .set_bounded(KafkaOffsetsInitializer.latest()).set_value_format("json")
+                      .set_properties(FETCH).build())
             if out is None:
                 env.from_source(source, None, "events").map_batches(lambda b: b.slice(0, 0), name="drop").collect()
             else:
@@ -161,7 +165,7 @@ def _bare_consumer(broker: _Broker, topic: str, records: int) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"bare-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, **FETCH})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     started, seen = time.perf_counter(), 0
     while seen < records:

@@ -500,3 +500,23 @@ def test_the_sink_routes_rows_by_a_topic_column_with_keys_and_csv_values(run, ka
     for topic, parity in ((a, 1), (b, 0)):
         got = sorted((int(m.key()), m.value()) for m in kafka_broker.read_all(topic))
         assert got == [(i, f'{i},"n{i}"'.encode()) for i in range(20) if i % 2 == parity]
+
+
+def test_a_topic_pattern_reads_every_matching_topic(run, kafka_broker):
+    import uuid
+
+    prefix = f"pat{uuid.uuid4().hex[:6]}"
+    a, b = kafka_broker.create_topic(2, f"{prefix}-a"), kafka_broker.create_topic(1, f"{prefix}-b")
+    other = kafka_broker.create_topic(1, f"x{prefix}-c")
+    for topic in (a, b, other):
+        kafka_broker.produce(topic, [f"{topic}:{i}".encode() for i in range(5)])
+
+    def build(env):
+        env.set_runtime_mode("BATCH")
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap)
+                  .set_topic_pattern(f"{prefix}-.*").set_bounded(KafkaOffsetsInitializer.latest())
+                  .set_metadata_columns(["topic"]).build())
+        env.from_source(source, None, "kafka").collect()
+
+    rows = run(build, name="kafka-pattern").collected().to_pylist()
+    assert sorted(r["value"] for r in rows) == sorted(f"{t}:{i}" for t in (a, b) for i in range(5))

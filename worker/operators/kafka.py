@@ -272,6 +272,9 @@ class KafkaSourceOperator(SourceOperator):
             interval_s = float(self.spec.get("discovery_interval_ms", 300_000)) / 1000.0
             next_discovery = time.monotonic() + interval_s if interval_s > 0 and not self.bounded else float("inf")
             size = max(1, min(self.ctx.batch_size, int(self.spec.get("max_poll_records", 10_000))))
+            topics = {t for t, _ in mine}
+            single_topic = len(topics) == 1 and not self.spec.get("topic_pattern")
+            topic = next(iter(topics)) if single_topic else ""
             while not cancelled():
                 if self.bounded and all(self._offsets.get(tp, 0) >= end for tp, end in stops.items()):
                     return
@@ -293,24 +296,28 @@ class KafkaSourceOperator(SourceOperator):
                     if self.bounded:  # read_committed: control records move the position past the last record
                         self._advance_idle(consumer, stops)
                     continue
-                good = []
-                for m in messages:
-                    err = m.error()
-                    if err is None:
-                        good.append(m)
-                    elif err.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaSourceError(f"{self.name}: reading {m.topic()}[{m.partition()}] failed: {err}")
-                if self.bounded:
-                    good = [m for m in good if _offset(m) < stops.get(_tp(m), 0)]
-                if good:
-                    self._emit(good)
-                for m in good:
-                    self._offsets[_tp(m)] = _offset(m) + 1
-                if self.bounded:
-                    for m in messages:  # past the stop offset: that partition is done
-                        tp = _tp(m)
-                        if m.error() is None and _offset(m) >= stops.get(tp, 0):
+                good = messages  # (the hot path: about one call into the client per record and column)
+                if any([m.error() is not None for m in messages]):
+                    for m in messages:
+                        err = m.error()
+                        if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                            raise KafkaSourceError(f"{self.name}: reading {m.topic()}[{m.partition()}] failed: "
+                                                   f"{err}")
+                    good = [m for m in messages if m.error() is None]
+                if not good:
+                    continue
+                ends = self._last_offsets(good, topic if single_topic else None)
+                if self.bounded and any(o >= stops.get(tp, 0) for tp, o in ends.items()):
+                    for tp, o in ends.items():  # past its stop: that partition is done
+                        if o >= stops.get(tp, 0):
                             self._offsets[tp] = max(self._offsets.get(tp, 0), stops.get(tp, 0))
+                    good = [m for m in good if _offset(m) < stops.get(_tp(m), 0)]
+                    if not good:
+                        continue
+                    ends = self._last_offsets(good, None)
+                self._emit(good)
+                for tp, o in ends.items():
+                    self._offsets[tp] = max(self._offsets.get(tp, 0), o + 1)
         except KafkaException as exc:
             raise KafkaSourceError(f"{self.name}: {exc}") from exc
         finally:
@@ -323,6 +330,14 @@ class KafkaSourceOperator(SourceOperator):
 
         return decode_values(self.spec.get("format", "string"), [m.value() for m in messages],
                              self.spec.get("schema"), where, self.spec.get("csv_columns"), self.spec.get("avro_schema"))
+
+    @staticmethod
+    def _last_offsets(messages: list[Any], topic: str | None) -> dict[tuple[str, int], int]:
+        """The offset of each partition's last record in ``messages`` (``topic``: the only one)."""
+        n = range(len(messages))
+        if topic is not None:
+            return {(topic, p): _offset(messages[i]) for p, i in dict(zip([m.partition() for m in messages], n)).items()}
+        return {tp: _offset(messages[i]) for tp, i in dict(zip([_tp(m) for m in messages], n)).items()}
 
     def _advance_idle(self, consumer: Any, stops: dict[tuple[str, int], int]) -> None:
         """Nothing came: each unfinished partition's offset moves to the consumer's position
