@@ -14,8 +14,9 @@ event time advancing 1 ms every 5 records: 1,000 windows of 1 s at 5M records). 
   Bytewax 0.21 and confluent-kafka): the same dataflow in Bytewax, 2 processes
   (``bytewax_kafka.py``; its Kafka sink is not transactional), process start to end;
 - ``consume_records_per_s`` / ``consume_ratio_to_bare_consumer``: a yarnflow job that only
-  reads the topic (JSON decoded into Arrow, then dropped), against one process's bare
-  confluent-kafka consume loop over the same topic (values not decoded).
+  reads the topic (JSON decoded into Arrow, then dropped; BATCH, so no checkpoints), submit to
+  end, against one process's bare confluent-kafka consume loop over the same topic (values
+  not decoded).
 
 ``verified``: nothing lost or duplicated, and Bytewax's results (if run) counted every record.
 """
@@ -135,11 +136,13 @@ def _yarnflow(broker: _Broker, src: str, out: str | None, work_dir: str) -> floa
     from yarnflow.local_cluster import LocalCluster
     from yarnflow.windows import TumblingEventTimeWindows, WatermarkStrategy
 
-    conf = {"execution.checkpointing.interval": "1 s"}
+    # read only: a BATCH job (no checkpoints, so no wait for a final one at the end)
+    conf = {"execution.checkpointing.interval": "1 s"} if out is not None else {}
     with LocalCluster(2, 1, conf, work_dir=tempfile.mkdtemp(dir=work_dir)) as cluster:
         executors.set_context(executors.ClusterContext(cluster.address, conf, progress=False))
         try:
-            env = yarnflow.StreamExecutionEnvironment(parallelism=2, runtime_mode="STREAMING")
+            env = yarnflow.StreamExecutionEnvironment(parallelism=2,
+                                                      runtime_mode="STREAMING" if out is not None else "BATCH")
             source = (KafkaSource.builder().set_bootstrap_servers(broker.bootstrap).set_topics(src)
                       .set_starting_offsets(KafkaOffsetsInitializer.earliest())
                       .set_bounded(KafkaOffsetsInitializer.latest()).set_value_format("json")

@@ -45,7 +45,9 @@ def decode_values(fmt: str, values: list[bytes | None], schema: pa.Schema | None
             data = b"\n".join(b"{}" if v is None else v.replace(b"\n", b" ") for v in values)
         try:
             opts = pajson.ParseOptions(explicit_schema=schema) if schema is not None else None
-            table = pajson.read_json(io.BytesIO(data), parse_options=opts)
+            # (one thread, one block: a poll's worth is small, and the task is one of a core's few)
+            read = pajson.ReadOptions(use_threads=False, block_size=max(1 << 20, len(data) + 1))
+            table = pajson.read_json(io.BytesIO(data), read_options=read, parse_options=opts)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise KafkaSourceError(f"the record at {where(_first_bad_json(values))} is not a JSON object: "
                                    f"{exc}") from None
