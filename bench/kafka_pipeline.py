@@ -30,7 +30,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -52,8 +51,9 @@ class _Broker:
     def __init__(self, work_dir: str) -> None:
         import noida_db
 
-        binary = shutil.which("noida-db", path=os.path.dirname(sys.executable)) or \
-            os.path.join(os.path.dirname(noida_db.__file__), "noida-db")
+        # the binary itself: the console script runs it as a child a kill of the script leaves behind
+        binary = os.path.join(os.path.dirname(noida_db.__file__), "noida-db")
+        os.chmod(binary, 0o755)
         self.port = _free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.log = open(os.path.join(work_dir, "broker.log"), "ab")  # noqa: SIM115 - closed in stop()

@@ -8,9 +8,7 @@ librdkafka's mock cluster is no stand-in: it does not enforce transaction semant
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,16 +22,19 @@ from tests.zookeeper import _die_with_parent
 
 
 def _binary() -> str | None:
-    found = shutil.which("noida-db", path=os.path.dirname(sys.executable)) or shutil.which("noida-db")
-    if found is None:
-        try:
-            import noida_db
-
-            candidate = os.path.join(os.path.dirname(noida_db.__file__), "noida-db")
-            found = candidate if os.access(candidate, os.X_OK) else None
-        except ImportError:
-            return None
-    return found
+    """The broker binary itself, not the ``noida-db`` console script: that one runs the binary
+    as its child, which a SIGKILL of the script (by pid, as fixtures stop what they start)
+    would leave running."""
+    try:
+        import noida_db
+    except ImportError:
+        return None
+    candidate = os.path.join(os.path.dirname(noida_db.__file__), "noida-db")
+    if not os.path.isfile(candidate):
+        return None
+    if not os.access(candidate, os.X_OK):
+        os.chmod(candidate, 0o755)  # (as the console script does before it runs it)
+    return candidate
 
 
 class KafkaBroker(ServerProcess):
@@ -62,7 +63,7 @@ class KafkaBroker(ServerProcess):
             if self._process.poll() is not None:
                 raise RuntimeError(f"the Kafka broker exited {self._process.returncode}:\n{self.log_tail()}")
             try:
-                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=1)
+                AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=1)
                 return
             except Exception:  # noqa: BLE001 - not up yet
                 if time.monotonic() > deadline:

@@ -81,14 +81,14 @@ def test_env_execute_runs_on_an_in_process_appmaster_and_leaves_nothing_behind(p
 
     def watch() -> None:  # what this process starts while the job runs
         while not done.wait(0.02):
-            try:
-                for child in psutil.Process(os.getpid()).children():
+            for child in psutil.Process(os.getpid()).children():
+                try:  # (one child gone or unreadable, e.g. a test server's, does not hide the others)
                     cmd = " ".join(child.cmdline())
-                    for kind, module in (("workers", "yarnflow.worker"), ("appmasters", "yarnflow.am")):
-                        if module in cmd:
-                            seen[kind].add(child.pid)
-            except psutil.Error:
-                continue
+                except psutil.Error:
+                    continue
+                for kind, module in (("workers", "yarnflow.worker"), ("appmasters", "yarnflow.am")):
+                    if module in cmd:
+                        seen[kind].add(child.pid)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
