@@ -56,7 +56,15 @@ def _wait_running(gw, name: str, timeout_s: float = 30):
 
 
 def _te_processes(cluster) -> list[psutil.Process]:
-    """The cluster's TaskExecutor processes (whichever AppMaster started them)."""
+    """The TaskExecutor processes the cluster's first AppMaster started (not their slot
+    processes); with a standby that led, see ``_all_te_processes``."""
+    am = psutil.Process(cluster.proc.pid)
+    return [p for p in am.children() if "yarnflow.worker" in " ".join(p.cmdline())]
+
+
+def _all_te_processes(cluster) -> list[psutil.Process]:
+    """Every TaskExecutor process of the cluster, whichever AppMaster started it (found by the
+    environment variable they inherit), slot processes aside."""
     return [p for p in cluster._descendants() if "yarnflow.worker" in p.cmdline()]
 
 

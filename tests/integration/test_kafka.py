@@ -355,8 +355,8 @@ def test_a_killed_taskexecutor_then_a_killed_leader_with_a_standby_commit_each_w
     checkpoint whose commit notification was lost is committed by the restored or adopted sink)."""
     import signal
 
+    from tests.integration.test_cluster_failures import _all_te_processes, _resource_id
     from tests.integration.test_ha_failover import connection, job_info, leader, run_following_the_leader
-    from tests.integration.test_streaming_exactly_once import _kill_a_busy_taskexecutor
 
     src, out = kafka_broker.create_topic(PARTITIONS), kafka_broker.create_topic(PARTITIONS)
     cluster = ha_cluster(standby=1)
@@ -366,8 +366,11 @@ def test_a_killed_taskexecutor_then_a_killed_leader_with_a_standby_commit_each_w
                                                CHECKPOINTS)
     conn = connection(cluster)
     try:
-        with closing(cluster.gateway()) as gw:
-            _kill_a_busy_taskexecutor(cluster, gw, "kafka-ha", random.Random(3), False)
+        running = wait_until(lambda: (j := job_info(conn, "kafka-ha")) is not None and j.latest_completed_checkpoint_id
+                             and j, 60, "the job never completed a checkpoint")
+        victim = random.Random(3).choice(sorted({loc for v in running.vertices for loc in v.subtask_locations if loc}))
+        [proc] = [p for p in _all_te_processes(cluster) if _resource_id(p) == victim]
+        proc.send_signal(signal.SIGKILL)
         restarted = wait_until(lambda: (j := job_info(conn, "kafka-ha")) is not None and j.failure_history
                                and j.status.name == "RUNNING" and j, 60, "the job did not restart after the kill")
         wait_until(lambda: job_info(conn, "kafka-ha").latest_completed_checkpoint_id >
