@@ -25,7 +25,14 @@ pytestmark = [pytest.mark.integration]
 
 
 def _workers(pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(pid).children() if "yarnflow.worker" in " ".join(p.cmdline())]
+    found = []
+    for p in psutil.Process(pid).children():
+        try:  # (a child that ended unreaped, another test's, has no command line left)
+            if "yarnflow.worker" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
 
 
 def _am_threads() -> set[threading.Thread]:
