@@ -8,6 +8,7 @@ librdkafka's mock cluster is no stand-in: it does not enforce transaction semant
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import TAG_VAR
 from tests.harness import ServerProcess, free_port
 from tests.zookeeper import _die_with_parent
 
@@ -41,6 +43,7 @@ class KafkaBroker(ServerProcess):
     def __init__(self, work_dir: Path) -> None:
         self.work_dir = work_dir
         self.port = free_port()
+        self.tag = f"kafka-{uuid.uuid4().hex}"
         self._process: subprocess.Popen[bytes] | None = None
         binary = _binary()
         if binary is None:
@@ -55,9 +58,10 @@ class KafkaBroker(ServerProcess):
     def start(self, timeout: float = 30.0) -> None:
         from confluent_kafka.admin import AdminClient
 
+        env = {**os.environ, TAG_VAR: self.tag}  # (its own tag: a restart inside a test is not that test's leak)
         with open(self.work_dir / "broker.log", "ab") as log:
             self._process = subprocess.Popen(_die_with_parent(self._command), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL)
+                                             stdin=subprocess.DEVNULL, env=env)
         deadline = time.monotonic() + timeout
         while True:
             if self._process.poll() is not None:
@@ -71,6 +75,20 @@ class KafkaBroker(ServerProcess):
                     raise RuntimeError(f"the Kafka broker did not answer within {timeout} s:\n"
                                        f"{self.log_tail()}") from None
                 time.sleep(0.1)
+
+    def restart(self) -> None:
+        """Stop the broker cleanly (SIGTERM) and start it again on the same port and data: noida-db
+        saves its data when it stops, and a SIGKILL loses what it had not saved (Kafka's log on
+        disk would survive one; this broker's would not, so the tests do not claim it)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        self.start()
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -258,26 +258,6 @@ def _assert_windows_exact(broker: KafkaBroker, out: str, events: list[tuple[str,
     assert {(r["k"], r["window_start"]): r["n"] for r in committed} == dict(expected)
 
 
-def test_a_broker_restarted_mid_job_is_survived_exactly(local_cluster, kafka_broker):
-    src, out = kafka_broker.create_topic(PARTITIONS), kafka_broker.create_topic(PARTITIONS)
-    cluster = local_cluster(taskexecutors=2, slots=2)
-    events, writer = _events(kafka_broker, src, rounds_per_s=4.0)
-    thread, outcome = _run_in_thread(cluster, _window_job(kafka_broker, src, out, f"restart-{out}"), "kafka-restart",
-                                     CHECKPOINTS, 2)
-    with closing(cluster.gateway()) as gw:
-        wait_until(lambda: any(j.name == "kafka-restart" and j.latest_completed_checkpoint_id >= 2
-                               for j in gw.list_jobs()), 60, "the job completed no checkpoint")
-        assert writer.is_alive()  # mid-input (the test's producer retries while the broker is down)
-        kafka_broker.restart()  # the data and the transactions' state survive, on the same port
-        writer.join(60)
-        thread.join(200)
-        [info] = [j for j in gw.list_jobs() if j.name == "kafka-restart"]
-    assert not thread.is_alive(), "the job did not end after the broker's restart"
-    assert "error" not in outcome, outcome.get("error")
-    _assert_windows_exact(kafka_broker, out, events)
-    assert info.latest_completed_checkpoint_id > 2
-
-
 def test_an_idle_partition_does_not_stall_windows(local_cluster, kafka_broker):
     """Two partitions, events in one only: with the strategy's idleness the empty one stops
     holding the watermark back, and windows fire (are committed) while the job runs."""
