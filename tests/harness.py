@@ -48,6 +48,31 @@ class ServerProcess:
     def start(self) -> None:
         raise NotImplementedError
 
+    def _launch(self, command: list[str], log_path: Any, probe: Callable[[], None], what: str,
+                timeout: float, **popen: Any) -> None:
+        """Start ``command`` (output to ``log_path``) and wait until ``probe()`` stops raising;
+        RuntimeError with the log's end when the process exits or ``timeout`` passes first."""
+        import subprocess
+
+        with open(log_path, "ab") as log:
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, **popen)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"{what} exited {self._process.returncode} at start:\n{self.log_tail()}")
+            try:
+                probe()
+                return
+            except Exception:  # noqa: BLE001 - not up yet
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{what} did not answer within {timeout} s:\n{self.log_tail()}") from None
+                time.sleep(0.1)
+
+    def log_tail(self, lines: int = 30) -> str:
+        raise NotImplementedError
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:

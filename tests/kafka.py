@@ -59,22 +59,9 @@ class KafkaBroker(ServerProcess):
         from confluent_kafka.admin import AdminClient
 
         env = {**os.environ, TAG_VAR: self.tag}  # (its own tag: a restart inside a test is not that test's leak)
-        with open(self.work_dir / "broker.log", "ab") as log:
-            self._process = subprocess.Popen(_die_with_parent(self._command), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"the Kafka broker exited {self._process.returncode}:\n{self.log_tail()}")
-            try:
-                AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=1)
-                return
-            except Exception:  # noqa: BLE001 - not up yet
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"the Kafka broker did not answer within {timeout} s:\n"
-                                       f"{self.log_tail()}") from None
-                time.sleep(0.1)
+        self._launch(_die_with_parent(self._command), self.work_dir / "broker.log",
+                     lambda: AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=1),
+                     "the Kafka broker", timeout, env=env)
 
     def restart(self) -> None:
         """Stop the broker cleanly (SIGTERM) and start it again on the same port and data: noida-db

@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -143,25 +142,17 @@ class ZooKeeperServer(ServerProcess):
             return
         env = dict(os.environ)
         env[TAG_VAR] = self.tag
-        with open(self.work_dir / "zookeeper.log", "ab") as log:
-            self._process = subprocess.Popen(_die_with_parent(self._command), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, env=env, cwd=self.work_dir)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited {self._process.returncode} at start:\n{self.log_tail()}")
+
+        def probe() -> None:
             client = _quiet_client(self.quorum, timeout=1.0)  # a short session: a short handshake
             try:
                 client.start(timeout=0.5)
                 client.stop()
-                return
-            except Exception:  # noqa: BLE001 - not up yet
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"ZooKeeper did not accept a client within {timeout} s:\n"
-                                       f"{self.log_tail()}") from None
             finally:
                 client.close()
+
+        self._launch(_die_with_parent(self._command), self.work_dir / "zookeeper.log", probe, "ZooKeeper", timeout,
+                     env=env, cwd=self.work_dir)
 
     def expire_session(self, client: KazooClient, timeout: float = 10.0) -> None:
         """Expire ``client``'s session on the server (as kazoo's harness did): a second client
