@@ -42,6 +42,7 @@ def _binary() -> str | None:
 class KafkaBroker(ServerProcess):
     def __init__(self, work_dir: Path) -> None:
         self.work_dir = work_dir
+        work_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.tag = f"kafka-{uuid.uuid4().hex}"
         self._process: subprocess.Popen[bytes] | None = None

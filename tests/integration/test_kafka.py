@@ -258,6 +258,34 @@ def _assert_windows_exact(broker: KafkaBroker, out: str, events: list[tuple[str,
     assert {(r["k"], r["window_start"]): r["n"] for r in committed} == dict(expected)
 
 
+def test_a_broker_restarted_mid_job_is_survived_exactly(local_cluster, tmp_path):
+    """The broker stopped (cleanly: this broker keeps its data only then) and started again on the
+    same port and data while the job reads, windows and commits transactions: the job carries on
+    (or restarts from its last checkpoint) and every window result is committed once."""
+    broker = KafkaBroker(tmp_path / "kafka")  # (its own broker: the restart does not disturb other tests)
+    broker.start()
+    try:
+        src, out = broker.create_topic(PARTITIONS), broker.create_topic(PARTITIONS)
+        cluster = local_cluster(taskexecutors=2, slots=2)
+        events, writer = _events(broker, src, rounds_per_s=4.0)
+        thread, outcome = _run_in_thread(cluster, _window_job(broker, src, out, f"restart-{out}"), "kafka-restart",
+                                         CHECKPOINTS, 2)
+        with closing(cluster.gateway()) as gw:
+            wait_until(lambda: any(j.name == "kafka-restart" and j.latest_completed_checkpoint_id >= 2
+                                   for j in gw.list_jobs()), 60, "the job completed no checkpoint")
+            assert writer.is_alive() and thread.is_alive()  # mid-input, mid-job (the writer retries meanwhile)
+            broker.restart()
+            writer.join(60)
+            thread.join(200)
+            [info] = [j for j in gw.list_jobs() if j.name == "kafka-restart"]
+        assert not thread.is_alive(), "the job did not end after the broker's restart"
+        assert "error" not in outcome, outcome.get("error")
+        _assert_windows_exact(broker, out, events)
+        assert info.latest_completed_checkpoint_id > 2
+    finally:
+        broker.stop()
+
+
 def test_an_idle_partition_does_not_stall_windows(local_cluster, kafka_broker):
     """Two partitions, events in one only: with the strategy's idleness the empty one stops
     holding the watermark back, and windows fire (are committed) while the job runs."""
@@ -503,3 +531,71 @@ def test_a_topic_pattern_reads_every_matching_topic(run, kafka_broker):
 
     rows = run(build, name="kafka-pattern").collected().to_pylist()
     assert sorted(r["value"] for r in rows) == sorted(f"{t}:{i}" for t in (a, b) for i in range(5))
+
+
+def _sink_operator(broker: KafkaBroker, topic: str, prefix: str):
+    from tests.harness import RecordingOutput, runtime_context
+
+    sink = (KafkaSink.builder().set_bootstrap_servers(broker.bootstrap).set_topic(topic).set_value_format("json")
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(prefix).build())
+    op = sink.create_operator("sink")
+    op.setup(runtime_context(checkpointing=True), RecordingOutput())
+    op.open()
+    return op
+
+
+def _hang_first(op, monkeypatch, hangs: int) -> list[int]:
+    """The sink's first ``hangs`` transactions never return (as librdkafka's did on a broker that
+    went away and came back); the calls made are counted."""
+    import yarnflow.worker.operators.kafka_sink as kafka_sink
+
+    monkeypatch.setattr(kafka_sink, "COMMIT_ATTEMPT_S", 1.0)
+    real, calls = op._transaction, []
+
+    def transaction(*args):
+        calls.append(1)
+        if len(calls) <= hangs:
+            time.sleep(3)  # (past the attempt's deadline; it then reports nothing)
+            return
+        real(*args)
+
+    monkeypatch.setattr(op, "_transaction", transaction)
+    return calls
+
+
+def test_a_commit_that_hangs_is_redone_by_a_new_producer_once(kafka_broker, monkeypatch):
+    import pyarrow as pa
+
+    topic = kafka_broker.create_topic(1)
+    op = _sink_operator(kafka_broker, topic, f"hang-{topic}")
+    try:
+        first = op._producer
+        op.process_batch(pa.record_batch({"i": list(range(50))}))
+        op.snapshot_state(1)
+        calls = _hang_first(op, monkeypatch, 1)
+        op.notify_checkpoint_complete(1)
+        assert len(calls) == 2 and op._producer is not first  # (the second try, by a new producer)
+    finally:
+        op.close()
+    assert sorted(json.loads(m.value())["i"] for m in kafka_broker.read_all(topic)) == list(range(50))
+
+
+def test_a_commit_that_keeps_failing_fails_the_task_and_keeps_its_rows(kafka_broker, monkeypatch):
+    import pyarrow as pa
+
+    from yarnflow.worker.operators.kafka_sink import COMMIT_ATTEMPTS, PENDING_TABLE, KafkaSinkError
+
+    topic = kafka_broker.create_topic(1)
+    op = _sink_operator(kafka_broker, topic, f"fail-{topic}")
+    try:
+        op.process_batch(pa.record_batch({"i": list(range(10))}))
+        op.snapshot_state(1)
+        calls = _hang_first(op, monkeypatch, COMMIT_ATTEMPTS)
+        with pytest.raises(KafkaSinkError, match=f"checkpoint 1 .* failed {COMMIT_ATTEMPTS} times: .*did not end"):
+            op.notify_checkpoint_complete(1)
+        assert len(calls) == COMMIT_ATTEMPTS
+        # the rows stay pending: the next checkpoint (or the restored state) still carries them
+        assert op.snapshot_state(2)[PENDING_TABLE].num_rows == 10
+    finally:
+        op.close()
+    assert kafka_broker.read_all(topic, idle_s=1.0) == []

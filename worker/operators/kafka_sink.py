@@ -4,6 +4,7 @@ module docstring."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -15,6 +16,8 @@ from yarnflow.worker.operators.kafka_formats import encode_keys, encode_values
 log = logging.getLogger(__name__)
 
 PENDING_TABLE = "kafka-pending"
+COMMIT_ATTEMPTS = 3  # transactions tried (each by a new producer after the first) before the task fails
+COMMIT_ATTEMPT_S = 90.0  # how long one may take: librdkafka's own timeouts (30 s + 60 s) and then some
 
 
 class KafkaSinkError(YarnflowError, RuntimeError):
@@ -37,6 +40,8 @@ class KafkaSinkOperator(Operator):
         self._pending: dict[int, list[tuple[str, int | None, bytes | None, bytes]]] = {}
         self._restored: list[tuple[str, int, list[tuple[str, int | None, bytes | None, bytes]]]] = []
         self._errors: list[str] = []
+        self._lost: dict[int, list[str]] = {}  # id(transactional producer) -> broker connection errors
+        self._abandoned: list[Any] = []  # producers replaced after a lost broker or a failed commit
         self.rows = 0
 
     @property
@@ -72,22 +77,30 @@ class KafkaSinkOperator(Operator):
             by_owner.setdefault(owner_id, []).append((cid, rows))
         for owner_id, entries in sorted(by_owner.items()):  # restored: commit what the checkpoint covers
             if owner_id != self.transactional_id():
-                producer = self._transactional(owner_id)
-                self._commit_pending(producer, owner_id, dict(entries))
+                producer = self._commit_pending(self._transactional(owner_id), owner_id, dict(entries))
                 producer.flush(0)
+                self._lost.pop(id(producer), None)
         self._producer = self._transactional(self.transactional_id())
         own = dict(by_owner.get(self.transactional_id(), []))
         if own:
-            self._commit_pending(self._producer, self.transactional_id(), own)
+            self._producer = self._commit_pending(self._producer, self.transactional_id(), own)
         self._restored = []
 
     def _transactional(self, transactional_id: str) -> Any:
         """A producer of ``transactional_id``; its ``init_transactions`` aborts (fences) what an
-        earlier producer of that id left open."""
-        from confluent_kafka import Producer
+        earlier producer of that id left open. Its ``lost`` list collects the broker connection
+        errors it reports (served by ``poll``)."""
+        from confluent_kafka import KafkaError, Producer
 
-        producer = Producer({**self._base(), "transactional.id": transactional_id})
+        lost: list[str] = []
+
+        def on_error(err: Any) -> None:
+            if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                lost.append(str(err))
+
+        producer = Producer({**self._base(), "transactional.id": transactional_id, "error_cb": on_error})
         producer.init_transactions(30)
+        self._lost[id(producer)] = lost
         return producer
 
     def _marker(self, transactional_id: str, topic: str) -> int:
@@ -102,20 +115,55 @@ class KafkaSinkOperator(Operator):
             consumer.close()
 
     def _commit_pending(self, producer: Any, transactional_id: str,
-                        pending: dict[int, list[tuple[str, int | None, bytes | None, bytes]]]) -> None:
+                        pending: dict[int, list[tuple[str, int | None, bytes | None, bytes]]]) -> Any:
         """Produce the rows of the checkpoints in ``pending`` not committed yet, with the marker
-        of the last one, in one transaction."""
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        of the last one, in one transaction; return the producer to use from now on.
 
+        A producer that lost its broker connection since its last transaction is replaced
+        before it starts one (librdkafka's transactional producer can hang past its own
+        timeouts on a broker that went away and came back), and a transaction that fails or
+        does not end within ``COMMIT_ATTEMPT_S`` is redone from the start by a new producer:
+        its ``init_transactions`` aborts what the old one left open, and the rows are all in
+        ``pending`` (write-ahead), so nothing is lost or written twice. KafkaSinkError after
+        ``COMMIT_ATTEMPTS`` tries: the task fails and the job restarts from its checkpoint,
+        whose state still holds these rows."""
         if not pending:
-            return
+            return producer
         topic = self.spec["topic"]
         done = self._marker(transactional_id, topic)
         todo = {cid: rows for cid, rows in pending.items() if cid > done}
         if not todo:
             log.info("%s: checkpoints %s of %s were committed already", self.name, sorted(pending), transactional_id)
-            return
-        last = max(todo)
+            return producer
+        last, errors = max(todo), list[str]()
+        for _ in range(COMMIT_ATTEMPTS):
+            producer.poll(0)  # (serves the error callback)
+            if self._lost.get(id(producer)) or errors:
+                log.warning("%s (%d/%d): %s; a new producer of %s redoes the transaction of checkpoints %s",
+                            self.name, self.ctx.subtask_index + 1, self.ctx.parallelism,
+                            errors[-1] if errors else f"the producer lost its broker ({self._lost[id(producer)][-1]})",
+                            transactional_id, sorted(todo))
+                self._abandon(producer)
+                producer = self._transactional(transactional_id)
+            outcome: dict[str, Any] = {}
+            worker = threading.Thread(target=self._transaction, args=(producer, todo, last, transactional_id, outcome),
+                                      name=f"kafka-commit {transactional_id}", daemon=True)
+            worker.start()
+            worker.join(COMMIT_ATTEMPT_S)
+            if "count" in outcome:
+                log.info("%s (%d/%d): committed checkpoints %s (%d records) as %s", self.name,
+                         self.ctx.subtask_index + 1, self.ctx.parallelism, sorted(todo), outcome["count"],
+                         transactional_id)
+                return producer
+            errors.append(outcome.get("error") or f"the transaction did not end within {COMMIT_ATTEMPT_S:.0f} s")
+        raise KafkaSinkError(f"{self.name}: committing checkpoint {last} as {transactional_id} failed "
+                             f"{COMMIT_ATTEMPTS} times: {'; '.join(errors)}")
+
+    def _transaction(self, producer: Any, todo: dict[int, list[tuple[str, int | None, bytes | None, bytes]]],
+                     last: int, transactional_id: str, outcome: dict[str, Any]) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        topic = self.spec["topic"]
         marker_group = Consumer({**self._base(), "group.id": transactional_id, "enable.auto.commit": False})
         try:
             producer.begin_transaction()
@@ -127,13 +175,19 @@ class KafkaSinkOperator(Operator):
             producer.send_offsets_to_transaction([TopicPartition(topic, 0, last)],
                                                  marker_group.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
-        except KafkaException as exc:
-            raise KafkaSinkError(f"{self.name}: committing checkpoint {last} as {transactional_id} failed: "
-                                 f"{exc}") from exc
+            outcome["count"] = count
+        except Exception as exc:  # noqa: BLE001 - confluent_kafka.KafkaException; reported by the caller
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
         finally:
             marker_group.close()
-        log.info("%s (%d/%d): committed checkpoints %s (%d records) as %s", self.name, self.ctx.subtask_index + 1,
-                 self.ctx.parallelism, sorted(todo), count, transactional_id)
+
+    def _abandon(self, producer: Any) -> None:
+        """Drop a producer that is replaced; one stuck in a call stays referenced (destroying it
+        would wait for that call) until the operator closes."""
+        self._lost.pop(id(producer), None)
+        if producer is self._producer:
+            self._producer = None
+        self._abandoned.append(producer)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -223,7 +277,7 @@ class KafkaSinkOperator(Operator):
         done = {cid: rows for cid, rows in self._pending.items() if cid <= checkpoint_id}
         if not done:
             return
-        self._commit_pending(self._producer, self.transactional_id(), done)
+        self._producer = self._commit_pending(self._producer, self.transactional_id(), done)
         for cid in done:
             del self._pending[cid]
 
@@ -239,6 +293,9 @@ class KafkaSinkOperator(Operator):
             self._flush()
 
     def close(self) -> None:
+        abandoned, self._abandoned = self._abandoned, []
+        if abandoned:  # (dropped off the task's thread: one stuck in a call cannot be destroyed yet)
+            threading.Thread(target=abandoned.clear, name="kafka-abandoned-producers", daemon=True).start()
         producer, self._producer = self._producer, None
         if producer is not None:
             try:
