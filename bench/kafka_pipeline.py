@@ -16,7 +16,10 @@ event time advancing 1 ms every 5 records: 1,000 windows of 1 s at 5M records). 
 - ``consume_records_per_s`` / ``consume_ratio_to_bare_consumer``: a yarnflow job that only
   reads the topic (JSON decoded into Arrow, then dropped; BATCH, so no checkpoints), submit to
   end, against one process's bare confluent-kafka consume loop over the same topic (values
-  not decoded).
+  not decoded); ``consume_ratio_while_reading``: the same against the time the job's source
+  subtasks ran (first start to last end: the read, without the job's deployment and end);
+  ``raw_consume_*``: both again with the values kept as bytes (``raw``), decoding nothing like
+  the bare loop.
 
 ``verified``: nothing lost or duplicated, and Bytewax's results (if run) counted every record.
 """
@@ -128,10 +131,14 @@ def _read_committed(broker: _Broker, topic: str) -> list[dict[str, Any]]:
     return out
 
 
-def _yarnflow(broker: _Broker, src: str, out: str | None, work_dir: str) -> float:
-    """Seconds from submit to the end of the job (``out`` None: read only)."""
+def _yarnflow(broker: _Broker, src: str, out: str | None, work_dir: str, fmt: str = "json"
+              ) -> tuple[float, float]:
+    """Seconds from submit to the end of the job (``out`` None: read only, values decoded as
+    ``fmt``), and seconds the source's subtasks ran (the first one's start to the last one's end:
+    the read itself, without the job's deployment before it and its end after)."""
     import yarnflow
     from yarnflow import executors
+    from yarnflow.common.states import ExecutionState
     from yarnflow.kafka import DeliveryGuarantee, KafkaOffsetsInitializer, KafkaSink, KafkaSource
     from yarnflow.local_cluster import LocalCluster
     from yarnflow.windows import TumblingEventTimeWindows, WatermarkStrategy
@@ -145,7 +152,7 @@ def _yarnflow(broker: _Broker, src: str, out: str | None, work_dir: str) -> floa
                                                       runtime_mode="STREAMING" if out is not None else "BATCH")
             source = (KafkaSource.builder().set_bootstrap_servers(broker.bootstrap).set_topics(src)
                       .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-                      .set_bounded(KafkaOffsetsInitializer.latest()).set_value_format("json")
+                      .set_bounded(KafkaOffsetsInitializer.latest()).set_value_format(fmt)
                       .set_properties(FETCH).build())
             if out is None:
                 env.from_source(source, None, "events").map_batches(lambda b: b.slice(0, 0), name="drop").collect()
@@ -158,7 +165,15 @@ def _yarnflow(broker: _Broker, src: str, out: str | None, work_dir: str) -> floa
                                       .set_transactional_id_prefix(f"bench-{out}").build()))
             started = time.perf_counter()
             env.execute("kafka-bench")
-            return time.perf_counter() - started
+            took = time.perf_counter() - started
+            gw = cluster.gateway()
+            try:
+                [job] = [j for j in gw.list_jobs() if j.name == "kafka-bench"]
+            finally:
+                gw.close()
+            times = job.vertices[0].subtask_timestamps  # (the source's chain)
+            read_s = (max(t[ExecutionState.FINISHED] for t in times) - min(t[ExecutionState.RUNNING] for t in times)) / 1e3
+            return took, read_s
         finally:
             executors.set_context(None)
 
@@ -205,7 +220,7 @@ def run_kafka(records: int = 5_000_000, bytewax_python: str | None = None, work_
         t0 = time.perf_counter()
         expected = _fill(broker, src, records)
         fill_s = time.perf_counter() - t0
-        seconds = _yarnflow(broker, src, out, root)
+        seconds, _ = _yarnflow(broker, src, out, root)
         seen: dict[tuple[str, int], int] = {}
         repeated = 0
         for r in _read_committed(broker, out):
@@ -219,10 +234,14 @@ def run_kafka(records: int = 5_000_000, bytewax_python: str | None = None, work_
         result: dict[str, Any] = {"name": "kafka", "records": records, "fill_s": round(fill_s, 1),
                                   "seconds": round(seconds, 2), "records_per_s": round(records / seconds),
                                   "rows_lost": lost, "rows_duplicated": repeated + extra}
-        consume_s = _yarnflow(broker, src, None, root)
+        consume_s, read_s = _yarnflow(broker, src, None, root)
+        raw_s, raw_read_s = _yarnflow(broker, src, None, root, "raw")
         bare_s = _bare_consumer(broker, src, records)
         result.update(consume_records_per_s=round(records / consume_s), bare_consumer_records_per_s=round(
-            records / bare_s), consume_ratio_to_bare_consumer=round(bare_s / consume_s, 2))
+            records / bare_s), consume_ratio_to_bare_consumer=round(bare_s / consume_s, 2),
+            consume_ratio_while_reading=round(bare_s / read_s, 2),
+            raw_consume_ratio_to_bare_consumer=round(bare_s / raw_s, 2),
+            raw_consume_ratio_while_reading=round(bare_s / raw_read_s, 2))
         ok = lost == 0 and result["rows_duplicated"] == 0
         python = bytewax_python or os.environ.get("BYTEWAX_PYTHON")
         if python:
