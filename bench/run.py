@@ -182,6 +182,12 @@ def _rescale(args: argparse.Namespace) -> dict[str, Any]:
     return run_rescale(args.keys, args.rows)
 
 
+def _fixed_costs(args: argparse.Namespace) -> dict[str, Any]:
+    from fixed_costs import run_fixed_costs
+
+    return run_fixed_costs(args.runs, args.submissions, args.work_dir)
+
+
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
     from chaos import run_chaos
 
@@ -295,6 +301,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                 "session: seconds per rescale, rows lost / duplicated",
                 lambda p: (p.add_argument("--keys", type=int, default=1_000_000),
                            p.add_argument("--rows", type=int, default=8_000_000)), _rescale),
+    "fixed-costs": ("a trivial job through `yarnflow run` (whole command, median of N runs, with its phases) and "
+                    "its submit -> FINISHED; a running session's submit -> FINISHED with TLS on",
+                    lambda p: (p.add_argument("--runs", type=int, default=5),
+                               p.add_argument("--submissions", type=int, default=50),
+                               p.add_argument("--work-dir", default=None)), _fixed_costs),
     "chaos": ("STREAMING keyed job with checkpoints; N SIGKILLs of random TaskExecutors; rows lost / duplicated",
               lambda p: (p.add_argument("--kills", type=int, default=20),
                          p.add_argument("--rows", type=int, default=400_000),
