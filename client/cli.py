@@ -84,7 +84,6 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
     and stopped when it ends. --target yarn-per-job submits a YARN application that runs the job
     and ends with it, through the skein driver of this machine (`skein driver start` on a Hadoop
     edge node, or `yarnflow yarn-sandbox`)."""
-    from yarnflow import executors
     from yarnflow.common.ha import ha_enabled
 
     if not os.path.isfile(job_file):
@@ -108,6 +107,13 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
                        "yarn-per-job): an embedded local cluster stops when `yarnflow run` ends")
     if address and target != "remote":
         raise CliError(f"--address names a running cluster: it does not go with --target {target}")
+    prestarted = None
+    if target == "local" and not ha_enabled(config):  # its TaskExecutor processes load while the job file runs
+        from yarnflow.local_cluster import prestarted as prestart
+
+        prestarted = prestart(taskexecutors, slots, conf)
+    from yarnflow import executors
+
     ctx: executors.ClusterContext
     if target == "remote":
         if address:
@@ -130,7 +136,7 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
             sys.exit(run_application(config, job_file, job_args, detached))
         ctx = executors.YarnPerJobContext(conf, job_file, progress, detached)
     else:
-        ctx = executors.LocalContext(taskexecutors, slots, conf, job_file, progress)
+        ctx = executors.LocalContext(taskexecutors, slots, conf, job_file, progress, prestarted)
     executors.set_context(ctx)
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [job_file, *job_args]
@@ -168,6 +174,8 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
         sys.argv = old_argv
         sys.path[:] = old_path
         executors.set_context(None)
+        if isinstance(ctx, executors.LocalContext):
+            ctx.close()
     if not ctx.results and not ctx.submitted and not exited:
         raise CliError(f"{job_file} defined no job: build a pipeline and call env.execute(...)")
     for result in ctx.results:

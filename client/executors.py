@@ -341,25 +341,34 @@ class LocalContext(ClusterContext):
     """Starts an embedded local cluster for each ``execute`` and stops it afterwards: ``slots``
     per TaskExecutor (default ``taskmanager.numberOfTaskSlots``, 1) and ``taskexecutors`` of
     them (default: as many as the job's slots need, so a job at parallelism 4 gets 4 processes
-    of one slot: per-row Python code then runs on as many cores as it has subtasks)."""
+    of one slot: per-row Python code then runs on as many cores as it has subtasks).
+
+    ``prestarted`` (``yarnflow run``): the first execute's cluster, made by
+    ``local_cluster.prestarted`` with its TaskExecutor processes already loading while the job
+    file runs; it takes them when it starts, and starts more if the job needs more. ``close()``
+    stops it when the job file never used it."""
 
     def __init__(self, taskexecutors: int | None = None, slots: int | None = None,
                  conf: Mapping[str, str] | None = None, job_file: str | None = None,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, prestarted: Any = None) -> None:
         super().__init__("", conf, job_file, progress)
         self.taskexecutors = taskexecutors
         self.slots = slots
         self.cluster: Any = None
+        self._prestarted = prestarted
+
+    def _new_cluster(self) -> Any:
+        from yarnflow.local_cluster import LocalCluster
+
+        # the AppMaster on this process's threads (one process fewer), unless it must be able to
+        # fail over (high availability): then it runs as a process of its own
+        in_process = not ha_enabled(self.config)
+        return LocalCluster(self.taskexecutors or 1, self.slots, self.conf, appmaster_in_process=in_process)
 
     def execute(self, env: StreamExecutionEnvironment, job_name: str,
                 job: CompiledJob | None = None) -> JobExecutionResult:
-        from yarnflow.local_cluster import LocalCluster
-
-        job = compile_job(env, job_name)  # fail on a bad pipeline before starting any process
-        # the AppMaster on this process's threads (one process fewer), unless it must be able to
-        # fail over (high availability): then it runs as a process of its own
-        in_process = not ha_enabled(Configuration.load(self.conf))
-        cluster = LocalCluster(self.taskexecutors or 1, self.slots, self.conf, appmaster_in_process=in_process)
+        job = compile_job(env, job_name)  # fail on a bad pipeline before starting the cluster
+        cluster, self._prestarted = self._prestarted or self._new_cluster(), None
         if not self.taskexecutors:  # one per slot the job needs, at the slots per TaskExecutor it settled on
             cluster.taskexecutors = max(1, -(-job.num_slots // cluster.slots))
         self.cluster = cluster
@@ -372,6 +381,12 @@ class LocalContext(ClusterContext):
             print(f"cluster logs kept in {os.path.join(cluster.work_dir, 'log')}", file=sys.stderr)
             raise
         finally:
+            cluster.stop()
+
+    def close(self) -> None:
+        """Stop the TaskExecutors started ahead that no job used (the job file ran no job)."""
+        cluster, self._prestarted = self._prestarted, None
+        if cluster is not None:
             cluster.stop()
 
 

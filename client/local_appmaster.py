@@ -27,10 +27,13 @@ import logging
 import os
 import subprocess
 import threading
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from yarnflow.common import logs
 from yarnflow.common.config import Configuration
+
+if TYPE_CHECKING:
+    from yarnflow.am.resourcemanager.drivers.warm_workers import WarmWorkers
 
 _LOGGER = "yarnflow"
 _AM_LOGGER = "yarnflow.am"
@@ -110,7 +113,7 @@ class InProcessAppMaster:
     """A started AppMaster on this process's threads, looking like the ``Popen`` of one."""
 
     def __init__(self, config: Configuration, cluster_id: str, work_dir: str, log_path: str,
-                 worker_env: Mapping[str, str]) -> None:
+                 worker_env: Mapping[str, str], warm: WarmWorkers | None = None) -> None:
         from yarnflow.am.appmaster import AppMaster
         from yarnflow.am.resourcemanager.drivers.local import LocalProcessDriver
 
@@ -119,7 +122,7 @@ class InProcessAppMaster:
         self.args = f"AppMaster of cluster {cluster_id} (in process {self.pid})"
         self._log = _ClusterLog(log_path)
         try:
-            self._driver = LocalProcessDriver(config, work_dir, env=worker_env)
+            self._driver = LocalProcessDriver(config, work_dir, env=worker_env, warm=warm)
             self.appmaster = AppMaster(config, cluster_id, "local", driver=self._driver, work_dir=work_dir)
             try:
                 self.appmaster.start()

@@ -47,6 +47,7 @@ from yarnflow.common.security import (
 )
 
 if TYPE_CHECKING:
+    from yarnflow.am.resourcemanager.drivers.warm_workers import WarmWorkers
     from yarnflow.local_appmaster import InProcessAppMaster
 
 CLUSTER_VAR = "YARNFLOW_LOCAL_CLUSTER"
@@ -93,6 +94,7 @@ class LocalCluster:
         #: on stop, keep ``<work dir>/log`` (a session's logs, to investigate it after it ended)
         self.keep_logs = False
         self._die_with_parent = die_with_parent
+        self._warm: WarmWorkers | None = None
         self.proc: AppMasterHandle | None = None
         self.procs: list[AppMasterHandle] = []  # every AppMaster, the first (proc) included
         self.address = ""
@@ -114,6 +116,18 @@ class LocalCluster:
         if self.tls is not None and self.ha and storage_folder(self.config):
             publish_to_storage(self.tls, self.config)  # its clients find the leader, then these, there
             self._stored = True
+
+    def prestart_taskexecutors(self, count: int) -> None:
+        """Start ``count`` TaskExecutor processes now, before the cluster: they load what a
+        TaskExecutor loads meanwhile, and the cluster's first TaskExecutors are these
+        (``am/resourcemanager/drivers/warm_workers.py``). For an AppMaster in this process only
+        (the processes wait for it as their parent); those not taken stop with the cluster."""
+        from yarnflow.am.resourcemanager.drivers.warm_workers import WarmWorkers
+
+        if not self.appmaster_in_process:
+            raise ClusterStartError("TaskExecutors started ahead wait for an AppMaster in this process")
+        if self._warm is None and count > 0:
+            self._warm = WarmWorkers(self.config, count, self.work_dir, {CLUSTER_VAR: self.work_dir})
 
     def start(self, timeout_s: float = 30.0, wait_for_taskexecutors: bool = True,
               interrupted: Callable[[], bool] | None = None) -> LocalCluster:
@@ -184,7 +198,7 @@ class LocalCluster:
 
         try:
             am = InProcessAppMaster(Configuration.load(conf), os.path.basename(self.work_dir), work_dir, log_path,
-                                    {CLUSTER_VAR: self.work_dir})
+                                    {CLUSTER_VAR: self.work_dir}, self._warm)
         except (ConfigurationError, CoordinationUnavailableError, OSError) as exc:
             raise ClusterStartError(f"the AppMaster did not start: {exc}") from exc
         self.procs.append(am)
@@ -330,6 +344,8 @@ class LocalCluster:
                         proc.wait(5)
                     except subprocess.TimeoutExpired:  # an AppMaster on our threads, stuck: its TaskExecutors are gone
                         log.warning("the AppMaster's shutdown did not end; leaving its threads")
+        if self._warm is not None:  # (started ahead and never taken)
+            self._warm.close()
         _wait_gone(others + self._descendants(), 5.0)  # orphaned TaskExecutors must not write into a removed dir
         if self._published:
             unpublish(self._published)
@@ -401,3 +417,21 @@ def _remove_stale(path: str) -> None:
         os.remove(path)
     except FileNotFoundError:
         pass
+
+
+def prestarted(taskexecutors: int | None, slots: int | None, conf: Mapping[str, str]) -> LocalCluster | None:
+    """``yarnflow run``'s embedded cluster, made before the job file runs, with its TaskExecutor
+    processes already started (``LocalCluster.prestart_taskexecutors``): ``taskexecutors`` of
+    them, or as many as the default parallelism's slots need. None with high availability (the
+    AppMaster then runs as a process of its own, which starts its own)."""
+    cluster = LocalCluster(taskexecutors or 1, slots, conf, appmaster_in_process=not ha_enabled(Configuration.load(conf)))
+    if not cluster.appmaster_in_process:
+        return None
+    if not taskexecutors:
+        cluster.taskexecutors = max(1, -(-cluster.config[Options.PARALLELISM] // cluster.slots))
+    try:
+        cluster.prestart_taskexecutors(cluster.taskexecutors)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster

@@ -367,8 +367,22 @@ NOT_SUPPORTED_YET: dict[str, str] = {}
 
 
 def _default_yaml() -> dict[str, Any]:
+    """The shipped defaults (a copy: callers may change it). Parsed once per process: PyYAML's
+    pure-Python parser takes ~40 ms over this file, and a local run loads a configuration
+    several times."""
+    return dict(_parsed_defaults())
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_defaults() -> dict[str, Any]:
     text = resources.files("yarnflow.conf").joinpath("yarnflow.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text) or {}
+    return _safe_load(text) or {}
+
+
+def _safe_load(text: Any) -> Any:
+    """``yaml.safe_load``, with libyaml's parser when PyYAML was built with it (same result,
+    ~10x faster)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 @functools.lru_cache(maxsize=1)
@@ -412,7 +426,7 @@ class Configuration:
         if path:
             try:
                 with open(path, encoding="utf-8") as fh:
-                    data = yaml.safe_load(fh) or {}
+                    data = _safe_load(fh) or {}
             except OSError as exc:
                 raise ConfigurationError(f"cannot read configuration file {path}: {exc}") from None
             except yaml.YAMLError as exc:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import errno
 import logging
+import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from yarnflow.common.config import Configuration, Options
@@ -91,9 +93,27 @@ class PrometheusEndpoint:
         return f"http://{self.host}:{self.port}/metrics"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        stop_http_server(self._server, self._thread)
+
+
+def stop_http_server(server: Any, thread: Any, timeout_s: float = 5.0) -> None:
+    """Stop a plain-HTTP ``socketserver`` serving on ``thread`` at once: its ``shutdown()`` only
+    takes effect at the serving loop's next poll (every 0.5 s in prometheus-client's server),
+    so connections to the server's own port wake the loop until it has seen the request."""
+    import socket
+
+    stopper = threading.Thread(target=server.shutdown, name="http-server-stop", daemon=True)
+    stopper.start()
+    host, port = server.server_address[:2]
+    deadline = time.monotonic() + timeout_s
+    while stopper.is_alive() and time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.2).close()
+        except OSError:
+            pass
+        stopper.join(0.01)
+    server.server_close()
+    thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def metrics_address(endpoint: PrometheusEndpoint | None, rpc_address: str) -> str:

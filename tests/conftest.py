@@ -174,7 +174,7 @@ FAST_CONF = {
 @pytest.fixture
 def local_cluster(process_tag: str, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     """Factory: ``local_cluster(taskexecutors=2, slots=2, standby=0, appmaster_in_process=False,
-    **conf)`` starts a LocalCluster whose processes carry this test's tag; all are stopped on
+    prestart=False, **conf)`` starts a LocalCluster whose processes carry this test's tag; all are stopped on
     teardown."""
     from yarnflow.local_cluster import LocalCluster
 
@@ -182,11 +182,13 @@ def local_cluster(process_tag: str, tmp_path, monkeypatch):  # type: ignore[no-u
     started: list[LocalCluster] = []
 
     def start(taskexecutors: int = 2, slots: int = 2, standby: int = 0, appmaster_in_process: bool = False,
-              **conf: str) -> LocalCluster:
+              prestart: bool = False, **conf: str) -> LocalCluster:
         merged = {**FAST_CONF, **{k.replace("__", "."): v for k, v in conf.items()}}
         cluster = LocalCluster(taskexecutors, slots, merged, work_dir=str(tmp_path / f"cluster{len(started)}"),
                                standby=standby, appmaster_in_process=appmaster_in_process)
         started.append(cluster)
+        if prestart:  # (what `yarnflow run` does: its TaskExecutor processes start ahead of the cluster)
+            cluster.prestart_taskexecutors(taskexecutors)
         return cluster.start()
 
     yield start

@@ -11,8 +11,10 @@ import threading
 import time
 
 from yarnflow.common.ids import ResourceID
-from yarnflow.common.config import Configuration
-from yarnflow.common.process import add_common_arguments, apply_memory_settings, shutdown_on_signals, start_process
+from yarnflow.common.config import Configuration, parse_dynamic_properties
+from yarnflow.common.errors import ConfigurationError
+from yarnflow.common.process import (add_common_arguments, apply_memory_settings, die_with_parent,
+                                     shutdown_on_signals, start_process)
 
 
 def appmaster_from_yarn(timeout_s: float = 60.0) -> str:
@@ -43,7 +45,48 @@ def appmaster_from_yarn(timeout_s: float = 60.0) -> str:
     return value.decode() if value else ""
 
 
-def main(argv: list[str] | None = None) -> int:
+def warm_then_main(argv: list[str]) -> int:
+    """``python -m yarnflow.worker --warm --resource-id ID --work-dir DIR [--parent-pid P] [-D
+    memory settings]``: a TaskExecutor process started ahead of its cluster
+    (``am/resourcemanager/drivers/warm_workers.py``). It loads what a TaskExecutor loads, then
+    reads the rest of its command line from stdin (one JSON line: ``{"argv": [...]}``) and runs
+    as ``main`` with both. Exits (0) when stdin closes first."""
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m yarnflow.worker --warm")
+    parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--resource-id", required=True)
+    parser.add_argument("--work-dir", required=True)
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
+    try:
+        config = Configuration.load(parse_dynamic_properties(args.dynamic))
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    apply_memory_settings(config)
+    _load_taskexecutor(config)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # (not needed after all)
+    rest = [str(a) for a in json.loads(line)["argv"]]
+    return main([a for a in argv if a != "--warm"] + rest, warm=True)
+
+
+def _load_taskexecutor(config: Configuration) -> None:
+    """Load the TaskExecutor's modules; pandas and the operators on threads of their own."""
+    from yarnflow.common.config import Options
+    from yarnflow.common.memory import warm_pandas_support
+    from yarnflow.worker.taskexecutor.task_executor import TaskExecutor  # noqa: F401 - loaded for later
+
+    if not config[Options.DEFER_PANDAS]:
+        warm_pandas_support()  # (alongside the start below: ~0.3 s of CPU out of the first job's way)
+    warm_operator_modules()
+
+
+def main(argv: list[str] | None = None, warm: bool = False) -> int:
     parser = argparse.ArgumentParser(prog="python -m yarnflow.worker", description="Run a yarnflow TaskExecutor.")
     parser.add_argument("--resource-id", required=True, help="this TaskExecutor's id")
     parser.add_argument("--rm-address", default="",
@@ -64,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     from yarnflow.worker.slot_processes import wanted
 
     launcher = wanted(config)
-    if not launcher:  # (a worker of slot processes loads no Arrow: it only starts and watches them)
-        apply_memory_settings(config)
+    if not launcher and not warm:  # (a worker of slot processes loads no Arrow: it only starts
+        apply_memory_settings(config)        # and watches them)
 
     if not args.rm_address and not ha_enabled(config):
         args.rm_address = appmaster_from_yarn()
@@ -79,13 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     from yarnflow.common.errors import ConfigurationError, CoordinationUnavailableError
     from yarnflow.common.ha import create_ha_services
     from yarnflow.common.kerberos import TicketRenewal
-    from yarnflow.common.memory import warm_pandas_support
     from yarnflow.worker.taskexecutor.task_executor import TaskExecutor
 
     TicketRenewal.in_container(config)  # a YARN container with the application's keytab renews its tickets
-    if not config[Options.DEFER_PANDAS]:
-        warm_pandas_support()  # (alongside the start below: ~0.3 s of CPU out of the first job's way)
-    warm_operator_modules()
+    if not warm:  # (a warm process loaded it all before it was taken)
+        _load_taskexecutor(config)
     try:
         check_bind_address(config[Options.TM_HOST], Options.TM_HOST.key)
         check_reachable_from(config[Options.TM_HOST], Options.TM_HOST.key, args.rm_address.rpartition(":")[0])
@@ -136,4 +177,10 @@ def run_slot_processes(config: Configuration, args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = warm_then_main(sys.argv[1:]) if sys.argv[1:2] == ["--warm"] else main()
+    # the TaskExecutor has stopped everything it started: the interpreter's own teardown of
+    # pyarrow, gRPC and their threads (~0.1 s) is not waited for
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

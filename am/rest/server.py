@@ -114,7 +114,8 @@ class RestServer:
         port = server.port
         shown = rest_advertised_address(self.configuration)
         self.url = f"{'https' if self._https is not None else 'http'}://{shown}:{port}"
-        self._thread = threading.Thread(target=server.serve_forever, name="rest-server", daemon=True)
+        # (polled every 50 ms, not every 0.5 s: stop() waits for the next poll)
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="rest-server", daemon=True)
         self._thread.start()
         log.info("REST API and web UI at %s", self.url)
         return self

@@ -147,11 +147,15 @@ def test_map_failing_once_counts_every_row_once(run, tmp_path, strategy):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("appmaster_in_process", [False, True], ids=["appmaster-process", "appmaster-in-process"])
-def test_taskexecutor_killed_while_sources_run_counts_every_row_once(local_cluster, tmp_path, appmaster_in_process):
-    cluster = local_cluster(taskexecutors=2, slots=2, appmaster_in_process=appmaster_in_process)
+@pytest.mark.parametrize("layout", ["appmaster-process", "appmaster-in-process", "taskexecutors-started-ahead"])
+def test_taskexecutor_killed_while_sources_run_counts_every_row_once(local_cluster, tmp_path, layout):
+    appmaster_in_process = layout != "appmaster-process"
+    ahead = layout == "taskexecutors-started-ahead"  # (`yarnflow run`'s: see warm_workers.py)
+    cluster = local_cluster(taskexecutors=2, slots=2, appmaster_in_process=appmaster_in_process, prestart=ahead)
     # in process (what `yarnflow run` starts), the TaskExecutors are the caller's own children
     assert (cluster.proc.pid == os.getpid()) == appmaster_in_process
+    if ahead:  # the job runs on the processes started ahead (their resource ids say so), not on new ones
+        assert sorted(_resource_id(p)[:4] for p in _te_processes(cluster)) == ["te-w", "te-w"]
     src, out = tmp_path / "in", tmp_path / "out"
     expected = _write_files(src, files=12, rows=48_000)
 

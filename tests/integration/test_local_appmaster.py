@@ -198,3 +198,95 @@ def test_an_in_process_appmaster_cannot_fail_over(tmp_path):
             "high-availability.storageDir": f"file://{tmp_path}"}
     with pytest.raises(ClusterStartError, match="without high availability"):
         LocalCluster(1, 1, conf, appmaster_in_process=True)
+
+
+@pytest.mark.timeout(120)
+def test_yarnflow_runs_first_taskexecutors_are_the_processes_started_ahead_and_more_come_as_needed(
+        process_tag, tmp_path, monkeypatch):
+    """``yarnflow run``'s path (issue 54): the cluster is made before the job file runs, with
+    one TaskExecutor process started ahead (the default parallelism, 1). The job then runs at
+    parallelism 3: the cluster takes the process started ahead and starts two more; rows from
+    files, counted exactly; nothing is left afterwards."""
+    from tests.conftest import TAG_VAR
+    from yarnflow import executors
+    from yarnflow.local_cluster import prestarted
+
+    monkeypatch.setenv(TAG_VAR, process_tag)
+    src = tmp_path / "in"
+    expected = _write_files(src, files=3, rows=3000)
+    threads_before, logger_before = _am_threads(), _yarnflow_logger_state()
+    conf = {"heartbeat.interval": "200 ms"}
+    cluster = prestarted(None, None, conf)
+    assert cluster is not None and cluster.taskexecutors == 1
+    [ahead] = _workers(os.getpid())  # (started, loading, not yet a TaskExecutor: no cluster to join)
+    assert "--warm" in ahead.cmdline()
+    ctx = executors.LocalContext(conf=conf, progress=False, prestarted=cluster)
+    ran: set[str] = set()
+    original = executors.ClusterContext.follow
+
+    def follow(self, conn, job, job_id, job_name, storage_dir):  # (which TaskExecutors ran the job)
+        out = original(self, conn, job, job_id, job_name, storage_dir)
+        info = conn.call(lambda gw: gw.get_job(job_id), "getJob")
+        ran.update(loc for v in info.vertices for loc in v.subtask_locations if loc)
+        return out
+
+    monkeypatch.setattr(executors.ClusterContext, "follow", follow)
+    try:
+        _count_exactly(ctx, src, expected, 3)
+    finally:
+        ctx.close()
+    assert len(ran) == 3 and sum(r.startswith("te-w") for r in ran) == 1, ran
+    assert not ahead.is_running()
+    _assert_nothing_left(threads_before, logger_before)
+
+
+@pytest.mark.timeout(60)
+def test_processes_started_ahead_and_never_used_stop_and_others_settings_are_not_taken(process_tag, tmp_path,
+                                                                                       monkeypatch):
+    """A job file that ran no job: ``close()`` stops what was started ahead. A process started
+    with other memory settings than the cluster's is not taken (it applied them before loading
+    Arrow); the driver then starts a TaskExecutor of its own."""
+    from tests.conftest import TAG_VAR
+    from yarnflow import executors
+    from yarnflow.am.resourcemanager.drivers.warm_workers import WarmWorkers
+    from yarnflow.common.config import Configuration
+    from yarnflow.local_cluster import prestarted
+
+    monkeypatch.setenv(TAG_VAR, process_tag)
+    ctx = executors.LocalContext(taskexecutors=2, progress=False, prestarted=prestarted(2, None, {}))
+    assert len(_workers(os.getpid())) == 2
+    ctx.close()
+    assert _workers(os.getpid()) == []
+
+    pool = WarmWorkers(Configuration.load({"process.memory.malloc-arena-max": "2"}), 1, str(tmp_path / "c"), {})
+    try:
+        assert pool.take(Configuration.load(), "127.0.0.1:1", None) is None
+        assert len(pool.pids()) == 1
+    finally:
+        pool.close()
+    assert _workers(os.getpid()) == []
+
+
+@pytest.mark.timeout(90)
+def test_a_process_started_ahead_that_died_is_passed_over(local_cluster, tmp_path):
+    """One of the two processes started ahead is SIGKILLed before the cluster starts: the cluster
+    takes the other and starts one TaskExecutor afresh, and a job on both counts every row."""
+    from yarnflow import executors
+    from yarnflow.local_cluster import LocalCluster
+
+    cluster = LocalCluster(2, 1, {"heartbeat.interval": "200 ms"}, work_dir=str(tmp_path / "c"),
+                           appmaster_in_process=True)
+    cluster.prestart_taskexecutors(2)
+    try:
+        first, second = _workers(os.getpid())
+        first.kill()
+        first.wait(10)
+        cluster.start()
+        ids = sorted(p.cmdline()[p.cmdline().index("--resource-id") + 1] for p in _workers(os.getpid()))
+        assert len(ids) == 2 and not ids[0].startswith("te-w") and ids[1].startswith("te-w")
+        assert second.is_running()
+        src = tmp_path / "in"
+        expected = _write_files(src, files=2, rows=2000)
+        _count_exactly(executors.ClusterContext(cluster.address, progress=False), src, expected, 2)
+    finally:
+        cluster.stop()

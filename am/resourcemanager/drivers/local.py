@@ -18,6 +18,7 @@ import threading
 from typing import Mapping
 
 from yarnflow.am.resourcemanager.drivers.base import WorkerTerminated
+from yarnflow.am.resourcemanager.drivers.warm_workers import WarmWorkers, worker_layout
 from yarnflow.common.config import Configuration
 from yarnflow.common.ha import ha_enabled
 from yarnflow.common.ids import ResourceID
@@ -38,8 +39,11 @@ class LocalProcessDriver:
     #: Spark stages run Spark inside their TaskExecutor unless spark-stages.executors says cluster
     spark_in_containers = False
 
-    def __init__(self, config: Configuration, work_dir: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, config: Configuration, work_dir: str, env: Mapping[str, str] | None = None,
+                 warm: WarmWorkers | None = None) -> None:
         self._config = config
+        #: TaskExecutor processes started ahead of the cluster, taken before starting new ones
+        self._warm = warm
         self._work_dir = work_dir
         #: set in every TaskExecutor's environment (beside this process's own)
         self._env = dict(env or {})
@@ -62,28 +66,28 @@ class LocalProcessDriver:
                 raise RuntimeError("driver stopped")
             self._counter += 1
             resource_id = ResourceID(f"te-{self._counter}-{ResourceID.generate()[3:9]}")
-        work_dir = os.path.join(self._work_dir, "taskexecutors", resource_id)
-        log_dir = os.path.join(self._work_dir, "log")
-        os.makedirs(work_dir, exist_ok=True)
-        os.makedirs(log_dir, exist_ok=True)
-        cmd = [sys.executable, "-m", "yarnflow.worker", "--resource-id", resource_id,
-               "--rm-address", self._rm_address, "--work-dir", work_dir]
-        if not ha_enabled(self._config):
-            cmd += ["--parent-pid", str(os.getpid())]
-        for key, value in self._config.to_strings().items():
-            cmd += ["-D", f"{key}={value}"]
-        log_file = open(os.path.join(log_dir, f"{resource_id}.log"), "ab")
-        try:
-            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **self._env} if self._env else None)
-        finally:
-            log_file.close()
+        parent = None if ha_enabled(self._config) else os.getpid()
+        taken = self._warm.take(self._config, self._rm_address, parent) if self._warm is not None else None
+        if taken is not None:  # (one started ahead of the cluster: see warm_workers.py)
+            resource_id, proc = taken
+            log_path = worker_layout(self._work_dir, resource_id)[1]
+        else:
+            work_dir, log_path = worker_layout(self._work_dir, resource_id)
+            cmd = [sys.executable, "-m", "yarnflow.worker", "--resource-id", resource_id,
+                   "--rm-address", self._rm_address, "--work-dir", work_dir]
+            if parent is not None:
+                cmd += ["--parent-pid", str(parent)]
+            for key, value in self._config.to_strings().items():
+                cmd += ["-D", f"{key}={value}"]
+            with open(log_path, "ab") as log_file:
+                proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env={**os.environ, **self._env} if self._env else None)
         with self._lock:
             self._procs[resource_id] = proc
         threading.Thread(target=self._watch, args=(resource_id, proc), name=f"watch-{resource_id}",
                          daemon=True).start()
-        log.info("started TaskExecutor %s (pid %d), log %s", resource_id, proc.pid,
-                 os.path.join(log_dir, f"{resource_id}.log"))
+        log.info("%s TaskExecutor %s (pid %d), log %s", "took the waiting" if taken is not None else "started",
+                 resource_id, proc.pid, log_path)
         return resource_id
 
     def _watch(self, resource_id: ResourceID, proc: subprocess.Popen[bytes]) -> None:
