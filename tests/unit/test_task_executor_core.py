@@ -4,6 +4,8 @@ sent, what an answer frees, a silent or refusing JobMaster) and the tokens calls
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 
 import pytest
@@ -225,26 +227,43 @@ def test_releasing_partitions_of_a_job_never_served_here_does_nothing() -> None:
     assert ReleasePartitions(JOB).covers(f"{JOB}.p2")
 
 
-def test_the_taskexecutor_gives_freed_memory_back_when_its_last_task_ends(monkeypatch) -> None:
-    """When no task runs any more, what the tasks freed (glibc's heap fragments, Arrow's pool,
-    cycles) goes back to the system, on a thread of its own, so an idle TaskExecutor does not
-    sit at its busiest size (W2 at 20,000,000 records: the whole cluster peaked at 504-514 MB
-    while the client read the result beside the idle TaskExecutors, 466-474 MB with this)."""
+def test_the_taskexecutor_gives_freed_memory_back_once_idle_after_its_last_task(monkeypatch) -> None:
+    """When no task has run for IDLE_RELEASE_MS, what the tasks freed (glibc's heap fragments,
+    Arrow's pool, cycles) goes back to the system, on a pool thread, so an idle TaskExecutor does
+    not sit at its busiest size (W2 at 20,000,000 records: the whole cluster peaked at 504-514 MB
+    while the client read the result beside the idle TaskExecutors, 466-474 MB with this). Not
+    at once: the full collection held the interpreter ~25 ms right when a small job's next
+    tasks came in (issue 54); a task ending meanwhile puts it off again."""
     import threading
+    import time
     import types
+    from concurrent.futures import ThreadPoolExecutor
 
+    from yarnflow.common.rpc.endpoint import MainThreadExecutor
     from yarnflow.worker.taskexecutor import task_executor
 
+    monkeypatch.setattr(task_executor, "IDLE_RELEASE_MS", 300)
     released = threading.Semaphore(0)
     monkeypatch.setattr(task_executor, "release_free_memory", released.release)
-    a, b = ExecutionAttemptID("a"), ExecutionAttemptID("b")
+    a, b, c = ExecutionAttemptID("a"), ExecutionAttemptID("b"), ExecutionAttemptID("c")
+    main, io = MainThreadExecutor("te-test").start(), ThreadPoolExecutor(1)
     te = types.SimpleNamespace(core=types.SimpleNamespace(task_ended=lambda u: None), tasks={a: object(), b: object()},
-                               _remember_ended=lambda task, update: None)
-    done = TaskExecutionStateUpdate(JOB, a, ExecutionState.FINISHED)
-    task_executor.TaskExecutor._task_done(te, done)  # type: ignore[arg-type]
-    assert not released.acquire(timeout=0.2)  # b still runs
-    task_executor.TaskExecutor._task_done(te, TaskExecutionStateUpdate(JOB, b, ExecutionState.FAILED))  # type: ignore[arg-type]
-    assert released.acquire(timeout=5)
+                               _remember_ended=lambda task, update: None, _main=main, _io=io, _tasks_ended=0)
+    te._release_if_idle = lambda idle: task_executor.TaskExecutor._release_if_idle(te, idle)  # type: ignore[arg-type]
+    done = functools.partial(task_executor.TaskExecutor._task_done, te)
+    try:
+        main.call(done, TaskExecutionStateUpdate(JOB, a, ExecutionState.FINISHED))
+        assert not released.acquire(timeout=0.6)  # b still runs
+        main.call(done, TaskExecutionStateUpdate(JOB, b, ExecutionState.FAILED))
+        time.sleep(0.15)
+        te.tasks[c] = object()  # the next task came and went within the idle time: no release yet
+        main.call(done, TaskExecutionStateUpdate(JOB, c, ExecutionState.FINISHED))
+        assert not released.acquire(timeout=0.2)
+        assert released.acquire(timeout=5)  # 300 ms after c ended
+        assert not released.acquire(timeout=0.5)  # once
+    finally:
+        main.stop()
+        io.shutdown()
 
 
 # -- a change of leader with high-availability.keep-running-tasks (jm_links.py) -------------------

@@ -32,6 +32,7 @@ and the new leader restarts the jobs from their checkpoints.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -100,6 +101,8 @@ from yarnflow.worker.taskexecutor.spark_masters import SparkMasters
 from yarnflow.worker.taskexecutor.thread_samples import sample_tasks
 
 log = logging.getLogger(__name__)
+#: free memory goes back to the system once no task ran on this TaskExecutor for this long
+IDLE_RELEASE_MS = 1000
 
 
 
@@ -162,6 +165,7 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
         self._main = MainThreadExecutor(f"taskexecutor-{resource_id}")
         super().__init__(f"TaskExecutor {resource_id}", self._main)
         self._io = ThreadPoolExecutor(4, thread_name_prefix="te-io")
+        self._tasks_ended = 0  # (free memory is released once none ended for IDLE_RELEASE_MS)
         self._updates = ThreadPoolExecutor(1, thread_name_prefix="te-updates")  # keeps per-task order
         self.partitions = ResultPartitionManager(os.path.join(work_dir, "partitions"))
         self._tls = internal_credentials(config)
@@ -492,8 +496,17 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
         if task is not None:
             self._remember_ended(task, update)
         self.core.task_ended(update)
-        if not self.tasks:  # nothing runs here now: what the tasks freed goes back to the system
-            threading.Thread(target=release_free_memory, name="release-memory", daemon=True).start()
+        if not self.tasks:  # nothing runs here now: what the tasks freed goes back to the system,
+            self._tasks_ended += 1  # once no task has run for a while
+            self._main.schedule(IDLE_RELEASE_MS, functools.partial(self._release_if_idle, self._tasks_ended))
+
+    def _release_if_idle(self, idle: int) -> None:
+        """(main thread) No task started or ended since the last one ended ``IDLE_RELEASE_MS``
+        ago: release free memory, on a pool thread. (Right at a task's end, the collection held
+        the interpreter for ~25 ms while the task's FINISHED went out and the next region's
+        tasks came in: most of a small job's time.)"""
+        if not self.tasks and idle == self._tasks_ended:
+            self._io.submit(release_free_memory)
 
     def _watch_cancellation(self, task: Task) -> None:
         """Flink's task cancellation watchdog: a task thread stuck in user code cannot be
