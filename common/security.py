@@ -48,6 +48,7 @@ class TlsCredentials:
     cert_file: str
     key_file: str
     _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, compare=False, repr=False)
+    _sessions: dict[str, ssl.SSLSession] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def cert_pem(self) -> bytes:
@@ -74,6 +75,18 @@ class TlsCredentials:
 
     def server_context(self) -> ssl.SSLContext:
         return self._context(True)
+
+    def session(self, address: str) -> ssl.SSLSession | None:
+        """The TLS session of the last connection to ``address`` (its client context's), to
+        resume: the handshake then skips the certificates and the key exchange."""
+        return self._sessions.get(address)
+
+    def remember_session(self, address: str, sock: Any) -> None:
+        """Keep ``sock``'s session (a client socket of this client context) for the next
+        connection to ``address``."""
+        session = getattr(sock, "session", None)
+        if session is not None and self._sessions.get(address) is not session:
+            self._sessions[address] = session
 
     def client_context(self) -> ssl.SSLContext:
         return self._context(False)
@@ -250,13 +263,27 @@ def internal_credentials(config: Configuration, address: str = "") -> TlsCredent
     if not cert or not key:
         raise ConfigurationError(f"{Options.SSL_INTERNAL.key} is on: give both {Options.SSL_INTERNAL_CERT.key} "
                                  f"and {Options.SSL_INTERNAL_KEY.key} (PEM files)")
+    try:
+        stamp = (cert, key, os.stat(cert).st_mtime_ns, os.stat(key).st_mtime_ns)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot use the TLS credentials {cert} / {key}: {exc}") from None
+    with _loaded_lock:
+        credentials = _loaded.get(stamp)
+    if credentials is not None:  # (one per process and files: its contexts, and the sessions they resume)
+        return credentials
     credentials = TlsCredentials(cert, key)
     try:
         credentials.server_context()
         credentials.client_context()
     except (OSError, ssl.SSLError) as exc:
         raise ConfigurationError(f"cannot use the TLS credentials {cert} / {key}: {exc}") from None
-    return credentials
+    with _loaded_lock:
+        return _loaded.setdefault(stamp, credentials)
+
+
+#: credentials loaded by internal_credentials, by files and their modification times
+_loaded: dict[tuple[str, str, int, int], TlsCredentials] = {}
+_loaded_lock = threading.Lock()
 
 
 def skein_container_credentials() -> TlsCredentials | None:

@@ -64,7 +64,9 @@ class RpcClient:
             raise RpcConnectionError(f"cannot reach {self.address}: {reason}") from None
         if self._tls is not None:
             try:
-                sock.handle = self._tls.client_context().wrap_socket(sock.handle)
+                # (resuming an earlier connection's session to this address: ~1 ms instead of ~3)
+                sock.handle = self._tls.client_context().wrap_socket(sock.handle,
+                                                                     session=self._tls.session(self.address))
             except (OSError, ssl.SSLError) as exc:
                 transport.close()
                 reason = getattr(exc, "reason", None) or exc
@@ -92,7 +94,11 @@ class RpcClient:
             if timeout_ms is not None and self._socket is not None:
                 self._socket.setTimeout(timeout_ms)
             try:
-                return getattr(client, method)(*args)
+                result = getattr(client, method)(*args)
+                if self._tls is not None and self._socket is not None and self._socket.handle is not None:
+                    # (a TLS 1.3 session is known once the server's first answer was read)
+                    self._tls.remember_session(self.address, self._socket.handle)
+                return result
             except Exception as exc:
                 translated = from_wire_error(exc, self.address)
                 if not _is_declared(exc):

@@ -66,6 +66,33 @@ def test_a_client_with_the_clusters_credentials_is_served(served: Any) -> None:
     client.close()
 
 
+def test_a_new_connection_resumes_the_last_tls_session_and_a_process_loads_its_credentials_once(
+        served: Any, tmp_path: Any) -> None:
+    """Issue 54: every job opens new connections between its JobMaster and TaskExecutors; with
+    TLS on each one's full handshake (certificates, key exchange) took ~3 ms. A process now loads
+    its credentials once (files unchanged), and a client resumes the session of the last
+    connection to the same address (~1 ms): still only with the cluster's credentials."""
+    server, creds, handler = served
+    first = _client(server, creds)
+    first.call("ping")
+    assert not first._socket.handle.session_reused
+    first.close()
+    second = _client(server, creds)
+    second.call("ping")
+    assert second._socket.handle.session_reused
+    second.close()
+    assert [c[0] for c in handler.calls] == ["ping", "ping"]
+
+    conf = Configuration.load({"security.ssl.internal.enabled": "true", "security.ssl.internal.cert-file":
+                               creds.cert_file, "security.ssl.internal.key-file": creds.key_file})
+    assert internal_credentials(conf) is internal_credentials(conf)
+    other = new_credentials(str(tmp_path / "other"))  # another cluster's: no session of this one's to resume
+    stranger = _client(server, other)
+    with pytest.raises(errors.RpcConnectionError, match="handshake"):
+        stranger.call("ping")
+    stranger.close()
+
+
 def test_clients_without_them_are_refused_and_logged_once_per_host(served: Any, tmp_path: Any,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     server, creds, handler = served
