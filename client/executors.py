@@ -182,6 +182,10 @@ class ClusterContext:
     def connect(self) -> ClusterConnection:
         return ClusterConnection(self.config, self.address, self.config[Options.CLIENT_TIMEOUT])
 
+    def _artifact_upload(self) -> str:
+        """How the job artifact reaches the cluster (``client.artifact-upload``)."""
+        return str(self.config[Options.ARTIFACT_UPLOAD])
+
     def execute(self, env: StreamExecutionEnvironment, job_name: str,
                 job: CompiledJob | None = None) -> JobExecutionResult:
         """Compile the pipeline (unless ``job`` is its compiled form already), submit it and
@@ -191,7 +195,7 @@ class ClusterContext:
         try:
             info = conn.call(lambda gw: gw.cluster_info(), "clusterInfo")
             job = upload_artifact(job, self.job_file, info.storage_dir, info.web_url,
-                                  self.config[Options.ARTIFACT_UPLOAD], conn.rest_access())
+                                  self._artifact_upload(), conn.rest_access())
             jg = job.job_graph
             jg.config.update({k: v for k, v in self.conf.items()})
             resume_from_retained_checkpoint(jg, {**self.config.to_strings(), **jg.config}, info.storage_dir)
@@ -214,7 +218,7 @@ class ClusterContext:
                     # the artifact (content-addressed, stored once) was deleted as the last job using
                     # it ended, between storing and submitting: store it again
                     upload_artifact(job, self.job_file, info.storage_dir, info.web_url,
-                                    self.config[Options.ARTIFACT_UPLOAD], conn.rest_access())
+                                    self._artifact_upload(), conn.rest_access())
                     return gw.submit_job(jg)
 
             job_id = conn.call(submit, "submitJob")
@@ -356,6 +360,11 @@ class LocalContext(ClusterContext):
         self.slots = slots
         self.cluster: Any = None
         self._prestarted = prestarted
+
+    def _artifact_upload(self) -> str:
+        """An embedded cluster's storage is a folder of this machine: the client writes the
+        artifact there itself (no HTTP upload to its own AppMaster), unless told otherwise."""
+        return super()._artifact_upload() if self.config.is_set(Options.ARTIFACT_UPLOAD) else "storage"
 
     def _new_cluster(self) -> Any:
         from yarnflow.local_cluster import LocalCluster
