@@ -188,6 +188,12 @@ def _fixed_costs(args: argparse.Namespace) -> dict[str, Any]:
     return run_fixed_costs(args.runs, args.submissions, args.work_dir)
 
 
+def _cli_workloads(args: argparse.Namespace) -> dict[str, Any]:
+    from cli_workloads import run_cli_workloads
+
+    return run_cli_workloads(args.records, args.orders, args.bytewax_python, args.work_dir, args.only)
+
+
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
     from chaos import run_chaos
 
@@ -306,6 +312,15 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                     lambda p: (p.add_argument("--runs", type=int, default=5),
                                p.add_argument("--submissions", type=int, default=50),
                                p.add_argument("--work-dir", default=None)), _fixed_costs),
+    "cli-workloads": ("W1, W2, W3 and a per-row helper map at N records through `yarnflow run` (embedded "
+                      "cluster, parallelism 2): env.execute() to result, against a plain Python loop, DuckDB and "
+                      "Bytewax (when installed) in the same run",
+                      lambda p: (p.add_argument("--records", type=int, default=5_000_000),
+                                 p.add_argument("--orders", type=int, default=5_000_000),
+                                 p.add_argument("--bytewax-python", default=None,
+                                                help="a Python with bytewax 0.21 (W1 against Bytewax)"),
+                                 p.add_argument("--only", nargs="+", choices=["w1", "w2", "w3", "rowmap"], default=None),
+                                 p.add_argument("--work-dir", default=None)), _cli_workloads),
     "chaos": ("STREAMING keyed job with checkpoints; N SIGKILLs of random TaskExecutors; rows lost / duplicated",
               lambda p: (p.add_argument("--kills", type=int, default=20),
                          p.add_argument("--rows", type=int, default=400_000),
