@@ -121,7 +121,7 @@ def _run(name: str, data: str, work: str, env: dict[str, str]) -> tuple[Any, flo
     with open(job, "w") as f:
         f.write(JOB_FILE.format(mode="BATCH", body=JOBS[name], name=name))
     out = os.path.join(work, f"{name}.json")
-    cmd = [os.path.join(os.path.dirname(sys.executable), "yarnflow"), "run", job, "--parallelism", "2"]
+    cmd = [os.path.join(os.path.dirname(sys.executable), "yarnflow"), "run", "--parallelism", "2", job]
     started = time.time()
     proc = subprocess.run(cmd, env={**env, "CLI_WORKLOADS_OUT": out}, capture_output=True, text=True, timeout=3600,
                           cwd=work)

@@ -384,6 +384,8 @@ class DataServer(flight.FlightServerBase):
         self.wait_s = wait_for_partition_s
         self.segment_size = segment_size
         self.closed = False
+        self._live: set[_ServerConnection] = set()  # (woken at shutdown: they wait up to 0.5 s otherwise)
+        self._live_lock = threading.Lock()
 
     @property
     def address(self) -> str:
@@ -393,10 +395,21 @@ class DataServer(flight.FlightServerBase):
                     reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter) -> None:
         if descriptor.command != EXCHANGE.command:
             raise flight.FlightServerError(f"unknown exchange {descriptor.command!r}")
-        _ServerConnection(self, context, reader, writer).run()
+        connection = _ServerConnection(self, context, reader, writer)
+        with self._live_lock:
+            self._live.add(connection)
+        try:
+            connection.run()
+        finally:
+            with self._live_lock:
+                self._live.discard(connection)
 
     def shutdown(self) -> None:
         self.closed = True
+        with self._live_lock:
+            live = list(self._live)
+        for connection in live:  # each ends its call now, not at its next wait's end
+            connection._wake()
         super().shutdown()
 
 
