@@ -94,3 +94,29 @@ def test_an_upload_is_hash_checked_and_size_limited(cluster: Any) -> None:
     assert unnamed.status_code == 400 and "sha256" in unnamed.json()["errors"][0]
     leftovers = [p.name for p in Path(stored["uri"].removeprefix("file://")).parent.iterdir()]
     assert leftovers == [f"{sha}.zip"]  # no partial upload left behind
+
+
+@pytest.mark.parametrize("told", [None, "appmaster"])
+def test_an_embedded_clusters_client_writes_its_storage_itself_unless_told(
+        monkeypatch: pytest.MonkeyPatch, process_tag: str, told: str | None) -> None:
+    """``yarnflow run`` on an embedded cluster: the storage is a folder of this machine, so the
+    client writes the artifact there instead of sending it to its own AppMaster over HTTP (issue
+    54); ``client.artifact-upload: appmaster`` still sends it."""
+    from tests.conftest import TAG_VAR
+
+    monkeypatch.setenv(TAG_VAR, process_tag)
+    ways: list[str] = []
+    upload, store = yarnflow.packaging.upload_to_appmaster, yarnflow.packaging.store_artifact
+    monkeypatch.setattr(yarnflow.packaging, "upload_to_appmaster",
+                        lambda *a, **k: (ways.append("appmaster"), upload(*a, **k))[1])
+    monkeypatch.setattr(yarnflow.packaging, "store_artifact", lambda *a, **k: (ways.append("storage"), store(*a, **k))[1])
+    conf = {"execution.runtime-mode": "BATCH", **({"client.artifact-upload": told} if told else {})}
+    executors.set_context(executors.LocalContext(1, 1, conf, progress=False))
+    try:
+        env = yarnflow.StreamExecutionEnvironment()
+        env.from_collection({"v": list(range(10))}).map(lambda r: {"v": r["v"] + 1}).collect()
+        result = env.execute("embedded")
+    finally:
+        executors.set_context(None)
+    assert sorted(result.collected().column("v").to_pylist()) == list(range(1, 11))
+    assert ways == [told or "storage"]
