@@ -54,7 +54,7 @@ def sleeping(row: dict[str, Any]) -> dict[str, Any]:
 def busy(row: dict[str, Any]) -> dict[str, Any]:
     """Most of a millisecond of Python per row, the GIL held."""
     x = 0
-    for j in range(6000 + row["i"] % 7):
+    for j in range(12000 + row["i"] % 7):  # (a job long enough for checkpoints after the kill)
         x += j
     return {**row, "x": x}
 
@@ -126,7 +126,8 @@ def test_checkpoints_complete_behind_a_slow_per_row_function_through_a_taskexecu
             f"{web}/jobs/{job_id}/vertices/{v['id']}/taskmanagers", timeout=5).json()["taskmanagers"]}
         victim = sorted(p for p in places if p != "(unassigned)")[0]
         [proc] = [p for p in _te_processes(cluster) if _resource_id(p) == victim]
-        killed_at = watch.completed_while_running
+        # (read now, not the watch's last poll: one that completed since then is not "after the kill")
+        killed_at = int(requests.get(f"{web}/jobs/{job_id}/checkpoints", timeout=5).json()["counts"]["completed"])
         proc.send_signal(signal.SIGKILL)
         wait_until(lambda: watch.state == "FINISHED", 180, "the job did not finish")
     finally:
