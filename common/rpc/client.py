@@ -6,10 +6,13 @@ error. Every error is translated into the project's own exceptions (``rpc.errors
 
 from __future__ import annotations
 
+import atexit
 import logging
+import select
 import socket
 import ssl
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from thrift.protocol.TMultiplexedProtocol import TMultiplexedProtocol
@@ -53,6 +56,14 @@ class RpcClient:
     def _connect(self) -> Any:
         if self._closed:
             raise RpcConnectionError(f"client for {self.address} is closed")
+        idle = _IDLE.take(self._pool_key)
+        if idle is not None:  # (an earlier client's connection: no connect, no handshake)
+            sock, transport = idle
+            sock.setTimeout(self._timeout_ms)
+            protocol = TMultiplexedProtocol(protocol_factory().getProtocol(transport), self._service)
+            self._socket, self._transport = sock, transport
+            self._client = self._client_cls(protocol)
+            return self._client
         sock = TSocket.TSocket(self._host, self._port)
         sock.setTimeout(self._connect_timeout_ms)
         transport = LimitedFramedTransport(sock)
@@ -118,9 +129,99 @@ class RpcClient:
         return lambda *args: self.call(name, *args)
 
     def close(self) -> None:
+        """Close the client; its connection, when it is sound, is kept for the next client of
+        the same service at the same address (``_IdleConnections``)."""
         with self._lock:
             self._closed = True
+            if self._socket is not None and self._transport is not None and _IDLE.give(
+                    self._pool_key, self._socket, self._transport):
+                self._transport = self._client = self._socket = None
+                return
             self._drop()
+
+    @property
+    def _pool_key(self) -> tuple[str, str, int]:
+        return self.address, self._service, id(self._tls)
+
+
+class _IdleConnections:
+    """Connections of closed clients, kept (``PER_KEY`` at most, ``MAX_IDLE_S`` at most) for the
+    next client of the same service, address and credentials. Each job opens its own clients
+    between its JobMaster and its TaskExecutors; without this, each job paid a TCP connect and,
+    with TLS, a handshake both ways (issue 54). A connection is never shared: one client uses it
+    at a time. One the server closed meanwhile (readable while idle: its end, or stray bytes) is
+    dropped, not reused."""
+
+    PER_KEY = 2
+    TOTAL = 32
+    MAX_IDLE_S = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, int], list[tuple[float, Any, Any]]] = {}
+
+    def give(self, key: tuple[str, str, int], sock: Any, transport: Any) -> bool:
+        if sock.handle is None:
+            return False
+        now, expired = time.monotonic(), []
+        with self._lock:
+            for k in list(self._idle):  # (kept ones of servers long gone are closed here)
+                fresh = [e for e in self._idle[k] if now - e[0] <= self.MAX_IDLE_S]
+                expired += [e for e in self._idle[k] if now - e[0] > self.MAX_IDLE_S]
+                if fresh:
+                    self._idle[k] = fresh
+                else:
+                    del self._idle[k]
+            kept = self._idle.setdefault(key, [])
+            total = sum(len(v) for v in self._idle.values())
+            accepted = len(kept) < self.PER_KEY and total < self.TOTAL
+            if accepted:
+                kept.append((now, sock, transport))
+        for _, _, old in expired:
+            _close_quietly(old)
+        return accepted
+
+    def take(self, key: tuple[str, str, int]) -> tuple[Any, Any] | None:
+        now = time.monotonic()
+        while True:
+            with self._lock:
+                kept = self._idle.get(key)
+                if not kept:
+                    return None
+                since, sock, transport = kept.pop()
+            if now - since <= self.MAX_IDLE_S and not _dropped(sock.handle):
+                return sock, transport
+            _close_quietly(transport)
+
+    def close_all(self) -> None:
+        with self._lock:
+            kept, self._idle = self._idle, {}
+        for entries in kept.values():
+            for _, _, transport in entries:
+                _close_quietly(transport)
+
+
+def _close_quietly(transport: Any) -> None:
+    try:
+        transport.close()
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
+def _dropped(handle: Any) -> bool:
+    """Whether an idle connection can no longer be used: closed, or readable (an idle
+    connection has nothing to read unless the peer closed it)."""
+    if handle is None or handle.fileno() < 0:
+        return True
+    try:
+        readable, _, _ = select.select([handle], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+_IDLE = _IdleConnections()
+atexit.register(_IDLE.close_all)
 
 
 def _is_declared(exc: BaseException) -> bool:

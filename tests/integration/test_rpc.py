@@ -329,6 +329,33 @@ def test_the_client_reconnects_after_a_server_restart_on_the_same_port(cluster: 
     assert client.call("ping") == "pong"
 
 
+def test_a_closed_clients_connection_serves_the_next_client_and_a_dropped_one_does_not(cluster: Cluster) -> None:
+    """Issue 54: a job's clients (JobMaster <-> TaskExecutor) are closed with the job; their
+    connections are kept for the next job's clients of the same service and address (no new
+    connect, no TLS handshake), one client at a time. One whose server went away meanwhile is
+    not handed out: the next client connects afresh and says it cannot reach the server."""
+    first = cluster.client()
+    assert first.call("ping") == "pong"
+    kept = first._socket
+    first.close()
+    assert cluster.connections() == 1  # (kept open)
+    second = cluster.client()
+    assert second.call("ping") == "pong"
+    assert second._socket is kept and cluster.connections() == 1
+    third = cluster.client()  # while the second holds it: a connection of its own
+    assert third.call("ping") == "pong"
+    assert third._socket is not kept and cluster.connections() == 2
+    second.close()
+    third.close()
+    port = cluster.server.port
+    cluster.server.stop()  # (the kept connections are closed by the server now)
+    fourth = cluster.client()
+    with pytest.raises(errors.RpcConnectionError, match="cannot reach"):
+        fourth.call("ping")
+    cluster.start_server(port)
+    assert fourth.call("ping") == "pong"
+
+
 def test_a_closed_client_refuses_calls(cluster: Cluster) -> None:
     client = cluster.client()
     client.call("ping")
