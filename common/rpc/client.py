@@ -52,6 +52,7 @@ class RpcClient:
         self._socket: TSocket.TSocket | None = None
         self._client: Any = None
         self._closed = False
+        self._answered = False  # the connection's last call got its answer (it may be reused)
 
     def _connect(self) -> Any:
         if self._closed:
@@ -105,12 +106,15 @@ class RpcClient:
             if timeout_ms is not None and self._socket is not None:
                 self._socket.setTimeout(timeout_ms)
             try:
+                self._answered = False
                 result = getattr(client, method)(*args)
+                self._answered = True
                 if self._tls is not None and self._socket is not None and self._socket.handle is not None:
                     # (a TLS 1.3 session is known once the server's first answer was read)
                     self._tls.remember_session(self.address, self._socket.handle)
                 return result
             except Exception as exc:
+                self._answered = _is_declared(exc)  # (a declared error's answer was read whole)
                 translated = from_wire_error(exc, self.address)
                 if not _is_declared(exc):
                     self._drop()  # the connection's state is unknown: start afresh next time
@@ -133,7 +137,9 @@ class RpcClient:
         the same service at the same address (``_IdleConnections``)."""
         with self._lock:
             self._closed = True
-            if self._socket is not None and self._transport is not None and _IDLE.give(
+            # (only a connection whose last call was answered: one interrupted mid-call, by a
+            # Ctrl-C say, may still get that answer, which the next client would read as its own)
+            if self._answered and self._socket is not None and self._transport is not None and _IDLE.give(
                     self._pool_key, self._socket, self._transport):
                 self._transport = self._client = self._socket = None
                 return
