@@ -356,6 +356,33 @@ def test_a_closed_clients_connection_serves_the_next_client_and_a_dropped_one_do
     assert fourth.call("ping") == "pong"
 
 
+def test_a_connection_left_mid_call_is_not_reused(cluster: Cluster) -> None:
+    """A call interrupted by Ctrl-C (the CLI then cancels its job on a new client) leaves its
+    answer on the way: that connection is not kept, or the next client would read the late
+    answer as its own."""
+    import signal
+
+    first = cluster.client(timeout_ms=5_000)
+    first.call("ping")
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            first.call("disconnectResourceManager", "rm-token", "sleep:600")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    left = first._socket
+    first.close()
+    second = cluster.client(timeout_ms=5_000)  # (at once: the late answer is still on its way)
+    assert second.call("ping") == "pong"
+    assert second._socket is not left
+
+
 def test_a_closed_client_refuses_calls(cluster: Cluster) -> None:
     client = cluster.client()
     client.call("ping")
