@@ -146,8 +146,11 @@ class RpcClient:
             self._drop()
 
     @property
-    def _pool_key(self) -> tuple[str, str, int]:
-        return self.address, self._service, id(self._tls)
+    def _pool_key(self) -> tuple[str, str, str]:
+        # (by the credentials' files, not the object: a connection is only handed to a client
+        # holding the credentials it was authenticated with)
+        tls = f"{self._tls.cert_file}\0{self._tls.key_file}" if self._tls is not None else ""
+        return self.address, self._service, tls
 
 
 class _IdleConnections:
@@ -164,9 +167,9 @@ class _IdleConnections:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: dict[tuple[str, str, int], list[tuple[float, Any, Any]]] = {}
+        self._idle: dict[tuple[str, str, str], list[tuple[float, Any, Any]]] = {}
 
-    def give(self, key: tuple[str, str, int], sock: Any, transport: Any) -> bool:
+    def give(self, key: tuple[str, str, str], sock: Any, transport: Any) -> bool:
         if sock.handle is None:
             return False
         now, expired = time.monotonic(), []
@@ -187,7 +190,7 @@ class _IdleConnections:
             _close_quietly(old)
         return accepted
 
-    def take(self, key: tuple[str, str, int]) -> tuple[Any, Any] | None:
+    def take(self, key: tuple[str, str, str]) -> tuple[Any, Any] | None:
         now = time.monotonic()
         while True:
             with self._lock:
