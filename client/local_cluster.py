@@ -424,9 +424,9 @@ def prestarted(taskexecutors: int | None, slots: int | None, conf: Mapping[str, 
     processes already started (``LocalCluster.prestart_taskexecutors``): ``taskexecutors`` of
     them, or as many as the default parallelism's slots need. None with high availability (the
     AppMaster then runs as a process of its own, which starts its own)."""
-    cluster = LocalCluster(taskexecutors or 1, slots, conf, appmaster_in_process=not ha_enabled(Configuration.load(conf)))
-    if not cluster.appmaster_in_process:
-        return None
+    if ha_enabled(Configuration.load(conf)):
+        return None  # (checked before a cluster, and its work dir, is made)
+    cluster = LocalCluster(taskexecutors or 1, slots, conf, appmaster_in_process=True)
     if not taskexecutors:
         cluster.taskexecutors = max(1, -(-cluster.config[Options.PARALLELISM] // cluster.slots))
     try:
