@@ -19,7 +19,11 @@ event time advancing 1 ms every 5 records: 1,000 windows of 1 s at 5M records). 
   not decoded); ``consume_ratio_while_reading``: the same against the time the job's source
   subtasks ran (first start to last end: the read, without the job's deployment and end);
   ``raw_consume_*``: both again with the values kept as bytes (``raw``), decoding nothing like
-  the bare loop.
+  the bare loop; ``bare_consumer_and_broker_cores``: the cores the bare loop and the broker
+  used together while it ran (CPU seconds over its wall time), and
+  ``consume_ratio_ceiling_on_this_machine``: the machine's cores over that, the most any
+  consumers could read here against the bare loop if they spent no more per record than it
+  did (the broker shares the cores).
 
 ``verified``: nothing lost or duplicated, and Bytewax's results (if run) counted every record.
 """
@@ -84,6 +88,12 @@ class _Broker:
         for f in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
             f.result(30)
         return name
+
+    def cpu_s(self) -> float:
+        """CPU seconds the broker has used so far (user + system)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -178,22 +188,25 @@ def _yarnflow(broker: _Broker, src: str, out: str | None, work_dir: str, fmt: st
             executors.set_context(None)
 
 
-def _bare_consumer(broker: _Broker, topic: str, records: int) -> float:
-    """Seconds for one process's plain consume loop to read every record of ``topic``."""
+def _bare_consumer(broker: _Broker, topic: str, records: int) -> tuple[float, float]:
+    """Seconds for one process's plain consume loop to read every record of ``topic``, and the
+    CPU seconds it and the broker used meanwhile."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"bare-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, **FETCH})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     started, seen = time.perf_counter(), 0
+    cpu_before = time.process_time() + broker.cpu_s()
     while seen < records:
         for m in consumer.consume(10_000, 1.0):
             if m.error() is None:
                 seen += 1
                 m.value()
     took = time.perf_counter() - started
+    cpu = time.process_time() + broker.cpu_s() - cpu_before
     consumer.close()
-    return took
+    return took, cpu
 
 
 def _bytewax(python: str, broker: _Broker, src: str, out: str) -> float:
@@ -236,12 +249,14 @@ def run_kafka(records: int = 5_000_000, bytewax_python: str | None = None, work_
                                   "rows_lost": lost, "rows_duplicated": repeated + extra}
         consume_s, read_s = _yarnflow(broker, src, None, root)
         raw_s, raw_read_s = _yarnflow(broker, src, None, root, "raw")
-        bare_s = _bare_consumer(broker, src, records)
+        bare_s, bare_cpu_s = _bare_consumer(broker, src, records)
         result.update(consume_records_per_s=round(records / consume_s), bare_consumer_records_per_s=round(
             records / bare_s), consume_ratio_to_bare_consumer=round(bare_s / consume_s, 2),
             consume_ratio_while_reading=round(bare_s / read_s, 2),
             raw_consume_ratio_to_bare_consumer=round(bare_s / raw_s, 2),
-            raw_consume_ratio_while_reading=round(bare_s / raw_read_s, 2))
+            raw_consume_ratio_while_reading=round(bare_s / raw_read_s, 2),
+            bare_consumer_and_broker_cores=round(bare_cpu_s / bare_s, 2),
+            consume_ratio_ceiling_on_this_machine=round(bare_s * (os.cpu_count() or 1) / bare_cpu_s, 2))
         ok = lost == 0 and result["rows_duplicated"] == 0
         python = bytewax_python or os.environ.get("BYTEWAX_PYTHON")
         if python:
