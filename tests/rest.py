@@ -16,11 +16,14 @@ from yarnflow import executors
 RATE = 2000
 
 
-def generator_job(out: str, rate: int = RATE, fail_after: int | None = None) -> Callable[[Any], None]:
+def generator_job(out: str, rate: int = RATE, fail_after: int | None = None, detail: str = ""
+                  ) -> Callable[[Any], None]:
+    """Generated rows, keyed sum, Parquet; with ``fail_after``, the source raises RuntimeError
+    "boom at row N" (followed by ``detail``) once it passes that row."""
     def build(env: Any) -> None:
         def rows(start: int, n: int) -> dict[str, list[int]]:
             if fail_after is not None and start + n > fail_after:
-                raise RuntimeError(f"boom at row {start + n}")
+                raise RuntimeError(f"boom at row {start + n}{detail}")
             return {"k": [i % 7 for i in range(start, start + n)], "v": list(range(start, start + n))}
 
         (env.from_generator(rows, count=None, rate_per_s=rate).uid("source").map_batches(lambda b: b, name="identity")

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 #: the paths of a job's archive besides its vertices'
 JOB_PATHS = ("", "/status", "/plan", "/exceptions", "/checkpoints", "/config", "/jobmanager/config",
-             "/checkpoints/config", "/execution-result", "/accumulators")
+             "/checkpoints/config", "/execution-result", "/accumulators", "/spark")
 VERTEX_PATHS = ("", "/backpressure", "/taskmanagers", "/watermarks", "/metrics", "/subtasktimes")
 
 
@@ -76,6 +76,8 @@ class JobArchivist:
             elif suffix == "/checkpoints" and answer:
                 for h in answer.get("history", []):
                     take(f"{base}/checkpoints/details/{h['id']}")
+                    for v in (details or {}).get("vertices", []):  # (each checkpoint's part per subtask)
+                        take(f"{base}/checkpoints/details/{h['id']}/subtasks/{v['id']}")
         for v in (details or {}).get("vertices", []):
             for suffix in VERTEX_PATHS:
                 take(f"{base}/vertices/{v['id']}{suffix}")

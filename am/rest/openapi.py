@@ -82,7 +82,8 @@ _SCHEMAS: dict[str, Any] = {
         "root-exception": _NULLABLE_STR, "timestamp": {"type": ["integer", "null"]},
         "all-exceptions": {"type": "array", "items": {"type": "object"}}, "truncated": _BOOL,
         "exceptionHistory": _obj(["entries", "truncated"], truncated=_BOOL, entries={"type": "array", "items": _obj(
-            ["exceptionName", "stacktrace", "timestamp"], exceptionName=_STR, stacktrace=_STR, timestamp=_INT,
+            ["exceptionName", "stacktrace", "timestamp"], exceptionName=_STR, exceptionMessage=_STR, stacktrace=_STR,
+            timestamp=_INT,
             taskName=_NULLABLE_STR, endpoint=_NULLABLE_STR)})}),
     "SparkStages": _obj(["stages"], stages={"type": "array", "items": _obj(["stage", "application_id", "master"], **{
         "stage": _STR, "uid": _STR, "application_id": _STR, "master": _STR, "executors": _INT, "jobs": _INT,

@@ -223,7 +223,8 @@ def _where(location: str) -> str | None:
 
 def _error_entry(error: ErrorInfo, timestamp: int, task: str) -> dict[str, Any]:
     location = error.location or ""
-    return {"exceptionName": error.error_class, "stacktrace": error.traceback or error.describe(),
+    return {"exceptionName": error.error_class, "exceptionMessage": error.message,
+            "stacktrace": error.traceback or error.describe(),
             "timestamp": timestamp, "taskName": task or None, "endpoint": location or None,
             "taskManagerId": _where(location), "failureLabels": {},
             "concurrentExceptions": []}

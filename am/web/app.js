@@ -9,6 +9,7 @@ const STATE_COLORS = {
   FINISHED: "#5b6b7c", FAILED: "#c23b3b", CANCELING: "#b0771c", CANCELED: "#b0771c",
 };
 let timer = null;
+let features = {};  // the server's (/config): a history server ("web-history") has archives only
 
 function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -70,17 +71,24 @@ function morph(live, html) {
   morphChildren(live, next);
 }
 
+// Children with an id are matched by it (a row keeps its element, and so an opened trace, when
+// rows are added above it); the others by position.
 function morphChildren(live, next) {
-  const a = [...live.childNodes], b = [...next.childNodes];
+  const b = [...next.childNodes];
+  const byId = new Map([...live.childNodes].filter((n) => n.id).map((n) => [n.id, n]));
+  const wanted = new Set(b.filter((n) => n.id).map((n) => n.id));
   b.forEach((nb, i) => {
-    const na = a[i];
+    let na = live.childNodes[i];
+    const keyed = nb.id ? byId.get(nb.id) : undefined;
+    if (keyed && keyed !== na) { live.insertBefore(keyed, na || null); na = keyed; }
     if (!na) live.appendChild(nb);
+    else if (nb.id && !keyed || na.id && wanted.has(na.id) && na.id !== nb.id) live.insertBefore(nb, na);
     else if (na.nodeType !== nb.nodeType || na.nodeName !== nb.nodeName || (na.id || "") !== (nb.id || "")) live.replaceChild(nb, na);
     else if (na.nodeType === Node.TEXT_NODE || na.nodeType === Node.COMMENT_NODE) {
       if (na.nodeValue !== nb.nodeValue) na.nodeValue = nb.nodeValue;
     } else morphElement(na, nb);
   });
-  for (let i = a.length - 1; i >= b.length; i--) live.removeChild(a[i]);
+  while (live.childNodes.length > b.length) live.removeChild(live.lastChild);
 }
 
 function morphElement(live, next) {
@@ -111,10 +119,25 @@ async function cancelJob(button) {
   } catch (e) { showError(`cancel failed: ${e.message}`); button.disabled = false; }
 }
 
-function trace(text) {
-  const first = String(text || "").split("\n").find((l) => l.trim()) || "";
-  return `<details class="trace"><summary>${esc(first.length > 160 ? `${first.slice(0, 159)}…` : first)}</summary>
+// A stack trace, folded under its headline (by default its first line; an exception's own
+// "Type: message" when given, which a Python trace prints last).
+function trace(text, headline) {
+  const first = headline || String(text || "").split("\n").find((l) => l.trim()) || "";
+  return `<details class="trace"><summary>${esc(first.length > 600 ? `${first.slice(0, 599)}…` : first)}</summary>
       <pre>${esc(text)}</pre></details>`;
+}
+
+// "Type: message" of a failure: the exception's type and message, else a Python trace's last line.
+function headline(name, message, text) {
+  if (message) return `${name ? `${name}: ` : ""}${message}`;
+  const last = String(text || "").split("\n").filter((l) => l.trim()).pop() || "";
+  return last || name || "";
+}
+
+function hashOf(text) {  // a short stable key for an entry (its element keeps its state across refreshes)
+  let h = 0;
+  for (let i = 0; i < text.length; i++) h = (h * 31 + text.charCodeAt(i)) | 0;
+  return (h >>> 0).toString(36);
 }
 
 function backpressure(level, ms) {
@@ -151,21 +174,37 @@ async function jobs() {
 }
 
 async function job(jid, tab, detail, extra) {
-  const j = await api(`/jobs/${jid}`);
+  let j;
+  try {
+    j = await api(`/jobs/${jid}`);
+  } catch (e) {  // (an unknown job: said on its page, under the header, with the way back)
+    if (!e.message.startsWith("404")) throw e;
+    return `<h2>Job ${esc(jid)}</h2><p class="error" id="job-missing" role="alert">${esc(e.message)}</p>
+      <p><a href="#/jobs">All jobs</a></p>`;
+  }
   const running = !["FINISHED", "FAILED", "CANCELED", "SUSPENDED"].includes(j.state);
   tab = tab || "subtasks";
-  const tabs = ["subtasks", "exceptions", "checkpoints", "flamegraph", "configuration", "spark"].map((t) =>
+  const history = !!features["web-history"];  // flame graphs sample running tasks: none in an archive
+  const tabs = ["subtasks", "exceptions", "checkpoints", "flamegraph", "configuration", "spark"]
+    .filter((t) => !(history && t === "flamegraph")).map((t) =>
     `<a href="#/jobs/${esc(jid)}/${t}" class="${t === tab ? "active" : ""}" id="tab-${t}">${t[0].toUpperCase() + t.slice(1)}</a>`);
-  const content = tab === "exceptions" ? await exceptionsTab(jid)
-    : tab === "checkpoints" ? await checkpointsTab(jid, j.checkpointing, detail, j.vertices)
-    : tab === "spark" ? await sparkTab(jid)
-    : tab === "configuration" ? await configurationTab(jid)
-    : tab === "flamegraph" ? await flameGraphTab(jid, j.vertices, detail, extra)
-    : await subtasksTab(jid, j.vertices);
+  let content;
+  try {  // a tab that cannot be shown says why in its place: the job's header and tabs stay
+    content = tab === "exceptions" ? await exceptionsTab(jid)
+      : tab === "checkpoints" ? await checkpointsTab(jid, j.checkpointing, detail, j.vertices)
+      : tab === "spark" ? await sparkTab(jid)
+      : tab === "configuration" ? await configurationTab(jid)
+      : tab === "flamegraph" && history ? `<p class="muted" id="flame-status">Flame graphs are sampled from a running
+          job's tasks: the history server has only the job's archive.</p>`
+      : tab === "flamegraph" ? await flameGraphTab(jid, j.vertices, detail, extra)
+      : await subtasksTab(jid, j.vertices);
+  } catch (e) {
+    content = `<p class="error" id="tab-error" role="alert">${esc(e.message)}</p>`;
+  }
   return `<div class="toolbar"><h2>${esc(j.name)}</h2>${state(j.state)}
       <span class="muted">${esc(j.jid)} · started ${fmtTime(j["start-time"])} · ${fmtDuration(j.duration)}
       · restarts ${j["num-restarts"] ?? 0}</span>
-      ${running ? `<button class="danger" id="cancel-job" data-jid="${esc(jid)}">Cancel job</button>` : ""}</div>
+      ${running && !history ? `<button class="danger" id="cancel-job" data-jid="${esc(jid)}">Cancel job</button>` : ""}</div>
     <div id="graph">${graph(j)}</div>
     <div class="tabs">${tabs.join("")}</div><div id="tab-content">${content}</div>`;
 }
@@ -237,15 +276,21 @@ async function subtasksTab(jid, vertices) {
       <th>Busy ms/s</th><th>Back-pressure</th><th>Idle ms/s</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
+// Failures newest first, each with its exception's type and message in view (as Flink's list
+// shows them) and its trace folded below; an opened trace stays open, on its own entry, as new
+// failures arrive above it.
 async function exceptionsTab(jid) {
   const e = await api(`/jobs/${jid}/exceptions`);
-  const root = e["root-exception"] ? `<h3>Root cause</h3><pre id="root-exception">${esc(e["root-exception"])}</pre>` : "";
   const entries = e.exceptionHistory.entries;
+  const root = e["root-exception"] ? `<h3>Root cause</h3><div id="root-exception">${trace(e["root-exception"],
+    headline("", "", e["root-exception"]))}</div>` : "";
   if (!entries.length && !root) return `<p class="muted" id="no-exceptions">No failures.</p>`;
-  const rows = entries.map((x) => `<tr><td>${fmtTime(x.timestamp)}</td><td>${esc(x.taskName || "(job)")}</td>
-      <td>${esc(x.exceptionName)}</td><td>${esc(x.taskManagerId || "-")}</td><td>${trace(x.stacktrace)}</td></tr>`);
+  const rows = entries.map((x) => `<tr id="exc-${x.timestamp}-${hashOf(`${x.taskName}|${x.stacktrace}`)}">
+      <td class="nowrap">${fmtTime(x.timestamp)}</td><td class="exc-task">${esc(x.taskName || "(job)")}</td>
+      <td class="nowrap">${esc(x.taskManagerId || "-")}</td>
+      <td class="exc-what">${trace(x.stacktrace, headline(x.exceptionName, x.exceptionMessage, x.stacktrace))}</td></tr>`);
   return `${root}<h3>Failure history</h3><table id="exceptions-table"><thead><tr><th>Time</th><th>Task</th>
-      <th>Exception</th><th>TaskExecutor</th><th>Trace</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+      <th>TaskExecutor</th><th>Exception (open for its trace)</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 // A flame graph (Flink's): each frame a bar as wide as the samples whose stacks pass through it,
@@ -365,6 +410,11 @@ async function taskmanagers(id) {
           `<p class="muted" id="tm-logs">Its log files are on its own host (YARN keeps them: yarn logs).</p>`}`;
   }
   const data = await api("/taskmanagers");
+  if (!data.taskmanagers.length) {
+    return `<h2>TaskExecutors</h2><p class="muted" id="no-taskmanagers">${features["web-history"]
+      ? "The history server shows ended jobs from their archives: it has no TaskExecutors. A job's page lists where each of its subtasks ran."
+      : "No TaskExecutor is registered: the cluster starts them as jobs need slots (or they are still starting)."}</p>`;
+  }
   const rows = data.taskmanagers.map((t) => `<tr class="link" data-href="#/taskmanagers/${esc(t.id)}"><td>${esc(t.id)}</td>
       <td>${esc(t.path)}</td><td>${t.slotsNumber}</td><td>${t.freeSlots}</td>
       <td>${t.memory ? fmtBytes(t.memory.used) : "-"}</td><td>${fmtTime(t.timeSinceLastHeartbeat)}</td></tr>`);
@@ -430,8 +480,11 @@ async function onSubmitAction(button) {
               (parallelism ${n.parallelism})</li>`).join("")}</ul>`;
       }
     }
-    showError("");
-  } catch (e) { showError(e.message); }
+  } catch (e) {  // said on the page, in place of what the last action said (never left to look current)
+    const what = button.id === "jar-upload" ? "Upload" : button.classList.contains("jar-run") ? "Run"
+      : button.classList.contains("jar-plan") ? "Plan" : "Delete";
+    submitMessage = `<p class="error" id="submit-error" role="alert">${what} failed: ${esc(e.message)}</p>`;
+  }
   button.disabled = false;
   render();
 }
@@ -468,7 +521,8 @@ async function start() {
   try {
     const config = await api("/config");
     document.getElementById("cluster").textContent = `cluster ${config["cluster-id"]} · yarnflow ${config["flink-version"]}`;
-    document.querySelector('nav a[data-nav="submit"]').hidden = !config.features["web-submit"];
+    features = config.features || {};
+    document.querySelector('nav a[data-nav="submit"]').hidden = !features["web-submit"];
   } catch (e) { showError(e.message); }
   window.addEventListener("hashchange", render);
   document.addEventListener("click", onClick);

@@ -6,6 +6,7 @@ page are saved under the test's tmp_path (``ui-*.png``)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from pathlib import Path
@@ -176,10 +177,11 @@ def test_an_ended_jobs_page_keeps_its_scroll_and_open_traces_across_refreshes(
     assert read(browser, "details.trace", "open")[-1] is True and read(browser, "details.trace", "open")[0] is False
     assert read(browser, "#exceptions-table", "kept") == ["kept"]  # the same element, not a new page
     assert "boom at row" in read(browser, "details.trace pre")[-1]
-    # an unknown job's page: the error, and nothing of the previous page under it
+    # an unknown job's page: what the server said, and nothing of the previous page under it
     browser.get(f"{web}/#/jobs/{'0' * 32}")
-    wait_until(lambda: read(browser, "#error", "hidden") == [False], 10, "no error shown")
-    assert "404" in read(browser, "#error")[0] and read(browser, "#view") == [""]
+    wait_for(browser, "#job-missing")
+    assert "404" in read(browser, "#job-missing")[0] and "exceptions-table" not in browser.page_source
+    assert read(browser, "#view a") == ["All jobs"]
     browser.save_screenshot(str(tmp_path / "ui-404.png"))
     # (the browser reports the fetch that got the 404 itself; nothing else)
     assert all("/jobs/" + "0" * 32 in e and "404" in e for e in console_errors(browser)), console_errors(browser)
@@ -216,3 +218,114 @@ def test_the_submit_page_uploads_plans_and_runs_a_job_file(cluster: Any, browser
     click(browser, ".jar-delete")
     wait_for(browser, "#no-jars")
     assert console_errors(browser) == []
+
+
+def test_failures_read_at_a_glance_and_an_opened_trace_stays_on_its_entry(
+        cluster: Any, browser: webdriver.Chrome, tmp_path: Path) -> None:  # noqa: F811
+    """Each failure shows its exception's type and message without opening anything; a trace
+    opened at 1,400 px wraps inside its column (the page does not grow wider than the window and
+    the Task column keeps its width); when a newer failure arrives above it, the opened trace
+    stays open on the entry it belongs to (issue 55)."""
+    web = cluster.web
+    long_path = "/".join(f"part-{i:05d}" for i in range(40))  # one unbroken word, ~400 characters
+    job_id = submit(cluster, generator_job(str(tmp_path / "out"), fail_after=600, detail=f": cannot read {long_path}"),
+                    "failing slowly",
+                    {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
+                     "restart-strategy.fixed-delay.delay": "4 s"})
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{web}/#/jobs/{job_id}/exceptions")
+    wait_for(browser, "#exceptions-table details.trace", timeout=60)
+    [summary] = read(browser, "#exceptions-table details.trace summary")[:1]
+    assert summary.startswith("UserFunctionError: user function rows in operator 'generator' raised RuntimeError: "
+                              "boom at row"), summary  # type and message in view
+    [first_row] = read(browser, "#exceptions-table tbody tr", "id")[:1]
+    browser.execute_script("document.querySelector('#exceptions-table details.trace').open = true")
+    # the trace's longest line is wider than the window: it wraps, nothing scrolls sideways
+    assert long_path in read(browser, "#exceptions-table details.trace pre")[0]
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    task_width = browser.execute_script("return document.querySelector('#exceptions-table td.exc-task')"
+                                        ".getBoundingClientRect().width")
+    assert task_width >= 200, task_width
+    browser.save_screenshot(str(tmp_path / "ui-exceptions-open.png"))
+    # the next failure arrives above it: the opened one is still open, on its own entry
+    wait_until(lambda: len(read(browser, "#exceptions-table tbody tr")) >= 2, 60, "no second failure came")
+    time.sleep(2.5)  # (a refresh after it came)
+    rows = read(browser, "#exceptions-table tbody tr", "id")
+    opened = read(browser, "#exceptions-table details.trace", "open")
+    assert rows.index(first_row) >= 1 and opened[rows.index(first_row)] is True, (rows, opened, first_row)
+    assert opened[0] is False  # the new entry came closed
+    assert console_errors(browser) == []
+
+
+def test_the_submit_page_says_why_an_upload_or_a_run_failed(cluster: Any, browser: webdriver.Chrome,  # noqa: F811
+                                                           tmp_path: Path) -> None:
+    """A failed action's message replaces what the previous one said (it stayed on screen, and
+    the failure said nothing: issue 55)."""
+    web = cluster.web
+    good, bad = tmp_path / "fine.py", tmp_path / "broken.py"
+    good.write_text("import sys\nimport yarnflow\n\nenv = yarnflow.StreamExecutionEnvironment.get_execution_environment()\n"
+                    "env.from_collection({'v': [1, 2, 3]}).sink_to_parquet(sys.argv[1])\nenv.execute('fine')\n")
+    bad.write_text("import yarnflow\nprint('never closed'\n")
+    browser.get(f"{web}/#/submit")
+    click(browser, "#jar-upload")  # no file chosen
+    wait_for(browser, "#submit-error")
+    assert read(browser, "#submit-error") == ["Upload failed: choose a job file first"]
+    wait_for(browser, "#jar-file")[0].send_keys(str(good))
+    click(browser, "#jar-upload")
+    wait_until(lambda: read(browser, "#submit-result") == ["Uploaded fine.py."], 20, "the upload did not say it worked")
+    browser.find_element(By.CSS_SELECTOR, ".jar-args").send_keys(str(tmp_path / "out"))
+    click(browser, ".jar-run")
+    wait_for(browser, "#submitted a", timeout=60)
+    browser.execute_script("document.getElementById('jar-file').value = ''")
+    wait_for(browser, "#jar-file")[0].send_keys(str(bad))
+    click(browser, "#jar-upload")
+    wait_until(lambda: len(read(browser, "#jars-table tbody tr")) == 2, 20, "the second file was not uploaded")
+    row = [i for i, t in enumerate(read(browser, "#jars-table tbody tr")) if "broken.py" in t][0]
+    browser.find_elements(By.CSS_SELECTOR, ".jar-run")[row].click()
+    wait_for(browser, "#submit-error", timeout=60)
+    message = read(browser, "#submit-error")[0]
+    assert message.startswith("Run failed: 400") and "never closed" in message, message
+    assert not read(browser, "#submitted")  # the earlier "Submitted job" is gone
+    time.sleep(2.5)  # and the message outlives a refresh
+    assert read(browser, "#submit-error") == [message]
+    browser.save_screenshot(str(tmp_path / "ui-submit-error.png"))
+
+
+def test_the_history_servers_pages_say_what_an_archive_lacks(cli: Any, browser: webdriver.Chrome,
+                                                            tmp_path: Path) -> None:
+    """In the history server, a tab the archive has nothing for says so under the job's header and
+    tabs (the flame graph and Spark tabs, and an unknown job, replaced the whole page with a 404),
+    and its TaskExecutors page says why it is empty (issue 55)."""
+    archive = f"file://{tmp_path / 'archive'}"
+    job = tmp_path / "archived.py"
+    job.write_text("import sys\nimport yarnflow\nenv = yarnflow.StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.from_collection({'v': list(range(50))}).map(lambda r: {'v': r['v'] + 1})"
+                   ".sink_to_parquet(sys.argv[1])\nenv.execute('archived ok')\n")
+    ok = cli.run("run", "-D", f"jobmanager.archive.fs.dir={archive}", str(job), str(tmp_path / "out"))
+    assert ok.returncode == 0, ok.stderr
+    job_id = re.search(r"\(([0-9a-f]{32})\)", ok.stderr).group(1)
+    server = cli.start("history-server", "-D", f"historyserver.archive.fs.dir={archive}", "-D",
+                       "historyserver.web.port=0")
+    url = re.search(r"at (http://\S+)", server.stdout.readline()).group(1)
+
+    browser.get(f"{url}/#/jobs/{job_id}")
+    wait_for(browser, "#subtasks-table tbody tr")
+    assert read(browser, ".tabs a", "id") == ["tab-subtasks", "tab-exceptions", "tab-checkpoints", "tab-configuration",
+                                              "tab-spark"]  # no flame graph: nothing runs to sample
+    assert not read(browser, "#cancel-job")
+    click(browser, "#tab-spark")  # archived now: the job ran no Spark stage
+    wait_for(browser, "#no-spark")
+    browser.get(f"{url}/#/jobs/{job_id}/flamegraph")  # (a link kept from the live cluster)
+    wait_for(browser, "#flame-status")
+    assert "history server has only the job's archive" in read(browser, "#flame-status")[0]
+    assert read(browser, "h2") == ["archived ok"] and read(browser, "#graph g.vertex")  # header, graph, tabs stay
+    assert read(browser, "#error", "hidden") == [True]
+    browser.save_screenshot(str(tmp_path / "ui-history-flamegraph.png"))
+    browser.get(f"{url}/#/jobs/{'0' * 32}")
+    wait_for(browser, "#job-missing")
+    assert "is not in the job archives" in read(browser, "#job-missing")[0]
+    browser.get(f"{url}/#/taskmanagers")
+    wait_for(browser, "#no-taskmanagers")
+    assert "it has no TaskExecutors" in read(browser, "#no-taskmanagers")[0]
+    assert not read(browser, "#taskmanagers-table")
+    assert all("/jobs/" + "0" * 32 in e and "404" in e for e in console_errors(browser)), console_errors(browser)
