@@ -273,7 +273,10 @@ async function subtasksTab(jid, vertices) {
       <td>${Math.round(s.metrics["idle-time-ms-per-second"])}</td></tr>`));
   return `<table id="subtasks-table"><thead><tr><th>Vertex</th><th>Subtask</th><th>State</th><th>Attempt</th>
       <th>TaskExecutor</th><th>Records in</th><th>Records out</th><th>Bytes in</th><th>Bytes out</th><th>In</th><th>Out</th>
-      <th>Busy ms/s</th><th>Back-pressure</th><th>Idle ms/s</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+      <th>Busy ms/s</th><th>Back-pressure</th><th>Idle ms/s</th></tr></thead><tbody>${rows.join("")}</tbody></table>
+      <p class="muted" id="rates-note">Rates and times per second are measured over the last 5 seconds. Records are
+      counted as they are processed (a slow function's batch slice by slice); waiting for room downstream is
+      back-pressure, waiting for input is idle.</p>`;
 }
 
 // Failures newest first, each with its exception's type and message in view (as Flink's list

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import requests
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -329,3 +330,61 @@ def test_the_history_servers_pages_say_what_an_archive_lacks(cli: Any, browser: 
     assert "it has no TaskExecutors" in read(browser, "#no-taskmanagers")[0]
     assert not read(browser, "#taskmanagers-table")
     assert all("/jobs/" + "0" * 32 in e and "404" in e for e in console_errors(browser)), console_errors(browser)
+
+
+def slow_map_job(out: str) -> Any:
+    """An unbounded source, rebalanced into a map sleeping a millisecond a row (Python's per-row
+    path): the map sets the pace, the source waits for room."""
+    def build(env: Any) -> None:
+        def rows(start: int, n: int) -> dict[str, list[int]]:
+            return {"v": list(range(start, start + n))}
+
+        def slow(row: dict[str, int]) -> dict[str, int]:
+            time.sleep(0.001)
+            return row
+
+        env.from_generator(rows, count=None).rebalance().map(slow, name="slow map").sink_to_parquet(out)
+    return build
+
+
+def test_a_slow_operators_rate_and_the_back_pressure_behind_it_are_shown_as_they_are(
+        cluster: Any, browser: webdriver.Chrome, tmp_path: Path) -> None:  # noqa: F811
+    """Its records were counted a 65,536-row batch at a time, so the map read 0/s for a minute
+    and then spiked; the source blocked behind it read "busy 1000 ms/s, back-pressure ok"
+    (issue 55). Now, 5 s after it starts: the map's rate within 20% of the truth, the source
+    back-pressured."""
+    started = time.perf_counter()
+    for _ in range(200):
+        time.sleep(0.001)
+    per_row = (time.perf_counter() - started) / 200  # what a millisecond's sleep takes here
+    truth = 2 / per_row  # rows/s of the map's two subtasks
+    web = cluster.web
+    job_id = submit(cluster, slow_map_job(str(tmp_path / "out")), "slow map")
+    try:
+        wait_until(lambda: all(v["status"] == "RUNNING" for v in get(f"{web}/jobs/{job_id}")["vertices"]), 60,
+                   "the job did not start")
+        browser.get(f"{web}/#/jobs/{job_id}")
+        wait_for(browser, "#job-graph g.vertex")
+        time.sleep(5.0)
+
+        def shown() -> tuple[float, str, str] | None:
+            source, slow = read(browser, "#job-graph g.vertex")
+            m = re.search(r"in ([\d.]+)(k?)/s", slow)
+            if not m:
+                return None
+            rate = float(m.group(1)) * (1000 if m.group(2) else 1)
+            return (rate, source, slow) if abs(rate - truth) <= 0.2 * truth and "back-pressure high" in source else None
+
+        rate, source, slow = wait_until(shown, 10, lambda: f"the graph shows {read(browser, '#job-graph g.vertex')}, "
+                                                           f"the map really does {truth:.0f} rows/s")
+        browser.save_screenshot(str(tmp_path / "ui-slow-map.png"))
+        # the source's subtasks: back-pressured, not busy
+        wait_for(browser, "#subtasks-table tbody tr")
+        rows = [r for r in read(browser, "#subtasks-table tbody tr") if r.startswith("generator")]
+        assert len(rows) == 2 and all("high" in r for r in rows), rows
+        busy = browser.execute_script(
+            "return [...document.querySelectorAll('#subtasks-table tbody tr')].filter(r => r.textContent.startsWith("
+            "'generator')).map(r => Number(r.children[11].textContent))")
+        assert all(b <= 100 for b in busy), busy
+    finally:
+        requests.patch(f"{web}/jobs/{job_id}?mode=cancel", timeout=10)

@@ -76,6 +76,7 @@ class ScriptedGate:
 
 class RecordingWriter:
     output_tag = ""
+    backpressured_ns = 0  # (it never waits for room)
 
     def __init__(self, log: list[Any]) -> None:
         self.log = log

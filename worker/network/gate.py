@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from yarnflow.worker.network.credit import FloatingBufferPool
 from yarnflow.worker.elements import EndOfPartition
+from yarnflow.worker.network.wait_clock import WaitClock
 from yarnflow.worker.network.partition import (
     BlockingResultPartition,
     PartitionReleasedError,
@@ -293,7 +294,7 @@ class InputGate:
         self.input_index = input_index
         self._capacity = capacity
         #: time the task spent waiting in ``poll`` for input (its idle time), when ``io_metrics``
-        self.idle_ns = 0
+        self._idle = WaitClock()
         self._io_metrics = io_metrics
         self.num_channels = num_channels
         self.pool = FloatingBufferPool(floating_buffers)
@@ -394,12 +395,19 @@ class InputGate:
                     self._waiting = False
                     continue
                 if self._io_metrics:
-                    started = time.perf_counter_ns()
-                    self._cond.wait(remaining)
-                    self.idle_ns += time.perf_counter_ns() - started
+                    self._idle.begin()
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._idle.end()
                 else:
                     self._cond.wait(remaining)
                 self._waiting = False
+
+    @property
+    def idle_ns(self) -> int:
+        """Nanoseconds the task waited in ``poll`` for input, a wait in progress included."""
+        return self._idle.ns
 
     def wakeup(self) -> None:
         """Make the task's current (or next) ``poll`` return at once: it has other work (mail)."""

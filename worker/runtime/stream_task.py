@@ -69,6 +69,13 @@ SLICE_TARGET_S = 0.02
 FIRST_SLICE_ROWS = 64
 #: the smallest slice once the pace is known
 MIN_SLICE_ROWS = 4
+#: without unaligned checkpoints, a batch whose processing would take longer than this is still
+#: processed in slices, so the task's record counters (and the rates shown from them) move with
+#: the records processed: a function taking a millisecond a row read 0 records/s for a minute,
+#: then a whole batch at once. Long enough that no vectorised operator is ever sliced.
+PROGRESS_SLICE_S = 0.25
+#: the smallest of those slices
+MIN_PROGRESS_SLICE_ROWS = 64
 
 
 class StreamTask(TaskCheckpoints):
@@ -88,6 +95,8 @@ class StreamTask(TaskCheckpoints):
         self._debloat_mark = (0.0, 0, 0)  # (time, bytes taken, gate idle ns) at the period's start
         #: unaligned checkpoints: slow batches are processed in slices (``SLICE_TARGET_S``)
         self._slicing = slicing
+        #: slices for the counters' sake (``PROGRESS_SLICE_S``), when the task keeps metrics
+        self._progress_slices = io_metrics and gate is not None
         #: seconds the chain takes per input row (smoothed; None: not measured yet)
         self._per_row_s: float | None = None
         if slicing:  # the task waits for room in its outputs between elements, never inside one
@@ -426,10 +435,16 @@ class StreamTask(TaskCheckpoints):
         self.records_in += n
         if self._count_bytes:
             self.bytes_in += part.nbytes
-        started = time.perf_counter()
+        timed = self._slicing or self._progress_slices
+        if timed:  # (the time spent waiting for room in blocking outputs is not the chain's pace)
+            waited = 0 if self._slicing else sum(w.backpressured_ns for w in self.writers)
+            started = time.perf_counter()
         head.process_batch(part, inp)
-        if self._slicing:
-            sample = (time.perf_counter() - started) / n
+        if timed:
+            took = time.perf_counter() - started
+            if not self._slicing:
+                took -= (sum(w.backpressured_ns for w in self.writers) - waited) / 1e9
+            sample = max(0.0, took) / n
             old = self._per_row_s
             self._per_row_s = sample if old is None else old + 0.5 * (sample - old)
         if n < rows:
@@ -439,14 +454,18 @@ class StreamTask(TaskCheckpoints):
         """How many of the ``rows`` left of a batch to process next: all of them without
         slicing, or when they take less than ``SLICE_TARGET_S`` at the pace measured; else what
         takes that long; a few while the pace is not known."""
-        if not self._slicing:
+        if self._slicing:
+            target, smallest = SLICE_TARGET_S, MIN_SLICE_ROWS
+        elif self._progress_slices:
+            target, smallest = PROGRESS_SLICE_S, MIN_PROGRESS_SLICE_ROWS
+        else:
             return rows
         per_row = self._per_row_s
         if per_row is None:
             return min(rows, FIRST_SLICE_ROWS)
-        if per_row * rows <= SLICE_TARGET_S:
+        if per_row * rows <= target:
             return rows
-        return min(rows, max(MIN_SLICE_ROWS, int(SLICE_TARGET_S / per_row)))
+        return min(rows, max(smallest, int(target / per_row)))
 
     @property
     def input_watermark(self) -> int:

@@ -15,6 +15,7 @@ from yarnflow.common.states import Partitioner
 from yarnflow.worker.elements import END_OF_PARTITION, Watermark
 from yarnflow.worker.key_assignment import key_groups, operator_index_for_key_groups
 from yarnflow.worker.network.partition import ResultPartition
+from yarnflow.worker.network.wait_clock import WaitClock
 
 
 class RecordWriter:
@@ -43,7 +44,8 @@ class RecordWriter:
         for _ in range(self._rr_start):
             next(self._rr)  # type: ignore[arg-type]
         self.records_out = 0
-        self.backpressured_ns = 0
+        #: time spent waiting for room in a subpartition (back-pressure), the wait in progress included
+        self._backpressure = WaitClock()
         #: False: sends never wait for room; the task waits before each element instead
         #: (``wait_for_room``), between elements, where it can take a checkpoint
         self.blocking = True
@@ -140,11 +142,18 @@ class RecordWriter:
             if not self._subs_count_bytes:
                 self._bytes_out += batch.nbytes
             if getattr(sub, "full", False):  # the add waits for the consumer: back-pressure
-                started = time.perf_counter_ns()
-                sub.add(batch, self._cancelled)
-                self.backpressured_ns += time.perf_counter_ns() - started
+                self._backpressure.begin()
+                try:
+                    sub.add(batch, self._cancelled)
+                finally:
+                    self._backpressure.end()
                 return
         sub.add(batch, self._cancelled)
+
+    @property
+    def backpressured_ns(self) -> int:
+        """Nanoseconds spent waiting for room in the subpartitions, a wait in progress included."""
+        return self._backpressure.ns
 
     @property
     def bytes_out(self) -> int:
@@ -190,12 +199,14 @@ class RecordWriter:
 
     def wait_for_room(self, timeout: float) -> None:
         """Wait up to ``timeout`` for room in a full subpartition (counted as back-pressure)."""
-        started = time.perf_counter_ns()
-        for sub in self._subs:
-            if getattr(sub, "full", False):
-                sub.wait_for_room(timeout)
-                break
-        self.backpressured_ns += time.perf_counter_ns() - started
+        self._backpressure.begin()
+        try:
+            for sub in self._subs:
+                if getattr(sub, "full", False):
+                    sub.wait_for_room(timeout)
+                    break
+        finally:
+            self._backpressure.end()
 
     def send_restored(self, index: int, element: Any) -> None:
         """Send an element of the restored in-flight output of subpartition ``index``."""
