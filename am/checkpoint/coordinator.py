@@ -89,6 +89,8 @@ class CheckpointPlan:
 
     trigger: tuple[ExecutionAttemptID, ...]
     acknowledge: frozenset[ExecutionAttemptID]
+    #: subtasks already finished: in the checkpoint as finished, acknowledged from the start
+    finished: int = 0
 
 
 #: checkpoints whose statistics are kept (the counts cover all)
@@ -107,8 +109,8 @@ class CheckpointStats:
     inflight_bytes: int = 0
     failure: CheckpointFailureReason | None = None
     failure_detail: str = ""
-    num_subtasks: int = 0  # the tasks that must acknowledge it
-    num_acknowledged: int = 0
+    num_subtasks: int = 0  # the job's subtasks: those that must acknowledge it and the finished ones
+    num_acknowledged: int = 0  # (a finished subtask counts from the start: it is in as finished)
     savepoint: bool = False  # taken on a user's request into a savepoint folder
     external_path: str = ""  # where it is, once written: its folder (a savepoint's folder)
     discarded: bool = False  # completed, then no longer retained: its files are deleted
@@ -257,12 +259,30 @@ class CheckpointCoordinator:
             self._running = True
             self._schedule_trigger(self.settings.interval_ms)
 
-    def stop(self) -> None:
-        """The job ended or is restarting: abort what is pending and trigger no more."""
+    def stop(self, finished: bool = False) -> None:
+        """The job ended or is restarting: abort what is pending and trigger no more. A job that
+        ``finished`` cleanly leaves no failure behind: a checkpoint its end overtook is dropped
+        from the history and not counted as failed (it shows as "Failed 1" otherwise)."""
         self._running = False
         if self._timer is not None:
             self._timer.cancel()
-        self.abort_pending(CheckpointFailureReason.JOB_ENDED)
+        if not finished:
+            self.abort_pending(CheckpointFailureReason.JOB_ENDED)
+            return
+        for checkpoint_id in sorted(self.pending):
+            stats = self.pending[checkpoint_id]
+            self._abort(checkpoint_id, CheckpointFailureReason.JOB_ENDED, "the job finished first", counted=False)
+            if stats in self.history:
+                self.history.remove(stats)
+
+    def elapsed_ms(self, stats: CheckpointStats) -> int:
+        """How long ``stats`` took, or has been under way (a pending one: until now)."""
+        return stats.duration_ms if stats.end_time_ms else max(0, self._clock.now_ms() - stats.trigger_time_ms)
+
+    def discard_retained(self) -> None:
+        """The job ended and its checkpoint folder is deleted: every retained checkpoint is gone."""
+        for stats in self.completed:
+            stats.discarded = True
 
     def _schedule_trigger(self, delay_ms: int) -> None:
         self._timer = self._timers.schedule(max(0, delay_ms), self._on_trigger_timer)
@@ -294,7 +314,8 @@ class CheckpointCoordinator:
             log.debug("checkpoint skipped: not every task is running")
             return None
         checkpoint_id = self._ids.get_and_increment()
-        stats = CheckpointStats(checkpoint_id, now, num_subtasks=len(plan.acknowledge))
+        stats = CheckpointStats(checkpoint_id, now, num_subtasks=len(plan.acknowledge) + plan.finished,
+                                num_acknowledged=plan.finished)
         self.pending[checkpoint_id] = stats
         self._remember(stats)
         self._awaiting[checkpoint_id] = set(plan.acknowledge)
@@ -433,13 +454,14 @@ class CheckpointCoordinator:
         self.abort_pending(CheckpointFailureReason.TASK_FAILURE)
 
     def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str,
-               culprits: tuple[ExecutionAttemptID, ...] = ()) -> None:
+               culprits: tuple[ExecutionAttemptID, ...] = (), counted: bool = True) -> None:
         stats = self.pending.pop(checkpoint_id, None)
         if stats is None:
             return
         self._cancel_timeout(checkpoint_id)
         stats.move(CheckpointStatus.ABORTED)
-        self.num_failed += 1
+        if counted:
+            self.num_failed += 1
         stats.acknowledged = {}
         stats.failure, stats.failure_detail = reason, detail
         stats.end_time_ms = self._clock.now_ms()  # (min-pause counts from the last *completed* one, as Flink's)

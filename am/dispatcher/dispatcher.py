@@ -97,6 +97,8 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
         self._on_shutdown = on_shutdown
         self._running: dict[JobID, JobMaster] = {}
         self._ended: dict[JobID, tuple[JobStatusInfo, JobResult]] = {}
+        #: an ended job's checkpoints' parts per subtask, as its JobMaster had them at the end
+        self._ended_checkpoints: dict[JobID, dict[int, dict[str, list[dict[str, Any]]]]] = {}
         #: per job known here: settled once it ended here (or was suspended)
         self._done: dict[JobID, Future[None]] = {}
         #: per job: settled once a client fetched its result
@@ -328,9 +330,12 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
         return jm.status_info()
 
     def checkpoint_subtasks(self, job_id: JobID, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
-        """A running job's subtasks' parts of a recent checkpoint (None: not kept, or the job ended)."""
+        """A job's subtasks' parts of a recent checkpoint (None: not kept); an ended job's as
+        they were at its end."""
         jm = self._running.get(job_id)
-        return jm.checkpoint_subtasks(checkpoint_id) if jm is not None else None
+        if jm is None:
+            return self._ended_checkpoints.get(job_id, {}).get(checkpoint_id)
+        return jm.checkpoint_subtasks(checkpoint_id)
 
     def _running_job(self, job_id: JobID) -> JobMaster:
         """The running job's JobMaster; RefusedError when it ended, NotFoundError when unknown."""
@@ -437,12 +442,14 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
         result = jm.result
         assert result is not None
         info = jm.status_info_on_main_thread()
+        kept = jm.kept_checkpoint_subtasks_on_main_thread()
         if self._main.in_main_thread():
-            self._record_end(jm, result, info)
+            self._record_end(jm, result, info, kept)
         else:
-            self._main.execute(self._record_end, jm, result, info)
+            self._main.execute(self._record_end, jm, result, info, kept)
 
-    def _record_end(self, jm: JobMaster, result: JobResult, info: JobStatusInfo) -> None:
+    def _record_end(self, jm: JobMaster, result: JobResult, info: JobStatusInfo,
+                    kept: dict[int, dict[str, list[dict[str, Any]]]] | None = None) -> None:
         job_id = jm.job_id
         self._running.pop(job_id, None)
         self._unserve(jm)
@@ -463,6 +470,8 @@ class Dispatcher(ElasticCalls, RpcEndpoint):
                 if forget_ended_job(self._ha, self._storage_dir, job_id, jm.checkpoints_to_delete()):
                     delete_unreferenced_artifact(self._ha, self._storage_dir, jm.job_graph.artifact_uri)
             self._ended[job_id] = (info, result)
+            if kept:
+                self._ended_checkpoints[job_id] = kept
             self._graphs[job_id] = jm.job_graph
             threading.Timer(2.0, jm.stop).start()  # let late task updates still get an answer
             for listener in self.on_job_ended:

@@ -130,7 +130,7 @@ class JobCheckpoints:
         if not trigger:
             return None
         self._finished_at_plan = frozenset(finished)
-        return CheckpointPlan(trigger, frozenset(acknowledge))
+        return CheckpointPlan(trigger, frozenset(acknowledge), len(finished))
 
     # -- events ----------------------------------------------------------------------------------
     def acknowledge(self, ex: Execution, checkpoint_id: int, snapshot: TaskStateSnapshot) -> bool:
@@ -263,6 +263,11 @@ class JobCheckpoints:
                                                                     for f in st.files))
         self.ever_completed = True
 
+    def finished_before(self, checkpoint_id: int) -> frozenset[SubtaskId]:
+        """The subtasks that had finished when checkpoint ``checkpoint_id`` was triggered (they
+        are in it as finished), while it is pending or retained."""
+        return self._finished_at.get(checkpoint_id) or frozenset(self.finished_in(checkpoint_id))
+
     def finished_in(self, checkpoint_id: int) -> set[SubtaskId]:
         """The subtasks that had finished when checkpoint ``checkpoint_id`` was taken."""
         return {sid for sid, st in self._states.get(checkpoint_id, {}).items() if st.finished}
@@ -303,7 +308,7 @@ class JobCheckpoints:
             elif stats.checkpoint_id in self.unreadable:
                 failure = "unreadable at restore"
             out.append(CheckpointInfo(stats.checkpoint_id, stats.status.value, stats.trigger_time_ms,
-                                      stats.duration_ms, stats.state_size, stats.alignment_ms, failure,
+                                      self.coordinator.elapsed_ms(stats), stats.state_size, stats.alignment_ms, failure,
                                       stats.unaligned, stats.inflight_bytes, stats.num_subtasks,
                                       stats.num_acknowledged, stats.savepoint, stats.external_path, stats.discarded))
         return out

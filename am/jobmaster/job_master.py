@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import fsspec
 
 from yarnflow.am.checkpoint.shared import delete_shared_files
-from yarnflow.am.jobmaster.job_metrics import checkpoint_subtasks
+from yarnflow.am.jobmaster.job_metrics import checkpoint_subtasks, kept_checkpoint_subtasks
 from yarnflow.am.checkpoint.storage import (
     CheckpointNotReadableError,
     CheckpointStorage,
@@ -387,6 +387,8 @@ class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
         collected = self._collect_results() if status == JobStatus.FINISHED else {}
         self.result = JobResult(self.job_id, status, self.core.start_time_ms, self.core.end_time_ms,
                                 self.core.failure_cause, collected)
+        if self.core.checkpoints is not None and self.checkpoints_to_delete() is not None:
+            self.core.checkpoints.coordinator.discard_retained()  # (its history says so from now on)
         self._on_terminal(self)
 
     @property
@@ -497,6 +499,11 @@ class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
     def checkpoint_subtasks(self, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
         """Each subtask's part of a recent checkpoint, per vertex (``job_metrics.checkpoint_subtasks``)."""
         return self._main.call(checkpoint_subtasks, self.core, checkpoint_id)
+
+    def kept_checkpoint_subtasks_on_main_thread(self) -> dict[int, dict[str, list[dict[str, Any]]]]:
+        """(On this JobMaster's main thread, as its job ends) each shown checkpoint's part per
+        subtask, for the Dispatcher to keep with the ended job."""
+        return kept_checkpoint_subtasks(self.core)
 
     def status_info_on_main_thread(self) -> JobStatusInfo:
         """``status_info()`` for a caller already on this JobMaster's main thread (the

@@ -51,6 +51,20 @@ def checkpoint_summary(checkpoints: JobCheckpoints | None) -> tuple[list[Checkpo
     return checkpoints.infos(), checkpoints.latest_completed_id(), CheckpointCounts(*checkpoints.coordinator.counts())
 
 
+def kept_checkpoint_subtasks(core: Any) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Each shown checkpoint's part per subtask (``checkpoint_subtasks``), taken as the job
+    ends: the Dispatcher keeps them with the ended job's figures."""
+    checkpoints = core.checkpoints
+    if checkpoints is None:
+        return {}
+    out = {}
+    for info in checkpoints.infos():
+        rows = checkpoint_subtasks(core, info.checkpoint_id)
+        if rows is not None:
+            out[info.checkpoint_id] = rows
+    return out
+
+
 def checkpoint_subtasks(core: Any, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
     """Per vertex, each subtask's part of a recent checkpoint: its acknowledgement (when, state
     bytes, alignment, unaligned and in-flight bytes) or that it is still pending; None when the
@@ -76,6 +90,8 @@ def checkpoint_subtasks(core: Any, checkpoint_id: int) -> dict[str, list[dict[st
         if ex is not None:
             out.setdefault(str(ex.vertex.job_vertex.vertex_id), []).append(
                 {"index": ex.vertex.subtask_index, "status": "pending_or_failed"})
+    for sid in checkpoints.finished_before(checkpoint_id):  # (in it as finished: nothing to acknowledge)
+        out.setdefault(str(sid.vertex_id), []).append({"index": sid.index, "status": "finished"})
     for rows in out.values():
         rows.sort(key=lambda r: r["index"])
     return out

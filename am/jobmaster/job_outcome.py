@@ -137,7 +137,7 @@ class JobOutcome:
     def _end(self) -> None:
         self.end_time_ms = self._clock.now_ms()
         if self.checkpoints is not None:
-            self.checkpoints.coordinator.stop()
+            self.checkpoints.coordinator.stop(finished=self.status == JobStatus.FINISHED)
         pool = self.slots.pool
         for slot in pool.all():
             if slot.state == PoolSlotState.PENDING:

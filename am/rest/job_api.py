@@ -163,13 +163,13 @@ class JobApi:
 
     def checkpoint_subtasks(self, jobid: str, checkpointid: str, vertexid: str) -> Response:
         """Flink's TaskCheckpointStatisticsWithSubtaskDetails: each subtask's acknowledgement of
-        a recent checkpoint of a running job (a JobMaster keeps them; an ended job's are gone)."""
+        a recent checkpoint (kept by its JobMaster; an ended job's as they were at its end)."""
         info, v = self._r.vertex_status(jobid, vertexid)
         _, c = self._checkpoint(jobid, checkpointid)
         subtasks = self._subtasks(info, c.checkpoint_id)
         if subtasks is None:
-            raise ApiError(404, f"the subtasks' statistics of checkpoint {c.checkpoint_id} are no longer kept "
-                                f"(job {jobid} ended, or the checkpoint is old)")
+            raise ApiError(404, f"the subtasks' statistics of checkpoint {c.checkpoint_id} of job {jobid} are no "
+                                "longer kept (only the latest checkpoints' are)")
         rows = subtasks.get(str(v.vertex_id), [])
         return jsonify({**_task_summary(c, str(v.vertex_id), rows, v.parallelism), "subtasks": rows})
 
@@ -393,7 +393,8 @@ def _task_summary(c: Any, vertex_id: str, rows: list[dict[str, Any]], parallelis
             "end_to_end_duration": max((r["end_to_end_duration"] for r in acked), default=-1),
             "alignment_buffered": 0, "processed_data": 0,
             "persisted_data": sum(r["alignment"]["persisted"] for r in acked),
-            "num_subtasks": parallelism, "num_acknowledged_subtasks": len(acked)}
+            "num_subtasks": parallelism,  # (a subtask finished before it is in it: acknowledged)
+            "num_acknowledged_subtasks": len(acked) + sum(1 for r in rows if r["status"] == "finished")}
 
 
 def is_trigger_id(raw: str) -> bool:

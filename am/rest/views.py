@@ -255,7 +255,8 @@ def checkpoint_entry(c: CheckpointInfo) -> dict[str, Any]:
              "checkpoint_type": "SAVEPOINT" if c.is_savepoint else "UNALIGNED_CHECKPOINT" if c.unaligned
              else "CHECKPOINT", "unaligned": c.unaligned,
              "trigger_timestamp": c.trigger_time_ms,
-             "latest_ack_timestamp": c.trigger_time_ms + c.duration_ms if c.duration_ms else -1,
+             "latest_ack_timestamp": c.trigger_time_ms + c.duration_ms if c.duration_ms and status != "IN_PROGRESS"
+             else -1,
              "state_size": c.size_bytes, "checkpointed_size": c.size_bytes, "end_to_end_duration": c.duration_ms,
              # persisted_data: the in-flight data an unaligned checkpoint stored; alignment_duration
              # (yarnflow's): the longest a task waited for its barriers (or, unaligned, for them to come)

@@ -340,7 +340,9 @@ async function checkpointDetail(jid, cid, vertices) {
   const parts = await Promise.all(vertices.map((v) => api(`/jobs/${jid}/checkpoints/details/${cid}/subtasks/${v.id}`)
     .then((d) => ({v, d})).catch((e) => ({v, error: e.message}))));
   const rows = parts.flatMap(({v, d, error}) => error ? [`<tr><td>${esc(v.name)}</td><td colspan="7" class="muted">${esc(error)}</td></tr>`]
-    : d.subtasks.map((s) => `<tr><td>${esc(v.name)}</td><td>${s.index + 1}</td><td>${esc(s.status)}</td>
+    : d.subtasks.map((s) => s.status === "finished" ? `<tr><td>${esc(v.name)}</td><td>${s.index + 1}</td>
+      <td>finished</td><td colspan="5" class="muted">had finished before the checkpoint: in it as finished</td></tr>`
+    : `<tr><td>${esc(v.name)}</td><td>${s.index + 1}</td><td>${esc(s.status)}</td>
       <td>${s.ack_timestamp ? fmtTime(s.ack_timestamp) : "-"}</td><td>${s.end_to_end_duration ?? "-"} ms</td>
       <td>${s.state_size !== undefined ? fmtBytes(s.state_size) : "-"}</td><td>${s.alignment ? s.alignment.duration : "-"} ms</td>
       <td>${s.unaligned_checkpoint ? `unaligned, ${fmtBytes(s.alignment.persisted)} in flight` : "aligned"}</td></tr>`));

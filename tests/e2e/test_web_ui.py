@@ -388,3 +388,35 @@ def test_a_slow_operators_rate_and_the_back_pressure_behind_it_are_shown_as_they
         assert all(b <= 100 for b in busy), busy
     finally:
         requests.patch(f"{web}/jobs/{job_id}?mode=cancel", timeout=10)
+
+
+def test_a_cleanly_finished_jobs_checkpoints_show_no_failure_their_subtasks_and_that_they_are_gone(
+        cluster: Any, browser: webdriver.Chrome, tmp_path: Path) -> None:  # noqa: F811
+    """A job that finished cleanly showed "Failed 1" (the checkpoint its end overtook), its
+    checkpoints' per-subtask details were gone once it ended, and its deleted checkpoints were
+    not marked discarded (issue 55)."""
+    def bounded(env: Any) -> None:
+        def rows(start: int, n: int) -> dict[str, list[int]]:
+            return {"k": [i % 7 for i in range(start, start + n)], "v": list(range(start, start + n))}
+
+        (env.from_generator(rows, count=2500, rate_per_s=1000).key_by("k").sum("v")
+            .sink_to_parquet(str(tmp_path / "out")))
+
+    web = cluster.web
+    job_id = submit(cluster, bounded, "bounded", {"execution.checkpointing.interval": "200 ms"})
+    wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "FINISHED", 60, "the job did not finish")
+    browser.get(f"{web}/#/jobs/{job_id}/checkpoints")
+    wait_for(browser, "#checkpoints-table tbody tr.link")
+    cards = dict(zip(read(browser, ".card", "id"), read(browser, ".card .num")))
+    assert cards["ck-failed"] == "0" and int(cards["ck-completed"]) >= 3, cards
+    rows = read(browser, "#checkpoints-table tbody tr")
+    assert rows and all("COMPLETED" in r and "(discarded)" in r for r in rows), rows  # a finished job's go
+    acknowledged = read(browser, "#checkpoints-table tbody td:nth-child(4)")
+    assert all(a == "4/4" for a in acknowledged), acknowledged  # every subtask of the job, every time
+    click(browser, "#checkpoints-table tbody tr.link")  # its part per subtask, after the job's end
+    wait_until(lambda: len(read(browser, "#checkpoint-subtasks tbody tr")) == 4, 20,
+               lambda: f"no per-subtask details of an ended job's checkpoint: {read(browser, '#tab-content')}")
+    assert all("completed" in r or "finished" in r for r in read(browser, "#checkpoint-subtasks tbody tr"))
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    browser.save_screenshot(str(tmp_path / "ui-checkpoints-finished.png"))
+    assert console_errors(browser) == []

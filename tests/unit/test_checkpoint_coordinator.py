@@ -307,3 +307,58 @@ def test_a_failed_stop_savepoint_lets_periodic_checkpoints_go_on_after_a_restart
     d.drain()
     d.coordinator.start()
     assert d.coordinator.trigger() == 2
+
+
+def test_a_checkpoint_the_jobs_clean_end_overtook_is_no_failure_and_leaves_no_entry() -> None:
+    """A job that finished cleanly showed "Failed 1": the checkpoint pending at its end (issue 55).
+    A restart or a failure still counts what it aborted."""
+    d = Driver()
+    d.coordinator.start()
+    d.advance(1000)
+    d.complete(1)
+    d.advance(1000)
+    assert 2 in d.coordinator.pending
+    d.coordinator.stop(finished=True)
+    assert d.coordinator.counts() == (1, 0, 0)
+    assert [s.checkpoint_id for s in d.coordinator.history] == [1]
+    assert d.of(NotifyCheckpointAborted, d.drain())  # its tasks are still told, its files dropped
+    other = Driver()
+    other.coordinator.start()
+    other.advance(1000)
+    other.coordinator.stop()  # ended otherwise, or restarting
+    assert other.coordinator.counts() == (0, 1, 0) and len(other.coordinator.history) == 1
+
+
+def test_subtasks_finished_before_a_checkpoint_count_as_acknowledged_among_all_of_the_jobs() -> None:
+    """It showed 2/2 acknowledged of a job of 4 subtasks, two of them finished (issue 55)."""
+    d = Driver()
+    d.coordinator._plan = lambda: CheckpointPlan((MAP,), frozenset({MAP, SINK}), finished=2)
+    assert d.coordinator.trigger() == 1
+    stats = d.coordinator.pending[1]
+    assert (stats.num_acknowledged, stats.num_subtasks) == (2, 4)
+    d.coordinator.acknowledge(1, MAP, "h")
+    assert (stats.num_acknowledged, stats.num_subtasks) == (3, 4)
+
+
+def test_an_in_progress_checkpoint_shows_how_long_it_has_been_under_way() -> None:
+    """It showed "Duration 0 ms" 30 s after it was triggered (issue 55)."""
+    d = Driver()
+    assert d.coordinator.trigger() == 1
+    d.clock.advance(30_000)
+    stats = d.coordinator.pending[1]
+    assert stats.duration_ms == 0 and d.coordinator.elapsed_ms(stats) == 30_000
+    d.ack_all(1)
+    d.coordinator.metadata_written(1)
+    assert d.coordinator.elapsed_ms(stats) == stats.duration_ms == 30_000
+
+
+def test_a_jobs_deleted_checkpoints_are_marked_discarded() -> None:
+    d = Driver(num_retained=1)
+    d.coordinator.start()
+    for i in (1, 2):
+        d.advance(1000)
+        d.complete(i)
+    first, second = d.coordinator.history
+    assert first.discarded and not second.discarded  # subsumed by retention
+    d.coordinator.discard_retained()  # the job ended and its folder goes (cancelled, finished)
+    assert second.discarded

@@ -97,6 +97,9 @@ class FakeJobMaster:
 
     status_info_on_main_thread = status_info
 
+    def kept_checkpoint_subtasks_on_main_thread(self) -> dict[int, Any]:
+        return {}
+
     def stop(self) -> None:
         self.stopped = True
 
