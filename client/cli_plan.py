@@ -26,7 +26,7 @@ def _planning_context(conf: dict[str, str]) -> Any:
     class PlanContext(executors.ClusterContext):
         def execute(self, env: Any, job_name: str, job: Any = None) -> Any:
             job = job or compile_job(env, job_name)
-            job.job_graph.config.update(self.conf)
+            job.job_graph.config.update({**self.conf, **job.job_graph.config})
             self.plan = job_plan(job.job_graph, job_name)
             raise _Planned()
 

@@ -197,7 +197,7 @@ class ClusterContext:
             job = upload_artifact(job, self.job_file, info.storage_dir, info.web_url,
                                   self._artifact_upload(), conn.rest_access())
             jg = job.job_graph
-            jg.config.update({k: v for k, v in self.conf.items()})
+            jg.config.update({**self.conf, **jg.config})  # (what the compiler decided stays)
             resume_from_retained_checkpoint(jg, {**self.config.to_strings(), **jg.config}, info.storage_dir)
             restore_from_checkpoint(jg.config)
 
@@ -417,7 +417,7 @@ class YarnPerJobContext(ClusterContext):
 
         job = job or compile_job(env, job_name)
         jg = job.job_graph
-        jg.config.update({k: v for k, v in self.conf.items()})
+        jg.config.update({**self.conf, **jg.config})  # (what the compiler decided stays)
         restore_from_checkpoint(jg.config)
         client = skein_client(self.config)
         app_id = submit_application(self.config, Submission(job_name, message_to_bytes(jg),

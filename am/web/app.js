@@ -223,22 +223,64 @@ function graph(j) {
     return level[n.id];
   };
   nodes.forEach((n) => depth(n));
-  const W = 250, H = 92, GX = 80, GY = 30, PAD = 20;
-  const rows = {};
-  const pos = {};
-  nodes.forEach((n) => {
-    const l = level[n.id];
-    rows[l] = (rows[l] || 0) + 1;
-    pos[n.id] = {x: PAD + l * (W + GX), y: PAD + (rows[l] - 1) * (H + GY)};
+  const W = 250, H = 92, GX = 120, GY = 30, PAD = 20;
+  // rows: a column's vertices in the order of where their inputs are (fewer crossing edges)
+  const columns = {};
+  nodes.forEach((n) => (columns[level[n.id]] = columns[level[n.id]] || []).push(n));
+  const rowOf = {};
+  Object.keys(columns).map(Number).sort((a, b) => a - b).forEach((l) => {
+    const at = (n) => {
+      const ins = n.inputs.filter((i) => rowOf[i.id] !== undefined).map((i) => rowOf[i.id]);
+      return ins.length ? ins.reduce((a, b) => a + b, 0) / ins.length : 0;
+    };
+    columns[l].map((n, k) => ({n, k, at: at(n)})).sort((a, b) => a.at - b.at || a.k - b.k)
+      .forEach(({n}, r) => { rowOf[n.id] = r; });
   });
+  const pos = {};
+  nodes.forEach((n) => { pos[n.id] = {x: PAD + level[n.id] * (W + GX), y: PAD + rowOf[n.id] * (H + GY)}; });
+  const rows = Object.values(columns).map((c) => c.length);
   const width = PAD * 2 + (Math.max(0, ...Object.values(level)) + 1) * (W + GX) - GX;
-  const height = PAD * 2 + Math.max(1, ...Object.values(rows)) * (H + GY) - GY;
+  const height = PAD * 2 + Math.max(1, ...rows) * (H + GY) - GY;
+  // Each edge leaves its source and enters its target at a point of its own (spread along the
+  // box's side: inputs no longer meet in one point, where their labels hid one another). An
+  // edge between neighbouring columns is a curve; one that skips columns runs along the gap
+  // above the boxes in between (it ran under them). Its label (the ship strategy) sits on the
+  // edge near its target, on a white ground.
+  const outs = {};
+  nodes.forEach((n) => n.inputs.forEach((i) => (outs[i.id] = outs[i.id] || []).push(n.id)));
+  const exitY = (from, to) => {
+    const list = (outs[from] || []).slice().sort((a, b) => pos[a].y - pos[b].y);
+    return pos[from].y + H * (list.indexOf(to) + 1) / (list.length + 1);
+  };
+  const entryY = (n, i) => {
+    const list = n.inputs.filter((x) => pos[x.id]).sort((a, b) => pos[a.id].y - pos[b.id].y);
+    return pos[n.id].y + H * (list.indexOf(i) + 1) / (list.length + 1);
+  };
+  const overlaps = (n, l, top, bottom) => level[n.id] === l && pos[n.id].y < bottom && pos[n.id].y + H > top;
   const edges = nodes.flatMap((n) => n.inputs.filter((i) => pos[i.id]).map((i) => {
     const a = pos[i.id], b = pos[n.id];
-    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, mx = (x1 + x2) / 2;
-    return `<path class="edge" d="M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2 - 6},${y2}" fill="none" stroke="#8a94a3"
-        stroke-width="1.5" marker-end="url(#arrow)"/><text x="${mx}" y="${(y1 + y2) / 2 - 6}" text-anchor="middle"
-        fill="#677585">${esc(i.ship_strategy)}</text>`;
+    const x1 = a.x + W, y1 = exitY(i.id, n.id), x2 = b.x, y2 = entryY(n, i), mx = (x1 + x2) / 2;
+    let d = `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2 - 6},${y2}`;
+    const between = [];
+    for (let l = level[i.id] + 1; l < level[n.id]; l++) between.push(l);
+    const blocked = nodes.filter((m) => between.some((l) => overlaps(m, l, Math.min(y1, y2) - 8, Math.max(y1, y2) + 8)));
+    let lx = x2 - GX / 2, ly = y2;
+    if (blocked.length) {
+      const lane = Math.min(...blocked.map((m) => pos[m.id].y)) - GY / 2;
+      const q = GX / 2;
+      d = `M${x1},${y1} C${x1 + q},${y1} ${x1 + q},${lane} ${x1 + GX},${lane} L${x2 - GX},${lane}
+          C${x2 - q},${lane} ${x2 - q},${y2} ${x2 - 6},${y2}`;
+      lx = x2 - GX - 40; ly = lane;
+    } else {
+      ly = y1 + 0.65 * (y2 - y1);  // the curve's point 60% along: past any crossing, clear of the box
+      lx = mx + 0.08 * GX;
+    }
+    const label = esc(i.ship_strategy);
+    const w = label.length * 7 + 8;
+    return `<g class="edge-group" data-from="${esc(i.id)}" data-to="${esc(n.id)}" data-strategy="${label}">
+        <path class="edge" d="${d}" fill="none" stroke="#8a94a3" stroke-width="1.5" marker-end="url(#arrow)"/>
+        <rect x="${lx - w / 2}" y="${ly - 9}" width="${w}" height="16" rx="3" fill="#fff" opacity="0.9"/>
+        <text class="edge-label" x="${lx}" y="${ly + 3}" text-anchor="middle" fill="#4d5b6a">${label}</text></g>`;
   }));
   const boxes = nodes.map((n) => {
     const v = byId[n.id] || {metrics: {}, status: "CREATED", parallelism: n.parallelism, name: n.description};

@@ -420,3 +420,73 @@ def test_a_cleanly_finished_jobs_checkpoints_show_no_failure_their_subtasks_and_
     assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
     browser.save_screenshot(str(tmp_path / "ui-checkpoints-finished.png"))
     assert console_errors(browser) == []
+
+
+GRAPH_GEOMETRY = """
+const boxes = [...document.querySelectorAll('#job-graph g.vertex')].map(g => {
+  const r = g.querySelector('rect').getBBox(); return {id: g.dataset.vertexId, x: r.x, y: r.y, w: r.width, h: r.height};
+});
+const edges = [...document.querySelectorAll('#job-graph g.edge-group')];
+const samples = edges.map(e => {
+  const p = e.querySelector('path.edge'), n = p.getTotalLength(), pts = [];
+  for (let i = 0; i <= 200; i++) { const q = p.getPointAtLength(n * i / 200); pts.push([q.x, q.y]); }
+  return pts;
+});
+const near = (pts, x, y) => Math.min(...pts.map(([a, b]) => Math.hypot(a - x, b - y)));
+return edges.map((e, k) => {
+  const t = e.querySelector('text.edge-label').getBBox();
+  const cx = t.x + t.width / 2, cy = t.y + t.height / 2;
+  const through = boxes.filter(b => b.id !== e.dataset.from && b.id !== e.dataset.to && samples[k].some(
+    ([x, y]) => x > b.x + 2 && x < b.x + b.w - 2 && y > b.y + 2 && y < b.y + b.h - 2)).map(b => b.id);
+  return {from: e.dataset.from, to: e.dataset.to, strategy: e.dataset.strategy,
+          label: e.querySelector('text.edge-label').textContent, own: near(samples[k], cx, cy),
+          nearestOther: Math.min(Infinity, ...samples.filter((_, j) => j !== k).map(s => near(s, cx, cy))), through};
+});
+"""
+
+
+def test_a_six_vertex_graphs_edges_say_their_strategy_beside_them_and_run_around_boxes(
+        cluster: Any, browser: webdriver.Chrome, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 55: a BROADCAST edge read "HASH" (its label sat nearer another edge) and an edge
+    that skips a column ran under the boxes in between. Each label now sits on its own edge, and
+    no edge crosses a box it does not join."""
+    from yarnflow.common.api.co_functions import KeyedBroadcastProcessFunction
+    from yarnflow.common.api.state import MapStateDescriptor
+
+    class Enrich(KeyedBroadcastProcessFunction):  # type: ignore[misc]
+        def process_element(self, row: Any, ctx: Any, out: Any) -> None:
+            out.collect(row)
+
+        def process_broadcast_element(self, row: Any, ctx: Any, out: Any) -> None:
+            pass
+
+    def six(env: Any) -> None:
+        def rows(start: int, n: int) -> dict[str, list[int]]:
+            return {"k": [i % 7 for i in range(start, start + n)], "v": list(range(start, start + n))}
+
+        events = env.from_generator(rows, count=None, rate_per_s=500, name="events")
+        rules = env.from_generator(rows, count=None, rate_per_s=10, name="rules").set_parallelism(1)
+        enriched = events.key_by("k").connect(rules.broadcast(MapStateDescriptor("rules"))).process(Enrich())
+        scored = enriched.rebalance().map(lambda r: r, name="score")
+        (scored.union(events.rebalance().map(lambda r: r, name="raw").set_parallelism(1)).key_by("k").sum("v")
+            .rebalance().map(lambda r: r, name="format").sink_to_parquet(str(tmp_path / "out")))
+
+    web = cluster.web
+    job_id = submit(cluster, six, "six vertices")
+    try:
+        plan = get(f"{web}/jobs/{job_id}/plan")["plan"]["nodes"]
+        assert len(plan) >= 6, [n["description"] for n in plan]
+        wanted = {(i["id"], n["id"]): i["ship_strategy"] for n in plan for i in n["inputs"]}
+        assert "BROADCAST" in wanted.values() and "HASH" in wanted.values()
+        browser.get(f"{web}/#/jobs/{job_id}")
+        wait_until(lambda: len(read(browser, "#job-graph g.edge-group")) == len(wanted), 30, "no graph")
+        edges = browser.execute_script(GRAPH_GEOMETRY)
+        assert {(e["from"], e["to"]): e["label"] for e in edges} == wanted
+        for e in edges:
+            assert e["own"] <= 8 and e["own"] < e["nearestOther"], e  # the label is on its own edge
+            assert e["through"] == [], e  # and the edge crosses no box it does not join
+        browser.save_screenshot(str(tmp_path / "ui-six-vertices.png"))
+        assert get(f"{web}/jobs/{job_id}")["state"] == "RUNNING"
+        assert console_errors(browser) == []
+    finally:
+        requests.patch(f"{web}/jobs/{job_id}?mode=cancel", timeout=10)

@@ -317,3 +317,29 @@ def test_a_taken_rest_port_moves_the_rest_api_to_the_next_free_one(local_cluster
         assert get(f"{c.web_url()}/overview")["taskmanagers"] == 1
     finally:
         taken.close()
+
+
+def test_a_jobs_configuration_shows_what_it_runs_with(cluster: Any, tmp_path: Path) -> None:
+    """A job submitted without a runtime mode or a parallelism in its configuration (AUTOMATIC
+    mode, the parallelism set in its code) showed `execution.runtime-mode AUTOMATIC` and
+    `parallelism.default 1` while it ran STREAMING at parallelism 2 (issue 55)."""
+    import yarnflow
+    from yarnflow import executors
+
+    ctx = executors.ClusterContext(cluster.address, {"execution.checkpointing.interval": "1 s"}, progress=False,
+                                   detached=True)
+    executors.set_context(ctx)
+    try:
+        env = yarnflow.StreamExecutionEnvironment()
+        env.set_parallelism(2)
+        generator_job(str(tmp_path / "out"))(env)  # an unbounded source: AUTOMATIC runs it STREAMING
+        job_id = str(env.execute("effective").job_id)
+    finally:
+        executors.set_context(None)
+    try:
+        config = {e["key"]: e["value"] for e in get(f"{cluster.web}/jobs/{job_id}/jobmanager/config")}
+        assert config["execution.runtime-mode"] == "STREAMING" and config["parallelism.default"] == "2"
+        assert config["execution.checkpointing.interval"] == "1 s"
+        assert get(f"{cluster.web}/jobs/{job_id}/config")["execution-config"]["execution-mode"] == "STREAMING"
+    finally:
+        requests.patch(f"{cluster.web}/jobs/{job_id}?mode=cancel", timeout=10)
