@@ -30,7 +30,7 @@ from yarnflow.am.resourcemanager.resource_manager import ResourceManager
 from yarnflow.common.artifacts import ArtifactCache
 from yarnflow.common.addresses import check_bind_address, rest_bind_address
 from yarnflow.common.config import Configuration, Options
-from yarnflow.common.security import internal_credentials
+from yarnflow.common.security import internal_credentials, rest_auth_token
 from yarnflow.common.errors import ConfigurationError, NotLeaderRpcError, UnavailableError
 from yarnflow.common.ha import HighAvailabilityServices, LeaderInformation, create_ha_services
 from yarnflow.common.metrics import PrometheusEndpoint, start_prometheus
@@ -174,7 +174,8 @@ class AppMaster:
         self.server.start()
         if self.rest is not None:
             self.rest.start()
-        self.metrics = start_prometheus(self.config, lambda: appmaster_families(self), f"AppMaster {self.address}")
+        self.metrics = start_prometheus(self.config, lambda: appmaster_families(self), f"AppMaster {self.address}",
+                                        rest_auth_token(self.config, self.tls))
         log.info("AppMaster of cluster %s serving at %s (work dir %s, storage %s, high availability %s)",
                  self.cluster_id, self.address, self.work_dir, self.storage_dir, self.ha.kind)
         self._retrieval.start(self._on_leader)

@@ -116,6 +116,49 @@ def stop_http_server(server: Any, thread: Any, timeout_s: float = 5.0) -> None:
     thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def _authorized(header: str, token: str) -> bool:
+    import base64
+    import hmac
+
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            value = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return False
+    elif scheme.lower() != "bearer":
+        return False
+    return bool(value) and hmac.compare_digest(value.encode("utf-8", "replace"), token.encode("utf-8"))
+
+
+def _serve(port: int, host: str, registry: Any, token: str) -> tuple[Any, threading.Thread]:
+    """prometheus-client's WSGI app on a threading server (as its ``start_http_server``), behind
+    the token check when there is a token."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if token and not _authorized(environ.get("HTTP_AUTHORIZATION", ""), token):
+            start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                                ("WWW-Authenticate", 'Basic realm="yarnflow"')])
+            return [b"the cluster's REST token is needed: Authorization: Bearer <token> (or as the password "
+                    b"of HTTP basic)\n"]
+        return metrics(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            pass
+
+    server = make_server(host, port, app, ThreadingWSGIServer, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="prometheus-server", daemon=True)
+    thread.start()
+    return server, thread
+
+
 def metrics_address(endpoint: PrometheusEndpoint | None, rpc_address: str) -> str:
     """Where a Prometheus on another host scrapes ``endpoint`` (host:port; "" without one): its
     host, or the process's RPC host when it listens on every interface."""
@@ -125,19 +168,22 @@ def metrics_address(endpoint: PrometheusEndpoint | None, rpc_address: str) -> st
     return f"{host}:{endpoint.port}"
 
 
-def start_prometheus(config: Configuration, collect: Callable[[], Iterable[Any]], what: str
+def start_prometheus(config: Configuration, collect: Callable[[], Iterable[Any]], what: str, token: str = ""
                      ) -> PrometheusEndpoint | None:
     """The Prometheus endpoint of this process (None when ``metrics.reporters`` has no
-    ``prom``). ``collect()`` yields prometheus-client metric families at each scrape."""
+    ``prom``). ``collect()`` yields prometheus-client metric families at each scrape. With a
+    ``token`` (the cluster's REST token, when its REST API asks for one) a scrape must carry it,
+    as the REST API's requests do: ``Authorization: Bearer <token>`` (Prometheus's
+    ``authorization`` scrape setting) or as the password of HTTP basic (``basic_auth``)."""
     if config[Options.METRICS_REPORTERS] != "prom":
         return None
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(collect))
     host = str(config[Options.PROM_HOST]) or "127.0.0.1"
     (server, thread), _ = bind_first_free(config[Options.PROM_PORT],
-                                          lambda port: start_http_server(port, host, registry), what)
+                                          lambda port: _serve(port, host, registry, token), what)
     endpoint = PrometheusEndpoint(server, thread, host, server.server_address[1])
     log.info("%s: Prometheus metrics at %s", what, endpoint.url)
     return endpoint

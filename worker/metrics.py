@@ -243,7 +243,9 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
 def start_task_executor_metrics(te: Any) -> Any:
     """The TaskExecutor's Prometheus endpoint over its running tasks (None: no reporter)."""
     from yarnflow.common.metrics import start_prometheus
+    from yarnflow.common.security import rest_auth_token
 
     return start_prometheus(te.config, lambda: task_executor_families(
         str(te.resource_id), [t.metrics for t in list(te.tasks.values())],
-        (te.memory.total_bytes, te.memory.used_bytes), te.watchdog.status()), f"TaskExecutor {te.resource_id}")
+        (te.memory.total_bytes, te.memory.used_bytes), te.watchdog.status()), f"TaskExecutor {te.resource_id}",
+        rest_auth_token(te.config, te.credentials))  # (scrapes carry the cluster's token, as REST calls do)

@@ -120,3 +120,32 @@ def test_session_token_prints_what_a_script_on_this_machine_needs(cli: Any, auth
                                          "it takes no token"
         assert requests.get(web + "/overview", timeout=10).json()["taskmanagers"] == 1
     cli.run("session", "stop", "--address", address, check=True)
+
+
+def test_the_metrics_endpoints_ask_for_the_token_too(local_cluster: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AppMaster's and every TaskExecutor's Prometheus endpoint answered anyone (issue 55):
+    with the cluster's credentials a scrape carries its token, as a REST call does."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from yarnflow.common.metrics import free_port_range
+
+    monkeypatch.setenv("YARNFLOW_HOME", str(tmp_path / "yarnflow-home"))
+    low, high = free_port_range(4, 31000)
+    cluster = local_cluster(taskexecutors=2, slots=1, metrics__reporter__prom__port=f"{low}-{high}", **TLS)
+    token = rest_token(cluster.tls)
+    headers = {"Authorization": f"Bearer {token}"}
+    tms = requests.get(cluster.web_url() + "/taskmanagers", headers=headers, timeout=10).json()["taskmanagers"]
+    addresses = [t["metricsAddress"] for t in tms]
+    assert len(addresses) == 2
+    for address in [*addresses, f"127.0.0.1:{low}"]:  # the TaskExecutors', and the AppMaster's (first port)
+        url = f"http://{address}/metrics"
+        refused = requests.get(url, timeout=10)
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"].startswith("Basic"), address
+        assert requests.get(url, headers={"Authorization": "Bearer not-it"}, timeout=10).status_code == 401
+        assert requests.get(url, auth=("prometheus", "not-it"), timeout=10).status_code == 401
+        for ok in (requests.get(url, headers=headers, timeout=10), requests.get(url, auth=("prometheus", token),
+                                                                                  timeout=10)):
+            assert ok.status_code == 200, address
+            names = {f.name for f in text_string_to_metric_families(ok.text)}
+            assert any(n.startswith("yarnflow_") for n in names), names

@@ -216,6 +216,11 @@ class TaskExecutor(JobMasterHeartbeats, JobMasterLinks, RpcEndpoint):
                      "(taskmanager.slot-processes: true runs a process a slot)", self._num_slots)
         return self
 
+    @property
+    def credentials(self) -> Any:
+        """The cluster's TLS credentials this TaskExecutor holds (None without internal TLS)."""
+        return self._tls
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
 
