@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import psutil
 
+from yarnflow.am.checkpoint.coordinator import DURATION_BUCKETS_MS
 from yarnflow.common.errors import UnavailableError
-from yarnflow.common.metrics import gauge
+from yarnflow.common.metrics import PREFIX, gauge
 
 if TYPE_CHECKING:
     from yarnflow.am.appmaster import AppMaster
@@ -58,13 +59,25 @@ def appmaster_families(am: AppMaster) -> Iterator[Any]:
         ("totalNumberOfCheckpoints", "checkpoints triggered"),
         ("lastCheckpointDuration", "ms the latest completed checkpoint took"),
         ("lastCheckpointSize", "bytes of the latest completed checkpoint"))}
+    from prometheus_client.core import HistogramMetricFamily
+
+    durations = HistogramMetricFamily(f"{PREFIX}_jobmanager_job_checkpointDurationSeconds",
+                                      "how long each completed checkpoint took, trigger to completion", labels=_JOB)
     now = int(time.time() * 1000)
     for jm in jms:
         try:
             info = jm.status_info()
+            histogram = jm.checkpoint_durations()
         except (UnavailableError, TimeoutError):
             continue  # ended meanwhile
         labels = [str(info.job_id), info.name]
+        if histogram is not None:
+            per_bucket, total_ms = histogram
+            cumulative, buckets = 0, []
+            for bound, n in zip([*(f"{b / 1000:g}" for b in DURATION_BUCKETS_MS), "+Inf"], per_bucket):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            durations.add_metric(labels, buckets, total_ms / 1000.0)
         counts = info.checkpoint_counts
         completed = [c for c in info.checkpoints if c.status == "COMPLETED"]
         last = completed[-1] if completed else None
@@ -77,3 +90,4 @@ def appmaster_families(am: AppMaster) -> Iterator[Any]:
                             ("lastCheckpointSize", last.size_bytes if last else 0)):
             job_gauges[name].add_metric(labels, float(value))
     yield from job_gauges.values()
+    yield durations

@@ -4,9 +4,11 @@ serves when ``metrics.reporters`` is ``prom``.
 
 Metric names follow Flink's Prometheus reporter: the scope joined by ``_`` and the metric's
 Flink name (``yarnflow_taskmanager_job_task_operator_numRecordsIn``), with the scope's variables
-as labels (``job_id``, ``task_name``, ``subtask_index``, ``operator_name``, ``tm_id``). Like
-Flink's, every figure is exported as a gauge (no ``_total`` suffix), so a dashboard made for
-Flink needs only the ``flink_`` prefix changed.
+as labels (``job_id``, ``task_name``, ``subtask_index``, ``operator_name``, ``tm_id``). Figures
+that are counters in Flink (records and bytes in and out, late records dropped) are Prometheus
+counters, so ``rate()`` and ``increase()`` are right across restarts: their samples carry the
+``_total`` suffix (``..._numRecordsIn_total``; Flink's reporter exports them as gauges without
+it). The rest are gauges, and checkpoint durations a histogram.
 """
 
 from __future__ import annotations
@@ -187,6 +189,13 @@ def start_prometheus(config: Configuration, collect: Callable[[], Iterable[Any]]
     endpoint = PrometheusEndpoint(server, thread, host, server.server_address[1])
     log.info("%s: Prometheus metrics at %s", what, endpoint.url)
     return endpoint
+
+
+def counter(name: str, doc: str, labels: Iterable[str]) -> Any:
+    """A counter family (its samples are named ``<name>_total``)."""
+    from prometheus_client.core import CounterMetricFamily
+
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
 
 
 def gauge(name: str, doc: str, labels: Iterable[str]) -> Any:

@@ -140,6 +140,10 @@ class TaskMetricGroup:
         return gate.inflight_bytes_peak() if gate is not None else 0
 
 
+#: Flink's counters among the task's figures: Prometheus counters (``<name>_total``)
+COUNTERS = frozenset({"numRecordsIn", "numRecordsOut", "numBytesIn", "numBytesOut", "numLateRecordsDropped"})
+
+
 def gauge_name(g: Gauge) -> str:
     """Flink's dotted name of an operator's gauge: ``KafkaSourceReader.topic.t.partition.0.currentOffset``."""
     group, labels, metric, _ = g
@@ -158,7 +162,7 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
     """The metric families of a TaskExecutor's running tasks, under Flink's names, its
     managed memory (``(total, used)`` bytes: Flink's Status.Flink.Memory.Managed.*) and what its
     memory watchdog measured (``memory``, a ``MemoryStatus``: Status.Process.Memory.*)."""
-    from yarnflow.common.metrics import gauge
+    from yarnflow.common.metrics import counter, gauge
 
     host = socket.gethostname()
     if memory is not None:
@@ -209,8 +213,10 @@ def task_executor_families(tm_id: str, tasks: Iterable[TaskMetricGroup],
         "accumulatedBackPressuredTime": ("backpressured_ms_total", "ms the task was back-pressured"),
         "accumulatedIdleTime": ("idle_ms_total", "ms the task was idle"),
     }
-    families = {name: gauge(f"taskmanager_job_task_{name}", doc, _TASK) for name, (_, doc) in task_gauges.items()}
-    op_families = {name: gauge(f"taskmanager_job_task_operator_{name}", f"per operator: {doc}", _OPERATOR)
+    families = {name: (counter if name in COUNTERS else gauge)(f"taskmanager_job_task_{name}", doc, _TASK)
+                for name, (_, doc) in task_gauges.items()}
+    op_families = {name: (counter if name in COUNTERS else gauge)(f"taskmanager_job_task_operator_{name}",
+                                                                   f"per operator: {doc}", _OPERATOR)
                    for name, doc in (("numRecordsIn", "records in"), ("numRecordsOut", "records out"),
                                      ("numRecordsInPerSecond", "records in per second"),
                                      ("numRecordsOutPerSecond", "records out per second"))}

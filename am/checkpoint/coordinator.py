@@ -24,6 +24,7 @@ Rules, each from Flink:
 
 from __future__ import annotations
 
+import bisect
 import enum
 import logging
 from collections.abc import Callable, Iterable
@@ -95,6 +96,8 @@ class CheckpointPlan:
 
 #: checkpoints whose statistics are kept (the counts cover all)
 HISTORY_KEPT = 100
+#: upper bounds (ms) of the buckets of the completed checkpoints' durations (Prometheus's histogram)
+DURATION_BUCKETS_MS = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 600_000)
 
 
 @dataclass
@@ -223,6 +226,10 @@ class CheckpointCoordinator:
         self.completed: list[CheckpointStats] = []     # retained, oldest first
         self.history: list[CheckpointStats] = []       # the latest HISTORY_KEPT checkpoints, for ``info``
         self.num_completed = self.num_failed = 0       # all the job's (the history keeps the latest only)
+        #: every completed checkpoint's duration, counted per bucket (``DURATION_BUCKETS_MS``, then
+        #: the rest) and summed: a histogram over all of them, not only the history's
+        self.duration_counts = [0] * (len(DURATION_BUCKETS_MS) + 1)
+        self.duration_sum_ms = 0
         self.consecutive_failures = 0
         self._last_end_ms: int | None = None
         self._out: list[CheckpointAction] = []
@@ -426,6 +433,8 @@ class CheckpointCoordinator:
         stats.external_path = external_path
         stats.end_time_ms = self._clock.now_ms()
         self._last_end_ms = stats.end_time_ms
+        self.duration_counts[bisect.bisect_left(DURATION_BUCKETS_MS, stats.duration_ms)] += 1
+        self.duration_sum_ms += stats.duration_ms
         self.consecutive_failures = 0
         tasks = self._tasks.pop(checkpoint_id, ())
         self._awaiting.pop(checkpoint_id, None)

@@ -500,6 +500,17 @@ class JobMaster(SavepointsAndRecovery, TaskTakeover, RpcEndpoint):
         """Each subtask's part of a recent checkpoint, per vertex (``job_metrics.checkpoint_subtasks``)."""
         return self._main.call(checkpoint_subtasks, self.core, checkpoint_id)
 
+    def checkpoint_durations(self) -> tuple[list[int], int] | None:
+        """The completed checkpoints' durations: counts per bucket of
+        ``coordinator.DURATION_BUCKETS_MS`` (the last: longer) and their sum in ms; None without
+        checkpoints."""
+        def read() -> tuple[list[int], int] | None:
+            checkpoints = self.core.checkpoints
+            if checkpoints is None:
+                return None
+            return list(checkpoints.coordinator.duration_counts), checkpoints.coordinator.duration_sum_ms
+        return self._main.call(read)
+
     def kept_checkpoint_subtasks_on_main_thread(self) -> dict[int, dict[str, list[dict[str, Any]]]]:
         """(On this JobMaster's main thread, as its job ends) each shown checkpoint's part per
         subtask, for the Dispatcher to keep with the ended job."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import wait_until
 from tests.rest import RATE, generator_job, get, scrape, submit, wait_flowing
@@ -110,13 +111,26 @@ def test_a_running_job_in_flinks_shapes(cluster: Any, tmp_path: Path) -> None:
     assert am[0]["yarnflow_jobmanager_job_numRestarts"] == [({"job_id": job_id, "job_name": "generated"}, 0.0)]
     [(_, completed)] = am[0]["yarnflow_jobmanager_job_numberOfCompletedCheckpoints"]
     assert completed >= 1
-    out = [v for m in tes for labels, v in m["yarnflow_taskmanager_job_task_operator_numRecordsOut"]
+    # the checkpoints' durations: a histogram over every one (issue 55), its buckets cumulative
+    buckets = [(labels["le"], v) for labels, v in am[0]["yarnflow_jobmanager_job_checkpointDurationSeconds_bucket"]]
+    [(_, count)] = am[0]["yarnflow_jobmanager_job_checkpointDurationSeconds_count"]
+    assert buckets[-1] == ("+Inf", count) and count >= completed - 1  # (a scrape apart)
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)
+    assert am[0]["yarnflow_jobmanager_job_checkpointDurationSeconds_sum"][0][1] > 0
+    # Flink's counters are counters: rate() is right across a restart (issue 55)
+    types = {f.name: f.type for m in [requests.get(f"http://{a}/metrics", timeout=10).text for a in addresses]
+             for f in text_string_to_metric_families(m)}
+    assert types["yarnflow_taskmanager_job_task_numRecordsIn"] == "counter"
+    assert types["yarnflow_taskmanager_job_task_operator_numRecordsOut"] == "counter"
+    assert types["yarnflow_taskmanager_job_task_busyTimeMsPerSecond"] == "gauge"
+    assert types["yarnflow_jobmanager_job_checkpointDurationSeconds"] == "histogram"
+    out = [v for m in tes for labels, v in m["yarnflow_taskmanager_job_task_operator_numRecordsOut_total"]
            if labels["operator_name"] == "identity" and labels["job_id"] == job_id]
     rates = [v for m in tes for labels, v in m["yarnflow_taskmanager_job_task_operator_numRecordsOutPerSecond"]
              if labels["operator_name"] == "identity" and labels["job_id"] == job_id]
     assert len(out) == 2 and all(v > 0 for v in out)
     # Flink's label names: the job's name, the host, the attempt, an operator id
-    [labels] = [labels for m in tes for labels, _ in m["yarnflow_taskmanager_job_task_operator_numRecordsOut"]
+    [labels] = [labels for m in tes for labels, _ in m["yarnflow_taskmanager_job_task_operator_numRecordsOut_total"]
                 if labels["operator_name"] == "identity" and labels["subtask_index"] == "0"]
     assert (labels["job_name"], labels["task_attempt_num"], labels["host"]) == ("generated", "0", socket.gethostname())
     assert labels["operator_id"].endswith("#1")  # identity, after the generator in its chain
