@@ -3,10 +3,10 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const STATE_COLORS = {
-  RUNNING: "#2d8a4e", INITIALIZING: "#2d8a4e", DEPLOYING: "#3f9a62", SCHEDULED: "#8a94a3", CREATED: "#8a94a3",
-  RECONCILING: "#8a94a3",
-  FINISHED: "#5b6b7c", FAILED: "#c23b3b", CANCELING: "#b0771c", CANCELED: "#b0771c",
+const STATE_COLORS = {  // (as style.css's: readable on white)
+  RUNNING: "#22703c", INITIALIZING: "#22703c", DEPLOYING: "#22703c", SCHEDULED: "#5d6877", CREATED: "#5d6877",
+  RECONCILING: "#5d6877",
+  FINISHED: "#4f5e6e", FAILED: "#b02f2f", CANCELING: "#865910", CANCELED: "#865910",
 };
 let timer = null;
 let features = {};  // the server's (/config): a history server ("web-history") has archives only
@@ -18,7 +18,7 @@ function esc(value) {
 async function api(path, options) {
   const response = await fetch(path, options);
   if (response.status === 401) {  // the REST API wants the cluster's token: sign in first
-    location.href = "/login";
+    location.href = `/login${location.hash}`;  // (back to this view once signed in)
     throw new Error("401: sign in with the cluster's REST token");
   }
   const body = await response.json().catch(() => ({}));
@@ -285,7 +285,7 @@ function graph(j) {
   const boxes = nodes.map((n) => {
     const v = byId[n.id] || {metrics: {}, status: "CREATED", parallelism: n.parallelism, name: n.description};
     const m = v.metrics || {};
-    const color = STATE_COLORS[v.status] || "#8a94a3";
+    const color = STATE_COLORS[v.status] || "#5d6877";
     const {x, y} = pos[n.id];
     const name = v.name.length > 34 ? `${v.name.slice(0, 33)}…` : v.name;
     const bp = m["backpressured-time-ms-per-second"] || 0;
@@ -476,17 +476,20 @@ let submitMessage = "";  // what the last upload, run or plan said (kept across 
 async function submitPage() {
   const data = await api("/jars");
   const rows = data.files.map((f) => `<tr id="jar-${esc(f.id)}"><td>${esc(f.name)}</td><td>${fmtTime(f.uploaded)}</td>
-      <td><select class="jar-entry">${f.entry.map((e) => `<option>${esc(e.name)}</option>`).join("")}</select></td>
-      <td><input class="jar-args" placeholder="arguments, space separated" size="30"></td>
-      <td><input class="jar-parallelism" type="number" min="1" placeholder="default" style="width:6em"></td>
-      <td><input class="jar-savepoint" placeholder="savepoint path (optional)" size="22"></td>
+      <td><select class="jar-entry" aria-label="entry of ${esc(f.name)}">${f.entry.map((e) => `<option>${esc(e.name)}</option>`).join("")}</select></td>
+      <td><input class="jar-args" placeholder="arguments, space separated" size="30" aria-label="arguments of ${esc(f.name)}"></td>
+      <td><input class="jar-parallelism" type="number" min="1" placeholder="default" style="width:6em"
+        aria-label="parallelism of ${esc(f.name)}"></td>
+      <td><input class="jar-savepoint" placeholder="savepoint path (optional)" size="22"
+        aria-label="savepoint to start ${esc(f.name)} from"></td>
       <td><button class="jar-run" data-jar="${esc(f.id)}">Run</button> <button class="jar-plan" data-jar="${esc(f.id)}">Plan</button>
         <button class="danger jar-delete" data-jar="${esc(f.id)}">Delete</button></td></tr>`);
   const table = rows.length ? `<table id="jars-table"><thead><tr><th>Job file</th><th>Uploaded</th><th>Entry</th><th>Arguments</th>
       <th>Parallelism</th><th>Savepoint</th><th></th></tr></thead><tbody>${rows.join("")}</tbody></table>`
     : `<p class="muted" id="no-jars">Nothing uploaded yet.</p>`;
   return `<h2>Submit a job</h2><p class="muted">A Python job file, or a zip of one with the modules it imports.</p>
-    <div class="toolbar"><input type="file" id="jar-file" accept=".py,.zip"><button id="jar-upload">Upload</button></div>
+    <div class="toolbar"><label for="jar-file">Job file</label><input type="file" id="jar-file" accept=".py,.zip">
+    <button id="jar-upload">Upload</button></div>
     <div id="submit-result">${submitMessage}</div>${table}`;
 }
 

@@ -149,3 +149,29 @@ def test_the_metrics_endpoints_ask_for_the_token_too(local_cluster: Any, tmp_pat
             assert ok.status_code == 200, address
             names = {f.name for f in text_string_to_metric_families(ok.text)}
             assert any(n.startswith("yarnflow_") for n in names), names
+
+
+def test_a_deep_link_survives_the_login_page_and_the_login_page_is_accessible(secured: Any, browser: Any,  # noqa: F811
+                                                                              tmp_path: Path) -> None:
+    """A link to a job's tab, opened without the token, landed on the overview after signing in
+    (issue 55): it now opens the page it named. The login page passes axe-core too."""
+    from tests.e2e.test_accessibility import AXE, violations
+
+    web = secured.web_url()
+    browser.get(web + "/#/taskmanagers")
+    wait_for(browser, "input#token")
+    assert "/login" in browser.current_url and browser.current_url.endswith("#/taskmanagers")
+    assert AXE.is_file(), f"{AXE} is missing: run .ci/install-test-deps"
+    assert violations(browser) == []
+    browser.find_element(By.CSS_SELECTOR, "input#token").send_keys("wrong")  # a wrong token first
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(browser, "p.error")
+    browser.find_element(By.CSS_SELECTOR, "input#token").send_keys(rest_token(secured.tls))
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(browser, "#taskmanagers-table tbody tr")  # the page the link named
+    assert browser.current_url.endswith("#/taskmanagers") and "/login" not in browser.current_url
+    # a "next" that is not one of the UI's views is not followed
+    token = rest_token(secured.tls)
+    for bad in ("https://elsewhere.example/", "//elsewhere.example/", "#/x\nSet-Cookie: a=b"):
+        r = requests.post(web + "/login", data={"token": token, "next": bad}, allow_redirects=False, timeout=10)
+        assert r.status_code == 302 and r.headers["Location"] in ("/", web + "/"), (bad, r.headers["Location"])
