@@ -106,7 +106,13 @@ function onClick(event) {
   const row = event.target.closest("tr.link");
   if (row && !event.target.closest("a, summary, button")) location.hash = row.dataset.href;
   const cancel = event.target.closest("#cancel-job");
-  if (cancel && !cancel.disabled) cancelJob(cancel);
+  if (cancel && !cancel.disabled && confirm(`Cancel job ${cancel.dataset.name}? Its tasks stop; unless it `
+      + "keeps its checkpoints on cancellation, they are deleted.")) cancelJob(cancel);
+  const sort = event.target.closest("button.sort");
+  if (sort) {
+    jobSort = {key: sort.dataset.sort, desc: jobSort.key === sort.dataset.sort ? !jobSort.desc : false};
+    render();
+  }
   const action = event.target.closest("#jar-upload, .jar-run, .jar-plan, .jar-delete");
   if (action && !action.disabled) onSubmitAction(action);
 }
@@ -156,21 +162,53 @@ async function overview() {
       ${card("Finished jobs", o["jobs-finished"], "card-jobs-finished")}
       ${card("Failed jobs", o["jobs-failed"], "card-jobs-failed")}
       ${card("Canceled jobs", o["jobs-cancelled"], "card-jobs-cancelled")}
-    </div><h3>Jobs</h3>${jobTable(jobs.jobs)}`;
+    </div>${jobLists(jobs.jobs)}`;
 }
 
-function jobTable(jobs) {
-  if (!jobs.length) return `<p class="muted">No jobs yet.</p>`;
-  const rows = jobs.map((j) => `<tr class="link" data-href="#/jobs/${esc(j.jid)}">
-      <td>${esc(j.name)}</td><td>${state(j.state)}</td><td>${fmtTime(j["start-time"])}</td>
-      <td>${fmtDuration(j.duration)}</td><td>${j.tasks.running}/${j.tasks.total}</td><td class="muted">${esc(j.jid)}</td></tr>`);
-  return `<table id="jobs-table"><thead><tr><th>Name</th><th>State</th><th>Started</th><th>Duration</th>
-      <th>Tasks running</th><th>Id</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+// Running and completed jobs in lists of their own (as Flink's), filtered by the search box and
+// sorted by the column chosen; a job's name is a link (keyboard, middle click, a new tab).
+const ENDED = ["FINISHED", "FAILED", "CANCELED", "SUSPENDED"];
+let jobSort = {key: "start-time", desc: true};
+
+function jobLists(all) {
+  const box = document.getElementById("job-search");
+  const typed = box ? box.value : "";
+  const query = typed.trim().toLowerCase();
+  const shown = all.filter((j) => !query || j.name.toLowerCase().includes(query) || j.jid.includes(query)
+    || j.state.toLowerCase().includes(query));
+  const value = (j) => jobSort.key === "tasks" ? j.tasks.running : j[jobSort.key];
+  shown.sort((a, b) => {
+    const x = value(a), y = value(b);
+    const order = typeof x === "string" ? x.localeCompare(y) : x - y;
+    return jobSort.desc ? -order : order;
+  });
+  const search = `<div class="toolbar"><label for="job-search">Search jobs</label>
+    <input id="job-search" type="search" placeholder="name, id or state" value="${esc(typed)}"></div>`;
+  return `${search}<h3>Running jobs</h3>${jobTable(shown.filter((j) => !ENDED.includes(j.state)), "running-jobs",
+    query ? "No running job matches." : "No job is running.")}
+    <h3>Completed jobs</h3>${jobTable(shown.filter((j) => ENDED.includes(j.state)), "completed-jobs",
+    query ? "No completed job matches." : "No job has ended yet.")}`;
+}
+
+function jobTable(jobs, id, empty) {
+  if (!jobs.length) return `<p class="muted" id="${id}-none">${esc(empty)}</p>`;
+  const header = (key, label) => {
+    const sorted = jobSort.key === key;
+    return `<th aria-sort="${sorted ? (jobSort.desc ? "descending" : "ascending") : "none"}"><button class="sort"
+      data-sort="${key}">${label}${sorted ? (jobSort.desc ? " ▼" : " ▲") : ""}</button></th>`;
+  };
+  const rows = jobs.map((j) => `<tr class="link" id="${id}-${esc(j.jid)}" data-href="#/jobs/${esc(j.jid)}">
+      <td><a class="job-link" href="#/jobs/${esc(j.jid)}">${esc(j.name)}</a></td><td>${state(j.state)}</td>
+      <td>${fmtTime(j["start-time"])}</td><td>${fmtDuration(j.duration)}</td><td>${j.tasks.running}/${j.tasks.total}</td>
+      <td class="muted">${esc(j.jid)}</td></tr>`);
+  return `<table id="${id}" class="jobs-table"><thead><tr>${header("name", "Name")}${header("state", "State")}
+      ${header("start-time", "Started")}${header("duration", "Duration")}${header("tasks", "Tasks running")}
+      <th>Id</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 async function jobs() {
   const data = await api("/jobs/overview");
-  return `<h2>Jobs</h2>${jobTable(data.jobs)}`;
+  return `<h2>Jobs</h2>${jobLists(data.jobs)}`;
 }
 
 async function job(jid, tab, detail, extra) {
@@ -204,7 +242,8 @@ async function job(jid, tab, detail, extra) {
   return `<div class="toolbar"><h2>${esc(j.name)}</h2>${state(j.state)}
       <span class="muted">${esc(j.jid)} · started ${fmtTime(j["start-time"])} · ${fmtDuration(j.duration)}
       · restarts ${j["num-restarts"] ?? 0}</span>
-      ${running && !history ? `<button class="danger" id="cancel-job" data-jid="${esc(jid)}">Cancel job</button>` : ""}</div>
+      ${running && !history ? `<button class="danger" id="cancel-job" data-jid="${esc(jid)}"
+        data-name="${esc(j.name)}">Cancel job</button>` : ""}</div>
     <div id="graph">${graph(j)}</div>
     <div class="tabs">${tabs.join("")}</div><div id="tab-content">${content}</div>`;
 }
@@ -576,6 +615,7 @@ async function start() {
   } catch (e) { showError(e.message); }
   window.addEventListener("hashchange", render);
   document.addEventListener("click", onClick);
+  document.addEventListener("input", (event) => { if (event.target.id === "job-search") render(); });
   render();
 }
 

@@ -51,7 +51,7 @@ def test_every_page_has_no_serious_accessibility_violation(cluster: Any, browser
         assert requests.post(f"{web}/jars/upload", files={"jarfile": ("uploaded.py", f)}, timeout=10).ok
     tm = get(f"{web}/taskmanagers")["taskmanagers"][0]["id"]
     browser.set_window_size(1400, 1000)
-    pages = {"overview": ("", "#card-taskmanagers"), "jobs": ("#/jobs", "#jobs-table"),
+    pages = {"overview": ("", "#card-taskmanagers"), "jobs": ("#/jobs", "#running-jobs"),
              "job": (f"#/jobs/{running}", "#subtasks-table tbody tr"),
              "exceptions": (f"#/jobs/{failed}/exceptions", "#exceptions-table details"),
              "checkpoints": (f"#/jobs/{running}/checkpoints", "#checkpoints-table tbody tr"),

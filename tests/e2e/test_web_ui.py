@@ -87,10 +87,10 @@ def test_pages_graph_and_cancel_in_chromium(cluster: Any, browser: webdriver.Chr
     assert {k: cards[k] for k in ("card-taskmanagers", "card-slots-total", "card-slots-available",
                                   "card-jobs-running")} == {"card-taskmanagers": "2", "card-slots-total": "4",
                                                             "card-slots-available": "2", "card-jobs-running": "1"}
-    assert "ui job" in read(browser, "#jobs-table")[0]
+    assert "ui job" in read(browser, "#running-jobs")[0]
     browser.save_screenshot(str(tmp_path / "ui-overview.png"))
 
-    click(browser, "#jobs-table tr.link")  # to the job's page
+    click(browser, "#running-jobs tr.link")  # to the job's page
     wait_for(browser, "#job-graph g.vertex")
     assert read(browser, "#job-graph g.vertex", "data-vertex-id") == [v["id"] for v in details["vertices"]]
     assert read(browser, "#job-graph g.vertex", "data-status") == ["RUNNING", "RUNNING"]
@@ -144,6 +144,13 @@ def test_pages_graph_and_cancel_in_chromium(cluster: Any, browser: webdriver.Chr
 
     browser.get(f"{web}/#/jobs/{job_id}")
     click(browser, "#cancel-job")
+    WebDriverWait(browser, 10).until(lambda d: d.switch_to.alert).dismiss()  # asked first: not cancelled
+    time.sleep(0.5)
+    assert get(f"{web}/jobs/{job_id}")["state"] == "RUNNING"
+    click(browser, "#cancel-job")
+    alert = WebDriverWait(browser, 10).until(lambda d: d.switch_to.alert)
+    assert "Cancel job ui job?" in alert.text
+    alert.accept()
     wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "CANCELED", 30, "the UI's cancel did not cancel")
     wait_until(lambda: read(browser, "h2 + .state") == ["CANCELED"] and set(read(
         browser, "#job-graph g.vertex", "data-status")) == {"CANCELED"}, 20,
@@ -490,3 +497,53 @@ def test_a_six_vertex_graphs_edges_say_their_strategy_beside_them_and_run_around
         assert console_errors(browser) == []
     finally:
         requests.patch(f"{web}/jobs/{job_id}?mode=cancel", timeout=10)
+
+
+def test_running_and_completed_jobs_are_listed_apart_searchable_sortable_and_reachable_by_keyboard(
+        cluster: Any, browser: webdriver.Chrome, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 55: one list of every job; rows a mouse could click and nothing else could reach."""
+    from selenium.webdriver.common.keys import Keys
+
+    web = cluster.web
+    ended = []
+    for name in ("beta ended", "alpha ended"):
+        def bounded(env: Any, out: str = str(tmp_path / name.replace(" ", "-"))) -> None:
+            env.from_collection({"v": [1, 2, 3]}).sink_to_parquet(out)
+        ended.append(submit(cluster, bounded, name))
+    running = submit(cluster, generator_job(str(tmp_path / "out")), "gamma running")
+    try:
+        wait_until(lambda: all(get(f"{web}/jobs/{j}")["state"] == "FINISHED" for j in ended), 60,
+                   "a job did not finish")
+        browser.get(f"{web}/#/jobs")
+        wait_until(lambda: len(read(browser, "#completed-jobs tbody tr")) == 2 and read(
+            browser, "#running-jobs tbody tr"), 30, lambda: f"the lists: {read(browser, '#view')}")
+        assert [r.split()[0] for r in read(browser, "#running-jobs tbody tr")] == ["gamma"]
+        # sorted by name, then the other way
+        click(browser, "#completed-jobs button[data-sort=name]")
+        wait_until(lambda: read(browser, "#completed-jobs a.job-link") == ["alpha ended", "beta ended"], 10,
+                   lambda: f"not sorted by name: {read(browser, '#completed-jobs a.job-link')}")
+        assert read(browser, "#completed-jobs th[aria-sort=ascending]") == ["Name ▲"]
+        click(browser, "#completed-jobs button[data-sort=name]")
+        wait_until(lambda: read(browser, "#completed-jobs a.job-link") == ["beta ended", "alpha ended"], 10,
+                   "not sorted the other way")
+        # searched: the lists keep what matches (and the search outlives a refresh)
+        wait_for(browser, "#job-search")[0].send_keys("alpha")
+        wait_until(lambda: read(browser, "#completed-jobs a.job-link") == ["alpha ended"], 10, "not searched")
+        assert read(browser, "#running-jobs-none") == ["No running job matches."]
+        time.sleep(2.5)
+        assert read(browser, "#completed-jobs a.job-link") == ["alpha ended"]
+        assert read(browser, "#job-search", "value") == ["alpha"]
+        # the keyboard reaches a job: Tab from the search box onto its link, Enter opens it
+        browser.find_element(By.CSS_SELECTOR, "#job-search").send_keys(Keys.TAB)
+        for _ in range(12):
+            if browser.execute_script("return document.activeElement.classList.contains('job-link')"):
+                break
+            browser.switch_to.active_element.send_keys(Keys.TAB)
+        assert browser.execute_script("return document.activeElement.textContent") == "alpha ended"
+        assert browser.execute_script("return document.activeElement.getAttribute('href')") == f"#/jobs/{ended[1]}"
+        browser.switch_to.active_element.send_keys(Keys.ENTER)
+        wait_until(lambda: browser.current_url.endswith(f"#/jobs/{ended[1]}"), 10, "Enter did not open the job")
+        wait_for(browser, "#job-graph g.vertex")
+        assert console_errors(browser) == []
+    finally:
+        requests.patch(f"{web}/jobs/{running}?mode=cancel", timeout=10)
