@@ -284,12 +284,16 @@ class CheckpointCoordinator:
 
     def elapsed_ms(self, stats: CheckpointStats) -> int:
         """How long ``stats`` took, or has been under way (a pending one: until now)."""
-        return stats.duration_ms if stats.end_time_ms else max(0, self._clock.now_ms() - stats.trigger_time_ms)
+        if stats.status in (CheckpointStatus.PENDING, CheckpointStatus.FINALIZING):
+            return max(0, self._clock.now_ms() - stats.trigger_time_ms)
+        return stats.duration_ms  # (0 for one recovered from an earlier leader: its duration is not known)
 
     def discard_retained(self) -> None:
-        """The job ended and its checkpoint folder is deleted: every retained checkpoint is gone."""
+        """The job ended and its checkpoint folder is deleted: every retained checkpoint is gone
+        (savepoints are in folders of their own, the user's: they stay)."""
         for stats in self.completed:
-            stats.discarded = True
+            if not stats.savepoint and stats.checkpoint_id not in self._savepoints:
+                stats.discarded = True
 
     def _schedule_trigger(self, delay_ms: int) -> None:
         self._timer = self._timers.schedule(max(0, delay_ms), self._on_trigger_timer)

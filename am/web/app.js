@@ -108,6 +108,8 @@ function onClick(event) {
   const cancel = event.target.closest("#cancel-job");
   if (cancel && !cancel.disabled && confirm(`Cancel job ${cancel.dataset.name}? Its tasks stop; unless it `
       + "keeps its checkpoints on cancellation, they are deleted.")) cancelJob(cancel);
+  const operation = event.target.closest("button.job-action");
+  if (operation && !operation.disabled) jobAction(operation);
   const sort = event.target.closest("button.sort");
   if (sort) {
     jobSort = {key: sort.dataset.sort, desc: jobSort.key === sort.dataset.sort ? !jobSort.desc : false};
@@ -115,6 +117,61 @@ function onClick(event) {
   }
   const action = event.target.closest("#jar-upload, .jar-run, .jar-plan, .jar-delete");
   if (action && !action.disabled) onSubmitAction(action);
+}
+
+// Savepoint, stop-with-savepoint and rescale (Flink's REST operations): asked for what they need,
+// then followed to their end; what they ended with stays shown on the job's page.
+const jobActions = {};
+
+async function follow(path, what) {
+  for (let i = 0; i < 600; i++) {
+    const s = await api(path);
+    if (s.status.id === "COMPLETED") {
+      const failure = s.operation && s.operation["failure-cause"];
+      if (failure) throw new Error(`${what} failed: ${failure["stack-trace"]}`);
+      return s.operation || {};
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error(`${what} did not end within 5 minutes (it may still)`);
+}
+
+async function jobAction(button) {
+  const jid = button.dataset.jid;
+  const say = (html) => { jobActions[jid] = html; const box = document.getElementById("job-action-result"); if (box) box.innerHTML = html; };
+  try {
+    if (button.id === "rescale-job") {
+      const raw = prompt("New parallelism of the job's vertices:");
+      if (raw === null) return;
+      if (!/^[1-9][0-9]*$/.test(raw.trim())) throw new Error(`${raw} is not a parallelism (a whole number, 1 or more)`);
+      button.disabled = true;
+      say(`<p class="muted">Rescaling to ${esc(raw.trim())}…</p>`);
+      const t = await api(`/jobs/${jid}/rescaling?parallelism=${raw.trim()}`, {method: "PATCH"});
+      const done = await follow(`/jobs/${jid}/rescaling/${t["request-id"]}`, "the rescale");
+      say(`<p class="ok">Rescaled to parallelism ${esc(done.parallelism ?? raw.trim())}.</p>`);
+    } else {
+      const stop = button.id === "stop-job";
+      const dir = prompt(`${stop ? "Stop the job with a savepoint" : "Take a savepoint"} into which folder? `
+        + "(empty: the cluster's state.savepoints.dir)", "");
+      if (dir === null) return;
+      if (stop && !confirm("Stop the job once the savepoint is taken?")) return;
+      button.disabled = true;
+      say(`<p class="muted">${stop ? "Stopping with a savepoint" : "Taking a savepoint"}…</p>`);
+      const t = stop
+        ? await api(`/jobs/${jid}/stop`, {method: "POST", headers: {"Content-Type": "application/json"},
+          body: JSON.stringify(dir.trim() ? {targetDirectory: dir.trim(), drain: false} : {drain: false})})
+        : await api(`/jobs/${jid}/savepoints`, {method: "POST", headers: {"Content-Type": "application/json"},
+          body: JSON.stringify(dir.trim() ? {"target-directory": dir.trim(), "cancel-job": false} : {"cancel-job": false})});
+      const done = await follow(`/jobs/${jid}/savepoints/${t["request-id"]}`, "the savepoint");
+      say(`<p class="ok" id="savepoint-location">Savepoint written to <code>${esc(done.location)}</code>${stop
+        ? "; the job stopped" : ""}.</p>`);
+    }
+  } catch (e) {
+    say(`<p class="error" role="alert">${esc(e.message)}</p>`);
+  } finally {
+    button.disabled = false;
+    render();
+  }
 }
 
 async function cancelJob(button) {
@@ -242,8 +299,12 @@ async function job(jid, tab, detail, extra) {
   return `<div class="toolbar"><h2>${esc(j.name)}</h2>${state(j.state)}
       <span class="muted">${esc(j.jid)} · started ${fmtTime(j["start-time"])} · ${fmtDuration(j.duration)}
       · restarts ${j["num-restarts"] ?? 0}</span>
-      ${running && !history ? `<button class="danger" id="cancel-job" data-jid="${esc(jid)}"
+      ${running && !history ? `<button id="savepoint-job" class="job-action" data-jid="${esc(jid)}">Savepoint</button>
+        <button id="stop-job" class="job-action" data-jid="${esc(jid)}">Stop with savepoint</button>
+        <button id="rescale-job" class="job-action" data-jid="${esc(jid)}">Rescale</button>
+        <button class="danger" id="cancel-job" data-jid="${esc(jid)}"
         data-name="${esc(j.name)}">Cancel job</button>` : ""}</div>
+    <div id="job-action-result" role="status">${jobActions[jid] || ""}</div>
     <div id="graph">${graph(j)}</div>
     <div class="tabs">${tabs.join("")}</div><div id="tab-content">${content}</div>`;
 }
@@ -445,9 +506,29 @@ async function checkpointsTab(jid, enabled, detail, vertices) {
       <td>${esc(h.failure_message || "")}</td></tr>`);
   const restored = c.latest.restored ? `<p class="muted" id="ck-restored">Last restored from checkpoint
       ${c.latest.restored.id} at ${fmtTime(c.latest.restored.restore_timestamp)}</p>` : "";
+  const latest = (label, h, more) => `<tr><th scope="row">${label}</th>${h ? `<td>${h.id}</td><td>${fmtTime(h.trigger_timestamp)}</td>
+      <td>${more(h)}</td>` : `<td colspan="3" class="muted">none</td>`}</tr>`;
+  const where = (h) => `${esc(h.external_path || "")}${h.discarded ? " (discarded)" : ""}`;
+  const overview = `<h3>Latest</h3><table id="checkpoint-latest"><thead><tr><th></th><th>Id</th><th>Triggered</th>
+      <th></th></tr></thead><tbody>
+      ${latest("Completed", c.latest.completed, (h) => `${h.end_to_end_duration} ms, ${fmtBytes(h.state_size)} · ${where(h)}`)}
+      ${latest("Savepoint", c.latest.savepoint, where)}
+      ${latest("Failed", c.latest.failed, (h) => esc(h.failure_message || ""))}
+      ${c.latest.restored ? `<tr><th scope="row">Restored</th><td>${c.latest.restored.id}</td>
+        <td>${fmtTime(c.latest.restored.restore_timestamp)}</td><td>${c.latest.restored.is_savepoint ? "savepoint" : "checkpoint"}
+        ${esc(c.latest.restored.external_path || "")}</td></tr>` : `<tr><th scope="row">Restored</th><td colspan="3" class="muted">never</td></tr>`}
+      </tbody></table>`;
+  const stat = (label, x, fmt) => `<tr><th scope="row">${label}</th><td>${fmt(x.min)}</td><td>${fmt(x.avg)}</td>
+      <td>${fmt(x.p99)}</td><td>${fmt(x.max)}</td></tr>`;
+  const ms = (v) => `${v} ms`;
+  const summary = counts.completed ? `<h3>Summary of the completed checkpoints kept</h3><table id="checkpoint-summary">
+      <thead><tr><th></th><th>Minimum</th><th>Average</th><th>99th percentile</th><th>Maximum</th></tr></thead><tbody>
+      ${stat("End to end duration", c.summary.end_to_end_duration, ms)}${stat("State size", c.summary.state_size, fmtBytes)}
+      ${stat("Alignment", c.summary.alignment_duration, ms)}${stat("In-flight data", c.summary.persisted_data, fmtBytes)}
+      </tbody></table>` : "";
   return `<div class="cards">${card("Completed", counts.completed, "ck-completed")}${card("Failed", counts.failed, "ck-failed")}
       ${card("In progress", counts.in_progress, "ck-in-progress")}${card("Restored", counts.restored, "ck-restored-count")}</div>
-      ${restored}${detail ? await checkpointDetail(jid, detail, vertices) : ""}<h3>History</h3>
+      ${restored}${detail ? await checkpointDetail(jid, detail, vertices) : ""}${overview}${summary}<h3>History</h3>
       <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Type</th><th>Acknowledged</th><th>Triggered</th>
       <th>Duration</th><th>Size</th><th>Alignment</th><th>In-flight data</th><th>Location</th><th>Failure</th></tr></thead>
       <tbody>${rows.join("")}</tbody></table>`;

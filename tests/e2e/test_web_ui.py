@@ -547,3 +547,71 @@ def test_running_and_completed_jobs_are_listed_apart_searchable_sortable_and_rea
         assert console_errors(browser) == []
     finally:
         requests.patch(f"{web}/jobs/{running}?mode=cancel", timeout=10)
+
+
+def test_savepoint_rescale_and_stop_from_the_job_page_and_the_checkpoint_overview(
+        cluster: Any, browser: webdriver.Chrome, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 55: the REST API could take a savepoint, rescale and stop with a savepoint; the UI
+    could not, and the checkpoints tab had no overview of the latest ones or their spread."""
+    from selenium.webdriver.support.ui import WebDriverWait as Wait
+
+    web = cluster.web
+    job_id = submit(cluster, generator_job(str(tmp_path / "out")), "operated",
+                    {"execution.checkpointing.interval": "300 ms"})
+    wait_flowing(web, job_id)
+    browser.get(f"{web}/#/jobs/{job_id}/checkpoints")
+    wait_for(browser, "#checkpoint-latest")
+    wait_until(lambda: read(browser, "#checkpoint-summary"), 20, "no summary of the completed checkpoints")
+    latest = read(browser, "#checkpoint-latest tbody tr")
+    assert latest[0].startswith("Completed") and "ms" in latest[0] and "none" in latest[1]  # no savepoint yet
+    assert read(browser, "#checkpoint-summary tbody th") == ["End to end duration", "State size", "Alignment",
+                                                             "In-flight data"]
+
+    def answer(text: str | None, accept: bool = True) -> None:
+        alert = Wait(browser, 10).until(lambda d: d.switch_to.alert)
+        if text is not None:
+            alert.send_keys(text)
+        alert.accept() if accept else alert.dismiss()
+
+    # a savepoint into a folder given
+    click(browser, "#savepoint-job")
+    answer(str(tmp_path / "savepoints"))
+    wait_until(lambda: read(browser, "#savepoint-location"), 60,
+               lambda: f"no savepoint: {read(browser, '#job-action-result')}")
+    location = read(browser, "#savepoint-location code")[0]
+    assert location.startswith(f"file://{tmp_path / 'savepoints'}/savepoint-")
+    assert (Path(location.removeprefix("file://")) / "_metadata").is_file()
+    wait_until(lambda: location in read(browser, "#checkpoint-latest tbody tr")[1], 20, "not the latest savepoint")
+    # a wrong parallelism is said, not sent; then a rescale to 1
+    click(browser, "#rescale-job")
+    answer("two")
+    wait_until(lambda: "is not a parallelism" in read(browser, "#job-action-result")[0], 10, "no error shown")
+    # a rescale the job's state refuses says why (a generator's position is per slice of its input)
+    click(browser, "#rescale-job")
+    answer("1")
+    wait_until(lambda: "the rescale failed" in read(browser, "#job-action-result")[0], 120,
+               lambda: f"no failure shown: {read(browser, '#job-action-result')}")
+    assert "keep the parallelism at 2" in read(browser, "#job-action-result")[0]
+    wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "RUNNING", 60, "the job did not run on")
+    click(browser, "#rescale-job")  # (to the parallelism it has: restarted from a savepoint, it runs on)
+    answer("2")
+    wait_until(lambda: "Rescaled to parallelism 2" in read(browser, "#job-action-result")[0], 120,
+               lambda: f"not rescaled: {read(browser, '#job-action-result')}")
+    wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "RUNNING", 60, "the job did not run on")
+    # stop with a savepoint: asked twice (folder, then are you sure); the job ends with it
+    click(browser, "#stop-job")
+    answer(str(tmp_path / "final"))
+    answer(None)
+    wait_until(lambda: read(browser, "#savepoint-location") and "the job stopped" in read(
+        browser, "#savepoint-location")[0], 120, lambda: f"not stopped: {read(browser, '#job-action-result')}")
+    wait_until(lambda: get(f"{web}/jobs/{job_id}")["state"] == "FINISHED", 30, "the job did not stop")
+    assert not read(browser, "#stop-job")
+    click(browser, "#tab-checkpoints")  # the final savepoint stays (the user's), the job's checkpoints go
+    wait_until(lambda: len(read(browser, "#checkpoint-latest tbody tr")) == 4 and "final" in read(
+        browser, "#checkpoint-latest tbody tr")[1], 20, "the final savepoint is not the latest")
+    latest = read(browser, "#checkpoint-latest tbody tr")
+    assert "(discarded)" in latest[0] and "(discarded)" not in latest[1], latest
+    maximum = int(read(browser, "#checkpoint-summary tbody tr td:last-child")[0].split()[0])
+    assert maximum < 60_000, maximum  # (a recovered checkpoint's duration read as the time since 1970)
+    browser.save_screenshot(str(tmp_path / "ui-operated.png"))
+    assert console_errors(browser) == []

@@ -362,3 +362,24 @@ def test_a_jobs_deleted_checkpoints_are_marked_discarded() -> None:
     assert first.discarded and not second.discarded  # subsumed by retention
     d.coordinator.discard_retained()  # the job ended and its folder goes (cancelled, finished)
     assert second.discarded
+
+
+def test_a_recovered_checkpoints_duration_is_not_the_time_since_1970() -> None:
+    """A checkpoint taken over from an earlier leader has no trigger time here: it showed a
+    duration of 56 years in the summary (issue 55)."""
+    d = Driver()
+    d.coordinator.add_recovered(7, state_size=10)
+    [stats] = d.coordinator.history
+    assert d.coordinator.elapsed_ms(stats) == 0
+
+
+def test_a_savepoint_is_not_discarded_with_the_jobs_checkpoints() -> None:
+    d = Driver()
+    d.coordinator.start()
+    d.advance(1000)
+    d.complete(1)
+    savepoint = d.coordinator.trigger(savepoint=True)
+    d.complete(savepoint)
+    d.coordinator.discard_retained()
+    discarded = {s.checkpoint_id: s.discarded for s in d.coordinator.history}
+    assert discarded == {1: True, savepoint: False}
