@@ -110,6 +110,8 @@ function onClick(event) {
       + "keeps its checkpoints on cancellation, they are deleted.")) cancelJob(cancel);
   const operation = event.target.closest("button.job-action");
   if (operation && !operation.disabled) jobAction(operation);
+  const all = event.target.closest("#log-all");
+  if (all) { logState[all.dataset.log] = true; render(); }
   const sort = event.target.closest("button.sort");
   if (sort) {
     jobSort = {key: sort.dataset.sort, desc: jobSort.key === sort.dataset.sort ? !jobSort.desc : false};
@@ -566,8 +568,8 @@ async function taskmanagers(id) {
         ${card("Peak", fmtBytes(m.peak), "tm-memory-peak")}${card("Limit", fmtBytes(m.limit), "tm-memory-limit")}
         ${card("Managed used", fmtBytes(m.managedUsed), "tm-managed-used")}${card("Level", m.level, "tm-memory-level")}
         ${card("CPU", `${Math.round((m.cpuLoad || 0) * 100)}%`, "tm-cpu")}</div>` : "";
-    const files = logs.logs.map((f) => `<li><a href="/taskmanagers/${encodeURIComponent(id)}/logs/${encodeURIComponent(f.name)}"
-        target="_blank">${esc(f.name)}</a> <span class="muted">${fmtBytes(f.size)}</span></li>`);
+    const files = logs.logs.map((f) => `<li><a href="#/logs/taskmanager/${encodeURIComponent(id)}/${encodeURIComponent(f.name)}"
+        >${esc(f.name)}</a> <span class="muted">${fmtBytes(f.size)}</span></li>`);
     const worker = tm.worker && tm.worker !== tm.id ? `slot process of worker ${esc(tm.worker)} · ` : "";
     return `<h2>TaskExecutor ${esc(tm.id)}</h2><p class="muted">${worker}${esc(tm.path)} · pid ${tm.pid} ·
         data ${esc(tm.dataAddress)} · last heartbeat ${fmtTime(tm.timeSinceLastHeartbeat)} ·
@@ -587,6 +589,80 @@ async function taskmanagers(id) {
       <td>${t.memory ? fmtBytes(t.memory.used) : "-"}</td><td>${fmtTime(t.timeSinceLastHeartbeat)}</td></tr>`);
   return `<h2>TaskExecutors</h2><table id="taskmanagers-table"><thead><tr><th>Id</th><th>Address</th>
       <th>Slots</th><th>Free</th><th>Memory</th><th>Last heartbeat</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+}
+
+// ---- the AppMaster's page and the log viewer -------------------------------------------------------
+
+async function appmaster(tab) {
+  tab = tab || "logs";
+  const tabs = ["logs", "metrics", "configuration", "thread-dump"].map((t) => `<a href="#/appmaster/${t}"
+      class="${t === tab ? "active" : ""}" id="am-tab-${t}">${{logs: "Logs", metrics: "Metrics",
+      configuration: "Configuration", "thread-dump": "Thread dump"}[t]}</a>`);
+  let content;
+  if (tab === "metrics") {
+    const names = (await api("/jobmanager/metrics")).map((m) => m.id);
+    const values = names.length ? await api(`/jobmanager/metrics?get=${names.map(encodeURIComponent).join(",")}`) : [];
+    content = `<table id="am-metrics"><thead><tr><th>Metric</th><th>Value</th></tr></thead><tbody>${values.map((m) =>
+      `<tr><td>${esc(m.id)}</td><td>${esc(m.value)}</td></tr>`).join("")}</tbody></table>`;
+  } else if (tab === "configuration") {
+    const config = await api("/jobmanager/config");
+    content = `<table id="am-config"><thead><tr><th>Key</th><th>Value</th></tr></thead><tbody>${config.map((e) =>
+      `<tr><td>${esc(e.key)}</td><td>${esc(e.value)}</td></tr>`).join("")}</tbody></table>`;
+  } else if (tab === "thread-dump") {
+    const d = await api("/jobmanager/thread-dump");
+    content = `<table id="am-threads"><thead><tr><th>Thread</th><th>Stack</th></tr></thead><tbody>${d.threadInfos.map((t) =>
+      `<tr><td>${esc(t.threadName)}</td><td>${trace(t.stringifiedThreadInfo)}</td></tr>`).join("")}</tbody></table>`;
+  } else {
+    const logs = await api("/jobmanager/logs");
+    const files = logs.logs.map((f) => `<li><a href="#/logs/appmaster/${encodeURIComponent(f.name)}">${esc(f.name)}</a>
+        <span class="muted">${fmtBytes(f.size)}</span></li>`);
+    content = `<ul id="am-logs">${files.join("")}<li><a href="#/logs/appmaster/jobmanager.out">standard output</a></li></ul>`;
+  }
+  return `<h2>AppMaster</h2><div class="tabs">${tabs.join("")}</div><div id="tab-content">${content}</div>`;
+}
+
+// A log in a viewer: its last lines (the whole file on request), filtered as you type, warnings
+// and errors marked; the raw file a link away. The AppMaster's and a TaskExecutor's alike.
+const LOG_TAIL = 2000;
+const LOG_TAIL_BYTES = 2 << 20;  // (a refresh fetches only the file's end: an HTTP range)
+const logState = {};  // per log: show all of it?
+
+async function logViewer(kind, a, b) {
+  const tm = kind === "taskmanager" ? decodeURIComponent(a) : "";
+  const name = decodeURIComponent(kind === "taskmanager" ? b : a);
+  const raw = kind === "taskmanager" ? `/taskmanagers/${encodeURIComponent(tm)}/logs/${encodeURIComponent(name)}`
+    : `/jobmanager/logs/${encodeURIComponent(name)}`;
+  const key = `${kind}/${tm}/${name}`;
+  const listed = await api(kind === "taskmanager" ? `/taskmanagers/${encodeURIComponent(tm)}/logs` : "/jobmanager/logs");
+  const size = (listed.logs.find((f) => f.name === name) || {}).size || 0;
+  const tail = !logState[key] && size > LOG_TAIL_BYTES;
+  const response = await fetch(raw, tail ? {headers: {Range: `bytes=${size - LOG_TAIL_BYTES}-`}} : {});
+  if (response.status === 401) { location.href = `/login${location.hash}`; throw new Error("401"); }
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    throw new Error(`${response.status}: ${(body.errors || [response.statusText]).join("; ")}`);
+  }
+  let text = await response.text();
+  const partial = response.status === 206;
+  if (partial) text = text.slice(text.indexOf("\n") + 1);  // (the range began inside a line)
+  const box = document.getElementById("log-filter");
+  const typed = box && box.dataset.log === key ? box.value : "";
+  const needle = typed.trim().toLowerCase();
+  let lines = text.split("\n");
+  const total = lines.length;
+  if (needle) lines = lines.filter((l) => l.toLowerCase().includes(needle));
+  const cut = !logState[key] && (partial || lines.length > LOG_TAIL);
+  if (cut) lines = lines.slice(-LOG_TAIL);
+  const level = (l) => / (ERROR|CRITICAL) /.test(l) ? "log-error" : / WARNING /.test(l) ? "log-warning" : "";
+  const body = lines.map((l) => `<span class="${level(l)}">${esc(l)}</span>`).join("\n");
+  const back = kind === "taskmanager" ? `<a href="#/taskmanagers/${encodeURIComponent(tm)}">TaskExecutor ${esc(tm)}</a>`
+    : `<a href="#/appmaster/logs">AppMaster</a>`;
+  return `<h2>${esc(name)}</h2><p class="muted">${back} · ${partial ? "its end: " : ""}${total} lines${needle ? `, ${lines.length} matching` : ""}
+      ${cut ? ` · the last ${LOG_TAIL} shown <button id="log-all" data-log="${esc(key)}">Show all</button>` : ""}
+      · <a href="${raw}" target="_blank" rel="noopener">raw file</a></p>
+    <div class="toolbar"><label for="log-filter">Filter lines</label><input id="log-filter" type="search"
+      data-log="${esc(key)}" value="${esc(typed)}" placeholder="text to find (e.g. WARNING, a job id)"></div>
+    <pre id="log-view" class="log" tabindex="0" aria-label="the log">${body}</pre>`;
 }
 
 // ---- submitting jobs (Flink's /jars) ---------------------------------------------------------------
@@ -675,6 +751,8 @@ async function render() {
       : parts[0] === "taskmanagers" && parts[2] === "thread-dump" ? await threadDump(parts[1])
       : parts[0] === "taskmanagers" ? await taskmanagers(parts[1])
       : parts[0] === "submit" ? await submitPage()
+      : parts[0] === "appmaster" ? await appmaster(parts[1])
+      : parts[0] === "logs" ? await logViewer(parts[1], parts[2], parts[3])
       : await overview();
     if (route !== shown) { view.innerHTML = ""; window.scrollTo(0, 0); }
     morph(view, html);
@@ -696,7 +774,9 @@ async function start() {
   } catch (e) { showError(e.message); }
   window.addEventListener("hashchange", render);
   document.addEventListener("click", onClick);
-  document.addEventListener("input", (event) => { if (event.target.id === "job-search") render(); });
+  document.addEventListener("input", (event) => {
+    if (event.target.id === "job-search" || event.target.id === "log-filter") render();
+  });
   render();
 }
 

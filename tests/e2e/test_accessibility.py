@@ -61,7 +61,10 @@ def test_every_page_has_no_serious_accessibility_violation(cluster: Any, browser
              "taskmanagers": ("#/taskmanagers", "#taskmanagers-table tbody tr"),
              "taskmanager": (f"#/taskmanagers/{tm}", "#slots-table"),
              "thread dump": (f"#/taskmanagers/{tm}/thread-dump", "#thread-dump tbody tr"),
-             "submit": ("#/submit", "#jars-table tbody tr")}
+             "submit": ("#/submit", "#jars-table tbody tr"),
+             "appmaster": ("#/appmaster/logs", "#am-logs a"),
+             "appmaster metrics": ("#/appmaster/metrics", "#am-metrics tbody tr"),
+             "log viewer": (f"#/logs/taskmanager/{tm}/{tm}.log", "#log-view")}
     found = {}
     try:
         for name, (route, ready) in pages.items():

@@ -615,3 +615,54 @@ def test_savepoint_rescale_and_stop_from_the_job_page_and_the_checkpoint_overvie
     assert maximum < 60_000, maximum  # (a recovered checkpoint's duration read as the time since 1970)
     browser.save_screenshot(str(tmp_path / "ui-operated.png"))
     assert console_errors(browser) == []
+
+
+def test_the_appmaster_page_and_the_log_viewer(cluster: Any, browser: webdriver.Chrome,  # noqa: F811
+                                               tmp_path: Path) -> None:
+    """Issue 55: the AppMaster had no page (its logs, configuration, metrics and threads were REST
+    paths only), and a TaskExecutor's log opened as raw text in a new tab."""
+    web = cluster.web
+    browser.get(f"{web}/#/overview")
+    click(browser, 'nav a[data-nav="appmaster"]')
+    wait_for(browser, "#am-logs a")
+    click(browser, "#am-logs a")  # its log, in the viewer
+    wait_until(lambda: "AppMaster" in " ".join(read(browser, "#log-view")), 20, "no log shown")
+    assert "serving on" in read(browser, "#log-view")[0]
+    wait_for(browser, "#log-filter")[0].send_keys("Prometheus")
+    wait_until(lambda: read(browser, "#log-view") and all(
+        "Prometheus" in line for line in read(browser, "#log-view")[0].splitlines() if line), 10, "not filtered")
+    assert read(browser, "#log-view")[0].strip() and "matching" in read(browser, "#view p.muted")[0]
+    time.sleep(2.5)  # the filter outlives a refresh
+    assert read(browser, "#log-filter", "value") == ["Prometheus"]
+    browser.get(f"{web}/#/appmaster/metrics")
+    wait_for(browser, "#am-metrics tbody tr")
+    metrics = dict(r.split(maxsplit=1) for r in read(browser, "#am-metrics tbody tr", "innerText"))
+    assert float(metrics["numRegisteredTaskManagers"]) == 2.0
+    browser.get(f"{web}/#/appmaster/configuration")
+    wait_for(browser, "#am-config tbody tr")
+    assert any(r.startswith("rest.port") for r in read(browser, "#am-config tbody tr"))
+    browser.get(f"{web}/#/appmaster/thread-dump")
+    wait_for(browser, "#am-threads tbody tr")
+    assert any(r.startswith("rest-server") for r in read(browser, "#am-threads tbody tr"))
+    # a TaskExecutor's log in the same viewer
+    tm = get(f"{web}/taskmanagers")["taskmanagers"][0]["id"]
+    browser.get(f"{web}/#/taskmanagers/{tm}")
+    click(browser, "#tm-logs a")
+    wait_until(lambda: f"TaskExecutor {tm} started" in " ".join(read(browser, "#log-view")), 20,
+               lambda: f"no TaskExecutor log: {read(browser, '#view')}")
+    assert browser.current_url.endswith(f"#/logs/taskmanager/{tm}/{tm}.log") or "#/logs/taskmanager/" in browser.current_url
+    browser.save_screenshot(str(tmp_path / "ui-log-viewer.png"))
+    # a long log: its end is fetched (an HTTP range), all of it on request; warnings are marked
+    log_file = Path(cluster.work_dir) / "log" / f"{tm}.log"
+    with log_file.open("a") as f:
+        for i in range(40_000):
+            f.write(f"2026-12-05 00:00:00,000 INFO filler yarnflow.test: line {i} {'x' * 60}\n")
+        f.write("2026-12-05 00:00:01,000 WARNING main yarnflow.test: the last warning\n")
+    browser.refresh()
+    wait_until(lambda: "its end" in " ".join(read(browser, "#view p.muted")), 20,
+               lambda: f"not the log's end: {read(browser, '#view p.muted')}")
+    assert read(browser, "#log-view .log-warning")[-1].endswith("the last warning")
+    assert "line 0 " not in read(browser, "#log-view")[0]
+    click(browser, "#log-all")
+    wait_until(lambda: "line 0 " in read(browser, "#log-view")[0], 30, "Show all did not show the whole log")
+    assert console_errors(browser) == []
