@@ -287,7 +287,8 @@ async function job(jid, tab, detail, extra) {
     `<a href="#/jobs/${esc(jid)}/${t}" class="${t === tab ? "active" : ""}" id="tab-${t}">${t[0].toUpperCase() + t.slice(1)}</a>`);
   let content;
   try {  // a tab that cannot be shown says why in its place: the job's header and tabs stay
-    content = tab === "exceptions" ? await exceptionsTab(jid)
+    content = tab === "vertex" ? await vertexPanel(jid, detail, j)
+      : tab === "exceptions" ? await exceptionsTab(jid)
       : tab === "checkpoints" ? await checkpointsTab(jid, j.checkpointing, detail, j.vertices)
       : tab === "spark" ? await sparkTab(jid)
       : tab === "configuration" ? await configurationTab(jid)
@@ -391,7 +392,8 @@ function graph(j) {
     const {x, y} = pos[n.id];
     const name = v.name.length > 34 ? `${v.name.slice(0, 33)}…` : v.name;
     const bp = m["backpressured-time-ms-per-second"] || 0;
-    return `<g class="vertex" data-vertex-id="${esc(n.id)}" data-status="${esc(v.status)}">
+    return `<a href="#/jobs/${esc(j.jid)}/vertex/${esc(n.id)}" class="vertex-link" aria-label="vertex ${esc(v.name)}">
+        <g class="vertex" data-vertex-id="${esc(n.id)}" data-status="${esc(v.status)}">
         <title>${esc(v.name)}</title>
         <rect x="${x}" y="${y}" width="${W}" height="${H}" rx="6" fill="#fff" stroke="${color}" stroke-width="2"/>
         <rect x="${x}" y="${y}" width="6" height="${H}" rx="3" fill="${color}"/>
@@ -399,7 +401,7 @@ function graph(j) {
         <text x="${x + 14}" y="${y + 38}" fill="${color}">${esc(v.status)} · parallelism ${v.parallelism}</text>
         <text x="${x + 14}" y="${y + 56}" class="vertex-rates">in ${fmtRate(m["read-records-per-second"])}/s · out ${fmtRate(m["write-records-per-second"])}/s</text>
         <text x="${x + 14}" y="${y + 74}" class="vertex-backpressure bp-${esc(m["backpressure-level"] || "ok")}">back-pressure ${esc(m["backpressure-level"] || "ok")} (${Math.round(bp)} ms/s)</text>
-      </g>`;
+      </g></a>`;
   });
   return `<svg id="job-graph" xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}">
       <defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto">
@@ -438,6 +440,68 @@ async function exceptionsTab(jid) {
       <td class="exc-what">${trace(x.stacktrace, headline(x.exceptionName, x.exceptionMessage, x.stacktrace))}</td></tr>`);
   return `${root}<h3>Failure history</h3><table id="exceptions-table"><thead><tr><th>Time</th><th>Task</th>
       <th>TaskExecutor</th><th>Exception (open for its trace)</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+}
+
+// A vertex's panel (a click on it in the graph): its subtasks and where they run, watermarks,
+// back-pressure, accumulators, and charts of its rates since the panel opened (sampled at each
+// refresh, as Flink's dashboard charts them).
+const series = {};  // "jid/vid" -> [[time, in/s, out/s, back-pressured ms/s]]
+const SERIES_KEPT = 300;
+
+function chart(points, pick, label, unit) {
+  const W = 360, H = 90, P = 4;
+  const values = points.map(pick);
+  const top = Math.max(1, ...values);
+  const xs = (i) => P + (points.length > 1 ? i * (W - 2 * P) / (points.length - 1) : 0);
+  const ys = (v) => H - P - v / top * (H - 2 * P);
+  const path = values.map((v, i) => `${i ? "L" : "M"}${xs(i).toFixed(1)},${ys(v).toFixed(1)}`).join(" ");
+  const last = values.length ? values[values.length - 1] : 0;
+  return `<figure class="chart"><figcaption>${esc(label)}: ${fmtRate(last)}${unit} <span class="muted">(max ${fmtRate(top)})</span></figcaption>
+    <svg width="${W}" height="${H}" role="img" aria-label="${esc(label)} over the last ${points.length} samples">
+    <rect x="0" y="0" width="${W}" height="${H}" fill="#fff" stroke="#d8dee6"/>
+    <path d="${path}" fill="none" stroke="#245a94" stroke-width="1.5"/></svg></figure>`;
+}
+
+async function vertexPanel(jid, vid, j) {
+  const vertex = j.vertices.find((v) => v.id === vid);
+  if (!vertex) return `<p class="error" role="alert">No vertex ${esc(vid)} in this job.</p>`;
+  const base = `/jobs/${jid}/vertices/${vid}`;
+  const history = !!features["web-history"];
+  const [d, tms, bp, wm, acc] = await Promise.all([api(base), api(`${base}/taskmanagers`),
+    api(`${base}/backpressure`), api(`${base}/watermarks`).catch(() => []), api(`${base}/accumulators`).catch(() => null)]);
+  const m = vertex.metrics || {};
+  const key = `${jid}/${vid}`;
+  const points = series[key] = series[key] || [];
+  if (!history) {
+    points.push([Date.now(), m["read-records-per-second"] || 0, m["write-records-per-second"] || 0,
+      m["backpressured-time-ms-per-second"] || 0]);
+    if (points.length > SERIES_KEPT) points.shift();
+  }
+  const subtasks = d.subtasks.map((s, i) => {
+    const b = bp.subtasks.find((x) => x.subtask === s.subtask) || {};
+    const w = wm.find((x) => x.id === `${s.subtask}.currentInputWatermark`);
+    return `<tr><td>${s.subtask + 1}/${d.parallelism}</td><td>${state(s.status)}</td><td>${s.attempt}</td>
+      <td><a href="#/taskmanagers/${esc(s["taskmanager-id"])}">${esc(s["taskmanager-id"])}</a></td>
+      <td>${s.metrics["read-records"]}</td><td>${s.metrics["write-records"]}</td>
+      <td>${backpressure(b["backpressure-level"], b.ratio !== undefined ? b.ratio * 1000 : undefined)}</td>
+      <td>${w ? fmtTime(Number(w.value)) : "-"}</td></tr>`;
+  });
+  const places = tms.taskmanagers.map((t) => `<tr><td><a href="#/taskmanagers/${esc(t["taskmanager-id"])}">${esc(t["taskmanager-id"])}</a></td>
+      <td>${esc(t.host)}</td><td>${state(t.status)}</td><td>${t.metrics["read-records"]}</td><td>${t.metrics["write-records"]}</td></tr>`);
+  const accumulators = acc && acc["user-accumulators"] && acc["user-accumulators"].length
+    ? `<ul>${acc["user-accumulators"].map((a) => `<li>${esc(a.name)}: ${esc(a.value)}</li>`).join("")}</ul>`
+    : `<p class="muted">No accumulators (yarnflow's jobs keep none).</p>`;
+  const charts = history ? `<p class="muted">Charts follow a running job.</p>` : `<div class="charts" id="vertex-charts">
+      ${chart(points, (p) => p[1], "Records in", "/s")}${chart(points, (p) => p[2], "Records out", "/s")}
+      ${chart(points, (p) => p[3], "Back-pressured", " ms/s")}</div>`;
+  return `<h3 id="vertex-name">${esc(vertex.name)}</h3><p class="muted">parallelism ${vertex.parallelism} · ${state(vertex.status)}
+      · <a href="#/jobs/${esc(jid)}/subtasks">all vertices</a></p>${charts}
+    <h3>Subtasks</h3><table id="vertex-subtasks"><thead><tr><th>Subtask</th><th>State</th><th>Attempt</th><th>TaskExecutor</th>
+      <th>Records in</th><th>Records out</th><th>Back-pressure</th><th>Input watermark</th></tr></thead>
+      <tbody>${subtasks.join("")}</tbody></table>
+    <h3>TaskExecutors</h3><table id="vertex-taskmanagers"><thead><tr><th>TaskExecutor</th><th>Host</th><th>State</th>
+      <th>Records in</th><th>Records out</th></tr></thead><tbody>${places.join("")}</tbody></table>
+    <h3>Accumulators</h3>${accumulators}`;
 }
 
 // A flame graph (Flink's): each frame a bar as wide as the samples whose stacks pass through it,

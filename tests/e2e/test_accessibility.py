@@ -53,6 +53,8 @@ def test_every_page_has_no_serious_accessibility_violation(cluster: Any, browser
     browser.set_window_size(1400, 1000)
     pages = {"overview": ("", "#card-taskmanagers"), "jobs": ("#/jobs", "#running-jobs"),
              "job": (f"#/jobs/{running}", "#subtasks-table tbody tr"),
+             "vertex": (f"#/jobs/{running}/vertex/{get(f'{web}/jobs/{running}')['vertices'][0]['id']}",
+                        "#vertex-subtasks tbody tr"),
              "exceptions": (f"#/jobs/{failed}/exceptions", "#exceptions-table details"),
              "checkpoints": (f"#/jobs/{running}/checkpoints", "#checkpoints-table tbody tr"),
              "configuration": (f"#/jobs/{running}/configuration", "#config-table tbody tr"),

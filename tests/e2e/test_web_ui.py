@@ -666,3 +666,39 @@ def test_the_appmaster_page_and_the_log_viewer(cluster: Any, browser: webdriver.
     click(browser, "#log-all")
     wait_until(lambda: "line 0 " in read(browser, "#log-view")[0], 30, "Show all did not show the whole log")
     assert console_errors(browser) == []
+
+
+def test_a_vertex_opens_its_panel_with_subtasks_places_and_charts(cluster: Any, browser: webdriver.Chrome,  # noqa: F811
+                                                                  tmp_path: Path) -> None:
+    """Issue 55: a click on a vertex did nothing; Flink's opens its subtasks, TaskExecutors,
+    watermarks, back-pressure, accumulators and metric charts."""
+    web = cluster.web
+    job_id = submit(cluster, slow_map_job(str(tmp_path / "out")), "panelled")
+    try:
+        details = wait_flowing(web, job_id)
+        browser.get(f"{web}/#/jobs/{job_id}")
+        wait_for(browser, "#job-graph g.vertex")
+        source = details["vertices"][0]
+        browser.find_elements(By.CSS_SELECTOR, "#job-graph a.vertex-link")[0].click()
+        wait_until(lambda: browser.current_url.endswith(f"/vertex/{source['id']}"), 10, "no panel opened")
+        wait_for(browser, "#vertex-subtasks tbody tr")
+        assert read(browser, "#vertex-name") == [source["name"]]
+        rows = read(browser, "#vertex-subtasks tbody tr")
+        assert len(rows) == 2 and all("RUNNING" in r for r in rows)
+        places = {s["taskmanager-id"] for s in get(f"{web}/jobs/{job_id}/vertices/{source['id']}")["subtasks"]}
+        assert set(read(browser, "#vertex-subtasks tbody td:nth-child(4) a")) == places
+        assert set(read(browser, "#vertex-taskmanagers tbody td:first-child a")) == places
+        # the source waits behind the slow map: its back-pressure shows, and its chart fills in
+        wait_until(lambda: all("high" in r for r in read(browser, "#vertex-subtasks tbody tr")), 30,
+                   lambda: f"no back-pressure shown: {read(browser, '#vertex-subtasks tbody tr')}")
+        wait_until(lambda: len([p for p in read(browser, "#vertex-charts path", "outerHTML") if " L" in p]) == 3, 20,
+                   "the charts did not fill in")
+        assert [c.split(":")[0] for c in read(browser, "#vertex-charts figcaption")] == [
+            "Records in", "Records out", "Back-pressured"]
+        # the keyboard reaches a vertex too
+        assert browser.execute_script("const a = document.querySelector('#job-graph a.vertex-link'); a.focus();"
+                                      "return document.activeElement === a")
+        browser.save_screenshot(str(tmp_path / "ui-vertex-panel.png"))
+        assert console_errors(browser) == []
+    finally:
+        requests.patch(f"{web}/jobs/{job_id}?mode=cancel", timeout=10)
