@@ -519,13 +519,15 @@ def test_running_and_completed_jobs_are_listed_apart_searchable_sortable_and_rea
             browser, "#running-jobs tbody tr"), 30, lambda: f"the lists: {read(browser, '#view')}")
         assert [r.split()[0] for r in read(browser, "#running-jobs tbody tr")] == ["gamma"]
         # sorted by name, then the other way
+        # (the default order, newest first, is alpha then beta: each step waits for its header first)
         click(browser, "#completed-jobs button[data-sort=name]")
-        wait_until(lambda: read(browser, "#completed-jobs a.job-link") == ["alpha ended", "beta ended"], 10,
-                   lambda: f"not sorted by name: {read(browser, '#completed-jobs a.job-link')}")
-        assert read(browser, "#completed-jobs th[aria-sort=ascending]") == ["Name ▲"]
+        wait_until(lambda: read(browser, "#completed-jobs th[aria-sort=ascending]") == ["Name ▲"], 10,
+                   lambda: f"not sorted by name: {read(browser, '#completed-jobs thead')}")
+        assert read(browser, "#completed-jobs a.job-link") == ["alpha ended", "beta ended"]
         click(browser, "#completed-jobs button[data-sort=name]")
-        wait_until(lambda: read(browser, "#completed-jobs a.job-link") == ["beta ended", "alpha ended"], 10,
+        wait_until(lambda: read(browser, "#completed-jobs th[aria-sort=descending]") == ["Name ▼"], 10,
                    "not sorted the other way")
+        assert read(browser, "#completed-jobs a.job-link") == ["beta ended", "alpha ended"]
         # searched: the lists keep what matches (and the search outlives a refresh)
         wait_for(browser, "#job-search")[0].send_keys("alpha")
         wait_until(lambda: read(browser, "#completed-jobs a.job-link") == ["alpha ended"], 10, "not searched")

@@ -297,3 +297,35 @@ def test_a_task_that_cannot_read_its_state_makes_the_next_restart_use_an_older_c
     d.advance(0)
     latest = [x for x in d.of(DeployTask) if x.tdd.restore is not None and x not in restored]
     assert latest and {x.tdd.restore.checkpoint_id for x in latest} == {1}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("update_first", [False, True])
+def test_a_trigger_that_finds_its_task_finished_is_no_failure(update_first: bool) -> None:
+    """A bounded job's clean finish showed a failed checkpoint (issue 55): the trigger reached a
+    source's TaskExecutor just after the source finished ("not running here"). Whether the task's
+    FINISHED update comes before or after the failed call, the checkpoint goes on with the
+    source counted as finished in it."""
+    d, src, source, consumer = _src_to_sink("finishing-race")
+    d.advance(1_000)  # checkpoint 1 triggered at the source
+    gone = ErrorInfo("NotFoundError", f"triggerCheckpoint 1: task {source.attempt_id} is not running on TaskExecutor te")
+    if update_first:
+        d.report(source, S.FINISHED)
+    d.core.checkpoint_trigger_failed(source.attempt_id, 1, gone)
+    d.drain()
+    if not update_first:
+        d.report(source, S.FINISHED)
+    assert d.core.checkpoints is not None and 1 in d.core.checkpoints.coordinator.pending
+    d.ack(consumer, 1)
+    d.core.checkpoint_metadata_written(1)
+    d.drain()
+    completed, failed, _ = d.core.checkpoints.coordinator.counts()
+    assert (completed, failed) == (1, 0)
+    assert d.core.checkpoints.coordinator.latest_completed.checkpoint_id == 1
+
+
+def test_a_trigger_that_cannot_reach_its_task_still_aborts_the_checkpoint() -> None:
+    d, src, source, consumer = _src_to_sink("unreachable")
+    d.advance(1_000)
+    d.core.checkpoint_trigger_failed(source.attempt_id, 1, ErrorInfo("RpcTimeoutError", "no answer in 10 s"))
+    d.drain()
+    assert d.core.checkpoints is not None and 1 not in d.core.checkpoints.coordinator.pending
