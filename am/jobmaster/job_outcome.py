@@ -180,8 +180,8 @@ class CheckpointEvents:
             # trigger was on its way, or failed). Its state update, coming or come, decides: a
             # finished task counts as acknowledged (FLIP-147), a failed one aborts what is
             # pending. (A bounded job's clean finish showed "Failed 1": this race.)
-            log.debug("job %s: checkpoint %d did not find %s on its TaskExecutor (it ended): its state update "
-                      "decides", self.job_id, checkpoint_id, attempt_id)
+            log.debug("checkpoint %d did not find %s on its TaskExecutor (it ended): its state update decides",
+                      checkpoint_id, attempt_id)
             return
         if self.checkpoints is not None:
             self.checkpoints.coordinator.trigger_failed(checkpoint_id, attempt_id, error.describe())
