@@ -643,6 +643,13 @@ def test_a_taskexecutor_started_by_scaling_the_service_joins_the_session_whose_u
     assert "<title>yarnflow</title>" in requests.get(tracking, headers=signed, timeout=10).text
     assert requests.get(tracking.rstrip("/") + "/overview", timeout=10).status_code == 401
     assert requests.get(tracking.rstrip("/") + "/overview", headers=signed, timeout=10).json()["taskmanagers"] == 1
+    # a TaskExecutor's id in the REST API and web UI is its YARN container id, as `skein container
+    # ls` shows it (issue 55: a user matches the two)
+    shown = {t["id"] for t in requests.get(tracking.rstrip("/") + "/taskmanagers", headers=signed,
+                                           timeout=10).json()["taskmanagers"]}
+    with skein.Client.from_global_driver() as client:
+        containers = client.connect(app_id).get_containers(services=["taskexecutor"])
+    assert shown == {c.yarn_container_id for c in containers} and all(i.startswith("container_") for i in shown)
     _run_once_then_stop(yarn_cli, keys, tmp_path, expected, app_id)
 
 
