@@ -36,14 +36,14 @@ _LOGIN_PAGE = """<!doctype html>
 form{background:#fff;padding:2em;border-radius:6px;box-shadow:0 1px 4px #0002;min-width:22em}
 h1{font-size:1.2em;margin:0 0 1em}input{width:100%;padding:.5em;margin:.5em 0 1em;box-sizing:border-box}
 button{padding:.5em 1.5em}.error{color:#c23b3b}</style></head>
-<body><form method="post" action="/login" id="login"><h1>yarnflow</h1>{error}
+<body><form method="post" action="login" id="login"><h1>yarnflow</h1>{error}
 <label for="token">The cluster's REST token (<code>yarnflow session start</code> printed it)</label>
 <input id="token" name="token" type="password" autocomplete="current-password" autofocus>
 <input type="hidden" name="next" id="next">
 <button type="submit">Sign in</button></form>
 <script>/* the page asked for (a deep link's #/jobs/...): signed in, the UI opens it */
 document.getElementById("next").value = location.hash;
-document.getElementById("login").action = "/login" + location.hash;</script></body></html>"""
+document.getElementById("login").action = "login" + location.hash;</script></body></html>"""
 
 #: where the UI may be sent after signing in: one of its own views (``#/jobs/<id>/...``)
 _NEXT = re.compile(r"#/[A-Za-z0-9_./-]{0,300}")
@@ -94,7 +94,7 @@ def install_token_check(app: Flask, token: str, secure: bool) -> None:
         if request.path.startswith(_OPEN) or valid(presented_token()):
             return None
         if request.method == "GET" and request.path == "/":  # a browser opening the UI
-            return redirect("/login")
+            return redirect("login")  # (relative: behind a proxy's prefix too)
         response = jsonify(errors=["authentication required: the cluster's REST token, as "
                                    "'Authorization: Bearer <token>', the password of HTTP basic, or the web UI's "
                                    "login (rest.authentication)"])
@@ -109,7 +109,7 @@ def install_token_check(app: Flask, token: str, secure: bool) -> None:
             page = _LOGIN_PAGE.replace("{error}", '<p class="error">That is not the cluster\'s token.</p>')
             return Response(page, status=401, mimetype="text/html")
         wanted = request.form.get("next", "")
-        response = redirect("/" + wanted if _NEXT.fullmatch(wanted) else "/")
+        response = redirect("./" + wanted if _NEXT.fullmatch(wanted) else "./")  # (relative: behind a proxy too)
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=secure)
         return response
 

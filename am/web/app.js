@@ -15,10 +15,15 @@ function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 }
 
+// Every URL the page asks for is relative to it: behind a proxy that serves the UI under a
+// prefix of its own (YARN's web proxy /proxy/<application id>/, skein's /pages/yarnflow/) the
+// calls go through the same prefix. ("/jobs/x" is written as the REST path and asked as "jobs/x".)
+function rel(path) { return path.replace(/^\//, ""); }
+
 async function api(path, options) {
-  const response = await fetch(path, options);
+  const response = await fetch(rel(path), options);
   if (response.status === 401) {  // the REST API wants the cluster's token: sign in first
-    location.href = `/login${location.hash}`;  // (back to this view once signed in)
+    location.href = `login${location.hash}`;  // (back to this view once signed in)
     throw new Error("401: sign in with the cluster's REST token");
   }
   const body = await response.json().catch(() => ({}));
@@ -700,8 +705,8 @@ async function logViewer(kind, a, b) {
   const listed = await api(kind === "taskmanager" ? `/taskmanagers/${encodeURIComponent(tm)}/logs` : "/jobmanager/logs");
   const size = (listed.logs.find((f) => f.name === name) || {}).size || 0;
   const tail = !logState[key] && size > LOG_TAIL_BYTES;
-  const response = await fetch(raw, tail ? {headers: {Range: `bytes=${size - LOG_TAIL_BYTES}-`}} : {});
-  if (response.status === 401) { location.href = `/login${location.hash}`; throw new Error("401"); }
+  const response = await fetch(rel(raw), tail ? {headers: {Range: `bytes=${size - LOG_TAIL_BYTES}-`}} : {});
+  if (response.status === 401) { location.href = `login${location.hash}`; throw new Error("401"); }
   if (!response.ok) {
     const body = await response.json().catch(() => ({}));
     throw new Error(`${response.status}: ${(body.errors || [response.statusText]).join("; ")}`);
@@ -723,7 +728,7 @@ async function logViewer(kind, a, b) {
     : `<a href="#/appmaster/logs">AppMaster</a>`;
   return `<h2>${esc(name)}</h2><p class="muted">${back} · ${partial ? "its end: " : ""}${total} lines${needle ? `, ${lines.length} matching` : ""}
       ${cut ? ` · the last ${LOG_TAIL} shown <button id="log-all" data-log="${esc(key)}">Show all</button>` : ""}
-      · <a href="${raw}" target="_blank" rel="noopener">raw file</a></p>
+      · <a href="${rel(raw)}" target="_blank" rel="noopener">raw file</a></p>
     <div class="toolbar"><label for="log-filter">Filter lines</label><input id="log-filter" type="search"
       data-log="${esc(key)}" value="${esc(typed)}" placeholder="text to find (e.g. WARNING, a job id)"></div>
     <pre id="log-view" class="log" tabindex="0" aria-label="the log">${body}</pre>`;
@@ -830,6 +835,10 @@ async function render() {
 }
 
 async function start() {
+  if (!location.pathname.endsWith("/")) {  // (relative URLs need the page's folder: "/proxy/app" is "/proxy/app/")
+    location.replace(`${location.pathname}/${location.search}${location.hash}`);
+    return;
+  }
   try {
     const config = await api("/config");
     document.getElementById("cluster").textContent = `cluster ${config["cluster-id"]} · yarnflow ${config["flink-version"]}`;

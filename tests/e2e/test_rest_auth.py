@@ -42,7 +42,7 @@ def test_without_the_token_every_endpoint_answers_401_and_with_it_they_work(secu
     wrong = requests.get(web + "/overview", headers={"Authorization": "Bearer not-it"}, timeout=10)
     assert wrong.status_code == 401
     opened = requests.get(web + "/", allow_redirects=False, timeout=10)
-    assert opened.status_code == 302 and opened.headers["Location"].endswith("/login")
+    assert opened.status_code == 302 and opened.headers["Location"] in ("login", web + "/login")  # (relative)
     assert requests.get(web + "/login", timeout=10).status_code == 200
     assert requests.get(web + "/web/app.js", timeout=10).status_code == 200  # the UI's code: no data
 
@@ -174,4 +174,75 @@ def test_a_deep_link_survives_the_login_page_and_the_login_page_is_accessible(se
     token = rest_token(secured.tls)
     for bad in ("https://elsewhere.example/", "//elsewhere.example/", "#/x\nSet-Cookie: a=b"):
         r = requests.post(web + "/login", data={"token": token, "next": bad}, allow_redirects=False, timeout=10)
-        assert r.status_code == 302 and r.headers["Location"] in ("/", web + "/"), (bad, r.headers["Location"])
+        assert r.status_code == 302 and r.headers["Location"] in ("./", web + "/"), (bad, r.headers["Location"])
+
+
+class _PrefixProxy:
+    """A reverse proxy serving ``target`` under ``/proxy/application_1_0001/`` (as YARN's web
+    proxy and skein's pages serve an application's UI under a prefix of their own)."""
+
+    PREFIX = "/proxy/application_1_0001"
+
+    def __init__(self, target: str) -> None:
+        import http.server
+        import threading
+
+        prefix = self.PREFIX
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                if not self.path.startswith(prefix):
+                    self.send_error(404, "not under the proxy's prefix")
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                r = requests.request(self.command, target + (self.path[len(prefix):] or "/"), headers=headers,
+                                     data=body, allow_redirects=False, timeout=30)
+                self.send_response(r.status_code)
+                for k, v in r.raw.headers.items():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _forward
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{prefix}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def test_the_web_ui_works_behind_a_proxys_path_prefix(secured: Any, browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 55: YARN's tracking URL goes through its web proxy (and skein's pages), which serve
+    the UI under a prefix; the UI asked for /web/app.js, /overview, /login at the host's root.
+    Every URL is now relative: signed in through the proxy, the pages work there."""
+    proxy = _PrefixProxy(secured.web_url())
+    try:
+        browser.get(proxy.url + "/#/taskmanagers")  # (YARN's proxy URLs end with a slash)
+        wait_for(browser, "input#token")
+        assert browser.current_url.startswith(proxy.url + "/login")
+        browser.find_element(By.CSS_SELECTOR, "input#token").send_keys(rest_token(secured.tls))
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_for(browser, "#taskmanagers-table tbody tr")
+        assert browser.current_url.startswith(proxy.url + "/") and browser.current_url.endswith("#/taskmanagers")
+        browser.get(proxy.url + "/#/appmaster/logs")
+        wait_for(browser, "#am-logs a")
+        browser.find_element(By.CSS_SELECTOR, "#am-logs a").click()
+        wait_for(browser, "#log-view")
+        assert "serving on" in browser.find_element(By.CSS_SELECTOR, "#log-view").text
+        raw = browser.find_element(By.CSS_SELECTOR, "#view p.muted a[target=_blank]").get_attribute("href")
+        assert raw.startswith(proxy.url + "/jobmanager/logs/")
+        assert console_errors(browser) == []
+    finally:
+        proxy.close()
