@@ -104,12 +104,29 @@ def rescale(address: str | None, dynamic: tuple[str, ...], parallelism: int, job
 @dynamic_option
 @click.option("--taskexecutors", "-n", type=click.IntRange(min=0), required=True,
               help="how many TaskExecutors the session runs from now on")
-def session_scale(address: str | None, dynamic: tuple[str, ...], taskexecutors: int) -> None:
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="return once that many TaskExecutors are registered (--no-wait: once asked for)")
+@click.option("--timeout", type=click.FloatRange(min=0), default=180.0, show_default=True,
+              help="seconds to wait for them; past it the command fails, saying how many there are")
+def session_scale(address: str | None, dynamic: tuple[str, ...], taskexecutors: int, wait: bool,
+                  timeout: float) -> None:
     """Grow or shrink a running session to --taskexecutors TaskExecutors (YARN containers on
     YARN, processes locally), and keep it there: the idle ones go first, then those running
     the fewest tasks. Jobs with the adaptive scheduler or in reactive mode
     (-D jobmanager.scheduler=adaptive, -D scheduler-mode=reactive) follow the slots; other
-    jobs that lose a TaskExecutor restart and wait for slots."""
+    jobs that lose a TaskExecutor restart and wait for slots. By default the command returns
+    once the session has registered that many (new ones start in parallel)."""
+    from yarnflow.cli_common import CliError
+
     now, conn = _call(address, dynamic, lambda gw: gw.scale_session(taskexecutors), "scaleSession")
-    conn.close()
-    click.echo(f"the session runs {now} TaskExecutors")
+    try:
+        if wait:
+            deadline = time.monotonic() + timeout
+            while (registered := conn.call(lambda gw: gw.cluster_info(), "clusterInfo").registered_taskexecutors) != now:
+                if time.monotonic() > deadline:
+                    raise CliError(f"asked for {now} TaskExecutors; {registered} registered after {timeout:g} s "
+                                   "(the session goes on trying: see its AppMaster's log for why they do not start)")
+                time.sleep(0.1)
+    finally:
+        conn.close()
+    click.echo(f"the session runs {now} TaskExecutors" if wait else f"the session was asked to run {now} TaskExecutors")

@@ -47,6 +47,35 @@ def pytest_configure(config: pytest.Config) -> None:
                     "interpreter); the suite must use only what the README's commands installed", returncode=4)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Keep each phase's report on the test item (``item.report_call``), so a fixture's teardown
+    knows whether the test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+def _log_tails(folder: str, lines: int = 40) -> str:
+    """The warnings and errors of every log in ``folder`` and the end of the AppMaster's, for a
+    failed test's report: a failure on a CI machine is explained by what the cluster logged."""
+    out = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        path = os.path.join(folder, name)
+        if not name.endswith(".log") or not os.path.isfile(path):
+            continue
+        with open(path, errors="replace") as f:
+            text = f.read().splitlines()
+        flagged = [line for line in text if " WARNING " in line or " ERROR " in line or " CRITICAL " in line]
+        if flagged:
+            out.append(f"---- {path}: warnings and errors")
+            out += flagged[-lines:]
+        if name == "appmaster.log":
+            out.append(f"---- {path}: last lines")
+            out += text[-lines:]
+    return "\n".join(out)
+
+
 def tagged_processes(tag: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["pid"]):
@@ -172,10 +201,10 @@ FAST_CONF = {
 
 
 @pytest.fixture
-def local_cluster(process_tag: str, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+def local_cluster(process_tag: str, tmp_path, monkeypatch, request):  # type: ignore[no-untyped-def]
     """Factory: ``local_cluster(taskexecutors=2, slots=2, standby=0, appmaster_in_process=False,
     prestart=False, **conf)`` starts a LocalCluster whose processes carry this test's tag; all are stopped on
-    teardown."""
+    teardown (after a failed test, with its logs' warnings and errors on stderr)."""
     from yarnflow.local_cluster import LocalCluster
 
     monkeypatch.setenv(TAG_VAR, process_tag)
@@ -192,8 +221,11 @@ def local_cluster(process_tag: str, tmp_path, monkeypatch):  # type: ignore[no-u
         return cluster.start()
 
     yield start
+    failed = getattr(request.node, "report_call", None)
     for cluster in started:
         cluster.stop()
+        if failed is not None and failed.failed:
+            print(_log_tails(os.path.dirname(cluster.log_path)), file=sys.stderr)
 
 
 @pytest.fixture

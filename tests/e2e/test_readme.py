@@ -143,7 +143,7 @@ def test_the_running_jobs_savepoint_token_and_logs_blocks(cli: Any, zookeeper_se
         # while the session runs: its REST token, the logs block's session line, the savepoints block
         for command in _block("TOKEN=$(yarnflow session token").commands():
             done = runner.run(command)
-        assert json.loads(done.stdout)["taskmanagers"] == 3  # (the session was scaled to 3 above)
+        assert json.loads(done.stdout)["taskmanagers"] == 3, (done.stdout, runner.values, runner.ran[-12:])  # (scaled to 3 above)
         runner.run(_block("yarnflow logs --address HOST:PORT").commands()[0])
         for command in _block("yarnflow savepoint --address HOST:PORT").commands():
             runner.run(command)

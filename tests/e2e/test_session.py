@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -99,3 +100,29 @@ def test_a_session_started_with_remove_logs_leaves_nothing(cli) -> None:
     session.wait(30)
     folder = re.search(r"logs:\s+(\S+)", session.stderr.read()).group(1)
     assert session.returncode == 0 and not os.path.exists(os.path.dirname(folder))
+
+
+def test_scaling_a_session_waits_for_taskexecutors_that_stay(cli, tmp_path):
+    """``session scale`` returns once the TaskExecutors it asked for are registered
+    (``--timeout``: past it the command fails saying how many there are, and the session goes on
+    starting them; ``--no-wait``: once asked for). The TaskExecutors started for a client's call
+    stay: they were started from the RPC thread of the call, and Linux's parent-death signal,
+    sent when that *thread* ends, killed each as the client hung up (it was replaced: REST read
+    one TaskExecutor short)."""
+    session = cli.start("session", "start", "--target", "local", "--taskexecutors", "1", "--slots", "1")
+    address = _address(session)
+    logs = next(line.split("logs:", 1)[1].strip() for line in session.stderr if "logs:" in line)
+    waited = cli.run("session", "scale", "--address", address, "--taskexecutors", "2", check=True)
+    assert waited.stdout.strip() == "the session runs 2 TaskExecutors"
+    late = cli.run("session", "scale", "--address", address, "--taskexecutors", "3", "--timeout", "0")
+    assert late.returncode == 1
+    assert "asked for 3 TaskExecutors; 2 registered after 0 s" in late.stderr, late.stderr
+    asked = cli.run("session", "scale", "--address", address, "--taskexecutors", "3", "--no-wait", check=True)
+    assert asked.stdout.strip() == "the session was asked to run 3 TaskExecutors"
+    cli.run("session", "scale", "--address", address, "--taskexecutors", "3", check=True)
+    time.sleep(1.5)  # (a TaskExecutor killed with its call's thread went within 0.1 s)
+    log = Path(logs, "appmaster.log").read_text()
+    assert "process exited" not in log and "killed by signal" not in log, log
+    assert log.count("started TaskExecutor") == 3, log
+    cli.run("session", "stop", "--address", address, check=True)
+    assert session.wait(60) == 0

@@ -136,6 +136,7 @@ def test_a_reactive_job_follows_a_session_scaled_up_and_down_and_commits_exactly
 
         scaled = cli.run("session", "scale", "-a", cluster.address, "--taskexecutors", "3", check=True)
         assert scaled.stdout.strip() == "the session runs 3 TaskExecutors"
+        assert gw.cluster_info().registered_taskexecutors == 3  # (the command waited for them)
         wait_until(lambda: _parallelism(gw, job) == 6, 60, "the job did not grow to the session's 6 slots",
                    interval_s=0.2)
         assert "scheduler: reactive: parallelism 6, desired 128" in cli.run("info", "-a", cluster.address,
@@ -157,3 +158,4 @@ def test_scaling_a_session_beyond_its_max_slots_is_refused(cli: Cli, local_clust
     refused = cli.run("session", "scale", "-a", cluster.address, "--taskexecutors", "3")
     assert refused.returncode == 1
     assert "3 TaskExecutors of 2 slots: the cluster allows 2 (slotmanager.number-of-slots.max 4)" in refused.stderr
+

@@ -109,6 +109,21 @@ class CheckpointWatch:
         self._thread.join(10)
 
 
+def _state(web: str, job_id: str) -> str:
+    """What the job and its checkpoints looked like, for a failure's message."""
+    try:
+        job = requests.get(f"{web}/jobs/{job_id}", timeout=5).json()
+        checkpoints = requests.get(f"{web}/jobs/{job_id}/checkpoints", timeout=5).json()
+        failures = requests.get(f"{web}/jobs/{job_id}/exceptions", timeout=5).json()
+    except (requests.RequestException, ValueError) as e:
+        return f"(REST: {e!r})"
+    vertices = [(v["name"], v["status"], v["metrics"].get("read-records"), v["metrics"].get("write-records"))
+                for v in job.get("vertices", [])]
+    entries = [e.get("exceptionName") for e in failures.get("exceptionHistory", {}).get("entries", [])]
+    return (f"state {job.get('state')}, vertices {vertices}, counts {checkpoints.get('counts')}, "
+            f"history {checkpoints.get('history', [])[:4]}, exceptions {entries}")
+
+
 @pytest.mark.parametrize("function", list(FUNCTIONS))
 def test_checkpoints_complete_behind_a_slow_per_row_function_through_a_taskexecutor_kill(
         local_cluster: Any, tmp_path: Path, function: str) -> None:
@@ -120,7 +135,8 @@ def test_checkpoints_complete_behind_a_slow_per_row_function_through_a_taskexecu
     watch = CheckpointWatch(web, job_id)
     try:
         # a few checkpoints, then a TaskExecutor that runs a task of the job goes
-        wait_until(lambda: watch.completed_while_running >= 3, 60, "no checkpoint completed behind the slow map")
+        wait_until(lambda: watch.completed_while_running >= 3, 60,
+                   lambda: f"no checkpoint completed behind the slow map: {_state(web, job_id)}")
         details = requests.get(f"{web}/jobs/{job_id}", timeout=5).json()
         places = {tm["taskmanager-id"] for v in details["vertices"] for tm in requests.get(
             f"{web}/jobs/{job_id}/vertices/{v['id']}/taskmanagers", timeout=5).json()["taskmanagers"]}

@@ -5,7 +5,12 @@ exits and tells the ResourceManager why (exit code or signal). Without high avai
 are started with ``--parent-pid`` so they die with the AppMaster even when it is killed with
 SIGKILL. With ZooKeeper HA they outlive it: they find the leader in ZooKeeper and register with
 whichever AppMaster leads next (a TaskExecutor that finds none exits after
-``taskmanager.registration.timeout``)."""
+``taskmanager.registration.timeout``).
+
+Every process is started from one thread of the driver's (``_launch``) that lives as long as the
+driver: Linux sends the parent-death signal when the *thread* that forked a child ends, not the
+process. A TaskExecutor started from the RPC thread of a client's call (``yarnflow session
+scale``) got SIGTERM as soon as that client hung up, and was replaced by another."""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping
 
 from yarnflow.am.resourcemanager.drivers.base import WorkerTerminated
 from yarnflow.am.resourcemanager.drivers.warm_workers import WarmWorkers, worker_layout
@@ -55,6 +61,15 @@ class LocalProcessDriver:
         self._closed = False
         self._counter = 0
         self._spark: dict[str, tuple[subprocess.Popen[bytes], str]] = {}  # handle -> (process, url file)
+        #: the one thread that starts processes (see the module docstring)
+        self._launcher = ThreadPoolExecutor(1, thread_name_prefix="process-launcher")
+
+    def _launch(self, cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """``subprocess.Popen(cmd, **kwargs)`` from the launcher thread, which outlives the child."""
+        def popen() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(cmd, **kwargs)
+
+        return self._launcher.submit(popen).result()
 
     def start(self, rm_address: str, on_terminated: WorkerTerminated) -> None:
         self._rm_address = rm_address
@@ -80,8 +95,8 @@ class LocalProcessDriver:
             for key, value in self._config.to_strings().items():
                 cmd += ["-D", f"{key}={value}"]
             with open(log_path, "ab") as log_file:
-                proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env={**os.environ, **self._env} if self._env else None)
+                proc = self._launch(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **self._env} if self._env else None)
         with self._lock:
             self._procs[resource_id] = proc
         threading.Thread(target=self._watch, args=(resource_id, proc), name=f"watch-{resource_id}",
@@ -121,6 +136,7 @@ class LocalProcessDriver:
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             _terminate(proc)
+        self._launcher.shutdown(wait=False)
 
     # -- Spark's standalone daemons (see am/resourcemanager/spark_cluster.py) -----------------
     def _spark_process(self, role: str, args: list[str]) -> tuple[str, str]:
@@ -142,8 +158,8 @@ class LocalProcessDriver:
         log_file = open(os.path.join(log_dir, f"{handle}.log"), "ab")
         try:
             # a group of its own: the launcher and Spark's JVM (and a worker's executors) go together
-            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **self._env} if self._env else None, start_new_session=True)
+            proc = self._launch(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **self._env} if self._env else None, start_new_session=True)
         finally:
             log_file.close()
         with self._lock:
