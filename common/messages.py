@@ -247,6 +247,7 @@ class CheckpointInfo(Message):
     is_savepoint: bool = False
     external_path: str = ""
     discarded: bool = False
+    start_delay_ms: int = 0
 
 
 @dataclass(frozen=True)

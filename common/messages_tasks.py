@@ -40,6 +40,7 @@ class TaskStateSnapshot(Message):
     async_ms: int = 0
     unaligned: bool = False
     inflight_bytes: int = 0
+    start_delay_ms: int = 0
 
     @property
     def size_bytes(self) -> int:

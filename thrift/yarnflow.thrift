@@ -170,6 +170,7 @@ struct CheckpointInfo {
   12: bool is_savepoint,           // taken on a user's request into a savepoint folder
   13: string external_path,        // its folder once written (a savepoint's folder)
   14: bool discarded,              // completed, no longer retained: its files are deleted
+  15: i64 start_delay_ms,          // longest start delay of any task (trigger to its first barrier)
 }
 
 struct JobStatusInfo {
@@ -410,6 +411,7 @@ struct TaskStateSnapshot {
   4: i64 async_ms,                 // writing the files, in the background
   5: bool unaligned,               // taken before every barrier came (unaligned checkpoint)
   6: i64 inflight_bytes,           // bytes of in-flight data it persisted (unaligned)
+  7: i64 start_delay_ms,           // from the trigger to the task's first barrier (Flink's start delay)
 }
 
 // The state a task starts from: the files of its subtask in a completed checkpoint.

@@ -29,7 +29,7 @@ import enum
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, Union
+from typing import NamedTuple, Protocol, Union
 
 from yarnflow.common.clock import Clock, TimerHandle
 from yarnflow.common.ids import ExecutionAttemptID
@@ -100,6 +100,19 @@ HISTORY_KEPT = 100
 DURATION_BUCKETS_MS = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 600_000)
 
 
+class Ack(NamedTuple):
+    """One task's acknowledgement of a checkpoint, as the checkpoint's details show it."""
+
+    at_ms: int  # when it came (the AppMaster's clock)
+    state_size: int
+    alignment_ms: int  # from the task's first barrier to its snapshot (or to the last barrier)
+    unaligned: bool
+    inflight_bytes: int
+    sync_ms: int = 0  # the task paused for its snapshot
+    async_ms: int = 0  # the files written in the background
+    start_delay_ms: int = 0  # from the trigger to the task's first barrier
+
+
 @dataclass
 class CheckpointStats:
     checkpoint_id: int
@@ -108,6 +121,7 @@ class CheckpointStats:
     end_time_ms: int = 0
     state_size: int = 0
     alignment_ms: int = 0
+    start_delay_ms: int = 0  # the longest of any task's
     unaligned: bool = False
     inflight_bytes: int = 0
     failure: CheckpointFailureReason | None = None
@@ -119,8 +133,8 @@ class CheckpointStats:
     discarded: bool = False  # completed, then no longer retained: its files are deleted
     #: the tasks' state handles, until the checkpoint is finalized or aborted (then released)
     acknowledged: dict[ExecutionAttemptID, object] = field(default_factory=dict)
-    #: per task that acknowledged: (when, state bytes, alignment ms, unaligned, in-flight bytes)
-    acks: dict[ExecutionAttemptID, tuple[int, int, int, bool, int]] = field(default_factory=dict)
+    #: per task that acknowledged, its acknowledgement
+    acks: dict[ExecutionAttemptID, Ack] = field(default_factory=dict)
     life: Lifecycle[CheckpointStatus] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -348,7 +362,7 @@ class CheckpointCoordinator:
     # -- acknowledgements --------------------------------------------------------------------------
     def acknowledge(self, checkpoint_id: int, attempt_id: ExecutionAttemptID, state_handle: object,
                     state_size: int = 0, alignment_ms: int = 0, unaligned: bool = False,
-                    inflight_bytes: int = 0) -> bool:
+                    inflight_bytes: int = 0, sync_ms: int = 0, async_ms: int = 0, start_delay_ms: int = 0) -> bool:
         """A task's snapshot for the checkpoint is written. False for a stale or duplicate one
         (the caller discards the handle's files when the checkpoint is unknown)."""
         stats = self.pending.get(checkpoint_id)
@@ -361,10 +375,12 @@ class CheckpointCoordinator:
             return False
         awaiting.discard(attempt_id)
         stats.acknowledged[attempt_id] = state_handle
-        stats.acks[attempt_id] = (self._clock.now_ms(), state_size, alignment_ms, unaligned, inflight_bytes)
+        stats.acks[attempt_id] = Ack(self._clock.now_ms(), state_size, alignment_ms, unaligned, inflight_bytes, sync_ms,
+                                     async_ms, start_delay_ms)
         stats.num_acknowledged += 1
         stats.state_size += state_size
         stats.alignment_ms = max(stats.alignment_ms, alignment_ms)
+        stats.start_delay_ms = max(stats.start_delay_ms, start_delay_ms)
         stats.unaligned = stats.unaligned or unaligned
         stats.inflight_bytes += inflight_bytes
         if not awaiting:

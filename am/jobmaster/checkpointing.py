@@ -136,7 +136,8 @@ class JobCheckpoints:
     def acknowledge(self, ex: Execution, checkpoint_id: int, snapshot: TaskStateSnapshot) -> bool:
         return self.coordinator.acknowledge(checkpoint_id, ex.attempt_id, (self._sid_of(ex), tuple(snapshot.files)),
                                             snapshot.size_bytes, snapshot.alignment_ms, snapshot.unaligned,
-                                            snapshot.inflight_bytes)
+                                            snapshot.inflight_bytes, snapshot.sync_ms, snapshot.async_ms,
+                                            snapshot.start_delay_ms)
 
     def task_finished(self, ex: Execution) -> None:
         """A task reached FINISHED: pending checkpoints waiting for it count it as finished.
@@ -310,7 +311,8 @@ class JobCheckpoints:
             out.append(CheckpointInfo(stats.checkpoint_id, stats.status.value, stats.trigger_time_ms,
                                       self.coordinator.elapsed_ms(stats), stats.state_size, stats.alignment_ms, failure,
                                       stats.unaligned, stats.inflight_bytes, stats.num_subtasks,
-                                      stats.num_acknowledged, stats.savepoint, stats.external_path, stats.discarded))
+                                      stats.num_acknowledged, stats.savepoint, stats.external_path, stats.discarded,
+                                      stats.start_delay_ms))
         return out
 
     def latest_completed_id(self) -> int:

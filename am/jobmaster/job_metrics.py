@@ -67,7 +67,7 @@ def kept_checkpoint_subtasks(core: Any) -> dict[int, dict[str, list[dict[str, An
 
 def checkpoint_subtasks(core: Any, checkpoint_id: int) -> dict[str, list[dict[str, Any]]] | None:
     """Per vertex, each subtask's part of a recent checkpoint: its acknowledgement (when, state
-    bytes, alignment, unaligned and in-flight bytes) or that it is still pending; None when the
+    bytes, sync and async time, alignment, start delay, unaligned and in-flight bytes) or that it is still pending; None when the
     checkpoint is not among the kept ones."""
     checkpoints = core.checkpoints
     if checkpoints is None:
@@ -77,14 +77,16 @@ def checkpoint_subtasks(core: Any, checkpoint_id: int) -> dict[str, list[dict[st
     if stats is None:
         return None
     out: dict[str, list[dict[str, Any]]] = {}
-    for attempt_id, (at, size, alignment, unaligned, inflight) in stats.acks.items():
+    for attempt_id, ack in stats.acks.items():
         ex = core.graph.execution(attempt_id)
         if ex is not None:
             out.setdefault(str(ex.vertex.job_vertex.vertex_id), []).append({
-                "index": ex.vertex.subtask_index, "status": "completed", "ack_timestamp": at,
-                "end_to_end_duration": at - stats.trigger_time_ms, "state_size": size, "checkpointed_size": size,
-                "alignment": {"buffered": 0, "processed": 0, "persisted": inflight, "duration": alignment},
-                "unaligned_checkpoint": unaligned, "aborted": False})
+                "index": ex.vertex.subtask_index, "status": "completed", "ack_timestamp": ack.at_ms,
+                "end_to_end_duration": ack.at_ms - stats.trigger_time_ms, "state_size": ack.state_size,
+                "checkpointed_size": ack.state_size, "checkpoint": {"sync": ack.sync_ms, "async": ack.async_ms},
+                "alignment": {"buffered": 0, "processed": 0, "persisted": ack.inflight_bytes,
+                              "duration": ack.alignment_ms},
+                "start_delay": ack.start_delay_ms, "unaligned_checkpoint": ack.unaligned, "aborted": False})
     for attempt_id in coordinator.awaiting(checkpoint_id):
         ex = core.graph.execution(attempt_id)
         if ex is not None:

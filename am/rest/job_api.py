@@ -171,7 +171,9 @@ class JobApi:
             raise ApiError(404, f"the subtasks' statistics of checkpoint {c.checkpoint_id} of job {jobid} are no "
                                 "longer kept (only the latest checkpoints' are)")
         rows = subtasks.get(str(v.vertex_id), [])
-        return jsonify({**_task_summary(c, str(v.vertex_id), rows, v.parallelism), "subtasks": rows})
+        acked = [r for r in rows if r["status"] == "completed"]
+        return jsonify({**_task_summary(c, str(v.vertex_id), rows, v.parallelism), "summary": _subtasks_summary(acked),
+                        "subtasks": rows})
 
     def execution_result(self, jobid: str) -> Response:
         info = self._r.job_status(jobid)
@@ -395,6 +397,23 @@ def _task_summary(c: Any, vertex_id: str, rows: list[dict[str, Any]], parallelis
             "persisted_data": sum(r["alignment"]["persisted"] for r in acked),
             "num_subtasks": parallelism,  # (a subtask finished before it is in it: acknowledged)
             "num_acknowledged_subtasks": len(acked) + sum(1 for r in rows if r["status"] == "finished")}
+
+
+def _subtasks_summary(acked: list[dict[str, Any]]) -> dict[str, Any]:
+    """Flink's summary of a vertex's subtasks in a checkpoint: min, max and average of each figure."""
+    def mma(values: list[int]) -> dict[str, int]:
+        return {"min": min(values, default=0), "max": max(values, default=0),
+                "avg": sum(values) // len(values) if values else 0}
+
+    return {"state_size": mma([r["state_size"] for r in acked]),
+            "checkpointed_size": mma([r["checkpointed_size"] for r in acked]),
+            "end_to_end_duration": mma([r["end_to_end_duration"] for r in acked]),
+            "checkpoint_duration": {"sync": mma([r["checkpoint"]["sync"] for r in acked]),
+                                    "async": mma([r["checkpoint"]["async"] for r in acked])},
+            "alignment": {"buffered": mma([0 for _ in acked]), "processed": mma([0 for _ in acked]),
+                          "persisted": mma([r["alignment"]["persisted"] for r in acked]),
+                          "duration": mma([r["alignment"]["duration"] for r in acked])},
+            "start_delay": mma([r["start_delay"] for r in acked])}
 
 
 def is_trigger_id(raw: str) -> bool:

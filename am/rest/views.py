@@ -261,7 +261,7 @@ def checkpoint_entry(c: CheckpointInfo) -> dict[str, Any]:
              # persisted_data: the in-flight data an unaligned checkpoint stored; alignment_duration
              # (yarnflow's): the longest a task waited for its barriers (or, unaligned, for them to come)
              "alignment_buffered": 0, "processed_data": 0, "persisted_data": c.inflight_bytes,
-             "alignment_duration": c.alignment_ms, "num_subtasks": c.num_subtasks,
+             "alignment_duration": c.alignment_ms, "start_delay": c.start_delay_ms, "num_subtasks": c.num_subtasks,
              "num_acknowledged_subtasks": c.num_acknowledged, "tasks": {}}
     if status == "COMPLETED":
         entry.update({"external_path": c.external_path or None, "discarded": c.discarded})
@@ -312,7 +312,9 @@ def checkpoints(info: JobStatusInfo) -> dict[str, Any]:
                     "end_to_end_duration": _stats([c.duration_ms for c in completed]),
                     "alignment_buffered": _stats([]), "processed_data": _stats([]),
                     "persisted_data": _stats([c.inflight_bytes for c in completed]),
-                    "alignment_duration": _stats([c.alignment_ms for c in completed])},
+                    "alignment_duration": _stats([c.alignment_ms for c in completed]),
+                    # (yarnflow's): per checkpoint, the longest any task waited for its first barrier
+                    "start_delay": _stats([c.start_delay_ms for c in completed])},
         "latest": {"completed": latest(lambda h: h["status"] == "COMPLETED" and not h["is_savepoint"]),
                    "savepoint": latest(lambda h: h["status"] == "COMPLETED" and h["is_savepoint"]),
                    "failed": latest(lambda h: h["status"] == "FAILED"), "restored": _restored(info, history)},

@@ -552,15 +552,18 @@ async function threadDump(id) {
 async function checkpointDetail(jid, cid, vertices) {
   const parts = await Promise.all(vertices.map((v) => api(`/jobs/${jid}/checkpoints/details/${cid}/subtasks/${v.id}`)
     .then((d) => ({v, d})).catch((e) => ({v, error: e.message}))));
-  const rows = parts.flatMap(({v, d, error}) => error ? [`<tr><td>${esc(v.name)}</td><td colspan="7" class="muted">${esc(error)}</td></tr>`]
+  const rows = parts.flatMap(({v, d, error}) => error ? [`<tr><td>${esc(v.name)}</td><td colspan="9" class="muted">${esc(error)}</td></tr>`]
     : d.subtasks.map((s) => s.status === "finished" ? `<tr><td>${esc(v.name)}</td><td>${s.index + 1}</td>
-      <td>finished</td><td colspan="5" class="muted">had finished before the checkpoint: in it as finished</td></tr>`
+      <td>finished</td><td colspan="7" class="muted">had finished before the checkpoint: in it as finished</td></tr>`
     : `<tr><td>${esc(v.name)}</td><td>${s.index + 1}</td><td>${esc(s.status)}</td>
       <td>${s.ack_timestamp ? fmtTime(s.ack_timestamp) : "-"}</td><td>${s.end_to_end_duration ?? "-"} ms</td>
-      <td>${s.state_size !== undefined ? fmtBytes(s.state_size) : "-"}</td><td>${s.alignment ? s.alignment.duration : "-"} ms</td>
+      <td>${s.state_size !== undefined ? fmtBytes(s.state_size) : "-"}</td>
+      <td>${s.checkpoint ? `${s.checkpoint.sync} ms / ${s.checkpoint.async} ms` : "-"}</td>
+      <td>${s.alignment ? s.alignment.duration : "-"} ms</td><td>${s.start_delay ?? "-"} ms</td>
       <td>${s.unaligned_checkpoint ? `unaligned, ${fmtBytes(s.alignment.persisted)} in flight` : "aligned"}</td></tr>`));
   return `<h3>Checkpoint ${esc(cid)} per subtask</h3><table id="checkpoint-subtasks"><thead><tr><th>Vertex</th><th>Subtask</th>
-      <th>Status</th><th>Acknowledged</th><th>Duration</th><th>State</th><th>Alignment</th><th>Kind</th></tr></thead>
+      <th>Status</th><th>Acknowledged</th><th>Duration</th><th>State</th><th>Sync / async</th><th>Alignment</th>
+      <th>Start delay</th><th>Kind</th></tr></thead>
       <tbody>${rows.join("")}</tbody></table>`;
 }
 
@@ -572,7 +575,7 @@ async function checkpointsTab(jid, enabled, detail, vertices) {
       <td>${h.is_savepoint ? "savepoint" : h.unaligned ? "unaligned" : "aligned"}</td>
       <td>${h.num_acknowledged_subtasks}/${h.num_subtasks}</td>
       <td>${fmtTime(h.trigger_timestamp)}</td><td>${h.end_to_end_duration} ms</td><td>${fmtBytes(h.state_size)}</td>
-      <td>${h.alignment_duration} ms</td><td>${fmtBytes(h.persisted_data)}</td>
+      <td>${h.alignment_duration} ms</td><td>${h.start_delay} ms</td><td>${fmtBytes(h.persisted_data)}</td>
       <td class="muted">${esc(h.external_path || "")}${h.discarded ? " (discarded)" : ""}</td>
       <td>${esc(h.failure_message || "")}</td></tr>`);
   const restored = c.latest.restored ? `<p class="muted" id="ck-restored">Last restored from checkpoint
@@ -595,13 +598,15 @@ async function checkpointsTab(jid, enabled, detail, vertices) {
   const summary = counts.completed ? `<h3>Summary of the completed checkpoints kept</h3><table id="checkpoint-summary">
       <thead><tr><th></th><th>Minimum</th><th>Average</th><th>99th percentile</th><th>Maximum</th></tr></thead><tbody>
       ${stat("End to end duration", c.summary.end_to_end_duration, ms)}${stat("State size", c.summary.state_size, fmtBytes)}
-      ${stat("Alignment", c.summary.alignment_duration, ms)}${stat("In-flight data", c.summary.persisted_data, fmtBytes)}
+      ${stat("Alignment", c.summary.alignment_duration, ms)}${stat("Start delay", c.summary.start_delay, ms)}
+      ${stat("In-flight data", c.summary.persisted_data, fmtBytes)}
       </tbody></table>` : "";
   return `<div class="cards">${card("Completed", counts.completed, "ck-completed")}${card("Failed", counts.failed, "ck-failed")}
       ${card("In progress", counts.in_progress, "ck-in-progress")}${card("Restored", counts.restored, "ck-restored-count")}</div>
       ${restored}${detail ? await checkpointDetail(jid, detail, vertices) : ""}${overview}${summary}<h3>History</h3>
       <table id="checkpoints-table"><thead><tr><th>Id</th><th>Status</th><th>Type</th><th>Acknowledged</th><th>Triggered</th>
-      <th>Duration</th><th>Size</th><th>Alignment</th><th>In-flight data</th><th>Location</th><th>Failure</th></tr></thead>
+      <th>Duration</th><th>Size</th><th>Alignment</th><th>Start delay</th><th>In-flight data</th><th>Location</th>
+      <th>Failure</th></tr></thead>
       <tbody>${rows.join("")}</tbody></table>`;
 }
 

@@ -113,6 +113,10 @@ def test_pages_graph_and_cancel_in_chromium(cluster: Any, browser: webdriver.Chr
     wait_until(lambda: len(read(browser, "#checkpoint-subtasks tbody tr")) == 4, 20,
                lambda: f"no per-subtask checkpoint details: {read(browser, '#tab-content')}")
     assert all("completed" in r or "pending_or_failed" in r for r in read(browser, "#checkpoint-subtasks tbody tr"))
+    headers = read(browser, "#checkpoint-subtasks thead th")
+    assert "Start delay" in headers and "Sync / async" in headers
+    delays = read(browser, f"#checkpoint-subtasks tbody td:nth-child({headers.index('Start delay') + 1})")
+    assert delays and all(re.fullmatch(r"(\d+|-) ms", d) for d in delays), delays
     click(browser, "#tab-exceptions")
     wait_for(browser, "#no-exceptions")
     browser.get(f"{web}/#/taskmanagers")
@@ -567,7 +571,7 @@ def test_savepoint_rescale_and_stop_from_the_job_page_and_the_checkpoint_overvie
     latest = read(browser, "#checkpoint-latest tbody tr")
     assert latest[0].startswith("Completed") and "ms" in latest[0] and "none" in latest[1]  # no savepoint yet
     assert read(browser, "#checkpoint-summary tbody th") == ["End to end duration", "State size", "Alignment",
-                                                             "In-flight data"]
+                                                             "Start delay", "In-flight data"]
 
     def answer(text: str | None, accept: bool = True) -> None:
         alert = Wait(browser, 10).until(lambda d: d.switch_to.alert)

@@ -139,6 +139,13 @@ def test_a_flink_client_follows_a_checkpointed_job_through_savepoint_stop_and_di
     assert all(r["status"] == "completed" and r["ack_timestamp"] >= completed["trigger_timestamp"]
                and r["state_size"] >= 0 for r in per_subtask["subtasks"])
     assert per_subtask["num_acknowledged_subtasks"] == per_subtask["num_subtasks"] == 2
+    # Flink's per-subtask figures: sync/async time, start delay (trigger to first barrier), and their summary
+    assert all(0 <= r["start_delay"] <= r["end_to_end_duration"] and r["checkpoint"]["sync"] >= 0
+               and r["checkpoint"]["async"] >= 0 for r in per_subtask["subtasks"])
+    summary = per_subtask["summary"]
+    assert summary["start_delay"]["min"] <= summary["start_delay"]["avg"] <= summary["start_delay"]["max"] == max(
+        r["start_delay"] for r in per_subtask["subtasks"])
+    assert completed["start_delay"] >= summary["start_delay"]["max"]  # (the checkpoint's: its slowest task's)
     assert flink.status(f"/jobs/{job_id}/checkpoints/details/999999") == 404
     assert flink.get(f"/jobs/{job_id}/execution-result") == {"status": {"id": "IN_PROGRESS"}}
     assert flink.get(f"/jobs/{job_id}/accumulators")["user-task-accumulators"] == []

@@ -135,12 +135,14 @@ class RecordingSink:
         self.log = log
         self.taken: dict[int, list[dict[str, pa.Table]]] = {}
         self.alignment: dict[int, int] = {}
+        self.start_delay: dict[int, int] = {}
         self.declined: dict[int, str] = {}
 
     def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int,
-               sync_ms: int) -> None:
+               sync_ms: int, start_delay_ms: int = 0) -> None:
         self.taken[checkpoint_id] = snapshots
         self.alignment[checkpoint_id] = alignment_ms
+        self.start_delay[checkpoint_id] = start_delay_ms
         self.log.append(("submitted", checkpoint_id))
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
@@ -233,6 +235,17 @@ def test_exactly_once_holds_back_blocked_channels_and_replays_them_in_order() ->
     assert outputs(log) == [("out", 1), ("out", 3), ("snapshot", 1), ("barrier", 1), ("out", 2), ("out", 4),
                             ("out", 5), ("end",)]
     assert sink.declined == {}
+
+
+def test_the_start_delay_is_the_wait_for_the_first_barrier_not_the_alignment() -> None:
+    """Flink's start delay: from the trigger to the first barrier at the task. A barrier
+    triggered 300 ms ago whose second channel comes 200 ms after the first: ~300, not ~500."""
+    now = int(time.time() * 1000)
+    late = CheckpointBarrier(1, now - 300, EO)
+    _, sink, _, _ = run_task([(0, late), (1, b(1)), (1, late), (0, END_OF_PARTITION), (1, END_OF_PARTITION)],
+                             on_poll=lambda i: time.sleep(0.2) if i == 2 else None)
+    assert sink.alignment[1] >= 190
+    assert 295 <= sink.start_delay[1] < 450, sink.start_delay
 
 
 def test_at_least_once_processes_everything_and_snapshots_at_the_last_barrier() -> None:

@@ -219,7 +219,7 @@ def test_a_long_running_job_keeps_the_latest_statistics_and_no_state_handles_but
     assert all(not s.acknowledged for s in history)  # the handles went with the actions
     assert d.coordinator.counts() == (135, 15, 0)
     done = history[-2]
-    assert len(done.acks) == len(ALL) and all(size == 10 for _, size, _, _, _ in done.acks.values())
+    assert len(done.acks) == len(ALL) and all(a.state_size == 10 for a in done.acks.values())
     assert d.coordinator.trigger() == HISTORY_KEPT + 51
     assert d.coordinator.counts() == (135, 15, 1)
 

@@ -230,7 +230,7 @@ class Sink:
         self.at: dict[int, float] = {}  # when each snapshot was handed over (time.monotonic)
 
     def submit(self, checkpoint_id: int, snapshots: list[dict[str, pa.Table]], alignment_ms: int, sync_ms: int,
-               channel_state: dict[str, list[Any]] | None = None) -> None:
+               channel_state: dict[str, list[Any]] | None = None, start_delay_ms: int = 0) -> None:
         self.taken[checkpoint_id] = (snapshots[0]["seen"].column("v").to_pylist(), channel_state or {})
         self.at[checkpoint_id] = time.monotonic()
         self.done.set()

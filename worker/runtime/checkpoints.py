@@ -131,13 +131,14 @@ class SnapshotWriter:
         self._closed = False
 
     def submit(self, checkpoint_id: int, snapshots: list[Snapshot], alignment_ms: int,
-               sync_ms: int, channel_state: dict[str, list[Any]] | None = None) -> None:
+               sync_ms: int, channel_state: dict[str, list[Any]] | None = None, start_delay_ms: int = 0) -> None:
         """Write ``snapshots`` (one per operator of the chain, head first) and, for an
         unaligned checkpoint, the in-flight data (``channel_state``), and acknowledge."""
         if self._closed:
             release_all(snapshots)
         else:
-            self._background().submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms, channel_state)
+            self._background().submit(self._write, checkpoint_id, snapshots, alignment_ms, sync_ms, channel_state,
+                                      start_delay_ms)
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
         """Decline ``checkpoint_id`` (in the background, after the answers before it)."""
@@ -173,7 +174,7 @@ class SnapshotWriter:
             self._pool.shutdown(wait=wait)
 
     def _write(self, checkpoint_id: int, snapshots: list[Snapshot], alignment_ms: int,
-               sync_ms: int, channel_state: dict[str, list[Any]] | None = None) -> None:
+               sync_ms: int, channel_state: dict[str, list[Any]] | None = None, start_delay_ms: int = 0) -> None:
         started = time.monotonic()
         inflight_bytes = 0
         try:
@@ -186,7 +187,8 @@ class SnapshotWriter:
             self._decline_now(checkpoint_id, f"writing the state of {self._name} failed: {type(exc).__name__}: {exc}")
             return
         async_ms = int(round((time.monotonic() - started) * 1000))
-        snapshot = TaskStateSnapshot(files, alignment_ms, sync_ms, async_ms, channel_state is not None, inflight_bytes)
+        snapshot = TaskStateSnapshot(files, alignment_ms, sync_ms, async_ms, channel_state is not None, inflight_bytes,
+                                     start_delay_ms)
         try:
             self._responder.acknowledge(checkpoint_id, snapshot)
         except Exception as exc:  # noqa: BLE001 - never fails the task

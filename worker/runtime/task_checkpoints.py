@@ -170,6 +170,9 @@ class TaskCheckpoints(UnalignedCheckpoints):
             if barrier.stop == "drain" and not self._chain_finished:
                 self._drain_for_stop()
         started = time.monotonic()
+        # Flink's start delay: from the trigger to the first barrier here (the alignment since then
+        # is not part of it); wall clocks of two hosts: never below 0
+        start_delay_ms = max(0, int(time.time() * 1000 - barrier.timestamp_ms) - alignment_ms)
         snapshots: list[StateSnapshot] = []
         failed = False
         for op in self.chain:  # head first: what one emits reaches the next before its snapshot
@@ -191,7 +194,8 @@ class TaskCheckpoints(UnalignedCheckpoints):
             self.last_barrier_id = max(self.last_barrier_id, checkpoint_id)
             if failed:
                 release_all(snapshots)
-            self._inflight = Inflight(barrier, [] if failed else snapshots, alignment_ms, sync_ms, outputs)
+            self._inflight = Inflight(barrier, [] if failed else snapshots, alignment_ms, sync_ms, outputs,
+                                      start_delay_ms)
             self._failed_unaligned = failed
             if self._aligner is None or not self._aligner.unaligned:  # no input (left) to record
                 if channel is not None and self.gate is not None:
@@ -204,7 +208,7 @@ class TaskCheckpoints(UnalignedCheckpoints):
         self.tail.broadcast_barrier(barrier)
         self.last_barrier_id = max(self.last_barrier_id, checkpoint_id)
         if not failed and self._snapshots is not None:
-            self._snapshots.submit(checkpoint_id, snapshots, alignment_ms, sync_ms)
+            self._snapshots.submit(checkpoint_id, snapshots, alignment_ms, sync_ms, start_delay_ms=start_delay_ms)
         else:
             release_all(snapshots)
 

@@ -37,7 +37,7 @@ class SnapshotSink(Protocol):
     """Takes a task's snapshots (``SnapshotWriter``: writes them and acknowledges)."""
 
     def submit(self, checkpoint_id: int, snapshots: list[StateSnapshot], alignment_ms: int,
-               sync_ms: int, channel_state: dict[str, list[Any]] | None = None) -> None: ...
+               sync_ms: int, channel_state: dict[str, list[Any]] | None = None, start_delay_ms: int = 0) -> None: ...
 
     def decline(self, checkpoint_id: int, reason: str) -> None: ...
 
@@ -48,11 +48,12 @@ class Inflight:
     snapshot; per output subpartition, what the barrier overtook."""
 
     def __init__(self, barrier: CheckpointBarrier, snapshots: list[StateSnapshot], alignment_ms: int,
-                 sync_ms: int, outputs: dict[tuple[int, int], list[Any]]) -> None:
+                 sync_ms: int, outputs: dict[tuple[int, int], list[Any]], start_delay_ms: int = 0) -> None:
         self.barrier = barrier
         self.snapshots = snapshots
         self.alignment_ms = alignment_ms
         self.sync_ms = sync_ms
+        self.start_delay_ms = start_delay_ms
         self.outputs = outputs
         self.inputs: dict[int, list[Any]] = {}
 
@@ -170,4 +171,5 @@ class UnalignedCheckpoints:
             return
         self._snapshots.submit(inflight.barrier.checkpoint_id, inflight.snapshots,
                                inflight.alignment_ms + action.alignment_ms, inflight.sync_ms,
-                               channel_state=inflight.channel_state(self.channel_inputs))
+                               channel_state=inflight.channel_state(self.channel_inputs),
+                               start_delay_ms=inflight.start_delay_ms)

@@ -1698,11 +1698,12 @@ class CheckpointInfo(object):
      - is_savepoint
      - external_path
      - discarded
+     - start_delay_ms
 
     """
 
 
-    def __init__(self, checkpoint_id=None, status=None, trigger_time_ms=None, duration_ms=None, size_bytes=None, alignment_ms=None, failure=None, unaligned=None, inflight_bytes=None, num_subtasks=None, num_acknowledged=None, is_savepoint=None, external_path=None, discarded=None,):
+    def __init__(self, checkpoint_id=None, status=None, trigger_time_ms=None, duration_ms=None, size_bytes=None, alignment_ms=None, failure=None, unaligned=None, inflight_bytes=None, num_subtasks=None, num_acknowledged=None, is_savepoint=None, external_path=None, discarded=None, start_delay_ms=None,):
         self.checkpoint_id = checkpoint_id
         self.status = status
         self.trigger_time_ms = trigger_time_ms
@@ -1717,6 +1718,7 @@ class CheckpointInfo(object):
         self.is_savepoint = is_savepoint
         self.external_path = external_path
         self.discarded = discarded
+        self.start_delay_ms = start_delay_ms
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1797,6 +1799,11 @@ class CheckpointInfo(object):
                     self.discarded = iprot.readBool()
                 else:
                     iprot.skip(ftype)
+            elif fid == 15:
+                if ftype == TType.I64:
+                    self.start_delay_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1862,6 +1869,10 @@ class CheckpointInfo(object):
         if self.discarded is not None:
             oprot.writeFieldBegin('discarded', TType.BOOL, 14)
             oprot.writeBool(self.discarded)
+            oprot.writeFieldEnd()
+        if self.start_delay_ms is not None:
+            oprot.writeFieldBegin('start_delay_ms', TType.I64, 15)
+            oprot.writeI64(self.start_delay_ms)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4128,17 +4139,19 @@ class TaskStateSnapshot(object):
      - async_ms
      - unaligned
      - inflight_bytes
+     - start_delay_ms
 
     """
 
 
-    def __init__(self, files=None, alignment_ms=None, sync_ms=None, async_ms=None, unaligned=None, inflight_bytes=None,):
+    def __init__(self, files=None, alignment_ms=None, sync_ms=None, async_ms=None, unaligned=None, inflight_bytes=None, start_delay_ms=None,):
         self.files = files
         self.alignment_ms = alignment_ms
         self.sync_ms = sync_ms
         self.async_ms = async_ms
         self.unaligned = unaligned
         self.inflight_bytes = inflight_bytes
+        self.start_delay_ms = start_delay_ms
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -4185,6 +4198,11 @@ class TaskStateSnapshot(object):
                     self.inflight_bytes = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I64:
+                    self.start_delay_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -4221,6 +4239,10 @@ class TaskStateSnapshot(object):
         if self.inflight_bytes is not None:
             oprot.writeFieldBegin('inflight_bytes', TType.I64, 6)
             oprot.writeI64(self.inflight_bytes)
+            oprot.writeFieldEnd()
+        if self.start_delay_ms is not None:
+            oprot.writeFieldBegin('start_delay_ms', TType.I64, 7)
+            oprot.writeI64(self.start_delay_ms)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -5097,6 +5119,7 @@ CheckpointInfo.thrift_spec = (
     (12, TType.BOOL, 'is_savepoint', None, None, ),  # 12
     (13, TType.STRING, 'external_path', 'UTF8', None, ),  # 13
     (14, TType.BOOL, 'discarded', None, None, ),  # 14
+    (15, TType.I64, 'start_delay_ms', None, None, ),  # 15
 )
 all_structs.append(JobStatusInfo)
 JobStatusInfo.thrift_spec = (
@@ -5294,6 +5317,7 @@ TaskStateSnapshot.thrift_spec = (
     (4, TType.I64, 'async_ms', None, None, ),  # 4
     (5, TType.BOOL, 'unaligned', None, None, ),  # 5
     (6, TType.I64, 'inflight_bytes', None, None, ),  # 6
+    (7, TType.I64, 'start_delay_ms', None, None, ),  # 7
 )
 all_structs.append(TaskRestore)
 TaskRestore.thrift_spec = (
