@@ -499,6 +499,9 @@ def session_stop(address: str | None, dynamic: tuple[str, ...]) -> None:
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
               help="Port of skein's Driver service (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--web-port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
+              help="Port of the ResourceManager's web proxy, where running applications' tracking URLs "
+              "(http://HOST:PORT/proxy/APP_ID/) are served, as YARN's 8088 (0: any free port).")
 @click.option("--config-dir", default=None,
               help="skein's configuration directory (credentials, driver file); default $SKEIN_CONFIG or ~/.skein.")
 @click.option("--work-dir", default=None, help="Where containers and their logs live (default: a temporary "
@@ -514,7 +517,7 @@ def session_stop(address: str | None, dynamic: tuple[str, ...]) -> None:
               "with `ip netns exec <the printed client namespace> ...`.")
 @click.option("--hide", multiple=True, help="With --separate-hosts: a folder no NodeManager may see (the client's); "
               "repeatable.")
-def yarn_sandbox(port: int, host: str, config_dir: str | None, work_dir: str | None, max_memory: int,
+def yarn_sandbox(port: int, host: str, web_port: int, config_dir: str | None, work_dir: str | None, max_memory: int,
                  max_vcores: int, nodes: int, separate_hosts: bool, hide: tuple[str, ...]) -> None:
     """Run a local skein-compatible stand-in for YARN until Ctrl-C or SIGTERM: the skein client
     (and `--target yarn-per-job` / `yarn-session`) submits to it as to a Hadoop cluster, and
@@ -525,7 +528,8 @@ def yarn_sandbox(port: int, host: str, config_dir: str | None, work_dir: str | N
     if hide and not separate_hosts:
         raise click.UsageError("--hide needs --separate-hosts")
     code = run_sandbox(config_dir=config_dir, port=port, host=host, work_dir=work_dir, max_memory_mb=max_memory,
-                       max_vcores=max_vcores, node_count=nodes, separate_hosts=separate_hosts, hide=hide)
+                       max_vcores=max_vcores, node_count=nodes, separate_hosts=separate_hosts, hide=hide,
+                       web_port=web_port)
     if code:
         raise click.exceptions.Exit(code)
 

@@ -37,6 +37,7 @@ from skein.proto import skein_pb2 as proto
 
 from yarnflow.sandbox.appmaster import AppMaster, AttemptContext, Outcome
 from yarnflow.sandbox.services import Node, file_url, now_ms
+from yarnflow.sandbox.web_proxy import WebProxy
 from yarnflow.sandbox.kv import RequestRejected
 from yarnflow.sandbox.processes import ProcessLauncher, local_path
 from yarnflow.sandbox.submission import credentials, validate_spec
@@ -119,9 +120,8 @@ class Application:
             if self.state == "RUNNING" and current is not None:
                 progress = current.progress if current.progress >= 0 else 0.1
             usage = self._usage()
-            # no web proxy here: the tracking URL is the target of the attempt's first linked page
-            # (on YARN it is the proxy of skein's web UI, which links those pages)
-            tracking = "" if current is None or self.state != "RUNNING" else current.tracking_url()
+            # the ResourceManager's proxy of the attempt's web UI (skein's), which links its pages
+            tracking = "" if current is None or self.state != "RUNNING" else current.ctx.ui_address
             return proto.ApplicationReport(
                 id=self.id, name=self.spec.name, user=self.user, queue=self.queue, tags=sorted(self.spec.tags),
                 host=self.host, port=self.port, tracking_url=tracking, state=self.state, final_status=self.final_status,
@@ -232,7 +232,8 @@ class Application:
                 max_attempts=self.max_attempts, spec=self.spec, cert=self.cert, key=self.key, user=self.user,
                 submit_ms=self.start_ms, local_dir=self.local_dir, log_root=self.log_root,
                 launcher=self.cluster.launcher, place=self.cluster.place,
-                previous_am_node=self.attempts[-1].am_container.node if self.attempts else None)
+                previous_am_node=self.attempts[-1].am_container.node if self.attempts else None,
+                ui_address=self.cluster.ui_address(self.id))
             am = AppMaster(ctx)
             with self._cond:
                 if self._kill is not None:
@@ -306,6 +307,8 @@ class Cluster:
         self._lock = threading.Lock()
         self._stopped = False
         self._stopping = threading.Event()
+        #: the ResourceManager's web proxy (set by the Sandbox once it listens)
+        self.web_proxy: WebProxy | None = None
         if limits.check_memory:
             threading.Thread(target=self._check_memory, name="sandbox-memory", daemon=True).start()
 
@@ -361,6 +364,20 @@ class Cluster:
         if app is None:
             raise RequestRejected("INVALID_ARGUMENT", f"Unknown ApplicationId '{app_id}'")
         return app
+
+    def ui_address(self, app_id: str) -> str:
+        """Application ``app_id``'s web UI through the sandbox's proxy ("": no proxy)."""
+        proxy = self.web_proxy
+        return proxy.base(app_id) if proxy is not None else ""
+
+    def pages(self, app_id: str) -> dict[str, tuple[str, str]] | None:
+        """The proxied pages of application ``app_id``'s running attempt (None: not running)."""
+        with self._lock:
+            app = self._apps.get(app_id)
+        if app is None or app.state != "RUNNING":
+            return None
+        current = app.attempts[-1] if app.attempts else None
+        return current.pages() if current is not None else None
 
     def applications(self) -> list[Application]:
         with self._lock:

@@ -71,6 +71,7 @@ class AttemptContext:
     launcher: ProcessLauncher
     place: Callable[..., Node]  # place(avoid=None): a node for a new container
     previous_am_node: Node | None = None  # where the previous attempt's AppMaster ran
+    ui_address: str = ""  # the application's web UI through the ResourceManager's proxy (web_proxy.py)
 
 
 @dataclass(frozen=True)
@@ -237,10 +238,10 @@ class AppMaster:
                 raise RequestRejected("ALREADY_EXISTS", f"A proxied page with name '{req.link_name}' already exists")
             self.proxies[req.route] = req
 
-    def tracking_url(self) -> str:
-        """The target of the first proxied page with a link (what a user follows from YARN)."""
+    def pages(self) -> dict[str, tuple[str, str]]:
+        """The proxied pages: route -> (target, link name)."""
         with self.lock:
-            return next((p.target for p in self.proxies.values() if p.link_name), "")
+            return {route: (p.target, p.link_name) for route, p in self.proxies.items()}
 
     def remove_proxy(self, route: str) -> None:
         with self.lock:

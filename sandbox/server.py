@@ -51,6 +51,7 @@ from yarnflow.sandbox.hosts import Host, HostNetwork
 from yarnflow.sandbox.kv import RequestRejected, SandboxError
 from yarnflow.sandbox.processes import enter_network
 from yarnflow.sandbox.services import Node
+from yarnflow.sandbox.web_proxy import WebProxy
 
 __all__ = ["Sandbox", "run_sandbox"]
 
@@ -254,9 +255,7 @@ class AppMasterService(skein_pb2_grpc.AppMasterServicer):
 
     @_rpc
     def UiInfo(self, request: proto.UIInfoRequest, context: grpc.ServicerContext) -> proto.UIInfoResponse:
-        host = self.am.address.rpartition(":")[0]
-        return proto.UIInfoResponse(ui_address=[f"http://{host}:8088/proxy/{self.am.ctx.app_id}/"],
-                                    proxy_prefix="/pages")
+        return proto.UIInfoResponse(ui_address=[self.am.ctx.ui_address], proxy_prefix="/pages")
 
     @_rpc
     def GetProxies(self, request: proto.GetProxiesRequest, context: grpc.ServicerContext) -> proto.GetProxiesResponse:
@@ -312,7 +311,9 @@ class Sandbox:
     submit); ``node_count``: pretend NodeManagers (all containers run on this machine);
     ``max_am_attempts``: YARN's cap on ``spec.max_attempts`` (its default, 2); ``kill_grace_s``:
     SIGTERM to SIGKILL; ``check_memory``: kill containers over their memory, as YARN's pmem
-    check; ``queues``: the leaf queues under root.
+    check; ``queues``: the leaf queues under root; ``web_port``: the ResourceManager's web proxy,
+    where the tracking URL of a running application (``http://host:port/proxy/<id>/``) and its
+    skein pages are served (web_proxy.py; 0: any free port).
 
     ``separate_hosts`` (root only): every NodeManager is a host of its own (hosts.py): its
     containers run in its network namespace, with their folders under ``nodes/<node>/`` of the
@@ -328,10 +329,12 @@ class Sandbox:
                  max_memory_mb: int = 8192, max_vcores: int = 4, node_count: int = 1, max_am_attempts: int = 2,
                  kill_grace_s: float = 0.25, check_memory: bool = True,
                  queues: Sequence[str] = ("default",), separate_hosts: bool = False,
-                 extra_hosts: Sequence[str] = (), hide: Sequence[str] = ()) -> None:
+                 extra_hosts: Sequence[str] = (), hide: Sequence[str] = (), web_port: int = 0) -> None:
         self.config_dir = os.path.abspath(os.path.expanduser(config_dir))
         self.host = host
         self.port = port
+        #: the ResourceManager's web proxy (web_proxy.py: tracking URLs): 0, any free port
+        self.web_port = web_port
         self._own_work_dir = work_dir is None
         self.work_dir = os.path.abspath(work_dir) if work_dir else ""
         self.limits = Limits(max_memory_mb, max_vcores, max_am_attempts, kill_grace_s, check_memory)
@@ -343,6 +346,7 @@ class Sandbox:
         self.network: HostNetwork | None = None
         self.cluster: Cluster | None = None
         self._server: grpc.Server | None = None
+        self._web_proxy: WebProxy | None = None
         self._executors: list[ThreadPoolExecutor] = []
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -390,11 +394,19 @@ class Sandbox:
             raise
         server.start()
         self._server = server
+        proxy = WebProxy(self.cluster.pages, self.host, self.web_port)
+        try:
+            self.web_port = self._on_rm_host(proxy.bind)
+        except OSError as exc:
+            self.stop()
+            raise SandboxError(f"the web proxy cannot listen on {self.host}:{self.web_port}: {exc}") from None
+        proxy.start()
+        self.cluster.web_proxy = self._web_proxy = proxy
         self._write_shims()
         self._write_driver_file()
-        logger.info("YARN sandbox serving skein's Driver at %s (config %s, work dir %s, max container "
-                    "<memory:%d, vCores:%d>)", self.address, self.config_dir, self.work_dir,
-                    self.limits.max_memory_mb, self.limits.max_vcores)
+        logger.info("YARN sandbox serving skein's Driver at %s and applications' web UIs at http://%s:%d/proxy/ "
+                    "(config %s, work dir %s, max container <memory:%d, vCores:%d>)", self.address, self.host,
+                    self.web_port, self.config_dir, self.work_dir, self.limits.max_memory_mb, self.limits.max_vcores)
         return self
 
     def stop(self) -> None:
@@ -408,6 +420,8 @@ class Sandbox:
                 self.cluster.stop(KILL_TIMEOUT_S)
             if self._server is not None:
                 self._server.stop(grace=1.0).wait(5.0)
+            if self._web_proxy is not None:
+                self._web_proxy.stop()
             for executor in self._executors:
                 executor.shutdown(wait=False)
             self._remove_driver_file()
@@ -550,7 +564,8 @@ def run_sandbox(config_dir: str | None = None, port: int = 0, host: str = "127.0
         return 1
     try:
         print(f"yarn-sandbox running at {sandbox.address} (SKEIN_CONFIG={sandbox.config_dir}, work dir "
-              f"{sandbox.work_dir})", flush=True)
+              f"{sandbox.work_dir}); applications' web UIs at http://{sandbox.host}:{sandbox.web_port}/proxy/APP_ID/",
+              flush=True)
         for h in sandbox.hosts().values():
             print(f"  host {h.name}: {h.address} (network namespace {h.netns})", flush=True)
         stop_requested.wait()

@@ -633,9 +633,15 @@ def test_a_taskexecutor_started_by_scaling_the_service_joins_the_session_whose_u
                    "the scaled TaskExecutor never registered")
         assert [c.state for c in app.get_containers(services=["taskexecutor"])] == ["RUNNING"]
         dispatcher.close()
-    # YARN links the application to the web UI (a page of skein's web UI; the sandbox reports its
-    # target), which asks for the cluster's REST token (derived from the application's credentials)
-    tracking = report(app_id).tracking_url
+    # YARN's tracking URL is its proxy of the application's web UI (skein's), which links the
+    # yarnflow web UI; that asks for the cluster's REST token (derived from the application's credentials)
+    proxied = report(app_id).tracking_url
+    assert proxied == f"http://127.0.0.1:{sandbox.web_port}/proxy/{app_id}/", proxied
+    index = requests.get(proxied, timeout=10)
+    assert index.status_code == 200 and '<a href="pages/yarnflow/">yarnflow web UI</a>' in index.text, index.text
+    tracking = proxied + "pages/yarnflow/"
+    with skein.Client.from_global_driver() as client:
+        assert client.connect(app_id).ui.get_pages()["yarnflow"].address == tracking
     page = requests.get(tracking, timeout=10)
     assert page.status_code == 200 and "<title>yarnflow: sign in" in page.text, tracking
     token = rest_token(TlsCredentials(f"{sandbox.config_dir}/skein.crt", f"{sandbox.config_dir}/skein.pem"))

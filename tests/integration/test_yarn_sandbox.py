@@ -308,3 +308,74 @@ def test_no_container_outlives_the_sandbox_process(skein_config: str, tmp_path: 
             proc.wait(10)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+# A master that serves a small web app (echoes each request; "/go" redirects relatively; it
+# sets a cookie without a path), links it as a page of the application's web UI and waits.
+WEB_MASTER = textwrap.dedent("""\
+    import http.server, json, skein, time
+    class H(http.server.BaseHTTPRequestHandler):
+        def _echo(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length).decode() if length else ""
+            if self.path.startswith("/go"):
+                self.send_response(302); self.send_header("Location", "there"); self.send_header("Content-Length", "0")
+                self.end_headers(); return
+            out = json.dumps({"method": self.command, "path": self.path, "body": body,
+                              "auth": self.headers.get("Authorization")}).encode()
+            self.send_response(201 if self.command == "POST" else 200)
+            self.send_header("Set-Cookie", "seen=1; HttpOnly")
+            self.send_header("Content-Length", str(len(out))); self.end_headers(); self.wfile.write(out)
+        do_GET = do_POST = do_PATCH = do_DELETE = _echo
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    app = skein.ApplicationClient.from_current()
+    app.ui.add_page("echo", f"http://127.0.0.1:{server.server_address[1]}", link_name="Echo & co")
+    app.ui.add_page("hidden", f"http://127.0.0.1:{server.server_address[1]}/sub/")  # proxied, not linked
+    app.kv["ready"] = b"1"
+    server.serve_forever()
+""")
+
+
+def test_the_tracking_url_is_the_resourcemanagers_proxy_of_the_applications_pages(
+        client: skein.Client, sandbox: Sandbox, tmp_path: Path) -> None:
+    """As on YARN: a running application's tracking URL is ``http://<rm>:<port>/proxy/<id>/``
+    (skein's web UI, linking the pages added with ``ui.add_page``), and a page's address under
+    it forwards every method, query, header and body to the page's target, its answers as they
+    are (status, relative redirect, cookie); an ended application's pages are gone (404)."""
+    import requests
+
+    spec = skein.ApplicationSpec(name="web", master=skein.Master(
+        script=f"{PY} master.py", files={"master.py": script_file(tmp_path, "web.py", WEB_MASTER)}))
+    app_id = client.submit(spec)
+    with client.connect(app_id) as app:
+        app.kv.wait("ready")
+        base = f"http://127.0.0.1:{sandbox.web_port}/proxy/{app_id}/"
+        assert client.application_report(app_id).tracking_url == base
+        index = requests.get(base, timeout=10)
+        assert index.status_code == 200 and '<a href="pages/echo/">Echo &amp; co</a>' in index.text
+        assert "hidden" not in index.text
+        pages = app.ui.get_pages()
+        assert pages["echo"].address == base + "pages/echo/" and app.ui.address == base
+
+        echo = base + "pages/echo/"
+        got = requests.get(echo + "a/b?x=1&y=%20", headers={"Authorization": "Bearer t"}, timeout=10)
+        assert got.status_code == 200 and got.json() == {"method": "GET", "path": "/a/b?x=1&y=%20", "body": "",
+                                                         "auth": "Bearer t"}
+        assert "seen=1" in got.headers["Set-Cookie"] and "Path" not in got.headers["Set-Cookie"]
+        posted = requests.post(echo + "jobs", data="payload", timeout=10)
+        assert posted.status_code == 201 and posted.json()["body"] == "payload"
+        assert requests.patch(echo + "jobs/1?mode=cancel", timeout=10).json()["method"] == "PATCH"
+        moved = requests.get(echo + "go", allow_redirects=False, timeout=10)
+        assert moved.status_code == 302 and moved.headers["Location"] == "there"
+        assert requests.get(base + "pages/hidden/x", timeout=10).json()["path"] == "/sub/x"
+        assert requests.get(base + "pages/echo", allow_redirects=False, timeout=10).headers["Location"] == \
+            f"/proxy/{app_id}/pages/echo/"
+        missing = requests.get(base + "pages/nope/", timeout=10)
+        assert missing.status_code == 404 and "has no page 'nope'" in missing.text
+        unknown = requests.get(base.replace(app_id, "application_1_9999"), timeout=10)
+        assert unknown.status_code == 404 and "is not running" in unknown.text
+        app.shutdown("SUCCEEDED")
+    wait_final(client, app_id)
+    assert client.application_report(app_id).tracking_url == ""
+    ended = requests.get(base + "pages/echo/", timeout=10)
+    assert ended.status_code == 404 and f"Application {app_id} is not running" in ended.text
