@@ -43,6 +43,13 @@ _EXPORTS = {
     "TumblingProcessingTimeWindows": "yarnflow.common.api",
     "SlidingProcessingTimeWindows": "yarnflow.common.api",
     "ProcessingTimeSessionWindows": "yarnflow.common.api",
+    # configuring the job from its code (Flink's names)
+    "CheckpointingMode": "yarnflow.job_config",
+    "CheckpointConfig": "yarnflow.job_config",
+    "ExternalizedCheckpointRetention": "yarnflow.job_config",
+    "HashMapStateBackend": "yarnflow.job_config",
+    "EmbeddedRocksDBStateBackend": "yarnflow.job_config",
+    "RestartStrategies": "yarnflow.job_config",
     "YarnflowError": "yarnflow.common.errors",
     "ConfigurationError": "yarnflow.common.errors",
     "JobDefinitionError": "yarnflow.common.errors",

@@ -323,9 +323,11 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
             edges.append(JobEdge(vertex_ids[head_of[inp.upstream.id].id], vertex_ids[hid], part,
                                  _exchange(exchange, inp.upstream, head), list(inp.keys), index, inp.output_tag))
     jg = JobGraph(job_id, job_name, _topological(vertices, edges), edges, runtime_mode=mode)
-    # what the job runs with, as decided here (the submitted configuration may say AUTOMATIC, or
-    # nothing at all): the job's configuration shows these, and the submission keeps them
-    jg.config.update({Options.RUNTIME_MODE.key: mode, Options.PARALLELISM.key: str(env.parallelism)})
+    # the environment's configuration (-D, and what the job's code set: enable_checkpointing,
+    # set_state_backend, ...), and what the job runs with, as decided here (the submitted
+    # configuration may say AUTOMATIC, or nothing at all): the job's configuration shows these,
+    # and the submission keeps them
+    jg.config.update({**env.conf, Options.RUNTIME_MODE.key: mode, Options.PARALLELISM.key: str(env.parallelism)})
     jg.validate()
     collect = {t.operator.uid: t.operator for t in ts if isinstance(t.operator, CollectSink)}
     files = [t.operator.path for t in ts if isinstance(t.operator, _StagedFileSink)

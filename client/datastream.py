@@ -74,6 +74,40 @@ class StreamExecutionEnvironment(SourceMethods):
         self.runtime_mode = mode.upper()
         return self
 
+    # -- the job's configuration from its code (job_config.py): it wins over -D and the file
+    def enable_checkpointing(self, interval_ms: Any, mode: Any = None) -> StreamExecutionEnvironment:
+        """Checkpoint every ``interval_ms`` ms (``mode``: EXACTLY_ONCE, the default, or AT_LEAST_ONCE)."""
+        config = self.get_checkpoint_config().set_checkpoint_interval(interval_ms)
+        if mode is not None:
+            config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> Any:
+        """The job's checkpointing (``CheckpointConfig``: Flink's setters and getters)."""
+        from yarnflow.job_config import CheckpointConfig
+
+        return CheckpointConfig(self.conf)
+
+    def get_checkpoint_interval(self) -> int:
+        return int(self.get_checkpoint_config().get_checkpoint_interval())
+
+    def set_state_backend(self, backend: Any) -> StreamExecutionEnvironment:
+        """``HashMapStateBackend()`` or ``EmbeddedRocksDBStateBackend(enable_incremental_checkpointing)``."""
+        if not callable(getattr(backend, "configure", None)):
+            raise JobDefinitionError(f"set_state_backend takes HashMapStateBackend() or EmbeddedRocksDBStateBackend(), "
+                                     f"not {backend!r}")
+        backend.configure(self.conf)
+        return self
+
+    def set_restart_strategy(self, strategy: Any) -> StreamExecutionEnvironment:
+        """A strategy from ``RestartStrategies`` (no_restart, fixed_delay_restart, ...)."""
+        from yarnflow.job_config import RestartStrategyConfiguration
+
+        if not isinstance(strategy, RestartStrategyConfiguration):
+            raise JobDefinitionError(f"set_restart_strategy takes one of RestartStrategies' strategies, not {strategy!r}")
+        strategy.configure(self.conf)
+        return self
+
     def _add(self, t: Transformation) -> Transformation:
         self.transformations.append(t)
         return t
