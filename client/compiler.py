@@ -249,6 +249,15 @@ def compile_job(env: StreamExecutionEnvironment, job_name: str) -> CompiledJob:
             return Partitioner.REBALANCE
         return p
 
+    for t in ts:  # forward() between different parallelisms is a mistake, as in Flink
+        for inp in t.inputs:
+            if inp.forward_only and parallelism(inp.upstream) != parallelism(t):
+                names = [x.operator.name if x.operator is not None else "union" for x in (inp.upstream, t)]
+                raise JobDefinitionError(
+                    f"forward() from '{names[0]}' (parallelism {parallelism(inp.upstream)}) to '{names[1]}' "
+                    f"(parallelism {parallelism(t)}): forward partitioning needs the same parallelism on both "
+                    "sides; use rebalance() or rescale()")
+
     head_of: dict[int, Transformation] = {}
     chains: dict[int, list[Transformation]] = {}
     #: inputs of a chained operator that are not its chain predecessor (a broadcast join's build

@@ -151,11 +151,13 @@ class DataStream:
     _partitioner = Partitioner.FORWARD
     _keys: tuple[str, ...] = ()
     _tag = ""
+    _forward_only = False
 
     def _then(self, op: Operator, event_time_column: str | None = "") -> DataStream:
         up = self.transformation
         ordered = up.ordered and self._partitioner == Partitioner.FORWARD and not self._tag
-        t = Transformation(op, [Input(up, self._partitioner, self._keys, self._tag)],
+        t = Transformation(op, [Input(up, self._partitioner, self._keys, self._tag,
+                                      forward_only=self._forward_only)],
                            slot_sharing_group=up.slot_sharing_group, parallelism=1 if ordered else None,
                            ordered=ordered,
                            event_time_column=up.event_time_column if event_time_column == "" else event_time_column)
@@ -233,6 +235,36 @@ class DataStream:
     def rebalance(self) -> DataStream:
         """Deal batches round-robin to the next operator's subtasks."""
         return _PartitionedStream(self, Partitioner.REBALANCE)
+
+    def shuffle(self) -> DataStream:
+        """Send each row to a subtask of the next operator picked at random."""
+        return _PartitionedStream(self, Partitioner.SHUFFLE)
+
+    def rescale(self) -> DataStream:
+        """Deal batches round-robin to a subset of the next operator's subtasks (each subtask
+        here feeds its share of them: 2 -> 4, subtask 0 feeds 0 and 1), as Flink's rescale."""
+        return _PartitionedStream(self, Partitioner.RESCALE)
+
+    def global_(self) -> DataStream:
+        """Send every row to subtask 0 of the next operator (``global`` is a Python keyword)."""
+        return _PartitionedStream(self, Partitioner.GLOBAL)
+
+    def forward(self) -> DataStream:
+        """Each subtask feeds the next operator's subtask of its own index (chained when it can
+        be); both operators must have the same parallelism (a JobDefinitionError otherwise)."""
+        stream = _PartitionedStream(self, Partitioner.FORWARD)
+        stream._forward_only = True
+        return stream
+
+    def partition_custom(self, partitioner: Any, key_selector: Callable[[dict[str, Any]], Any]) -> DataStream:
+        """Send each row to the subtask ``partitioner.partition(key_selector(row), n)`` of the
+        next operator (``n`` its parallelism; ``partitioner`` may be a function of (key, n))."""
+        from yarnflow.worker.operators.transforms import CustomPartition
+
+        if not callable(getattr(partitioner, "partition", partitioner)) or not callable(key_selector):
+            raise JobDefinitionError("partition_custom needs a partitioner (partition(key, n), or a function of "
+                                     "(key, n)) and a key selector (a function of the row)")
+        return _PartitionedStream(self._then(CustomPartition(partitioner, key_selector)), Partitioner.CUSTOM)
 
     def broadcast(self, *descriptors: Any) -> Any:
         """Send every batch to every subtask of the next operator. With broadcast state

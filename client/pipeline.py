@@ -27,6 +27,9 @@ class Input:
     keys: tuple[str, ...] = ()
     output_tag: str = ""   # read the upstream's side output of this tag
     input_index: int = 0   # 0, or 1 for the second input of a two-input operator
+    #: ``forward()`` asked for: the two operators must have the same parallelism (otherwise a
+    #: FORWARD input between different parallelisms is dealt round-robin)
+    forward_only: bool = False
 
 
 @dataclass(eq=False)

@@ -131,10 +131,22 @@ _JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 
 
 class Partitioner(enum.IntEnum):
+    """How records reach the consumers of an exchange (Flink's partitioners; see the IDL)."""
+
     FORWARD = 0
     HASH = 1
     REBALANCE = 2
     BROADCAST = 3
+    SHUFFLE = 4
+    RESCALE = 5
+    GLOBAL = 6
+    CUSTOM = 7
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether a producer run again sends each record to the same consumer (a blocking
+        exchange's consumers then need not all run again)."""
+        return self not in (Partitioner.REBALANCE, Partitioner.SHUFFLE, Partitioner.RESCALE)
 
 
 class ExchangeMode(enum.IntEnum):

@@ -38,7 +38,11 @@ enum JobStatus {
   CANCELLING = 5, CANCELED = 6, FINISHED = 7, RESTARTING = 8, SUSPENDED = 9,
 }
 
-enum Partitioner { FORWARD = 0, HASH = 1, REBALANCE = 2, BROADCAST = 3 }
+// Flink's partitioners: SHUFFLE a random subtask per record, RESCALE round-robin over a subset
+// of the consumers (pointwise), GLOBAL every record to subtask 0, CUSTOM the user's
+// Partitioner picks a subtask per record (it runs in the producer's chain)
+enum Partitioner { FORWARD = 0, HASH = 1, REBALANCE = 2, BROADCAST = 3, SHUFFLE = 4, RESCALE = 5, GLOBAL = 6,
+                   CUSTOM = 7 }
 enum ExchangeMode { PIPELINED = 0, BLOCKING = 1, BLOCKING_PERSISTENT = 2 }  // persistent: in the job storage dir
 
 struct ResourceProfile {

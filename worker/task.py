@@ -47,7 +47,7 @@ from yarnflow.worker.runtime.checkpoints import (
 )
 from yarnflow.worker.key_assignment import own_key_groups
 from yarnflow.worker.network.gate import InputChannel, InputGate, IteratorChannel, LocalInputChannel, SequenceChannel
-from yarnflow.common.states import ExchangeMode
+from yarnflow.common.states import ExchangeMode, Partitioner
 from yarnflow.worker.network.partition import ResultPartitionManager, read_stored, stored_partition_url
 from yarnflow.worker.runtime.stream_task import StreamTask, TaskCancelledError
 from yarnflow.worker.runtime.writer import RecordWriter
@@ -244,9 +244,12 @@ class Task:
                 partition = self._partitions.create_blocking(rpd.partition_id, rpd.num_subpartitions)
             else:
                 partition = self._partitions.create(rpd.partition_id, rpd.num_subpartitions, capacity)
-            writers.append(RecordWriter(partition, rpd.partitioner, rpd.key_columns, rpd.consumer_max_parallelism,
-                                        batch_size, buffer_timeout, cancelled, tdd.subtask_index, rpd.output_tag,
-                                        io_metrics=self._io_metrics))
+            writer = RecordWriter(partition, rpd.partitioner, rpd.key_columns, rpd.consumer_max_parallelism,
+                                  batch_size, buffer_timeout, cancelled, tdd.subtask_index, rpd.output_tag,
+                                  io_metrics=self._io_metrics, producer_parallelism=tdd.parallelism)
+            if rpd.partitioner == Partitioner.CUSTOM:  # (partition_custom's operator ends the producer's chain)
+                writer.custom = next((op.channels for op in reversed(chain) if hasattr(op, "channels")), None)
+            writers.append(writer)
         channel_inputs: list[int] = []
         channels = []
         for g in tdd.input_gates:

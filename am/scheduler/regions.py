@@ -70,7 +70,7 @@ class BlockingExchange:
 
     @property
     def is_deterministic(self) -> bool:
-        return self.edge.partitioner != Partitioner.REBALANCE
+        return self.edge.partitioner.deterministic
 
     def __repr__(self) -> str:
         e = self.edge

@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -55,10 +56,10 @@ def ints(elements: list[Any], col: str = "i") -> list[int]:
 
 def make_writer(n: int, partitioner: Partitioner, batch_size: int = 100, timeout_ms: int = 100,
                 keys: tuple[str, ...] = (), producer_index: int = 0,
-                capacity: int = BIG) -> tuple[RecordWriter, ResultPartition]:
+                capacity: int = BIG, producer_parallelism: int = 1) -> tuple[RecordWriter, ResultPartition]:
     partition = ResultPartition(ResultPartitionID("job.p0"), n, capacity)
     return RecordWriter(partition, partitioner, list(keys), MAXP, batch_size, timeout_ms, lambda: False,
-                        producer_index), partition
+                        producer_index, producer_parallelism=producer_parallelism), partition
 
 
 class Waiter:
@@ -152,6 +153,53 @@ def test_rebalance_deals_batches_round_robin_from_the_producer_index():
     assert got == [[v for b in (2, 5) for v in range(10 * b, 10 * b + 5)],
                    [v for b in (0, 3, 6) for v in range(10 * b, 10 * b + 5)],
                    [v for b in (1, 4) for v in range(10 * b, 10 * b + 5)]]
+
+
+def test_shuffle_sends_each_row_to_a_random_channel_and_loses_none():
+    w, partition = make_writer(4, Partitioner.SHUFFLE, batch_size=1000)
+    for s in range(0, 4000, 400):
+        w.emit(batch_of(s, 400))
+    w.finish()
+    got = [ints(drain(sub)) for sub in partition.subpartitions]
+    assert sorted(v for g in got for v in g) == list(range(4000))
+    assert all(800 < len(g) < 1200 for g in got), [len(g) for g in got]  # (per row, not per batch: 10 batches)
+    assert all(g == sorted(g) for g in got)  # each channel keeps the producer's order
+
+
+@pytest.mark.parametrize("producers, consumers, expected", [
+    (2, 4, {0: [0, 1], 1: [2, 3]}),  # each producer its half of the consumers
+    (4, 2, {0: [0], 1: [0], 2: [1], 3: [1]}),  # consumers shared by neighbours
+    (3, 3, {0: [0], 1: [1], 2: [2]}),
+])
+def test_rescale_deals_round_robin_over_the_producers_share_of_the_consumers(
+        producers: int, consumers: int, expected: dict[int, list[int]]) -> None:
+    for p in range(producers):
+        w, partition = make_writer(consumers, Partitioner.RESCALE, batch_size=5, producer_index=p,
+                                   producer_parallelism=producers)
+        for b in range(6):
+            w.emit(batch_of(10 * b, 5))
+        w.finish()
+        got = {i: ints(drain(sub)) for i, sub in enumerate(partition.subpartitions)}
+        assert [i for i, g in got.items() if g] == expected[p]
+        assert sorted(v for g in got.values() for v in g) == [v for b in range(6) for v in range(10 * b, 10 * b + 5)]
+
+
+def test_global_sends_every_row_to_the_first_channel():
+    w, partition = make_writer(3, Partitioner.GLOBAL, batch_size=10, producer_index=2)
+    for s in range(0, 30, 10):
+        w.emit(batch_of(s, 10))
+    w.finish()
+    assert [ints(drain(sub)) for sub in partition.subpartitions] == [list(range(30)), [], []]
+
+
+def test_custom_routes_each_row_where_the_producer_chains_partitioner_says():
+    w, partition = make_writer(3, Partitioner.CUSTOM, batch_size=100)
+    with pytest.raises(RuntimeError, match="no partition_custom operator"):
+        w.emit(batch_of(0, 3))
+    w.custom = lambda batch, n: np.array([v % n for v in batch.column("i").to_pylist()])
+    w.emit(batch_of(0, 30))
+    w.finish()
+    assert [ints(drain(sub)) for sub in partition.subpartitions] == [list(range(r, 30, 3)) for r in range(3)]
 
 
 # -- batching ------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import pyarrow as pa
 
 from yarnflow.common.api.co_functions import CheckpointedFunction
@@ -325,3 +326,34 @@ class RowFlatMap(_RowOperator):
                         raise SchemaMismatchError(f"flat_map function in operator '{self.name}' must return "
                                                   f"an iterable, got {type(produced).__name__}") from None
             self._emit_rows(rows)
+
+
+class CustomPartition(Operator):
+    """``partition_custom(partitioner, key_selector)``: passes its rows on as they are; the
+    CUSTOM exchange after it (the writer of its chain) asks ``channels`` which consumer each row
+    goes to, ``partitioner.partition(key_selector(row), n)`` (or ``partitioner(key, n)``), with
+    ``n`` the consumers' parallelism as the job runs (after a rescale too), as in Flink."""
+
+    kind = "partition_custom"
+
+    def __init__(self, partitioner: Any, key_selector: Callable[[dict[str, Any]], Any],
+                 name: str | None = None) -> None:
+        super().__init__(name or "partition_custom")
+        self.partitioner = partitioner
+        self.key_selector = key_selector
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        self.output.collect(batch)
+
+    def channels(self, batch: pa.RecordBatch, n: int) -> np.ndarray:
+        partition = getattr(self.partitioner, "partition", self.partitioner)
+        key = self.key_selector
+        out = np.empty(batch.num_rows, dtype=np.int64)
+        for i, row in enumerate(batch.to_pylist()):
+            channel = self.call_user(partition, self.call_user(key, row), n)
+            if isinstance(channel, bool) or not isinstance(channel, (int, np.integer)) or not 0 <= channel < n:
+                raise self.user_error(partition, ValueError(
+                    f"partition_custom's partitioner answered {channel!r} for {n} partitions: it must be an int "
+                    f"in 0..{n - 1}"))
+            out[i] = channel
+        return out

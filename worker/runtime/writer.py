@@ -22,7 +22,7 @@ class RecordWriter:
     def __init__(self, partition: ResultPartition, partitioner: Partitioner, key_columns: Sequence[str],
                  consumer_max_parallelism: int, batch_size: int, buffer_timeout_ms: int,
                  cancelled: Callable[[], bool], producer_index: int = 0, output_tag: str = "",
-                 io_metrics: bool = True) -> None:
+                 io_metrics: bool = True, producer_parallelism: int = 1) -> None:
         self.output_tag = output_tag
         #: count bytes sent and time spent waiting for room (back-pressure), for the task's metrics
         self._io_metrics = io_metrics
@@ -43,6 +43,14 @@ class RecordWriter:
         self._rr_start = producer_index % max(1, self._n)
         for _ in range(self._rr_start):
             next(self._rr)  # type: ignore[arg-type]
+        if partitioner == Partitioner.RESCALE and self._n:  # (Flink's pointwise: a subset of the consumers)
+            p = max(1, producer_parallelism)
+            first, last = producer_index * self._n // p, (producer_index + 1) * self._n // p
+            self._rr = itertools.cycle(range(first, max(last, first + 1)))
+        #: SHUFFLE's random choices (seeded per producer: a run is reproducible, producers differ)
+        self._random = np.random.default_rng(producer_index)
+        #: CUSTOM: the producer chain's ``channels(batch, n)`` (the user's Partitioner, per row)
+        self.custom: Callable[[pa.RecordBatch, int], np.ndarray] | None = None
         self.records_out = 0
         #: time spent waiting for room in a subpartition (back-pressure), the wait in progress included
         self._backpressure = WaitClock()
@@ -63,13 +71,22 @@ class RecordWriter:
         elif self._partitioner == Partitioner.BROADCAST:
             for i in range(self._n):
                 self._buffer(i, batch)
-        elif self._partitioner == Partitioner.REBALANCE:
+        elif self._partitioner in (Partitioner.REBALANCE, Partitioner.RESCALE):
             self._buffer(next(self._rr), batch)  # type: ignore[arg-type]
+        elif self._partitioner == Partitioner.GLOBAL:
+            self._buffer(0, batch)
+        elif self._partitioner == Partitioner.SHUFFLE:
+            self._route(batch, self._random.integers(0, self._n, batch.num_rows))
+        elif self._partitioner == Partitioner.CUSTOM:
+            if self.custom is None:
+                raise RuntimeError("a CUSTOM exchange whose producer has no partition_custom operator")
+            self._route(batch, self.custom(batch, self._n))
         else:
-            self._route_by_key(batch)
+            self._route(batch, operator_index_for_key_groups(key_groups(batch, self._keys, self._maxp), self._maxp,
+                                                             self._n))
 
-    def _route_by_key(self, batch: pa.RecordBatch) -> None:
-        targets = operator_index_for_key_groups(key_groups(batch, self._keys, self._maxp), self._maxp, self._n)
+    def _route(self, batch: pa.RecordBatch, targets: np.ndarray) -> None:
+        """Row ``r`` of ``batch`` to subpartition ``targets[r]``."""
         if self._n <= 8:
             for i in range(self._n):
                 idx = np.flatnonzero(targets == i)

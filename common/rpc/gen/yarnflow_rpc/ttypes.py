@@ -130,12 +130,20 @@ class Partitioner(object):
     HASH = 1
     REBALANCE = 2
     BROADCAST = 3
+    SHUFFLE = 4
+    RESCALE = 5
+    GLOBAL = 6
+    CUSTOM = 7
 
     _VALUES_TO_NAMES = {
         0: "FORWARD",
         1: "HASH",
         2: "REBALANCE",
         3: "BROADCAST",
+        4: "SHUFFLE",
+        5: "RESCALE",
+        6: "GLOBAL",
+        7: "CUSTOM",
     }
 
     _NAMES_TO_VALUES = {
@@ -143,6 +151,10 @@ class Partitioner(object):
         "HASH": 1,
         "REBALANCE": 2,
         "BROADCAST": 3,
+        "SHUFFLE": 4,
+        "RESCALE": 5,
+        "GLOBAL": 6,
+        "CUSTOM": 7,
     }
 
 
