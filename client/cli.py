@@ -145,6 +145,9 @@ def run(target: str | None, detached: bool, address: str | None, parallelism: in
     sys.path.insert(0, os.path.dirname(os.path.abspath(job_file)))
     exited = False
     try:
+        from yarnflow.pyflink import install
+
+        install()  # a PyFlink program runs unchanged: `import pyflink...` is yarnflow's PyFlink layer
         runpy.run_path(job_file, run_name="__main__")
     except JobFailedError as exc:
         cause = exc.cause
@@ -208,9 +211,10 @@ def _where_args(ctx: Any, app_id: str) -> str:
 def _result_locations(result: Any) -> str:
     """Where the job's results went, for the closing line."""
     places = [f"written to {p}" for p in result.outputs]
-    if result.printed:
+    pyflink = {u for u in result.collect_uids if result.collect_names.get(u, u).startswith("pyflink-")}
+    if result.printed or any(result.collect_names.get(u, u).startswith("pyflink-print-") for u in pyflink):
         places.append("printed above")
-    others = [u for u in result.collect_uids if not u.startswith("print-")]
+    others = [u for u in result.collect_uids if not u.startswith("print-") and u not in pyflink]
     if others:  # (where they were stored is the cluster's business: an embedded one's folder is gone now)
         names = ", ".join(repr(result.collect_names.get(u, u)) for u in others)
         places.append(f"collected ({names}: env.execute(...).collected(name) returns them)")

@@ -19,7 +19,7 @@ from yarnflow.common.states import Partitioner
 from yarnflow.worker.operators.base import Operator
 from yarnflow.worker.operators.keyed import KeyedAggregate, KeyedReduce
 from yarnflow.common.api import AggregateFunction, KeyedProcessFunction, WatermarkStrategy
-from yarnflow.worker.operators.sinks import CollectSink, CsvSink, ParquetSink
+from yarnflow.worker.operators.sinks import CollectSink, CsvSink, ParquetSink, TextSink
 from yarnflow.worker.operators.timestamps import TimestampsAndWatermarks
 from yarnflow.worker.operators.transforms import MapBatches, RowFilter, RowFlatMap, RowMap
 
@@ -356,6 +356,11 @@ class DataStream:
     def sink_to_csv(self, path: str, name: str = "csv_sink", roll_size_bytes: int | None = None) -> DataStream:
         """Like ``sink_to_parquet``, as CSV files with a header."""
         return self._then(CsvSink(qualified(path), name, roll_size_bytes=roll_size_bytes))
+
+    def sink_to_text(self, path: str, name: str = "text_sink", roll_size_bytes: int | None = None,
+                     suffix: str = "") -> DataStream:
+        """Like ``sink_to_parquet``, as text files: one line per row of the stream's one column."""
+        return self._then(TextSink(qualified(path), name, roll_size_bytes=roll_size_bytes, suffix=suffix))
 
     def sink_to(self, sink: Any, name: str | None = None) -> DataStream:
         """Write to a connector's sink (``yarnflow.kafka.KafkaSink``), as Flink's ``sink_to``."""

@@ -445,6 +445,38 @@ class CsvSink(_StagedFileSink):
         return pacsv.CSVWriter(fh, schema)
 
 
+class _LineWriter:
+    """Writes a batch's first column as lines of UTF-8 text."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        lines = batch.column(0).to_pylist()
+        self._fh.write(("\n".join("" if v is None else str(v) for v in lines) + "\n").encode())
+
+    def close(self) -> None:
+        pass
+
+
+class TextSink(_StagedFileSink):
+    """Text files, one line per row (its one column: ``sink_to_text``), committed as the other
+    file sinks are (two-phase, exactly once)."""
+
+    kind = "text_sink"
+    extension = ""
+
+    def __init__(self, path: str, name: str | None = None, roll_size_bytes: int | None = None,
+                 suffix: str = "") -> None:
+        super().__init__(path, name, roll_size_bytes=roll_size_bytes)
+        self.extension = suffix
+
+    def _new_writer(self, fh: Any, schema: pa.Schema) -> Any:
+        if len(schema) != 1:
+            raise SchemaMismatchError(f"sink '{self.name}' writes one column as lines; its rows have {schema.names}")
+        return _LineWriter(fh)
+
+
 class CollectSink(_StagedFileSink):
     """Writes its input in the collect format (``yarnflow.common.collect``) under the job's
     storage dir, for the client."""

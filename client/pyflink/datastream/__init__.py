@@ -1,0 +1,14 @@
+"""PyFlink's ``pyflink.datastream`` on yarnflow (see ``yarnflow.pyflink``)."""
+
+from yarnflow.job_config import (CheckpointConfig, CheckpointingMode, EmbeddedRocksDBStateBackend,
+                                 ExternalizedCheckpointCleanup, ExternalizedCheckpointRetention, HashMapStateBackend)
+from yarnflow.pyflink.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
+from yarnflow.pyflink.datastream.functions import (FilterFunction, FlatMapFunction, KeySelector, MapFunction,
+                                                   Partitioner, ReduceFunction, RuntimeContext)
+from yarnflow.pyflink.datastream.stream_execution_environment import (RuntimeExecutionMode,
+                                                                      StreamExecutionEnvironment)
+
+__all__ = ["StreamExecutionEnvironment", "RuntimeExecutionMode", "DataStream", "KeyedStream", "DataStreamSink",
+           "CloseableIterator", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
+           "Partitioner", "RuntimeContext", "CheckpointingMode", "CheckpointConfig", "ExternalizedCheckpointCleanup",
+           "ExternalizedCheckpointRetention", "HashMapStateBackend", "EmbeddedRocksDBStateBackend"]

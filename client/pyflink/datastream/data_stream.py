@@ -1,0 +1,299 @@
+"""PyFlink's DataStream and KeyedStream over yarnflow's: each PyFlink function is wrapped in a
+callable that decodes a row into the element, calls the function and encodes what it returns
+(``records.py``), so the operators, exchanges, state and checkpoints are yarnflow's own."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterable, Iterator
+
+from yarnflow.common.errors import JobDefinitionError
+from yarnflow.pyflink.common.typeinfo import TypeInformation
+from yarnflow.pyflink.datastream.functions import Function, RuntimeContext
+from yarnflow.pyflink.datastream.records import KEY, decode, encode_key, encoder
+
+__all__ = ["DataStream", "KeyedStream", "DataStreamSink", "CloseableIterator"]
+
+_names = itertools.count(1)
+
+
+def _target(fn: Any, method: str) -> Callable[..., Any]:
+    """The function to call: ``fn.<method>`` of a function class's instance, else ``fn``."""
+    bound = getattr(fn, method, None)
+    if callable(bound) and (isinstance(fn, Function) or not callable(fn)):
+        return bound  # type: ignore[no-any-return]
+    if callable(fn):
+        return fn  # type: ignore[no-any-return]
+    raise JobDefinitionError(f"expected a function or an object with a {method}() method, got {fn!r}")
+
+
+class _Wrapped:
+    """A PyFlink function as a yarnflow row function (``open``/``close`` passed on)."""
+
+    def __init__(self, fn: Any, method: str, output_type: TypeInformation | None = None) -> None:
+        self.fn = fn
+        self.method = method
+        self.call = _target(fn, method)
+        self.encode = encoder(output_type)
+
+    def open(self, ctx: Any) -> None:
+        if callable(getattr(self.fn, "open", None)) and isinstance(self.fn, Function):
+            self.fn.open(RuntimeContext(ctx))
+
+    def close(self) -> None:
+        if callable(getattr(self.fn, "close", None)) and isinstance(self.fn, Function):
+            self.fn.close()
+
+
+class _Map(_Wrapped):
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        return self.encode(self.call(decode(row)))
+
+
+class _FlatMap(_Wrapped):
+    def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        encode = self.encode
+        return (encode(v) for v in (self.call(decode(row)) or ()))
+
+
+class _Filter(_Wrapped):
+    def __call__(self, row: dict[str, Any]) -> bool:
+        return bool(self.call(decode(row)))
+
+
+class _Key(_Wrapped):
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, KEY: encode_key(self.call(decode(row)))}
+
+
+class _Reduce(_Wrapped):
+    def __call__(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        value = self.call(decode(a), decode(b))
+        if "line" in a:  # (a text file's line, as it came: the reduced row keeps its input's columns)
+            return {"line": value, KEY: a[KEY]}
+        return {**self.encode(value), KEY: a[KEY]}
+
+
+class _PartitionKey(_Wrapped):
+    def __call__(self, row: dict[str, Any]) -> Any:
+        return self.call(decode(row))
+
+
+class CloseableIterator:
+    """``execute_and_collect``'s elements (an iterator that can be closed, as PyFlink's)."""
+
+    def __init__(self, values: Iterable[Any]) -> None:
+        self._it = iter(values)
+
+    def __iter__(self) -> CloseableIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def close(self) -> None:
+        self._it = iter(())
+
+    def __enter__(self) -> CloseableIterator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class DataStreamSink:
+    """What ``print``, ``sink_to`` and ``add_sink`` return: name, uid and parallelism of the sink."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def name(self, name: str) -> DataStreamSink:
+        self._stream.name(name)
+        return self
+
+    def uid(self, uid: str) -> DataStreamSink:
+        self._stream.uid(uid)
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStreamSink:
+        self._stream.set_parallelism(parallelism)
+        return self
+
+    def set_uid_hash(self, uid_hash: str) -> DataStreamSink:
+        return self.uid(uid_hash)
+
+    def disable_chaining(self) -> DataStreamSink:
+        self._stream.disable_chaining()
+        return self
+
+    def slot_sharing_group(self, group: Any) -> DataStreamSink:
+        self._stream.slot_sharing_group(getattr(group, "name", group))
+        return self
+
+
+class DataStream:
+    """A PyFlink stream: ``_ds`` is yarnflow's, ``_type`` what its elements are (None: pickled)."""
+
+    def __init__(self, env: Any, ds: Any, type_info: TypeInformation | None = None) -> None:
+        self._env = env
+        self._ds = ds
+        self._type = type_info
+
+    def _derive(self, ds: Any, type_info: TypeInformation | None) -> DataStream:
+        return DataStream(self._env, ds, type_info)
+
+    # -- naming and resources
+    def name(self, name: str) -> DataStream:
+        self._ds.name(name)
+        return self
+
+    def uid(self, uid: str) -> DataStream:
+        self._ds.uid(uid)
+        return self
+
+    def set_uid_hash(self, uid_hash: str) -> DataStream:
+        return self.uid(uid_hash)
+
+    def get_name(self) -> str:
+        return str(self._ds._operator().name)
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        self._ds.set_parallelism(parallelism)
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream:
+        self._ds.transformation.max_parallelism = max_parallelism
+        return self
+
+    def get_type(self) -> TypeInformation | None:
+        return self._type
+
+    def slot_sharing_group(self, group: Any) -> DataStream:
+        self._ds.slot_sharing_group(getattr(group, "get_name", lambda: group)() if not isinstance(group, str)
+                                    else group)
+        return self
+
+    def disable_chaining(self) -> DataStream:
+        self._ds.disable_chaining()
+        return self
+
+    def start_new_chain(self) -> DataStream:
+        return self.disable_chaining()
+
+    def set_buffer_timeout(self, timeout_millis: int) -> DataStream:
+        return self  # (yarnflow's execution.buffer-timeout is per job)
+
+    # -- transformations
+    def map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        return self._derive(self._ds.map(_Map(func, "map", output_type), name=_name(func, "Map")), output_type)
+
+    def flat_map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        return self._derive(self._ds.flat_map(_FlatMap(func, "flat_map", output_type), name=_name(func, "FlatMap")),
+                            output_type)
+
+    def filter(self, func: Any) -> DataStream:
+        return self._derive(self._ds.filter(_Filter(func, "filter"), name=_name(func, "Filter")), self._type)
+
+    def key_by(self, key_selector: Any, key_type: TypeInformation | None = None) -> KeyedStream:
+        keyed = self._ds.map(_Key(key_selector, "get_key"), name="key_by")
+        return KeyedStream(self._env, keyed.key_by(KEY), self._type)
+
+    def union(self, *streams: DataStream) -> DataStream:
+        return self._derive(self._ds.union(*(s._ds for s in streams)), self._type)
+
+    # -- partitioning
+    def shuffle(self) -> DataStream:
+        return self._derive(self._ds.shuffle(), self._type)
+
+    def rebalance(self) -> DataStream:
+        return self._derive(self._ds.rebalance(), self._type)
+
+    def rescale(self) -> DataStream:
+        return self._derive(self._ds.rescale(), self._type)
+
+    def forward(self) -> DataStream:
+        return self._derive(self._ds.forward(), self._type)
+
+    def global_(self) -> DataStream:
+        return self._derive(self._ds.global_(), self._type)
+
+    def broadcast(self, *descriptors: Any) -> DataStream:
+        if descriptors:
+            raise JobDefinitionError("PyFlink's broadcast state (broadcast(MapStateDescriptor)) is not supported yet "
+                                     "by yarnflow's PyFlink layer")
+        return self._derive(self._ds.broadcast(), self._type)
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
+        part = _target(partitioner, "partition")
+        return self._derive(self._ds.partition_custom(part, _PartitionKey(key_selector, "get_key")), self._type)
+
+    # -- sinks
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        """The elements, printed on the client's stdout when the job ends (yarnflow runs no
+        TaskManager console), ``str(element)`` a line, prefixed with ``sink_identifier:``."""
+        uid = f"pyflink-print-{next(_names)}"
+        sink = self._ds.collect(name=uid)
+        self._env._prints.append((uid, sink_identifier))
+        return DataStreamSink(sink)
+
+    def execute_and_collect(self, job_name: str | None = None, limit: int | None = None) -> CloseableIterator:
+        uid = f"pyflink-collect-{next(_names)}"
+        self._ds.collect(name=uid)
+        result = self._env._execute(job_name)
+        values = _decoded(result.collected(uid))
+        return CloseableIterator(values[:limit] if limit is not None else values)
+
+    def sink_to(self, sink: Any) -> DataStreamSink:
+        attach = getattr(sink, "_attach", None)
+        if attach is None:
+            raise JobDefinitionError(f"sink_to: {type(sink).__name__} is not a sink yarnflow's PyFlink layer knows "
+                                     "(FileSink)")
+        return DataStreamSink(attach(self._ds))
+
+    def add_sink(self, sink_func: Any) -> DataStreamSink:
+        return self.sink_to(sink_func)
+
+    def get_side_output(self, output_tag: Any) -> DataStream:
+        raise JobDefinitionError("side outputs (OutputTag) are not supported yet by yarnflow's PyFlink layer")
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
+        if getattr(watermark_strategy, "_kind", "") == "none":
+            return self
+        raise JobDefinitionError("event time (WatermarkStrategy with timestamps) is not supported yet by yarnflow's "
+                                 "PyFlink layer: use WatermarkStrategy.no_watermarks()")
+
+
+class KeyedStream(DataStream):
+    def reduce(self, func: Any) -> DataStream:
+        return self._derive(self._ds.reduce(_Reduce(func, "reduce", self._type), name=_name(func, "Reduce")),
+                            self._type)
+
+    def sum(self, position_to_sum: int = 0) -> DataStream:
+        """Per key, the running sum of field ``position_to_sum`` of tuple elements (of the
+        elements themselves when they are numbers)."""
+        i = position_to_sum
+
+        def add(a: Any, b: Any) -> Any:
+            if isinstance(a, tuple):
+                return tuple(x + y if n == i else x for n, (x, y) in enumerate(zip(a, b)))
+            return a + b
+        return self.reduce(add)
+
+    def process(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        raise JobDefinitionError("KeyedProcessFunction is not supported yet by yarnflow's PyFlink layer "
+                                 "(yarnflow's own KeyedStream.process is)")
+
+    def window(self, window_assigner: Any) -> Any:
+        raise JobDefinitionError("windows are not supported yet by yarnflow's PyFlink layer (yarnflow's own "
+                                 "KeyedStream.window is)")
+
+
+def _name(func: Any, kind: str) -> str:
+    name = getattr(func, "__name__", None) or type(func).__name__
+    return kind if name in ("<lambda>", "function") else f"{kind}: {name}"
+
+
+def _decoded(table: Any) -> list[Any]:
+    if table is None:
+        return []
+    return [decode(row) for row in table.to_pylist()]
