@@ -194,6 +194,12 @@ def _cli_workloads(args: argparse.Namespace) -> dict[str, Any]:
     return run_cli_workloads(args.records, args.orders, args.bytewax_python, args.work_dir, args.only)
 
 
+def _pyflink_wordcount(args: argparse.Namespace) -> dict[str, Any]:
+    from pyflink_wordcount import run_pyflink_wordcount
+
+    return run_pyflink_wordcount(args.words, args.pyflink_python, args.work_dir)
+
+
 def _chaos(args: argparse.Namespace) -> dict[str, Any]:
     from chaos import run_chaos
 
@@ -321,6 +327,12 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
                                                 help="a Python with bytewax 0.21 (W1 against Bytewax)"),
                                  p.add_argument("--only", nargs="+", choices=["w1", "w2", "w3", "rowmap"], default=None),
                                  p.add_argument("--work-dir", default=None)), _cli_workloads),
+    "pyflink-wordcount": ("a PyFlink-style word count of N words run unchanged by `yarnflow run`, against the same "
+                          "count in yarnflow's own per-row API (and PyFlink itself with --pyflink-python)",
+                          lambda p: (p.add_argument("--words", type=int, default=5_000_000),
+                                     p.add_argument("--pyflink-python", default=None,
+                                                    help="a Python with apache-flink installed"),
+                                     p.add_argument("--work-dir", default=None)), _pyflink_wordcount),
     "chaos": ("STREAMING keyed job with checkpoints; N SIGKILLs of random TaskExecutors; rows lost / duplicated",
               lambda p: (p.add_argument("--kills", type=int, default=20),
                          p.add_argument("--rows", type=int, default=400_000),
