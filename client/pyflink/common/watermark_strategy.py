@@ -1,5 +1,5 @@
-"""``pyflink.common.watermark_strategy``: only ``no_watermarks()`` so far (event time in the
-PyFlink layer is to come; yarnflow's own API has it)."""
+"""``pyflink.common.watermark_strategy``: event time from a TimestampAssigner, watermarks as
+yarnflow's strategies make them (bounded out-of-orderness, monotonous, idleness)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,27 @@ from typing import Any
 __all__ = ["WatermarkStrategy", "TimestampAssigner"]
 
 
+def _ms(value: Any) -> int:
+    to_ms = getattr(value, "to_milliseconds", None)
+    if callable(to_ms):
+        return int(to_ms())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected a Duration (Duration.of_seconds(5)) or milliseconds, not {value!r}")
+    return value
+
+
 class TimestampAssigner:
     def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
         raise NotImplementedError
 
 
 class WatermarkStrategy:
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, max_out_of_orderness_ms: int = 0, assigner: Any = None,
+                 idleness_ms: int | None = None) -> None:
         self._kind = kind
+        self._max_ms = max_out_of_orderness_ms
+        self._assigner = assigner
+        self._idleness_ms = idleness_ms
 
     @staticmethod
     def no_watermarks() -> WatermarkStrategy:
@@ -27,10 +40,19 @@ class WatermarkStrategy:
 
     @staticmethod
     def for_bounded_out_of_orderness(max_out_of_orderness: Any) -> WatermarkStrategy:
-        return WatermarkStrategy("bounded")
+        return WatermarkStrategy("bounded", _ms(max_out_of_orderness))
 
     def with_timestamp_assigner(self, timestamp_assigner: Any) -> WatermarkStrategy:
-        return self
+        return WatermarkStrategy(self._kind, self._max_ms, timestamp_assigner, self._idleness_ms)
 
     def with_idleness(self, idle_timeout: Any) -> WatermarkStrategy:
-        return self
+        return WatermarkStrategy(self._kind, self._max_ms, self._assigner, _ms(idle_timeout))
+
+    def _yarnflow(self, column: str) -> Any:
+        """yarnflow's strategy over the timestamps in ``column``."""
+        from yarnflow.common.api import WatermarkStrategy as Ours
+
+        ours = Ours.for_monotonous_timestamps() if self._kind == "monotonous" else \
+            Ours.for_bounded_out_of_orderness(self._max_ms)
+        ours = ours.with_timestamp_column(column)
+        return ours.with_idleness(self._idleness_ms) if self._idleness_ms is not None else ours

@@ -2,13 +2,14 @@
 
 from yarnflow.job_config import (CheckpointConfig, CheckpointingMode, EmbeddedRocksDBStateBackend,
                                  ExternalizedCheckpointCleanup, ExternalizedCheckpointRetention, HashMapStateBackend)
-from yarnflow.pyflink.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
-from yarnflow.pyflink.datastream.functions import (FilterFunction, FlatMapFunction, KeySelector, MapFunction,
-                                                   Partitioner, ReduceFunction, RuntimeContext)
+from yarnflow.pyflink.datastream.data_stream import (CloseableIterator, DataStream, DataStreamSink, KeyedStream,
+                                                     WindowedStream)
+from yarnflow.pyflink.datastream.functions import (AggregateFunction, FilterFunction, FlatMapFunction, KeySelector,
+                                                   MapFunction, Partitioner, ReduceFunction, RuntimeContext)
 from yarnflow.pyflink.datastream.stream_execution_environment import (RuntimeExecutionMode,
                                                                       StreamExecutionEnvironment)
 
-__all__ = ["StreamExecutionEnvironment", "RuntimeExecutionMode", "DataStream", "KeyedStream", "DataStreamSink",
-           "CloseableIterator", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
+__all__ = ["StreamExecutionEnvironment", "RuntimeExecutionMode", "DataStream", "KeyedStream", "WindowedStream", "DataStreamSink",
+           "CloseableIterator", "AggregateFunction", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
            "Partitioner", "RuntimeContext", "CheckpointingMode", "CheckpointConfig", "ExternalizedCheckpointCleanup",
            "ExternalizedCheckpointRetention", "HashMapStateBackend", "EmbeddedRocksDBStateBackend"]

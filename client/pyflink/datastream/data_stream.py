@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.pyflink.common.typeinfo import TypeInformation
 from yarnflow.pyflink.datastream.functions import Function, RuntimeContext
-from yarnflow.pyflink.datastream.records import KEY, decode, encode_key, encoder
+from yarnflow.pyflink.datastream.records import KEY, TS, decode, encode_key, encoder
 
 __all__ = ["DataStream", "KeyedStream", "DataStreamSink", "CloseableIterator"]
 
@@ -47,13 +47,27 @@ class _Wrapped:
 
 class _Map(_Wrapped):
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        return self.encode(self.call(decode(row)))
+        out = self.encode(self.call(decode(row)))
+        if TS in row:  # (a record's timestamp goes with it, as in Flink)
+            out[TS] = row[TS]
+        return out
 
 
 class _FlatMap(_Wrapped):
     def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
         encode = self.encode
-        return (encode(v) for v in (self.call(decode(row)) or ()))
+        values = self.call(decode(row)) or ()
+        if TS in row:
+            ts = row[TS]
+            return ({**encode(v), TS: ts} for v in values)
+        return (encode(v) for v in values)
+
+
+class _Stamp(_Wrapped):
+    """The element's timestamp (ms) from the strategy's TimestampAssigner, in column ``__ts``."""
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, TS: int(self.call(decode(row), row.get(TS, -(2**63))))}
 
 
 class _Filter(_Wrapped):
@@ -257,10 +271,16 @@ class DataStream:
         raise JobDefinitionError("side outputs (OutputTag) are not supported yet by yarnflow's PyFlink layer")
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
+        """Event time: each element's timestamp from the strategy's TimestampAssigner, and
+        watermarks as the strategy says (bounded out-of-orderness, monotonous, idleness)."""
         if getattr(watermark_strategy, "_kind", "") == "none":
             return self
-        raise JobDefinitionError("event time (WatermarkStrategy with timestamps) is not supported yet by yarnflow's "
-                                 "PyFlink layer: use WatermarkStrategy.no_watermarks()")
+        assigner = getattr(watermark_strategy, "_assigner", None)
+        if assigner is None:
+            raise JobDefinitionError("assign_timestamps_and_watermarks: the WatermarkStrategy needs "
+                                     ".with_timestamp_assigner(...) (yarnflow's sources carry no record timestamps)")
+        stamped = self._ds.map(_Stamp(assigner, "extract_timestamp"), name="Timestamps/Watermarks")
+        return self._derive(stamped.assign_timestamps_and_watermarks(watermark_strategy._yarnflow(TS)), self._type)
 
 
 class KeyedStream(DataStream):
@@ -283,9 +303,64 @@ class KeyedStream(DataStream):
         raise JobDefinitionError("KeyedProcessFunction is not supported yet by yarnflow's PyFlink layer "
                                  "(yarnflow's own KeyedStream.process is)")
 
-    def window(self, window_assigner: Any) -> Any:
-        raise JobDefinitionError("windows are not supported yet by yarnflow's PyFlink layer (yarnflow's own "
-                                 "KeyedStream.window is)")
+    def window(self, window_assigner: Any) -> WindowedStream:
+        from yarnflow.pyflink.datastream.window import yarnflow_assigner
+
+        return WindowedStream(self, self._ds.window(yarnflow_assigner(window_assigner)))
+
+
+class _Aggregate:
+    """A PyFlink AggregateFunction as yarnflow's (rows decoded, the result encoded)."""
+
+    def __init__(self, fn: Any, output_type: TypeInformation | None) -> None:
+        self.fn = fn
+        self.encode = encoder(output_type)
+
+    def create_accumulator(self) -> Any:
+        return self.fn.create_accumulator()
+
+    def add(self, row: dict[str, Any], accumulator: Any) -> Any:
+        return self.fn.add(decode(row), accumulator)
+
+    def get_result(self, accumulator: Any) -> Any:
+        return self.encode(self.fn.get_result(accumulator))
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self.fn.merge(a, b)
+
+
+class WindowedStream:
+    """``key_by(...).window(assigner)`` of PyFlink: ``reduce``, ``aggregate``, lateness."""
+
+    def __init__(self, keyed: KeyedStream, windowed: Any) -> None:
+        self._keyed = keyed
+        self._w = windowed
+
+    def allowed_lateness(self, time_ms: Any) -> WindowedStream:
+        self._w.allowed_lateness(int(getattr(time_ms, "to_milliseconds", lambda: time_ms)()))
+        return self
+
+    def reduce(self, reduce_function: Any, window_function: Any = None,
+               output_type: TypeInformation | None = None) -> DataStream:
+        if window_function is not None:
+            raise JobDefinitionError("window reduce with a window function is not supported yet by yarnflow's "
+                                     "PyFlink layer")
+        fn = _Reduce(reduce_function, "reduce", self._keyed._type)
+        return self._keyed._derive(self._w.reduce(fn, name=_name(reduce_function, "Window Reduce")), self._keyed._type)
+
+    def aggregate(self, aggregate_function: Any, window_function: Any = None,
+                  accumulator_type: TypeInformation | None = None,
+                  output_type: TypeInformation | None = None) -> DataStream:
+        if window_function is not None:
+            raise JobDefinitionError("window aggregate with a window function is not supported yet by yarnflow's "
+                                     "PyFlink layer")
+        out = self._w.aggregate(_Aggregate(aggregate_function, output_type),
+                                name=_name(aggregate_function, "Window Aggregate"))
+        return self._keyed._derive(out, output_type)
+
+    def process(self, process_window_function: Any, output_type: TypeInformation | None = None) -> DataStream:
+        raise JobDefinitionError("ProcessWindowFunction is not supported yet by yarnflow's PyFlink layer (reduce and "
+                                 "aggregate are)")
 
 
 def _name(func: Any, kind: str) -> str:

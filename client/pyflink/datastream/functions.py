@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 __all__ = ["Function", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
-           "RuntimeContext", "Partitioner"]
+           "RuntimeContext", "Partitioner", "AggregateFunction"]
 
 
 class RuntimeContext:
@@ -71,4 +71,18 @@ class KeySelector(Function):
 
 class Partitioner(Function):
     def partition(self, key: Any, num_partitions: int) -> int:
+        raise NotImplementedError
+
+
+class AggregateFunction(Function):
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def get_result(self, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def merge(self, acc_a: Any, acc_b: Any) -> Any:
         raise NotImplementedError

@@ -9,22 +9,27 @@ columns), and back:
 - a line of a text file (the FileSource's): column ``line``, a str.
 
 A keyed stream adds the key in column ``__k`` (the key itself when a str, int, float or bool,
-else pickled), which a PyFlink function never sees."""
+else pickled), and a stream with event time its records' timestamps in column ``__ts`` (ms),
+which a PyFlink function never sees; other columns (a window's ``window_start`` and
+``window_end``) are not part of the element either."""
 
 from __future__ import annotations
 
 import pickle
+import re
 from typing import Any, Callable
 
 from yarnflow.pyflink.common.typeinfo import TypeInformation
 from yarnflow.pyflink.common.types import Row
 
-__all__ = ["encoder", "decode", "KEY", "encode_key"]
+__all__ = ["encoder", "decode", "KEY", "TS", "encode_key"]
 
 KEY = "__k"
+TS = "__ts"
 _DUMPS = pickle.dumps
 _LOADS = pickle.loads
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+_FIELD = re.compile(r"f\d+(~p)?$")
 
 
 def _field(t: TypeInformation) -> Callable[[Any], Any]:
@@ -67,8 +72,8 @@ def decode(row: dict[str, Any]) -> Any:
     values = []
     names = []
     for name, value in row.items():
-        if name == KEY:
-            continue
+        if not (name.startswith("r:") or _FIELD.match(name)):
+            continue  # (the key, the timestamp, a window's bounds)
         if name.endswith("~p"):
             name, value = name[:-2], _LOADS(value)
         names.append(name)

@@ -1,0 +1,108 @@
+"""``pyflink.datastream.window``: PyFlink's window assigners (sizes as ``Time``, ``Duration`` or
+ms), each made yarnflow's own (``yarnflow_assigner``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yarnflow.common.errors import JobDefinitionError
+
+__all__ = ["TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSessionWindows",
+           "TumblingProcessingTimeWindows", "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows",
+           "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "TimeWindow"]
+
+
+def _ms(value: Any, what: str) -> int:
+    to_ms = getattr(value, "to_milliseconds", None)
+    if callable(to_ms):
+        return int(to_ms())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobDefinitionError(f"{what}: expected Time, Duration or milliseconds, not {value!r}")
+    return value
+
+
+class _Assigner:
+    ours = ""
+
+    def __init__(self, *args: int) -> None:
+        self.args = args
+
+    def _yarnflow(self) -> Any:
+        import yarnflow.common.api as api
+
+        try:
+            return getattr(api, self.ours)(*self.args)
+        except ValueError as exc:
+            raise JobDefinitionError(f"{type(self).__name__}: {exc}") from None
+
+
+class _Fixed(_Assigner):
+    @classmethod
+    def of(cls, size: Any, offset: Any = None) -> Any:
+        return cls(_ms(size, cls.__name__), *([_ms(offset, cls.__name__)] if offset is not None else []))
+
+
+class _Slide(_Assigner):
+    @classmethod
+    def of(cls, size: Any, slide: Any, offset: Any = None) -> Any:
+        return cls(_ms(size, cls.__name__), _ms(slide, cls.__name__),
+                   *([_ms(offset, cls.__name__)] if offset is not None else []))
+
+
+class _Session(_Assigner):
+    @classmethod
+    def with_gap(cls, size: Any) -> Any:
+        return cls(_ms(size, cls.__name__))
+
+    @classmethod
+    def with_dynamic_gap(cls, extractor: Any) -> Any:
+        raise JobDefinitionError("session windows with a dynamic gap are not supported yet by yarnflow's PyFlink "
+                                 "layer")
+
+
+class TumblingEventTimeWindows(_Fixed):
+    ours = "TumblingEventTimeWindows"
+
+
+class TumblingProcessingTimeWindows(_Fixed):
+    ours = "TumblingProcessingTimeWindows"
+
+
+class SlidingEventTimeWindows(_Slide):
+    ours = "SlidingEventTimeWindows"
+
+
+class SlidingProcessingTimeWindows(_Slide):
+    ours = "SlidingProcessingTimeWindows"
+
+
+class EventTimeSessionWindows(_Session):
+    ours = "EventTimeSessionWindows"
+
+
+class ProcessingTimeSessionWindows(_Session):
+    ours = "ProcessingTimeSessionWindows"
+
+
+class CountTumblingWindowAssigner:
+    @staticmethod
+    def of(window_size: int) -> Any:
+        raise JobDefinitionError("count windows are not supported yet by yarnflow's PyFlink layer")
+
+
+CountSlidingWindowAssigner = CountTumblingWindowAssigner
+
+
+class TimeWindow:
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+
+    def max_timestamp(self) -> int:
+        return self.end - 1
+
+
+def yarnflow_assigner(assigner: Any) -> Any:
+    if not isinstance(assigner, _Assigner):
+        raise JobDefinitionError(f"window: expected one of pyflink.datastream.window's assigners "
+                                 f"(TumblingEventTimeWindows.of(Time.seconds(5)), ...), not {assigner!r}")
+    return assigner._yarnflow()
