@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Duration", "Time"]
+__all__ = ["Duration", "Time", "to_millis"]
+
+
+def to_millis(value: object, what: str) -> int:
+    """Milliseconds from a ``Time``, a ``Duration`` or an int of ms; TypeError naming ``what``."""
+    to_ms = getattr(value, "to_milliseconds", None)
+    if callable(to_ms):
+        return int(to_ms())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what}: expected Time, Duration or milliseconds, not {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

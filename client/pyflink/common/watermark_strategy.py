@@ -5,16 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from yarnflow.pyflink.common.time import to_millis
+
 __all__ = ["WatermarkStrategy", "TimestampAssigner"]
-
-
-def _ms(value: Any) -> int:
-    to_ms = getattr(value, "to_milliseconds", None)
-    if callable(to_ms):
-        return int(to_ms())
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected a Duration (Duration.of_seconds(5)) or milliseconds, not {value!r}")
-    return value
 
 
 class TimestampAssigner:
@@ -40,13 +33,13 @@ class WatermarkStrategy:
 
     @staticmethod
     def for_bounded_out_of_orderness(max_out_of_orderness: Any) -> WatermarkStrategy:
-        return WatermarkStrategy("bounded", _ms(max_out_of_orderness))
+        return WatermarkStrategy("bounded", to_millis(max_out_of_orderness, "for_bounded_out_of_orderness"))
 
     def with_timestamp_assigner(self, timestamp_assigner: Any) -> WatermarkStrategy:
         return WatermarkStrategy(self._kind, self._max_ms, timestamp_assigner, self._idleness_ms)
 
     def with_idleness(self, idle_timeout: Any) -> WatermarkStrategy:
-        return WatermarkStrategy(self._kind, self._max_ms, self._assigner, _ms(idle_timeout))
+        return WatermarkStrategy(self._kind, self._max_ms, self._assigner, to_millis(idle_timeout, "with_idleness"))
 
     def _yarnflow(self, column: str) -> Any:
         """yarnflow's strategy over the timestamps in ``column``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from yarnflow.common.errors import JobDefinitionError
+from yarnflow.pyflink.common.time import to_millis
 
 __all__ = ["TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSessionWindows",
            "TumblingProcessingTimeWindows", "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows",
@@ -13,12 +14,10 @@ __all__ = ["TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSess
 
 
 def _ms(value: Any, what: str) -> int:
-    to_ms = getattr(value, "to_milliseconds", None)
-    if callable(to_ms):
-        return int(to_ms())
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise JobDefinitionError(f"{what}: expected Time, Duration or milliseconds, not {value!r}")
-    return value
+    try:
+        return to_millis(value, what)
+    except TypeError as exc:
+        raise JobDefinitionError(str(exc)) from None
 
 
 class _Assigner:
