@@ -171,10 +171,12 @@ CHECKPOINTED = textwrap.dedent("""\
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.enable_checkpointing(200, CheckpointingMode.EXACTLY_ONCE)
+    env.get_checkpoint_config().enable_unaligned_checkpoints()  # (barriers need not wait for a file's lines)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(5, 200))
     lines = env.from_source(FileSource.for_record_stream_format(StreamFormat.text_line_format(), sys.argv[1]).build(),
                             WatermarkStrategy.no_watermarks(), "lines")
-    lines.map(parse, output_type=Types.TUPLE([Types.INT(), Types.INT()])) \\
+    # (rebalance: a slow map chained to the file source would hold each checkpoint for a whole file)
+    lines.rebalance().map(parse, output_type=Types.TUPLE([Types.INT(), Types.INT()])) \\
         .sink_to(FileSink.for_row_format(sys.argv[2], Encoder.simple_string_encoder()).build())
     env.execute("pyflink checkpointed")
     """)
@@ -184,17 +186,18 @@ def test_a_checkpointed_pyflink_job_survives_a_taskexecutor_kill_exactly(cli: An
                                                                          tmp_path: Path) -> None:
     src = tmp_path / "in"
     src.mkdir()
-    files, lines = 4, 1500
+    files, lines = 4, 2500  # (1 ms a line on 2 subtasks: about 5 s, for checkpoints and a kill between them)
     for f in range(files):
         (src / f"{f}.txt").write_text("".join(f"{f} {i}\n" for i in range(lines)))
     (tmp_path / "job.py").write_text(CHECKPOINTED)
-    cluster = local_cluster(taskexecutors=2, slots=2)
+    cluster = local_cluster(taskexecutors=2, slots=1)  # (parallelism 2: a task on each, so a kill hits the job)
     ran = cli.run("run", "--address", cluster.address, "--detached", "job.py", str(src), str(tmp_path / "out"))
     assert ran.returncode == 0, ran.stderr
     with closing(cluster.gateway()) as gw:
         job = wait_until(lambda: (gw.list_jobs() or [None])[0], 30, "no job").job_id
         wait_until(lambda: gw.get_job(job).latest_completed_checkpoint_id >= 2, 60,
                    "no checkpoints: the job's enable_checkpointing did not take effect")
+        assert gw.get_job(job).status == JobStatus.RUNNING
         _te_processes(cluster)[0].send_signal(signal.SIGKILL)
         wait_until(lambda: gw.get_job(job).status == JobStatus.FINISHED, 120,
                    lambda: f"the job did not finish: {gw.get_job(job).status}")
@@ -261,6 +264,89 @@ def test_pyflink_event_time_windows_run_unchanged(cli: Any, tmp_path: Path) -> N
     # 10 s windows every 5 s, the mean of field 1: a [-5,5) 1.5, [0,10) 2, [5,15) 3, [15,25) 4, [20,30) 4;
     # b [-5,5) 5, [0,10) 3, [5,15) 1
     assert out["sliding"] == [1.0, 1.5, 2.0, 3.0, 3.0, 4.0, 4.0, 5.0]
+
+
+PROCESS = '''\
+from pyflink.common import Duration, Types, WatermarkStrategy
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, StreamExecutionEnvironment
+from pyflink.datastream.functions import AggregateFunction
+from pyflink.datastream.state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                                      ValueStateDescriptor)
+
+BIG = OutputTag("big", Types.TUPLE([Types.STRING(), Types.INT()]))
+
+
+class At(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[2]
+
+
+class Mean(AggregateFunction):
+    def create_accumulator(self):
+        return [0, 0]
+
+    def add(self, value, acc):
+        return [acc[0] + value, acc[1] + 1]
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+class Sessionize(KeyedProcessFunction):
+    """Per key: totals and the amounts seen, reported 5 s (event time) after the key's first event."""
+
+    def open(self, runtime_context: RuntimeContext):
+        self.total = runtime_context.get_state(ValueStateDescriptor("total", Types.INT()))
+        self.seen = runtime_context.get_list_state(ListStateDescriptor("seen", Types.INT()))
+        self.firsts = runtime_context.get_map_state(MapStateDescriptor("firsts", Types.STRING(), Types.LONG()))
+        self.mean = runtime_context.get_aggregating_state(AggregatingStateDescriptor("mean", Mean(), Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value, ctx: KeyedProcessFunction.Context):
+        if self.total.value() is None:
+            ctx.timer_service().register_event_time_timer(ctx.timestamp() + 5000)
+            self.firsts.put("first", ctx.timestamp())
+        self.total.update((self.total.value() or 0) + value[1])
+        self.seen.add(value[1])
+        self.mean.add(value[1])
+        if value[1] >= 10:
+            yield BIG, (ctx.get_current_key(), value[1])
+
+    def on_timer(self, timestamp, ctx: KeyedProcessFunction.OnTimerContext):
+        yield (ctx.get_current_key(), self.total.value(), sorted(self.seen.get()), self.firsts.get("first"),
+               self.mean.get(), timestamp)
+        self.total.clear()
+        self.seen.clear()
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+events = [("a", 1, 1000), ("a", 12, 2000), ("b", 3, 1500), ("a", 4, 3000), ("b", 20, 4000), ("c", 2, 30000)]
+ds = env.from_collection(events, type_info=Types.TUPLE([Types.STRING(), Types.INT(), Types.LONG()])) \
+    .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(At()))
+reports = ds.key_by(lambda e: e[0]).process(Sessionize())
+big = reports.get_side_output(BIG)
+reports.print("report")
+big.print("big")
+env.execute("process")
+'''
+
+
+def test_a_pyflink_keyed_process_function_with_state_timers_and_side_outputs(cli: Any, tmp_path: Path) -> None:
+    """Value, list, map and aggregating state from open's runtime context; an event-time timer
+    per key; ctx.timestamp() and get_current_key(); a side output by OutputTag."""
+    (tmp_path / "process.py").write_text(PROCESS)
+    ran = cli.run("run", "process.py")
+    assert ran.returncode == 0, ran.stderr
+    reports = sorted(ast.literal_eval(line[len("report:"):]) for line in ran.stdout.splitlines()
+                     if line.startswith("report:"))
+    assert reports == [("a", 17, [1, 4, 12], 1000, 17 / 3, 6000), ("b", 23, [3, 20], 1500, 11.5, 6500),
+                       ("c", 2, [2], 30000, 2.0, 35000)]
+    big = sorted(ast.literal_eval(line[len("big:"):]) for line in ran.stdout.splitlines() if line.startswith("big:"))
+    assert big == [("a", 12), ("b", 20)]
 
 
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:

@@ -3,13 +3,14 @@
 from yarnflow.job_config import (CheckpointConfig, CheckpointingMode, EmbeddedRocksDBStateBackend,
                                  ExternalizedCheckpointCleanup, ExternalizedCheckpointRetention, HashMapStateBackend)
 from yarnflow.pyflink.datastream.data_stream import (CloseableIterator, DataStream, DataStreamSink, KeyedStream,
-                                                     WindowedStream)
-from yarnflow.pyflink.datastream.functions import (AggregateFunction, FilterFunction, FlatMapFunction, KeySelector,
-                                                   MapFunction, Partitioner, ReduceFunction, RuntimeContext)
+                                                     OutputTag, WindowedStream)
+from yarnflow.pyflink.datastream.functions import (AggregateFunction, FilterFunction, FlatMapFunction,
+                                                   KeyedProcessFunction, KeySelector, MapFunction, Partitioner,
+                                                   ReduceFunction, RuntimeContext, TimeDomain, TimerService)
 from yarnflow.pyflink.datastream.stream_execution_environment import (RuntimeExecutionMode,
                                                                       StreamExecutionEnvironment)
 
 __all__ = ["StreamExecutionEnvironment", "RuntimeExecutionMode", "DataStream", "KeyedStream", "WindowedStream", "DataStreamSink",
-           "CloseableIterator", "AggregateFunction", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
+           "CloseableIterator", "OutputTag", "KeyedProcessFunction", "TimerService", "TimeDomain", "AggregateFunction", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
            "Partitioner", "RuntimeContext", "CheckpointingMode", "CheckpointConfig", "ExternalizedCheckpointCleanup",
            "ExternalizedCheckpointRetention", "HashMapStateBackend", "EmbeddedRocksDBStateBackend"]

@@ -5,14 +5,16 @@ callable that decodes a row into the element, calls the function and encodes wha
 from __future__ import annotations
 
 import itertools
+import pickle
 from typing import Any, Callable, Iterable, Iterator
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.pyflink.common.typeinfo import TypeInformation
-from yarnflow.pyflink.datastream.functions import Function, RuntimeContext
+from yarnflow.common.api import KeyedProcessFunction as YarnflowKeyedProcessFunction
+from yarnflow.pyflink.datastream.functions import Function, KeyedProcessFunction, RuntimeContext
 from yarnflow.pyflink.datastream.records import KEY, TS, decode, encode_key, encoder
 
-__all__ = ["DataStream", "KeyedStream", "DataStreamSink", "CloseableIterator"]
+__all__ = ["DataStream", "KeyedStream", "WindowedStream", "DataStreamSink", "CloseableIterator", "OutputTag"]
 
 _names = itertools.count(1)
 
@@ -91,6 +93,57 @@ class _Reduce(_Wrapped):
 class _PartitionKey(_Wrapped):
     def __call__(self, row: dict[str, Any]) -> Any:
         return self.call(decode(row))
+
+
+class OutputTag:
+    """A side output's name and element type (``yield output_tag, value`` in a process function)."""
+
+    def __init__(self, tag_id: str, type_info: TypeInformation | None = None) -> None:
+        if not isinstance(tag_id, str) or not tag_id:
+            raise JobDefinitionError(f"OutputTag needs a name, not {tag_id!r}")
+        self.tag_id = tag_id
+        self.type_info = type_info
+
+
+def _key_of(row: dict[str, Any]) -> Any:
+    key = row.get(KEY)
+    return pickle.loads(key) if isinstance(key, bytes) else key
+
+
+class _KeyedProcess(YarnflowKeyedProcessFunction):
+    """A PyFlink KeyedProcessFunction as yarnflow's: elements decoded, what it yields encoded,
+    ``(OutputTag, value)`` pairs sent to the side output; the key kept beside each output."""
+
+    def __init__(self, fn: Any, output_type: TypeInformation | None) -> None:
+        self.fn = fn
+        self.encode = encoder(output_type)
+        self._sides: dict[str, Any] = {}
+
+    def open(self, ctx: Any) -> None:
+        self.fn.open(RuntimeContext(ctx, self))
+
+    def close(self) -> None:
+        self.fn.close()
+
+    def _emit(self, results: Any, ctx: Any, out: Any, row: dict[str, Any] | None) -> None:
+        for item in results or ():
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], OutputTag):
+                tag, value = item
+                encode = self._sides.get(tag.tag_id)
+                if encode is None:
+                    encode = self._sides[tag.tag_id] = encoder(tag.type_info)
+                ctx.output(tag.tag_id, encode(value))
+            else:
+                out.collect(self.encode(item))
+
+    def process_element(self, row: dict[str, Any], ctx: Any, out: Any) -> None:
+        pyctx = KeyedProcessFunction.Context(ctx, _key_of(row))
+        self._emit(self.fn.process_element(decode(row), pyctx), ctx, out, row)
+
+    def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
+        key = ctx.current_key
+        pyctx = KeyedProcessFunction.OnTimerContext(ctx, pickle.loads(key) if isinstance(key, bytes) else key)
+        self._emit(self.fn.on_timer(timestamp, pyctx), ctx, out, None)
 
 
 class CloseableIterator:
@@ -267,8 +320,8 @@ class DataStream:
     def add_sink(self, sink_func: Any) -> DataStreamSink:
         return self.sink_to(sink_func)
 
-    def get_side_output(self, output_tag: Any) -> DataStream:
-        raise JobDefinitionError("side outputs (OutputTag) are not supported yet by yarnflow's PyFlink layer")
+    def get_side_output(self, output_tag: OutputTag) -> DataStream:
+        return self._derive(self._ds.get_side_output(output_tag.tag_id), output_tag.type_info)
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
         """Event time: each element's timestamp from the strategy's TimestampAssigner, and
@@ -300,8 +353,12 @@ class KeyedStream(DataStream):
         return self.reduce(add)
 
     def process(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
-        raise JobDefinitionError("KeyedProcessFunction is not supported yet by yarnflow's PyFlink layer "
-                                 "(yarnflow's own KeyedStream.process is)")
+        """A KeyedProcessFunction: keyed state (from its open's runtime context), timers,
+        ``ctx.timestamp()``, ``ctx.get_current_key()``, side outputs."""
+        if not isinstance(func, KeyedProcessFunction):
+            raise JobDefinitionError(f"process on a keyed stream takes a KeyedProcessFunction, not {func!r}")
+        return self._derive(self._ds.process(_KeyedProcess(func, output_type), name=_name(func, "KeyedProcess")),
+                            output_type)
 
     def window(self, window_assigner: Any) -> WindowedStream:
         from yarnflow.pyflink.datastream.window import yarnflow_assigner

@@ -5,14 +5,39 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 __all__ = ["Function", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
-           "RuntimeContext", "Partitioner", "AggregateFunction"]
+           "RuntimeContext", "Partitioner", "AggregateFunction", "KeyedProcessFunction", "TimerService", "TimeDomain"]
 
 
 class RuntimeContext:
-    """What a function's ``open(runtime_context)`` learns about its subtask."""
+    """What a function's ``open(runtime_context)`` learns about its subtask; in a keyed
+    function, its keyed state (``get_state(ValueStateDescriptor(...))`` and the others)."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, state: Any = None) -> None:
         self._ctx = ctx
+        self._state = state  # (the yarnflow function whose get_state follows the current key)
+
+    def _get(self, descriptor: Any) -> Any:
+        if self._state is None:
+            raise RuntimeError(f"state {getattr(descriptor, 'name', descriptor)!r}: keyed state is for functions on "
+                               "a keyed stream (key_by(...).process(...))")
+        return self._state.get_state(descriptor._yarnflow())
+
+    def get_state(self, state_descriptor: Any) -> Any:
+        return self._get(state_descriptor)
+
+    def get_list_state(self, state_descriptor: Any) -> Any:
+        return self._get(state_descriptor)
+
+    def get_map_state(self, state_descriptor: Any) -> Any:
+        return self._get(state_descriptor)
+
+    def get_reducing_state(self, state_descriptor: Any) -> Any:
+        return self._get(state_descriptor)
+
+    def get_aggregating_state(self, state_descriptor: Any) -> Any:
+        from yarnflow.pyflink.datastream.state import AggregatingState
+
+        return AggregatingState(self._get(state_descriptor), state_descriptor.agg_function)
 
     def get_task_name(self) -> str:
         return str(self._ctx.task_name)
@@ -86,3 +111,61 @@ class AggregateFunction(Function):
 
     def merge(self, acc_a: Any, acc_b: Any) -> Any:
         raise NotImplementedError
+
+
+class TimeDomain:
+    EVENT_TIME = 0
+    PROCESSING_TIME = 1
+
+
+class TimerService:
+    """PyFlink's timer service over yarnflow's (the same method names)."""
+
+    def __init__(self, ours: Any) -> None:
+        self._ours = ours
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._ours.register_event_time_timer(timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._ours.register_processing_time_timer(timestamp)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._ours.delete_event_time_timer(timestamp)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._ours.delete_processing_time_timer(timestamp)
+
+    def current_watermark(self) -> int:
+        return int(self._ours.current_watermark())
+
+    def current_processing_time(self) -> int:
+        return int(self._ours.current_processing_time())
+
+
+class KeyedProcessFunction(Function):
+    """``process_element(value, ctx)`` and ``on_timer(timestamp, ctx)`` yield their outputs
+    (``yield output_tag, value`` for a side output)."""
+
+    class Context:
+        def __init__(self, ours: Any, key: Any) -> None:
+            self._ours, self._key = ours, key
+
+        def timestamp(self) -> Any:
+            return self._ours.timestamp
+
+        def get_current_key(self) -> Any:
+            return self._key
+
+        def timer_service(self) -> TimerService:
+            return TimerService(self._ours.timer_service())
+
+    class OnTimerContext(Context):
+        def time_domain(self) -> int:
+            return TimeDomain.PROCESSING_TIME if self._ours.time_domain == "PROCESSING_TIME" else TimeDomain.EVENT_TIME
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        return None
