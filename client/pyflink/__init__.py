@@ -6,7 +6,7 @@ type is given (``output_type=Types.TUPLE([...])``), else pickled (``datastream/r
 
 What PyFlink has and this does not is an ImportError or a JobDefinitionError naming the
 feature (the Table API, Java UDFs and jars; count windows, window functions, state TTL and
-connected streams in the PyFlink layer so far)."""
+unkeyed process functions in the PyFlink layer so far)."""
 
 from __future__ import annotations
 

@@ -349,6 +349,99 @@ def test_a_pyflink_keyed_process_function_with_state_timers_and_side_outputs(cli
     assert big == [("a", 12), ("b", 20)]
 
 
+CONNECTED = '''\
+from pyflink.common import Types
+from pyflink.datastream import (BroadcastProcessFunction, CoMapFunction, KeyedBroadcastProcessFunction,
+                                KeyedCoProcessFunction, RuntimeContext, StreamExecutionEnvironment)
+from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+
+
+class Label(CoMapFunction):
+    def map1(self, value):
+        return ("num", value)
+
+    def map2(self, value):
+        return ("word", len(value))
+
+
+class Match(KeyedCoProcessFunction):
+    """Orders (id, amount) and payments (id, paid): emits (id, amount, paid) once both came."""
+
+    def open(self, runtime_context: RuntimeContext):
+        self.order = runtime_context.get_state(ValueStateDescriptor("order", Types.INT()))
+        self.paid = runtime_context.get_state(ValueStateDescriptor("paid", Types.INT()))
+
+    def process_element1(self, value, ctx):
+        self.order.update(value[1])
+        if self.paid.value() is not None:
+            yield ctx.get_current_key(), value[1], self.paid.value()
+
+    def process_element2(self, value, ctx):
+        self.paid.update(value[1])
+        if self.order.value() is not None:
+            yield ctx.get_current_key(), self.order.value(), value[1]
+
+
+RULES = MapStateDescriptor("rules", Types.STRING(), Types.INT())
+
+
+PENDING = ListStateDescriptor("pending", Types.TUPLE([Types.STRING(), Types.INT()]))
+
+
+class Threshold(KeyedBroadcastProcessFunction):
+    """Readings above the broadcast limit; those that came before the limit wait in keyed state."""
+
+    def open(self, runtime_context: RuntimeContext):
+        self.pending = runtime_context.get_list_state(PENDING)
+
+    def process_element(self, value, ctx):
+        limit = ctx.get_broadcast_state(RULES).get("limit")
+        if limit is None:
+            self.pending.add(value)
+        elif value[1] > limit:
+            yield value
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(RULES).put(value[0], value[1])
+        found = []
+
+        def over(key, state):
+            found.extend(v for v in state.get() if v[1] > value[1])
+            state.clear()
+        ctx.apply_to_keyed_state(PENDING, over)
+        yield from found
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+nums = env.from_collection([1, 2], type_info=Types.INT())
+words = env.from_collection(["abc", "de"], type_info=Types.STRING())
+print("labels", sorted(nums.connect(words).map(Label()).execute_and_collect()))
+tt = Types.TUPLE([Types.STRING(), Types.INT()])
+orders = env.from_collection([("o1", 10), ("o2", 20), ("o3", 30)], type_info=tt)
+payments = env.from_collection([("o2", 20), ("o1", 9)], type_info=tt)
+print("matched", sorted(orders.connect(payments).key_by(lambda o: o[0], lambda p: p[0]).process(Match())
+                        .execute_and_collect()))
+readings = env.from_collection([("s1", 5), ("s2", 50), ("s1", 70), ("s3", 8)], type_info=tt)
+rules = env.from_collection([("limit", 10)], type_info=tt)
+print("alerts", sorted(readings.key_by(lambda r: r[0]).connect(rules.broadcast(RULES)).process(Threshold(), output_type=tt)
+                       .execute_and_collect()))
+'''
+
+
+def test_pyflink_connected_and_broadcast_streams_run_unchanged(cli: Any, tmp_path: Path) -> None:
+    """A CoMapFunction on two streams of different types; a KeyedCoProcessFunction matching
+    orders with payments through keyed state; a KeyedBroadcastProcessFunction with broadcast
+    state (readings that came before the rule wait in keyed state, apply_to_keyed_state)."""
+    (tmp_path / "connected.py").write_text(CONNECTED)
+    ran = cli.run("run", "connected.py")
+    assert ran.returncode == 0, ran.stderr
+    out = {line.split(" ", 1)[0]: ast.literal_eval(line.split(" ", 1)[1]) for line in ran.stdout.splitlines()
+           if line.split(" ", 1)[0] in ("labels", "matched", "alerts")}
+    assert out == {"labels": [("num", 1), ("num", 2), ("word", 2), ("word", 3)],
+                   "matched": [("o1", 10, 9), ("o2", 20, 20)], "alerts": [("s1", 70), ("s2", 50)]}
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")

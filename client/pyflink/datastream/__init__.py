@@ -4,13 +4,18 @@ from yarnflow.job_config import (CheckpointConfig, CheckpointingMode, EmbeddedRo
                                  ExternalizedCheckpointCleanup, ExternalizedCheckpointRetention, HashMapStateBackend)
 from yarnflow.pyflink.datastream.data_stream import (CloseableIterator, DataStream, DataStreamSink, KeyedStream,
                                                      OutputTag, WindowedStream)
-from yarnflow.pyflink.datastream.functions import (AggregateFunction, FilterFunction, FlatMapFunction,
+from yarnflow.pyflink.datastream.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
+from yarnflow.pyflink.datastream.functions import (AggregateFunction, BroadcastProcessFunction, CoFlatMapFunction,
+                                                   CoMapFunction, CoProcessFunction, FilterFunction, FlatMapFunction,
+                                                   KeyedBroadcastProcessFunction, KeyedCoProcessFunction,
                                                    KeyedProcessFunction, KeySelector, MapFunction, Partitioner,
                                                    ReduceFunction, RuntimeContext, TimeDomain, TimerService)
 from yarnflow.pyflink.datastream.stream_execution_environment import (RuntimeExecutionMode,
                                                                       StreamExecutionEnvironment)
 
 __all__ = ["StreamExecutionEnvironment", "RuntimeExecutionMode", "DataStream", "KeyedStream", "WindowedStream", "DataStreamSink",
-           "CloseableIterator", "OutputTag", "KeyedProcessFunction", "TimerService", "TimeDomain", "AggregateFunction", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
+           "CloseableIterator", "OutputTag", "ConnectedStreams", "BroadcastStream", "BroadcastConnectedStream",
+           "CoMapFunction", "CoFlatMapFunction", "CoProcessFunction", "KeyedCoProcessFunction", "BroadcastProcessFunction",
+           "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "TimerService", "TimeDomain", "AggregateFunction", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
            "Partitioner", "RuntimeContext", "CheckpointingMode", "CheckpointConfig", "ExternalizedCheckpointCleanup",
            "ExternalizedCheckpointRetention", "HashMapStateBackend", "EmbeddedRocksDBStateBackend"]

@@ -110,22 +110,16 @@ def _key_of(row: dict[str, Any]) -> Any:
     return pickle.loads(key) if isinstance(key, bytes) else key
 
 
-class _KeyedProcess(YarnflowKeyedProcessFunction):
-    """A PyFlink KeyedProcessFunction as yarnflow's: elements decoded, what it yields encoded,
-    ``(OutputTag, value)`` pairs sent to the side output; the key kept beside each output."""
+class _Sides:
+    """Emits what a process function yields: ``(OutputTag, value)`` to that side output (encoded
+    as the tag's type), anything else to the main output (``self.encode``)."""
 
-    def __init__(self, fn: Any, output_type: TypeInformation | None) -> None:
-        self.fn = fn
-        self.encode = encoder(output_type)
+    encode: Callable[[Any], dict[str, Any]]
+
+    def __init__(self) -> None:
         self._sides: dict[str, Any] = {}
 
-    def open(self, ctx: Any) -> None:
-        self.fn.open(RuntimeContext(ctx, self))
-
-    def close(self) -> None:
-        self.fn.close()
-
-    def _emit(self, results: Any, ctx: Any, out: Any, row: dict[str, Any] | None) -> None:
+    def emit(self, results: Any, ctx: Any, out: Any) -> None:
         for item in results or ():
             if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], OutputTag):
                 tag, value = item
@@ -136,14 +130,28 @@ class _KeyedProcess(YarnflowKeyedProcessFunction):
             else:
                 out.collect(self.encode(item))
 
+
+class _KeyedProcess(_Sides, YarnflowKeyedProcessFunction):
+    """A PyFlink KeyedProcessFunction as yarnflow's: elements decoded, what it yields emitted
+    (``_Sides``)."""
+
+    def __init__(self, fn: Any, output_type: TypeInformation | None) -> None:
+        super().__init__()
+        self.fn = fn
+        self.encode = encoder(output_type)
+
+    def open(self, ctx: Any) -> None:
+        self.fn.open(RuntimeContext(ctx, self))
+
+    def close(self) -> None:
+        self.fn.close()
+
     def process_element(self, row: dict[str, Any], ctx: Any, out: Any) -> None:
-        pyctx = KeyedProcessFunction.Context(ctx, _key_of(row))
-        self._emit(self.fn.process_element(decode(row), pyctx), ctx, out, row)
+        self.emit(self.fn.process_element(decode(row), KeyedProcessFunction.Context(ctx, _key_of(row))), ctx, out)
 
     def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
-        key = ctx.current_key
-        pyctx = KeyedProcessFunction.OnTimerContext(ctx, pickle.loads(key) if isinstance(key, bytes) else key)
-        self._emit(self.fn.on_timer(timestamp, pyctx), ctx, out, None)
+        pyctx = KeyedProcessFunction.OnTimerContext(ctx, _key_of({KEY: ctx.current_key}))
+        self.emit(self.fn.on_timer(timestamp, pyctx), ctx, out)
 
 
 class CloseableIterator:
@@ -284,11 +292,22 @@ class DataStream:
     def global_(self) -> DataStream:
         return self._derive(self._ds.global_(), self._type)
 
-    def broadcast(self, *descriptors: Any) -> DataStream:
+    def broadcast(self, *descriptors: Any) -> Any:
+        """Every element to every subtask; with MapStateDescriptors, a BroadcastStream to connect
+        another stream to (the broadcast state pattern)."""
         if descriptors:
-            raise JobDefinitionError("PyFlink's broadcast state (broadcast(MapStateDescriptor)) is not supported yet "
-                                     "by yarnflow's PyFlink layer")
+            from yarnflow.pyflink.datastream.connected import BroadcastStream
+
+            return BroadcastStream(self, descriptors)
         return self._derive(self._ds.broadcast(), self._type)
+
+    def connect(self, stream: Any) -> Any:
+        from yarnflow.pyflink.datastream.connected import (BroadcastConnectedStream, BroadcastStream,
+                                                           ConnectedStreams)
+
+        if isinstance(stream, BroadcastStream):
+            return BroadcastConnectedStream(self, stream)
+        return ConnectedStreams(self, stream)
 
     def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
         part = _target(partitioner, "partition")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 __all__ = ["Function", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
-           "RuntimeContext", "Partitioner", "AggregateFunction", "KeyedProcessFunction", "TimerService", "TimeDomain"]
+           "RuntimeContext", "Partitioner", "AggregateFunction", "KeyedProcessFunction", "TimerService", "TimeDomain",
+           "CoMapFunction", "CoFlatMapFunction", "CoProcessFunction", "KeyedCoProcessFunction", "BroadcastProcessFunction",
+           "KeyedBroadcastProcessFunction"]
 
 
 class RuntimeContext:
@@ -167,5 +169,58 @@ class KeyedProcessFunction(Function):
     def process_element(self, value: Any, ctx: Any) -> Any:
         raise NotImplementedError
 
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        return None
+
+
+class CoMapFunction(Function):
+    def map1(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def map2(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class CoFlatMapFunction(CoMapFunction):
+    def flat_map1(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def flat_map2(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class CoProcessFunction(CoMapFunction):
+    """``process_element1`` / ``process_element2(value, ctx)`` yield outputs."""
+
+    Context = KeyedProcessFunction.Context
+
+    def process_element1(self, value: Any, ctx: Any) -> Any:
+        raise NotImplementedError
+
+    def process_element2(self, value: Any, ctx: Any) -> Any:
+        raise NotImplementedError
+
+
+class KeyedCoProcessFunction(CoProcessFunction):
+    """As CoProcessFunction, with keyed state (from open's runtime context) and timers."""
+
+    OnTimerContext = KeyedProcessFunction.OnTimerContext
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        return None
+
+
+class BroadcastProcessFunction(CoMapFunction):
+    """``process_element(value, ctx)`` reads ``ctx.get_broadcast_state(descriptor)``;
+    ``process_broadcast_element(value, ctx)`` may change it."""
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: Any, ctx: Any) -> Any:
+        raise NotImplementedError
+
+
+class KeyedBroadcastProcessFunction(BroadcastProcessFunction):
     def on_timer(self, timestamp: int, ctx: Any) -> Any:
         return None
