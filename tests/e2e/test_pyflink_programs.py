@@ -442,6 +442,120 @@ def test_pyflink_connected_and_broadcast_streams_run_unchanged(cli: Any, tmp_pat
                    "matched": [("o1", 10, 9), ("o2", 20, 20)], "alerts": [("s1", 70), ("s2", 50)]}
 
 
+WINDOW_FUNCTIONS = '''\
+from pyflink.common import Time, Types, WatermarkStrategy
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream.functions import AggregateFunction, ProcessWindowFunction, WindowFunction
+from pyflink.datastream.window import TumblingEventTimeWindows
+
+
+class At(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[2]
+
+
+class Describe(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        w = context.window()
+        values = sorted(e[1] for e in elements)
+        yield key, w.start, w.end, values
+        if len(values) > 1:
+            yield key, w.start, w.end, [-len(values)]
+
+
+class Count(AggregateFunction):
+    def create_accumulator(self):
+        return 0
+
+    def add(self, value, acc):
+        return acc + 1
+
+    def get_result(self, acc):
+        return acc
+
+    def merge(self, a, b):
+        return a + b
+
+
+class Stamp(WindowFunction):
+    def apply(self, key, window, inputs):
+        for n in inputs:
+            yield key, window.end, n
+
+
+class AllTotal(ProcessWindowFunction):
+    def process(self, context, elements):
+        yield context.window().start, sum(e[1] for e in elements)
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+events = [("a", 1, 1000), ("a", 2, 2000), ("b", 5, 3000), ("a", 3, 6500), ("b", 1, 9000)]
+ds = env.from_collection(events, type_info=Types.TUPLE([Types.STRING(), Types.INT(), Types.LONG()])) \
+    .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(At()))
+windows = ds.key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(Time.seconds(5)))
+print("described", sorted(windows.process(Describe()).execute_and_collect()))
+print("counted", sorted(ds.key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(Time.seconds(5)))
+                        .aggregate(Count(), Stamp()).execute_and_collect()))
+print("all", sorted(ds.window_all(TumblingEventTimeWindows.of(Time.seconds(5))).process(AllTotal())
+                    .execute_and_collect()))
+'''
+
+
+def test_pyflink_window_functions_and_window_all_run_unchanged(cli: Any, tmp_path: Path) -> None:
+    """A ProcessWindowFunction (every element of the window, its bounds, several outputs), an
+    AggregateFunction with a WindowFunction, and window_all with a process function."""
+    (tmp_path / "window_functions.py").write_text(WINDOW_FUNCTIONS)
+    ran = cli.run("run", "window_functions.py")
+    assert ran.returncode == 0, ran.stderr
+    out = {line.split(" ", 1)[0]: ast.literal_eval(line.split(" ", 1)[1]) for line in ran.stdout.splitlines()
+           if line.split(" ", 1)[0] in ("described", "counted", "all")}
+    assert out == {
+        "described": [("a", 0, 5000, [-2]), ("a", 0, 5000, [1, 2]), ("a", 5000, 10000, [3]), ("b", 0, 5000, [5]),
+                      ("b", 5000, 10000, [1])],
+        "counted": [("a", 5000, 2), ("a", 10000, 1), ("b", 5000, 1), ("b", 10000, 1)],
+        "all": [(0, 8), (5000, 4)]}
+
+
+LATE = '''\
+from pyflink.common import Time, Types, WatermarkStrategy
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import OutputTag, StreamExecutionEnvironment
+from pyflink.datastream.window import TumblingEventTimeWindows
+
+TT = Types.TUPLE([Types.STRING(), Types.INT(), Types.LONG()])
+LATE = OutputTag("late", TT)
+
+
+class At(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[2]
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+events = [("a", 1, 1000), ("a", 2, 12000), ("a", 3, 2000), ("a", 4, 13000)]
+ds = env.from_collection(events, type_info=TT).assign_timestamps_and_watermarks(
+    WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(At()))
+sums = ds.key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(Time.seconds(5))) \
+    .side_output_late_data(LATE).reduce(lambda a, b: (a[0], a[1] + b[1], max(a[2], b[2])))
+sums.get_side_output(LATE).print("late")
+sums.print("sum")
+env.execute()
+'''
+
+
+def test_pyflink_late_data_goes_to_its_side_output(cli: Any, tmp_path: Path) -> None:
+    """side_output_late_data(OutputTag): an element behind the watermark (a batch a row, so the
+    watermark moves between elements) is in the side output, not in its window's sum."""
+    (tmp_path / "late.py").write_text(LATE)
+    ran = cli.run("run", "-D", "execution.batch-size=1", "late.py")
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(line for line in ran.stdout.splitlines() if line.startswith(("late:", "sum:"))) == [
+        "late:('a', 3, 2000)", "sum:('a', 1, 1000)", "sum:('a', 6, 13000)"]
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")

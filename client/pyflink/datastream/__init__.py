@@ -9,13 +9,14 @@ from yarnflow.pyflink.datastream.functions import (AggregateFunction, BroadcastP
                                                    CoMapFunction, CoProcessFunction, FilterFunction, FlatMapFunction,
                                                    KeyedBroadcastProcessFunction, KeyedCoProcessFunction,
                                                    KeyedProcessFunction, KeySelector, MapFunction, Partitioner,
-                                                   ReduceFunction, RuntimeContext, TimeDomain, TimerService)
+                                                   ProcessWindowFunction, ReduceFunction, RuntimeContext, TimeDomain,
+                                                   TimerService, WindowFunction)
 from yarnflow.pyflink.datastream.stream_execution_environment import (RuntimeExecutionMode,
                                                                       StreamExecutionEnvironment)
 
 __all__ = ["StreamExecutionEnvironment", "RuntimeExecutionMode", "DataStream", "KeyedStream", "WindowedStream", "DataStreamSink",
            "CloseableIterator", "OutputTag", "ConnectedStreams", "BroadcastStream", "BroadcastConnectedStream",
            "CoMapFunction", "CoFlatMapFunction", "CoProcessFunction", "KeyedCoProcessFunction", "BroadcastProcessFunction",
-           "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "TimerService", "TimeDomain", "AggregateFunction", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
+           "KeyedBroadcastProcessFunction", "ProcessWindowFunction", "WindowFunction", "KeyedProcessFunction", "TimerService", "TimeDomain", "AggregateFunction", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
            "Partitioner", "RuntimeContext", "CheckpointingMode", "CheckpointConfig", "ExternalizedCheckpointCleanup",
            "ExternalizedCheckpointRetention", "HashMapStateBackend", "EmbeddedRocksDBStateBackend"]

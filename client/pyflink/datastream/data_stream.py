@@ -14,7 +14,7 @@ from yarnflow.common.api import KeyedProcessFunction as YarnflowKeyedProcessFunc
 from yarnflow.pyflink.datastream.functions import Function, KeyedProcessFunction, RuntimeContext
 from yarnflow.pyflink.datastream.records import KEY, TS, decode, encode_key, encoder
 
-__all__ = ["DataStream", "KeyedStream", "WindowedStream", "DataStreamSink", "CloseableIterator", "OutputTag"]
+__all__ = ["DataStream", "KeyedStream", "WindowedStream", "AllWindowedStream", "DataStreamSink", "CloseableIterator", "OutputTag"]
 
 _names = itertools.count(1)
 
@@ -88,6 +88,13 @@ class _Reduce(_Wrapped):
         if "line" in a:  # (a text file's line, as it came: the reduced row keeps its input's columns)
             return {"line": value, KEY: a[KEY]}
         return {**self.encode(value), KEY: a[KEY]}
+
+
+class _AllKey:
+    """window_all's one key."""
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, KEY: 0}
 
 
 class _PartitionKey(_Wrapped):
@@ -213,6 +220,8 @@ class DataStream:
         self._env = env
         self._ds = ds
         self._type = type_info
+        #: the yarnflow stream whose side outputs this one's are (a window function's: the window's)
+        self._sides_of = ds
 
     def _derive(self, ds: Any, type_info: TypeInformation | None) -> DataStream:
         return DataStream(self._env, ds, type_info)
@@ -313,6 +322,14 @@ class DataStream:
         part = _target(partitioner, "partition")
         return self._derive(self._ds.partition_custom(part, _PartitionKey(key_selector, "get_key")), self._type)
 
+    def window_all(self, window_assigner: Any) -> AllWindowedStream:
+        from yarnflow.pyflink.datastream.window import yarnflow_assigner
+
+        keyed = self._ds.map(_AllKey(), name="window_all").set_parallelism(1).key_by(KEY)
+        keyed_stream = KeyedStream(self._env, keyed, self._type)
+        windowed = keyed.window(yarnflow_assigner(window_assigner))
+        return AllWindowedStream(keyed_stream, windowed, keyed_functions=False)
+
     # -- sinks
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
         """The elements, printed on the client's stdout when the job ends (yarnflow runs no
@@ -340,7 +357,7 @@ class DataStream:
         return self.sink_to(sink_func)
 
     def get_side_output(self, output_tag: OutputTag) -> DataStream:
-        return self._derive(self._ds.get_side_output(output_tag.tag_id), output_tag.type_info)
+        return self._derive(self._sides_of.get_side_output(output_tag.tag_id), output_tag.type_info)
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
         """Event time: each element's timestamp from the strategy's TimestampAssigner, and
@@ -385,6 +402,7 @@ class KeyedStream(DataStream):
         return WindowedStream(self, self._ds.window(yarnflow_assigner(window_assigner)))
 
 
+
 class _Aggregate:
     """A PyFlink AggregateFunction as yarnflow's (rows decoded, the result encoded)."""
 
@@ -405,38 +423,126 @@ class _Aggregate:
         return self.fn.merge(a, b)
 
 
-class WindowedStream:
-    """``key_by(...).window(assigner)`` of PyFlink: ``reduce``, ``aggregate``, lateness."""
+class _Collect:
+    """A window's elements, as an aggregate: what a ProcessWindowFunction is given at the end."""
 
-    def __init__(self, keyed: KeyedStream, windowed: Any) -> None:
+    def create_accumulator(self) -> list[Any]:
+        return []
+
+    def add(self, row: dict[str, Any], accumulator: list[Any]) -> list[Any]:
+        accumulator.append(decode(row))
+        return accumulator
+
+    def get_result(self, accumulator: list[Any]) -> dict[str, Any]:
+        return {"p": pickle.dumps(accumulator, pickle.HIGHEST_PROTOCOL)}
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return a + b
+
+
+class _WindowCall(_Wrapped):
+    """Runs a window function on a fired window's row (key, bounds and the elements, or the one
+    pre-aggregated element), encoding what it yields."""
+
+    def __init__(self, fn: Any, method: str, output_type: TypeInformation | None, collected: bool,
+                 keyed: bool = True) -> None:
+        super().__init__(fn, method, output_type)
+        self.collected = collected
+        self.keyed = keyed
+
+    def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        from yarnflow.pyflink.datastream.window import TimeWindow
+
+        window = TimeWindow(row["window_start"], row["window_end"])
+        elements = decode(row) if self.collected else [decode(row)]
+        encode = self.encode
+        if self.method == "apply":  # (a WindowFunction: apply(key, window, inputs))
+            results = self.call(_key_of(row), window, elements) if self.keyed else self.call(window, elements)
+        else:  # (a ProcessWindowFunction: process(key, context, elements))
+            context = _WindowContext(window)
+            results = self.call(_key_of(row), context, elements) if self.keyed else self.call(context, elements)
+        return (encode(v) for v in results or ())
+
+
+class _WindowContext:
+    def __init__(self, window: Any) -> None:
+        self._window = window
+
+    def window(self) -> Any:
+        return self._window
+
+
+class WindowedStream:
+    """``key_by(...).window(assigner)`` of PyFlink: ``reduce`` and ``aggregate`` (each with an
+    optional window function), ``process`` (ProcessWindowFunction), ``apply`` (WindowFunction),
+    lateness."""
+
+    def __init__(self, keyed: KeyedStream, windowed: Any, keyed_functions: bool = True) -> None:
         self._keyed = keyed
         self._w = windowed
+        self._keyed_functions = keyed_functions
 
     def allowed_lateness(self, time_ms: Any) -> WindowedStream:
         self._w.allowed_lateness(int(getattr(time_ms, "to_milliseconds", lambda: time_ms)()))
         return self
 
+    def _then(self, ds: Any, fn: Any, method: str, output_type: TypeInformation | None, collected: bool
+              ) -> DataStream:
+        call = _WindowCall(fn, method, output_type, collected, self._keyed_functions)
+        out = self._keyed._derive(ds.flat_map(call, name=_name(fn, "Window Function")), output_type)
+        out._sides_of = ds  # (late data is the window's side output)
+        return out
+
+    def side_output_late_data(self, output_tag: OutputTag) -> WindowedStream:
+        """Elements too late for their window go to ``output_tag`` (get_side_output of the result)."""
+        self._w.side_output_late_data(output_tag.tag_id)
+        return self
+
+    def trigger(self, trigger: Any) -> WindowedStream:
+        raise JobDefinitionError("custom window triggers are not supported yet by yarnflow's PyFlink layer (windows "
+                                 "fire at their end, and again for late data within the allowed lateness)")
+
+    def evictor(self, evictor: Any) -> WindowedStream:
+        raise JobDefinitionError("window evictors are not supported yet by yarnflow's PyFlink layer")
+
     def reduce(self, reduce_function: Any, window_function: Any = None,
                output_type: TypeInformation | None = None) -> DataStream:
-        if window_function is not None:
-            raise JobDefinitionError("window reduce with a window function is not supported yet by yarnflow's "
-                                     "PyFlink layer")
         fn = _Reduce(reduce_function, "reduce", self._keyed._type)
-        return self._keyed._derive(self._w.reduce(fn, name=_name(reduce_function, "Window Reduce")), self._keyed._type)
+        reduced = self._w.reduce(fn, name=_name(reduce_function, "Window Reduce"))
+        if window_function is not None:
+            return self._then(reduced, window_function, _window_method(window_function), output_type, False)
+        return self._keyed._derive(reduced, self._keyed._type)
 
     def aggregate(self, aggregate_function: Any, window_function: Any = None,
                   accumulator_type: TypeInformation | None = None,
                   output_type: TypeInformation | None = None) -> DataStream:
         if window_function is not None:
-            raise JobDefinitionError("window aggregate with a window function is not supported yet by yarnflow's "
-                                     "PyFlink layer")
+            out = self._w.aggregate(_Aggregate(aggregate_function, None),
+                                    name=_name(aggregate_function, "Window Aggregate"))
+            return self._then(out, window_function, _window_method(window_function), output_type, False)
         out = self._w.aggregate(_Aggregate(aggregate_function, output_type),
                                 name=_name(aggregate_function, "Window Aggregate"))
         return self._keyed._derive(out, output_type)
 
     def process(self, process_window_function: Any, output_type: TypeInformation | None = None) -> DataStream:
-        raise JobDefinitionError("ProcessWindowFunction is not supported yet by yarnflow's PyFlink layer (reduce and "
-                                 "aggregate are)")
+        """``process(key, context, elements)`` once a window fires (``context.window()``)."""
+        collected = self._w.aggregate(_Collect(), name="Window Elements")
+        return self._then(collected, process_window_function, "process", output_type, True)
+
+    def apply(self, window_function: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """``apply(key, window, inputs)`` once a window fires."""
+        collected = self._w.aggregate(_Collect(), name="Window Elements")
+        return self._then(collected, window_function, "apply", output_type, True)
+
+
+def _window_method(fn: Any) -> str:
+    return "apply" if callable(getattr(fn, "apply", None)) and not callable(getattr(fn, "process", None)) \
+        else "process"
+
+class AllWindowedStream(WindowedStream):
+    """``window_all(assigner)``: one window operator (parallelism 1, as in Flink) over every
+    element; its functions take no key."""
+
 
 
 def _name(func: Any, kind: str) -> str:

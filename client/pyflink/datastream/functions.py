@@ -7,7 +7,8 @@ from typing import Any, Iterable
 __all__ = ["Function", "MapFunction", "FlatMapFunction", "FilterFunction", "ReduceFunction", "KeySelector",
            "RuntimeContext", "Partitioner", "AggregateFunction", "KeyedProcessFunction", "TimerService", "TimeDomain",
            "CoMapFunction", "CoFlatMapFunction", "CoProcessFunction", "KeyedCoProcessFunction", "BroadcastProcessFunction",
-           "KeyedBroadcastProcessFunction"]
+           "KeyedBroadcastProcessFunction", "ProcessWindowFunction", "WindowFunction", "ProcessAllWindowFunction",
+           "AllWindowFunction"]
 
 
 class RuntimeContext:
@@ -224,3 +225,23 @@ class BroadcastProcessFunction(CoMapFunction):
 class KeyedBroadcastProcessFunction(BroadcastProcessFunction):
     def on_timer(self, timestamp: int, ctx: Any) -> Any:
         return None
+
+
+class ProcessWindowFunction(Function):
+    """``process(key, context, elements)`` once a window fires (``context.window()``: its
+    ``start``, ``end``); yields outputs. On ``window_all``: ``process(context, elements)``."""
+
+    def process(self, *args: Any) -> Any:
+        raise NotImplementedError
+
+
+class WindowFunction(Function):
+    """``apply(key, window, inputs)`` once a window fires; yields outputs (on ``window_all``:
+    ``apply(window, inputs)``)."""
+
+    def apply(self, *args: Any) -> Any:
+        raise NotImplementedError
+
+
+ProcessAllWindowFunction = ProcessWindowFunction
+AllWindowFunction = WindowFunction
