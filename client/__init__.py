@@ -21,6 +21,7 @@ _EXPORTS = {
     # user functions, keyed state, event time and windows (yarnflow.windows has them too)
     "AggregateFunction": "yarnflow.common.api",
     "KeyedProcessFunction": "yarnflow.common.api",
+    "ProcessFunction": "yarnflow.common.api",
     "CoMapFunction": "yarnflow.common.api",
     "CoFlatMapFunction": "yarnflow.common.api",
     "CoProcessFunction": "yarnflow.common.api",

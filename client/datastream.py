@@ -299,6 +299,13 @@ class DataStream:
                            event_time_column=self.transformation.event_time_column)
         return DataStream(self.env, self.env._add(t))
 
+    def process(self, fn: Any, name: str | None = None) -> DataStream:
+        """Run a ``ProcessFunction`` per row of a stream that is not keyed (event time, side
+        outputs, the clocks; no keyed state or timers: key_by(...).process for those)."""
+        from yarnflow.worker.operators.process import ProcessOperator
+
+        return self._then(ProcessOperator(fn, self.transformation.event_time_column, name=name or type(fn).__name__))
+
     def assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy) -> DataStream:
         """Event time from ``strategy``'s column; watermarks as the strategy says."""
         return self._then(TimestampsAndWatermarks(strategy), event_time_column=strategy.timestamp_column)

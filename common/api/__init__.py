@@ -18,7 +18,8 @@ from yarnflow.common.api.co_functions import (
     SourceFunction,
 )
 from yarnflow.common.api.async_function import AsyncFunction
-from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
+from yarnflow.common.api.functions import (EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction,
+                                          ProcessFunction)
 from yarnflow.common.api.state import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -54,6 +55,7 @@ __all__ = [
     "KeyedCoProcessFunction",
     "EventTimeSessionWindows",
     "KeyedProcessFunction",
+    "ProcessFunction",
     "ListStateDescriptor",
     "MapStateDescriptor",
     "ProcessJoinFunction",

@@ -38,6 +38,23 @@ class AggregateFunction(Generic[ACC]):
         raise NotImplementedError(f"{type(self).__name__} does not support merge (needed by session windows)")
 
 
+class ProcessFunction:
+    """``stream.process(fn)`` on a stream that is not keyed: ``process_element(row, ctx, out)``
+    per row. ``ctx`` has ``timestamp`` (the row's event time, None without one),
+    ``timer_service()`` (``current_watermark()``, ``current_processing_time()``; timers need a
+    keyed stream), ``output(tag, row)`` for side outputs and ``runtime_context``. Keep state
+    across rows in the function, a ``CheckpointedFunction`` so that it survives failures."""
+
+    def open(self, ctx: Any) -> None:
+        """Called once per subtask before any row, with its RuntimeContext."""
+
+    def process_element(self, row: dict[str, Any], ctx: Any, out: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement process_element")
+
+    def close(self) -> None:
+        pass
+
+
 class KeyedProcessFunction:
     """Subclass it and override ``process_element`` (and ``on_timer`` when using timers).
 

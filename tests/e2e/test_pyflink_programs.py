@@ -556,6 +556,47 @@ def test_pyflink_late_data_goes_to_its_side_output(cli: Any, tmp_path: Path) -> 
         "late:('a', 3, 2000)", "sum:('a', 1, 1000)", "sum:('a', 6, 13000)"]
 
 
+UNKEYED = '''\
+from pyflink.common import Types, WatermarkStrategy
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import OutputTag, ProcessFunction, StreamExecutionEnvironment
+
+ODD = OutputTag("odd", Types.INT())
+
+
+class At(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value * 1000
+
+
+class Split(ProcessFunction):
+    def process_element(self, value, ctx):
+        if value % 2:
+            yield ODD, value
+        else:
+            yield value, ctx.timestamp()
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+ds = env.from_collection(list(range(6)), type_info=Types.INT()).assign_timestamps_and_watermarks(
+    WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(At()))
+evens = ds.process(Split(), output_type=Types.TUPLE([Types.INT(), Types.LONG()]))
+evens.get_side_output(ODD).print("odd")
+evens.print("even")
+env.execute()
+'''
+
+
+def test_a_pyflink_process_function_on_an_unkeyed_stream(cli: Any, tmp_path: Path) -> None:
+    """ProcessFunction: ctx.timestamp() of each element, a side output by OutputTag."""
+    (tmp_path / "unkeyed.py").write_text(UNKEYED)
+    ran = cli.run("run", "unkeyed.py")
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(line for line in ran.stdout.splitlines() if line.startswith(("odd:", "even:"))) == [
+        "even:(0, 0)", "even:(2, 2000)", "even:(4, 4000)", "odd:1", "odd:3", "odd:5"]
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")

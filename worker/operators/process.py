@@ -37,7 +37,9 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
-from yarnflow.common.api.functions import EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction
+from yarnflow.common.api.functions import (EVENT_TIME, PROCESSING_TIME, AggregateFunction, KeyedProcessFunction,
+                                          ProcessFunction)
+from yarnflow.common.api.co_functions import CheckpointedFunction
 from yarnflow.common.api.state import StateDescriptor
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.worker.operators.base import Operator, Output, RuntimeContext
@@ -393,3 +395,107 @@ class KeyedAggregateFunctionOperator(_KeyedOperator):
                 if len(self._main.rows) >= self.ctx.batch_size:
                     self._flush()
             self._flush()
+
+
+class _NoTimers:
+    """The timer service of a stream that is not keyed: the clocks, no timers (as in Flink)."""
+
+    def __init__(self, op: ProcessOperator) -> None:
+        self._op = op
+
+    def current_watermark(self) -> int:
+        return self._op.current_watermark
+
+    def current_processing_time(self) -> int:
+        return int(self._op.ctx.clock())
+
+    def _refuse(self, *args: Any) -> None:
+        raise JobDefinitionError(f"operator '{self._op.name}': timers need a keyed stream (key_by(...).process)")
+
+    register_event_time_timer = register_processing_time_timer = _refuse
+    delete_event_time_timer = delete_processing_time_timer = _refuse
+
+
+class _UnkeyedContext:
+    def __init__(self, op: ProcessOperator) -> None:
+        self._op = op
+        self._timers = _NoTimers(op)
+        self.timestamp: int | None = None
+        self.current_key = None
+        self.time_domain: str | None = None
+
+    @property
+    def runtime_context(self) -> RuntimeContext:
+        return self._op.ctx
+
+    def timer_service(self) -> _NoTimers:
+        return self._timers
+
+    def output(self, tag: str, row: Any) -> None:
+        self._op._side_buffer(tag).add(row)
+
+
+class ProcessOperator(BufferedOutputs, Operator):
+    """``stream.process(fn)`` on a stream that is not keyed: a ProcessFunction per row, with
+    the row's event time (``time_column``), the clocks and side outputs; its own state is a
+    CheckpointedFunction's."""
+
+    kind = "process"
+
+    def __init__(self, fn: ProcessFunction, time_column: str | None = None, name: str | None = None) -> None:
+        super().__init__(name)
+        if isinstance(fn, type) or not callable(getattr(fn, "process_element", None)):
+            raise JobDefinitionError(f"operator '{self.name}' needs a ProcessFunction instance (with "
+                                     f"process_element), got {fn!r}")
+        self.fn = fn
+        self.time_column = time_column
+
+    @property
+    def stateful(self) -> bool:
+        return isinstance(self.fn, CheckpointedFunction)
+
+    def setup(self, ctx: RuntimeContext, output: Output) -> None:
+        super().setup(ctx, output)
+        self._main = RowBuffer(self.name)
+        self._sides: dict[str, RowBuffer] = {}
+        self.current_watermark = _MIN_WATERMARK
+        self._context = _UnkeyedContext(self)
+        self._collector = Collector(self._main)
+        self._function_state = FunctionState(self, self.fn)
+
+    def open(self) -> None:
+        self._function_state.initialize()
+        self.call_user(self.fn.open, self.ctx)
+
+    def snapshot_state(self, checkpoint_id: int) -> Snapshot:
+        return self._function_state.snapshot(checkpoint_id)
+
+    def initialize_state(self, state: dict[str, pa.Table]) -> None:
+        self._function_state.restore(state)
+
+    def process_batch(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        if batch.num_rows == 0:
+            return
+        times = event_times_ms(batch, self.time_column, self.name).tolist() if self.time_column else None
+        context, process, collector = self._context, self.fn.process_element, self._collector
+        with gc_paused():
+            rows = row_dicts(batch)
+            for lo, hi in self.row_slices(len(rows)):
+                for row, ts in zip(rows[lo:hi], times[lo:hi] if times is not None else itertools.repeat(None)):
+                    context.timestamp = ts
+                    try:
+                        process(row, context, collector)
+                    except Exception as exc:
+                        raise self.user_error(process, exc) from exc
+            self._flush()
+
+    def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
+        if watermark.timestamp > self.current_watermark:
+            self.current_watermark = watermark.timestamp
+        self.output.emit_watermark(watermark)
+
+    def finish(self) -> None:
+        self._flush()
+
+    def close(self) -> None:
+        self.call_user(self.fn.close)

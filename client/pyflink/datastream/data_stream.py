@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.pyflink.common.typeinfo import TypeInformation
 from yarnflow.common.api import KeyedProcessFunction as YarnflowKeyedProcessFunction
+from yarnflow.common.api import ProcessFunction as YarnflowProcessFunction
 from yarnflow.pyflink.datastream.functions import Function, KeyedProcessFunction, RuntimeContext
 from yarnflow.pyflink.datastream.records import KEY, TS, decode, encode_key, encoder
 
@@ -161,6 +162,24 @@ class _KeyedProcess(_Sides, YarnflowKeyedProcessFunction):
         self.emit(self.fn.on_timer(timestamp, pyctx), ctx, out)
 
 
+class _Process(_Sides, YarnflowProcessFunction):
+    """A PyFlink ProcessFunction as yarnflow's."""
+
+    def __init__(self, fn: Any, output_type: TypeInformation | None) -> None:
+        super().__init__()
+        self.fn = fn
+        self.encode = encoder(output_type)
+
+    def open(self, ctx: Any) -> None:
+        self.fn.open(RuntimeContext(ctx))
+
+    def close(self) -> None:
+        self.fn.close()
+
+    def process_element(self, row: dict[str, Any], ctx: Any, out: Any) -> None:
+        self.emit(self.fn.process_element(decode(row), KeyedProcessFunction.Context(ctx, None)), ctx, out)
+
+
 class CloseableIterator:
     """``execute_and_collect``'s elements (an iterator that can be closed, as PyFlink's)."""
 
@@ -277,6 +296,15 @@ class DataStream:
 
     def filter(self, func: Any) -> DataStream:
         return self._derive(self._ds.filter(_Filter(func, "filter"), name=_name(func, "Filter")), self._type)
+
+    def process(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A ProcessFunction per element (event time, side outputs, the clocks)."""
+        from yarnflow.pyflink.datastream.functions import ProcessFunction
+
+        if not isinstance(func, ProcessFunction):
+            raise JobDefinitionError(f"process takes a ProcessFunction (a KeyedProcessFunction after key_by), "
+                                     f"not {func!r}")
+        return self._derive(self._ds.process(_Process(func, output_type), name=_name(func, "Process")), output_type)
 
     def key_by(self, key_selector: Any, key_type: TypeInformation | None = None) -> KeyedStream:
         keyed = self._ds.map(_Key(key_selector, "get_key"), name="key_by")

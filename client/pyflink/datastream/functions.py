@@ -8,7 +8,7 @@ __all__ = ["Function", "MapFunction", "FlatMapFunction", "FilterFunction", "Redu
            "RuntimeContext", "Partitioner", "AggregateFunction", "KeyedProcessFunction", "TimerService", "TimeDomain",
            "CoMapFunction", "CoFlatMapFunction", "CoProcessFunction", "KeyedCoProcessFunction", "BroadcastProcessFunction",
            "KeyedBroadcastProcessFunction", "ProcessWindowFunction", "WindowFunction", "ProcessAllWindowFunction",
-           "AllWindowFunction"]
+           "AllWindowFunction", "ProcessFunction"]
 
 
 class RuntimeContext:
@@ -245,3 +245,14 @@ class WindowFunction(Function):
 
 ProcessAllWindowFunction = ProcessWindowFunction
 AllWindowFunction = WindowFunction
+
+
+class ProcessFunction(Function):
+    """``process_element(value, ctx)`` on a stream that is not keyed: yields outputs
+    (``yield output_tag, value`` for a side output); ``ctx.timestamp()``,
+    ``ctx.timer_service()`` (the clocks; timers need a keyed stream)."""
+
+    Context = KeyedProcessFunction.Context
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        raise NotImplementedError
