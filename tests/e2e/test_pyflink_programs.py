@@ -597,6 +597,55 @@ def test_a_pyflink_process_function_on_an_unkeyed_stream(cli: Any, tmp_path: Pat
         "even:(0, 0)", "even:(2, 2000)", "even:(4, 4000)", "odd:1", "odd:3", "odd:5"]
 
 
+TTL = '''\
+import time
+
+from pyflink.common import Time, Types
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext, StreamExecutionEnvironment
+from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
+
+
+def pause(value):
+    time.sleep(value[1] / 1000)  # (the element's delay: processing time passes between elements)
+    return value
+
+
+class Remember(KeyedProcessFunction):
+    """Each element says what its key's previous element was, if that is under 1.5 s old."""
+
+    def open(self, runtime_context: RuntimeContext):
+        ttl = StateTtlConfig.new_builder(Time.milliseconds(1500)) \
+            .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite) \
+            .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired).build()
+        descriptor = ValueStateDescriptor("previous", Types.STRING())
+        descriptor.enable_time_to_live(ttl)
+        self.previous = runtime_context.get_state(descriptor)
+
+    def process_element(self, value, ctx):
+        yield value[2], self.previous.value()
+        self.previous.update(value[2])
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+tt = Types.TUPLE([Types.STRING(), Types.INT(), Types.STRING()])
+events = [("a", 0, "a1"), ("a", 0, "a2"), ("a", 3000, "a3"), ("a", 0, "a4")]
+out = env.from_collection(events, type_info=tt).map(pause, output_type=tt).key_by(lambda e: e[0]) \
+    .process(Remember(), output_type=Types.TUPLE([Types.STRING(), Types.STRING()]))
+print("seen", list(out.execute_and_collect()))
+'''
+
+
+def test_pyflink_state_time_to_live(cli: Any, tmp_path: Path) -> None:
+    """A value state with a 1.5 s time-to-live (never returning expired values): read right after
+    it was written it is there; 3 s later it is gone."""
+    (tmp_path / "ttl.py").write_text(TTL)
+    ran = cli.run("run", "-D", "execution.batch-size=1", "-D", "execution.buffer-timeout=0ms", "ttl.py")
+    assert ran.returncode == 0, ran.stderr
+    [seen] = [ast.literal_eval(line.split(" ", 1)[1]) for line in ran.stdout.splitlines() if line.startswith("seen ")]
+    assert seen == [("a1", None), ("a2", "a1"), ("a3", None), ("a4", "a3")]
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")

@@ -74,3 +74,106 @@ def test_import_pyflink_is_yarnflows_layer_and_unknown_modules_are_named(aliases
         import pyflink.table  # type: ignore[import-not-found]  # noqa: F401
     with pytest.raises(ModuleNotFoundError, match="implements PyFlink's DataStream API"):
         import pyflink.ml  # type: ignore[import-not-found]  # noqa: F401
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.ms = 1000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class _Value:
+    def __init__(self) -> None:
+        self.v: Any = None
+
+    def value(self) -> Any:
+        return self.v
+
+    def update(self, v: Any) -> None:
+        self.v = v
+
+    def clear(self) -> None:
+        self.v = None
+
+
+class _List(_Value):
+    def get(self) -> list[Any]:
+        return list(self.v or [])
+
+    def add(self, v: Any) -> None:
+        self.v = [*(self.v or []), v]
+
+
+class _Map:
+    def __init__(self) -> None:
+        self.d: dict[Any, Any] = {}
+
+    def contains(self, k: Any) -> bool:
+        return k in self.d
+
+    def get(self, k: Any) -> Any:
+        return self.d.get(k)
+
+    def put(self, k: Any, v: Any) -> None:
+        self.d[k] = v
+
+    def remove(self, k: Any) -> None:
+        self.d.pop(k, None)
+
+    def keys(self) -> list[Any]:
+        return list(self.d)
+
+    def clear(self) -> None:
+        self.d.clear()
+
+
+def _ttl(update: int, visibility: int) -> Any:
+    from yarnflow.pyflink.common import Time
+    from yarnflow.pyflink.datastream.state import StateTtlConfig
+
+    return StateTtlConfig.new_builder(Time.seconds(1)).set_update_type(update).set_state_visibility(visibility).build()
+
+
+def test_state_time_to_live_expires_entries_as_flinks_does() -> None:
+    from yarnflow.pyflink.datastream.state import (ListStateDescriptor, MapStateDescriptor, StateTtlConfig,
+                                                   ValueStateDescriptor, with_ttl)
+
+    U, V = StateTtlConfig.UpdateType, StateTtlConfig.StateVisibility
+    clock = _Clock()
+
+    def state(descriptor: Any, raw: Any, update: int = U.OnCreateAndWrite, visibility: int = V.NeverReturnExpired
+              ) -> Any:
+        descriptor.enable_time_to_live(_ttl(update, visibility))
+        return with_ttl(descriptor, raw, clock)
+
+    value = state(ValueStateDescriptor("v"), _Value())
+    value.update("x")
+    clock.ms += 999
+    assert value.value() == "x"
+    clock.ms += 1
+    assert value.value() is None  # (1 s after the write: expired, and dropped)
+    touched = state(ValueStateDescriptor("t"), _Value(), U.OnReadAndWrite)
+    touched.update("y")
+    for _ in range(3):  # read every 0.6 s: each read renews it
+        clock.ms += 600
+        assert touched.value() == "y"
+    stale = state(ValueStateDescriptor("s"), _Value(), visibility=V.ReturnExpiredIfNotCleanedUp)
+    stale.update("z")
+    clock.ms += 5000
+    assert stale.value() == "z" and stale.value() is None  # (returned once, dropped as it was read)
+    items = state(ListStateDescriptor("l"), _List())
+    items.add(1)
+    clock.ms += 600
+    items.add(2)
+    clock.ms += 600
+    assert items.get() == [2]
+    entries = state(MapStateDescriptor("m"), _Map())
+    entries.put("a", 1)
+    clock.ms += 600
+    entries.put("b", 2)
+    clock.ms += 600
+    assert (entries.contains("a"), entries.get("b"), entries.keys(), entries.items()) == (False, 2, ["b"], [("b", 2)])
+    with pytest.raises(Exception, match="enable_time_to_live takes a StateTtlConfig"):
+        ValueStateDescriptor("bad").enable_time_to_live("1 s")

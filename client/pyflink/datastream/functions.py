@@ -23,7 +23,9 @@ class RuntimeContext:
         if self._state is None:
             raise RuntimeError(f"state {getattr(descriptor, 'name', descriptor)!r}: keyed state is for functions on "
                                "a keyed stream (key_by(...).process(...))")
-        return self._state.get_state(descriptor._yarnflow())
+        from yarnflow.pyflink.datastream.state import with_ttl
+
+        return with_ttl(descriptor, self._state.get_state(descriptor._yarnflow()), self._ctx.clock)
 
     def get_state(self, state_descriptor: Any) -> Any:
         return self._get(state_descriptor)
