@@ -5,7 +5,7 @@ yarnflow's own (``datastream/``: environment, streams, functions, the file conne
 type is given (``output_type=Types.TUPLE([...])``), else pickled (``datastream/records.py``).
 
 What PyFlink has and this does not is an ImportError or a JobDefinitionError naming the
-feature (the Table API, Java UDFs and jars; count windows and triggers in
+feature (the Table API, Java UDFs and jars; custom triggers and evictors in
 the PyFlink layer so far)."""
 
 from __future__ import annotations

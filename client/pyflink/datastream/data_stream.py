@@ -424,10 +424,21 @@ class KeyedStream(DataStream):
         return self._derive(self._ds.process(_KeyedProcess(func, output_type), name=_name(func, "KeyedProcess")),
                             output_type)
 
-    def window(self, window_assigner: Any) -> WindowedStream:
-        from yarnflow.pyflink.datastream.window import yarnflow_assigner
+    def window(self, window_assigner: Any) -> Any:
+        from yarnflow.pyflink.datastream.window import CountTumblingWindowAssigner, yarnflow_assigner
 
+        if isinstance(window_assigner, CountTumblingWindowAssigner):
+            return self.count_window(window_assigner.size, window_assigner.slide)
         return WindowedStream(self, self._ds.window(yarnflow_assigner(window_assigner)))
+
+    def count_window(self, size: int, slide: int | None = None) -> Any:
+        """A window of every ``size`` elements of a key; with ``slide``, every ``slide`` elements
+        a window of the last ``size``."""
+        from yarnflow.pyflink.datastream.count_windows import CountWindowedStream
+        from yarnflow.pyflink.datastream.window import CountTumblingWindowAssigner
+
+        CountTumblingWindowAssigner(size, slide)  # (checks them)
+        return CountWindowedStream(self, size, slide)
 
 
 

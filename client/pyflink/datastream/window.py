@@ -10,7 +10,7 @@ from yarnflow.pyflink.common.time import to_millis
 
 __all__ = ["TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSessionWindows",
            "TumblingProcessingTimeWindows", "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows",
-           "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "TimeWindow"]
+           "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "TimeWindow", "CountWindow"]
 
 
 def _ms(value: Any, what: str) -> int:
@@ -84,12 +84,35 @@ class ProcessingTimeSessionWindows(_Session):
 
 
 class CountTumblingWindowAssigner:
+    """A window of every ``size`` elements of a key (``count_window(size)``)."""
+
+    def __init__(self, size: int, slide: int | None = None) -> None:
+        for what, n in (("window size", size), ("window slide", slide if slide is not None else 1)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise JobDefinitionError(f"count windows: the {what} must be a positive int, not {n!r}")
+        self.size, self.slide = size, slide
+
     @staticmethod
-    def of(window_size: int) -> Any:
-        raise JobDefinitionError("count windows are not supported yet by yarnflow's PyFlink layer")
+    def of(window_size: int) -> CountTumblingWindowAssigner:
+        return CountTumblingWindowAssigner(window_size)
 
 
-CountSlidingWindowAssigner = CountTumblingWindowAssigner
+class CountSlidingWindowAssigner(CountTumblingWindowAssigner):
+    """Every ``slide`` elements of a key, a window of its last ``size`` (``count_window(size, slide)``)."""
+
+    @staticmethod
+    def of(window_size: int, window_slide: int) -> CountSlidingWindowAssigner:  # type: ignore[override]
+        return CountSlidingWindowAssigner(window_size, window_slide)
+
+
+class CountWindow:
+    """What ``context.window()`` is for a count window: its number per key (``id``)."""
+
+    def __init__(self, id: int) -> None:  # noqa: A002 - PyFlink's name
+        self.id = id
+
+    def max_timestamp(self) -> int:
+        return 2**63 - 1
 
 
 class TimeWindow:
