@@ -683,6 +683,82 @@ def test_pyflink_count_windows_run_unchanged(cli: Any, tmp_path: Path) -> None:
                    "assigner": [("a", 2), ("a", 4), ("a", 6), ("b", 11)]}
 
 
+JSON_PARTITIONERS = '''\
+import json
+import sys
+
+from pyflink.common import Types, WatermarkStrategy
+from pyflink.datastream import MapFunction, RuntimeContext, StreamExecutionEnvironment
+from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+
+
+class Where(MapFunction):
+    """The element with the index of the subtask that saw it."""
+
+    def open(self, runtime_context: RuntimeContext):
+        self.index = runtime_context.get_index_of_this_subtask()
+
+    def map(self, value):
+        return value[0], value[1], self.index
+
+
+def parse(line):
+    record = json.loads(line)
+    return record["user"], record["amount"]
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+pair = Types.TUPLE([Types.STRING(), Types.INT()])
+seen = Types.TUPLE([Types.STRING(), Types.INT(), Types.INT()])
+records = env.from_source(FileSource.for_record_stream_format(StreamFormat.text_line_format(), sys.argv[1]).build(),
+                          WatermarkStrategy.no_watermarks(), "json lines") \
+    .filter(lambda line: line.strip() and not line.startswith("#")) \
+    .map(parse, output_type=pair)
+outs = {
+    "shuffle": records.shuffle().map(Where(), output_type=seen).set_parallelism(3),
+    "rebalance": records.rebalance().map(Where(), output_type=seen).set_parallelism(3),
+    "rescale": records.rescale().map(Where(), output_type=seen).set_parallelism(4),
+    "global": records.global_().map(Where(), output_type=seen).set_parallelism(3),
+    "forward": records.forward().map(Where(), output_type=seen),
+    "broadcast": records.broadcast().map(Where(), output_type=seen).set_parallelism(3),
+}
+for name, ds in outs.items():
+    ds.print(name)
+env.execute("json and partitioners")
+'''
+
+
+def test_a_pyflink_json_job_through_each_partitioner(cli: Any, tmp_path: Path) -> None:
+    """JSON lines from files (a comment and a blank line filtered out), parsed to typed tuples,
+    then through each of PyFlink's partitioners to a map that records its subtask: every record
+    once (three times broadcast, once per subtask), where each partitioner sends it."""
+    import json
+
+    src = tmp_path / "in"
+    src.mkdir()
+    records = [{"user": f"u{i % 7}", "amount": i} for i in range(300)]
+    (src / "a.json").write_text("# users and amounts\n\n" + "".join(json.dumps(r) + "\n" for r in records[:150]))
+    (src / "b.json").write_text("".join(json.dumps(r) + "\n" for r in records[150:]))
+    (tmp_path / "job.py").write_text(JSON_PARTITIONERS)
+    ran = cli.run("run", "job.py", str(src))
+    assert ran.returncode == 0, ran.stderr
+    got: dict[str, list[tuple[str, int, int]]] = collections.defaultdict(list)
+    for line in ran.stdout.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name in ("shuffle", "rebalance", "rescale", "global", "forward", "broadcast"):
+            got[name].append(ast.literal_eval(value))
+    expected = sorted((r["user"], r["amount"]) for r in records)
+    for name, rows in got.items():
+        copies = 3 if name == "broadcast" else 1
+        assert sorted((u, a) for u, a, _ in rows) == sorted(expected * copies), name
+    assert {i for _, _, i in got["global"]} == {0}
+    assert len({i for _, _, i in got["shuffle"]}) == 3  # (per record; rebalance deals whole batches)
+    assert {i for _, _, i in got["rescale"]} <= {0, 1, 2, 3}
+    for user, amount in expected:
+        assert sorted(i for u, a, i in got["broadcast"] if (u, a) == (user, amount)) == [0, 1, 2]
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")
