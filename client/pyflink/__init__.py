@@ -24,8 +24,6 @@ __all__ = ["install", "uninstall"]
 UNSUPPORTED = {
     "pyflink.table": "PyFlink's Table API and SQL (pyflink.table) are not supported by yarnflow: use its DataStream "
                      "API, or yarnflow's env.spark_sql for SQL",
-    "pyflink.datastream.connectors.kafka": "PyFlink's Kafka connector names are not mapped yet: use yarnflow.kafka "
-                                           "(KafkaSource, KafkaSink)",
     "pyflink.java_gateway": "yarnflow runs no JVM: there is no Java gateway",
 }
 
