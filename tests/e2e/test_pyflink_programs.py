@@ -759,6 +759,45 @@ def test_a_pyflink_json_job_through_each_partitioner(cli: Any, tmp_path: Path) -
         assert sorted(i for u, a, i in got["broadcast"] if (u, a) == (user, amount)) == [0, 1, 2]
 
 
+FUSED = '''\
+from pyflink.common import Types
+from pyflink.datastream import StreamExecutionEnvironment
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+words = env.from_collection(["a b", "c d e", "f"], type_info=Types.STRING()).flat_map(lambda line: line.split())
+upper = words.map(lambda w: w.upper())            # fused with the flat_map ...
+both = words.map(lambda w: w + w).filter(lambda w: w != "cc")  # ... and the flat_map read again here
+named = upper.map(lambda w: "<" + w + ">").name("angles")
+upper.print("upper")
+both.print("both")
+named.print("named")
+print("operators", sorted(t.operator.name for t in env._env.transformations if t.operator is not None))
+env.execute()
+print("after", sorted(t.operator.name for t in env._env.transformations if t.operator is not None))
+'''
+
+
+def test_consecutive_pyflink_functions_run_fused_and_a_stream_read_twice_stays_right(cli: Any, tmp_path: Path) -> None:
+    """A flat_map then a map run as one operator (the elements go from one function to the next
+    without Arrow between them), also when the flat_map's stream is read by another branch
+    (which gets its own fused operator), and a fused operator can still be named."""
+    (tmp_path / "fuse.py").write_text(FUSED)
+    ran = cli.run("run", "fuse.py")
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    got = collections.defaultdict(list)
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if sep and name in ("upper", "both", "named"):
+            got[name].append(value)
+    assert {k: sorted(v) for k, v in got.items()} == {
+        "upper": list("ABCDEF"), "both": ["aa", "bb", "dd", "ee", "ff"], "named": [f"<{c}>" for c in "ABCDEF"]}
+    [after] = [ast.literal_eval(line.split(" ", 1)[1]) for line in lines if line.startswith("after ")]
+    assert "FlatMap" not in after  # (the flat_map alone ran nowhere: every reader of it has it fused)
+    assert after.count("FlatMap -> Map") == 1 and "FlatMap -> Map -> Filter" in after and "angles" in after
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")

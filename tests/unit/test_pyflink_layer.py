@@ -30,7 +30,8 @@ def aliases() -> Iterator[None]:
     (Types.TUPLE([Types.STRING(), Types.MAP(Types.STRING(), Types.INT())]), ("a", {"x": 1}), ["f0", "f1~p"]),
     (Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()]), Row(name="b", age=3), ["r:name", "r:age"]),
     (Types.ROW([Types.STRING(), Types.DOUBLE()]), Row("c", 1.5), ["r:f0", "r:f1"]),
-    (None, {"any": ["python", 1]}, ["p"]),
+    (None, {"any": ["python", 1]}, ["v", "p"]),
+    (None, "untyped text", ["v", "p"]),  # (a str is kept as it is, not pickled)
     (Types.PICKLED_BYTE_ARRAY(), frozenset({1}), ["p"]),
 ])
 def test_an_element_goes_through_arrow_and_comes_back_as_it_was(type_info: Any, value: Any,

@@ -9,11 +9,12 @@ import pickle
 from typing import Any, Callable, Iterable, Iterator
 
 from yarnflow.common.errors import JobDefinitionError
+from yarnflow.common.states import Partitioner
 from yarnflow.pyflink.common.typeinfo import TypeInformation
 from yarnflow.common.api import KeyedProcessFunction as YarnflowKeyedProcessFunction
 from yarnflow.common.api import ProcessFunction as YarnflowProcessFunction
 from yarnflow.pyflink.datastream.functions import Function, KeyedProcessFunction, RuntimeContext
-from yarnflow.pyflink.datastream.records import KEY, TS, decode, encode_key, encoder
+from yarnflow.pyflink.datastream.records import KEY, TS, decode, encode_key, encoder, reader
 
 __all__ = ["DataStream", "KeyedStream", "WindowedStream", "AllWindowedStream", "DataStreamSink", "CloseableIterator", "OutputTag"]
 
@@ -38,6 +39,16 @@ class _Wrapped:
         self.method = method
         self.call = _target(fn, method)
         self.encode = encoder(output_type)
+        self.read: Callable[[dict[str, Any]], Any] | None = None  # (the input's layout, from its first row)
+
+    def decode(self, row: dict[str, Any]) -> Any:
+        read = self.read
+        if read is None:
+            read = self.read = reader(row)
+        return read(row)
+
+    def __getstate__(self) -> dict[str, Any]:  # (shipped without the reader: a worker finds its own)
+        return {**self.__dict__, "read": None}
 
     def open(self, ctx: Any) -> None:
         if callable(getattr(self.fn, "open", None)) and isinstance(self.fn, Function):
@@ -49,21 +60,79 @@ class _Wrapped:
 
 
 class _Map(_Wrapped):
+    """A map; with ``key`` (a key_by right after it), each output's key too, in column ``__k``:
+    no operator of its own for the key_by."""
+
+    key: Callable[[Any], Any] | None = None
+
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        out = self.encode(self.call(decode(row)))
+        value = self.call(self.decode(row))
+        out = self.encode(value)
+        if self.key is not None:
+            out[KEY] = encode_key(self.key(value))
         if TS in row:  # (a record's timestamp goes with it, as in Flink)
             out[TS] = row[TS]
         return out
 
 
 class _FlatMap(_Wrapped):
+    key: Callable[[Any], Any] | None = None
+
     def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        encode = self.encode
-        values = self.call(decode(row)) or ()
+        encode, key = self.encode, self.key
+        values = self.call(self.decode(row)) or ()
+        if key is not None:
+            if TS in row:
+                ts = row[TS]
+                return ({**encode(v), KEY: encode_key(key(v)), TS: ts} for v in values)
+            return ({**encode(v), KEY: encode_key(key(v))} for v in values)
         if TS in row:
             ts = row[TS]
             return ({**encode(v), TS: ts} for v in values)
         return (encode(v) for v in values)
+
+
+class _Fused(_Wrapped):
+    """Consecutive maps, flat_maps and filters of the layer in one yarnflow flat_map: the
+    elements go from one function to the next as Python objects, not through Arrow between
+    operators (``steps``: (kind, function) in order)."""
+
+    def __init__(self, steps: list[tuple[str, Any, Any]], output_type: TypeInformation | None) -> None:
+        super().__init__(steps[-1][1], steps[-1][2], output_type)
+        self.steps = steps
+        self.calls = [(kind, _target(fn, method)) for kind, fn, method in steps]
+
+    def open(self, ctx: Any) -> None:
+        for _, fn, _ in self.steps:
+            if isinstance(fn, Function):
+                fn.open(RuntimeContext(ctx))
+
+    def close(self) -> None:
+        for _, fn, _ in self.steps:
+            if isinstance(fn, Function):
+                fn.close()
+
+    key: Callable[[Any], Any] | None = None
+
+    def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        values = [self.decode(row)]
+        for kind, call in self.calls:
+            if kind == "map":
+                values = [call(v) for v in values]
+            elif kind == "flat_map":
+                values = [w for v in values for w in (call(v) or ())]
+            else:
+                values = [v for v in values if call(v)]
+        encode, key = self.encode, self.key
+        out = [encode(v) for v in values]
+        if key is not None:
+            for o, v in zip(out, values):
+                o[KEY] = encode_key(key(v))
+        if TS in row:
+            ts = row[TS]
+            for o in out:
+                o[TS] = ts
+        return out
 
 
 class _Stamp(_Wrapped):
@@ -75,20 +144,28 @@ class _Stamp(_Wrapped):
 
 class _Filter(_Wrapped):
     def __call__(self, row: dict[str, Any]) -> bool:
-        return bool(self.call(decode(row)))
+        return bool(self.call(self.decode(row)))
 
 
 class _Key(_Wrapped):
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {**row, KEY: encode_key(self.call(decode(row)))}
+        return {**row, KEY: encode_key(self.call(self.decode(row)))}
 
 
 class _Reduce(_Wrapped):
     def __call__(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        value = self.call(decode(a), decode(b))
-        if "line" in a:  # (a text file's line, as it came: the reduced row keeps its input's columns)
-            return {"line": value, KEY: a[KEY]}
-        return {**self.encode(value), KEY: a[KEY]}
+        read = self.read
+        if read is None:
+            read = self.read = reader(a)
+            if "line" in a:  # (a text file's line, as it came: the reduced row keeps its input's columns)
+                self.encode = _as_line
+        out = self.encode(self.call(read(a), read(b)))
+        out[KEY] = a[KEY]
+        return out
+
+
+def _as_line(value: Any) -> dict[str, Any]:
+    return {"line": value}
 
 
 class _AllKey:
@@ -241,6 +318,10 @@ class DataStream:
         self._type = type_info
         #: the yarnflow stream whose side outputs this one's are (a window function's: the window's)
         self._sides_of = ds
+        #: a row function of the layer: (the yarnflow stream it reads, its steps), for fusing the next
+        self._steps: tuple[Any, list[tuple[str, Any, str]]] | None = None
+        op = getattr(ds.transformation, "operator", None)
+        self._default_name = getattr(op, "name", None)
 
     def _derive(self, ds: Any, type_info: TypeInformation | None) -> DataStream:
         return DataStream(self._env, ds, type_info)
@@ -288,14 +369,55 @@ class DataStream:
 
     # -- transformations
     def map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
-        return self._derive(self._ds.map(_Map(func, "map", output_type), name=_name(func, "Map")), output_type)
+        fused = self._fuse("map", func, "map", output_type, "Map")
+        if fused is not None:
+            return fused
+        out = self._derive(self._ds.map(_Map(func, "map", output_type), name=_name(func, "Map")), output_type)
+        out._steps = (self._ds, [("map", func, "map")])
+        return out
 
     def flat_map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
-        return self._derive(self._ds.flat_map(_FlatMap(func, "flat_map", output_type), name=_name(func, "FlatMap")),
-                            output_type)
+        fused = self._fuse("flat_map", func, "flat_map", output_type, "FlatMap")
+        if fused is not None:
+            return fused
+        out = self._derive(self._ds.flat_map(_FlatMap(func, "flat_map", output_type),
+                                             name=_name(func, "FlatMap")), output_type)
+        out._steps = (self._ds, [("flat_map", func, "flat_map")])
+        return out
 
     def filter(self, func: Any) -> DataStream:
-        return self._derive(self._ds.filter(_Filter(func, "filter"), name=_name(func, "Filter")), self._type)
+        fused = self._fuse("filter", func, "filter", self._type, "Filter")
+        if fused is not None:
+            return fused
+        out = self._derive(self._ds.filter(_Filter(func, "filter"), name=_name(func, "Filter")), self._type)
+        out._steps = (self._ds, [("filter", func, "filter")])
+        return out
+
+    def _fuse(self, kind: str, func: Any, method: str, output_type: TypeInformation | None, label: str
+              ) -> DataStream | None:
+        """This stream's row function(s) and ``func`` as one operator read from this stream's
+        input, when nothing was set on this stream's operator (name, uid, parallelism, key): the
+        operator of this stream is then dropped at execute unless something else reads it."""
+        if self._steps is None or not self._fusable():
+            return None
+        source, steps = self._steps
+        steps = [*steps, (kind, func, method)]
+        _target(func, method)  # (refused now, as unfused)
+        name = " -> ".join(_name(fn, {"map": "Map", "flat_map": "FlatMap", "filter": "Filter"}[k])
+                           for k, fn, _ in steps)
+        self._env._absorbed.append(self._ds.transformation)
+        out = self._derive(source.flat_map(_Fused(steps, output_type), name=name), output_type)
+        out._steps = (source, steps)
+        return out
+
+    def _fusable(self) -> bool:
+        t = self._ds.transformation
+        op = t.operator
+        fn = getattr(op, "fn", None)
+        return (isinstance(fn, (_Map, _FlatMap, _Filter, _Fused)) and getattr(fn, "key", None) is None and not self._ds._tag
+                and not getattr(op, "user_uid", False) and t.parallelism is None and t.chaining
+                and t.slot_sharing_group == "default" and self._ds._partitioner == Partitioner.FORWARD
+                and op.name == self._default_name)
 
     def process(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
         """A ProcessFunction per element (event time, side outputs, the clocks)."""
@@ -307,6 +429,13 @@ class DataStream:
         return self._derive(self._ds.process(_Process(func, output_type), name=_name(func, "Process")), output_type)
 
     def key_by(self, key_selector: Any, key_type: TypeInformation | None = None) -> KeyedStream:
+        # right after one of the layer's maps or flat_maps, that operator writes the key as well
+        # (other readers of its output do not see the column); else a map of its own does
+        op = self._ds.transformation.operator
+        wrapper = getattr(op, "fn", None)
+        if isinstance(wrapper, (_Map, _FlatMap, _Fused)) and wrapper.key is None and not self._ds._tag:
+            wrapper.key = _target(key_selector, "get_key")
+            return KeyedStream(self._env, self._ds.key_by(KEY), self._type)
         keyed = self._ds.map(_Key(key_selector, "get_key"), name="key_by")
         return KeyedStream(self._env, keyed.key_by(KEY), self._type)
 

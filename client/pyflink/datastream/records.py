@@ -5,7 +5,8 @@ columns), and back:
 - a TUPLE: its fields in columns ``f0``, ``f1``, ...; a ROW / ROW_NAMED: in columns ``r:<name>``;
   a field that is not basic (a MAP, a nested TUPLE or ROW, PICKLED) is pickled, in a column
   whose name ends with ``~p``;
-- anything else (no ``output_type``, as PyFlink pickles too): pickled, in column ``p``;
+- anything else (no ``output_type``, as PyFlink pickles too): pickled, in column ``p`` (a str
+  untyped is kept as it is, in column ``v`` beside a null ``p``);
 - a line of a text file (the FileSource's): column ``line``, a str.
 
 A keyed stream adds the key in column ``__k`` (the key itself when a str, int, float or bool,
@@ -15,6 +16,7 @@ which a PyFlink function never sees; other columns (a window's ``window_start`` 
 
 from __future__ import annotations
 
+import operator
 import pickle
 import re
 from typing import Any, Callable
@@ -22,7 +24,7 @@ from typing import Any, Callable
 from yarnflow.pyflink.common.typeinfo import TypeInformation
 from yarnflow.pyflink.common.types import Row
 
-__all__ = ["encoder", "decode", "KEY", "TS", "encode_key"]
+__all__ = ["encoder", "decode", "reader", "KEY", "TS", "encode_key"]
 
 KEY = "__k"
 TS = "__ts"
@@ -40,7 +42,9 @@ def _field(t: TypeInformation) -> Callable[[Any], Any]:
 
 def encoder(type_info: TypeInformation | None) -> Callable[[Any], dict[str, Any]]:
     """The function making a row of an element of ``type_info``."""
-    if type_info is None or type_info.kind == "PICKLED":
+    if type_info is None:  # (a str as it is: no pickling for the most common untyped element)
+        return lambda value: {"v": value, "p": None} if type(value) is str else {"v": None, "p": _DUMPS(value, _PROTOCOL)}
+    if type_info.kind == "PICKLED":
         return lambda value: {"p": _DUMPS(value, _PROTOCOL)}
     if type_info.scalar:
         return lambda value: {"v": value}
@@ -52,38 +56,73 @@ def encoder(type_info: TypeInformation | None) -> Callable[[Any], dict[str, Any]
         return lambda value: {"p": _DUMPS(value, _PROTOCOL)}
     convert = [_field(t) for t in type_info.fields]
     if all(t.scalar for t in type_info.fields):
-        def plain(value: Any) -> dict[str, Any]:
-            return dict(zip(names, value))
-        return plain
+        # a dict display per element (made once: several times quicker than dict(zip(...)))
+        source = "lambda value: {" + ", ".join(f"{n!r}: value[{i}]" for i, n in enumerate(names)) + "}"
+        return eval(source)  # type: ignore[no-any-return]  # noqa: S307 - names are the layer's own
 
     def mixed(value: Any) -> dict[str, Any]:
         return {n: c(v) for n, c, v in zip(names, convert, value)}
     return mixed
 
 
+def reader(row: dict[str, Any]) -> Callable[[dict[str, Any]], Any]:
+    """The function making the element of rows laid out as ``row`` (an operator's input rows
+    share a layout: a caller keeps it for the rows after)."""
+    if "p" in row:
+        return decode
+    if "v" in row:
+        return operator.itemgetter("v")
+    if "line" in row:
+        return operator.itemgetter("line")
+    names = tuple(row)
+    read = _READERS.get(names)
+    if read is None:
+        read = _READERS[names] = _reader(names)
+    return read
+
+
 def decode(row: dict[str, Any]) -> Any:
     """The element a row holds (see the module docstring)."""
     if "p" in row:
-        return _LOADS(row["p"])
+        pickled = row["p"]
+        if pickled is not None or "v" not in row:
+            return _LOADS(pickled)
+        return row["v"]
     if "v" in row:
         return row["v"]
     if "line" in row:
         return row["line"]
-    values = []
-    names = []
-    for name, value in row.items():
-        if not (name.startswith("r:") or _FIELD.match(name)):
-            continue  # (the key, the timestamp, a window's bounds)
-        if name.endswith("~p"):
-            name, value = name[:-2], _LOADS(value)
-        names.append(name)
-        values.append(value)
+    names = tuple(row)
+    read = _READERS.get(names)
+    if read is None:
+        read = _READERS[names] = _reader(names)
+    return read(row)
+
+
+#: per row layout (its column names), the function making its element: rows of one operator
+#: share a layout, so the names are looked at once, not per row
+_READERS: dict[tuple[str, ...], Callable[[dict[str, Any]], Any]] = {}
+
+
+def _reader(columns: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
+    fields = [c for c in columns if c.startswith("r:") or _FIELD.match(c)]  # (not the key, time, window)
+    pickled = [c.endswith("~p") for c in fields]
+    names = [c[:-2] if p else c for c, p in zip(fields, pickled)]
+
+    def values(row: dict[str, Any]) -> list[Any]:
+        return [_LOADS(row[c]) if p else row[c] for c, p in zip(fields, pickled)]
+
     if names and names[0].startswith("r:"):
         named = [n[2:] for n in names]
         if named == [f"f{i}" for i in range(len(named))]:
-            return Row(*values)
-        return Row(**dict(zip(named, values)))
-    return tuple(values)
+            return lambda row: Row(*values(row))
+        return lambda row: Row(**dict(zip(named, values(row))))
+    if not any(pickled):
+        getter = operator.itemgetter(*fields) if fields else None
+        if len(fields) == 1:
+            return lambda row: (getter(row),)  # type: ignore[misc]
+        return lambda row: getter(row) if getter is not None else ()
+    return lambda row: tuple(values(row))
 
 
 def encode_key(key: Any) -> Any:

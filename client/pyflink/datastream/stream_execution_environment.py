@@ -63,6 +63,8 @@ class StreamExecutionEnvironment:
         self._env = env
         self._prints: list[tuple[str, str | None]] = []
         self._warned: set[str] = set()
+        #: operators fused into the next one (data_stream.py): dropped at execute unless read
+        self._absorbed: list[Any] = []
 
     @staticmethod
     def get_execution_environment(configuration: Any = None) -> StreamExecutionEnvironment:
@@ -174,7 +176,16 @@ class StreamExecutionEnvironment:
         return self.from_source(source_func, None, source_name, type_info)
 
     # -- execution
+    def _drop_absorbed(self) -> None:
+        """Operators whose functions run fused in the next one, and that nothing else reads."""
+        ts = self._env.transformations
+        for t in self._absorbed:
+            if t in ts and not any(inp.upstream is t for other in ts for inp in other.inputs):
+                ts.remove(t)
+        self._absorbed = [t for t in self._absorbed if t in ts]
+
     def _execute(self, job_name: str | None) -> Any:
+        self._drop_absorbed()
         result = self._env.execute(job_name or "Flink Streaming Job")
         for uid, identifier in self._prints:
             prefix = f"{identifier}:" if identifier else ""
