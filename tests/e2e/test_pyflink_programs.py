@@ -272,7 +272,7 @@ from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, StreamExecutionEnvironment
 from pyflink.datastream.functions import AggregateFunction
 from pyflink.datastream.state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-                                      ValueStateDescriptor)
+                                      ReducingStateDescriptor, ValueStateDescriptor)
 
 BIG = OutputTag("big", Types.TUPLE([Types.STRING(), Types.INT()]))
 
@@ -304,6 +304,7 @@ class Sessionize(KeyedProcessFunction):
         self.seen = runtime_context.get_list_state(ListStateDescriptor("seen", Types.INT()))
         self.firsts = runtime_context.get_map_state(MapStateDescriptor("firsts", Types.STRING(), Types.LONG()))
         self.mean = runtime_context.get_aggregating_state(AggregatingStateDescriptor("mean", Mean(), Types.PICKLED_BYTE_ARRAY()))
+        self.biggest = runtime_context.get_reducing_state(ReducingStateDescriptor("biggest", max, Types.INT()))
 
     def process_element(self, value, ctx: KeyedProcessFunction.Context):
         if self.total.value() is None:
@@ -312,12 +313,13 @@ class Sessionize(KeyedProcessFunction):
         self.total.update((self.total.value() or 0) + value[1])
         self.seen.add(value[1])
         self.mean.add(value[1])
+        self.biggest.add(value[1])
         if value[1] >= 10:
             yield BIG, (ctx.get_current_key(), value[1])
 
     def on_timer(self, timestamp, ctx: KeyedProcessFunction.OnTimerContext):
         yield (ctx.get_current_key(), self.total.value(), sorted(self.seen.get()), self.firsts.get("first"),
-               self.mean.get(), timestamp)
+               self.mean.get(), self.biggest.get(), timestamp)
         self.total.clear()
         self.seen.clear()
 
@@ -336,15 +338,15 @@ env.execute("process")
 
 
 def test_a_pyflink_keyed_process_function_with_state_timers_and_side_outputs(cli: Any, tmp_path: Path) -> None:
-    """Value, list, map and aggregating state from open's runtime context; an event-time timer
+    """Value, list, map, reducing and aggregating state from open's runtime context; an event-time timer
     per key; ctx.timestamp() and get_current_key(); a side output by OutputTag."""
     (tmp_path / "process.py").write_text(PROCESS)
     ran = cli.run("run", "process.py")
     assert ran.returncode == 0, ran.stderr
     reports = sorted(ast.literal_eval(line[len("report:"):]) for line in ran.stdout.splitlines()
                      if line.startswith("report:"))
-    assert reports == [("a", 17, [1, 4, 12], 1000, 17 / 3, 6000), ("b", 23, [3, 20], 1500, 11.5, 6500),
-                       ("c", 2, [2], 30000, 2.0, 35000)]
+    assert reports == [("a", 17, [1, 4, 12], 1000, 17 / 3, 12, 6000), ("b", 23, [3, 20], 1500, 11.5, 20, 6500),
+                       ("c", 2, [2], 30000, 2.0, 2, 35000)]
     big = sorted(ast.literal_eval(line[len("big:"):]) for line in ran.stdout.splitlines() if line.startswith("big:"))
     assert big == [("a", 12), ("b", 20)]
 

@@ -3,6 +3,7 @@ information, PyFlink's Row, and the import aliases (``import pyflink...`` is yar
 
 from __future__ import annotations
 
+import datetime
 import pickle
 import sys
 from typing import Any, Iterator
@@ -26,6 +27,11 @@ def aliases() -> Iterator[None]:
     (Types.STRING(), "word", ["v"]),
     (Types.LONG(), 7, ["v"]),
     (Types.LIST(Types.INT()), [1, 2], ["v"]),
+    (Types.FLOAT(), 1.5, ["v"]),
+    (Types.BOOLEAN(), True, ["v"]),
+    (Types.SQL_TIMESTAMP(), datetime.datetime(2026, 12, 5, 19, 30), ["v"]),
+    (Types.TUPLE([Types.DOUBLE(), Types.BOOLEAN(), Types.SQL_TIMESTAMP()]),
+     (2.5, False, datetime.datetime(2026, 1, 1)), ["f0", "f1", "f2"]),
     (Types.TUPLE([Types.STRING(), Types.INT()]), ("a", 1), ["f0", "f1"]),
     (Types.TUPLE([Types.STRING(), Types.MAP(Types.STRING(), Types.INT())]), ("a", {"x": 1}), ["f0", "f1~p"]),
     (Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()]), Row(name="b", age=3), ["r:name", "r:age"]),
