@@ -119,18 +119,9 @@ def stop_http_server(server: Any, thread: Any, timeout_s: float = 5.0) -> None:
 
 
 def _authorized(header: str, token: str) -> bool:
-    import base64
-    import hmac
+    from yarnflow.common.security import token_in_header, token_matches
 
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "basic":
-        try:
-            value = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[2]
-        except (ValueError, UnicodeDecodeError):
-            return False
-    elif scheme.lower() != "bearer":
-        return False
-    return bool(value) and hmac.compare_digest(value.encode("utf-8", "replace"), token.encode("utf-8"))
+    return token_matches(token_in_header(header), token)
 
 
 def _serve(port: int, host: str, registry: Any, token: str) -> tuple[Any, threading.Thread]:

@@ -356,6 +356,25 @@ def rest_token(credentials: TlsCredentials) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
+def token_in_header(header: str) -> str:
+    """The token an ``Authorization`` header carries: ``Bearer TOKEN``, or HTTP basic with the
+    token as the password (``curl -u yarnflow:TOKEN``); "" for none or a malformed one."""
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return ""
+
+
+def token_matches(presented: str, token: str) -> bool:
+    """``presented`` is ``token`` (compared in constant time; "" never matches)."""
+    return bool(presented) and hmac.compare_digest(presented.encode("utf-8", "replace"), token.encode("utf-8"))
+
+
 def rest_auth_token(config: Configuration, credentials: TlsCredentials | None) -> str:
     """The token requests must carry, or "" when the REST API is open (``rest.authentication``:
     none, or auto without the cluster's credentials). Raises ConfigurationError for token

@@ -10,8 +10,6 @@ page sets for the web UI (HttpOnly, SameSite=Strict; Secure over HTTPS).
 
 from __future__ import annotations
 
-import base64
-import hmac
 import logging
 import re
 import ssl
@@ -21,7 +19,8 @@ from flask import Flask, Response, jsonify, redirect, request
 
 from yarnflow.common.config import Configuration, Options
 from yarnflow.common.errors import ConfigurationError
-from yarnflow.common.security import TlsCredentials, rest_auth_token as rest_auth_token
+from yarnflow.common.security import TlsCredentials, token_in_header, token_matches
+from yarnflow.common.security import rest_auth_token as rest_auth_token
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +71,8 @@ def https_context(config: Configuration, credentials: TlsCredentials | None) -> 
 def presented_token() -> str:
     """The token the current request carries ("" for none)."""
     header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer":
-        return value.strip()
-    if scheme.lower() == "basic":
-        try:
-            return base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")[2]
-        except (ValueError, UnicodeDecodeError):
-            return ""
+    if header.partition(" ")[0].lower() in ("bearer", "basic"):
+        return token_in_header(header)
     return request.cookies.get(COOKIE, "")
 
 
@@ -87,7 +80,7 @@ def install_token_check(app: Flask, token: str, secure: bool) -> None:
     """Every request but those of ``_OPEN`` must carry ``token``; adds the login page."""
 
     def valid(value: str) -> bool:
-        return bool(value) and hmac.compare_digest(value.encode("utf-8", "replace"), token.encode("ascii"))
+        return token_matches(value, token)
 
     @app.before_request
     def check() -> Any:
