@@ -800,6 +800,49 @@ def test_consecutive_pyflink_functions_run_fused_and_a_stream_read_twice_stays_r
     assert after.count("FlatMap -> Map") == 1 and "FlatMap -> Map -> Filter" in after and "angles" in after
 
 
+PROCESSING_TIME = '''\
+import time
+
+from pyflink.common import Time, Types
+from pyflink.datastream import ProcessWindowFunction, StreamExecutionEnvironment
+from pyflink.datastream.window import TumblingProcessingTimeWindows
+
+
+def slowly(value):
+    time.sleep(0.05)  # (20 elements a second: the elements span several 1 s windows)
+    return value
+
+
+class Count(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield key, context.window().start, len(list(elements))
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+tt = Types.TUPLE([Types.STRING(), Types.INT()])
+ds = env.from_collection([("k" + str(i % 3), i) for i in range(60)], type_info=tt).map(slowly, output_type=tt)
+counts = ds.key_by(lambda e: e[0]).window(TumblingProcessingTimeWindows.of(Time.seconds(1))).process(Count())
+print("windows", sorted(counts.execute_and_collect()))
+'''
+
+
+def test_pyflink_processing_time_windows_count_every_element_once(cli: Any, tmp_path: Path) -> None:
+    """1 s processing-time windows over elements arriving 20 a second for 3 s: windows are whole
+    seconds, each element is in exactly one of its key's windows, and they span several."""
+    (tmp_path / "ptime.py").write_text(PROCESSING_TIME)
+    ran = cli.run("run", "-D", "execution.batch-size=1", "-D", "execution.buffer-timeout=0ms", "ptime.py")
+    assert ran.returncode == 0, ran.stderr
+    [windows] = [ast.literal_eval(line.split(" ", 1)[1]) for line in ran.stdout.splitlines()
+                 if line.startswith("windows ")]
+    assert all(start % 1000 == 0 for _, start, _ in windows)
+    per_key = collections.Counter()
+    for key, _, n in windows:
+        per_key[key] += n
+    assert per_key == {"k0": 20, "k1": 20, "k2": 20}
+    assert len({start for _, start, _ in windows}) >= 2
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")
