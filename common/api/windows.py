@@ -13,7 +13,7 @@ They only say which windows a record belongs to; the TaskExecutor's window opera
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "EventTimeSessionWindows",
@@ -51,6 +51,10 @@ class WindowAssigner:
 
     def assign_windows(self, timestamp: int) -> list[tuple[int, int]]:
         raise NotImplementedError
+
+    def session_window(self, timestamp: int, row: dict[str, Any]) -> tuple[int, int]:
+        """A merging assigner's window for a row (before merging)."""
+        return self.assign_windows(timestamp)[0]
 
     def _params(self) -> dict[str, int]:
         raise NotImplementedError
@@ -124,21 +128,41 @@ class _SlidingWindows(_SlidingAssigner):
 class _SessionAssigner(WindowAssigner):
     is_merging = True
 
-    def __init__(self, gap_ms: int) -> None:
-        gap = milliseconds(gap_ms, "session gap")
-        if gap <= 0:
-            raise ValueError(f"session gap must be positive, got {gap} ms")
-        self.gap_ms = gap
+    def __init__(self, gap_ms: int, gap_of: Callable[[dict[str, Any]], int] | None = None) -> None:
+        if gap_of is None:
+            gap = milliseconds(gap_ms, "session gap")
+            if gap <= 0:
+                raise ValueError(f"session gap must be positive, got {gap} ms")
+        elif not callable(gap_of):
+            raise ValueError(f"a dynamic session gap needs a function of the row, got {gap_of!r}")
+        self.gap_ms = gap_ms if gap_of is None else 0
+        #: with_dynamic_gap: each row's own gap (ms), from the row
+        self.gap_of = gap_of
 
     @classmethod
     def with_gap(cls, gap_ms: int) -> Any:
         return cls(gap_ms)
 
+    @classmethod
+    def with_dynamic_gap(cls, gap_of: Callable[[dict[str, Any]], int]) -> Any:
+        """Each row's session gap from ``gap_of(row)`` (ms, positive): a row extends its key's
+        session by its own gap (Flink's SessionWindowTimeGapExtractor)."""
+        return cls(0, gap_of)
+
     def assign_windows(self, timestamp: int) -> list[tuple[int, int]]:
         return [(timestamp, timestamp + self.gap_ms)]
 
+    def session_window(self, timestamp: int, row: dict[str, Any]) -> tuple[int, int]:
+        """The session window a row at ``timestamp`` opens (before merging)."""
+        if self.gap_of is None:
+            return timestamp, timestamp + self.gap_ms
+        gap = self.gap_of(row)
+        if isinstance(gap, bool) or not isinstance(gap, numbers.Integral) or gap <= 0:
+            raise ValueError(f"the dynamic session gap must be a positive int of milliseconds, got {gap!r}")
+        return timestamp, timestamp + int(gap)
+
     def _params(self) -> dict[str, int]:
-        return {"gap_ms": self.gap_ms}
+        return {"gap_ms": self.gap_ms} if self.gap_of is None else {"dynamic_gap": id(self.gap_of)}
 
 
 class TumblingEventTimeWindows(_TumblingAssigner):

@@ -843,6 +843,49 @@ def test_pyflink_processing_time_windows_count_every_element_once(cli: Any, tmp_
     assert len({start for _, start, _ in windows}) >= 2
 
 
+DYNAMIC_GAP = '''\
+from pyflink.common import Types, WatermarkStrategy
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream.window import EventTimeSessionWindows, SessionWindowTimeGapExtractor
+
+
+class At(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[2]
+
+
+class GapOf(SessionWindowTimeGapExtractor):
+    """A "slow" user waits up to 10 s between clicks in a session, others 2 s."""
+
+    def extract(self, element):
+        return 10_000 if element[0] == "slow" else 2_000
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+tt = Types.TUPLE([Types.STRING(), Types.INT(), Types.LONG()])
+clicks = [("slow", 1, 0), ("slow", 1, 6000), ("slow", 1, 30000), ("fast", 1, 0), ("fast", 1, 1500),
+          ("fast", 1, 6000)]
+sessions = env.from_collection(clicks, type_info=tt) \
+    .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(At())) \
+    .key_by(lambda c: c[0]).window(EventTimeSessionWindows.with_dynamic_gap(GapOf())) \
+    .reduce(lambda a, b: (a[0], a[1] + b[1], max(a[2], b[2])))
+print("sessions", sorted(sessions.execute_and_collect()))
+'''
+
+
+def test_pyflink_session_windows_with_a_dynamic_gap(cli: Any, tmp_path: Path) -> None:
+    """EventTimeSessionWindows.with_dynamic_gap: each element's own gap (10 s for one key, 2 s for
+    the other) decides which elements share a session."""
+    (tmp_path / "dyn.py").write_text(DYNAMIC_GAP)
+    ran = cli.run("run", "dyn.py")
+    assert ran.returncode == 0, ran.stderr
+    [sessions] = [ast.literal_eval(line.split(" ", 1)[1]) for line in ran.stdout.splitlines()
+                  if line.startswith("sessions ")]
+    assert sessions == [("fast", 1, 6000), ("fast", 2, 1500), ("slow", 1, 30000), ("slow", 2, 6000)]
+
+
 def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "table.py").write_text("from pyflink.table import TableEnvironment\n")
     ran = cli.run("run", "table.py")

@@ -347,6 +347,7 @@ def test_assigners_assign_like_flink() -> None:
     assert SlidingEventTimeWindows.of(100, 30).assign_windows(-5) == [(-30, 70), (-60, 40), (-90, 10)]
     assert SlidingEventTimeWindows.of(10, 30).assign_windows(15) == []  # between windows
     assert EventTimeSessionWindows.with_gap(10).assign_windows(-3) == [(-3, 7)]
+    assert EventTimeSessionWindows.with_gap(10).session_window(-3, {}) == (-3, 7)
     for spec, make in SPECS.values():
         for t in range(-200, 200, 3):
             assert sorted(make(True).assign_windows(t)) == sorted(ref_windows(spec, t))
@@ -1032,3 +1033,16 @@ def test_window_join_rejects_other_assigners_and_missing_columns() -> None:
         h.batch(pa.RecordBatch.from_pylist([{"id": 1, "v": 1.0, "ts": 1, "w": ""}], schema=RIGHT), input_index=1)
     with pytest.raises(YarnflowError, match="jn.*'ts'"):
         h.batch(pa.RecordBatch.from_pylist([{"k": 1, "v": 1.0, "ts": None, "side": ""}], schema=LEFT), input_index=0)
+
+
+def test_a_dynamic_session_gap_comes_from_each_row() -> None:
+    """with_dynamic_gap(fn): a row opens a session of its own gap (Flink's gap extractor); a gap
+    that is not a positive int of ms is refused naming it."""
+    assigner = EventTimeSessionWindows.with_dynamic_gap(lambda row: row["gap"])
+    assert assigner.session_window(100, {"gap": 7}) == (100, 107)
+    assert assigner.session_window(100, {"gap": 30}) == (100, 130)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="dynamic session gap must be a positive int"):
+            assigner.session_window(0, {"gap": bad})
+    with pytest.raises(ValueError, match="needs a function of the row"):
+        EventTimeSessionWindows.with_dynamic_gap("10 s")

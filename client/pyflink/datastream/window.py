@@ -10,7 +10,8 @@ from yarnflow.pyflink.common.time import to_millis
 
 __all__ = ["TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSessionWindows",
            "TumblingProcessingTimeWindows", "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows",
-           "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "TimeWindow", "CountWindow"]
+           "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "TimeWindow", "CountWindow",
+           "SessionWindowTimeGapExtractor"]
 
 
 def _ms(value: Any, what: str) -> int:
@@ -48,6 +49,20 @@ class _Slide(_Assigner):
                    *([_ms(offset, cls.__name__)] if offset is not None else []))
 
 
+class _Gap:
+    """A SessionWindowTimeGapExtractor (``extract(element)``, ms) as yarnflow's gap of a row."""
+
+    def __init__(self, extractor: Any) -> None:
+        self.extract = getattr(extractor, "extract", extractor)
+        if not callable(self.extract):
+            raise JobDefinitionError(f"with_dynamic_gap takes a SessionWindowTimeGapExtractor, not {extractor!r}")
+
+    def __call__(self, row: dict[str, Any]) -> int:
+        from yarnflow.pyflink.datastream.records import decode
+
+        return int(self.extract(decode(row)))
+
+
 class _Session(_Assigner):
     @classmethod
     def with_gap(cls, size: Any) -> Any:
@@ -55,8 +70,24 @@ class _Session(_Assigner):
 
     @classmethod
     def with_dynamic_gap(cls, extractor: Any) -> Any:
-        raise JobDefinitionError("session windows with a dynamic gap are not supported yet by yarnflow's PyFlink "
-                                 "layer")
+        """Each element's gap from ``extractor.extract(element)`` (ms)."""
+        return _DynamicSession(cls.ours, _Gap(extractor))
+
+
+class _DynamicSession(_Assigner):
+    def __init__(self, ours: str, gap: _Gap) -> None:
+        super().__init__()
+        self.ours, self.gap = ours, gap
+
+    def _yarnflow(self) -> Any:
+        import yarnflow.common.api as api
+
+        return getattr(api, self.ours).with_dynamic_gap(self.gap)
+
+
+class SessionWindowTimeGapExtractor:
+    def extract(self, element: Any) -> int:
+        raise NotImplementedError
 
 
 class TumblingEventTimeWindows(_Fixed):

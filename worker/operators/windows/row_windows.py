@@ -139,7 +139,7 @@ class RowWindows:
 
     def _add_session(self, key: tuple[Any, ...], kg: int, row: dict[str, Any], t: int, wm: int | None,
                      due: dict[Any, None]) -> bool:
-        start, end = self.assigner.assign_windows(t)[0]
+        start, end = self.assigner.session_window(t, row)
         sessions: tuple[Window, ...] = self.sessions.get(None, ())
         overlapping = sorted(w for w in sessions if w[0] <= end and w[1] >= start)
         if not overlapping:
