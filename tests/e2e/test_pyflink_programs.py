@@ -896,9 +896,12 @@ def test_what_yarnflow_cannot_run_yet_is_named(cli: Any, tmp_path: Path) -> None
         from pyflink.datastream import StreamExecutionEnvironment
         from pyflink.datastream.window import TumblingProcessingTimeWindows
         env = StreamExecutionEnvironment.get_execution_environment()
-        env.from_collection([1, 2]).key_by(lambda v: v).window(TumblingProcessingTimeWindows.of(Time.seconds(1))) \\
-            .trigger(None)
+        from pyflink.datastream.window import CountTrigger, ProcessingTimeTrigger
+        windowed = env.from_collection([1, 2]).key_by(lambda v: v) \\
+            .window(TumblingProcessingTimeWindows.of(Time.seconds(1)))
+        windowed.trigger(ProcessingTimeTrigger.create())  # (its own default: accepted)
+        windowed.trigger(CountTrigger.of(5))
         """))
     ran = cli.run("run", "windows.py")
     assert ran.returncode == 1
-    assert "custom window triggers are not supported yet by yarnflow's PyFlink layer" in ran.stderr
+    assert "window trigger CountTrigger is not supported yet by yarnflow's PyFlink layer" in ran.stderr

@@ -667,8 +667,13 @@ class WindowedStream:
         return self
 
     def trigger(self, trigger: Any) -> WindowedStream:
-        raise JobDefinitionError("custom window triggers are not supported yet by yarnflow's PyFlink layer (windows "
-                                 "fire at their end, and again for late data within the allowed lateness)")
+        """Only the window's own default trigger (EventTimeTrigger / ProcessingTimeTrigger)."""
+        default = getattr(trigger, "event_time", None)
+        if default is not None and default == bool(getattr(self._w._assigner, "is_event_time", False)):
+            return self
+        raise JobDefinitionError(f"window trigger {type(trigger).__name__} is not supported yet by yarnflow's PyFlink "
+                                 "layer: windows fire at their end (EventTimeTrigger / ProcessingTimeTrigger, the "
+                                 "defaults), and again for late data within the allowed lateness")
 
     def evictor(self, evictor: Any) -> WindowedStream:
         raise JobDefinitionError("window evictors are not supported yet by yarnflow's PyFlink layer")

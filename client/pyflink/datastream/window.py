@@ -11,7 +11,8 @@ from yarnflow.pyflink.common.time import to_millis
 __all__ = ["TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSessionWindows",
            "TumblingProcessingTimeWindows", "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows",
            "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "TimeWindow", "CountWindow",
-           "SessionWindowTimeGapExtractor"]
+           "SessionWindowTimeGapExtractor", "Trigger", "EventTimeTrigger", "ProcessingTimeTrigger", "CountTrigger",
+           "PurgingTrigger"]
 
 
 def _ms(value: Any, what: str) -> int:
@@ -159,3 +160,40 @@ def yarnflow_assigner(assigner: Any) -> Any:
         raise JobDefinitionError(f"window: expected one of pyflink.datastream.window's assigners "
                                  f"(TumblingEventTimeWindows.of(Time.seconds(5)), ...), not {assigner!r}")
     return assigner._yarnflow()
+
+
+class Trigger:
+    """When a window fires. Only each window kind's own default is run (yarnflow's window
+    operator fires a time window at its end, and again for late elements within the allowed
+    lateness): ``EventTimeTrigger`` on event-time windows, ``ProcessingTimeTrigger`` on
+    processing-time ones; any other trigger is refused by name."""
+
+    event_time: bool | None = None
+
+
+class EventTimeTrigger(Trigger):
+    event_time = True
+
+    @staticmethod
+    def create() -> EventTimeTrigger:
+        return EventTimeTrigger()
+
+
+class ProcessingTimeTrigger(Trigger):
+    event_time = False
+
+    @staticmethod
+    def create() -> ProcessingTimeTrigger:
+        return ProcessingTimeTrigger()
+
+
+class CountTrigger(Trigger):
+    @staticmethod
+    def of(window_size: int) -> CountTrigger:
+        return CountTrigger()
+
+
+class PurgingTrigger(Trigger):
+    @staticmethod
+    def of(nested_trigger: Any) -> PurgingTrigger:
+        return PurgingTrigger()
