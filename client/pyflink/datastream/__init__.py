@@ -3,8 +3,9 @@
 from yarnflow.job_config import (CheckpointConfig, CheckpointingMode, EmbeddedRocksDBStateBackend,
                                  ExternalizedCheckpointCleanup, ExternalizedCheckpointRetention, HashMapStateBackend)
 from yarnflow.pyflink.datastream.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
-from yarnflow.pyflink.datastream.data_stream import (AllWindowedStream, CloseableIterator, DataStream,
-                                                     DataStreamSink, KeyedStream, OutputTag, WindowedStream)
+from yarnflow.pyflink.datastream.data_stream import CloseableIterator, DataStream, DataStreamSink, KeyedStream
+from yarnflow.pyflink.datastream.windowed import AllWindowedStream, WindowedStream
+from yarnflow.pyflink.datastream.wrappers import OutputTag
 from yarnflow.pyflink.datastream.functions import (
     AggregateFunction, BroadcastProcessFunction, CoFlatMapFunction, CoMapFunction, CoProcessFunction, FilterFunction,
     FlatMapFunction, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction, KeySelector,

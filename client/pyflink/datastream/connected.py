@@ -4,7 +4,7 @@ encoded, ``(OutputTag, value)`` pairs sent to side outputs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yarnflow.common.api.co_functions import (BroadcastProcessFunction as OurBroadcast,
                                               CoProcessFunction as OurCoProcess,
@@ -12,10 +12,14 @@ from yarnflow.common.api.co_functions import (BroadcastProcessFunction as OurBro
                                               KeyedCoProcessFunction as OurKeyedCoProcess)
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.pyflink.common.typeinfo import TypeInformation
-from yarnflow.pyflink.datastream.data_stream import (KEY, DataStream, _key_of, _Key, _name, _Sides, decode, encoder)
+from yarnflow.pyflink.datastream.records import KEY, decode, encoder
+from yarnflow.pyflink.datastream.wrappers import _key_of, _Key, _name, _Sides
 from yarnflow.pyflink.datastream.functions import (BroadcastProcessFunction, CoFlatMapFunction, CoMapFunction,
                                                    CoProcessFunction, KeyedBroadcastProcessFunction,
                                                    KeyedCoProcessFunction, KeyedProcessFunction, RuntimeContext)
+
+if TYPE_CHECKING:
+    from yarnflow.pyflink.datastream.data_stream import DataStream
 
 __all__ = ["ConnectedStreams", "BroadcastStream", "BroadcastConnectedStream", "CoMapFunction", "CoFlatMapFunction",
            "CoProcessFunction", "KeyedCoProcessFunction", "BroadcastProcessFunction",

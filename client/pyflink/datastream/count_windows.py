@@ -7,14 +7,17 @@ function every ``size`` elements (tumbling), or every ``slide`` over the last ``
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yarnflow.common.api import KeyedProcessFunction as OurKeyedProcess
 from yarnflow.common.api import ListStateDescriptor, ValueStateDescriptor
 from yarnflow.pyflink.common.typeinfo import TypeInformation
-from yarnflow.pyflink.datastream.data_stream import (DataStream, KeyedStream, _key_of, _name, _target, _WindowContext,
-                                                     decode, encoder)
+from yarnflow.pyflink.datastream.records import decode, encoder
+from yarnflow.pyflink.datastream.wrappers import _key_of, _name, _target, _WindowContext
 from yarnflow.pyflink.datastream.window import CountWindow
+
+if TYPE_CHECKING:
+    from yarnflow.pyflink.datastream.data_stream import DataStream, KeyedStream
 
 __all__ = ["CountWindowedStream"]
 

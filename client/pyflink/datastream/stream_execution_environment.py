@@ -9,7 +9,8 @@ from typing import Any
 
 from yarnflow.common.errors import JobDefinitionError
 from yarnflow.pyflink.common.typeinfo import TypeInformation
-from yarnflow.pyflink.datastream.data_stream import DataStream, _decoded
+from yarnflow.pyflink.datastream.data_stream import DataStream
+from yarnflow.pyflink.datastream.wrappers import _decoded
 from yarnflow.pyflink.datastream.records import encoder
 
 __all__ = ["StreamExecutionEnvironment", "RuntimeExecutionMode"]
