@@ -62,14 +62,19 @@ def test_each_partitioner_sends_each_row_where_flinks_would(run: Any, tmp_path: 
         rows.partition_custom(lambda key, n: key % n, lambda row: row["i"]).map(
             Tag("c"), name="custom").set_parallelism(3).sink_to_parquet(str(out / "custom"))
 
-    run(build, "partitioners")
+    run(build, "partitioners", conf={"execution.batch-size": "50"})
     shuffled = _read(out / "shuffle")
     _once(shuffled)
     per_subtask = collections.Counter(r["c"] for r in shuffled)
     assert set(per_subtask) == {0, 1, 2} and min(per_subtask.values()) > 300, per_subtask  # (random, per row)
     rescaled = _read(out / "rescale")
     _once(rescaled)
-    assert {(r["p"], r["c"]) for r in rescaled} == {(0, 0), (0, 1), (1, 2), (1, 3)}  # each its half
+    share = {0: {0, 1}, 1: {2, 3}}  # each producer deals only to its half of the consumers
+    assert all(r["c"] in share[r["p"]] for r in rescaled)
+    sent = collections.Counter(r["p"] for r in rescaled)
+    for producer, n in sent.items():  # (batches of 50 rows: one that sent several reached both of its half)
+        if n >= 150:
+            assert {r["c"] for r in rescaled if r["p"] == producer} == share[producer], producer
     globalled = _read(out / "global")
     _once(globalled)
     assert {r["c"] for r in globalled} == {0}
